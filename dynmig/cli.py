@@ -1,0 +1,41 @@
+"""The `dynmig` console script: one entry point, one subcommand per process."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> module with a `main(argv) -> int`
+SUBCOMMANDS = {
+    "serve": "webhooks.main",
+    "device-plugin": "plugin.main",
+    "certs": "certs.main",
+    "policy": "mig.policy_cli",
+    "lab": "dynmig.lab",
+}
+
+USAGE = "usage: dynmig {" + ",".join(SUBCOMMANDS) + "} [options]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    module_name = SUBCOMMANDS.get(name)
+    if module_name is None:
+        print(f"dynmig: unknown command {name!r}; {USAGE}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            print(f"dynmig {name}: not built yet", file=sys.stderr)
+            return 3
+        raise
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
