@@ -1,0 +1,283 @@
+"""Codecs for the HAMi v2.10 Dynamic MIG annotations dynmig reads and writes.
+
+- `hami.io/node-nvidia-register` (node): the GPUs a device plugin published, with MIG profiles.
+- `hami.io/vgpu-mig-allocations` (pod): the durable record of which placement a pod owns.
+- `hami.io/vgpu-devices-to-allocate` / `-allocated` (pod): HAMi's per-container device strings.
+
+Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty).
+Decoding of the allocation annotation is strict: any invalid entry rejects the whole annotation,
+because a half-understood ownership record must never drive a destructive action.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from mig.types import Placement
+
+# Annotation keys (HAMi's names, so the two systems read each other's state).
+NODE_REGISTER = "hami.io/node-nvidia-register"
+MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_TIME = "hami.io/vgpu-time"
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+NODE_LOCK = "hami.io/mutex.lock"
+PROFILE_PREFERENCE = "nvidia.com/mig-profile-preference"
+NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
+GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
+USE_GPU_UUID = "nvidia.com/use-gpuuuid"
+NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
+USE_GPU_TYPE = "nvidia.com/use-gputype"
+NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
+VGPU_MODE = "nvidia.com/vgpu-mode"
+WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
+
+BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
+
+
+class AnnotationError(ValueError):
+    """An annotation that cannot be trusted; the message names the entry and field."""
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _first_error(error: ValidationError, prefix: str) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{prefix}{where}: {first['msg']}" if where else f"{prefix}{first['msg']}"
+
+
+NonNegative = Annotated[StrictInt, Field(ge=0)]
+
+
+# ---------------------------------------------------------------- node registration
+
+
+class PlacementModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    start: NonNegative
+    size: NonNegative
+
+    def to_placement(self) -> Placement:
+        return Placement(self.start, self.size)
+
+
+class MigProfile(BaseModel):
+    """A profile a GPU offers: exactly HAMi's keys (instanceCount is read but never written)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: StrictStr
+    memoryMB: NonNegative
+    core: NonNegative = 0
+    sliceCount: NonNegative = 0
+    placements: tuple[PlacementModel, ...] = ()
+
+    def encode_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "memoryMB": self.memoryMB,
+            "core": self.core,
+            "sliceCount": self.sliceCount,
+            "placements": [{"start": p.start, "size": p.size} for p in self.placements],
+        }
+
+    def encode(self) -> str:
+        return _compact(self.encode_dict())
+
+    @property
+    def placement_list(self) -> tuple[Placement, ...]:
+        return tuple(p.to_placement() for p in self.placements)
+
+
+class DeviceInfo(BaseModel):
+    """One registered GPU in `hami.io/node-nvidia-register`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    id: StrictStr
+    index: NonNegative = 0
+    count: NonNegative = 0
+    devmem: NonNegative = 0
+    devcore: NonNegative = 0
+    type: StrictStr = ""
+    numa: NonNegative = 0
+    health: StrictBool = False
+    mode: StrictStr = ""
+    migProfiles: tuple[MigProfile, ...] = ()
+
+    def encode_dict(self) -> dict[str, Any]:
+        """HAMi's omitempty: zero values are left out."""
+        full: dict[str, Any] = {
+            "id": self.id, "index": self.index, "count": self.count, "devmem": self.devmem,
+            "devcore": self.devcore, "type": self.type, "numa": self.numa, "health": self.health,
+            "mode": self.mode, "migProfiles": [p.encode_dict() for p in self.migProfiles],
+        }
+        return {k: v for k, v in full.items() if v not in (0, "", False, [])}
+
+
+def encode_node_register(devices: list[DeviceInfo] | tuple[DeviceInfo, ...]) -> str:
+    return _compact([d.encode_dict() for d in devices])
+
+
+def decode_node_register(text: str) -> tuple[DeviceInfo, ...]:
+    """Decode a node's registration; raise AnnotationError naming the field on bad input."""
+    if not text or not text.strip():
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AnnotationError(f"{NODE_REGISTER}: not JSON ({error.msg} at {error.pos})") from None
+    if not isinstance(raw, list):
+        raise AnnotationError(f"{NODE_REGISTER}: must be a JSON array of devices")
+    devices = []
+    for i, item in enumerate(raw):
+        try:
+            devices.append(DeviceInfo.model_validate(item))
+        except ValidationError as error:
+            raise AnnotationError(_first_error(error, f"{NODE_REGISTER}[{i}].")) from None
+    return tuple(devices)
+
+
+# ---------------------------------------------------------------- MIG allocations (reservations)
+
+
+class MigAllocation(BaseModel):
+    """One reserved MIG instance of a pod: logical part from the scheduler, runtime part from the plugin."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    containerIndex: NonNegative
+    deviceIndex: NonNegative
+    gpuUUID: Annotated[StrictStr, Field(min_length=1)]
+    profile: Annotated[StrictStr, Field(min_length=1)]
+    placement: PlacementModel
+    migUUID: StrictStr | None = None
+    gpuInstanceID: NonNegative | None = None
+    computeInstanceID: NonNegative | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.containerIndex, self.deviceIndex)
+
+    @property
+    def placement_value(self) -> Placement:
+        return self.placement.to_placement()
+
+    @property
+    def runtime_ready(self) -> bool:
+        """All three runtime fields present (0 is a valid ID: presence matters, not truthiness)."""
+        return self.migUUID is not None and self.gpuInstanceID is not None and self.computeInstanceID is not None
+
+    @property
+    def runtime_partial(self) -> bool:
+        present = [self.migUUID is not None, self.gpuInstanceID is not None, self.computeInstanceID is not None]
+        return any(present) and not all(present)
+
+    def with_runtime(self, mig_uuid: str, gi_id: int, ci_id: int) -> MigAllocation:
+        return self.model_copy(update={"migUUID": mig_uuid, "gpuInstanceID": gi_id, "computeInstanceID": ci_id})
+
+    def without_runtime(self) -> MigAllocation:
+        return self.model_copy(update={"migUUID": None, "gpuInstanceID": None, "computeInstanceID": None})
+
+    def encode_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "containerIndex": self.containerIndex, "deviceIndex": self.deviceIndex, "gpuUUID": self.gpuUUID,
+            "profile": self.profile, "placement": {"start": self.placement.start, "size": self.placement.size},
+        }
+        if self.runtime_ready:
+            out.update(migUUID=self.migUUID, gpuInstanceID=self.gpuInstanceID,
+                       computeInstanceID=self.computeInstanceID)
+        return out
+
+
+def _validate_entry(i: int, item: object) -> MigAllocation:
+    prefix = f"{MIG_ALLOCATIONS}[{i}]."
+    try:
+        entry = MigAllocation.model_validate(item)
+    except ValidationError as error:
+        raise AnnotationError(_first_error(error, prefix)) from None
+    if entry.placement.size == 0:
+        raise AnnotationError(f"{prefix}placement.size: must be at least 1")
+    if entry.migUUID == "":
+        raise AnnotationError(f"{prefix}migUUID: must not be empty when present")
+    if entry.runtime_partial:
+        raise AnnotationError(f"{prefix}: partial runtime identity (migUUID, gpuInstanceID and "
+                              "computeInstanceID go together)")
+    return entry
+
+
+def decode_allocations(text: str | None) -> tuple[MigAllocation, ...]:
+    """Decode a pod's reservations; any invalid entry rejects the whole annotation."""
+    if text is None or not text.strip():
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AnnotationError(f"{MIG_ALLOCATIONS}: not JSON ({error.msg} at {error.pos})") from None
+    if not isinstance(raw, list):
+        raise AnnotationError(f"{MIG_ALLOCATIONS}: must be a JSON array of reservations")
+    entries = [_validate_entry(i, item) for i, item in enumerate(raw)]
+    seen: set[tuple[int, int]] = set()
+    for entry in entries:
+        if entry.key in seen:
+            raise AnnotationError(f"{MIG_ALLOCATIONS}: duplicate reservation for containerIndex "
+                                  f"{entry.containerIndex}, deviceIndex {entry.deviceIndex}")
+        seen.add(entry.key)
+    return tuple(entries)
+
+
+def encode_allocations(entries: list[MigAllocation] | tuple[MigAllocation, ...]) -> str | None:
+    """Encode reservations; None when there is nothing to write (the annotation is then not set)."""
+    kept = [e for e in entries if e.profile and e.placement.size > 0]
+    return _compact([e.encode_dict() for e in kept]) if kept else None
+
+
+# ---------------------------------------------------------------- HAMi device strings
+
+
+@dataclass(frozen=True)
+class ContainerDevice:
+    """One device entry of `hami.io/vgpu-devices-*`: `UUID,Type,Usedmem,Usedcores`."""
+
+    uuid: str
+    type: str
+    usedmem: int
+    usedcores: int
+
+    def encode(self) -> str:
+        return f"{self.uuid},{self.type},{self.usedmem},{self.usedcores}:"
+
+
+def encode_devices(containers: list[list[ContainerDevice]]) -> str:
+    """Per container, entries `UUID,Type,mem,cores:` concatenated, each container closed by `;`."""
+    return "".join("".join(d.encode() for d in devices) + ";" for devices in containers)
+
+
+def _decode_device(text: str, where: str) -> ContainerDevice:
+    parts = text.split(",")
+    if len(parts) != 4 or not parts[0]:
+        raise AnnotationError(f"{where}: expected 'UUID,Type,Usedmem,Usedcores', got {text!r}")
+    try:
+        return ContainerDevice(parts[0], parts[1], int(parts[2]), int(parts[3]))
+    except ValueError:
+        raise AnnotationError(f"{where}: Usedmem and Usedcores must be integers, got {text!r}") from None
+
+
+def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[list[ContainerDevice]]:
+    """Decode a devices string into per-container lists (empty containers kept)."""
+    if not text:
+        return []
+    segments = text.split(";")
+    if segments and segments[-1] == "":
+        segments.pop()
+    return [
+        [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
+        for c, seg in enumerate(segments)
+    ]

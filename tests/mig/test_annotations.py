@@ -1,0 +1,100 @@
+"""Annotation codecs: byte-compatible with HAMi, strict where ownership is at stake."""
+
+import json
+
+import pytest
+
+from mig import annotations as ann
+
+A = {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-a", "profile": "1g.5gb",
+     "placement": {"start": 6, "size": 1}}
+
+
+def test_a_profile_encodes_exactly_as_hami_does():
+    profile = ann.MigProfile(name="1g.5gb", memoryMB=4864, core=15, sliceCount=1,
+                             placements=[{"start": 6, "size": 1}])
+    assert profile.encode() == ('{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,'
+                                '"placements":[{"start":6,"size":1}]}')
+
+
+def test_a_node_registration_with_unknown_keys_decodes_to_its_devices_and_profiles():
+    text = ('[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","numa":0,'
+            '"health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":5120,"core":14,"sliceCount":1,'
+            '"instanceCount":7,"multiprocessorCount":14,"placements":[{"start":6,"size":1}]}]}]')
+    (device,) = ann.decode_node_register(text)
+    assert device.id == "GPU-0" and device.health and device.mode == "mig"
+    (profile,) = device.migProfiles
+    assert profile.name == "1g.5gb" and [(p.start, p.size) for p in profile.placements] == [(6, 1)]
+
+
+def test_node_registration_leaves_zero_values_out_like_go_omitempty():
+    device = ann.DeviceInfo(id="GPU-0", index=0, count=4, devmem=97887, devcore=100,
+                            type="NVIDIA-RTX", numa=0, health=True, mode="mig")
+    encoded = json.loads(ann.encode_node_register([device]))
+    assert encoded == [{"id": "GPU-0", "count": 4, "devmem": 97887, "devcore": 100, "type": "NVIDIA-RTX",
+                        "health": True, "mode": "mig"}]
+    assert ann.decode_node_register(ann.encode_node_register([device])) == (device,)
+
+
+def test_a_logical_reservation_round_trips_without_runtime_fields():
+    entry = ann.MigAllocation.model_validate(A)
+    text = ann.encode_allocations([entry])
+    assert text == ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+                    '"placement":{"start":6,"size":1}}]')
+    (back,) = ann.decode_allocations(text)
+    assert back == entry and not back.runtime_ready
+
+
+def test_zero_is_a_valid_instance_id():
+    (entry,) = ann.decode_allocations(json.dumps([{**A, "migUUID": "MIG-a", "gpuInstanceID": 0,
+                                                   "computeInstanceID": 0}]))
+    assert entry.runtime_ready and entry.gpuInstanceID == 0 and entry.computeInstanceID == 0
+
+
+def test_runtime_identity_is_written_back_complete():
+    entry = ann.MigAllocation.model_validate(A).with_runtime("MIG-a", 4, 0)
+    assert json.loads(ann.encode_allocations([entry]))[0]["gpuInstanceID"] == 4
+
+
+@pytest.mark.parametrize("entries,field", [
+    ([A, {**A, "placement": {"start": 5, "size": 1}}], "duplicate reservation"),
+    ([{**A, "migUUID": "MIG-a"}], "partial runtime identity"),
+    ([{**A, "gpuInstanceID": 3, "computeInstanceID": 0}], "partial runtime identity"),
+    ([{**A, "placement": {"start": 0, "size": 0}}], "placement.size"),
+    ([{**A, "containerIndex": -1}], "containerIndex"),
+    ([{**A, "deviceIndex": -2}], "deviceIndex"),
+    ([{**A, "gpuUUID": ""}], "gpuUUID"),
+    ([{**A, "profile": ""}], "profile"),
+    ([{**A, "containerIndex": "0"}], "containerIndex"),
+    ([A, "nonsense"], "[1]"),
+])
+def test_any_invalid_entry_rejects_the_whole_annotation(entries, field):
+    with pytest.raises(ann.AnnotationError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        ann.decode_allocations(json.dumps(entries))
+
+
+@pytest.mark.parametrize("text", ["{", '{"a":1}', "[1,"])
+def test_malformed_json_is_an_annotation_error(text):
+    with pytest.raises(ann.AnnotationError, match="hami.io/vgpu-mig-allocations"):
+        ann.decode_allocations(text)
+
+
+def test_an_empty_annotation_means_no_reservations():
+    assert ann.decode_allocations("") == () and ann.decode_allocations(None) == ()
+    assert ann.encode_allocations([]) is None
+
+
+def test_device_strings_follow_hamis_container_layout():
+    dev = ann.ContainerDevice("GPU-a", "NVIDIA", 5120, 14)
+    text = ann.encode_devices([[dev, dev]])
+    assert text == "GPU-a,NVIDIA,5120,14:GPU-a,NVIDIA,5120,14:;"
+    assert ann.decode_devices(text) == [[dev, dev]]
+    two = ann.encode_devices([[], [dev]])
+    assert two == ";GPU-a,NVIDIA,5120,14:;"
+    assert ann.decode_devices(two) == [[], [dev]]
+    assert ann.decode_devices(";") == [[]]
+
+
+def test_a_broken_device_string_names_its_container_and_entry():
+    with pytest.raises(ann.AnnotationError, match=r"\[0\]\[1\]"):
+        ann.decode_devices("GPU-a,NVIDIA,5120,14:GPU-b,NVIDIA,lots,14:;")
