@@ -1,0 +1,96 @@
+"""Child processes of the lab: started in their own process group, stopped with nothing left over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+    lines: deque = field(default_factory=lambda: deque(maxlen=400))
+    _ready: threading.Event = field(default_factory=threading.Event)
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+
+class Supervisor:
+    """Starts processes, waits for a readiness line, and stops them all (TERM, then KILL)."""
+
+    def __init__(self, log_dir: Path, echo=None):
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+        self.echo = echo
+
+    def start(self, name: str, argv: list[str], env: dict | None = None, ready_text: str | None = None,
+              timeout: float = 30.0) -> Child:
+        log_path = self.log_dir / f"{name}.log"
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+        child = Child(name, process, log_path)
+        self.children.append(child)
+        threading.Thread(target=self._pump, args=(child, ready_text), daemon=True, name=f"log-{name}").start()
+        if ready_text is not None:
+            self.wait_ready(child, timeout)
+        return child
+
+    def _pump(self, child: Child, ready_text: str | None) -> None:
+        with child.log_path.open("a") as log:
+            for line in child.process.stdout:
+                log.write(line)
+                log.flush()
+                child.lines.append(line.rstrip("\n"))
+                if ready_text is not None and ready_text in line:
+                    child._ready.set()
+
+    def wait_ready(self, child: Child, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not child._ready.wait(0.05):
+            if child.process.poll() is not None:
+                raise ChildFailed(f"{child.name} exited with {child.process.returncode}:\n{child.tail()}")
+            if time.monotonic() > deadline:
+                raise ChildFailed(f"{child.name} not ready after {timeout:.0f}s:\n{child.tail()}")
+
+    def stop(self, child: Child, timeout: float = 8.0) -> int | None:
+        if child.process.poll() is None:
+            _signal_group(child.process, signal.SIGTERM)
+            try:
+                child.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(child.process, signal.SIGKILL)
+                child.process.wait(5)
+        if child in self.children:
+            self.children.remove(child)
+        return child.process.returncode
+
+    def stop_all(self) -> None:
+        for child in reversed(list(self.children)):
+            self.stop(child)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def python_argv(*args: str) -> list[str]:
+    return [sys.executable, *args]
