@@ -1,0 +1,70 @@
+"""The outcome of planning a pod, and the ranking that decides between candidates.
+
+Order of preference for every requested device (first difference wins; documented for users):
+
+1. profile rank: preferred profiles first (`nvidia.com/mig-profile-preference`), then the smallest
+   covering profile. A larger profile is used only when no eligible GPU in the fleet (or, for the
+   rest of a pod's devices, on the chosen node) has a free placement of a smaller one.
+2. policy keys, by `hami.io/node-scheduler-policy` and `hami.io/gpu-scheduler-policy`:
+   - binpack/binpack (default): fragmentation loss, then fuller node, then fuller GPU;
+   - binpack/spread: fuller node, then emptier GPU, then fragmentation loss;
+   - spread/binpack: emptier node, then fragmentation loss, then fuller GPU;
+   - spread/spread: emptier node, then emptier GPU, then fragmentation loss.
+3. ties: lower placement start, then GPU order on its node, then node name.
+
+Fragmentation loss is defined in `mig.placement.occupancy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mig.placement.request import BINPACK, PodRequest
+from mig.types import Placement
+
+
+@dataclass(frozen=True)
+class DevicePlacement:
+    """One requested device's reservation: exactly what goes into `hami.io/vgpu-mig-allocations`."""
+
+    container_index: int
+    device_index: int
+    node: str
+    gpu_uuid: str
+    profile: str
+    placement: Placement
+    memory_mb: int
+    core: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every requested device of the pod, on one node, in (containerIndex, deviceIndex) order."""
+
+    node: str
+    devices: tuple[DevicePlacement, ...]
+
+    fits = True
+
+
+def prefix_length(pod: PodRequest) -> int:
+    """How many leading key parts depend only on (profile set, mask), not on the node."""
+    return 2 if (pod.node_policy, pod.gpu_policy) == (BINPACK, BINPACK) else 1
+
+
+def rank_key(
+    pod: PodRequest, rank: tuple[int, int], loss: int, node_used: float, gpu_used: float,
+    start: int, gpu_index: int, node: str,
+) -> tuple:
+    """The full comparison key of one candidate (lower is better); see the module docstring."""
+    node_bin = pod.node_policy == BINPACK
+    gpu_bin = pod.gpu_policy == BINPACK
+    if node_bin and gpu_bin:
+        mid: tuple = (loss, -node_used, -gpu_used)
+    elif node_bin:
+        mid = (-node_used, gpu_used, loss)
+    elif gpu_bin:
+        mid = (node_used, loss, -gpu_used)
+    else:
+        mid = (node_used, gpu_used, loss)
+    return (rank, *mid, start, gpu_index, node)

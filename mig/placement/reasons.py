@@ -1,0 +1,77 @@
+"""Why a pod does not fit: a short code per GPU or node (for metrics) plus text a person can act on."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+UNHEALTHY = "unhealthy"
+NO_PROFILES = "no-mig-profiles"
+EXCLUDED = "excluded-by-annotation"
+NOT_ENOUGH_MEMORY = "no-profile-large-enough"
+NOT_ENOUGH_SLICES = "not-enough-free-slices"
+FRAGMENTED = "fragmented"
+DEVICES_DO_NOT_FIT_TOGETHER = "devices-do-not-fit-together"
+NO_GPUS = "no-mig-gpus"
+
+# When a node has several GPU reasons, its headline is the one closest to fitting.
+_CLOSEST_FIRST = (
+    DEVICES_DO_NOT_FIT_TOGETHER, FRAGMENTED, NOT_ENOUGH_SLICES, NOT_ENOUGH_MEMORY, EXCLUDED, NO_PROFILES,
+    UNHEALTHY, NO_GPUS,
+)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One refusal: `code` is stable and short (a metric label), `message` says what to change."""
+
+    code: str
+    message: str
+    node: str
+    gpu: str | None = None  # GPU UUID, or None for a node-level reason
+
+    def __str__(self) -> str:
+        where = f"{self.node}/{self.gpu}" if self.gpu else self.node
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """No node can take the whole pod: every reason, per node and per GPU."""
+
+    reasons: tuple[Reason, ...]
+
+    fits = False
+
+    def by_node(self) -> dict[str, list[Reason]]:
+        out: dict[str, list[Reason]] = {}
+        for r in self.reasons:
+            out.setdefault(r.node, []).append(r)
+        return out
+
+    def node_code(self, node: str) -> str:
+        codes = {r.code for r in self.reasons if r.node == node}
+        return next((c for c in _CLOSEST_FIRST if c in codes), NO_GPUS)
+
+    def node_message(self, node: str) -> str:
+        """One line per node for an extender's FailedNodes map."""
+        return "; ".join(
+            (f"GPU {r.gpu}: {r.message}" if r.gpu else r.message) for r in self.reasons if r.node == node
+        )
+
+    def counts(self) -> Counter[str]:
+        """Nodes per headline code (like kube-scheduler's "3 Insufficient ..." counts)."""
+        return Counter(self.node_code(n) for n in self.by_node())
+
+    def summary(self) -> str:
+        nodes = self.by_node()
+        parts = ", ".join(f"{n} {code}" for code, n in sorted(self.counts().items()))
+        return f"0/{len(nodes)} nodes can place the pod's MIG devices: {parts}"
+
+
+def slices_text(slices: list[int]) -> str:
+    return ",".join(str(s) for s in slices) if slices else "none"
+
+
+def placements_text(placements) -> str:
+    return ",".join(str(p) for p in placements)
