@@ -1,0 +1,242 @@
+"""The admission decisions, free of HTTP: a Review in, a Decision out.
+
+`/mutate` (pods): route GPU pods to dynmig's scheduler, complete their request, refuse what MIG
+cannot serve. `/validate` (pods and dynmig's device-config ConfigMap): guard the controller-owned
+reservation annotation, check the preference annotation and the allowlist a policy author submits.
+
+The reservation guard runs on both routes and compares the old and new object, so it holds on
+CREATE and UPDATE whatever patch type the client used (JSON, merge, strategic merge, full update):
+by the time admission runs the apiserver has applied the patch and we see its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mig.allowlist import ERROR, Allowlist, DeviceConfig, ResourceNames, check_text
+from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
+from mig.placement.preference import parse_preference, unknown_entries
+from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
+from webhooks.review import Decision, Review, pointer
+
+DEFAULT_SCHEDULER_NAMES = ("", "default-scheduler")
+IGNORE = "ignore"
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """What the decisions depend on; `device_config` is called per request (the file may reload)."""
+
+    device_config: Callable[[], DeviceConfig]
+    scheduler_name: str = DEFAULT_SCHEDULER
+    privileged_users: frozenset[str] = frozenset()
+    config_label: str = DEVICE_CONFIG_LABEL
+    config_key: str = DEVICE_CONFIG_KEY
+    ignored_namespaces: Callable[[str], bool] = lambda namespace: False
+
+
+# ---------------------------------------------------------------- helpers on pod JSON
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    meta = (obj or {}).get("metadata") or {}
+    value = meta.get("annotations") if isinstance(meta, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    meta = (obj or {}).get("metadata") or {}
+    value = meta.get("labels") if isinstance(meta, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _containers(pod: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+    """(field, index, container) for init containers first, then app containers (HAMi order)."""
+    spec = pod.get("spec") or {}
+    out = []
+    for key in ("initContainers", "containers"):
+        items = spec.get(key) or []
+        if not isinstance(items, list):
+            continue
+        out.extend((key, i, c) for i, c in enumerate(items) if isinstance(c, dict))
+    return out
+
+
+def _resources(container: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    res = container.get("resources") or {}
+    value = res.get(kind) if isinstance(res, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _requests_gpu(container: Mapping[str, Any], names: ResourceNames) -> bool:
+    wanted = (names.count, names.memory, names.memory_percentage)
+    return any(n in _resources(container, k) for k in ("limits", "requests") for n in wanted)
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    ctx = container.get("securityContext") or {}
+    return isinstance(ctx, dict) and ctx.get("privileged") is True
+
+
+def _who(review: Review) -> str:
+    pod = f"{review.namespace}/{review.name}" if review.name else f"a pod in {review.namespace or 'the cluster'}"
+    return pod
+
+
+def _is_pod(review: Review) -> bool:
+    return review.resource == "pods" or review.kind == "Pod"
+
+
+# ---------------------------------------------------------------- shared pod rules
+
+
+def guard_reservation(review: Review, policy: AdmissionPolicy) -> Decision | None:
+    """Only the scheduler and the device plugin may create, change or remove the reservation."""
+    if review.operation not in ("CREATE", "UPDATE") or review.object is None:
+        return None
+    new = _annotations(review.object).get(MIG_ALLOCATIONS)
+    old = _annotations(review.old_object).get(MIG_ALLOCATIONS) if review.operation == "UPDATE" else None
+    if new == old or review.username in policy.privileged_users:
+        return None
+    verb = "set" if old is None else ("remove" if new is None else "change")
+    return Decision.deny(
+        f"annotation {MIG_ALLOCATIONS} is controller-owned: only the dynmig scheduler and device plugin "
+        f"may write it, and {review.username or 'an anonymous user'} tried to {verb} it. "
+        f"Remove {MIG_ALLOCATIONS} from your manifest or patch; dynmig sets it when it schedules the pod.")
+
+
+def _allowed_values(allowlist: Allowlist) -> list[str]:
+    names = sorted(allowlist.all_profiles())
+    keys = sorted({n.split(".", 1)[0] for n in names}, key=lambda k: (len(k), k))
+    return keys + names
+
+
+def check_preference(review: Review, policy: AdmissionPolicy) -> Decision | None:
+    """A preference must name at least one profile and only profiles some allowlist entry offers."""
+    if review.object is None or review.operation not in ("CREATE", "UPDATE"):
+        return None
+    value = _annotations(review.object).get(PROFILE_PREFERENCE)
+    if value is None or value == _annotations(review.old_object).get(PROFILE_PREFERENCE):
+        return None
+    allowlist = policy.device_config().allowlist
+    allowed = ", ".join(_allowed_values(allowlist)) or "(the allowlist is empty)"
+    entries = parse_preference(value if isinstance(value, str) else "")
+    if not entries:
+        return Decision.deny(f"annotation {PROFILE_PREFERENCE} is empty; list profiles or slice keys such "
+                             f"as '3g,4g' or remove the annotation. Allowed values: {allowed}")
+    unknown = unknown_entries(entries, allowlist.all_profiles())
+    if unknown:
+        return Decision.deny(f"annotation {PROFILE_PREFERENCE}: {', '.join(repr(u) for u in unknown)} "
+                             f"matches no profile in the MIG allowlist. Allowed values: {allowed}")
+    return None
+
+
+# ---------------------------------------------------------------- /mutate
+
+
+def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
+    """Mutating decision for a pod: schedulerName, a default device count, refusals."""
+    if not _is_pod(review) or review.sub_resource or review.object is None:
+        return Decision.allow(result="skipped")
+    for rule in (guard_reservation, check_preference):
+        denied = rule(review, policy)
+        if denied:
+            return denied
+    if review.operation != "CREATE":
+        return Decision.allow(result="skipped")
+    pod = review.object
+    if _labels(pod).get(WEBHOOK_IGNORE_LABEL) == IGNORE or policy.ignored_namespaces(review.namespace):
+        return Decision.allow(f"skipped: labelled {WEBHOOK_IGNORE_LABEL}={IGNORE}", result="skipped")
+    names = policy.device_config().resources
+    containers = _containers(pod)
+    if not containers:
+        return Decision.deny("pod has no containers; add at least one under spec.containers", code=400)
+    gpu = [(key, i, c) for key, i, c in containers if _requests_gpu(c, names)]
+    if not gpu:
+        return Decision.allow(result="skipped")
+    spec = pod.get("spec") or {}
+    current = spec.get("schedulerName") or ""
+    if current not in DEFAULT_SCHEDULER_NAMES and current != policy.scheduler_name:
+        return Decision.allow(f"pod names scheduler {current!r}; left alone", result="skipped")
+    if spec.get("nodeName"):
+        return Decision.deny(
+            f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
+            f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)")
+    privileged = [c.get("name", f"{key}[{i}]") for key, i, c in containers if _privileged(c)]
+    if privileged:
+        return Decision.deny(
+            f"container {', '.join(privileged)} is privileged in a pod that requests {names.count}: a "
+            f"privileged container sees every GPU on the node, not just its MIG instance; remove "
+            f"securityContext.privileged or move the GPU request to another pod")
+    ops: list[dict[str, Any]] = []
+    if current != policy.scheduler_name:
+        ops.append({"op": "add", "path": pointer("spec", "schedulerName"), "value": policy.scheduler_name})
+    warnings: list[str] = []
+    for key, i, c in gpu:
+        ops.extend(_default_count(key, i, c, names))
+        if any(names.cores in _resources(c, k) for k in ("limits", "requests")):
+            warnings.append(f"container {c.get('name', i)}: {names.cores} has no effect on a MIG device; "
+                            f"the MIG profile fixes the compute share")
+    return Decision.patched(ops, tuple(warnings))
+
+
+def _default_count(key: str, i: int, c: Mapping[str, Any], names: ResourceNames) -> list[dict[str, Any]]:
+    """`nvidia.com/gpu: 1` for a container that asks only for memory (HAMi's defaultGPUNum)."""
+    limits, requests = _resources(c, "limits"), _resources(c, "requests")
+    if names.count in limits or names.count in requests:
+        return []
+    ops: list[dict[str, Any]] = []
+    base = ("spec", key, i, "resources")
+    if "resources" not in c or not isinstance(c.get("resources"), dict):
+        return [{"op": "add", "path": pointer(*base), "value": {"limits": {names.count: "1"}}}]
+    if "limits" in c["resources"] and isinstance(c["resources"]["limits"], dict):
+        ops.append({"op": "add", "path": pointer(*base, "limits", names.count), "value": "1"})
+    else:
+        ops.append({"op": "add", "path": pointer(*base, "limits"), "value": {names.count: "1"}})
+    if any(n in requests for n in (names.memory, names.memory_percentage)):
+        ops.append({"op": "add", "path": pointer(*base, "requests", names.count), "value": "1"})
+    return ops
+
+
+# ---------------------------------------------------------------- /validate
+
+
+def validate(review: Review, policy: AdmissionPolicy) -> Decision:
+    """Validating decision: pods (reservation guard, preference) and the device-config ConfigMap."""
+    if review.kind == "ConfigMap" or review.resource == "configmaps":
+        return validate_device_config(review, policy)
+    if not _is_pod(review) or review.object is None:
+        return Decision.allow(result="skipped")
+    for rule in (guard_reservation, check_preference):
+        denied = rule(review, policy)
+        if denied:
+            return denied
+    return Decision.allow()
+
+
+def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
+    """An allowlist `dynmig policy check` would reject never reaches the scheduler or the plugins."""
+    cm = review.object
+    if review.operation not in ("CREATE", "UPDATE") or cm is None:
+        return Decision.allow(result="skipped")
+    if str(_labels(cm).get(policy.config_label, "")).lower() != "true":
+        return Decision.allow(result="skipped")
+    data = cm.get("data") or {}
+    source = f"configmap {review.namespace}/{review.name or (cm.get('metadata') or {}).get('name', '')}"
+    text = data.get(policy.config_key) if isinstance(data, dict) else None
+    if not isinstance(text, str):
+        return Decision.deny(f"{source}: data.{policy.config_key} is missing; a ConfigMap labelled "
+                             f"{policy.config_label}=true carries the device config under that key")
+    _, issues = check_text(text)
+    rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
+    errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
+    if errors:
+        return Decision.deny("\n".join(errors))
+    return Decision.allow(warnings=tuple(rendered))
+
+
+def decide(route: str, review: Review, policy: AdmissionPolicy) -> Decision:
+    return mutate(review, policy) if route == "mutate" else validate(review, policy)
+

@@ -1,0 +1,173 @@
+"""`dynmig serve` settings (flags and environment) and the device-config file that reloads itself.
+
+Every setting has a flag and an environment variable (`DYNMIG_<NAME>`); flags win. Defaults follow
+HAMi's chart where HAMi has one (metrics on 9395, node-lock expiry 5 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER = "dynmig-scheduler"
+DEFAULT_NAMESPACE = "dynmig"
+DEVICE_CONFIG_LABEL = "dynmig.io/device-config"
+DEVICE_CONFIG_KEY = "device-config.yaml"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    scheduler_name: str = DEFAULT_SCHEDULER
+    device_config: str = str(DEFAULT_POLICY)
+    privileged_users: tuple[str, ...] = (
+        f"system:serviceaccount:{DEFAULT_NAMESPACE}:dynmig-scheduler",
+        f"system:serviceaccount:{DEFAULT_NAMESPACE}:dynmig-device-plugin",
+    )
+    bind_address: str = "0.0.0.0"
+    port: int = 8443
+    metrics_port: int = 9395
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_names: tuple[str, ...] = ()
+    kubeconfig: str = ""
+    namespace: str = DEFAULT_NAMESPACE
+    leader_elect: bool = True
+    lease_name: str = "dynmig-scheduler"
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
+    node_lock_expiry: float = 300.0
+    reservation_ttl: float = 120.0
+    log_level: str = "info"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"DYNMIG_{name}", default)
+
+
+def _duration(text: str) -> float:
+    """Seconds from `300`, `300s`, `5m` or `1h` (HAMi's HAMI_NODELOCK_EXPIRE style)."""
+    text = text.strip()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use e.g. 300, 90s, 5m") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    d = ServeConfig()
+    p = argparse.ArgumentParser(prog="dynmig serve", description="Admission webhook and scheduler extender.")
+    p.add_argument("--scheduler-name", default=_env("SCHEDULER_NAME", d.scheduler_name),
+                   help="schedulerName set on GPU pods (env DYNMIG_SCHEDULER_NAME)")
+    p.add_argument("--device-config", default=_env("DEVICE_CONFIG", d.device_config),
+                   help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes")
+    p.add_argument("--privileged-user", action="append", dest="privileged_users",
+                   help="username allowed to write hami.io/vgpu-mig-allocations (repeat); "
+                        "env DYNMIG_PRIVILEGED_USERS is a comma list")
+    p.add_argument("--bind-address", default=_env("BIND_ADDRESS", d.bind_address))
+    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))), help="HTTPS port")
+    p.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", str(d.metrics_port))),
+                   help="plain-HTTP port for /metrics (HAMi uses 9395)")
+    p.add_argument("--tls-cert", default=_env("TLS_CERT", d.tls_cert))
+    p.add_argument("--tls-key", default=_env("TLS_KEY", d.tls_key))
+    p.add_argument("--tls-name", action="append", dest="tls_names", default=None,
+                   help="DNS name the serving certificate must carry (repeat)")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG", os.environ.get("KUBECONFIG", "")),
+                   help="kubeconfig file; empty means in-cluster")
+    p.add_argument("--namespace", default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", d.namespace)),
+                   help="namespace of the leader-election Lease")
+    p.add_argument("--leader-elect", default=_env("LEADER_ELECT", "true"), choices=("true", "false"))
+    p.add_argument("--lease-name", default=_env("LEASE_NAME", d.lease_name))
+    p.add_argument("--identity", default=_env("IDENTITY", d.identity))
+    p.add_argument("--node-lock-expiry", type=_duration,
+                   default=_duration(os.environ.get("HAMI_NODELOCK_EXPIRE", _env("NODE_LOCK_EXPIRY", "5m"))))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
+    return p
+
+
+def parse_args(argv: list[str]) -> ServeConfig:
+    args = parser().parse_args(argv)
+    users = args.privileged_users or [u.strip() for u in _env("PRIVILEGED_USERS", "").split(",") if u.strip()]
+    return ServeConfig(
+        scheduler_name=args.scheduler_name,
+        device_config=args.device_config,
+        privileged_users=tuple(users) or ServeConfig().privileged_users,
+        bind_address=args.bind_address,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_names=tuple(args.tls_names or ()),
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        leader_elect=args.leader_elect == "true",
+        lease_name=args.lease_name,
+        identity=args.identity,
+        node_lock_expiry=args.node_lock_expiry,
+        log_level=args.log_level,
+    )
+
+
+class DeviceConfigFile:
+    """The device config, re-read when the file changes (checked at most once per `interval`).
+
+    A changed file that fails validation is not used: the last good config stays in force and the
+    error is logged, so a typo never reaches scheduling decisions.
+    """
+
+    def __init__(self, path: str | Path, interval: float = 1.0):
+        self.path = Path(path)
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._checked = time.monotonic()
+        self._config = load_device_config(self.path)
+        self.last_error = ""
+
+    def _stat(self) -> tuple[float, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size, st.st_ino)
+
+    def get(self) -> DeviceConfig:
+        now = time.monotonic()
+        if now - self._checked < self.interval:
+            return self._config
+        with self._lock:
+            self._checked = now
+            stamp = self._stat()
+            if stamp is None or stamp == self._stamp:
+                return self._config
+            self._stamp = stamp
+            try:
+                self._config = load_device_config(self.path)
+                self.last_error = ""
+                log.info("device config %s reloaded", self.path)
+            except PolicyError as error:
+                self.last_error = str(error)
+                log.error("device config %s changed but is invalid; keeping the previous one:\n%s",
+                          self.path, error)
+        return self._config
+
+
+class StaticDeviceConfig:
+    """A fixed device config (tests, `dynmig lab`)."""
+
+    def __init__(self, config: DeviceConfig):
+        self._config = config
+        self.last_error = ""
+
+    def get(self) -> DeviceConfig:
+        return self._config
