@@ -1,0 +1,74 @@
+"""API errors as the real API server returns them: a `Status` object with reason and code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REASONS = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+    406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
+    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as a `Status` with `code`, `reason` and `message`."""
+
+    def __init__(self, code: int, message: str, reason: str | None = None,
+                 details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason if reason is not None else REASONS.get(code, "")
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        return status_object(self.code, self.message, self.reason, self.details)
+
+
+def status_object(code: int, message: str, reason: str, details: dict[str, Any] | None = None,
+                  ok: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success" if ok else "Failure", "code": code,
+    }
+    if message:
+        out["message"] = message
+    if reason:
+        out["reason"] = reason
+    if details:
+        out["details"] = details
+    return out
+
+
+def _what(plural: str, group: str) -> str:
+    return f"{plural}.{group}" if group else plural
+
+
+def not_found(plural: str, group: str, name: str) -> ApiError:
+    return ApiError(404, f'{_what(plural, group)} "{name}" not found', "NotFound",
+                    {"name": name, "group": group, "kind": plural})
+
+
+def already_exists(plural: str, group: str, name: str) -> ApiError:
+    return ApiError(409, f'{_what(plural, group)} "{name}" already exists', "AlreadyExists",
+                    {"name": name, "group": group, "kind": plural})
+
+
+def conflict(plural: str, group: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {_what(plural, group)} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        "Conflict", {"name": name, "group": group, "kind": plural})
+
+
+def invalid(kind: str, group: str, name: str, field: str, message: str) -> ApiError:
+    what = f"{kind}.{group}" if group else kind
+    return ApiError(422, f'{what} "{name}" is invalid: {field}: {message}', "Invalid",
+                    {"name": name, "group": group, "kind": kind,
+                     "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]})
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, message, "Expired")

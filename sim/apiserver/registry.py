@@ -1,0 +1,408 @@
+"""The API verbs (get, list, watch, create, update, patch, delete, bind) over the store, with
+admission and the type strategies, independent of HTTP."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sim.apiserver import errors, objects, patches
+from sim.apiserver.admission import Admission, Attributes
+from sim.apiserver.errors import ApiError
+from sim.apiserver.identities import Identity
+from sim.apiserver.resources import BY_KEY, ResourceType
+from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
+from sim.apiserver.store import Store, WatchEvent
+
+NAMESPACES = BY_KEY[("", "namespaces")]
+PODS = BY_KEY[("", "pods")]
+
+
+@dataclass
+class Request:
+    """One API call, already routed: who, what, and the query options that matter."""
+
+    user: Identity
+    rt: ResourceType
+    namespace: str = ""
+    name: str = ""
+    subresource: str = ""
+    dry_run: bool = False
+
+
+@dataclass
+class Result:
+    obj: dict[str, Any]
+    code: int = 200
+    warnings: tuple[str, ...] = ()
+
+
+class Registry:
+    def __init__(self, store: Store, admission: Admission, reap_after_grace: bool = True):
+        self.store = store
+        self.admission = admission
+        self.reap_after_grace = reap_after_grace
+        self._pending_deletions: dict[tuple[str, str], float] = {}
+        self._deletions_lock = threading.Lock()
+
+    # ---- reads ---------------------------------------------------------------------------------
+    def get(self, req: Request) -> dict[str, Any]:
+        with self.store.lock:
+            obj = self.store.table(req.rt).get(req.namespace, req.name)
+        if obj is None:
+            raise errors.not_found(req.rt.plural, req.rt.group, req.name)
+        return obj
+
+    def _matcher(self, rt: ResourceType, label_selector: str | None,
+                 field_selector: str | None) -> Callable[[dict[str, Any] | None], bool]:
+        labels = parse_labels(label_selector)
+        fields = parse_fields(field_selector, rt.field_labels)
+
+        def match(obj: dict[str, Any] | None) -> bool:
+            if obj is None:
+                return False
+            if labels and not labels(labels_of(obj)):
+                return False
+            return not fields or fields(obj)
+
+        return match
+
+    def list(self, req: Request, label_selector: str | None = None, field_selector: str | None = None,
+             limit: int = 0, cont: str = "") -> dict[str, Any]:
+        match = self._matcher(req.rt, label_selector, field_selector)
+        ns = req.namespace or (exact_field(field_selector, "metadata.namespace") if req.rt.namespaced else None)
+        with self.store.lock:
+            items = self.store.table(req.rt).items(ns if req.rt.namespaced else None)
+            rv = self.store.rv
+        items = [o for o in items if match(o)]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if cont:
+            after = tuple(json.loads(cont))
+            items = [o for o in items
+                     if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
+        if limit and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            meta["continue"] = json.dumps([last.get("namespace", ""), last["name"]])
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return {"kind": req.rt.list_kind, "apiVersion": req.rt.group_version, "metadata": meta,
+                "items": items}
+
+    # ---- watch ---------------------------------------------------------------------------------
+    def watch(self, req: Request, send: Callable[[list[dict[str, Any]]], None],
+              resource_version: str | None, timeout: float, stopped: Callable[[], bool],
+              label_selector: str | None = None, field_selector: str | None = None,
+              bookmarks: bool = False) -> None:
+        """Stream watch events to `send` until timeout, stop, or the client goes away (send raises)."""
+        match = self._matcher(req.rt, label_selector, field_selector)
+        if req.name:
+            base = match
+            match = lambda o: base(o) and o["metadata"]["name"] == req.name  # noqa: E731
+        ns = req.namespace if req.rt.namespaced and req.namespace else None
+        table = self.store.table(req.rt)
+        initial: list[dict[str, Any]] = []
+        with self.store.lock:
+            if resource_version in (None, "", "0"):
+                cursor = self.store.rv
+                initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
+            else:
+                try:
+                    cursor = int(resource_version)
+                except ValueError as exc:
+                    raise ApiError(400, f"invalid resourceVersion {resource_version!r}") from exc
+                if cursor < table.compacted_rv:
+                    raise errors.gone(f"too old resource version: {cursor} ({table.compacted_rv})")
+        if initial:
+            send(initial)
+        deadline = time.monotonic() + timeout
+        while not stopped():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with self.store.lock:
+                if cursor < table.compacted_rv:
+                    send([_expired(cursor, table.compacted_rv)])
+                    return
+                events = table.events_after(cursor)
+                if not events:
+                    table.changed.wait(min(remaining, 0.5))
+                    events = table.events_after(cursor)
+                if events:
+                    cursor = events[-1].rv
+            out = [e for e in (_translate(ev, match, ns) for ev in events) if e]
+            if out:
+                send(out)
+        if bookmarks and not stopped():
+            send([{"type": "BOOKMARK", "object": {
+                "kind": req.rt.kind, "apiVersion": req.rt.group_version,
+                "metadata": {"resourceVersion": str(cursor),
+                             "annotations": {"k8s.io/initial-events-end": "true"}}}}])
+
+    # ---- writes --------------------------------------------------------------------------------
+    def _require_namespace(self, req: Request) -> None:
+        if req.rt.namespaced and self.store.table(NAMESPACES).get("", req.namespace) is None:
+            raise errors.not_found("namespaces", "", req.namespace)
+
+    def _admit(self, req: Request, operation: str, obj: dict[str, Any] | None,
+               old: dict[str, Any] | None, name: str, warnings: list[str],
+               kind: dict[str, str] | None = None, phase: str = "both") -> dict[str, Any] | None:
+        attrs = Attributes(operation, req.rt, req.subresource, name, req.namespace, obj, old, req.user,
+                           req.dry_run, kind or {})
+        out, warns = self.admission.admit(attrs, phase)
+        warnings.extend(warns)
+        return out
+
+    def create(self, req: Request, body: Any) -> Result:
+        rt = req.rt
+        if not isinstance(body, dict):
+            raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
+        meta = body.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "metadata must be an object")
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != req.namespace:
+            raise ApiError(400, "the namespace of the provided object does not match the namespace sent "
+                                "on the request")
+        if not meta.get("name") and not meta.get("generateName"):
+            raise invalid_name(rt)
+        warnings: list[str] = []
+        with self.store.lock:
+            self._require_namespace(req)
+        requested_name = meta.get("name", "")
+        body = self._admit(req, "CREATE", body, None, requested_name, warnings, phase="mutate") or body
+        obj = copy.deepcopy(body)
+        obj_meta = obj.setdefault("metadata", {})
+        if not obj_meta.get("name"):
+            obj_meta["name"] = objects.generate_name(obj_meta["generateName"])
+        objects.check_name(rt, obj_meta["name"])
+        obj = objects.prepare_create(rt, obj, req.namespace)
+        self._admit(req, "CREATE", obj, None, requested_name, warnings, phase="validate")
+        with self.store.lock:
+            self._require_namespace(req)
+            if self.store.table(rt).get(req.namespace, obj_meta["name"]) is not None:
+                raise errors.already_exists(rt.plural, rt.group, obj_meta["name"])
+            if req.dry_run:
+                return Result(obj, 201, tuple(warnings))
+            stored = self.store.commit(rt, req.namespace, obj_meta["name"], obj, "ADDED")
+        return Result(stored, 201, tuple(warnings))
+
+    def update(self, req: Request, body: Any) -> Result:
+        if not isinstance(body, dict):
+            raise ApiError(400, f"the body of a {req.rt.kind} update must be a JSON object")
+        meta = body.get("metadata") or {}
+        if meta.get("name") and meta["name"] != req.name:
+            raise ApiError(400, f"the name of the object ({meta['name']}) does not match the name on "
+                                f"the URL ({req.name})")
+        return self._write(req, lambda current: body, str(meta.get("resourceVersion") or ""))
+
+    def patch(self, req: Request, content_type: str, raw: bytes) -> Result:
+        try:
+            doc = json.loads(raw or b"null")
+        except ValueError as exc:
+            raise ApiError(400, f"the patch body is not valid JSON: {exc}") from exc
+        ctype = content_type.split(";")[0].strip()
+        if ctype == patches.APPLY_PATCH:
+            raise ApiError(415, "server-side apply is not supported by the simulated API server; use a "
+                                "JSON, merge or strategic merge patch")
+        if ctype not in (patches.JSON_PATCH, patches.MERGE_PATCH, patches.STRATEGIC_PATCH):
+            raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
+                                f"include: {patches.JSON_PATCH}, {patches.MERGE_PATCH}, "
+                                f"{patches.STRATEGIC_PATCH}")
+        if ctype != patches.JSON_PATCH and not isinstance(doc, dict):
+            raise ApiError(400, "a merge patch must be a JSON object")
+
+        def apply(current: dict[str, Any]) -> dict[str, Any]:
+            try:
+                if ctype == patches.JSON_PATCH:
+                    return patches.apply_json_patch(current, doc)
+                if ctype == patches.MERGE_PATCH:
+                    return patches.apply_merge_patch(current, doc)
+                return patches.apply_strategic_merge_patch(current, doc)
+            except patches.PatchError as exc:
+                raise ApiError(422, str(exc), "Invalid") from exc
+
+        return self._write(req, apply, None)
+
+    def _write(self, req: Request, make: Callable[[dict[str, Any]], dict[str, Any]],
+               expected_rv: str | None) -> Result:
+        """Read-modify-write with optimistic concurrency, retried when someone else wrote between
+        our read and our commit (unless the client pinned a resourceVersion: then 409)."""
+        rt = req.rt
+        for _ in range(20):
+            current = self.get(req)
+            new = make(copy.deepcopy(current))
+            if not isinstance(new, dict):
+                raise ApiError(422, "the patched object is not a JSON object", "Invalid")
+            # A PUT pins the version it read; a patch only when it names another version.
+            pinned = expected_rv or ""
+            named = str((new.get("metadata") or {}).get("resourceVersion") or "")
+            if (pinned or named) and (pinned or named) != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(rt.plural, rt.group, req.name)
+            new = objects.prepare_update(rt, new, current, req.subresource)
+            if objects.same_content(new, current):
+                return Result(current)
+            warnings: list[str] = []
+            new = self._admit(req, "UPDATE", new, current, req.name, warnings) or new
+            with self.store.lock:
+                latest = self.store.table(rt).get(req.namespace, req.name)
+                if latest is None:
+                    raise errors.not_found(rt.plural, rt.group, req.name)
+                if latest["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                    if pinned:
+                        raise errors.conflict(rt.plural, rt.group, req.name)
+                    continue
+                if req.dry_run:
+                    return Result(new, 200, tuple(warnings))
+                meta = new["metadata"]
+                if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
+                        not meta.get("deletionGracePeriodSeconds"):
+                    gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
+                    return Result(gone or new, 200, tuple(warnings))
+                stored = self.store.commit(rt, req.namespace, req.name, new, "MODIFIED")
+            return Result(stored, 200, tuple(warnings))
+        raise errors.conflict(rt.plural, rt.group, req.name)
+
+    def bind(self, req: Request, body: Any) -> Result:
+        """pods/binding: set spec.nodeName once, as the scheduler's Binding does."""
+        if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
+            raise ApiError(400 if not isinstance(body, dict) else 422,
+                           'Binding is invalid: target.name: Required value: a Binding needs target.name '
+                           "(the node)")
+        pod_name = req.name or (body.get("metadata") or {}).get("name", "")
+        preq = Request(req.user, PODS, req.namespace, pod_name, "binding", req.dry_run)
+        warnings: list[str] = []
+        binding = {"apiVersion": "v1", "kind": "Binding", **body}
+        binding.setdefault("metadata", {}).setdefault("name", pod_name)
+        binding["metadata"]["namespace"] = req.namespace
+        self._admit(preq, "CREATE", binding, None, pod_name, warnings,
+                    {"group": "", "version": "v1", "kind": "Binding"})
+        node = body["target"]["name"]
+        with self.store.lock:
+            pod = self.get(preq)
+            want_uid = (body.get("metadata") or {}).get("uid")
+            if want_uid and want_uid != pod["metadata"]["uid"]:
+                raise ApiError(409, f"Precondition failed: UID in precondition: {want_uid}, UID in object "
+                                    f"meta: {pod['metadata']['uid']}", "Conflict")
+            if pod["metadata"].get("deletionTimestamp"):
+                raise ApiError(409, f"pod {pod_name} is being deleted, cannot be assigned to a host",
+                               "Conflict")
+            if pod.get("spec", {}).get("nodeName"):
+                raise ApiError(409, f"pod {pod_name} is already assigned to node "
+                                    f'"{pod["spec"]["nodeName"]}"', "Conflict")
+            new = copy.deepcopy(pod)
+            new["spec"]["nodeName"] = node
+            annotations = (body.get("metadata") or {}).get("annotations")
+            if annotations:
+                new["metadata"].setdefault("annotations", {}).update(annotations)
+            conds = [c for c in new.setdefault("status", {}).get("conditions", []) if c["type"] != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": objects.now()})
+            new["status"]["conditions"] = conds
+            if not req.dry_run:
+                self.store.commit(PODS, req.namespace, pod_name, new, "MODIFIED")
+        return Result(errors.status_object(201, "", "", ok=True), 201, tuple(warnings))
+
+    def delete(self, req: Request, options: dict[str, Any]) -> Result:
+        rt = req.rt
+        current = self.get(req)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+            raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                                f"meta: {current['metadata']['uid']}", "Conflict")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Precondition failed: ResourceVersion in precondition: "
+                                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                f"{current['metadata']['resourceVersion']}", "Conflict")
+        warnings: list[str] = []
+        self._admit(req, "DELETE", None, current, req.name, warnings)
+        grace = self._grace(rt, current, options)
+        with self.store.lock:
+            current = self.get(req)
+            if req.dry_run:
+                return Result(current, 200, tuple(warnings))
+            meta = current["metadata"]
+            if grace > 0 or meta.get("finalizers"):
+                new = copy.deepcopy(current)
+                nmeta = new["metadata"]
+                deadline = time.time() + grace
+                if not nmeta.get("deletionTimestamp") or grace < (nmeta.get("deletionGracePeriodSeconds") or 0):
+                    nmeta["deletionTimestamp"] = objects.rfc3339(deadline)
+                    if rt.key == PODS.key:
+                        nmeta["deletionGracePeriodSeconds"] = grace
+                stored = self.store.commit(rt, req.namespace, req.name, new, "MODIFIED")
+                if rt.key == PODS.key and grace > 0:
+                    with self._deletions_lock:
+                        self._pending_deletions[(req.namespace, req.name)] = deadline
+                return Result(stored, 200, tuple(warnings))
+            gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
+            if rt.key == NAMESPACES.key:
+                self._delete_namespace_contents(req.name)
+        return Result(gone or current, 200, tuple(warnings))
+
+    def _grace(self, rt: ResourceType, obj: dict[str, Any], options: dict[str, Any]) -> int:
+        if rt.key != PODS.key:
+            return 0
+        if not obj.get("spec", {}).get("nodeName") or \
+                obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = obj.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        return max(0, int(grace))
+
+    def _delete_namespace_contents(self, ns: str) -> None:
+        for table in self.store.tables.values():
+            if table.rt.namespaced:
+                for obj in table.items(ns):
+                    self.store.commit(table.rt, ns, obj["metadata"]["name"], None, "DELETED")
+
+    def finish_deletions(self, only_expired: bool = False) -> int:
+        """Remove pods whose graceful deletion is pending (all, or those past their grace period),
+        as the kubelet does once the containers have stopped. Returns how many went away."""
+        now = time.time()
+        with self._deletions_lock:
+            due = [k for k, t in self._pending_deletions.items() if not only_expired or t <= now]
+            for k in due:
+                del self._pending_deletions[k]
+        done = 0
+        with self.store.lock:
+            table = self.store.table(PODS)
+            for ns, name in due:
+                pod = table.get(ns, name)
+                if pod and pod["metadata"].get("deletionTimestamp") and not pod["metadata"].get("finalizers"):
+                    self.store.commit(PODS, ns, name, None, "DELETED")
+                    done += 1
+        return done
+
+
+def invalid_name(rt: ResourceType) -> ApiError:
+    return errors.invalid(rt.kind, rt.group, "", "metadata.name",
+                          "Required value: name or generateName is required")
+
+
+def _expired(cursor: int, compacted: int) -> dict[str, Any]:
+    return {"type": "ERROR", "object": errors.gone(
+        f"too old resource version: {cursor} ({compacted})").status()}
+
+
+def _translate(ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool],
+               ns: str | None) -> dict[str, Any] | None:
+    if ns is not None and ev.obj["metadata"].get("namespace", "") != ns:
+        return None
+    if ev.type == "DELETED":
+        return {"type": "DELETED", "object": ev.obj} if match(ev.old) else None
+    now_ok = match(ev.obj)
+    if ev.type == "ADDED":
+        return {"type": "ADDED", "object": ev.obj} if now_ok else None
+    was_ok = match(ev.old)
+    if now_ok and was_ok:
+        return {"type": "MODIFIED", "object": ev.obj}
+    if now_ok:
+        return {"type": "ADDED", "object": ev.obj}
+    if was_ok:
+        old = {**ev.old, "metadata": {**ev.old["metadata"], "resourceVersion": ev.obj["metadata"]["resourceVersion"]}}
+        return {"type": "DELETED", "object": old}
+    return None

@@ -1,0 +1,101 @@
+"""The resource types the simulated API server serves, as one table.
+
+Why a table: discovery, routing, field selectors and printing all derive from it, so adding a
+plain stored resource is one line and every part agrees on names, kinds and scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    field_labels: tuple[str, ...] = ()
+    # Resources whose main endpoint ignores status changes (status is written via /status).
+    status_via_subresource: bool = False
+    verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    singular: str = ""
+    categories: tuple[str, ...] = field(default=())
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def singular_name(self) -> str:
+        return self.singular or self.kind.lower()
+
+
+POD_FIELDS = (
+    "spec.nodeName", "spec.schedulerName", "status.phase", "spec.serviceAccountName",
+    "spec.restartPolicy", "status.podIP", "status.nominatedNodeName",
+)
+EVENT_FIELDS = (
+    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+    "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+    "reason", "reportingComponent", "source", "type",
+)
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",), ("status.phase",),
+                 status_via_subresource=True),
+    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("binding", "status"), POD_FIELDS,
+                 status_via_subresource=True, categories=("all",)),
+    ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",), ("spec.unschedulable",),
+                 status_via_subresource=True),
+    ResourceType("", "v1", "events", "Event", True, ("ev",), (), EVENT_FIELDS),
+    ResourceType("", "v1", "secrets", "Secret", True, (), (), ("type",)),
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",), categories=("all",)),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
+    ResourceType("", "v1", "bindings", "Binding", True, verbs=("create",)),
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",),
+                 categories=("all",)),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
+    ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration", False),
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                 "ValidatingWebhookConfiguration", False),
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                 "ValidatingAdmissionPolicy", False, (), ("status",)),
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                 "ValidatingAdmissionPolicyBinding", False),
+)
+
+BY_KEY: dict[tuple[str, str], ResourceType] = {r.key: r for r in RESOURCES}
+# Bindings are written through pods/binding; they are never stored.
+STORED = tuple(r for r in RESOURCES if r.plural != "bindings")
+
+
+def groups() -> dict[str, list[ResourceType]]:
+    """Named API groups (not the core group) with their resources, in table order."""
+    out: dict[str, list[ResourceType]] = {}
+    for r in RESOURCES:
+        if r.group:
+            out.setdefault(r.group, []).append(r)
+    return out
+
+
+def lookup(group: str, version: str, plural: str) -> ResourceType | None:
+    r = BY_KEY.get((group, plural))
+    if r is None or r.version != version:
+        return None
+    return r

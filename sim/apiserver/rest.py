@@ -1,0 +1,307 @@
+"""The HTTP face of the simulated API server: routing Kubernetes REST paths to registry verbs,
+discovery, Table output, chunked watch streams, authentication by bearer token, faults."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from sim.apiserver import discovery
+from sim.apiserver.errors import ApiError
+from sim.apiserver.registry import Request, Result
+from sim.apiserver.resources import BY_KEY, ResourceType, lookup
+
+if TYPE_CHECKING:
+    from sim.apiserver.server import ApiServer
+
+log = logging.getLogger("sim.apiserver")
+MAX_BODY = 16 * 1024 * 1024
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+class Route:
+    """A parsed resource path."""
+
+    def __init__(self, rt: ResourceType, namespace: str, name: str, subresource: str):
+        self.rt, self.namespace, self.name, self.subresource = rt, namespace, name, subresource
+
+
+def _route(path: str) -> tuple[str, Any]:
+    """Classify a path; resource paths are /api/v1/... or /apis/<g>/<v>/... followed by
+    [namespaces/<ns>/]<plural>[/<name>[/<subresource>]]."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return "other", parts
+    if not rest:
+        return "resourcelist", (group, version)
+    ns = ""
+    if rest[0] == "namespaces" and len(rest) >= 3 and (group, rest[2]) in BY_KEY and \
+            BY_KEY[(group, rest[2])].namespaced:
+        ns, rest = rest[1], rest[2:]
+    rt = lookup(group, version, rest[0])
+    if rt is None or len(rest) > 3:
+        return "notfound", path
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and sub not in rt.subresources:
+        return "notfound", path
+    return "resource", Route(rt, ns, name, sub)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dynmig-sim-apiserver"
+    api: ApiServer  # set on the subclass made per server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.api._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.api._track(self.connection, False)
+
+    # ---- plumbing ------------------------------------------------------------------------------
+    def _send_json(self, code: int, obj: Any, warnings: tuple[str, ...] = ()) -> None:
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for w in warnings:
+            self.send_header("Warning", '299 - "{}"'.format(w.replace('"', "'")))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_error(self, err: ApiError) -> None:
+        self._send_json(err.code, err.status())
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ApiError(413, f"request body too large: {length} bytes (limit {MAX_BODY})",
+                           "RequestEntityTooLarge")
+        return self.rfile.read(length) if length else b""
+
+    def _json_body(self) -> Any:
+        raw = self._body()
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET  # noqa: N815
+
+    def _dispatch(self) -> None:
+        try:
+            self._serve()
+        except ApiError as err:
+            self._drain()
+            self._send_error(err)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout, OSError) as exc:
+            log.debug("client went away: %s", exc)
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - nothing crashes the server
+            log.exception("internal error serving %s %s", self.command, self.path)
+            self._send_error(ApiError(500, f"Internal error occurred: {exc}"))
+
+    def _drain(self) -> None:
+        if getattr(self, "_body_read", False):
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if 0 < length <= MAX_BODY:
+                self.rfile.read(length)
+        except (OSError, ValueError):
+            self.close_connection = True
+
+    # ---- serving -------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        if self.api._unavailable:
+            raise ApiError(503, "the simulated API server is down (down())", "ServiceUnavailable")
+        user = self.api._authenticate(self.headers.get("Authorization", ""))
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        kind, target = _route(url.path)
+        if kind == "other":
+            self._serve_other(target)
+            return
+        if kind == "resourcelist":
+            doc = discovery.resource_list(*target)
+            if doc is None:
+                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            self._send_json(200, doc)
+            return
+        if kind == "notfound":
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        route: Route = target
+        verb = self._verb(route, query)
+        resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
+        self.api.faults.check(verb, resource, route.namespace)
+        req = Request(user, route.rt, route.namespace, route.name, route.subresource,
+                      dry_run="All" in query.get("dryRun", ""))
+        getattr(self, f"_verb_{verb}")(req, query)
+
+    def _verb(self, route: Route, query: dict[str, str]) -> str:
+        method = self.command
+        if method in ("GET", "HEAD"):
+            if route.name:
+                return "get"
+            return "watch" if query.get("watch") in ("1", "true", "True") else "list"
+        if route.subresource == "binding" or route.rt.plural == "bindings":
+            if method != "POST":
+                raise ApiError(405, f"{method} is not allowed on {route.rt.plural}/binding")
+            return "create"
+        if method == "POST":
+            if route.name and not route.subresource:
+                raise ApiError(405, "POST on a named object is not allowed: POST to the collection")
+            return "create"
+        if not route.name and method == "DELETE":
+            return "deletecollection"
+        if not route.name:
+            raise ApiError(405, f"{method} needs an object name in the path")
+        return {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+
+    def _serve_other(self, parts: list[str]) -> None:
+        path = "/" + "/".join(parts)
+        if path == "/version":
+            self._send_json(200, discovery.version())
+        elif path in ("/healthz", "/livez", "/readyz"):
+            body = b"ok"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif path == "/api":
+            self._send_json(200, discovery.api_versions(f"{self.api.host}:{self.api.port}"))
+        elif path == "/apis":
+            self._send_json(200, discovery.api_group_list())
+        elif len(parts) == 2 and parts[0] == "apis" and discovery.api_group(parts[1]):
+            self._send_json(200, discovery.api_group(parts[1]))
+        else:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+
+    def _wants_table(self) -> bool:
+        return "as=Table" in self.headers.get("Accept", "")
+
+    def _reply(self, result: Result) -> None:
+        self._send_json(result.code, result.obj, result.warnings)
+
+    def _verb_get(self, req: Request, query: dict[str, str]) -> None:
+        obj = self.api.registry.get(req)
+        if self._wants_table() and not req.subresource:
+            self._send_json(200, discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"]
+                                                               .get("resourceVersion", "")}))
+            return
+        self._send_json(200, obj)
+
+    def _verb_list(self, req: Request, query: dict[str, str]) -> None:
+        doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"),
+                                     int(query.get("limit") or 0), query.get("continue", ""))
+        if self._wants_table():
+            doc = discovery.table(req.rt, doc["items"], doc["metadata"])
+        self._send_json(200, doc)
+
+    def _verb_create(self, req: Request, query: dict[str, str]) -> None:
+        body = self._json_body()
+        self._body_read = True
+        if req.subresource == "binding" or req.rt.plural == "bindings":
+            self._reply(self.api.registry.bind(req, body))
+        else:
+            self._reply(self.api.registry.create(req, body))
+
+    def _verb_update(self, req: Request, query: dict[str, str]) -> None:
+        body = self._json_body()
+        self._body_read = True
+        self._reply(self.api.registry.update(req, body))
+
+    def _verb_patch(self, req: Request, query: dict[str, str]) -> None:
+        raw = self._body()
+        self._body_read = True
+        self._reply(self.api.registry.patch(req, self.headers.get("Content-Type", ""), raw))
+
+    def _delete_options(self, query: dict[str, str]) -> dict[str, Any]:
+        raw = self._body()
+        self._body_read = True
+        options: dict[str, Any] = {}
+        if raw.strip():
+            try:
+                options = json.loads(raw)
+            except ValueError as exc:
+                raise ApiError(400, f"the DeleteOptions body is not valid JSON: {exc}") from exc
+        if "gracePeriodSeconds" in query:
+            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+        return options if isinstance(options, dict) else {}
+
+    def _verb_delete(self, req: Request, query: dict[str, str]) -> None:
+        self._reply(self.api.registry.delete(req, self._delete_options(query)))
+
+    def _verb_deletecollection(self, req: Request, query: dict[str, str]) -> None:
+        options = self._delete_options(query)
+        doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"))
+        for item in doc["items"]:
+            one = Request(req.user, req.rt, item["metadata"].get("namespace", ""), item["metadata"]["name"],
+                          "", req.dry_run)
+            try:
+                self.api.registry.delete(one, options)
+            except ApiError as err:
+                if err.code != 404:
+                    raise
+        self._send_json(200, doc)
+
+    def _verb_watch(self, req: Request, query: dict[str, str]) -> None:
+        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        generation = self.api.faults.watch_generation
+        started = [False]
+
+        def start() -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            started[0] = True
+
+        def send(events: list[dict[str, Any]]) -> None:
+            if not started[0]:
+                start()
+            data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def stopped() -> bool:
+            return self.api._stopping or self.api._unavailable or \
+                self.api.faults.watch_generation != generation
+
+        try:
+            self.api.registry.watch(req, send, query.get("resourceVersion"), timeout, stopped,
+                                    query.get("labelSelector"), query.get("fieldSelector"),
+                                    query.get("allowWatchBookmarks") in ("1", "true"))
+        except ApiError as err:
+            if err.code != 410 and not started[0]:
+                raise
+            # The apiserver answers a too-old watch with 200 and one ERROR event (code 410).
+            send([{"type": "ERROR", "object": err.status()}])
+        if not started[0]:
+            start()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+        if self.api.faults.watch_generation != generation or self.api._unavailable:
+            self.close_connection = True
+
