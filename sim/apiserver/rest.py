@@ -109,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET  # noqa: N815
 
     def _dispatch(self) -> None:
+        self._body_read = False
         try:
             self._serve()
         except ApiError as err:
