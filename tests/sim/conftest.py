@@ -13,6 +13,7 @@ import pytest
 
 from sim.nvml import SimulatedNvml
 
+
 @pytest.fixture
 def node() -> Iterator[Callable[..., SimulatedNvml]]:
     """node(spec_or_model, **kw) -> an installed, initialised SimulatedNvml; undone at teardown."""

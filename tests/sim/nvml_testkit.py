@@ -59,3 +59,21 @@ def mig_uuids_by_index(handle: Any) -> list[tuple[int, int, str]]:
         out.append((pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig),
                     pynvml.nvmlDeviceGetUUID(mig)))
     return out
+
+
+def child_create(argv: list[str]) -> int:
+    """Entry for `python -m sim.nvml.launch ... -- nvml_testkit:child_create START`: a separate
+    process creating a 1g GI + CI at START on GPU 0 through plain pynvml, as a plugin would."""
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+        gi = create_gi(handle, info.id, int(argv[0]), 1)
+        full_ci(gi, 1)
+        print(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)))
+        return 0
+    except pynvml.NVMLError as error:
+        print(f"error {error.value}")
+        return 1
+    finally:
+        pynvml.nvmlShutdown()
