@@ -1,0 +1,290 @@
+"""kubelet's Allocate, realized: reservation -> MIG instance -> answer -> runtime identity on the pod.
+
+For one container: find the pod, take its next entry of `hami.io/vgpu-devices-to-allocate`, match
+the reservations of that containerIndex, reconcile first, ensure each instance at exactly its
+reserved placement, answer kubelet with the MIG devices, then write `migUUID`, `gpuInstanceID` and
+`computeInstanceID` into the reservation (optimistic concurrency: re-read and retry on 409), erase
+the entry, and set bind-phase `success` once no entry is left (or `failed` on any error) and release
+the node lock if this pod holds it. A failure part-way destroys only what this call created.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from mig.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
+    NODE_LOCK,
+    AnnotationError,
+    ContainerDevice,
+    MigAllocation,
+    decode_allocations,
+    decode_devices,
+    encode_allocations,
+    encode_devices,
+)
+from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
+from plugin.kube import Conflict, Kube, KubeError, PodView
+from plugin.metrics import PluginMetrics
+from plugin.podfinder import PodFinder, PodNotFound, lock_owner, next_container
+from plugin.reconcile import Reconciler
+
+log = logging.getLogger("dynmig.plugin.allocate")
+
+CDI_KIND = "nvidia.com/gpu"
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/dynmig-device-plugin_"
+PATCH_ATTEMPTS = 5
+
+
+class AllocateError(RuntimeError):
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ContainerAnswer:
+    """What kubelet gets for one container (converted to the gRPC message by the server)."""
+
+    envs: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+    mig_uuids: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def container_reservations(allocations: tuple[MigAllocation, ...], container_index: int,
+                           devices: list[ContainerDevice]) -> list[MigAllocation]:
+    """This container's reservations by deviceIndex, checked against its device entry."""
+    mine = sorted((a for a in allocations if a.containerIndex == container_index), key=lambda a: a.deviceIndex)
+    if len(mine) != len(devices):
+        raise AllocateError("reservation-mismatch",
+                            f"container {container_index} has {len(devices)} device(s) to allocate but "
+                            f"{len(mine)} reservation(s) in {MIG_ALLOCATIONS}")
+    for allocation, device in zip(mine, devices):
+        if allocation.gpuUUID != device.uuid:
+            raise AllocateError("reservation-mismatch",
+                                f"container {container_index} device {allocation.deviceIndex}: reservation is on "
+                                f"{allocation.gpuUUID} but {DEVICES_TO_ALLOCATE} says {device.uuid}")
+    return mine
+
+
+def answer(strategy: str, mig_uuids: list[str], pod_uid: str) -> ContainerAnswer:
+    """The kubelet answer per device-list strategy (envvar, cdi-cri or cdi-annotations)."""
+    uuids = tuple(mig_uuids)
+    names = tuple(f"{CDI_KIND}={u}" for u in uuids)
+    if strategy == "cdi-cri":
+        return ContainerAnswer(cdi_devices=names, mig_uuids=uuids)
+    if strategy == "cdi-annotations":
+        return ContainerAnswer(annotations={f"{CDI_ANNOTATION_PREFIX}{pod_uid}": ",".join(names)}, mig_uuids=uuids)
+    return ContainerAnswer(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}, mig_uuids=uuids)
+
+
+def with_runtime(allocations: tuple[MigAllocation, ...], realized: dict[InstanceKey, ManagedInstance],
+                 container_index: int) -> tuple[MigAllocation, ...]:
+    """The reservations with this container's runtime identities filled in."""
+    out = []
+    for allocation in allocations:
+        instance = realized.get(InstanceKey.of(allocation))
+        if allocation.containerIndex == container_index and instance is not None:
+            allocation = allocation.with_runtime(instance.mig_uuid, instance.gi_id, instance.ci_id)
+        out.append(allocation)
+    return tuple(out)
+
+
+def erase_container(text: str | None, container_index: int) -> str:
+    segments = decode_devices(text)
+    if container_index < len(segments):
+        segments[container_index] = []
+    return encode_devices(segments)
+
+
+def physical_id(device_id: str) -> str:
+    """The GPU UUID of a kubelet replica ID (`GPU-…-3` or `…::3`); other IDs unchanged."""
+    if "::" in device_id:
+        return device_id.split("::", 1)[0]
+    if device_id.startswith("GPU-") and device_id.count("-") == 6:
+        return device_id.rsplit("-", 1)[0]
+    return device_id
+
+
+def preferred(available: list[str], must_include: list[str], size: int, reserved: list[str]) -> list[str]:
+    """Replica IDs for kubelet: must-includes, then one replica of each reserved GPU in order, then any."""
+    chosen = list(must_include)[:size]
+    pool = [d for d in available if d not in chosen]
+    for uuid in reserved:
+        if len(chosen) >= size:
+            break
+        pick = next((d for d in pool if physical_id(d) == uuid), None)
+        if pick is not None:
+            chosen.append(pick)
+            pool.remove(pick)
+    chosen.extend(pool[: max(size - len(chosen), 0)])
+    return chosen
+
+
+# ---------------------------------------------------------------- the Allocate path
+
+
+class Allocator:
+    def __init__(self, kube: Kube, manager: InstanceManager, reconciler: Reconciler, metrics: PluginMetrics,
+                 strategy: str = "envvar"):
+        self.kube = kube
+        self.finder = PodFinder(kube)
+        self.manager = manager
+        self.reconciler = reconciler
+        self.metrics = metrics
+        self.strategy = strategy
+        self.lock = threading.Lock()  # kubelet's Allocate calls are serialized plugin-wide
+
+    def reserved_gpus(self) -> list[str]:
+        """Physical GPUs of the next container to allocate (for GetPreferredAllocation); [] if unknown."""
+        try:
+            found = next_container(self.finder.find())
+        except (KubeError, PodNotFound, AnnotationError):
+            return []
+        return [d.uuid for d in found[1]] if found else []
+
+    def allocate(self, device_ids: list[str]) -> ContainerAnswer:
+        started = time.perf_counter()
+        result = "error"
+        try:
+            with self.lock:
+                out = self._allocate(device_ids)
+            result = "success"
+            return out
+        finally:
+            self.metrics.allocate_seconds.labels(result=result).observe(time.perf_counter() - started)
+
+    def _allocate(self, device_ids: list[str]) -> ContainerAnswer:
+        try:
+            pod = self.finder.find()
+        except (KubeError, PodNotFound) as error:
+            self.metrics.fail("allocate", "pod-not-found" if isinstance(error, PodNotFound) else "api-error")
+            raise AllocateError("pod-not-found", str(error)) from None
+        try:
+            return self._realize(pod, device_ids)
+        except AllocateError as error:
+            self.metrics.fail("allocate", error.reason)
+            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error)
+            self._mark_failed(pod)
+            raise
+
+    def _realize(self, pod: PodView, device_ids: list[str]) -> ContainerAnswer:
+        try:
+            found = next_container(pod)
+            allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
+        except AnnotationError as error:
+            raise AllocateError("malformed-annotation", f"{pod.ref}: {error}") from None
+        if found is None:
+            raise AllocateError("nothing-to-allocate", f"{pod.ref}: no entry left in {DEVICES_TO_ALLOCATE}")
+        container_index, devices = found
+        if len(devices) != len(device_ids):
+            raise AllocateError("device-count", f"{pod.ref}: device number not matched: kubelet asks for "
+                                f"{len(device_ids)}, container {container_index} has {len(devices)}")
+        reservations = container_reservations(allocations, container_index, devices)
+        with self.reconciler.lock:
+            self.reconciler.run_once()
+            realized, created = self._ensure_all(reservations)
+        try:
+            self._record(pod, container_index, reservations, realized)
+        except AllocateError:
+            self._rollback(created)
+            raise
+        return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
+
+    def _ensure_all(self, reservations: list[MigAllocation]) -> tuple[dict[InstanceKey, ManagedInstance],
+                                                                       list[InstanceKey]]:
+        realized: dict[InstanceKey, ManagedInstance] = {}
+        created: list[InstanceKey] = []
+        for reservation in reservations:
+            key = InstanceKey.of(reservation)
+            try:
+                instance, new = self.manager.ensure(key)
+            except InstanceError as error:
+                self._rollback(created)
+                raise AllocateError(error.reason, str(error)) from None
+            realized[key] = instance
+            if new:
+                created.append(key)
+        return realized, created
+
+    def _rollback(self, created: list[InstanceKey]) -> None:
+        """Destroy, newest first, only the instances this call created (adopted/earlier ones stay)."""
+        for key in reversed(created):
+            try:
+                self.manager.release(key, cause="rollback")
+            except InstanceError as error:
+                log.error("rollback of %s failed: %s", key, error)
+
+    # ---- pod annotations
+
+    def _record(self, pod: PodView, container_index: int, reservations: list[MigAllocation],
+                realized: dict[InstanceKey, ManagedInstance]) -> None:
+        """Patch runtime identity + erased entry (+ bind-phase success) with the pod's resourceVersion."""
+        current: PodView | None = pod
+        for _ in range(PATCH_ATTEMPTS):
+            if current is None:
+                raise AllocateError("pod-gone", f"{pod.ref} disappeared during Allocate")
+            patch = self._runtime_patch(current, container_index, reservations, realized)
+            try:
+                self.kube.patch_pod_annotations(current, patch, current.resource_version)
+            except Conflict:
+                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref)
+                current = self._reread(pod)
+                continue
+            except KubeError as error:
+                raise AllocateError("api-error", f"patch {pod.ref}: {error}") from None
+            if patch.get(BIND_PHASE) == BIND_PHASE_SUCCESS:
+                self._release_lock(pod)
+            return
+        raise AllocateError("conflict", f"patch {pod.ref}: still conflicting after {PATCH_ATTEMPTS} attempts")
+
+    def _reread(self, pod: PodView) -> PodView | None:
+        try:
+            return self.kube.get_pod(pod.namespace, pod.name)
+        except KubeError as error:
+            raise AllocateError("api-error", f"re-read {pod.ref}: {error}") from None
+
+    def _runtime_patch(self, pod: PodView, container_index: int, reservations: list[MigAllocation],
+                       realized: dict[InstanceKey, ManagedInstance]) -> dict[str, str | None]:
+        try:
+            allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
+        except AnnotationError as error:
+            raise AllocateError("malformed-annotation", f"{pod.ref}: {error}") from None
+        now = sorted(InstanceKey.of(a) for a in allocations if a.containerIndex == container_index)
+        if now != sorted(InstanceKey.of(r) for r in reservations):
+            raise AllocateError("reservation-changed", f"{pod.ref}: the reservation of container "
+                                f"{container_index} changed during Allocate")
+        encoded = encode_allocations(with_runtime(allocations, realized, container_index))
+        remaining = erase_container(pod.annotations.get(DEVICES_TO_ALLOCATE), container_index)
+        patch: dict[str, str | None] = {MIG_ALLOCATIONS: encoded, DEVICES_TO_ALLOCATE: remaining}
+        if not any(decode_devices(remaining)):
+            patch[BIND_PHASE] = BIND_PHASE_SUCCESS
+        return patch
+
+    def _mark_failed(self, pod: PodView) -> None:
+        try:
+            self.kube.patch_pod_annotations(pod, {BIND_PHASE: BIND_PHASE_FAILED})
+        except KubeError as error:
+            log.error("could not set bind-phase failed on %s: %s", pod.ref, error)
+        self._release_lock(pod)
+
+    def _release_lock(self, pod: PodView) -> None:
+        """Remove the node lock only if this pod holds it (compare-and-delete by resourceVersion)."""
+        try:
+            node = self.kube.get_node()
+            if lock_owner(node.annotations) != (pod.namespace, pod.name):
+                return
+            self.kube.patch_node_annotations({NODE_LOCK: None}, node.resource_version)
+        except KubeError as error:
+            log.warning("could not release the node lock held by %s: %s", pod.ref, error)

@@ -1,0 +1,183 @@
+"""Configuration of `dynmig device-plugin`: command-line flags, environment, the device-config file
+and the node-config JSON.
+
+Every error names the file (or flag) and the field, and says how to fix it, because a device plugin
+that starts with a half-understood configuration could mutate GPUs it must not touch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
+
+STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_SOCKET = "nvidia-gpu.sock"
+DEFAULT_DEVICE_CONFIG = "/device-config.yaml"
+DEFAULT_NODE_CONFIG = "/config/config.json"
+
+
+class ConfigError(ValueError):
+    """A configuration the plugin refuses to start with; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class DeviceFilter:
+    """GPUs excluded by `filterdevices`: never registered, never mutated (not even at startup)."""
+
+    uuids: frozenset[str] = frozenset()
+    indexes: frozenset[int] = frozenset()
+
+    def excludes(self, uuid: str, index: int) -> bool:
+        return uuid in self.uuids or index in self.indexes
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """This node's entry of the node-config JSON (`nodeconfig[]` matched by name)."""
+
+    operating_mode: str = "hami-core"
+    filter: DeviceFilter = field(default_factory=DeviceFilter)
+
+    @property
+    def mig(self) -> bool:
+        return self.operating_mode == "mig"
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    node_name: str
+    device_config: DeviceConfig
+    node: NodeConfig
+    kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
+    socket_name: str = DEFAULT_SOCKET
+    strategy: str = "envvar"
+    reconcile_interval: float = 5.0
+    metrics_address: str = ""
+    kubeconfig: str | None = None
+
+    @property
+    def allowlist(self) -> Allowlist:
+        return self.device_config.allowlist
+
+    @property
+    def resource_name(self) -> str:
+        return self.device_config.resources.count
+
+    @property
+    def socket_path(self) -> Path:
+        return self.kubelet_dir / self.socket_name
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.kubelet_dir / "kubelet.sock"
+
+
+# ---------------------------------------------------------------- node config JSON (pure)
+
+
+def parse_node_config(doc: Any, node_name: str, source: str) -> NodeConfig:
+    """Pick this node's entry from `{"nodeconfig": [...]}`; a node without an entry gets defaults."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: must be a JSON object with a 'nodeconfig' list")
+    entries = doc.get("nodeconfig", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: nodeconfig must be a list of per-node objects")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{source}: nodeconfig[{i}] must be an object with a 'name'")
+        if entry.get("name") == node_name:
+            return _node_entry(entry, f"{source}: nodeconfig[{i}]")
+    return NodeConfig()
+
+
+def _node_entry(entry: Mapping[str, Any], where: str) -> NodeConfig:
+    mode = entry.get("operatingmode", "hami-core")
+    if mode not in ("hami-core", "mig", "mps"):
+        raise ConfigError(f"{where}.operatingmode: {mode!r} is not one of hami-core, mig, mps")
+    raw = entry.get("filterdevices") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}.filterdevices: must be an object like {{\"uuid\": [...], \"index\": [...]}}")
+    uuids = raw.get("uuid") or []
+    indexes = raw.get("index") or []
+    if not isinstance(uuids, list) or not all(isinstance(u, str) and u for u in uuids):
+        raise ConfigError(f"{where}.filterdevices.uuid: must be a list of GPU UUID strings")
+    if not isinstance(indexes, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                for i in indexes):
+        raise ConfigError(f"{where}.filterdevices.index: must be a list of non-negative GPU indexes")
+    return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)))
+
+
+def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
+    if path is None:
+        return NodeConfig(operating_mode="mig")
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read node config: {error.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    return parse_node_config(doc, node_name, str(path))
+
+
+# ---------------------------------------------------------------- flags + environment
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="dynmig device-plugin", description="dynmig MIG device plugin")
+    p.add_argument("--node-name", default=env("NODE_NAME"), help="this node (env NODE_NAME)")
+    p.add_argument("--config-file", default=env("DEVICE_CONFIG_FILE", DEFAULT_DEVICE_CONFIG),
+                   help="device config YAML with nvidia.migProfileAllowlist")
+    p.add_argument("--node-config", default=env("NODE_CONFIG_FILE"),
+                   help="node config JSON (nodeconfig[] by name); absent = MIG mode, no filter")
+    p.add_argument("--kubelet-dir", default=env("KUBELET_DEVICE_PLUGIN_DIR", DEFAULT_KUBELET_DIR))
+    p.add_argument("--socket-name", default=env("DEVICE_PLUGIN_SOCKET", DEFAULT_SOCKET))
+    p.add_argument("--device-list-strategy", default=env("DEVICE_LIST_STRATEGY", "envvar"))
+    p.add_argument("--reconcile-interval", default=env("RECONCILE_INTERVAL", "5"))
+    p.add_argument("--metrics-address", default=env("METRICS_ADDRESS", ""),
+                   help="host:port for Prometheus metrics; empty = off")
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="kubeconfig; absent = in-cluster")
+    return p
+
+
+def load_config(argv: list[str]) -> PluginConfig:
+    """Parse flags (env as defaults) and the files they name; raise ConfigError on any bad field."""
+    args = _parser().parse_args(argv)
+    if not args.node_name:
+        raise ConfigError("--node-name / NODE_NAME: required (the name of the node this plugin runs on)")
+    if args.device_list_strategy not in STRATEGIES:
+        raise ConfigError(f"--device-list-strategy / DEVICE_LIST_STRATEGY: {args.device_list_strategy!r} "
+                          f"is not one of {', '.join(STRATEGIES)}")
+    try:
+        interval = float(args.reconcile_interval)
+    except ValueError:
+        interval = -1.0
+    if interval <= 0:
+        raise ConfigError(f"--reconcile-interval: {args.reconcile_interval!r} must be a positive number of seconds")
+    if "/" in args.socket_name or not args.socket_name.endswith(".sock"):
+        raise ConfigError(f"--socket-name: {args.socket_name!r} must be a file name ending in .sock")
+    try:
+        device_config = load_device_config(args.config_file)
+    except PolicyError as error:
+        raise ConfigError(str(error)) from None
+    return PluginConfig(
+        node_name=args.node_name,
+        device_config=device_config,
+        node=load_node_config(args.node_config, args.node_name),
+        kubelet_dir=Path(args.kubelet_dir),
+        socket_name=args.socket_name,
+        strategy=args.device_list_strategy,
+        reconcile_interval=interval,
+        metrics_address=args.metrics_address,
+        kubeconfig=args.kubeconfig,
+    )

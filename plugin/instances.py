@@ -1,0 +1,304 @@
+"""The instance manager: the one writer of MIG instances on this node.
+
+It keeps the managed set, keyed by (GPU UUID, full profile name, placement start, size), and holds
+one lock per physical GPU around every create, destroy and adopt, so two callers never race on a
+GPU's slices. `ensure` is idempotent per key and creates only at exactly the reserved placement;
+if any step fails it destroys only what that call created. Nothing here infers a placement from a
+GI ID: placements are always read back from NVML.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from mig.annotations import MigAllocation
+from mig.types import Placement
+from plugin.discovery import GpuInventory, Inventory
+from plugin.metrics import PluginMetrics
+from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
+
+log = logging.getLogger("dynmig.plugin.instances")
+
+
+@dataclass(frozen=True, order=True)
+class InstanceKey:
+    gpu_uuid: str
+    profile: str
+    start: int
+    size: int
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.start, self.size)
+
+    @classmethod
+    def of(cls, allocation: MigAllocation) -> InstanceKey:
+        return cls(allocation.gpuUUID, allocation.profile, allocation.placement.start, allocation.placement.size)
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start}:{self.size} on {self.gpu_uuid}"
+
+
+@dataclass(frozen=True)
+class ManagedInstance:
+    key: InstanceKey
+    gi_id: int
+    ci_id: int
+    mig_uuid: str
+    adopted: bool = False
+
+
+class InstanceError(RuntimeError):
+    """A refused or failed instance operation; `reason` is the metric label."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+class InstanceManager:
+    def __init__(self, nvml: Nvml, inventory: Inventory, metrics: PluginMetrics | None = None):
+        self.nvml = nvml
+        self.inventory = inventory
+        self.metrics = metrics or PluginMetrics()
+        self._managed: dict[InstanceKey, ManagedInstance] = {}
+        self._map_lock = threading.Lock()
+        self._gpu_locks: dict[str, threading.Lock] = {}
+
+    # ---- the managed set
+
+    def managed(self) -> list[ManagedInstance]:
+        with self._map_lock:
+            return list(self._managed.values())
+
+    def get(self, key: InstanceKey) -> ManagedInstance | None:
+        with self._map_lock:
+            return self._managed.get(key)
+
+    def _remember(self, instance: ManagedInstance) -> None:
+        with self._map_lock:
+            self._managed[instance.key] = instance
+            self.metrics.managed.set(len(self._managed))
+
+    def _forget(self, key: InstanceKey) -> None:
+        with self._map_lock:
+            self._managed.pop(key, None)
+            self.metrics.managed.set(len(self._managed))
+
+    @contextmanager
+    def gpu_lock(self, uuid: str) -> Iterator[None]:
+        """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock."""
+        with self._map_lock:
+            lock = self._gpu_locks.setdefault(uuid, threading.Lock())
+        with lock:
+            yield
+
+    def _mutable_gpu(self, uuid: str) -> GpuInventory:
+        gpu = self.inventory.gpu(uuid)
+        if gpu is None:
+            raise InstanceError("unknown-gpu", f"GPU {uuid} is not on this node")
+        if gpu.excluded:
+            raise InstanceError("excluded-gpu", f"GPU {uuid} is excluded by filterdevices; dynmig never mutates it")
+        if not gpu.managed:
+            raise InstanceError("unmanaged-gpu", f"GPU {uuid} ({gpu.device.name}) has no allowlisted MIG profile")
+        return gpu
+
+    def _profile(self, gpu: GpuInventory, name: str) -> GiProfile:
+        profile = gpu.profile(name)
+        if profile is None:
+            raise InstanceError("unsupported-profile",
+                                f"profile {name} is not an allowlisted NVML profile of {gpu.uuid} "
+                                f"(allowed: {', '.join(p.name for p in gpu.allowed)})")
+        return profile
+
+    # ---- create
+
+    def ensure(self, key: InstanceKey) -> tuple[ManagedInstance, bool]:
+        """The instance for `key`, creating it at exactly its placement if needed; (instance, created)."""
+        existing = self.get(key)
+        if existing is not None:
+            return existing, False
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        profile = self._profile(gpu, key.profile)
+        with self.gpu_lock(key.gpu_uuid):
+            existing = self.get(key)
+            if existing is not None:
+                return existing, False
+            try:
+                instance = self._create(gpu, profile, key)
+            except InstanceError as error:
+                self.metrics.fail("create", error.reason)
+                raise
+        self._remember(instance)
+        self.metrics.creates.inc()
+        log.info("created MIG instance %s: GI %d CI %d %s", key, instance.gi_id, instance.ci_id, instance.mig_uuid)
+        return instance, True
+
+    def _create(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey) -> ManagedInstance:
+        handle = gpu.device.handle
+        try:
+            current, pending = self.nvml.mig_mode(handle)
+            if current != MIG_ENABLE or pending != MIG_ENABLE:
+                raise InstanceError("mig-mode", f"MIG mode on {gpu.uuid} is current={current} pending={pending}; "
+                                    "a pending mode change needs a GPU reset")
+            possible = self.nvml.possible_placements(handle, profile.id)
+        except NvmlError as error:
+            raise InstanceError("nvml-query", f"cannot check {key}: {error}") from None
+        if key.placement not in possible:
+            raise InstanceError("invalid-placement", f"placement {key.placement} is not a legal placement of "
+                                f"{key.profile} on {gpu.uuid} (legal: {', '.join(map(str, possible))})")
+        try:
+            gi = self.nvml.create_gi(handle, profile.id, key.placement)
+        except NvmlError as error:
+            raise InstanceError("create-gi", f"create GI {key}: {error}") from None
+        try:
+            if gi.placement != key.placement or gi.profile_id != profile.id:
+                raise InstanceError("gi-mismatch", f"NVML created GI {gi.gi_id} at {gi.placement} profile "
+                                    f"{gi.profile_id}, not {key}")
+            try:
+                ci = self.nvml.create_ci(gi.handle, profile.slice_count)
+            except NvmlError as error:
+                raise InstanceError("create-ci", f"create CI in GI {gi.gi_id} ({key}): {error}") from None
+            try:
+                mig_uuid = self.nvml.mig_uuid(handle, gi.gi_id, ci.ci_id)
+                if mig_uuid is None:
+                    raise InstanceError("mig-uuid", f"no MIG device for GI {gi.gi_id} CI {ci.ci_id} ({key})")
+            except (InstanceError, NvmlError) as error:
+                self._undo_ci(ci.handle, key)
+                if isinstance(error, NvmlError):
+                    raise InstanceError("mig-uuid", f"find MIG UUID of {key}: {error}") from None
+                raise
+        except InstanceError:
+            self._undo_gi(gi, key)
+            raise
+        return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
+
+    def _undo_ci(self, ci: object, key: InstanceKey) -> None:
+        try:
+            # why: roll back the compute instance this very call created; nothing else runs in it yet.
+            self.nvml.destroy_ci(ci)
+        except NvmlError as error:
+            log.error("rollback of CI for %s failed: %s", key, error)
+
+    def _undo_gi(self, gi: GiRecord, key: InstanceKey) -> None:
+        try:
+            # why: roll back the GPU instance this very call created, so a failed Allocate leaves the
+            # slices free for the retry at the same placement.
+            self.nvml.destroy_gi(gi.handle)
+        except NvmlError as error:
+            log.error("rollback of GI %d for %s failed: %s", gi.gi_id, key, error)
+
+    # ---- destroy
+
+    def release(self, key: InstanceKey, cause: str = "reclaim") -> None:
+        """Destroy the managed instance of `key` (CI, then GI) and forget it; gone already = done."""
+        instance = self.get(key)
+        if instance is None:
+            return
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        with self.gpu_lock(key.gpu_uuid):
+            try:
+                self._destroy(gpu, instance)
+            except InstanceError as error:
+                self.metrics.fail("destroy", error.reason)
+                raise
+            self._forget(key)
+        self.metrics.destroys.labels(cause=cause).inc()
+        log.info("destroyed MIG instance %s (GI %d CI %d, %s): %s", key, instance.gi_id, instance.ci_id,
+                 instance.mig_uuid, cause)
+
+    def _destroy(self, gpu: GpuInventory, instance: ManagedInstance) -> None:
+        handle, key = gpu.device.handle, instance.key
+        try:
+            gi = self.nvml.gi_by_id(handle, instance.gi_id)
+            if gi is None:
+                return
+            profile = gpu.profile(key.profile)
+            if gi.placement != key.placement or (profile is not None and gi.profile_id != profile.id):
+                # GI IDs are reused by the driver: this ID now names someone else's instance.
+                log.warning("GI %d on %s is now %s profile %d, not %s; ours is gone, leaving it alone",
+                            instance.gi_id, gpu.uuid, gi.placement, gi.profile_id, key)
+                return
+            ci = self.nvml.ci_by_id(gi.handle, instance.ci_id)
+            if ci is not None:
+                # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
+                self.nvml.destroy_ci(ci.handle)
+            # why: return the reserved slices to the GPU so the scheduler's next reservation fits.
+            self.nvml.destroy_gi(gi.handle)
+        except NvmlError as error:
+            reason = "in-use" if error.code == IN_USE else "nvml"
+            raise InstanceError(reason, f"destroy {key}: {error}") from None
+
+    def reset_gpu(self, uuid: str) -> int:
+        """Destroy every CI and GI on a GPU proven idle (startup); returns how many GIs went."""
+        gpu = self._mutable_gpu(uuid)
+        destroyed = 0
+        with self.gpu_lock(uuid):
+            try:
+                for gi in self.nvml.list_gis(gpu.device.handle, list(gpu.profiles)):
+                    for ci in self.nvml.list_cis(gi.handle):
+                        # why: startup clean-up of a GPU proven idle (no active reservation, no process).
+                        self.nvml.destroy_ci(ci.handle)
+                    # why: same idle GPU; leaves it MIG-ready with every slice free.
+                    self.nvml.destroy_gi(gi.handle)
+                    destroyed += 1
+            except NvmlError as error:
+                self.metrics.fail("reset", "in-use" if error.code == IN_USE else "nvml")
+                raise InstanceError("reset", f"clean {uuid}: {error}") from None
+            with self._map_lock:
+                for key in [k for k in self._managed if k.gpu_uuid == uuid]:
+                    del self._managed[key]
+                self.metrics.managed.set(len(self._managed))
+        if destroyed:
+            self.metrics.destroys.labels(cause="startup-clean").inc(destroyed)
+        return destroyed
+
+    # ---- adopt
+
+    def verify(self, key: InstanceKey, gi_id: int, ci_id: int, mig_uuid: str) -> ManagedInstance:
+        """Prove a recorded runtime identity against NVML: profile, placement, GI ID, CI ID, MIG UUID."""
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        profile = self._profile(gpu, key.profile)
+        handle = gpu.device.handle
+        try:
+            gi = self.nvml.gi_by_id(handle, gi_id)
+            if gi is None:
+                raise InstanceError("gi-missing", f"{key}: GI {gi_id} does not exist")
+            if gi.profile_id != profile.id or gi.placement != key.placement:
+                raise InstanceError("gi-mismatch", f"{key}: GI {gi_id} is profile {gi.profile_id} at {gi.placement}")
+            if self.nvml.ci_by_id(gi.handle, ci_id) is None:
+                raise InstanceError("ci-missing", f"{key}: CI {ci_id} of GI {gi_id} does not exist")
+            found = self.nvml.mig_uuid(handle, gi_id, ci_id)
+        except NvmlError as error:
+            raise InstanceError("nvml-query", f"verify {key}: {error}") from None
+        if found != mig_uuid:
+            raise InstanceError("uuid-mismatch", f"{key}: MIG UUID is {found}, the pod recorded {mig_uuid}")
+        return ManagedInstance(key, gi_id, ci_id, mig_uuid, adopted=True)
+
+    def find_at(self, key: InstanceKey) -> ManagedInstance | None:
+        """An existing instance of exactly this profile and placement with one CI and a MIG UUID."""
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        profile = self._profile(gpu, key.profile)
+        try:
+            for gi in self.nvml.list_gis(gpu.device.handle, [profile]):
+                if gi.placement != key.placement:
+                    continue
+                cis = self.nvml.list_cis(gi.handle)
+                if len(cis) != 1:
+                    return None
+                mig_uuid = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, cis[0].ci_id)
+                return ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True) if mig_uuid else None
+        except NvmlError as error:
+            raise InstanceError("nvml-query", f"look for {key}: {error}") from None
+        return None
+
+    def adopt(self, instance: ManagedInstance) -> None:
+        with self.gpu_lock(instance.key.gpu_uuid):
+            self._remember(instance)
+        self.metrics.adoptions.inc()
+        log.info("adopted MIG instance %s: GI %d CI %d %s", instance.key, instance.gi_id, instance.ci_id,
+                 instance.mig_uuid)

@@ -1,0 +1,134 @@
+"""`dynmig device-plugin`: wire NVML, the API, the instance manager, kubelet gRPC and the reconciler.
+
+`DevicePluginApp` is the whole plugin as an object (start/stop), so tests and the lab run exactly
+what the console script runs. `main(argv)` parses the configuration (exit 2 naming the file and
+field on error), starts the app and runs until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from plugin.allocate import Allocator
+from plugin.config import ConfigError, PluginConfig, load_config
+from plugin.discovery import Inventory
+from plugin.instances import InstanceManager
+from plugin.kube import Kube, api_client
+from plugin.metrics import PluginMetrics
+from plugin.nvml import Nvml, NvmlError
+from plugin.reconcile import PassResult, Reconciler
+from plugin.register import Publisher
+from plugin.server import DevicePluginService, PluginServer
+from plugin.startup import Startup, StartupReport
+
+log = logging.getLogger("dynmig.plugin")
+
+
+class DevicePluginApp:
+    def __init__(self, config: PluginConfig, kube: Kube, nvml: Nvml | None = None,
+                 metrics: PluginMetrics | None = None):
+        self.config = config
+        self.kube = kube
+        self.nvml = nvml or Nvml()
+        self.metrics = metrics or PluginMetrics()
+        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics)
+        self.reconciler = Reconciler(kube, self.manager, self.metrics)
+        self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
+        self.publisher = Publisher(kube, self.metrics)
+        self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
+        self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
+        self.server = PluginServer(self.service, config.kubelet_dir, config.socket_name, config.resource_name)
+        self.report: StartupReport | None = None
+        self._stop = threading.Event()
+        self._loop: threading.Thread | None = None
+        self._metrics_server: object | None = None
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.manager.inventory
+
+    def start(self) -> DevicePluginApp:
+        self.nvml.init()
+        self.recover()
+        self.publisher.publish(self.inventory)
+        self.server.start()
+        served = self.metrics.serve(self.config.metrics_address)
+        self._metrics_server = served[0] if served else None
+        self._loop = threading.Thread(target=self._run, name="dynmig-reconcile", daemon=True)
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._loop is not None:
+            self._loop.join(timeout=10)
+        self.server.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()  # type: ignore[attr-defined]
+        try:
+            self.nvml.shutdown()
+        except NvmlError as error:
+            log.warning("NVML shutdown: %s", error)
+
+    def recover(self) -> StartupReport:
+        """Startup recovery under the reconcile lock; repeated each tick until the pod list succeeds."""
+        with self.reconciler.lock:
+            self.report = self.startup.run()
+        self.service.devices_changed()
+        return self.report
+
+    def tick(self) -> PassResult | None:
+        """One reconcile period: finish recovery if the API was down at start, reclaim, publish."""
+        if self.report is None or not self.report.complete:
+            self.recover()
+            if not self.report or not self.report.complete:
+                return None
+        result = self.reconciler.run_once()
+        self.publisher.publish(self.inventory)
+        return result
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.reconcile_interval):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("reconcile tick failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(list(sys.argv[1:] if argv is None else argv))
+        if not config.node.mig:
+            raise ConfigError(f"node config: nodeconfig[name={config.node_name}].operatingmode is "
+                              f"{config.node.operating_mode!r}; dynmig's device plugin serves only 'mig' nodes")
+    except ConfigError as error:
+        print(f"dynmig device-plugin: configuration error: {error}", file=sys.stderr)
+        return 2
+    for warning in config.device_config.warnings:
+        log.warning("%s", warning.render("device config"))
+    try:
+        kube = Kube(api_client(config.kubeconfig), config.node_name)
+    except Exception as error:  # noqa: BLE001 - a bad kubeconfig is a configuration error
+        print(f"dynmig device-plugin: configuration error: kubeconfig {config.kubeconfig or '(in-cluster)'}: "
+              f"{error}", file=sys.stderr)
+        return 2
+    app = DevicePluginApp(config, kube)
+    try:
+        app.start()
+    except NvmlError as error:
+        print(f"dynmig device-plugin: NVML: {error}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    app.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

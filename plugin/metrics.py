@@ -1,0 +1,55 @@
+"""Prometheus metrics of the device plugin, on their own registry (never the process-global one).
+
+What an operator needs to trust the plugin with hardware: how many instances it manages, how many it
+created and destroyed, every failure with its reason, every reconcile pass that skipped destruction
+(and why), and how long kubelet's Allocate calls take.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.exposition import generate_latest
+
+
+class PluginMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.managed = Gauge("dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r)
+        self.creates = Counter("dynmig_plugin_instance_creates", "MIG instances created (GI+CI)", registry=r)
+        self.destroys = Counter("dynmig_plugin_instance_destroys", "MIG instances destroyed (CI then GI)",
+                                ["cause"], registry=r)
+        self.adoptions = Counter("dynmig_plugin_instance_adoptions", "MIG instances adopted after a restart",
+                                 registry=r)
+        self.failures = Counter("dynmig_plugin_failures", "Failed operations by reason", ["op", "reason"],
+                                registry=r)
+        self.reconcile_skipped = Counter("dynmig_plugin_reconcile_destroys_skipped",
+                                         "Reconcile passes whose destroys were skipped, by reason", ["reason"],
+                                         registry=r)
+        self.reconcile_passes = Counter("dynmig_plugin_reconcile_passes", "Reconcile passes run", registry=r)
+        self.allocate_seconds = Histogram("dynmig_plugin_allocate_seconds", "Latency of kubelet Allocate calls",
+                                          ["result"], registry=r,
+                                          buckets=(.005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.registration_publishes = Counter("dynmig_plugin_node_register_publishes",
+                                              "Times hami.io/node-nvidia-register was written", registry=r)
+
+    def fail(self, op: str, reason: str) -> None:
+        self.failures.labels(op=op, reason=reason).inc()
+
+    def skip(self, reason: str) -> None:
+        self.reconcile_skipped.labels(reason=reason).inc()
+
+    def value(self, name: str, **labels: str) -> float:
+        """A sample's current value (0 when absent): for tests and the lab."""
+        found = self.registry.get_sample_value(name, labels)
+        return float(found) if found is not None else 0.0
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def serve(self, address: str) -> tuple[object, object] | None:
+        """Serve /metrics on host:port (port 0 = any); returns (server, thread) or None when off."""
+        if not address:
+            return None
+        host, _, port = address.rpartition(":")
+        return start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
