@@ -17,7 +17,8 @@ DIAL_TIMEOUT_S = 10.0
 
 class PluginEndpoint:
     def __init__(self, resource: str, socket_path: Path, on_devices: Callable[[PluginEndpoint, list], None],
-                 on_closed: Callable[[PluginEndpoint, str], None]) -> None:
+                 on_closed: Callable[[PluginEndpoint, str], None], dial_timeout: float = DIAL_TIMEOUT_S) -> None:
+        self.dial_timeout = dial_timeout
         self.resource = resource
         self.socket_path = socket_path
         self._on_devices = on_devices
@@ -31,8 +32,8 @@ class PluginEndpoint:
 
     def dial(self) -> None:
         """What kubelet does inside Register: connect (blocking, 10 s) and read the options."""
-        grpc.channel_ready_future(self.channel).result(timeout=DIAL_TIMEOUT_S)
-        self.options = self.stub.GetDevicePluginOptions(pb.Empty(), timeout=DIAL_TIMEOUT_S)
+        grpc.channel_ready_future(self.channel).result(timeout=self.dial_timeout)
+        self.options = self.stub.GetDevicePluginOptions(pb.Empty(), timeout=self.dial_timeout)
 
     def start_watch(self) -> None:
         self._stream = self.stub.ListAndWatch(pb.Empty())

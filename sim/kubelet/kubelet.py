@@ -22,7 +22,7 @@ import grpc
 from plugin.api import HEALTHY, KUBELET_SOCKET_NAME, UNHEALTHY
 from plugin.api import deviceplugin_pb2 as pb
 from plugin.api import deviceplugin_pb2_grpc as rpc
-from sim.kubelet.endpoint import PluginEndpoint
+from sim.kubelet.endpoint import DIAL_TIMEOUT_S, PluginEndpoint
 from sim.kubelet.names import resource_name_error, version_error
 
 MAX_UNIX_PATH = 107
@@ -109,8 +109,10 @@ class _Resource:
 
 
 class SimulatedKubelet:
-    def __init__(self, plugin_dir: str | Path) -> None:
+    def __init__(self, plugin_dir: str | Path, *, dial_timeout: float = DIAL_TIMEOUT_S) -> None:
+        """dial_timeout: how long Register waits to reach the plugin's socket (kubelet: 10 s)."""
         self.plugin_dir = Path(plugin_dir)
+        self.dial_timeout = dial_timeout
         self.socket_path = self.plugin_dir / KUBELET_SOCKET_NAME
         if len(str(self.socket_path)) > MAX_UNIX_PATH:
             raise ValueError(f"device-plugin dir {self.plugin_dir} is too long for a unix socket path; use a shorter one")
@@ -153,6 +155,7 @@ class SimulatedKubelet:
         with self._cond:
             for resource in self._resources.values():
                 resource.devices.clear()
+                resource.numa.clear()
                 resource.connected = False
             self.restarts += 1
             self._cond.notify_all()
@@ -173,7 +176,7 @@ class SimulatedKubelet:
         endpoint = None
         if error is None:
             endpoint = PluginEndpoint(request.resource_name, self.plugin_dir / request.endpoint,
-                                      self._devices_changed, self._stream_closed)
+                                      self._devices_changed, self._stream_closed, self.dial_timeout)
             try:
                 endpoint.dial()
             except (grpc.RpcError, grpc.FutureTimeoutError) as failure:
