@@ -31,7 +31,7 @@ from mig.types import Placement
 
 # NVML return codes we branch on (nvml.h; stable ABI values).
 NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND, INSUFFICIENT_SIZE = 3, 2, 6, 7
-IN_USE, INSUFFICIENT_RESOURCES = 19, 23
+IN_USE, INSUFFICIENT_RESOURCES, FUNCTION_NOT_FOUND = 19, 23, 13
 GI_PROFILE_COUNT = 0x12
 CI_PROFILE_COUNT = 0x9
 CI_ENGINE_SHARED = 0
@@ -113,6 +113,8 @@ class Nvml:
             return fn(*args)
         except pynvml.NVMLError as error:
             raise NvmlError(name, int(error.value), _safe_str(error)) from None
+        except Exception as error:  # e.g. NVMLLibraryMismatchError: a symbol this driver lacks
+            raise NvmlError(name, FUNCTION_NOT_FOUND, f"{type(error).__name__}: {error}") from None
         finally:
             elapsed = time.perf_counter() - started
             with self._time_lock:
@@ -140,7 +142,7 @@ class Nvml:
         for index in range(self._call("nvmlDeviceGetCount")):
             handle = self._call("nvmlDeviceGetHandleByIndex", index)
             memory = self._call("nvmlDeviceGetMemoryInfo", handle)
-            numa = self._optional((NOT_SUPPORTED, 13), "nvmlDeviceGetNumaNodeId", handle)
+            numa = self._optional((NOT_SUPPORTED, FUNCTION_NOT_FOUND), "nvmlDeviceGetNumaNodeId", handle)
             out.append(GpuDevice(
                 index=index,
                 uuid=_text(self._call("nvmlDeviceGetUUID", handle)),
@@ -286,7 +288,8 @@ class Nvml:
         for target in targets:
             if self._call("nvmlDeviceGetComputeRunningProcesses", target):
                 return True
-            if self._call("nvmlDeviceGetGraphicsRunningProcesses", target):
+            # A library without the graphics query cannot have graphics clients to report.
+            if self._optional((FUNCTION_NOT_FOUND,), "nvmlDeviceGetGraphicsRunningProcesses", target):
                 return True
         return False
 
