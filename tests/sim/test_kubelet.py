@@ -14,7 +14,7 @@ RESOURCE = "example.com/gpu"
 
 @pytest.fixture
 def kubelet(socket_dir):
-    k = SimulatedKubelet(socket_dir, dial_timeout=2).start()
+    k = SimulatedKubelet(socket_dir, dial_timeout=0.5).start()
     yield k
     k.stop()
 

@@ -149,3 +149,23 @@ def test_every_mutation_is_in_the_event_log(node):
     pynvml.nvmlGpuInstanceDestroy(gi)
     assert [e["op"] for e in sim.events()] == ["create_gi", "create_ci", "destroy_ci", "destroy_gi"]
     assert sim.events()[0]["placement"] == "5:1"
+
+
+def test_a_busy_gpu_keeps_a_mig_mode_change_pending_with_in_use(node):
+    sim = node({"gpus": [{"model": H100, "mig": False}]})
+    sim.set_busy(sim.gpu_uuids[0], [5])
+    assert pynvml.nvmlDeviceSetMigMode(_handle(), pynvml.NVML_DEVICE_MIG_ENABLE) == pynvml.NVML_ERROR_IN_USE
+    assert pynvml.nvmlDeviceGetMigMode(_handle()) == [0, 1]
+
+
+def test_a_slow_destroy_still_destroys_and_clear_faults_removes_every_fault(node):
+    sim = node(A100)
+    sim.set_destroy_delay(0.01)
+    sim.inject_error("nvmlDeviceGetCount", pynvml.NVML_ERROR_UNKNOWN, times=5)
+    sim.fail_nth_create(3)
+    gi = create_gi(_handle(), 19, 0, 1)
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    assert sim.gpus()[0].gpu_instances == ()
+    sim.clear_faults()
+    assert pynvml.nvmlDeviceGetCount() == 1
+    assert sim.snapshot()["faults"] == {"errors": {}, "create_failures": [], "destroy_delay_s": 0.0}
