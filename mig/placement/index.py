@@ -1,9 +1,9 @@
 """The fleet index the scheduler keeps between requests, and the one-shot `plan_pod`.
 
-GPUs are grouped by (profile set, occupancy mask, NVML type). A decision evaluates each group once
-(a memoized table lookup), ranks the groups, and only then looks at the GPUs of the best groups, so
-a decision over 5,000 nodes × 8 GPUs does not walk every placement of every GPU. Reservations move a
-GPU between groups in O(1).
+GPUs are grouped by (profile set, occupancy mask, NVML type) and, inside a group, by the fill of
+their node. A decision evaluates each group once (a memoized table lookup), ranks (group, node fill)
+buckets, and only then looks at the GPUs of the best bucket, so a decision over 5,000 nodes × 8 GPUs
+does not walk every placement of every GPU. A reservation moves the GPUs of one node between buckets.
 
 Multi-device pods: the pickiest device (largest request) leads. Nodes are tried in the order of the
 lead device's best candidate on them; on each, every device of the pod is planned together, largest
@@ -13,13 +13,12 @@ GPU). The first node that takes the whole pod wins.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
-from mig.placement.plan import DevicePlacement, Plan, prefix_length, rank_key
+from mig.placement.plan import DevicePlacement, Plan, rank_key
 from mig.placement.request import GpuState, PodRequest
 from mig.types import Placement
 
@@ -29,11 +28,12 @@ Device = tuple[int, int, int | None]  # (containerIndex, deviceIndex, memory MiB
 class _Gpu:
     """Mutable index entry for one GPU."""
 
-    __slots__ = ("healthy", "index", "mask", "node", "pset", "type", "uuid")
+    __slots__ = ("healthy", "index", "mask", "node", "order", "pset", "type", "uuid")
 
     def __init__(self, state: GpuState, pset: ProfileSet | None):
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
+        self.order = (state.index, state.node)
 
     @property
     def schedulable(self) -> bool:
@@ -44,6 +44,9 @@ class _Gpu:
 
     def used(self) -> int:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
+
+    def snapshot(self) -> tuple:
+        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy)
 
 
 def _pickiness(device: Device) -> tuple:
@@ -58,20 +61,34 @@ class _Candidate:
     choice: Choice
 
 
+def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
+    """The best profile and placement for one device at this occupancy, or None."""
+    for rank, idx in pset.order(mem, pod.preference):
+        choice = pset.best(mask, idx)
+        if choice is not None:
+            return _Candidate(rank, idx, choice)
+    return None
+
+
+def _has_filters(pod: PodRequest) -> bool:
+    return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
 class PlacementIndex:
     """Occupancy of a fleet of MIG GPUs, kept up to date by the scheduler.
 
     Add GPUs with `upsert` (from node annotations), mark reservations with `reserve`/`release` (or
     `apply(plan)`), and ask `plan(pod)`. Planning never changes the index; the caller applies the plan
-    once it has committed to it.
+    once it has committed to it. Not thread-safe: the scheduler serializes access.
     """
 
     def __init__(self, gpus: Iterable[GpuState] = ()):
         self._gpus: dict[str, _Gpu] = {}
-        self._groups: dict[tuple[int, int, str], dict[str, _Gpu]] = {}
+        # group key -> node fill -> uuid -> GPU
+        self._groups: dict[tuple[int, int, str], dict[float, dict[str, _Gpu]]] = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
-        self._node_used: dict[str, int] = {}
-        self._node_total: dict[str, int] = {}
+        self._fill: dict[str, float] = {}
+        self._sig: dict[str, tuple] = {}  # node -> immutable snapshot of its GPUs (for refusals)
         for g in gpus:
             self.upsert(g)
 
@@ -81,19 +98,23 @@ class PlacementIndex:
         self.remove(state.uuid)
         pset = profile_set(state.profiles) if state.profiles else None
         g = _Gpu(state, pset)
-        self._gpus[g.uuid] = g
-        self._nodes.setdefault(g.node, {})[g.uuid] = g
-        self._link(g)
+
+        def add() -> None:
+            self._gpus[g.uuid] = g
+            self._nodes.setdefault(g.node, {})[g.uuid] = g
+
+        self._change(g.node, add)
 
     def remove(self, uuid: str) -> None:
-        g = self._gpus.pop(uuid, None)
+        g = self._gpus.get(uuid)
         if g is None:
             return
-        self._unlink(g)
-        node = self._nodes[g.node]
-        del node[uuid]
-        if not node:
-            del self._nodes[g.node]
+
+        def drop() -> None:
+            del self._gpus[uuid]
+            del self._nodes[g.node][uuid]
+
+        self._change(g.node, drop)
 
     def remove_node(self, node: str) -> None:
         for uuid in list(self._nodes.get(node, ())):
@@ -101,21 +122,19 @@ class PlacementIndex:
 
     def set_healthy(self, uuid: str, healthy: bool) -> None:
         g = self._gpus[uuid]
-        self._unlink(g)
-        g.healthy = healthy
-        self._link(g)
+        self._change(g.node, lambda: setattr(g, "healthy", healthy))
 
     def reserve(self, uuid: str, placement: Placement) -> None:
         """Mark a placement taken; an overlap with a held placement is a bug upstream, so it raises."""
         g = self._gpus[uuid]
         if g.mask & placement.mask:
             raise ValueError(f"placement {placement} overlaps occupied slices on GPU {uuid}")
-        self._set_mask(g, g.mask | placement.mask)
+        self._change(g.node, lambda: setattr(g, "mask", g.mask | placement.mask))
 
     def release(self, uuid: str, placement: Placement) -> None:
         g = self._gpus.get(uuid)
         if g is not None:
-            self._set_mask(g, g.mask & ~placement.mask)
+            self._change(g.node, lambda: setattr(g, "mask", g.mask & ~placement.mask))
 
     def apply(self, plan: Plan) -> None:
         for d in plan.devices:
@@ -124,34 +143,38 @@ class PlacementIndex:
     def occupied_mask(self, uuid: str) -> int:
         return self._gpus[uuid].mask
 
-    def _set_mask(self, g: _Gpu, mask: int) -> None:
-        self._unlink(g)
-        g.mask = mask
-        self._link(g)
+    def nodes(self) -> list[str]:
+        return sorted(self._nodes)
 
-    def _link(self, g: _Gpu) -> None:
-        if not g.schedulable:
+    def _change(self, node: str, mutate) -> None:
+        """Apply a change to one node: its GPUs leave their buckets, change, and come back."""
+        for g in self._nodes.get(node, {}).values():
+            self._unlink(g)
+        mutate()
+        gpus = self._nodes.get(node)
+        if not gpus:
+            self._nodes.pop(node, None)
+            self._fill.pop(node, None)
+            self._sig.pop(node, None)
             return
-        self._groups.setdefault(g.group(), {})[g.uuid] = g
-        self._node_used[g.node] = self._node_used.get(g.node, 0) + g.used()
-        self._node_total[g.node] = self._node_total.get(g.node, 0) + g.pset.axis
+        live = [g for g in gpus.values() if g.schedulable]
+        total = sum(g.pset.axis for g in live)
+        self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
+        self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
+        for g in live:
+            self._groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
             return
-        key = g.group()
-        members = self._groups[key]
+        key, fill = g.group(), self._fill[g.node]
+        buckets = self._groups[key]
+        members = buckets[fill]
         del members[g.uuid]
         if not members:
-            del self._groups[key]
-        self._node_used[g.node] -= g.used()
-        self._node_total[g.node] -= g.pset.axis
-        if not self._node_total[g.node]:
-            del self._node_used[g.node], self._node_total[g.node]
-
-    def _node_fill(self, node: str) -> float:
-        total = self._node_total.get(node, 0)
-        return self._node_used.get(node, 0) / total if total else 0.0
+            del buckets[fill]
+            if not buckets:
+                del self._groups[key]
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
@@ -162,85 +185,90 @@ class PlacementIndex:
         allowed = set(nodes) if nodes is not None else None
         lead = min(devices, key=_pickiness)
         tried: set[str] = set()
-        for g in self._lead_candidates(pod, lead, allowed):
+        memo: dict[tuple, _Candidate | None] = {}  # (profile set, mask, request) -> best, this decision
+        for g, cand in self._lead_candidates(pod, lead, allowed):
             if g.node in tried:
                 continue
             tried.add(g.node)
-            plan = self._plan_node(pod, devices, g.node)
+            if len(devices) == 1:
+                return Plan(g.node, (self._placement(lead, g, cand),))
+            plan = self._plan_node(pod, devices, g.node, memo)
             if plan is not None:
                 return plan
         return self._refusal(pod, devices, lead, allowed, tried)
 
-    def _best_on(self, pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
-        for rank, idx in pset.order(mem, pod.preference):
-            choice = pset.best(mask, idx)
-            if choice is not None:
-                return _Candidate(rank, idx, choice)
-        return None
-
     def _eligible(self, pod: PodRequest, g: _Gpu) -> bool:
         return pod.uuid_exclusion(g.uuid) is None
 
-    def _lead_candidates(self, pod: PodRequest, lead: Device, allowed: set[str] | None) -> Iterator[_Gpu]:
-        """GPUs able to take the lead device, best first (lazily: only the best tiers are sorted)."""
+    def _lead_candidates(
+        self, pod: PodRequest, lead: Device, allowed: set[str] | None
+    ) -> Iterator[tuple[_Gpu, _Candidate]]:
+        """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted)."""
         mem = lead[2]
-        cut = prefix_length(pod)
         type_ok: dict[str, bool] = {}
-        tiers: dict[tuple, list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
-        for (_, mask, gtype), members in self._groups.items():
-            ok = type_ok.get(gtype)
-            if ok is None:
-                ok = type_ok[gtype] = pod.type_exclusion(gtype) is None
-            if not ok:
-                continue
-            pset = next(iter(members.values())).pset
-            cand = self._best_on(pset, mask, mem, pod)
+        filtered = _has_filters(pod)
+        # bucket key (everything but GPU order and node name) -> [(candidate, members)]
+        buckets: dict[tuple, list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
+        for (_, mask, gtype), by_fill in self._groups.items():
+            if filtered:
+                ok = type_ok.get(gtype)
+                if ok is None:
+                    ok = type_ok[gtype] = pod.type_exclusion(gtype) is None
+                if not ok:
+                    continue
+            first = next(iter(next(iter(by_fill.values())).values()))
+            pset = first.pset
+            cand = _best_on(pset, mask, mem, pod)
             if cand is None:
                 continue
-            prefix = (cand.rank, cand.choice.loss)[:cut]
-            tiers.setdefault(prefix, []).append((cand, members))
-        filtered = bool(pod.use_uuids or pod.nouse_uuids)
-        for prefix in sorted(tiers):
-            heap = []
-            for cand, members in tiers[prefix]:
-                start = cand.choice.placement.start
-                for g in members.values():
-                    if allowed is not None and g.node not in allowed:
-                        continue
-                    if filtered and not self._eligible(pod, g):
-                        continue
-                    key = rank_key(pod, cand.rank, cand.choice.loss, self._node_fill(g.node),
-                                   g.used() / g.pset.axis, start, g.index, g.node)
-                    heap.append((key, g.uuid))
-            heapq.heapify(heap)
-            while heap:
-                yield self._gpus[heapq.heappop(heap)[1]]
+            used = first.used() / pset.axis
+            start = cand.choice.placement.start
+            for fill, members in by_fill.items():
+                key = rank_key(pod, cand.rank, cand.choice.loss, fill, used, start)
+                buckets.setdefault(key, []).append((cand, members))
+        for key in sorted(buckets):
+            found = [(g.order, g.uuid, cand) for cand, members in buckets[key] for g in members.values()
+                     if (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))]
+            found.sort()
+            for _, uuid, cand in found:
+                yield self._gpus[uuid], cand
 
-    def _plan_node(self, pod: PodRequest, devices: list[Device], node: str) -> Plan | None:
+    def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:
+        prof = g.pset.profiles[cand.profile]
+        return DevicePlacement(device[0], device[1], g.node, g.uuid, prof.name, cand.choice.placement,
+                               prof.memory_mb, prof.core)
+
+    def _plan_node(
+        self, pod: PodRequest, devices: list[Device], node: str, memo: dict[tuple, _Candidate | None]
+    ) -> Plan | None:
         """All devices of the pod on one node, largest request first, or None if they do not all fit."""
-        gpus = [g for g in self._nodes[node].values()
-                if g.schedulable and self._eligible(pod, g) and pod.type_exclusion(g.type) is None]
+        filtered = _has_filters(pod)
+        gpus = [g for g in self._nodes[node].values() if g.schedulable and (
+            not filtered or (self._eligible(pod, g) and pod.type_exclusion(g.type) is None))]
         masks = {g.uuid: g.mask for g in gpus}
-        fill = self._node_fill(node)
+        fill = self._fill[node]
         placed: list[DevicePlacement] = []
-        for ci, di, mem in sorted(devices, key=_pickiness):
+        for device in sorted(devices, key=_pickiness):
             best: tuple | None = None
             for g in gpus:
-                cand = self._best_on(g.pset, masks[g.uuid], mem, pod)
+                mask = masks[g.uuid]
+                mkey = (g.pset, mask, device[2])
+                if mkey in memo:
+                    cand = memo[mkey]
+                else:
+                    cand = memo[mkey] = _best_on(g.pset, mask, device[2], pod)
                 if cand is None:
                     continue
-                used = (masks[g.uuid] & g.pset.full_mask).bit_count() / g.pset.axis
-                key = rank_key(pod, cand.rank, cand.choice.loss, fill, used,
-                               cand.choice.placement.start, g.index, node)
+                used = (mask & g.pset.full_mask).bit_count() / g.pset.axis
+                key = (*rank_key(pod, cand.rank, cand.choice.loss, fill, used, cand.choice.placement.start),
+                       *g.order)
                 if best is None or key < best[0]:
                     best = (key, g, cand)
             if best is None:
                 return None
             _, g, cand = best
-            prof = g.pset.profiles[cand.profile]
             masks[g.uuid] |= cand.choice.placement.mask
-            placed.append(DevicePlacement(ci, di, node, g.uuid, prof.name, cand.choice.placement,
-                                          prof.memory_mb, prof.core))
+            placed.append(self._placement(device, g, cand))
         placed.sort(key=lambda d: (d.container_index, d.device_index))
         return Plan(node=node, devices=tuple(placed))
 
@@ -249,56 +277,64 @@ class PlacementIndex:
         self, pod: PodRequest, devices: list[Device], lead: Device, allowed: set[str] | None,
         tried: set[str],
     ) -> R.Refusal:
-        out: list[R.Reason] = []
-        names = sorted(allowed) if allowed is not None else sorted(self._nodes)
-        for node in names:
-            gpus = sorted(self._nodes.get(node, {}).values(), key=lambda g: (g.index, g.uuid))
-            if not gpus:
-                out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
-                continue
-            for g in gpus:
-                reason = gpu_reason(pod, g, lead[2])
-                if reason is not None:
-                    out.append(reason)
-            if node in tried:
-                out.append(R.Reason(
-                    R.DEVICES_DO_NOT_FIT_TOGETHER,
-                    f"the pod's {len(devices)} MIG devices do not all fit on this node together "
-                    f"(each needs {_requests_text(devices)})", node))
-        return R.Refusal(tuple(out))
+        """A refusal over an immutable snapshot of the nodes; its texts are built on first read."""
+        names = sorted(allowed) if allowed is not None else sorted(self._sig)
+        sigs = {n: self._sig.get(n, ()) for n in names}
+        tried = set(tried)
+
+        def build() -> list[R.Reason]:
+            out: list[R.Reason] = []
+            for node, gpus in sigs.items():
+                if not gpus:
+                    out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
+                    continue
+                for _, uuid, gtype, pset, mask, healthy in gpus:
+                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2])
+                    if reason is not None:
+                        out.append(reason)
+                if node in tried:
+                    out.append(R.Reason(
+                        R.DEVICES_DO_NOT_FIT_TOGETHER,
+                        f"the pod's {len(devices)} MIG devices do not all fit on this node together "
+                        f"(requests: {_requests_text(devices)})", node))
+            return out
+
+        return R.Refusal(build)
 
 
 def _requests_text(devices: list[Device]) -> str:
     return ", ".join("a whole GPU" if m is None else f"{m} MiB" for _, _, m in devices)
 
 
-def gpu_reason(pod: PodRequest, g: _Gpu, mem: int | None) -> R.Reason | None:
-    """Why this GPU cannot take a device of `mem` MiB right now, or None if it can."""
-    if not g.healthy:
-        return R.Reason(R.UNHEALTHY, "GPU is unhealthy", g.node, g.uuid)
-    if g.pset is None or not g.pset.profiles:
-        return R.Reason(R.NO_PROFILES, f"GPU ({g.type}) publishes no MIG profiles (is its model in the "
-                        "allowlist?)", g.node, g.uuid)
-    why = pod.type_exclusion(g.type) or pod.uuid_exclusion(g.uuid)
+def gpu_reason(
+    pod: PodRequest, node: str, uuid: str, gpu_type: str, pset: ProfileSet | None, mask: int, healthy: bool,
+    mem: int | None,
+) -> R.Reason | None:
+    """Why this GPU cannot take a device of `mem` MiB (None: whole GPU) right now, or None if it can."""
+    if not healthy:
+        return R.Reason(R.UNHEALTHY, "GPU is unhealthy", node, uuid)
+    if pset is None or not pset.profiles:
+        return R.Reason(R.NO_PROFILES, f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the "
+                        "allowlist?)", node, uuid)
+    why = pod.type_exclusion(gpu_type) or pod.uuid_exclusion(uuid)
     if why:
-        return R.Reason(R.EXCLUDED, f"excluded by annotation: {why}", g.node, g.uuid)
-    pset = g.pset
+        return R.Reason(R.EXCLUDED, f"excluded by annotation: {why}", node, uuid)
     order = pset.order(mem, pod.preference)
     if not order:
         largest = pset.profiles[-1]
         return R.Reason(R.NOT_ENOUGH_MEMORY, f"no allowlisted profile has {mem} MiB; the largest is "
-                        f"{largest.name} with {largest.memory_mb} MiB", g.node, g.uuid)
-    if any(pset.best(g.mask, idx) for _, idx in order):
+                        f"{largest.name} with {largest.memory_mb} MiB", node, uuid)
+    if any(pset.best(mask, idx) for _, idx in order):
         return None
     smallest = pset.profiles[min(idx for _, idx in order)]
-    free = free_slices(g.mask, pset.axis)
-    usable = [s for s in free if any(s in range(p.start, p.end) for p in smallest.placements)]
+    free = free_slices(mask, pset.axis)
+    usable = [s for s in free if any(p.start <= s < p.end for p in smallest.placements)]
     needs = R.placements_text(sorted(smallest.placements))
     if len(usable) >= smallest.size:
         return R.Reason(R.FRAGMENTED, f"fragmented: free slices {R.slices_text(free)} but {smallest.name} "
-                        f"needs one of {needs}", g.node, g.uuid)
+                        f"needs one of {needs}", node, uuid)
     return R.Reason(R.NOT_ENOUGH_SLICES, f"not enough free slices: free {R.slices_text(free)}, "
-                    f"{smallest.name} needs {smallest.size} at one of {needs}", g.node, g.uuid)
+                    f"{smallest.name} needs {smallest.size} at one of {needs}", node, uuid)
 
 
 def plan_pod(pod: PodRequest, gpus: Iterable[GpuState]) -> Plan | R.Refusal:

@@ -47,16 +47,13 @@ class Plan:
     fits = True
 
 
-def prefix_length(pod: PodRequest) -> int:
-    """How many leading key parts depend only on (profile set, mask), not on the node."""
-    return 2 if (pod.node_policy, pod.gpu_policy) == (BINPACK, BINPACK) else 1
-
-
 def rank_key(
-    pod: PodRequest, rank: tuple[int, int], loss: int, node_used: float, gpu_used: float,
-    start: int, gpu_index: int, node: str,
+    pod: PodRequest, rank: tuple[int, int], loss: int, node_used: float, gpu_used: float, start: int,
 ) -> tuple:
-    """The full comparison key of one candidate (lower is better); see the module docstring."""
+    """The comparison key of one candidate up to the GPU-order and node-name tie-breaks (lower is better).
+
+    Append `(gpu_index, node)` for the full key; see the module docstring.
+    """
     node_bin = pod.node_policy == BINPACK
     gpu_bin = pod.gpu_policy == BINPACK
     if node_bin and gpu_bin:
@@ -67,4 +64,4 @@ def rank_key(
         mid = (node_used, loss, -gpu_used)
     else:
         mid = (node_used, gpu_used, loss)
-    return (rank, *mid, start, gpu_index, node)
+    return (rank, *mid, start)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 UNHEALTHY = "unhealthy"
 NO_PROFILES = "no-mig-profiles"
@@ -35,13 +37,25 @@ class Reason:
         return f"{where}: {self.message}"
 
 
-@dataclass(frozen=True)
 class Refusal:
-    """No node can take the whole pod: every reason, per node and per GPU."""
+    """No node can take the whole pod: every reason, per node and per GPU.
 
-    reasons: tuple[Reason, ...]
+    The reasons may be given as a function: the engine hands over a snapshot of the fleet and the
+    texts are only built when someone reads them, so refusing stays as cheap as placing.
+    """
 
     fits = False
+
+    def __init__(self, reasons: Iterable[Reason] | Callable[[], Iterable[Reason]]):
+        self._source = reasons
+
+    @cached_property
+    def reasons(self) -> tuple[Reason, ...]:
+        src = self._source
+        return tuple(src() if callable(src) else src)
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.summary()!r})"
 
     def by_node(self) -> dict[str, list[Reason]]:
         out: dict[str, list[Reason]] = {}
