@@ -1,0 +1,51 @@
+"""Run the simulated kube-scheduler as a process.
+
+    python -m sim.scheduler --config scheduler-config.yaml --kubeconfig kubeconfig.yaml
+
+Prints one JSON line `{"ready": true, "profiles": [...]}` once its caches are synced, a JSON stats
+line on exit, and runs until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import threading
+
+from kubernetes import config as kubeconfig
+
+from sim.scheduler.config import ConfigError, load
+from sim.scheduler.scheduler import Scheduler
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.scheduler", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="KubeSchedulerConfiguration YAML file")
+    parser.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server to use")
+    parser.add_argument("--initial-backoff", type=float, default=None, help="seconds (default from config: 1)")
+    parser.add_argument("--max-backoff", type=float, default=None, help="seconds (default from config: 10)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    api = kubeconfig.new_client_from_config(config_file=args.kubeconfig)
+    sched = Scheduler(cfg, api, initial_backoff=args.initial_backoff, max_backoff=args.max_backoff).start()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    sched.wait_synced(30)
+    print(json.dumps({"ready": True, "profiles": list(cfg.scheduler_names)}), flush=True)
+    done.wait()
+    sched.stop()
+    print(json.dumps({"stats": dataclasses.asdict(sched.stats)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

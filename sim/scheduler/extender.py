@@ -1,0 +1,142 @@
+"""Calls to a scheduler extender exactly as kube-scheduler makes them (k8s.io/kube-scheduler
+extender/v1): POST <urlPrefix>/<verb>, PascalCase JSON (Go structs without json tags), HTTP 200
+required, httpTimeout as the client timeout, TLS per tlsConfig."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+from sim.scheduler.config import ExtenderConfig
+
+
+class ExtenderError(Exception):
+    """The call failed or the extender answered with `Error`; `ignorable` decides what happens."""
+
+
+@dataclass
+class FilterResult:
+    node_names: list[str]
+    failed: dict[str, str]
+    failed_unresolvable: dict[str, str]
+
+
+def _ssl_context(cfg: ExtenderConfig) -> ssl.SSLContext:
+    tls = cfg.tls
+    # kube-scheduler: with enableHTTPS and no CA configured, the connection is not verified.
+    insecure = tls.insecure or (cfg.enable_https and not tls.has_ca)
+    ctx = ssl.create_default_context()
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif tls.has_ca:
+        ctx = ssl.create_default_context(cadata=tls.ca_data.decode() if tls.ca_data else None,
+                                         cafile=tls.ca_file or None)
+    if tls.cert_data or tls.cert_file:
+        with tempfile.TemporaryDirectory() as d:
+            cert, key = tls.cert_file, tls.key_file
+            if tls.cert_data:
+                cert = str(Path(d, "c.pem"))
+                Path(cert).write_bytes(tls.cert_data)
+            if tls.key_data:
+                key = str(Path(d, "k.pem"))
+                Path(key).write_bytes(tls.key_data)
+            ctx.load_cert_chain(cert, key or None)
+    return ctx
+
+
+def _pod_requests(pod: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    spec = pod.get("spec") or {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        res = c.get("resources") or {}
+        names.update((res.get("requests") or {}).keys())
+        names.update((res.get("limits") or {}).keys())
+    return names
+
+
+def _lower_keys(doc: Any) -> dict[str, Any]:
+    # Go's encoding/json matches keys case-insensitively when decoding the reply.
+    return {k.lower(): v for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+class Extender:
+    def __init__(self, cfg: ExtenderConfig):
+        self.cfg = cfg
+        self.url = cfg.url_prefix.rstrip("/")
+        kwargs: dict[str, Any] = {"maxsize": 8, "retries": False,
+                                  "timeout": urllib3.Timeout(total=cfg.http_timeout)}
+        if self.url.startswith("https://"):
+            kwargs["ssl_context"] = _ssl_context(cfg)
+            if cfg.tls.server_name:
+                kwargs["server_hostname"] = cfg.tls.server_name
+        self._http = urllib3.PoolManager(**kwargs)
+        self.filter_calls = 0
+        self.bind_calls = 0
+
+    def interested(self, pod: dict[str, Any]) -> bool:
+        """kube-scheduler's IsInterested: no managedResources, or the pod asks for one of them."""
+        if not self.cfg.managed_resources:
+            return True
+        wanted = _pod_requests(pod)
+        return any(mr.name in wanted for mr in self.cfg.managed_resources)
+
+    def _post(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.url}/{verb}"
+        try:
+            resp = self._http.request("POST", url, body=json.dumps(args).encode(),
+                                      headers={"Content-Type": "application/json"})
+        except urllib3.exceptions.HTTPError as exc:
+            raise ExtenderError(f'Post "{url}": {exc}') from exc
+        if resp.status != 200:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}, code {resp.status}")
+        try:
+            return _lower_keys(json.loads(resp.data))
+        except ValueError as exc:
+            raise ExtenderError(f"extender at URL {url} answered {verb} with invalid JSON: {exc}") from exc
+
+    def filter(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> FilterResult:
+        names = [n["metadata"]["name"] for n in nodes]
+        if self.cfg.node_cache_capable:
+            args = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        else:
+            args = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+        self.filter_calls += 1
+        result = self._post(self.cfg.filter_verb, args)
+        if result.get("error"):
+            raise ExtenderError(str(result["error"]))
+        known = set(names)
+        out: list[str] = []
+        if self.cfg.node_cache_capable and result.get("nodenames") is not None:
+            for name in result["nodenames"]:
+                if name not in known:
+                    raise ExtenderError(f'extender "{self.url}" claims a filtered node "{name}" which is not '
+                                        "found in the input node list")
+                out.append(name)
+        elif result.get("nodes") is not None:
+            for item in (result["nodes"] or {}).get("items") or []:
+                name = (item.get("metadata") or {}).get("name", "")
+                if name not in known:
+                    raise ExtenderError(f'extender "{self.url}" claims a filtered node "{name}" which is not '
+                                        "found in the input node list")
+                out.append(name)
+        return FilterResult(out, dict(result.get("failednodes") or {}),
+                            dict(result.get("failedandunresolvablenodes") or {}))
+
+    def bind(self, pod: dict[str, Any], node: str) -> None:
+        meta = pod["metadata"]
+        args = {"PodName": meta["name"], "PodNamespace": meta.get("namespace", ""), "PodUID": meta.get("uid", ""),
+                "Node": node}
+        self.bind_calls += 1
+        result = self._post(self.cfg.bind_verb, args)
+        if result.get("error"):
+            raise ExtenderError(str(result["error"]))
+
+    def close(self) -> None:
+        self._http.clear()

@@ -1,0 +1,22 @@
+"""Scheduling failure messages in kube-scheduler's words."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+NO_NODES = "no nodes available to schedule pods"
+
+
+def fit_error(num_all_nodes: int, reasons: dict[str, str]) -> str:
+    """`0/N nodes are available: <count> <reason>, ....` with reasons counted and sorted as
+    kube-scheduler's FitError does (by the "<count> <reason>" string)."""
+    histogram = Counter(reasons.values())
+    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if parts:
+        msg += " " + ", ".join(parts) + "."
+    return msg
+
+
+def scheduled(namespace: str, name: str, node: str) -> str:
+    return f"Successfully assigned {namespace}/{name} to {node}"

@@ -1,0 +1,413 @@
+"""A kube-scheduler stand-in that calls extenders the way the real one does.
+
+It list-watches unassigned pods and all nodes through the official client, schedules pods whose
+`spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
+node sampling), then each interested extender's filter, then a host, then binding (the extender's
+bind verb, or a Binding) on a small pool of threads as kube-scheduler's asynchronous binding
+cycle. A failed attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
+condition, and the pod is retried after an exponential backoff.
+
+Not simulated: prioritize and preempt verbs, scoring plugins (ties are broken at random),
+resource fit of cpu/memory, affinity beyond nodeSelector, the 5-minute unschedulable queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+
+from sim.scheduler import messages
+from sim.scheduler.config import SchedulerConfig
+from sim.scheduler.extender import Extender, ExtenderError
+from sim.scheduler.fit import num_feasible_nodes_to_find, unfit_reason
+
+log = logging.getLogger("sim.scheduler")
+
+
+@dataclass
+class Stats:
+    attempts: int = 0
+    scheduled: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+
+
+class Unschedulable(Exception):
+    """The attempt failed; the message is the FailedScheduling event text."""
+
+
+def _key(pod: dict[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
+
+
+def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    # kube-scheduler's informer objects carry no apiVersion/kind, so neither does what it sends.
+    return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+
+
+class _Informer:
+    """List then watch one resource with the official client, as raw JSON, relisting on errors."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any], field_selector: str,
+                 on_sync: Callable[[list[dict[str, Any]]], None],
+                 on_event: Callable[[str, dict[str, Any]], None], stopping: threading.Event):
+        self.name, self.list_fn, self.field_selector = name, list_fn, field_selector
+        self.on_sync, self.on_event, self.stopping = on_sync, on_event, stopping
+        self.synced = threading.Event()
+        self._watch: watch.Watch | None = None
+        self.thread = threading.Thread(target=self._run, name=f"sched-informer-{name}", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                resp = self.list_fn(field_selector=self.field_selector, _preload_content=False)
+                doc = json.loads(resp.data)
+                rv = doc["metadata"]["resourceVersion"]
+                self.on_sync(doc.get("items") or [])
+                self.synced.set()
+                self._watch = watch.Watch()
+                for ev in self._watch.stream(self.list_fn, field_selector=self.field_selector,
+                                             resource_version=rv, timeout_seconds=30,
+                                             allow_watch_bookmarks=True, deserialize=False):
+                    if self.stopping.is_set():
+                        break
+                    obj = ev.get("object") or {}
+                    if ev.get("type") == "ERROR":
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if ev.get("type") != "BOOKMARK":
+                        self.on_event(ev["type"], obj)
+                # The official client raises KeyError on an ERROR event when not deserializing,
+                # and ends the stream at timeout: either way, relist and watch again.
+            except Exception as exc:  # noqa: BLE001 - the informer must survive an unavailable API
+                if not self.stopping.is_set():
+                    log.info("informer %s: %s; relisting", self.name, exc)
+                    self.stopping.wait(0.2)
+
+    def stop(self) -> None:
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(w, "_resp", None)
+            try:
+                if resp is not None:
+                    resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class Scheduler:
+    """Args:
+        config: parsed KubeSchedulerConfiguration (sim.scheduler.config.load / parse).
+        api_client: an official-client ApiClient (e.g. ApiServer.api_client("kube-scheduler")).
+        initial_backoff, max_backoff: override the config's pod backoff (seconds), e.g. 0.05 in tests.
+        bind_workers: how many bindings may run at once.
+        seed: seed for breaking ties between feasible nodes.
+    """
+
+    def __init__(self, config: SchedulerConfig, api_client: Any, *, initial_backoff: float | None = None,
+                 max_backoff: float | None = None, bind_workers: int = 8, seed: int | None = None):
+        self.config = config
+        self.core = client.CoreV1Api(api_client)
+        self.extenders = [Extender(e) for e in sorted(config.extenders, key=lambda e: e.ignorable)]
+        self.initial_backoff = config.initial_backoff if initial_backoff is None else initial_backoff
+        self.max_backoff = config.max_backoff if max_backoff is None else max_backoff
+        self.stats = Stats()
+        self._rng = random.Random(seed)
+        self._lock = threading.Condition()
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._active: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._backoff: list[tuple[float, str]] = []
+        self._backing_off: set[str] = set()
+        self._in_flight: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._events: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self._next_start = 0
+        self._stopping = threading.Event()
+        self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
+        self._informers = [
+            _Informer("pods", self.core.list_pod_for_all_namespaces, "spec.nodeName=", self._sync_pods,
+                      self._pod_event, self._stopping),
+            _Informer("nodes", self.core.list_node, "", self._sync_nodes, self._node_event, self._stopping),
+        ]
+        self._worker = threading.Thread(target=self._run, name="sched-worker", daemon=True)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> Scheduler:
+        for inf in self._informers:
+            inf.thread.start()
+        self._worker.start()
+        return self
+
+    def wait_synced(self, timeout: float = 10) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self._informers)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+        for inf in self._informers:
+            inf.stop()
+        self._worker.join(timeout=5)
+        self._binders.shutdown(wait=True, cancel_futures=True)
+        for inf in self._informers:
+            inf.thread.join(timeout=5)
+        for ext in self.extenders:
+            ext.close()
+
+    def __enter__(self) -> Scheduler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- informer callbacks --------------------------------------------------------------------
+    def _eligible(self, pod: dict[str, Any]) -> bool:
+        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        return (spec.get("schedulerName", "default-scheduler") in self.config.scheduler_names
+                and not spec.get("nodeName") and not meta.get("deletionTimestamp")
+                and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+    def _enqueue(self, key: str) -> None:
+        if key not in self._queued and key not in self._backing_off and key not in self._in_flight:
+            self._queued.add(key)
+            self._active.append(key)
+            self._lock.notify_all()
+
+    def _sync_pods(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._pods = {_key(p): p for p in items if self._eligible(p)}
+            for key in self._pods:
+                self._enqueue(key)
+
+    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        key = _key(pod)
+        with self._lock:
+            if kind != "DELETED" and self._eligible(pod):
+                self._pods[key] = pod
+                self._enqueue(key)
+            else:
+                self._pods.pop(key, None)
+                self._failures.pop(key, None)
+
+    def _sync_nodes(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._nodes = {n["metadata"]["name"]: n for n in items}
+
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(node["metadata"]["name"], None)
+            else:
+                self._nodes[node["metadata"]["name"]] = node
+
+    # ---- the scheduling loop -------------------------------------------------------------------
+    def _pop(self) -> tuple[str, dict[str, Any]] | None:
+        with self._lock:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                while self._backoff and self._backoff[0][0] <= now:
+                    _, key = heapq.heappop(self._backoff)
+                    self._backing_off.discard(key)
+                    if key in self._pods:
+                        self._enqueue(key)
+                while self._active:
+                    key = self._active.popleft()
+                    self._queued.discard(key)
+                    pod = self._pods.get(key)
+                    if pod is not None:
+                        self._in_flight.add(key)
+                        return key, pod
+                wait = self._backoff[0][0] - now if self._backoff else 0.5
+                self._lock.wait(min(max(wait, 0.001), 0.5))
+        return None
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            item = self._pop()
+            if item is None:
+                return
+            key, pod = item
+            try:
+                self._schedule_one(key, pod)
+            except Exception as exc:  # noqa: BLE001 - one pod must not stop the scheduler
+                log.exception("scheduling %s", key)
+                self._failed(key, pod, str(exc), error=True)
+
+    def _schedule_one(self, key: str, pod: dict[str, Any]) -> None:
+        self.stats.attempts += 1
+        with self._lock:
+            nodes = list(self._nodes.values())
+        try:
+            node = self._find_host(pod, nodes)
+        except Unschedulable as exc:
+            self._failed(key, pod, str(exc))
+            return
+        except ExtenderError as exc:
+            self._failed(key, pod, str(exc), error=True)
+            return
+        self._binders.submit(self._bind, key, pod, node)
+
+    def _find_host(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
+        if not nodes:
+            raise Unschedulable(messages.NO_NODES)
+        wire_pod = _strip_type_meta(pod)
+        reasons: dict[str, str] = {}
+        feasible: list[dict[str, Any]] = []
+        want = num_feasible_nodes_to_find(self.config.percentage_of_nodes_to_score, len(nodes))
+        start, processed = self._next_start % len(nodes), 0
+        for i in range(len(nodes)):
+            if len(feasible) >= want:
+                break
+            node = nodes[(start + i) % len(nodes)]
+            processed += 1
+            why = unfit_reason(pod, node)
+            if why:
+                reasons[node["metadata"]["name"]] = why
+            else:
+                feasible.append(node)
+        self._next_start = (start + processed) % len(nodes)
+        for ext in self.extenders:
+            if not feasible:
+                break
+            if not ext.cfg.filter_verb or not ext.interested(pod):
+                continue
+            try:
+                result = ext.filter(wire_pod, [_strip_type_meta(n) for n in feasible])
+            except ExtenderError:
+                if ext.cfg.ignorable:
+                    continue
+                raise
+            reasons.update(result.failed)
+            reasons.update(result.failed_unresolvable)
+            keep = set(result.node_names)
+            feasible = [n for n in feasible if n["metadata"]["name"] in keep]
+        if not feasible:
+            raise Unschedulable(messages.fit_error(len(nodes), reasons))
+        if len(feasible) == 1:
+            return feasible[0]["metadata"]["name"]
+        return self._rng.choice(feasible)["metadata"]["name"]
+
+    def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
+        try:
+            binder = next((e for e in self.extenders if e.cfg.bind_verb and e.interested(pod)), None)
+            bound = False
+            if binder is not None:
+                try:
+                    binder.bind(pod, node)
+                    bound = True
+                except ExtenderError:
+                    if not binder.cfg.ignorable:
+                        raise
+            if not bound:
+                meta = pod["metadata"]
+                body = {"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+                self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
+                                                        _preload_content=False)
+        except ExtenderError as exc:
+            self._failed(key, pod, str(exc), error=True)
+            return
+        except client.ApiException as exc:
+            self._failed(key, pod, f'running Bind plugin "DefaultBinder": {_api_message(exc)}', error=True)
+            return
+        except Exception as exc:  # noqa: BLE001
+            self._failed(key, pod, f"binding failed: {exc}", error=True)
+            return
+        with self._lock:
+            self.stats.scheduled += 1
+            self._in_flight.discard(key)
+            self._pods.pop(key, None)
+            self._failures.pop(key, None)
+        self._event(pod, "Normal", "Scheduled", messages.scheduled(pod["metadata"]["namespace"],
+                                                                  pod["metadata"]["name"], node))
+
+    def _failed(self, key: str, pod: dict[str, Any], message: str, error: bool = False) -> None:
+        with self._lock:
+            if error:
+                self.stats.errors += 1
+            else:
+                self.stats.unschedulable += 1
+        self._event(pod, "Warning", "FailedScheduling", message)
+        self._set_condition(pod, message, "SchedulerError" if error else "Unschedulable")
+        with self._lock:
+            self._in_flight.discard(key)
+            n = self._failures.get(key, 0) + 1
+            self._failures[key] = n
+            if key in self._pods and key not in self._backing_off:
+                delay = min(self.initial_backoff * (2 ** (n - 1)), self.max_backoff)
+                heapq.heappush(self._backoff, (time.monotonic() + delay, key))
+                self._backing_off.add(key)
+            self._lock.notify_all()
+
+    # ---- API writes ----------------------------------------------------------------------------
+    def _set_condition(self, pod: dict[str, Any], message: str, reason: str) -> None:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("message") == message:
+                return
+        meta = pod["metadata"]
+        patch = {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+            "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], patch, _preload_content=False)
+        except Exception as exc:  # noqa: BLE001 - a condition is informative only
+            log.debug("pod condition for %s: %s", _key(pod), exc)
+
+    def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an event; repeats of the same one bump its count, as client-go's recorder does."""
+        meta = pod["metadata"]
+        ns, component = meta.get("namespace", "default"), pod.get("spec", {}).get("schedulerName", "")
+        ident = (meta.get("uid", ""), reason, message)
+        now = _now()
+        try:
+            with self._lock:
+                seen = self._events.get(ident)
+            if seen:
+                name, count = seen
+                self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": now},
+                                                 _preload_content=False)
+                with self._lock:
+                    self._events[ident] = (name, count + 1)
+                return
+            name = f"{meta['name']}.{time.time_ns():x}"
+            body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+                    "involvedObject": {"kind": "Pod", "namespace": ns, "name": meta["name"],
+                                       "uid": meta.get("uid", ""), "apiVersion": "v1",
+                                       "resourceVersion": meta.get("resourceVersion", "")},
+                    "reason": reason, "message": message, "type": type_,
+                    "source": {"component": component}, "reportingComponent": component,
+                    "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
+            with self._lock:
+                if len(self._events) > 10_000:
+                    self._events.clear()
+                self._events[ident] = (name, 1)
+        except Exception as exc:  # noqa: BLE001 - events are best effort, as in kube-scheduler
+            log.debug("event for %s: %s", _key(pod), exc)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _api_message(exc: client.ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message") or str(exc.reason)
+    except (TypeError, ValueError):
+        return str(exc.reason)
