@@ -293,10 +293,12 @@ class PlacementIndex:
                     if reason is not None:
                         out.append(reason)
                 if node in tried:
+                    free = "; ".join(f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
+                                     for _, uuid, _, pset, mask, healthy in gpus if healthy and pset)
                     out.append(R.Reason(
                         R.DEVICES_DO_NOT_FIT_TOGETHER,
-                        f"the pod's {len(devices)} MIG devices do not all fit on this node together "
-                        f"(requests: {_requests_text(devices)})", node))
+                        f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
+                        f"on this node together; free slices: {free}", node))
             return out
 
         return R.Refusal(build)

@@ -1,0 +1,244 @@
+"""`dynmig policy`: check an allowlist file, explain a placement, diff two policies by their effect.
+
+Pure planning comes from `mig.placement`; this module only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mig import catalog
+from mig.allowlist import (
+    ERROR,
+    Allowlist,
+    PolicyError,
+    check_allowlist_file,
+    default_allowlist,
+    load_allowlist,
+)
+from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
+from mig.placement.occupancy import profile_set
+from mig.placement.preference import parse_preference
+from mig.placement.published import from_catalog
+from mig.types import Placement
+
+# Request sizes for `diff`: a ladder in GiB, asked a little under each size (95 %) so that a request
+# "for 10 GiB" lands on a profile sold as 10gb (whose memory is slightly under 10 GiB).
+LADDER_GIB = (1, 4, 8, 10, 16, 20, 24, 32, 40, 48, 64, 80, 96, 141, 180)
+LADDER_MIB = tuple(round(g * 1024 * 0.95) for g in LADDER_GIB)
+NODE, GPU = "explain-node", "GPU-explain"
+
+
+def _positive_mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB (e.g. --memory 8000)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive number of MiB (e.g. --memory 8000)")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive device count (e.g. --gpus 2)")
+    return value
+
+
+def _placements(text: str) -> tuple[Placement, ...]:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        start, sep, size = part.partition(":")
+        try:
+            placement = Placement(int(start), int(size))
+        except ValueError:
+            placement = None
+        if not sep or placement is None or placement.start < 0 or placement.size <= 0:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not START:SIZE with START ≥ 0 and SIZE > 0 (e.g. --occupied 0:2,6:1)")
+        out.append(placement)
+    return tuple(out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynmig policy", description="Check, explain and diff MIG allowlists.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff}")
+    check = sub.add_parser("check", help="validate an allowlist / device-config file")
+    check.add_argument("file")
+    explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
+    explain.add_argument("--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB")
+    explain.add_argument("--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)")
+    explain.add_argument("--gpus", type=_positive_count, default=1, help="devices (nvidia.com/gpu), default 1")
+    explain.add_argument("--preference", default="", help="nvidia.com/mig-profile-preference, e.g. 4g,3g.20gb")
+    explain.add_argument("--occupied", type=_placements, default=(), help="held placements, e.g. 0:2,6:1")
+    explain.add_argument("--policy", help="allowlist file (default: the built-in default policy)")
+    explain.add_argument("--json", action="store_true", help="print one JSON object")
+    diff = sub.add_parser("diff", help="what changes, per model and request size, between two policies")
+    diff.add_argument("old")
+    diff.add_argument("new")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "check":
+        return _check(args.file)
+    if args.command == "explain":
+        return _explain(parser, args)
+    return _diff(args.old, args.new)
+
+
+# ---- check -------------------------------------------------------------------------------------
+def _check(path: str) -> int:
+    issues = check_allowlist_file(path)
+    for issue in issues:
+        print(issue.render(path), file=sys.stderr if issue.severity == ERROR else sys.stdout)
+    errors = sum(1 for i in issues if i.severity == ERROR)
+    if errors:
+        print(f"{path}: {errors} error(s); the policy would be rejected", file=sys.stderr)
+        return 1
+    print(f"{path}: ok" + (f" ({len(issues)} warning(s))" if issues else ""))
+    return 0
+
+
+def _load(path: str | None) -> Allowlist:
+    return default_allowlist() if path is None else load_allowlist(path)
+
+
+# ---- explain -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Explanation:
+    fits: bool
+    profiles: tuple[str, ...]
+    placements: tuple[Placement, ...]
+    reason: str
+
+    def as_json(self) -> dict:
+        return {"fits": self.fits, "profiles": list(self.profiles),
+                "placements": [{"start": p.start, "size": p.size} for p in self.placements],
+                "reason": self.reason}
+
+
+def explain(model: catalog.GpuModel, allowlist: Allowlist, memory: int, gpus: int = 1,
+            preference: Sequence[str] = (), occupied: Sequence[Placement] = ()) -> Explanation:
+    """The placement engine's answer for one GPU of `model`, with the reasoning in words."""
+    profiles = from_catalog(model, allowlist.profiles_for(model.nvml_name))
+    if not profiles:
+        return Explanation(False, (), (), f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
+                           "profiles of this model, so it publishes no MIG profiles")
+    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied))
+    pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
+    result = plan_pod(pod, [gpu])
+    if not isinstance(result, Plan):
+        return Explanation(False, (), (), result.node_message(NODE))
+    return Explanation(True, tuple(d.profile for d in result.devices),
+                       tuple(d.placement for d in result.devices), _why(gpu, pod, result))
+
+
+def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
+    ps = profile_set(gpu.profiles)
+    memory = pod.containers[0].memory_mib
+    cover = [p for p in ps.profiles if p.memory_mb >= (memory or 0)]
+    smallest = cover[0].name
+    parts = []
+    for d in plan.devices:
+        why = f"{d.profile} at {d.placement}"
+        if d.profile == smallest:
+            why += f" (the smallest allowlisted profile with ≥ {memory} MiB"
+        elif any(e for e in pod.preference if d.profile == e or d.profile.split('.')[0] == e):
+            why += f" (preferred by {','.join(pod.preference)}"
+        else:
+            why += f" (larger than {smallest}, which has no free placement left"
+        parts.append(why + ")")
+    mask = gpu.occupied_mask
+    for d in plan.devices:
+        mask |= d.placement.mask
+    left = [f"{p.name}×{len(ps.free_placements(mask, i))}" for i, p in enumerate(ps.profiles)]
+    return ("; ".join(parts) + "; placements chosen to keep the most large placements free "
+            f"(still placeable afterwards: {', '.join(left)})")
+
+
+def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        model = catalog.find_model(args.model)
+    except catalog.UnknownModel as error:
+        parser.error(f"argument --model: {error}")
+    try:
+        allowlist = _load(args.policy)
+    except (PolicyError, OSError) as error:
+        print(f"dynmig policy explain: --policy {args.policy}: {error}", file=sys.stderr)
+        return 1
+    axis = max(p.end for prof in model.profiles for p in prof.placements)
+    occupied = sorted(args.occupied)
+    for p in occupied:
+        if p.end > axis:
+            parser.error(f"argument --occupied: {p} ends past the {axis}-slice axis of {model.key}")
+    for a, b in itertools.pairwise(occupied):
+        if a.overlaps(b):
+            parser.error(f"argument --occupied: {a} and {b} overlap; list each held placement once")
+    result = explain(model, allowlist, args.memory, args.gpus, parse_preference(args.preference), occupied)
+    if args.json:
+        print(json.dumps(result.as_json()))
+        return 0
+    held = ",".join(str(p) for p in occupied) or "nothing"
+    print(f"{model.key} ({model.nvml_name}), policy {args.policy or 'default'}; occupied: {held}")
+    print(f"request: {args.gpus} × {args.memory} MiB"
+          + (f", preference {args.preference}" if args.preference else ""))
+    if result.fits:
+        for n, (name, place) in enumerate(zip(result.profiles, result.placements, strict=True)):
+            print(f"  device {n}: {name} at {place}")
+    else:
+        print("  does not fit")
+    print(f"why: {result.reason}")
+    return 0
+
+
+# ---- diff --------------------------------------------------------------------------------------
+def _first_profile(model: catalog.GpuModel, allowlist: Allowlist, memory: int) -> str:
+    result = explain(model, allowlist, memory)
+    if result.fits:
+        return result.profiles[0]
+    if not allowlist.profiles_for(model.nvml_name):
+        return "(not allowlisted)"
+    return "(nothing large enough)"
+
+
+def _diff(old_path: str, new_path: str) -> int:
+    try:
+        old, new = load_allowlist(old_path), load_allowlist(new_path)
+    except (PolicyError, OSError) as error:
+        print(f"dynmig policy diff: {error}", file=sys.stderr)
+        return 1
+    changes = 0
+    for model in catalog.MODELS:
+        was, now = set(old.profiles_for(model.nvml_name)), set(new.profiles_for(model.nvml_name))
+        for verb, names in (("adds", now - was), ("removes", was - now)):
+            real = sorted(n for n in names if model.profile(n))
+            if real:
+                changes += 1
+                print(f"{model.key:<16} {verb} {', '.join(real)} (chosen by default only where smallest; "
+                      "otherwise through nvidia.com/mig-profile-preference)")
+        for mib in LADDER_MIB:
+            before, after = _first_profile(model, old, mib), _first_profile(model, new, mib)
+            if before != after:
+                changes += 1
+                print(f"{model.key:<16} {mib:>7} MiB: {before} -> {after}")
+    print(f"{changes} change(s) between {old_path} and {new_path}"
+          f" ({len(catalog.MODELS)} models × {len(LADDER_MIB)} request sizes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
