@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -313,7 +315,7 @@ class SecretSource:
         self.api, self.namespace, self.name = core_api, namespace, name
         self.watch_timeout = watch_timeout
         self.backoff = backoff
-        self._watch = None
+        self._response = None
 
     def _deliver(self, secret, deliver: PairCallback) -> None:
         from certs.store import decode_data
@@ -325,8 +327,6 @@ class SecretSource:
             log.warning("Secret %s/%s has no tls.crt/tls.key yet", self.namespace, self.name)
 
     def run(self, deliver: PairCallback, stop: threading.Event) -> None:
-        from kubernetes import watch
-
         delay = self.backoff[0]
         selector = f"metadata.name={self.name}"
         while not stop.is_set():
@@ -334,27 +334,55 @@ class SecretSource:
                 listed = self.api.list_namespaced_secret(self.namespace, field_selector=selector)
                 for item in listed.items:
                     self._deliver(item, deliver)
-                self._watch = watch.Watch()
-                for event in self._watch.stream(
-                    self.api.list_namespaced_secret,
-                    self.namespace,
-                    field_selector=selector,
-                    resource_version=listed.metadata.resource_version,
-                    timeout_seconds=self.watch_timeout,
-                ):
-                    if stop.is_set():
-                        return
-                    obj = event["object"]
-                    if event["type"] in ("ADDED", "MODIFIED") and obj.metadata.name == self.name:
-                        self._deliver(obj, deliver)
+                self._stream(listed.metadata.resource_version, selector, deliver, stop)
                 delay = self.backoff[0]
             except Exception as error:  # noqa: BLE001 - API down, 410 Gone, bad data: re-list after a pause
                 if stop.is_set():
                     return
-                log.warning("watching Secret %s/%s failed (%s); re-listing in %.0fs", self.namespace, self.name, error, delay)
+                log.warning("watching Secret %s/%s failed (%s); re-listing in %.1fs",
+                            self.namespace, self.name, error, delay)
                 stop.wait(delay)
                 delay = min(delay * 2, self.backoff[1])
 
+    def _stream(self, version: str, selector: str, deliver: PairCallback, stop: threading.Event) -> None:
+        """One watch, read as raw JSON lines so that interrupt() can close it at once."""
+        response = self.api.list_namespaced_secret(
+            self.namespace, field_selector=selector, resource_version=version, watch=True,
+            timeout_seconds=self.watch_timeout, _preload_content=False,
+            _request_timeout=(10, self.watch_timeout + 30),
+        )
+        self._response = response
+        try:
+            for line in _lines(response):
+                if stop.is_set():
+                    return
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise RuntimeError(obj.get("message", "watch error"))
+                if event.get("type") in ("ADDED", "MODIFIED") and obj.get("metadata", {}).get("name") == self.name:
+                    self._deliver(obj, deliver)
+        finally:
+            self._response = None
+            response.release_conn()
+
     def interrupt(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
+        response = self._response
+        if response is None:
+            return
+        # closing the file object does not wake a thread blocked in recv(); shutting the socket does
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        response.close()
+
+
+def _lines(response):
+    pending = b""
+    for chunk in response.stream(4096, decode_content=False):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line for line in lines if line.strip())

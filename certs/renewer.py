@@ -85,6 +85,7 @@ class CertRenewer:
         self.admission_api, self.mutating, self.validating = admission_api, mutating, validating
         self.is_leader, self.interval, self.backoff, self.clock = is_leader, interval, backoff, clock
         self.failures = 0  # consecutive
+        self.passes = 0  # loop iterations, leader or not
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -122,6 +123,7 @@ class CertRenewer:
                     log.error("certificate renewal failed (%d in a row), retrying in %.0fs: %s",
                               self.failures, delay, error)
                     wait, delay = delay, min(delay * 2, self.backoff[1])
+            self.passes += 1
             self._stop.wait(wait)
 
     def start(self) -> None:

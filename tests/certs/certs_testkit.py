@@ -27,14 +27,16 @@ def _app() -> Starlette:
 
 
 class RunningServer:
-    def __init__(self, reloader: TLSReloader) -> None:
+    def __init__(self, reloader: TLSReloader, app: Starlette | None = None) -> None:
         self.reloader = reloader
         config = uvicorn.Config(
-            _app(),
+            app or _app(),
             host="127.0.0.1",
             port=0,
             log_level="warning",
             lifespan="off",
+            # the API server keeps webhook connections alive; do not wait for it to close them
+            timeout_graceful_shutdown=1,
             ssl_context_factory=reloader.ssl_context_factory,
         )
         self.server = uvicorn.Server(config)
