@@ -259,6 +259,14 @@ class SimulatedLibrary:
 
     _nvmlDeviceGetComputeRunningProcesses_v2 = _nvmlDeviceGetComputeRunningProcesses_v3
 
+    def _nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:
+        """The simulated node runs compute work only: no graphics processes."""
+        with self.store.read() as state:
+            self._device(state, handle)
+            return _fill_array(count, infos, 0, lambda i, item: None, probe=False)
+
+    _nvmlDeviceGetGraphicsRunningProcesses_v2 = _nvmlDeviceGetGraphicsRunningProcesses_v3
+
     # ---- MIG mode and MIG devices ---------------------------------------------------------------
 
     def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> None:

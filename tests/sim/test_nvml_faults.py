@@ -169,3 +169,10 @@ def test_a_slow_destroy_still_destroys_and_clear_faults_removes_every_fault(node
     sim.clear_faults()
     assert pynvml.nvmlDeviceGetCount() == 1
     assert sim.snapshot()["faults"] == {"errors": {}, "create_failures": [], "destroy_delay_s": 0.0}
+
+
+def test_busy_work_is_compute_work_and_graphics_process_lists_stay_empty(node):
+    sim = node(A100)
+    sim.set_busy(sim.gpu_uuids[0], [31])
+    assert pynvml.nvmlDeviceGetGraphicsRunningProcesses(_handle()) == []
+    assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(_handle())] == [31]
