@@ -1,0 +1,246 @@
+"""Placement engine: profile choice, placements, multi-device, policies, occupancy and refusal reasons,
+as tables across GPU models built from the catalog and the default allowlist."""
+
+from __future__ import annotations
+
+import pytest
+
+from mig.allowlist import default_allowlist
+from mig.catalog import find_model
+from mig.placement import (
+    ContainerRequest,
+    GpuState,
+    PlacementIndex,
+    Plan,
+    PodRequest,
+    PublishedProfile,
+    Refusal,
+    plan_pod,
+)
+from mig.placement import reasons as R
+from mig.placement.published import from_catalog
+from mig.types import Placement
+
+ALLOW = default_allowlist()
+
+
+def gpu(model: str, node: str = "node-a", uuid: str = "GPU-0", index: int = 0, occupied=(), healthy=True):
+    m = find_model(model)
+    return GpuState(node, uuid, m.nvml_name, from_catalog(m, ALLOW.profiles_for(m.nvml_name)),
+                    tuple(occupied), healthy, index)
+
+
+def pod(*containers: tuple[int, int | None], **annotations: str) -> PodRequest:
+    return PodRequest.from_annotations([ContainerRequest(n, mem) for n, mem in containers], annotations)
+
+
+def only(result) -> tuple[str, Placement]:
+    assert isinstance(result, Plan), result
+    (d,) = result.devices
+    return d.profile, d.placement
+
+
+@pytest.mark.parametrize(("model", "mib", "profile"), [
+    ("RTX-PRO-6000", 8000, "1g.24gb"),
+    ("RTX-PRO-6000", 30000, "2g.48gb"),
+    ("RTX-PRO-6000", 90000, "4g.96gb"),
+    ("A100-SXM4-40GB", 4000, "1g.5gb"),
+    ("A100-SXM4-40GB", 5000, "2g.10gb"),  # 1g.10gb is not in the default allowlist
+    ("A100-SXM4-40GB", 15000, "3g.20gb"),
+    ("A100-SXM4-40GB", 30000, "7g.40gb"),
+    ("H100-SXM5-80GB", 9000, "1g.10gb"),
+    ("H100-SXM5-80GB", 30000, "3g.40gb"),
+    ("A30", 6000, "2g.12gb"),
+    ("A30", 5000, "1g.6gb"),
+])
+def test_a_request_gets_the_smallest_allowlisted_profile_that_covers_its_memory(model, mib, profile):
+    chosen, placement = only(plan_pod(pod((1, mib)), [gpu(model)]))
+    assert chosen == profile
+    spec = find_model(model).profile(chosen)
+    assert spec.memory_mib >= mib
+    assert placement in spec.placements
+
+
+@pytest.mark.parametrize("model", ["A30", "A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000"])
+def test_without_a_memory_request_a_pod_gets_the_largest_profile(model):
+    m = find_model(model)
+    largest = max((m.profile(n) for n in ALLOW.profiles_for(m.nvml_name)), key=lambda p: p.memory_mib)
+    assert only(plan_pod(pod((1, None)), [gpu(model)]))[0] == largest.name
+
+
+def test_a_30000_mib_pod_on_an_rtx_pro_6000_gets_2g_48gb_at_start_0_as_on_real_hardware():
+    assert only(plan_pod(pod((1, 30000)), [gpu("RTX-PRO-6000")])) == ("2g.48gb", Placement(0, 6))
+
+
+@pytest.mark.parametrize(("model", "mib", "keeps"), [
+    ("A100-SXM4-40GB", 4000, Placement(0, 4)),   # a 1g lands in the upper half: 4g/3g at 0:4 stay free
+    ("H100-SXM5-80GB", 9000, Placement(0, 4)),
+    ("RTX-PRO-6000", 8000, Placement(6, 6)),    # a 1g leaves one 2g.48gb placement whole
+])
+def test_a_small_instance_on_an_empty_gpu_keeps_a_large_placement_free(model, mib, keeps):
+    _, placement = only(plan_pod(pod((1, mib)), [gpu(model)]))
+    assert not placement.overlaps(keeps)
+
+
+def test_the_second_small_pod_joins_the_partly_used_gpu_so_a_whole_gpu_stays_free():
+    index = PlacementIndex([gpu("A100-SXM4-40GB", uuid="GPU-0"), gpu("A100-SXM4-40GB", uuid="GPU-1", index=1)])
+    first = index.plan(pod((1, 4000)))
+    index.apply(first)
+    second = index.plan(pod((1, 4000)))
+    assert second.devices[0].gpu_uuid == first.devices[0].gpu_uuid
+    index.apply(second)
+    assert only(index.plan(pod((1, None))))[0] == "7g.40gb"
+
+
+def test_two_devices_of_one_container_may_land_on_the_same_gpu_without_overlapping():
+    result = plan_pod(pod((2, 4000)), [gpu("A100-SXM4-40GB")])
+    assert isinstance(result, Plan)
+    a, b = result.devices
+    assert (a.container_index, a.device_index, b.device_index) == (0, 0, 1)
+    assert a.gpu_uuid == b.gpu_uuid and not a.placement.overlaps(b.placement)
+
+
+def test_all_devices_of_all_containers_land_on_one_node_in_hami_container_order():
+    gpus = [gpu("A100-SXM4-40GB", node="node-a", occupied=[Placement(0, 8)]),
+            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0"), gpu("A30", node="node-b", uuid="GPU-b1", index=1)]
+    result = plan_pod(pod((1, 4000), (2, 15000)), gpus)
+    assert isinstance(result, Plan)
+    assert {d.node for d in result.devices} == {"node-b"}
+    assert [(d.container_index, d.device_index) for d in result.devices] == [(0, 0), (1, 0), (1, 1)]
+    big = [d for d in result.devices if d.container_index == 1]
+    assert all(d.memory_mb >= 15000 for d in big)
+
+
+def _synthetic(uuid: str, index: int, occupied=()) -> GpuState:
+    """Two profiles whose placements do not nest, so the smallest can be full while the larger is free."""
+    small = PublishedProfile("1g.5gb", 5000, 15, 1, (Placement(0, 1), Placement(1, 1)))
+    large = PublishedProfile("2g.10gb", 10000, 29, 2, (Placement(2, 2),))
+    return GpuState("node-a", uuid, "NVIDIA Synthetic", (small, large), tuple(occupied), True, index)
+
+
+def test_a_larger_profile_is_used_when_the_smallest_has_no_free_placement_anywhere():
+    full = _synthetic("GPU-0", 0, [Placement(0, 1), Placement(1, 1)])
+    d = plan_pod(pod((1, 4000)), [full]).devices[0]
+    assert (d.profile, d.placement) == ("2g.10gb", Placement(2, 2))
+    assert d.memory_mb >= 4000
+
+
+def test_another_gpu_with_room_for_the_smallest_profile_beats_an_upgrade():
+    full = _synthetic("GPU-0", 0, [Placement(0, 1), Placement(1, 1)])
+    roomy = _synthetic("GPU-1", 1, [Placement(0, 1), Placement(2, 2)])
+    d = plan_pod(pod((1, 4000)), [full, roomy]).devices[0]
+    assert (d.gpu_uuid, d.profile) == ("GPU-1", "1g.5gb")
+
+
+@pytest.mark.parametrize(("annotations", "expected_gpu"), [
+    ({}, "GPU-1"),  # default binpack: the partly used GPU
+    ({"hami.io/gpu-scheduler-policy": "spread"}, "GPU-0"),
+])
+def test_the_gpu_scheduler_policy_chooses_between_a_used_and_an_empty_gpu(annotations, expected_gpu):
+    gpus = [gpu("A100-SXM4-40GB", uuid="GPU-0"),
+            gpu("A100-SXM4-40GB", uuid="GPU-1", index=1, occupied=[Placement(6, 1)])]
+    assert plan_pod(pod((1, 4000), **annotations), gpus).devices[0].gpu_uuid == expected_gpu
+
+
+@pytest.mark.parametrize(("policy", "expected_node"), [("binpack", "node-b"), ("spread", "node-a")])
+def test_the_node_scheduler_policy_chooses_between_a_busy_and_an_idle_node(policy, expected_node):
+    gpus = [gpu("A100-SXM4-40GB", node="node-a", uuid="GPU-a"),
+            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0", occupied=[Placement(0, 8)]),
+            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b1", index=1)]
+    result = plan_pod(pod((1, None), **{"hami.io/node-scheduler-policy": policy}), gpus)
+    assert result.devices[0].node == expected_node
+
+
+def test_ties_go_to_the_lower_gpu_index_then_the_node_name():
+    gpus = [gpu("A30", node="node-b", uuid="GPU-b0"), gpu("A30", node="node-a", uuid="GPU-a1", index=1),
+            gpu("A30", node="node-a", uuid="GPU-a0", index=0)]
+    assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-a0"
+    assert plan_pod(pod((1, None)), list(reversed(gpus))).devices[0].gpu_uuid == "GPU-a0"
+
+
+@pytest.mark.parametrize(("annotations", "allowed"), [
+    ({"nvidia.com/use-gputype": "a30"}, {"GPU-a30"}),
+    ({"nvidia.com/nouse-gputype": "A100,H100"}, {"GPU-a30"}),
+    ({"nvidia.com/use-gpuuuid": "GPU-h100"}, {"GPU-h100"}),
+    ({"nvidia.com/nouse-gpuuuid": "GPU-a30, GPU-a100"}, {"GPU-h100"}),
+])
+def test_gpu_annotations_restrict_where_a_pod_may_land(annotations, allowed):
+    gpus = [gpu("A100-SXM4-40GB", uuid="GPU-a100", occupied=[Placement(6, 1)]), gpu("A30", uuid="GPU-a30", index=1),
+            gpu("H100-SXM5-80GB", uuid="GPU-h100", index=2)]
+    assert plan_pod(pod((1, 4000), **annotations), gpus).devices[0].gpu_uuid in allowed
+
+
+def test_the_index_follows_reservations_and_releases():
+    index = PlacementIndex([gpu("RTX-PRO-6000")])
+    plans = []
+    for _ in range(4):
+        plans.append(index.plan(pod((1, 8000))))
+        index.apply(plans[-1])
+    assert sorted(p.devices[0].placement.start for p in plans) == [0, 3, 6, 9]
+    assert isinstance(index.plan(pod((1, 8000))), Refusal)
+    index.release("GPU-0", plans[1].devices[0].placement)
+    assert only(index.plan(pod((1, 8000))))[1] == plans[1].devices[0].placement
+    with pytest.raises(ValueError, match="overlaps"):
+        index.reserve("GPU-0", Placement(0, 6))
+
+
+def test_planning_can_be_restricted_to_the_nodes_the_scheduler_offers():
+    gpus = [gpu("A30", node="node-a", uuid="GPU-a"), gpu("A30", node="node-b", uuid="GPU-b")]
+    assert PlacementIndex(gpus).plan(pod((1, 5000)), nodes=["node-b"]).devices[0].node == "node-b"
+
+
+def _reasons(result) -> dict[str, R.Reason]:
+    assert isinstance(result, Refusal)
+    return {r.gpu or r.node: r for r in result.reasons}
+
+
+def test_an_unhealthy_gpu_is_refused_as_unhealthy():
+    r = _reasons(plan_pod(pod((1, 4000)), [gpu("A30", healthy=False)]))["GPU-0"]
+    assert r.code == R.UNHEALTHY
+
+
+def test_a_gpu_without_published_profiles_says_so():
+    g = GpuState("node-a", "GPU-0", "NVIDIA Tesla T4", ())
+    r = _reasons(plan_pod(pod((1, 4000)), [g]))["GPU-0"]
+    assert r.code == R.NO_PROFILES and "allowlist" in r.message
+
+
+def test_an_excluded_gpu_names_the_annotation_that_excluded_it():
+    result = plan_pod(pod((1, 4000), **{"nvidia.com/use-gputype": "H100"}), [gpu("A30")])
+    r = _reasons(result)["GPU-0"]
+    assert r.code == R.EXCLUDED and "nvidia.com/use-gputype" in r.message
+
+
+def test_a_request_larger_than_every_profile_names_the_largest_profile():
+    r = _reasons(plan_pod(pod((1, 50000)), [gpu("A100-SXM4-40GB")]))["GPU-0"]
+    assert r.code == R.NOT_ENOUGH_MEMORY
+    assert "7g.40gb" in r.message and "40448" in r.message
+
+
+def test_a_fragmented_gpu_names_its_free_slices_and_the_placements_they_miss():
+    g = gpu("A100-SXM4-40GB", occupied=[Placement(0, 1), Placement(3, 1), Placement(4, 1), Placement(6, 1)])
+    r = _reasons(plan_pod(pod((1, 9000)), [g]))["GPU-0"]
+    assert r.code == R.FRAGMENTED
+    assert r.message == "fragmented: free slices 1,2,5,7 but 2g.10gb needs one of 0:2,2:2,4:2"
+
+
+def test_a_full_gpu_says_there_are_not_enough_free_slices():
+    r = _reasons(plan_pod(pod((1, 15000)), [gpu("A100-SXM4-40GB", occupied=[Placement(0, 4), Placement(4, 2)])]))
+    assert r["GPU-0"].code == R.NOT_ENOUGH_SLICES and "3g.20gb needs 4" in r["GPU-0"].message
+
+
+def test_devices_that_fit_one_by_one_but_not_together_get_a_node_reason():
+    result = plan_pod(pod((5, 8000)), [gpu("RTX-PRO-6000")])
+    node = _reasons(result)["node-a"]
+    assert node.code == R.DEVICES_DO_NOT_FIT_TOGETHER and "0,1,2,3,4,5,6,7,8,9,10,11" in node.message
+    assert result.node_code("node-a") == R.DEVICES_DO_NOT_FIT_TOGETHER
+
+
+def test_a_refusal_counts_nodes_per_headline_reason():
+    gpus = [gpu("A30", node="node-a", healthy=False),
+            gpu("A30", node="node-b", uuid="GPU-b", occupied=[Placement(0, 1), Placement(2, 1)]),
+            gpu("A30", node="node-c", uuid="GPU-c", occupied=[Placement(0, 1), Placement(2, 1)])]
+    result = plan_pod(pod((1, 6000)), gpus)
+    assert result.counts() == {R.UNHEALTHY: 1, R.FRAGMENTED: 2}
+    assert result.summary() == "0/3 nodes can place the pod's MIG devices: 2 fragmented, 1 unhealthy"
+    assert "free slices 1,3" in result.node_message("node-b")
