@@ -1,0 +1,137 @@
+"""`dynmig policy check | explain | diff`, through the console entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mig.catalog import MODELS, find_model
+from mig.policy_cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = str(ROOT / "policies" / "default.yaml")
+WITH_4G = str(ROOT / "policies" / "examples" / "with-4g.yaml")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "policy.yaml"
+    path.write_text(body)
+    return str(path)
+
+
+def test_check_accepts_the_default_policy(capsys):
+    code, out, _ = run(capsys, "check", DEFAULT)
+    assert code == 0 and "ok" in out
+
+
+def test_check_rejects_an_entry_without_profiles_naming_the_file_and_field(tmp_path, capsys):
+    path = write(tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: []\n")
+    code, _, err = run(capsys, "check", path)
+    assert code != 0
+    assert f"{path}: nvidia.migProfileAllowlist[0].profiles:" in err
+
+
+def test_check_prints_warnings_and_still_passes(tmp_path, capsys):
+    path = write(tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n"
+                           "      profiles: [1g.6gb, 3g.40gb]\n")
+    code, out, _ = run(capsys, "check", path)
+    assert code == 0
+    assert f"{path}: nvidia.migProfileAllowlist[0].profiles" in out and "warning" in out
+
+
+@pytest.mark.parametrize(("model", "memory", "profile", "start"), [
+    ("RTX PRO 6000", "8000", "1g.24gb", None),
+    ("RTX-PRO-6000", "30000", "2g.48gb", 0),
+    ("A100-SXM4-40GB", "5000", "2g.10gb", None),
+    ("NVIDIA H100 80GB HBM3", "30000", "3g.40gb", None),
+    ("A30", "20000", "4g.24gb", 0),
+])
+def test_explain_json_says_which_profile_and_placement_a_request_gets(capsys, model, memory, profile, start):
+    code, out, _ = run(capsys, "explain", "--model", model, "--memory", memory, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"fits", "profiles", "placements", "reason"}
+    assert doc["fits"] is True and doc["profiles"] == [profile]
+    (placement,) = doc["placements"]
+    spec = find_model(model).profile(profile)
+    assert (placement["start"], placement["size"]) in {(p.start, p.size) for p in spec.placements}
+    if start is not None:
+        assert placement["start"] == start
+    assert profile in doc["reason"]
+
+
+def test_explain_places_several_devices_around_the_occupied_slices(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "4000", "--gpus", "2",
+                       "--occupied", "0:4,6:1", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["profiles"] == ["1g.5gb", "1g.5gb"]
+    starts = {p["start"] for p in doc["placements"]}
+    assert starts <= {4, 5} and len(starts) == 2
+
+
+def test_explain_honours_a_preference_from_the_given_policy(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "15000",
+                       "--preference", "4g", "--policy", WITH_4G, "--json")
+    assert code == 0 and json.loads(out)["profiles"] == ["4g.20gb"]
+
+
+def test_explain_json_for_a_request_that_does_not_fit_has_empty_lists_and_a_reason(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "9000",
+                       "--occupied", "0:1,3:1,4:1,6:1", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc == {"fits": False, "profiles": [], "placements": [], "reason": doc["reason"]}
+    assert "fragmented: free slices 1,2,5,7" in doc["reason"]
+
+
+def test_explain_in_text_names_the_profile_the_placement_and_why(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "RTX-PRO-6000", "--memory", "8000")
+    assert code == 0
+    assert "1g.24gb at" in out and "smallest allowlisted profile" in out
+
+
+def test_an_unknown_model_lists_the_known_ones(capsys):
+    code, _, err = run(capsys, "explain", "--model", "Tesla T4", "--memory", "1000")
+    assert code == 2
+    assert "--model" in err and all(m.key in err for m in MODELS)
+
+
+@pytest.mark.parametrize(("args", "flag", "fix"), [
+    (["--memory", "lots"], "--memory", "--memory 8000"),
+    (["--memory", "0"], "--memory", "positive"),
+    (["--memory", "100", "--gpus", "0"], "--gpus", "--gpus 2"),
+    (["--memory", "100", "--occupied", "3"], "--occupied", "START:SIZE"),
+    (["--memory", "100", "--occupied", "0:2,1:1"], "--occupied", "overlap"),
+    (["--memory", "100", "--occupied", "6:4"], "--occupied", "axis"),
+])
+def test_a_bad_argument_names_the_flag_and_the_fix(capsys, args, flag, fix):
+    code, _, err = run(capsys, "explain", "--model", "A100-SXM4-40GB", *args)
+    assert code == 2
+    assert flag in err and fix in err
+
+
+def test_diff_prints_only_what_changes_between_two_policies(tmp_path, capsys):
+    narrower = write(tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n"
+                               "      profiles: [2g.12gb, 4g.24gb]\n")
+    code, out, _ = run(capsys, "diff", DEFAULT, narrower)
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert any(line.startswith("A30") and "1g.6gb -> 2g.12gb" in line for line in lines)
+    assert any(line.startswith("A100-SXM4-40GB") and "-> (not allowlisted)" in line for line in lines)
+    assert not any("-> 2g.12gb" in line and "2g.12gb ->" in line for line in lines)
+
+
+def test_diff_of_a_policy_with_itself_has_no_changes(capsys):
+    code, out, _ = run(capsys, "diff", DEFAULT, DEFAULT)
+    assert code == 0 and out.startswith("0 change(s)")
