@@ -14,7 +14,7 @@ from mig.types import Placement
 ALLOW = default_allowlist()
 MODELS = ("A30", "A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
 PROFILES = {k: from_catalog(find_model(k), ALLOW.profiles_for(find_model(k).nvml_name)) for k in MODELS}
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
