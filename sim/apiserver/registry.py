@@ -116,8 +116,7 @@ class Registry:
                     raise ApiError(400, f"invalid resourceVersion {resource_version!r}") from exc
                 if cursor < table.compacted_rv:
                     raise errors.gone(f"too old resource version: {cursor} ({table.compacted_rv})")
-        if initial:
-            send(initial)
+        send(initial)  # answers the headers now, even with nothing to report yet
         deadline = time.monotonic() + timeout
         while not stopped():
             remaining = deadline - time.monotonic()

@@ -282,6 +282,8 @@ class Handler(BaseHTTPRequestHandler):
         def send(events: list[dict[str, Any]]) -> None:
             if not started[0]:
                 start()
+            if not events:
+                return
             data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()

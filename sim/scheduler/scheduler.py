@@ -17,6 +17,7 @@ import heapq
 import json
 import logging
 import random
+import socket
 import threading
 import time
 from collections import deque
@@ -99,12 +100,7 @@ class _Informer:
         w = self._watch
         if w is not None:
             w.stop()
-            resp = getattr(w, "_resp", None)
-            try:
-                if resp is not None:
-                    resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
-            except Exception:  # noqa: BLE001
-                pass
+            _shutdown_socket(getattr(w, "_resp", None))
 
 
 class Scheduler:
@@ -400,6 +396,20 @@ class Scheduler:
                 self._events[ident] = (name, 1)
         except Exception as exc:  # noqa: BLE001 - events are best effort, as in kube-scheduler
             log.debug("event for %s: %s", _key(pod), exc)
+
+
+def _shutdown_socket(resp: Any) -> None:
+    """Unblock a thread reading a watch stream by shutting its socket down (urllib3 response)."""
+    if resp is None:
+        return
+    try:
+        sock = resp._fp.fp.raw._sock  # http.client response -> socket reader -> socket
+        sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - already closed or a different transport: fall back to close
+        try:
+            resp.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _now() -> str:

@@ -1,0 +1,276 @@
+"""The simulated kube-scheduler calls a scheduler extender exactly as kube-scheduler does."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client
+from test_apiserver_admission import make_pki
+
+from sim.scheduler import ConfigError, Scheduler, parse
+
+GPU_POD = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "train", "namespace": "default"},
+           "spec": {"schedulerName": "dynmig-scheduler",
+                    "containers": [{"name": "c", "image": "x",
+                                    "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}]}}
+
+
+def node(name: str, ready: bool = True, unschedulable: bool = False) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"gpu": "h100"}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+class Extender:
+    """A tiny extender: records each call's JSON body; `filter`/`bind` decide the replies."""
+
+    def __init__(self, filter_fn: Callable[[dict], dict], bind_fn: Callable[[dict], dict] | None = None,
+                 tls: tuple | None = None):
+        self.calls: list[tuple[str, dict]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls.append((self.path, body))
+                reply = filter_fn(body) if self.path == "/filter" else (bind_fn or (lambda b: {"Error": ""}))(body)
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls[0], tls[1])
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def bodies(self, path: str) -> list[dict]:
+        return [b for p, b in self.calls if p == path]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def config(url: str, **extender) -> dict:
+    ext = {"urlPrefix": url, "filterVerb": "filter", "bindVerb": "bind", "nodeCacheCapable": True,
+           "weight": 1, "httpTimeout": "5s", "enableHTTPS": False,
+           "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True},
+                                {"name": "nvidia.com/gpumem", "ignoredByScheduler": True}]}
+    ext.update(extender)
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "dynmig-scheduler"}], "extenders": [ext]}
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def cluster(apiserver):
+    apiserver.create(node("node-1"))
+    apiserver.create(node("node-2"))
+    return apiserver
+
+
+@pytest.fixture
+def run_scheduler(apiserver) -> Iterator[Callable[[dict], Scheduler]]:
+    started: list[Scheduler] = []
+
+    def start(doc: dict) -> Scheduler:
+        sched = Scheduler(parse(doc), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
+                          max_backoff=0.2, seed=1).start()
+        started.append(sched)
+        assert sched.wait_synced()
+        return sched
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def extenders() -> Iterator[Callable[..., Extender]]:
+    made: list[Extender] = []
+
+    def make(*args, **kwargs) -> Extender:
+        made.append(Extender(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.stop()
+
+
+def binder(apiserver) -> Callable[[dict], dict]:
+    """An extender bind verb that binds through the API, as HAMi's /bind does."""
+    core = client.CoreV1Api(apiserver.api_client("scheduler"))
+
+    def bind(args: dict) -> dict:
+        body = {"metadata": {"name": args["PodName"], "uid": args["PodUID"]}, "target": {"kind": "Node", "name": args["Node"]}}
+        core.create_namespaced_pod_binding(args["PodName"], args["PodNamespace"], body, _preload_content=False)
+        return {"Error": ""}
+
+    return bind
+
+
+def events(apiserver, reason: str) -> list[dict]:
+    core = client.CoreV1Api(apiserver.api_client("admin"))
+    return [e for e in json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+            if e["reason"] == reason]
+
+
+def test_a_node_cache_capable_extender_gets_pascal_case_node_names_and_binds_the_pod(cluster, run_scheduler, extenders):
+    ext = extenders(lambda args: {"NodeNames": ["node-2"], "FailedNodes": {"node-1": "no free slice"},
+                                  "FailedAndUnresolvableNodes": None, "Error": ""}, binder(cluster))
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    created = core.create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name == "node-2")
+    (filt,) = ext.bodies("/filter")
+    assert set(filt) == {"Pod", "Nodes", "NodeNames"}
+    assert filt["Nodes"] is None and sorted(filt["NodeNames"]) == ["node-1", "node-2"]
+    assert "kind" not in filt["Pod"] and filt["Pod"]["metadata"]["uid"] == created.metadata.uid
+    assert filt["Pod"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8000"}
+    (bind,) = ext.bodies("/bind")
+    assert bind == {"PodName": "train", "PodNamespace": "default", "PodUID": created.metadata.uid, "Node": "node-2"}
+    assert wait_for(lambda: events(cluster, "Scheduled"))[0]["message"] == "Successfully assigned default/train to node-2"
+
+
+def test_an_extender_without_node_cache_gets_a_full_node_list_and_answers_with_nodes(cluster, run_scheduler, extenders):
+    def keep_node_1(args: dict) -> dict:
+        items = [n for n in args["Nodes"]["items"] if n["metadata"]["name"] == "node-1"]
+        return {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": {}, "Error": ""}
+
+    ext = extenders(keep_node_1)
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", nodeCacheCapable=False, bindVerb=""))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name == "node-1")
+    (filt,) = ext.bodies("/filter")
+    assert filt["NodeNames"] is None and set(filt["Nodes"]) == {"metadata", "items"}
+    assert sorted(n["metadata"]["name"] for n in filt["Nodes"]["items"]) == ["node-1", "node-2"]
+    assert all("kind" not in n for n in filt["Nodes"]["items"])
+    assert ext.bodies("/bind") == []
+
+
+def test_a_pod_without_managed_resources_never_reaches_the_extender(cluster, run_scheduler, extenders):
+    ext = extenders(lambda args: {"Error": "should not be called"})
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    plain = {**GPU_POD, "spec": {"schedulerName": "dynmig-scheduler", "containers": [{"name": "c", "image": "x"}]}}
+    core.create_namespaced_pod("default", plain)
+    wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name)
+    assert ext.calls == []
+
+
+def test_a_pod_for_another_scheduler_is_left_alone(cluster, run_scheduler, extenders):
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb=""))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", {**GPU_POD, "spec": {**GPU_POD["spec"], "schedulerName": "default-scheduler"}})
+    core.create_namespaced_pod("default", {**GPU_POD, "metadata": {"name": "mine"}})
+    wait_for(lambda: core.read_namespaced_pod("mine", "default").spec.node_name)
+    assert core.read_namespaced_pod("train", "default").spec.node_name is None
+    assert sched.stats.scheduled == 1
+
+
+def test_no_fit_records_failed_scheduling_in_kube_scheduler_words_and_retries(cluster, run_scheduler, extenders):
+    ext = extenders(lambda args: {"NodeNames": None, "FailedNodes": {"node-1": "1g.24gb needs a free slice",
+                                                                      "node-2": "GPU cordoned"}, "Error": ""})
+    sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    failed = wait_for(lambda: events(cluster, "FailedScheduling"))
+    assert failed[0]["type"] == "Warning"
+    assert failed[0]["message"] == "0/2 nodes are available: 1 1g.24gb needs a free slice, 1 GPU cordoned."
+    wait_for(lambda: len(ext.bodies("/filter")) >= 3)
+    pod = core.read_namespaced_pod("train", "default")
+    assert pod.status.phase == "Pending" and pod.spec.node_name is None
+    cond = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+    assert cond.status == "False" and cond.reason == "Unschedulable"
+    assert wait_for(lambda: events(cluster, "FailedScheduling")[0]["count"] >= 2)
+    assert sched.stats.scheduled == 0 and sched.stats.unschedulable >= 3
+
+
+def test_in_tree_fit_reasons_count_nodes_that_are_not_ready_or_cordoned(apiserver, run_scheduler, extenders):
+    apiserver.create(node("node-1", ready=False))
+    apiserver.create(node("node-2", unschedulable=True))
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    client.CoreV1Api(apiserver.api_client("admin")).create_namespaced_pod("default", GPU_POD)
+    failed = wait_for(lambda: events(apiserver, "FailedScheduling"))
+    assert failed[0]["message"] == ("0/2 nodes are available: 1 node(s) had untolerated taint "
+                                    "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable.")
+    assert ext.calls == []
+
+
+@pytest.mark.parametrize("ignorable", [True, False])
+def test_an_unreachable_extender_fails_the_attempt_unless_it_is_ignorable(cluster, run_scheduler, ignorable):
+    run_scheduler(config("http://127.0.0.1:1", ignorable=ignorable, bindVerb=""))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    if ignorable:
+        wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name)
+    else:
+        failed = wait_for(lambda: events(cluster, "FailedScheduling"))
+        assert failed[0]["message"].startswith('Post "http://127.0.0.1:1/filter"')
+        assert core.read_namespaced_pod("train", "default").spec.node_name is None
+
+
+def test_an_https_extender_is_verified_against_the_configured_ca(cluster, run_scheduler, extenders, tmp_path):
+    import base64
+
+    ca, crt, key = make_pki(tmp_path, "dynmig.dynmig.svc")
+    ext = extenders(lambda args: {"NodeNames": ["node-1"], "Error": ""}, tls=(crt, key))
+    run_scheduler(config(f"https://127.0.0.1:{ext.port}", enableHTTPS=True, bindVerb="",
+                         tlsConfig={"insecure": False, "caData": base64.b64encode(ca).decode()}))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name == "node-1")
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"httpTimeout": "thirty"}, "extenders[0].httpTimeout"),
+    ({"urlPrefix": ""}, "extenders[0].urlPrefix"),
+    ({"managedResources": [{"ignoredByScheduler": True}]}, "extenders[0].managedResources[0].name"),
+    ({"prioritizeVerb": "prioritize", "weight": 0}, "extenders[0].weight"),
+])
+def test_a_bad_scheduler_configuration_is_refused_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as err:
+        parse(config("http://x", **change))
+    assert str(err.value).startswith(field)
+
+
+def test_the_configuration_honours_timeouts_and_tls_settings():
+    cfg = parse(config("https://127.0.0.1:443", httpTimeout="1m30s", enableHTTPS=True,
+                       tlsConfig={"insecure": True}, ignorable=True))
+    (ext,) = cfg.extenders
+    assert ext.http_timeout == 90 and ext.tls.insecure and ext.ignorable and ext.node_cache_capable
+    assert cfg.scheduler_names == ("dynmig-scheduler",)
+    assert parse(config("http://x", httpTimeout=None)).extenders[0].http_timeout == 5
