@@ -113,7 +113,7 @@ class Nvml:
             return fn(*args)
         except pynvml.NVMLError as error:
             raise NvmlError(name, int(error.value), _safe_str(error)) from None
-        except Exception as error:  # e.g. NVMLLibraryMismatchError: a symbol this driver lacks
+        except Exception as error:  # noqa: BLE001 - e.g. NVMLLibraryMismatchError: a symbol the driver lacks
             raise NvmlError(name, FUNCTION_NOT_FOUND, f"{type(error).__name__}: {error}") from None
         finally:
             elapsed = time.perf_counter() - started

@@ -91,8 +91,8 @@ def test_an_unreadable_reservation_on_any_active_pod_skips_every_destroy_of_the_
     assert node.admit("done").ok
     node.set_phase("done", "Succeeded")
     node.add_pod("garbled", [[Want(0, "1g.5gb", 2, 1)]], lock=False,
-                 allocations='[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"%s","profile":"1g.5gb",'
-                             '"placement":{"start":2,"size":1},"migUUID":"MIG-x"}]' % node.uuids[0])
+                 allocations=f'[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"{node.uuids[0]}","profile":"1g.5gb",'
+                             '"placement":{"start":2,"size":1},"migUUID":"MIG-x"}]')
 
     result = node.tick()
 
@@ -222,14 +222,13 @@ def test_a_deleted_pod_gives_its_instance_back(make_node):
 
 def test_after_a_kubelet_restart_the_plugin_registers_again_and_keeps_allocating(make_node):
     node = make_node(A100)
-    app = node.start_plugin()
+    node.start_plugin()
     node.kubelet.wait_for_devices(RESOURCE, healthy=7)
 
     node.kubelet.restart()
 
     node.kubelet.wait_for_registration(RESOURCE, count=2, timeout=5)
     node.kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=5)
-    assert app.server.registrations >= 2
     node.add_pod("after", [[Want(0, "1g.5gb", 0, 1)]])
     assert node.admit("after").ok
     assert len(node.instances(0)) == 1
