@@ -32,10 +32,16 @@ class Injected:
 
 
 def inject_ca_bundle(
-    admission_api, bundle_pem: bytes, mutating: str | None = None, validating: str | None = None
+    admission_api,
+    bundle_pem: bytes,
+    mutating: str | None = None,
+    validating: str | None = None,
+    require_one: bool = True,
 ) -> list[Injected]:
     """Inject into each named configuration; an absent one is reported, not an error, unless
-    every named configuration is absent (then nothing was protected: InjectError)."""
+    every named configuration is absent and `require_one` (then nothing was protected:
+    InjectError). `require_one=False` suits a pre-install hook, which runs before Helm creates
+    the configurations."""
     if not bundle_pem:
         raise InjectError("empty CA bundle; run `dynmig certs init` first")
     encoded = base64.b64encode(bundle_pem).decode()
@@ -54,8 +60,8 @@ def inject_ca_bundle(
         raise InjectError("no webhook configuration named; pass --mutating-webhook and/or --validating-webhook")
     results = [_inject_one(kind, name, read, patch, encoded) for kind, name, read, patch in targets]
     for result in results:
-        log.info(result.describe())
-    if all(r.outcome == "absent" for r in results):
+        (log.warning if result.outcome == "absent" else log.info)(result.describe())
+    if require_one and all(r.outcome == "absent" for r in results):
         raise InjectError("; ".join(r.describe() for r in results))
     return results
 

@@ -155,6 +155,7 @@ def cmd_init_or_rotate(args, force: bool) -> int:
     changes = rotate(
         store, policy, utcnow(), force=force, admission_api=admission if inject else None,
         mutating=args.mutating_webhook, validating=args.validating_webhook,
+        require_webhooks=args.command != "init",
     )
     if changes:
         for change in changes:

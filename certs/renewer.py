@@ -28,12 +28,14 @@ def rotate(
     admission_api=None,
     mutating: str | None = None,
     validating: str | None = None,
+    require_webhooks: bool = True,
 ) -> list[str]:
     """One reconcile pass against the cluster; returns what changed (empty: nothing was due).
 
     Write order keeps clients verifying: publish the union of the old and new bundle to the
     webhook configurations first, then the CA Secret, then the serving Secret, and only then
-    shrink the published bundle.
+    shrink the published bundle. `require_webhooks=False` tolerates both configurations being
+    absent (the pre-install hook runs before Helm creates them).
     """
     loaded = store.load()
     for problem in loaded.problems:
@@ -42,16 +44,16 @@ def rotate(
     inject = admission_api is not None and (mutating or validating)
     if not changes:
         if inject:
-            inject_ca_bundle(admission_api, certs_to_pem(state.bundle), mutating, validating)
+            inject_ca_bundle(admission_api, certs_to_pem(state.bundle), mutating, validating, require_webhooks)
         return []
     if inject:
         union = bundle_union(loaded.state.bundle, state.bundle)
-        inject_ca_bundle(admission_api, certs_to_pem(union), mutating, validating)
+        inject_ca_bundle(admission_api, certs_to_pem(union), mutating, validating, require_webhooks)
     if _ca_changed(loaded.state, state) or loaded.ca_version is None:
         store.save_ca(state, loaded.ca_version)
     store.save_serving(state, loaded.serving_version)
     if inject:
-        inject_ca_bundle(admission_api, certs_to_pem(state.bundle), mutating, validating)
+        inject_ca_bundle(admission_api, certs_to_pem(state.bundle), mutating, validating, require_webhooks)
     for change in changes:
         log.info("certificates: %s", change)
     return changes

@@ -1,0 +1,314 @@
+"""charts/dynmig: what a cluster admin relies on, checked on the rendered manifests."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+import pytest
+import yaml
+from chart_testkit import (
+    CHART,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    ROOT,
+    arg,
+    container,
+    helm,
+    of_kind,
+    one,
+    render,
+    scheduler_config,
+)
+
+MODES = ["self", "cert-manager"]
+ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+
+
+def test_helm_lint_strict_passes():
+    done = helm("lint", "--strict", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_chart_version_app_version_and_image_tag_equal_the_package_version():
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == package
+    images = {c["image"] for d in render() if d["kind"] in ("Deployment", "DaemonSet", "Job")
+              for c in d["spec"]["template"]["spec"]["containers"] if "dynmig" in c["image"]}
+    assert images == {f"ghcr.io/dynmig/dynmig:{package}"}
+
+
+def test_the_charts_default_device_config_is_the_projects_default_policy():
+    assert (CHART / "files" / "device-config.yaml").read_text() == (ROOT / "policies" / "default.yaml").read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_renders_for_every_supported_kubernetes_version_with_both_webhooks(kube_version, mode):
+    docs = render(kube_version, f"certs.mode={mode}")
+    mutating = one(docs, "MutatingWebhookConfiguration")
+    validating = one(docs, "ValidatingWebhookConfiguration")
+    assert [w["rules"][0]["operations"] for w in mutating["webhooks"]] == [["CREATE"]]
+    assert {w["name"] for w in validating["webhooks"]} == {"pods.validate.dynmig.io", "device-config.validate.dynmig.io"}
+    minor = int(kube_version.split(".")[1])
+    assert len(of_kind(docs, "ValidatingAdmissionPolicy")) == (1 if minor >= 30 else 0)
+    assert len(of_kind(docs, "ValidatingAdmissionPolicyBinding")) == (1 if minor >= 30 else 0)
+    image = container(one(docs, "Deployment"), "kube-scheduler")["image"]
+    assert image == f"registry.k8s.io/kube-scheduler:v{kube_version}.0"
+    if mode == "cert-manager":
+        certificate = one(docs, "Certificate", "-serving")
+        ref = f"{NAMESPACE}/{certificate['metadata']['name']}"
+        for config in (mutating, validating):
+            assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
+        assert of_kind(docs, "Job") == []
+    else:
+        assert of_kind(docs, "Certificate") == []
+
+
+def test_the_mutating_webhook_has_the_documented_defaults_and_skips_ignored_objects():
+    hook = one(render(), "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["admissionReviewVersions"] == ["v1"] and hook["sideEffects"] == "None"
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert ignore in hook["namespaceSelector"]["matchExpressions"]
+    assert ignore in hook["objectSelector"]["matchExpressions"]
+    assert hook["clientConfig"]["service"]["path"] == "/mutate"
+    assert one(render("1.35", "webhook.mutating.failurePolicy=Fail"), "MutatingWebhookConfiguration")[
+        "webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def controller_users(docs) -> list[str]:
+    deployment, daemonset = one(docs, "Deployment"), one(docs, "DaemonSet")
+    return [f"system:serviceaccount:{NAMESPACE}:{w['spec']['template']['spec']['serviceAccountName']}"
+            for w in (deployment, daemonset)]
+
+
+def test_the_pod_validating_webhook_sees_only_pods_with_the_allocation_annotation_from_non_controllers():
+    docs = render()
+    hook = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods."))
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+    carries = conditions["carries-allocation-annotation"]
+    assert f"'{ALLOCATIONS}' in object.metadata.annotations" in carries
+    assert f"'{ALLOCATIONS}' in oldObject.metadata.annotations" in carries
+    users = re.findall(r"'(system:serviceaccount:[^']+)'", conditions["not-a-dynmig-controller"])
+    assert users == controller_users(docs)
+    assert "objectSelector" not in hook  # a label on the pod must not switch protection off
+    configmaps = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("device-config"))
+    device_config = one(docs, "ConfigMap", "-device-config")
+    assert configmaps["objectSelector"]["matchLabels"].items() <= device_config["metadata"]["labels"].items()
+
+
+def test_the_admission_policy_lets_only_the_two_controllers_touch_the_allocation_annotation():
+    docs = render("1.30")
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    assert rule["operations"] == ["CREATE", "UPDATE"] and "pods" in rule["resources"]
+    users = re.findall(r"'(system:serviceaccount:[^']+)'", policy["spec"]["matchConditions"][0]["expression"])
+    assert users == controller_users(docs)
+    validation = policy["spec"]["validations"][0]["expression"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert "oldObject != null" in variables["hasOld"]  # absent on CREATE
+    assert f"object.metadata.annotations['{ALLOCATIONS}'] == oldObject.metadata.annotations['{ALLOCATIONS}']" in validation
+    assert not of_kind(render("1.35", "admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
+    docs = render("1.35", f"certs.mode={mode}")
+    config = scheduler_config(docs)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["profiles"] == [{"schedulerName": "dynmig-scheduler"}]
+    assert config["leaderElection"]["leaderElect"] is True
+    assert config["leaderElection"]["resourceNamespace"] == NAMESPACE
+    (extender,) = config["extenders"]
+    deployment = one(docs, "Deployment")
+    server = container(deployment, "server")
+    https_port = next(p["containerPort"] for p in server["ports"] if p["name"] == "https")
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{https_port}"
+    assert extender["enableHTTPS"] is True
+    assert "insecure" not in extender["tlsConfig"]
+    assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")
+    assert extender["nodeCacheCapable"] is True and extender["weight"] == 1 and extender["httpTimeout"] == "5s"
+    assert extender["managedResources"] == [
+        {"name": "nvidia.com/gpu", "ignoredByScheduler": True},
+        {"name": "nvidia.com/gpumem", "ignoredByScheduler": True},
+    ]
+    # the caFile is the ca.crt of the serving Secret, mounted into the kube-scheduler container
+    ca_dir, ca_name = extender["tlsConfig"]["caFile"].rsplit("/", 1)
+    mount = next(m for m in container(deployment, "kube-scheduler")["volumeMounts"] if m["mountPath"] == ca_dir)
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == arg(server, "tls-secret")
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_name}]
+
+
+def rules_of(docs, kind):
+    return [(d["metadata"]["name"], rule) for d in of_kind(docs, kind) for rule in d["rules"]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rbac_grants_no_wildcards_and_no_secrets_cluster_wide(mode):
+    docs = render("1.35", f"certs.mode={mode}")
+    for kind in ("ClusterRole", "Role"):
+        for name, rule in rules_of(docs, kind):
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(field, []), f"{kind} {name}: wildcard {field}"
+    for name, rule in rules_of(docs, "ClusterRole"):
+        assert "secrets" not in rule["resources"], f"ClusterRole {name} grants secrets cluster-wide"
+        if any(r.endswith("webhookconfigurations") for r in rule["resources"]):
+            assert rule.get("resourceNames"), f"ClusterRole {name}: webhook configurations without resourceNames"
+            assert set(rule["verbs"]) <= {"get", "patch"}
+    for name, rule in rules_of(docs, "Role"):
+        if "secrets" in rule["resources"] and rule["verbs"] != ["create"]:
+            assert rule.get("resourceNames"), f"Role {name}: secrets without resourceNames"
+    for binding in of_kind(docs, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] not in ("cluster-admin", "admin", "edit")
+
+
+def cluster_grants(docs, role_suffix: str) -> dict[str, set[str]]:
+    role = one(docs, "ClusterRole", role_suffix)
+    grants: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            grants.setdefault(resource, set()).update(rule["verbs"])
+    return grants
+
+
+def test_each_component_gets_exactly_the_cluster_permissions_it_needs():
+    docs = render()
+    assert cluster_grants(docs, "-server") == {
+        "pods": {"get", "list", "watch", "patch"},
+        "pods/binding": {"create"},
+        "nodes": {"get", "list", "watch", "patch"},
+        "events": {"create", "patch"},
+        "mutatingwebhookconfigurations": {"get", "patch"},
+        "validatingwebhookconfigurations": {"get", "patch"},
+    }
+    assert cluster_grants(docs, "-device-plugin") == {
+        "pods": {"get", "list", "watch", "patch"},
+        "nodes": {"get", "patch"},
+        "events": {"create"},
+    }
+    scheduler_sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    upstream = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")
+                if b["roleRef"]["name"].startswith("system:")}
+    assert upstream == {"system:kube-scheduler", "system:volume-scheduler"}
+    for b in of_kind(docs, "ClusterRoleBinding"):
+        if b["roleRef"]["name"].startswith("system:"):
+            assert b["subjects"] == [{"kind": "ServiceAccount", "name": scheduler_sa, "namespace": NAMESPACE}]
+
+
+def test_the_server_may_touch_only_its_own_secrets_and_leases():
+    docs = render()
+    role = one(docs, "Role", "-server")
+    server = container(one(docs, "Deployment"), "server")
+    secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
+    assert set(secrets["resourceNames"]) == {arg(server, "tls-secret"), arg(server, "ca-secret")}
+    assert "create" not in secrets["verbs"]
+    leases = next(r for r in role["rules"] if r["resources"] == ["leases"] and "resourceNames" in r)
+    config = scheduler_config(docs)
+    assert set(leases["resourceNames"]) == {arg(server, "lease-name"), config["leaderElection"]["resourceName"]}
+    cm_role = one(render("1.35", "certs.mode=cert-manager"), "Role", "-server")
+    cm_secrets = next(r for r in cm_role["rules"] if r["resources"] == ["secrets"])
+    assert set(cm_secrets["verbs"]) == {"get", "list", "watch"}
+
+
+def test_every_workload_rolls_when_one_of_its_configmaps_changes():
+    base = render()
+    changed = render("1.35", "deviceConfig.allowlist[0].models[0]=A30",
+                     "deviceConfig.allowlist[0].profiles[0]=1g.6gb")
+    for kind in ("Deployment", "DaemonSet"):
+        workload = one(base, kind)
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        mounted = {v["configMap"]["name"] for v in workload["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+        checksums = {k for k in annotations if k.startswith("checksum/")}
+        assert len(checksums) == len(mounted) >= 2, (kind, checksums, mounted)
+        after = one(changed, kind)["spec"]["template"]["metadata"]["annotations"]
+        assert after["checksum/device-config"] != annotations["checksum/device-config"]
+    assert (one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"]
+            == one(base, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"])
+
+
+def test_a_user_allowlist_replaces_only_the_allowlist_of_the_default_device_config():
+    docs = render("1.35", "deviceConfig.allowlist[0].models[0]=H100",
+                  "deviceConfig.allowlist[0].profiles[0]=1g.10gb", "deviceConfig.allowlist[0].profiles[1]=7g.80gb")
+    config = yaml.safe_load(one(docs, "ConfigMap", "-device-config")["data"]["device-config.yaml"])
+    assert config["nvidia"]["migProfileAllowlist"] == [{"models": ["H100"], "profiles": ["1g.10gb", "7g.80gb"]}]
+    default = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    assert config["nvidia"]["resourceMemoryName"] == default["nvidia"]["resourceMemoryName"]
+    assert yaml.safe_load(one(render(), "ConfigMap", "-device-config")["data"]["device-config.yaml"]) == default
+
+
+def test_the_node_config_lists_mig_nodes_and_their_excluded_gpus():
+    docs = render("1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3")
+    config = json.loads(one(docs, "ConfigMap", "-node-config")["data"]["config.json"])
+    assert config == {"nodeconfig": [{"name": "gpu-1", "operatingmode": "mig", "filterdevices": {"uuid": [], "index": [3]}}]}
+
+
+def test_the_device_plugin_runs_privileged_with_the_kubelet_socket_dir_and_its_node_name():
+    daemonset = one(render(), "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    plugin = container(daemonset, "device-plugin")
+    assert plugin["securityContext"]["privileged"] is True
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in plugin["env"]
+    host = next(v for v in spec["volumes"] if "hostPath" in v)
+    assert host["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    assert spec["nodeSelector"] == {"gpu": "on"}
+    assert arg(plugin, "node-config").startswith("/etc/dynmig/node-config/")
+
+
+def test_the_server_is_told_who_may_write_allocations_and_which_scheduler_name_to_set():
+    docs = render("1.35", "schedulerName=gpu-sched")
+    server = container(one(docs, "Deployment"), "server")
+    privileged = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--privileged-identity=")]
+    assert privileged == controller_users(docs)
+    assert arg(server, "scheduler-name") == "gpu-sched"
+    assert scheduler_config(docs)["profiles"] == [{"schedulerName": "gpu-sched"}]
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert ports == {"https": 8443, "metrics": 9395}
+
+
+def test_self_managed_certificates_are_made_before_install_and_injected_after():
+    docs = render()
+    jobs = {j["metadata"]["annotations"]["helm.sh/hook"]: j for j in of_kind(docs, "Job")}
+    assert set(jobs) == {"pre-install,pre-upgrade", "post-install,post-upgrade"}
+    init = container(jobs["pre-install,pre-upgrade"], "certs")
+    inject = container(jobs["post-install,post-upgrade"], "certs")
+    assert init["args"][:2] == ["certs", "init"] and inject["args"][:2] == ["certs", "inject"]
+    server = container(one(docs, "Deployment"), "server")
+    assert arg(init, "secret") == arg(server, "tls-secret") and arg(init, "ca-secret") == arg(server, "ca-secret")
+    assert arg(init, "mutating-webhook") == one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert arg(inject, "validating-webhook") == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert arg(init, "service") == one(docs, "Service")["metadata"]["name"]
+
+
+def test_optional_objects_appear_only_when_asked_for():
+    assert not of_kind(render(), "ServiceMonitor") and not of_kind(render(), "NetworkPolicy")
+    docs = render("1.35", "metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true")
+    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
+    ports = [p["port"] for rule in one(docs, "NetworkPolicy")["spec"]["ingress"] for p in rule["ports"]]
+    assert sorted(ports) == [8443, 9395]
+    assert one(render(), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize(
+    "typo, named",
+    [
+        ("server.replica=2", "replica"),
+        ("certs.mode=vault", "mode"),
+        ("webhook.mutating.failurePolicy=ignore", "failurePolicy"),
+        ("devicePlugin.nodeConfig[0].name=n1,devicePlugin.nodeConfig[0].operatingmode=hami-core", "operatingmode"),
+        ("schedulerNmae=x", "schedulerNmae"),
+    ],
+)
+def test_the_values_schema_rejects_a_typo_and_names_it(typo, named):
+    done = helm("template", "dynmig", str(CHART), "--set", typo)
+    assert done.returncode != 0
+    assert named in done.stderr
