@@ -219,3 +219,16 @@ def test_the_node_registration_is_hami_format_and_written_only_when_it_changes(m
     node.tick()
     assert app.metrics.value("dynmig_plugin_node_register_publishes_total") == 1
     assert MIG_ALLOCATIONS  # the pod-side key stays HAMi's
+
+
+def test_the_node_lock_is_released_only_by_the_pod_that_holds_it(make_node):
+    node = make_node(A100)
+    app = node.start_plugin()
+    node.add_pod("p", [[Want(0, "1g.5gb", 1, 1)]], lock=False)
+    node.core.patch_node("gpu-node-1", {"metadata": {"annotations": {NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}}})
+
+    assert node.admit("p").ok
+
+    assert node.node_annotations()[NODE_LOCK].endswith(",default,other")
+    assert node.annotations("p")[BIND_PHASE] == "success"
+    assert app.metrics.value("dynmig_plugin_allocate_seconds_count", result="success") == 1
