@@ -40,3 +40,36 @@ def client(server):
 def metrics_client(server):
     with TestClient(create_metrics_app(server.metrics)) as c:
         yield c
+
+
+@pytest.fixture
+def start_service(apiserver, device_config):
+    """start_service(**config) -> a running dynmig Service against the simulated API server."""
+    from webhooks.config import ServeConfig
+    from webhooks.main import Service
+
+    started = []
+    for ns in ("team", "dynmig"):
+        if apiserver.get("namespaces", ns) is None:
+            apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    def start(**overrides):
+        cfg = ServeConfig(**{"leader_elect": False, **overrides})
+        svc = Service(cfg, api_client=apiserver.api_client("scheduler"), device_config=device_config)
+        started.append(svc.start(wait=10))
+        return svc
+
+    yield start
+    for svc in started:
+        svc.stop()
+
+
+@pytest.fixture
+def service(start_service):
+    return start_service()
+
+
+@pytest.fixture
+def extender(service):
+    with TestClient(service.app) as c:
+        yield c

@@ -74,3 +74,46 @@ def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
         elif op["op"] == "remove":
             del parent[int(last) if isinstance(parent, list) else last]
     return out
+
+
+# ---------------------------------------------------------------- nodes publishing MIG GPUs
+
+def registration(node: str, model_key: str, gpus: int, health: bool = True) -> str:
+    """`hami.io/node-nvidia-register` as a device plugin publishes it for `gpus` GPUs of a model."""
+    from mig import catalog
+    from mig.allowlist import default_allowlist
+    from mig.annotations import DeviceInfo, MigProfile, encode_node_register
+
+    model = catalog.find_model(model_key)
+    names = default_allowlist().profiles_for(model.nvml_name)
+    profiles = []
+    for name in names:
+        spec = model.profile(name)
+        if spec is None:
+            continue
+        profiles.append(MigProfile(name=spec.name, memoryMB=spec.memory_mib, core=catalog.core_percent(model, spec),
+                                   sliceCount=spec.slice_count,
+                                   placements=tuple({"start": p.start, "size": p.size} for p in spec.placements)))
+    devices = [DeviceInfo(id=f"GPU-{node}-{i}", index=i, count=7, devmem=model.memory_mib, devcore=100,
+                          type=model.nvml_name, health=health, mode="mig", migProfiles=tuple(profiles))
+               for i in range(gpus)]
+    return encode_node_register(devices)
+
+
+def node(name: str, model_key: str = "A100-SXM4-80GB", gpus: int = 1, **kw) -> dict:
+    from mig.annotations import NODE_REGISTER
+
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {NODE_REGISTER: registration(name, model_key, gpus, **kw)}},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+
+
+def gpu_pod(name: str, memory: int | None = 8000, devices: int = 1, namespace: str = "team",
+            annotations: dict | None = None) -> dict:
+    limits = {"nvidia.com/gpu": str(devices)}
+    if memory is not None:
+        limits["nvidia.com/gpumem"] = str(memory)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": {"schedulerName": "dynmig-scheduler",
+                     "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}

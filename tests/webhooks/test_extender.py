@@ -1,0 +1,273 @@
+"""Extender filter and bind over HTTP, with the cache fed by the simulated API server's watches."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes import client
+from webhooks_testkit import gpu_pod, node
+
+from mig.annotations import (
+    BIND_PHASE,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
+    NODE_LOCK,
+    VGPU_NODE,
+    decode_allocations,
+)
+from mig.types import Placement
+
+
+def eventually(check, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+def seed(apiserver, service, *objs):
+    created = [apiserver.create(o) for o in objs]
+    for o in created:
+        kind, name = o["kind"], o["metadata"]["name"]
+        if kind == "Node":
+            assert eventually(lambda n=name: service.cache.node(n) is not None)
+        else:
+            ns = o["metadata"]["namespace"]
+            assert eventually(lambda ns=ns, n=name: service.cache.pod(ns, n) is not None)
+    return created
+
+
+def filter_args(pod: dict, nodes: list[str]) -> dict:
+    return {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+
+
+def stored_pod(apiserver, name: str, namespace: str = "team") -> dict:
+    return apiserver.get("pods", name, namespace)
+
+
+def events(apiserver, reason: str, namespace: str = "team") -> list[dict]:
+    core = client.CoreV1Api(apiserver.api_client("admin"))
+    found = core.list_namespaced_event(namespace, _preload_content=False)
+    return [e for e in json.loads(found.data)["items"] if e["reason"] == reason]
+
+
+def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod(apiserver, service, extender):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=8000))
+    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    assert out["Error"] == "" and out["NodeNames"] == ["n1"]
+    ann = stored_pod(apiserver, "p1")["metadata"]["annotations"]
+    (alloc,) = decode_allocations(ann[MIG_ALLOCATIONS])
+    assert (alloc.containerIndex, alloc.deviceIndex, alloc.gpuUUID, alloc.profile) == (0, 0, "GPU-n1-0", "1g.10gb")
+    assert ann[VGPU_NODE] == "n1"
+    assert stored_pod(apiserver, "p1")["metadata"]["labels"][VGPU_NODE] == "n1"
+    assert ann[DEVICES_TO_ALLOCATE] == ann[DEVICES_ALLOCATED] == "GPU-n1-0,NVIDIA,9728,15:;"
+
+
+def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service, extender):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
+    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    uid = pod["metadata"]["uid"]
+    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}).json()
+    assert out == {"Error": ""}
+    stored = stored_pod(apiserver, "p1")
+    assert stored["spec"]["nodeName"] == "n1"
+    assert stored["metadata"]["annotations"][BIND_PHASE] == "allocating"
+    lock = apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK]
+    assert lock.endswith(",team,p1")
+    assert eventually(lambda: events(apiserver, "BindingSucceed"))
+
+
+def test_a_pod_that_fits_nowhere_gets_mig_reasons_per_node_and_a_warning_event(apiserver, service, extender):
+    _, _, pod = seed(apiserver, service, node("n1", "A30"), node("n2", "A100-SXM4-40GB"),
+                     gpu_pod("big", memory=60000))
+    out = extender.post("/filter", json=filter_args(pod, ["n1", "n2", "n3"])).json()
+    assert out["Error"] == "" and not out["NodeNames"]
+    assert set(out["FailedNodes"]) == {"n1", "n2", "n3"}
+    assert "no allowlisted profile has 60000 MiB" in out["FailedNodes"]["n1"]
+    assert "no MIG GPUs" in out["FailedNodes"]["n3"]
+    warned = eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert warned and "60000 MiB" in warned[0]["message"] and warned[0]["type"] == "Warning"
+
+
+def test_a_fragmented_gpu_names_its_free_slices(apiserver, service, extender):
+    reserved = [{"containerIndex": 0, "deviceIndex": i, "gpuUUID": "GPU-n1-0", "profile": "1g.10gb",
+                 "placement": {"start": s, "size": 1}} for i, s in enumerate((1, 3, 5))]
+    holder = gpu_pod("holder")
+    holder["metadata"]["annotations"] = {VGPU_NODE: "n1", MIG_ALLOCATIONS: json.dumps(reserved),
+                                         DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:" * 3 + ";"}
+    _, _, pod = seed(apiserver, service, node("n1"), holder, gpu_pod("p", memory=19000))
+    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    assert "fragmented: free slices 0,2,4,6,7" in out["FailedNodes"]["n1"]
+
+
+def test_full_node_objects_are_answered_with_node_objects(apiserver, service, extender):
+    n1, n2, pod = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p1"))
+    body = {"Pod": pod, "Nodes": {"items": [n1, n2]}, "NodeNames": None}
+    out = extender.post("/filter", json=body).json()
+    assert out["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] in (["n1"], ["n2"])
+
+
+def test_a_pod_without_gpus_keeps_every_candidate(apiserver, service, extender):
+    pod = {"metadata": {"name": "web", "namespace": "team", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}}
+    out = extender.post("/filter", json=filter_args(pod, ["a", "b"])).json()
+    assert out["NodeNames"] == ["a", "b"] and out["Error"] == ""
+
+
+def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiserver, service, extender):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000))
+    for _ in range(3):
+        out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+        assert out["NodeNames"] == ["n1"], out
+    holders = service.fleet.placements()["GPU-n1-0"]
+    assert len(holders) == 1
+
+
+def test_a_failed_patch_leaves_no_reservation_behind(apiserver, service, extender):
+    seed(apiserver, service, node("n1"))
+    ghost = gpu_pod("ghost")
+    ghost["metadata"]["uid"] = "never-created"
+    out = extender.post("/filter", json=filter_args(ghost, ["n1"])).json()
+    assert "could not record the MIG reservation" in out["Error"]
+    assert service.fleet.placements()["GPU-n1-0"] == []
+
+
+def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
+    service = start_service(reservation_ttl=0.2)
+    seed(apiserver, service, node("n1"))
+    pod = apiserver.create(gpu_pod("p1"))
+    with service.fleet.lock:
+        plan = service.fleet.index.plan(__import__("webhooks.filter", fromlist=["pod_request"]).pod_request(
+            pod, service.device_config.get().resources))
+        from webhooks.fleet import usage_from_plan
+        service.fleet.reserve(usage_from_plan(pod["metadata"]["uid"], "team", "p1", plan))
+    assert service.fleet.placements()["GPU-n1-0"]
+    time.sleep(0.3)
+    service.fleet.sweep()
+    assert service.fleet.placements()["GPU-n1-0"] == []
+
+
+def test_a_finished_or_deleted_pod_frees_its_placement(apiserver, service, extender):
+    _, p1, p2 = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000), gpu_pod("p2", memory=40000))
+    for pod in (p1, p2):
+        assert extender.post("/filter", json=filter_args(pod, ["n1"])).json()["NodeNames"] == ["n1"]
+    assert eventually(lambda: len(service.fleet.placements()["GPU-n1-0"]) == 2
+                      and not service.fleet._in_flight)
+    core = client.CoreV1Api(apiserver.api_client("admin"))
+    core.patch_namespaced_pod_status("p1", "team", {"status": {"phase": "Succeeded"}})
+    assert eventually(lambda: len(service.fleet.placements()["GPU-n1-0"]) == 1)
+    core.delete_namespaced_pod("p2", "team", grace_period_seconds=0)
+    apiserver.finish_deletions()
+    assert eventually(lambda: service.fleet.placements()["GPU-n1-0"] == [])
+
+
+def test_a_device_without_a_reservation_fails_the_gpu_closed(apiserver, service, extender):
+    legacy = gpu_pod("legacy")
+    legacy["metadata"]["annotations"] = {VGPU_NODE: "n1", DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:;"}
+    _, _, pod = seed(apiserver, service, node("n1"), legacy, gpu_pod("p"))
+    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    assert "unhealthy" in out["FailedNodes"]["n1"]
+    assert "team/legacy has a device on this MIG GPU without a reservation" in out["FailedNodes"]["n1"]
+
+
+def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service):
+    first = start_service()
+    seed(apiserver, first, node("n1", gpus=2), node("n2", "H100-SXM5-80GB", gpus=2))
+    from starlette.testclient import TestClient
+
+    with TestClient(first.app) as http:
+        for i, mem in enumerate([8000, 20000, 40000, 8000, 70000, 15000]):
+            pod = apiserver.create(gpu_pod(f"p{i}", memory=mem))
+            assert eventually(lambda n=f"p{i}": first.cache.pod("team", n))
+            assert http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
+    assert eventually(lambda: not first.fleet._in_flight)
+    before = {k: sorted(v) for k, v in first.fleet.placements().items()}
+    first.stop()
+    second = start_service()
+    assert {k: sorted(v) for k, v in second.fleet.placements().items()} == before
+    assert sum(len(v) for v in before.values()) == 6
+
+
+def test_the_cache_relists_after_its_watch_history_is_gone(apiserver, service):
+    seed(apiserver, service, node("n1"))
+    relists = service.cache.pods_reflector.relists
+    apiserver.compact()
+    apiserver.faults.cut_watches()
+    apiserver.create(gpu_pod("late"))
+    assert eventually(lambda: service.cache.pod("team", "late") is not None)
+    assert service.cache.pods_reflector.relists >= relists
+
+
+def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, service, extender):
+    import datetime as dt
+
+    from webhooks.nodelock import format_lock
+
+    n1 = node("n1")
+    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(dt.datetime.now(dt.UTC), "team", "owner")
+    _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
+    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
+                                       "Node": "n1"}).json()
+    assert "node lock contention" in out["Error"]
+    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
+    assert service.fleet.in_flight(pod["metadata"]["uid"]) is None
+    assert eventually(lambda: events(apiserver, "BindingFailed"))
+
+
+@pytest.mark.parametrize("lock_age,owner", [(10, "owner"), (0, "gone")])
+def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, service, extender, lock_age, owner):
+    import datetime as dt
+
+    from webhooks.nodelock import format_lock
+
+    n1 = node("n1")
+    taken = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=lock_age)
+    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(taken, "team", owner)
+    _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
+    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
+                                       "Node": "n1"}).json()
+    assert out == {"Error": ""}
+    assert apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK].endswith(",team,p1")
+
+
+def test_a_follower_replica_refuses_to_schedule(apiserver, start_service):
+    from starlette.testclient import TestClient
+
+    from webhooks.leader import LeaseElector
+
+    svc = start_service()
+    svc.server.extender.leader = LeaseElector(svc.kube, "dynmig", "dynmig-scheduler", "other")
+    with TestClient(svc.app) as http:
+        out = http.post("/filter", json=filter_args(gpu_pod("p"), ["n1"])).json()
+        assert out["Error"].startswith("not the leader")
+        assert http.post("/bind", json={"PodName": "p", "PodNamespace": "team", "Node": "n1"}).json()["Error"]
+
+
+def test_a_malformed_extender_body_is_an_error_in_the_reply_with_http_200(extender):
+    for body in (b"nope", b"[]", b'{"Pod": 3}'):
+        reply = extender.post("/filter", content=body, headers={"content-type": "application/json"})
+        assert reply.status_code == 200 and reply.json()["Error"]
+    reply = extender.post("/bind", content=b"{}", headers={"content-type": "application/json"})
+    assert reply.status_code == 200 and "PodName" in reply.json()["Error"]
+
+
+def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, extender):
+    seed(apiserver, service, node("n1", gpus=2))
+    for i in range(10):
+        pod = apiserver.create(gpu_pod(f"p{i}", memory=9000))
+        extender.post("/filter", json=filter_args(pod, ["n1"]))
+    by_gpu: dict[str, list[Placement]] = {}
+    for i in range(10):
+        ann = stored_pod(apiserver, f"p{i}")["metadata"].get("annotations") or {}
+        for a in decode_allocations(ann.get(MIG_ALLOCATIONS)):
+            by_gpu.setdefault(a.gpuUUID, []).append(a.placement_value)
+    assert sum(map(len, by_gpu.values())) == 10  # 2 A100s × 7 one-slice placements hold 10 pods
+    for placements in by_gpu.values():
+        assert all(not a.overlaps(b) for i, a in enumerate(placements) for b in placements[i + 1:])

@@ -1,0 +1,103 @@
+"""Extender bind: node lock, `hami.io/bind-phase: allocating`, then the Binding.
+
+A failed bind releases what it took (the node lock, the pod's in-memory reservation) and says why
+in a `BindingFailed` event; the pod's recorded reservation is replaced when kube-scheduler filters
+it again, and dropped if the pod goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mig.allowlist import ResourceNames
+from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
+from webhooks.cache import ClusterCache
+from webhooks.extender import BadArgs, ExtenderBindingArgs, bind_result
+from webhooks.filter import pod_request
+from webhooks.fleet import Fleet
+from webhooks.kube import NOT_FOUND, ApiException, EventRecorder, Kube
+from webhooks.metrics import Metrics
+from webhooks.nodelock import NodeLock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Binder:
+    fleet: Fleet
+    cache: ClusterCache | None
+    kube: Kube
+    lock: NodeLock
+    resources: Callable[[], ResourceNames]
+    events: EventRecorder
+    metrics: Metrics
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            args = ExtenderBindingArgs.parse(body)
+        except BadArgs as error:
+            self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
+            return bind_result(str(error))
+        error = self._bind(args)
+        self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
+        return bind_result(error)
+
+    def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pod = self.cache.pod(namespace, name) if self.cache else None
+        if pod is not None:
+            return pod
+        try:  # the watch may lag the scheduler's own by a moment
+            return self.kube.get_pod(namespace, name)
+        except ApiException as error:
+            if error.status == NOT_FOUND:
+                return None
+            raise
+
+    def _owner_exists(self, namespace: str, name: str) -> bool:
+        try:
+            return self._pod(namespace, name) is not None
+        except Exception:  # noqa: BLE001 - unsure whether the owner exists: treat the lock as held
+            return True  # unsure: treat the lock as held
+
+    def _bind(self, args: ExtenderBindingArgs) -> str:
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        try:
+            pod = self._pod(ns, name)
+        except Exception as error:  # noqa: BLE001 - API down, timeouts, TLS: answered in Error
+            return f"bind {ns}/{name}: cannot read the pod: {error}"
+        if pod is None:
+            return f"bind {ns}/{name}: pod not found"
+        uid = args.pod_uid or (pod.get("metadata") or {}).get("uid") or ""
+        locked = False
+        try:
+            gpu = pod_request(pod, self.resources()) is not None
+            if gpu:
+                self.lock.acquire(node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None)
+                locked = True
+                self.kube.patch_pod(ns, name, {"metadata": {"annotations": {
+                    BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}}})
+            self.kube.bind(ns, name, uid, node)
+        except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
+            message = f"binding {ns}/{name} to {node} failed: {_text(error)}"
+            log.warning("%s", message)
+            if locked:
+                try:
+                    self.lock.release(node, ns, name)
+                except Exception as release_error:  # noqa: BLE001 - best effort; the lock expires
+                    log.warning("could not release node lock on %s: %s", node, release_error)
+            self.fleet.release(uid)
+            self.events.record(pod, "Warning", "BindingFailed", message)
+            return message
+        self.events.record(pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}")
+        return ""
+
+
+def _text(error: Exception) -> str:
+    if isinstance(error, ApiException):
+        return f"API {error.status} {error.reason}: {(error.body or b'')[:300]!r}"
+    return str(error)

@@ -1,0 +1,177 @@
+"""Extender filter: plan the whole pod with the placement engine, reserve at once, record it on the pod.
+
+Order matters for safety: plan and reserve in memory under the fleet lock (the next filter already
+sees this reservation), then write the reservation onto the pod; if that write fails the in-memory
+reservation is rolled back before we answer, so nothing holds slices no pod records.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mig.allowlist import ResourceNames
+from mig.annotations import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
+    VGPU_NODE,
+    VGPU_TIME,
+    ContainerDevice,
+    encode_allocations,
+    encode_devices,
+)
+from mig.placement import ContainerRequest, Plan, PodRequest, Refusal
+from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
+from webhooks.fleet import Fleet, usage_from_plan
+from webhooks.kube import EventRecorder, Kube
+from webhooks.metrics import Metrics
+from webhooks.occupancy import PodUsage
+
+log = logging.getLogger(__name__)
+DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
+
+
+def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [c for key in ("initContainers", "containers") for c in (spec.get(key) or []) if isinstance(c, dict)]
+
+
+def _quantity(container: Mapping[str, Any], resource: str) -> str | None:
+    res = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        value = (res.get(kind) or {}).get(resource)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _integer(value: str, where: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadArgs(f"{where}: {value!r} is not a whole number") from None
+    if number < 0:
+        raise BadArgs(f"{where}: must not be negative")
+    return number
+
+
+def pod_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
+    """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU."""
+    requests: list[ContainerRequest] = []
+    for c in _containers(pod):
+        where = f"container {c.get('name', '?')}"
+        count = _quantity(c, names.count)
+        memory = _quantity(c, names.memory)
+        percent = _quantity(c, names.memory_percentage)
+        devices = _integer(count, f"{where} {names.count}") if count is not None else 0
+        mem = _integer(memory, f"{where} {names.memory} (MiB)") if memory is not None else None
+        if percent is not None and memory is None and _integer(percent, f"{where} {names.memory_percentage}") < 100:
+            raise BadArgs(f"{where}: {names.memory_percentage} below 100 cannot choose a MIG profile; "
+                          f"ask for {names.memory} in MiB instead")
+        requests.append(ContainerRequest(devices, mem if devices else None))
+    if not any(r.devices for r in requests):
+        return None
+    meta = pod.get("metadata") or {}
+    return PodRequest.from_annotations(requests, meta.get("annotations") or {},
+                                       name=f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
+    """HAMi's filter-time annotations (merge patch) for a plan."""
+    per_container: list[list[ContainerDevice]] = [[] for _ in range(containers)]
+    for d in plan.devices:
+        per_container[d.container_index].append(ContainerDevice(d.gpu_uuid, DEVICE_TYPE, d.memory_mb, d.core))
+    devices = encode_devices(per_container)
+    allocations = encode_allocations(usage.allocations)
+    annotations = {VGPU_NODE: plan.node, VGPU_TIME: str(int(now)), DEVICES_TO_ALLOCATE: devices,
+                   DEVICES_ALLOCATED: devices, MIG_ALLOCATIONS: allocations}
+    return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
+
+
+@dataclass
+class Filter:
+    fleet: Fleet
+    kube: Kube | None
+    resources: Callable[[], ResourceNames]
+    events: EventRecorder
+    metrics: Metrics
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        result, full = "error", False
+        try:
+            args = ExtenderArgs.parse(body)
+            full = args.nodes is not None
+            reply, result = self._filter(args)
+        except BadArgs as error:
+            reply = ExtenderFilterResult(error=str(error))
+        self.metrics.filter_latency.labels(result).observe(time.perf_counter() - started)
+        return reply.to_wire(full)
+
+    def _filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, str]:
+        pod = args.pod
+        meta = pod["metadata"]
+        uid, namespace, name = meta.get("uid") or "", meta.get("namespace") or "", meta.get("name") or ""
+        request = pod_request(pod, self.resources())
+        if request is None:  # not a GPU pod: every candidate stays
+            return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+        containers = len(_containers(pod))
+        self.fleet.sweep()
+        with self.fleet.lock:
+            self.fleet.forget_pod(uid)  # a re-filter never counts the pod's previous reservation
+            outcome = self.fleet.index.plan(request, nodes=args.node_names)
+            if isinstance(outcome, Plan):
+                usage = usage_from_plan(uid, namespace, name, outcome)
+                self.fleet.reserve(usage)
+        if isinstance(outcome, Refusal):
+            return self._refuse(pod, uid, args, outcome), "unschedulable"
+        error = self._record(pod, outcome, usage, containers)
+        if error:
+            return ExtenderFilterResult(error=error), "error"
+        chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == outcome.node]
+        profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in outcome.devices)
+        self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({outcome.node}): {profiles}")
+        return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
+
+    def _record(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
+        """Write the reservation onto the pod; on failure roll the in-memory one back."""
+        meta = pod["metadata"]
+        try:
+            if self.kube is None:
+                raise RuntimeError("no API client")
+            self.kube.patch_pod(meta.get("namespace") or "", meta.get("name") or "",
+                                reservation_patch(plan, usage, containers, time.time()))
+        except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
+            self.fleet.release(usage.uid, usage)
+            log.warning("filter: patching %s/%s failed: %s", meta.get("namespace"), meta.get("name"), error)
+            return f"could not record the MIG reservation on the pod: {error}"
+        return ""
+
+    def _refuse(self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal) -> ExtenderFilterResult:
+        failed = {node: self._node_text(refusal, node) for node in args.node_names}
+        counts = refusal.counts()
+        headline = counts.most_common(1)[0][0] if counts else "no-mig-gpus"
+        self.fleet.set_pending(uid, headline)
+        self.events.record(pod, "Warning", "FilteringFailed", _event_text(refusal))
+        return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
+
+    def _node_text(self, refusal: Refusal, node: str) -> str:
+        return (refusal.node_message(node) or "no MIG GPU") + _closed_text(self.fleet.occupancy(node))
+
+
+def _closed_text(occupancy) -> str:
+    if occupancy is None or not occupancy.closed:
+        return ""
+    return "".join(f"; GPU {uuid} is not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items()))
+
+
+def _event_text(refusal: Refusal, examples: int = 3) -> str:
+    """The summary plus the first few concrete reasons, so a person sees what to change."""
+    details = "; ".join(str(r) for r in refusal.reasons[:examples])
+    more = len(refusal.reasons) - examples
+    tail = f" (+{more} more)" if more > 0 else ""
+    return f"{refusal.summary()}. {details}{tail}"

@@ -1,0 +1,265 @@
+"""The scheduler's view of the fleet: published GPUs, what active pods hold, and in-flight reservations.
+
+One lock guards everything here, and the placement index is kept in step on every change, so a
+filter plans and reserves under that lock and two filters can never be handed overlapping
+placements.
+
+Two sources of occupancy per pod, never both at once:
+- *held*: what the cache shows in the pod's annotations (the durable record);
+- *in flight*: what a filter reserved in memory before its patch lands. It wins over whatever the
+  cache shows for that pod until the cache shows exactly this reservation (then it is dropped as
+  confirmed), the pod ends, the filter rolls it back (failed patch or bind), or it expires because
+  the pod never showed it. So a lost patch never leaves a phantom reservation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mig.annotations import MigAllocation
+from mig.placement import GpuState, PlacementIndex, Plan
+from mig.types import Placement
+from webhooks.metrics import GpuSample, Snapshot
+from webhooks.occupancy import (
+    NodeGpus,
+    NodeOccupancy,
+    PodUsage,
+    node_gpus,
+    node_register,
+    pod_usage,
+    reconstruct,
+)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    usage: PodUsage
+    deadline: float
+
+
+def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage:
+    allocations = tuple(
+        MigAllocation(containerIndex=d.container_index, deviceIndex=d.device_index, gpuUUID=d.gpu_uuid,
+                      profile=d.profile, placement={"start": d.placement.start, "size": d.placement.size})
+        for d in plan.devices
+    )
+    return PodUsage(uid=uid, namespace=namespace, name=name, node=plan.node, allocations=allocations,
+                    devices=tuple(d.gpu_uuid for d in plan.devices))
+
+
+class Fleet:
+    """Nodes, pod usages and in-flight reservations, with a `PlacementIndex` kept in step."""
+
+    def __init__(self, ttl: float = 120.0, clock: Callable[[], float] = time.monotonic):
+        self.lock = threading.RLock()
+        self.index = PlacementIndex()
+        self.ttl = ttl
+        self.clock = clock
+        self._register: dict[str, str | None] = {}
+        self._published: dict[str, NodeGpus] = {}
+        self._held: dict[str, PodUsage] = {}
+        self._on_node: dict[str, set[str]] = {}
+        self._in_flight: dict[str, InFlight] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._occupancy: dict[str, NodeOccupancy] = {}
+        self._pending: dict[str, str] = {}
+        self.synced = False
+
+    # ---- feed from the cache ---------------------------------------------------------------
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name") or ""
+        register = node_register(node)
+        with self.lock:
+            if name in self._register and self._register[name] == register:
+                return  # heartbeats and label changes do not touch what the node publishes
+            self._register[name] = register
+            self._published[name] = node_gpus(name, register)
+            self._refresh(name)
+
+    def delete_node(self, name: str) -> None:
+        with self.lock:
+            self._register.pop(name, None)
+            self._published.pop(name, None)
+            self._refresh(name)
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        usage = pod_usage(pod)
+        with self.lock:
+            if (pod.get("spec") or {}).get("nodeName") or not _active(pod):
+                self._pending.pop(uid, None)
+            dirty: list[str] = []
+            flight = self._in_flight.get(uid)
+            if flight is not None and (not _active(pod) or _same(usage, flight.usage)):
+                dirty = self._drop_in_flight(uid)
+            old = self._held.get(uid)
+            if old != usage:
+                self._unhold(uid)
+                if usage is not None:
+                    self._held[uid] = usage
+                    self._on_node.setdefault(usage.node, set()).add(uid)
+                dirty += [n for n in (old and old.node, usage and usage.node) if n]
+            if dirty:
+                self._refresh(*dirty)
+
+    def delete_pod(self, pod: Mapping[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        with self.lock:
+            self._pending.pop(uid, None)
+            nodes = self._drop_in_flight(uid)
+            old = self._unhold(uid)
+            self._refresh(*nodes, *([old.node] if old else []))
+
+    def replace_pods(self, pods: list[Mapping[str, Any]]) -> None:
+        """A relist: forget pods that are gone, then apply every listed one."""
+        uids = {(p.get("metadata") or {}).get("uid") for p in pods}
+        with self.lock:
+            for uid in [u for u in self._held if u not in uids]:
+                old = self._unhold(uid)
+                if old:
+                    self._refresh(old.node)
+            for pod in pods:
+                self.set_pod(pod)
+
+    def replace_nodes(self, nodes: list[Mapping[str, Any]]) -> None:
+        names = {(n.get("metadata") or {}).get("name") for n in nodes}
+        with self.lock:
+            for name in [n for n in self._register if n not in names]:
+                self.delete_node(name)
+            for node in nodes:
+                self.set_node(node)
+
+    # ---- reservations by the filter ----------------------------------------------------------
+    def reserve(self, usage: PodUsage) -> None:
+        """Hold a filter's plan in memory at once (caller holds the lock and planned under it)."""
+        deadline = self.clock() + self.ttl
+        self._in_flight[usage.uid] = InFlight(usage, deadline)
+        heapq.heappush(self._deadlines, (deadline, usage.uid))
+        self._pending.pop(usage.uid, None)
+        self._refresh(usage.node)
+
+    def release(self, uid: str, usage: PodUsage | None = None) -> None:
+        """Drop a pod's in-flight reservation (failed patch or bind). `usage` guards against a newer one."""
+        with self.lock:
+            flight = self._in_flight.get(uid)
+            if flight is not None and (usage is None or flight.usage == usage):
+                self._refresh(*self._drop_in_flight(uid))
+
+    def forget_pod(self, uid: str) -> None:
+        """Before a re-filter: the pod's previous reservation (held or in flight) is not counted."""
+        nodes = self._drop_in_flight(uid)
+        old = self._unhold(uid)
+        self._refresh(*nodes, *([old.node] if old else []))
+
+    def sweep(self) -> None:
+        """Expire in-flight reservations whose pod never showed them."""
+        now = self.clock()
+        with self.lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                deadline, uid = heapq.heappop(self._deadlines)
+                flight = self._in_flight.get(uid)
+                if flight is not None and flight.deadline == deadline:
+                    self._refresh(*self._drop_in_flight(uid))
+
+    def set_pending(self, uid: str, reason: str) -> None:
+        with self.lock:
+            self._pending[uid] = reason
+
+    def in_flight(self, uid: str) -> PodUsage | None:
+        flight = self._in_flight.get(uid)
+        return flight.usage if flight else None
+
+    def held(self, uid: str) -> PodUsage | None:
+        return self._held.get(uid)
+
+    # ---- views -----------------------------------------------------------------------------
+    def occupancy(self, node: str) -> NodeOccupancy | None:
+        with self.lock:
+            return self._occupancy.get(node)
+
+    def placements(self) -> dict[str, list[tuple[str, Placement]]]:
+        """GPU UUID -> (pod uid, placement) for everything counted right now (tests check overlap)."""
+        out: dict[str, list[tuple[str, Placement]]] = {}
+        with self.lock:
+            for occ in self._occupancy.values():
+                for uuid, holders in occ.holders.items():
+                    out[uuid] = [(u.uid, a.placement_value) for u, a in holders]
+        return out
+
+    def snapshot(self) -> Snapshot:
+        with self.lock:
+            instances, gpus = [], []
+            for occ in self._occupancy.values():
+                for g in occ.gpus:
+                    for usage, a in occ.holders.get(g.uuid, ()):
+                        if a.runtime_ready:
+                            instances.append((occ.node, a.gpuUUID, str(g.index), a.migUUID or "", a.profile,
+                                              str(a.gpuInstanceID), str(a.computeInstanceID),
+                                              str(a.placement.start), str(a.placement.size)))
+                    gpus.append(_gpu_sample(g))
+            pending = tuple(sorted(Counter(self._pending.values()).items()))
+            return Snapshot(tuple(instances), tuple(gpus), pending, self.synced)
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _drop_in_flight(self, uid: str) -> list[str]:
+        flight = self._in_flight.pop(uid, None)
+        return [flight.usage.node] if flight else []
+
+    def _unhold(self, uid: str) -> PodUsage | None:
+        old = self._held.pop(uid, None)
+        if old is not None:
+            members = self._on_node.get(old.node)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._on_node[old.node]
+        return old
+
+    def _refresh(self, *nodes: str) -> None:
+        """Recompute the occupancy of these nodes and move their GPUs in the index."""
+        for node in set(nodes):
+            published = self._published.get(node)
+            before = self._occupancy.pop(node, None)
+            if published is None:
+                self.index.remove_node(node)
+                continue
+            usages = [self._held[u] for u in self._on_node.get(node, ()) if u not in self._in_flight]
+            usages.extend(f.usage for f in self._in_flight.values() if f.usage.node == node)
+            occ = reconstruct(published, usages)
+            self._occupancy[node] = occ
+            keep = {g.uuid for g in occ.gpus}
+            for g in (before.gpus if before else ()):
+                if g.uuid not in keep:
+                    self.index.remove(g.uuid)
+            for g in occ.gpus:
+                self.index.upsert(g)
+
+
+def _active(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("status") or {}).get("phase") or "") not in ("Succeeded", "Failed")
+
+
+def _same(usage: PodUsage | None, planned: PodUsage) -> bool:
+    """The cache shows exactly the filter's reservation (runtime fields may have been added since)."""
+    if usage is None or usage.node != planned.node:
+        return False
+    return tuple(a.without_runtime() for a in usage.allocations) == planned.allocations
+
+
+def _gpu_sample(g: GpuState) -> GpuSample:
+    axis = max((p.end for pr in g.profiles for p in pr.placements), default=0)
+    mask = g.occupied_mask
+    free = sum(1 for i in range(axis) if not mask >> i & 1)
+    best = ("", 0)
+    if g.healthy:
+        for pr in g.profiles:
+            if pr.memory_mb > best[1] and any(p.size and not p.mask & mask for p in pr.placements):
+                best = (pr.name, pr.memory_mb)
+    return GpuSample(g.node, g.uuid, g.index, free, best[0], best[1])

@@ -1,0 +1,130 @@
+"""The few Kubernetes API calls the extender makes, through the official `kubernetes` client.
+
+Every call passes `_preload_content=False`: we work on plain JSON, skip the client's model
+deserialisation (slow, and for `pods/binding` wrong — the apiserver answers a Binding POST with a
+`Status`, which the client fails to turn into a `V1Binding` although the bind succeeded, see
+kubernetes-client/python#547). Non-2xx replies still raise `ApiException`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import queue
+import threading
+import uuid
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+CONFLICT, NOT_FOUND, GONE = 409, 404, 410
+
+__all__ = ["ApiException", "EventRecorder", "Kube", "load_api_client"]
+
+
+def load_api_client(kubeconfig: str = "") -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, or in-cluster when none is given."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def _json(response) -> Any:
+    data = response.data
+    return json.loads(data) if data else None
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    """Thin wrapper: JSON in, JSON out, official client underneath."""
+
+    def __init__(self, api_client: client.ApiClient, timeout: float = 10.0):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.timeout = timeout
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return _json(self.core.patch_namespaced_pod(name, namespace, patch, _content_type=MERGE,
+                                                    _preload_content=False, _request_timeout=self.timeout))
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+                                                   _request_timeout=self.timeout))
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return _json(self.core.patch_node(name, patch, _content_type=MERGE, _preload_content=False,
+                                          _request_timeout=self.timeout))
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
+                                                _request_timeout=self.timeout)
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.core.create_namespaced_event(namespace, body, _preload_content=False, _request_timeout=self.timeout)
+
+
+class EventRecorder:
+    """Posts events from a background thread so scheduling never waits on them (best effort)."""
+
+    def __init__(self, kube: Kube | None, component: str, capacity: int = 1000):
+        self.kube = kube
+        self.component = component
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(capacity)
+        self._thread = threading.Thread(target=self._run, name="dynmig-events", daemon=True)
+
+    def start(self) -> EventRecorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+
+    def record(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        stamp = now_rfc3339()
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'pod')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+                               "name": meta.get("name", ""), "uid": meta.get("uid", "")},
+            "reason": reason, "message": message[:1024], "type": event_type,
+            "source": {"component": self.component}, "reportingComponent": self.component,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self._queue.put_nowait((namespace, body))
+        except queue.Full:
+            log.warning("event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name"))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            namespace, body = item
+            if self.kube is None:
+                continue
+            try:
+                self.kube.create_event(namespace, body)
+            except Exception as error:  # noqa: BLE001 - events are best effort
+                log.warning("could not post event %s: %s", body["reason"], error)

@@ -1,0 +1,137 @@
+"""`dynmig serve`: assemble the service (cache, fleet, extender, admission, leader election) and run it.
+
+`Service` is the whole server without the network listeners, so tests and `dynmig lab` can start it
+against any API server and drive the app directly; `main` adds uvicorn with TLS and the metrics port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import uvicorn
+
+from certs.reload import FileSource, TLSReloader
+from mig.allowlist import PolicyError
+from webhooks.admission import AdmissionPolicy
+from webhooks.app import Server, create_app, create_metrics_app
+from webhooks.bind import Binder
+from webhooks.cache import ClusterCache
+from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
+from webhooks.filter import Filter
+from webhooks.fleet import Fleet
+from webhooks.kube import EventRecorder, Kube, load_api_client
+from webhooks.leader import AlwaysLeader, LeaseElector
+from webhooks.metrics import Metrics
+from webhooks.nodelock import NodeLock
+
+log = logging.getLogger("dynmig.serve")
+NOT_LEADER = "not the leader: this dynmig replica does not schedule right now; retry (the Service routes to the leader)"
+
+
+class Scheduler:
+    """The extender verbs, answered only by the lease holder."""
+
+    def __init__(self, filter_: Filter, binder: Binder, leader):
+        self._filter, self._binder, self.leader = filter_, binder, leader
+
+    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.leader.is_leader():
+            return {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+                    "Error": NOT_LEADER}
+        return self._filter(args)
+
+    def bind(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.leader.is_leader():
+            return {"Error": NOT_LEADER}
+        return self._binder(args)
+
+
+class Service:
+    """Everything `dynmig serve` runs, minus the listeners. `start()`, then `app`, then `stop()`."""
+
+    def __init__(self, cfg: ServeConfig, api_client=None, device_config=None, tls: TLSReloader | None = None):
+        self.cfg = cfg
+        self.device_config = device_config or DeviceConfigFile(cfg.device_config)
+        self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
+        self.fleet = Fleet(ttl=cfg.reservation_ttl)
+        self.metrics = Metrics(snapshot=self.fleet.snapshot)
+        self.cache = ClusterCache(self.kube, self.fleet)
+        self.events = EventRecorder(self.kube, cfg.scheduler_name)
+        resources = lambda: self.device_config.get().resources  # read per request: the file reloads
+        self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity)
+                       if cfg.leader_elect else AlwaysLeader())
+        self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics)
+        self.binder = Binder(self.fleet, self.cache, self.kube, NodeLock(self.kube, cfg.node_lock_expiry),
+                             resources, self.events, self.metrics)
+        self.tls = tls
+        policy = AdmissionPolicy(device_config=self.device_config.get, scheduler_name=cfg.scheduler_name,
+                                 privileged_users=frozenset(cfg.privileged_users))
+        self.server = Server(policy=policy, metrics=self.metrics,
+                             extender=Scheduler(self.filter, self.binder, self.leader), ready=self.ready)
+        self.app = create_app(self.server)
+        self.metrics_app = create_metrics_app(self.metrics)
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.cache.synced:
+            return False, "waiting for the node and pod caches to sync"
+        if self.tls is not None and not self.tls.ready():
+            return False, "no valid serving certificate loaded"
+        return True, "ok"
+
+    def start(self, wait: float | None = 30.0) -> Service:
+        self.events.start()
+        self.cache.start()
+        if wait:
+            self.cache.wait_synced(wait)
+        self.leader.start()
+        return self
+
+    def stop(self) -> None:
+        self.leader.stop()
+        self.cache.stop()
+        self.events.stop()
+
+
+async def _serve(service: Service, cfg: ServeConfig) -> None:
+    ssl_factory = service.tls.ssl_context_factory if service.tls else None
+    main_cfg = uvicorn.Config(service.app, host=cfg.bind_address, port=cfg.port, log_level=cfg.log_level,
+                              ssl_context_factory=ssl_factory, lifespan="off")
+    metrics_cfg = uvicorn.Config(service.metrics_app, host=cfg.bind_address, port=cfg.metrics_port,
+                                 log_level="warning", lifespan="off")
+    servers = [uvicorn.Server(main_cfg), uvicorn.Server(metrics_cfg)]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: [setattr(s, "should_exit", True) for s in servers])
+    for s in servers:
+        s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not cfg.tls_cert or not cfg.tls_key:
+        print("dynmig serve: --tls-cert and --tls-key are required (the apiserver and kube-scheduler "
+              "call us over HTTPS)", file=sys.stderr)
+        return 2
+    try:
+        device_config = DeviceConfigFile(cfg.device_config)
+    except PolicyError as error:
+        print(f"dynmig serve: the device config is invalid:\n{error}", file=sys.stderr)
+        return 2
+    service = Service(cfg, device_config=device_config)
+    tls = TLSReloader(FileSource(cfg.tls_cert, cfg.tls_key), required_names=list(cfg.tls_names),
+                      registry=service.metrics.registry)
+    tls.start()
+    service.tls = tls
+    service.start(wait=None)
+    try:
+        asyncio.run(_serve(service, cfg))
+    finally:
+        service.stop()
+        tls.stop()
+    return 0

@@ -1,0 +1,192 @@
+"""Occupancy reconstruction: which placements of which GPU active pods hold, from annotations only.
+
+Pure functions over Kubernetes JSON (dicts). Semantics follow HAMi's scheduler (reference §4.6),
+including failing closed: a MIG GPU that has an allocated device without a reservation, or a
+reservation naming a GPU the node does not publish, is marked unhealthy rather than guessed free,
+because handing out slices that may be in use would make the device plugin's create fail or,
+worse, collide with a running workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mig.annotations import (
+    DEVICES_ALLOCATED,
+    MIG_ALLOCATIONS,
+    NODE_REGISTER,
+    VGPU_NODE,
+    AnnotationError,
+    DeviceInfo,
+    MigAllocation,
+    decode_allocations,
+    decode_devices,
+    decode_node_register,
+)
+from mig.placement import GpuState
+from mig.placement.published import from_mig_profile
+from mig.types import Placement
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MIG_MODE = "mig"
+
+
+def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = obj.get("metadata") or {}
+    value = meta.get("annotations")
+    return value if isinstance(value, dict) else {}
+
+
+def is_active(pod: Mapping[str, Any]) -> bool:
+    """Not Succeeded or Failed (a terminating pod still holds its devices until it is terminal)."""
+    return ((pod.get("status") or {}).get("phase") or "") not in TERMINAL_PHASES
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """What a node publishes: its MIG GPUs (as the engine sees them, unoccupied) and why any are ignored."""
+
+    node: str
+    gpus: tuple[GpuState, ...] = ()
+    error: str = ""  # the registration annotation could not be decoded
+
+
+def _is_mig(device: DeviceInfo) -> bool:
+    return device.mode == MIG_MODE or (not device.mode and bool(device.migProfiles))
+
+
+def node_gpus(name: str, register: str | None) -> NodeGpus:
+    """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours)."""
+    try:
+        devices = decode_node_register(register or "")
+    except AnnotationError as error:
+        return NodeGpus(name, (), str(error))
+    gpus = tuple(
+        GpuState(node=name, uuid=d.id, type=d.type, profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
+                 healthy=d.health, index=d.index)
+        for d in devices if _is_mig(d)
+    )
+    return NodeGpus(name, gpus)
+
+
+def node_register(node: Mapping[str, Any]) -> str | None:
+    return annotations(node).get(NODE_REGISTER)
+
+
+# ---------------------------------------------------------------- pods
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """What one active pod holds on its node, as written in its annotations."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    allocations: tuple[MigAllocation, ...] = ()
+    devices: tuple[str, ...] = ()  # GPU UUIDs of every allocated device entry, in order
+    problem: str = ""  # an annotation that could not be decoded (fail closed on the node)
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
+    """The usage of a pod that holds GPUs (has `hami.io/vgpu-node` and is active), else None."""
+    ann = annotations(pod)
+    node = ann.get(VGPU_NODE)
+    if not node or not is_active(pod):
+        return None
+    meta = pod.get("metadata") or {}
+    problems = []
+    try:
+        allocations = decode_allocations(ann.get(MIG_ALLOCATIONS))
+    except AnnotationError as error:
+        allocations = ()  # HAMi treats an undecodable reservation as absent: the devices then fail closed
+        problems.append(str(error))
+    try:
+        devices = tuple(d.uuid for c in decode_devices(ann.get(DEVICES_ALLOCATED), DEVICES_ALLOCATED) for d in c)
+    except AnnotationError as error:
+        devices = ()
+        problems.append(str(error))
+    return PodUsage(uid=meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}",
+                    namespace=meta.get("namespace") or "", name=meta.get("name") or "", node=node,
+                    allocations=allocations, devices=devices, problem="; ".join(problems))
+
+
+# ---------------------------------------------------------------- reconstruction
+
+
+@dataclass
+class GpuOccupancy:
+    occupied: list[Placement] = field(default_factory=list)
+    holders: list[tuple[PodUsage, MigAllocation]] = field(default_factory=list)
+    unhealthy: str = ""  # why this GPU is not schedulable right now ("" = fine)
+
+
+@dataclass(frozen=True)
+class NodeOccupancy:
+    """A node's GPUs with their reserved placements and fail-closed health applied."""
+
+    node: str
+    gpus: tuple[GpuState, ...]
+    holders: Mapping[str, tuple[tuple[PodUsage, MigAllocation], ...]]
+    closed: Mapping[str, str]  # GPU UUID -> why it was failed closed
+
+
+def reconstruct(published: NodeGpus, usages: Iterable[PodUsage]) -> NodeOccupancy:
+    """Apply the reservations of the node's active pods to its published GPUs (HAMi §4.6)."""
+    by_uuid = {g.uuid: GpuOccupancy() for g in published.gpus}
+    all_closed = ""
+    for usage in usages:
+        pending: dict[str, list[MigAllocation]] = {}
+        for a in usage.allocations:
+            pending.setdefault(a.gpuUUID, []).append(a)
+        if usage.problem and not usage.devices:  # nothing to attribute per GPU: distrust the node
+            all_closed = f"pod {usage.namespace}/{usage.name}: {usage.problem}"
+        for uuid in usage.devices:
+            occ = by_uuid.get(uuid)
+            if occ is None:
+                continue  # a device on a GPU this node does not publish as MIG is not ours
+            queue = pending.get(uuid)
+            if not queue:
+                occ.unhealthy = occ.unhealthy or (f"pod {usage.namespace}/{usage.name} has a device on this "
+                                                  "MIG GPU without a reservation")
+                continue
+            _hold(occ, usage, queue.pop(0))
+        for uuid, rest in pending.items():
+            occ = by_uuid.get(uuid)
+            if occ is None:
+                if rest:
+                    all_closed = (f"pod {usage.namespace}/{usage.name} reserves GPU {uuid}, which the node "
+                                  "does not publish")
+                continue
+            for a in rest:
+                _hold(occ, usage, a)
+    gpus, holders, closed = [], {}, {}
+    for g in published.gpus:
+        occ = by_uuid[g.uuid]
+        why = occ.unhealthy or all_closed or _overlap(occ)
+        if why:
+            closed[g.uuid] = why
+        gpus.append(replace(g, occupied=tuple(occ.occupied), healthy=g.healthy and not why))
+        holders[g.uuid] = tuple(occ.holders)
+    return NodeOccupancy(published.node, tuple(gpus), holders, closed)
+
+
+def _hold(occ: GpuOccupancy, usage: PodUsage, allocation: MigAllocation) -> None:
+    occ.occupied.append(allocation.placement_value)
+    occ.holders.append((usage, allocation))
+
+
+def _overlap(occ: GpuOccupancy) -> str:
+    """Two holders of overlapping placements: the record is inconsistent, so trust neither."""
+    seen = 0
+    for p in occ.occupied:
+        if p.mask & seen:
+            return f"reservations overlap at placement {p}"
+        seen |= p.mask
+    return ""
