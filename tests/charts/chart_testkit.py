@@ -67,3 +67,9 @@ def arg(c: dict, flag: str) -> str:
     values = [a[len(prefix):] for a in c.get("args", []) + c.get("command", []) if a.startswith(prefix)]
     assert len(values) == 1, f"{flag}: {values}"
     return values[0]
+
+
+def env(c: dict, name: str) -> str:
+    values = [e["value"] for e in c.get("env", []) if e["name"] == name]
+    assert len(values) == 1, f"{name}: {values}"
+    return values[0]

@@ -15,6 +15,7 @@ from chart_testkit import (
     ROOT,
     arg,
     container,
+    env,
     helm,
     of_kind,
     one,
@@ -145,7 +146,7 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     ca_dir, ca_name = extender["tlsConfig"]["caFile"].rsplit("/", 1)
     mount = next(m for m in container(deployment, "kube-scheduler")["volumeMounts"] if m["mountPath"] == ca_dir)
     volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
-    assert volume["secret"]["secretName"] == arg(server, "tls-secret")
+    assert volume["secret"]["secretName"] == env(server, "DYNMIG_TLS_SECRET")
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_name}]
 
 
@@ -210,7 +211,7 @@ def test_the_server_may_touch_only_its_own_secrets_and_leases():
     role = one(docs, "Role", "-server")
     server = container(one(docs, "Deployment"), "server")
     secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
-    assert set(secrets["resourceNames"]) == {arg(server, "tls-secret"), arg(server, "ca-secret")}
+    assert set(secrets["resourceNames"]) == {env(server, "DYNMIG_TLS_SECRET"), env(server, "DYNMIG_CA_SECRET")}
     assert "create" not in secrets["verbs"]
     leases = next(r for r in role["rules"] if r["resources"] == ["leases"] and "resourceNames" in r)
     config = scheduler_config(docs)
@@ -262,17 +263,20 @@ def test_the_device_plugin_runs_privileged_with_the_kubelet_socket_dir_and_its_n
     assert host["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
     assert spec["nodeSelector"] == {"gpu": "on"}
     assert arg(plugin, "node-config").startswith("/etc/dynmig/node-config/")
+    assert arg(plugin, "kubelet-dir") == "/var/lib/kubelet/device-plugins"
 
 
 def test_the_server_is_told_who_may_write_allocations_and_which_scheduler_name_to_set():
     docs = render("1.35", "schedulerName=gpu-sched")
     server = container(one(docs, "Deployment"), "server")
-    privileged = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--privileged-identity=")]
+    privileged = [a.split("=", 1)[1] for a in server["args"] if a.startswith("--privileged-user=")]
     assert privileged == controller_users(docs)
     assert arg(server, "scheduler-name") == "gpu-sched"
     assert scheduler_config(docs)["profiles"] == [{"schedulerName": "gpu-sched"}]
     ports = {p["name"]: p["containerPort"] for p in server["ports"]}
     assert ports == {"https": 8443, "metrics": 9395}
+    assert (arg(server, "port"), arg(server, "metrics-port")) == ("8443", "9395")
+    assert arg(server, "tls-name") == f"{one(docs, 'Service')['metadata']['name']}.{NAMESPACE}.svc"
 
 
 def test_self_managed_certificates_are_made_before_install_and_injected_after():
@@ -283,10 +287,11 @@ def test_self_managed_certificates_are_made_before_install_and_injected_after():
     inject = container(jobs["post-install,post-upgrade"], "certs")
     assert init["args"][:2] == ["certs", "init"] and inject["args"][:2] == ["certs", "inject"]
     server = container(one(docs, "Deployment"), "server")
-    assert arg(init, "secret") == arg(server, "tls-secret") and arg(init, "ca-secret") == arg(server, "ca-secret")
+    assert arg(init, "secret") == env(server, "DYNMIG_TLS_SECRET")
+    assert arg(init, "ca-secret") == env(server, "DYNMIG_CA_SECRET")
     assert arg(init, "mutating-webhook") == one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
     assert arg(inject, "validating-webhook") == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
-    assert arg(init, "service") == one(docs, "Service")["metadata"]["name"]
+    assert arg(init, "service") == one(docs, "Service")["metadata"]["name"] == env(server, "DYNMIG_SERVICE")
 
 
 def test_optional_objects_appear_only_when_asked_for():
@@ -312,3 +317,20 @@ def test_the_values_schema_rejects_a_typo_and_names_it(typo, named):
     done = helm("template", "dynmig", str(CHART), "--set", typo)
     assert done.returncode != 0
     assert named in done.stderr
+
+
+def test_the_server_and_the_device_plugin_accept_every_flag_the_chart_passes():
+    from plugin.config import _parser as plugin_parser
+    from webhooks.config import parse_args
+
+    docs = render("1.35", "server.httpsPort=9443")
+    server = container(one(docs, "Deployment"), "server")
+    assert server["args"][0] == "serve"
+    config = parse_args(server["args"][1:])
+    assert config.port == 9443 and config.scheduler_name == "dynmig-scheduler"
+    assert list(config.privileged_users) == controller_users(docs)
+    assert config.device_config == "/etc/dynmig/device-config/device-config.yaml"
+    plugin = container(one(docs, "DaemonSet"), "device-plugin")
+    assert plugin["args"][0] == "device-plugin"
+    parsed = plugin_parser().parse_args(plugin["args"][1:])
+    assert parsed.node_config == "/etc/dynmig/node-config/config.json"

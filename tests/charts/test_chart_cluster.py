@@ -12,7 +12,7 @@ import kubernetes
 import pytest
 import yaml
 from certs_testkit_bridge import RunningServer
-from chart_testkit import NAMESPACE, arg, container, of_kind, one, render, scheduler_config
+from chart_testkit import NAMESPACE, container, env, of_kind, one, render, scheduler_config
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -73,7 +73,7 @@ def installed(certs_made):
 
 def test_the_chart_hook_jobs_fill_the_ca_bundle_of_every_rendered_webhook(installed):
     apiserver, docs = installed
-    secret_name = arg(container(one(docs, "Deployment"), "server"), "tls-secret")
+    secret_name = env(container(one(docs, "Deployment"), "server"), "DYNMIG_TLS_SECRET")
     secret = apiserver.get("secrets", secret_name, NAMESPACE)
     assert secret["type"] == "kubernetes.io/tls"
     ca = base64.b64decode(secret["data"]["ca.crt"])
@@ -115,7 +115,7 @@ def test_the_rendered_scheduler_configuration_drives_kube_scheduler_over_verifie
     port = free_port()
     docs = render("1.35", f"server.httpsPort={port}")
     server_args = container(one(docs, "Deployment"), "server")
-    secret_name = arg(server_args, "tls-secret")
+    secret_name = env(server_args, "DYNMIG_TLS_SECRET")
     # what kubelet mounts at the caFile path: ca.crt of the serving Secret
     config = scheduler_config(docs)
     ca_file = tmp_path / "ca.crt"
