@@ -19,8 +19,9 @@ import socket
 import ssl
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from sim.apiserver.errors import ApiError
@@ -100,20 +101,19 @@ class Admission:
         if not any(_rule_matches(r, a) for r in hook.get("rules") or []):
             return False
         ns_sel = hook.get("namespaceSelector")
-        if ns_sel:
-            if a.rt.plural == "namespaces" and not a.rt.group:
-                ns_labels = labels_of(a.obj or a.old)
-                if not match_label_selector(ns_sel, ns_labels):
-                    return False
-            elif a.rt.namespaced:
-                if not match_label_selector(ns_sel, self._namespace_labels(a.namespace) or {}):
-                    return False
+        if ns_sel and not self._namespace_matches(ns_sel, a):
+            return False
         obj_sel = hook.get("objectSelector")
-        if obj_sel:
-            if not (match_label_selector(obj_sel, labels_of(a.obj)) and a.obj is not None
-                    or match_label_selector(obj_sel, labels_of(a.old)) and a.old is not None):
-                return False
-        return True
+        # The object selector matches when either the new or the old object's labels match.
+        return not obj_sel or any(o is not None and match_label_selector(obj_sel, labels_of(o))
+                                  for o in (a.obj, a.old))
+
+    def _namespace_matches(self, ns_sel: dict[str, Any], a: Attributes) -> bool:
+        if a.rt.plural == "namespaces" and not a.rt.group:
+            return match_label_selector(ns_sel, labels_of(a.obj or a.old))
+        if a.rt.namespaced:
+            return match_label_selector(ns_sel, self._namespace_labels(a.namespace) or {})
+        return True  # other cluster-scoped objects are never skipped by a namespaceSelector
 
     # ---- the chain -------------------------------------------------------------------------
     def admit(self, a: Attributes, phase: str = "both") -> tuple[dict[str, Any] | None, list[str]]:

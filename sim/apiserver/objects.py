@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from sim.apiserver.errors import ApiError, invalid
+from sim.apiserver.errors import invalid
 from sim.apiserver.resources import ResourceType
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -114,14 +114,13 @@ def prepare_update(rt: ResourceType, new: dict[str, Any], old: dict[str, Any],
         return out
     if rt.status_via_subresource and "status" in old:
         new["status"] = copy.deepcopy(old["status"])
-    if rt.key == ("", "pods"):
-        if _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(old.get("spec", {})):
-            raise invalid(rt.kind, rt.group, old_meta["name"], "spec",
-                          "Forbidden: pod updates may not change fields other than `spec.containers[*]."
-                          "image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
-                          "`spec.tolerations` (only additions to existing tolerations), "
-                          "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
-                          "previously negative)")
+    if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(old.get("spec", {})):
+        raise invalid(rt.kind, rt.group, old_meta["name"], "spec",
+                      "Forbidden: pod updates may not change fields other than `spec.containers[*]."
+                      "image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
+                      "`spec.tolerations` (only additions to existing tolerations), "
+                      "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+                      "previously negative)")
     if rt.key == ("", "namespaces"):
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = old_meta["name"]
     return new

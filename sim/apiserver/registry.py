@@ -7,8 +7,9 @@ import copy
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sim.apiserver import errors, objects, patches
 from sim.apiserver.admission import Admission, Attributes
@@ -101,7 +102,7 @@ class Registry:
         match = self._matcher(req.rt, label_selector, field_selector)
         if req.name:
             base = match
-            match = lambda o: base(o) and o["metadata"]["name"] == req.name  # noqa: E731
+            match = lambda o: base(o) and o["metadata"]["name"] == req.name
         ns = req.namespace if req.rt.namespaced and req.namespace else None
         table = self.store.table(req.rt)
         initial: list[dict[str, Any]] = []

@@ -11,6 +11,7 @@ see that identity as `userInfo`.
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import tempfile
@@ -30,6 +31,7 @@ from sim.apiserver.resources import BY_KEY, STORED
 from sim.apiserver.rest import Handler
 from sim.apiserver.store import Store
 
+log = logging.getLogger("sim.apiserver")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -41,6 +43,10 @@ class _Listener(ThreadingHTTPServer):
     def __init__(self, addr: tuple[str, int], handler: type, ssl_ctx: ssl.SSLContext | None):
         self.ssl_ctx = ssl_ctx
         super().__init__(addr, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that goes away mid-request is normal (watch cut, pool closed); never print it.
+        log.debug("connection from %s ended with an error", client_address)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = self.socket.accept()
@@ -140,7 +146,7 @@ class ApiServer:
             self._reaper = None
         self.admission.close()
 
-    def __enter__(self) -> ApiServer:
+    def __enter__(self) -> ApiServer:  # noqa: PYI034
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -165,7 +165,7 @@ class Scheduler:
         for ext in self.extenders:
             ext.close()
 
-    def __enter__(self) -> Scheduler:
+    def __enter__(self) -> Scheduler:  # noqa: PYI034
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -240,7 +240,7 @@ class Scheduler:
             key, pod = item
             try:
                 self._schedule_one(key, pod)
-            except Exception as exc:  # noqa: BLE001 - one pod must not stop the scheduler
+            except Exception as exc:
                 log.exception("scheduling %s", key)
                 self._failed(key, pod, str(exc), error=True)
 
@@ -283,7 +283,8 @@ class Scheduler:
             if not ext.cfg.filter_verb or not ext.interested(pod):
                 continue
             try:
-                result = ext.filter(wire_pod, [_strip_type_meta(n) for n in feasible])
+                result = ext.filter(wire_pod, feasible if ext.cfg.node_cache_capable
+                                    else [_strip_type_meta(n) for n in feasible])
             except ExtenderError:
                 if ext.cfg.ignorable:
                     continue
@@ -408,8 +409,8 @@ def _shutdown_socket(resp: Any) -> None:
     except Exception:  # noqa: BLE001 - already closed or a different transport: fall back to close
         try:
             resp.close()
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001
+            log.debug("closing a watch response: %s", exc)
 
 
 def _now() -> str:

@@ -65,7 +65,7 @@ class WebhookServer:
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.reviews.append(review)
                 response = {"uid": review["request"]["uid"], **decide(review["request"])}

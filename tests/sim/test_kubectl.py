@@ -23,7 +23,7 @@ def run(apiserver, kubectl, tmp_path):
 
     def kubectl_run(*args: str) -> str:
         out = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"),
-                              *args], capture_output=True, text=True, timeout=60)
+                              *args], capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
         return out.stdout
 

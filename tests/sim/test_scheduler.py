@@ -42,7 +42,7 @@ class Extender:
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.calls.append((self.path, body))
                 reply = filter_fn(body) if self.path == "/filter" else (bind_fn or (lambda b: {"Error": ""}))(body)
