@@ -206,9 +206,13 @@ class TLSReloader:
     # ---- background ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Follow the source in a daemon thread (no-op without a source)."""
+        """Load what the source has now (so a server can be ready at once), then follow the
+        source in a daemon thread. No-op without a source."""
         if self._source is None or self._thread is not None:
             return
+        prime = getattr(self._source, "poll", None)
+        if prime is not None:
+            prime(self.load)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="dynmig-tls-reload", daemon=True)
         self._thread.start()
@@ -325,6 +329,13 @@ class SecretSource:
             deliver(data["tls.crt"], data["tls.key"])
         else:
             log.warning("Secret %s/%s has no tls.crt/tls.key yet", self.namespace, self.name)
+
+    def poll(self, deliver: PairCallback) -> None:
+        """One read of the Secret now; a failure is logged (the watch loop retries)."""
+        try:
+            self._deliver(self.api.read_namespaced_secret(self.name, self.namespace), deliver)
+        except Exception as error:  # noqa: BLE001 - not fatal: the watch loop lists again
+            log.warning("reading Secret %s/%s failed: %s", self.namespace, self.name, error)
 
     def run(self, deliver: PairCallback, stop: threading.Event) -> None:
         delay = self.backoff[0]

@@ -176,7 +176,7 @@ def test_the_api_server_verifies_the_webhook_with_the_injected_bundle_before_and
     reloader = TLSReloader(SecretSource(core, NS, "dynmig-tls", watch_timeout=5, backoff=(0.05, 0.5)),
                            required_names=[f"{SERVICE}.{NS}.svc"])
     reloader.start()
-    wait_for(reloader.ready)
+    assert reloader.ready()  # read from the Secret before start() returned
     server = RunningServer(reloader, app=_mutating_app())
     server.start()
     try:

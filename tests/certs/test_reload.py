@@ -200,7 +200,7 @@ def test_files_replaced_on_disk_are_picked_up_by_polling(tmp_path, ca, serving, 
     reloader = TLSReloader(FileSource(crt, key, interval=0.05))
     reloader.start()
     try:
-        wait_for(reloader.ready)
+        assert reloader.ready()  # the first pair is loaded before start() returns
         renewed: KeyPair = make_serving(ca, IDENTITY, now)
         # a Secret volume swaps both files at once; write the new pair under new names, then rename
         (tmp_path / "new.key").write_bytes(renewed.key_pem())
