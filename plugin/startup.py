@@ -90,6 +90,9 @@ class Startup:
             self._adopt(node, report)
         for problem in node.problems if node else ():
             report.unproven.append(f"{problem[0]}: {problem[1]}")
+        self._report_unowned(inventory, report)
+        for _ in report.unproven:
+            self.manager.metrics.fail("startup", "unproven")
         log.info("startup: busy=%s cleaned=%s adopted=%d protected=%d unproven=%d untouched=%s",
                  report.busy, report.cleaned, len(report.adopted), len(report.protected), len(report.unproven),
                  report.untouched)
@@ -124,6 +127,25 @@ class Startup:
                     log.info("startup: cleaned %d GPU instance(s) from idle GPU %s", count, device.uuid)
             except InstanceError as error:
                 report.unproven.append(f"{device.uuid}: clean-up failed: {error}")
+
+    def _report_unowned(self, inventory: Inventory, report: StartupReport) -> None:
+        """Instances on busy GPUs that no active reservation proves: reported, never destroyed."""
+        owned = {(m.key.gpu_uuid, m.key.profile, m.key.placement) for m in self.manager.managed()}
+        owned |= {(k.gpu_uuid, k.profile, k.placement) for k in report.protected}
+        for gpu in inventory.gpus:
+            if gpu.uuid not in report.busy or not gpu.managed or gpu.uuid in report.cleaned:
+                continue
+            try:
+                gis = self.nvml.list_gis(gpu.device.handle, list(gpu.profiles))
+            except NvmlError as error:
+                report.unproven.append(f"{gpu.uuid}: cannot list GPU instances: {error}")
+                continue
+            for gi in gis:
+                profile = gpu.any_profile(gi.profile_id)
+                name = profile.name if profile else f"profile {gi.profile_id}"
+                if (gpu.uuid, name, gi.placement) not in owned:
+                    report.unproven.append(f"{gpu.uuid}: GI {gi.gi_id} {name} at {gi.placement} has no owner "
+                                           "dynmig can prove; left untouched")
 
     def _adopt(self, node: NodeReservations, report: StartupReport) -> None:
         for reservation in node.reservations:

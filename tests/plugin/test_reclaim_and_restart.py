@@ -63,6 +63,8 @@ def test_a_restarted_plugin_cleans_leftovers_only_on_idle_gpus(make_node):
     assert node.instances(0) == []
     assert [(p, s) for p, s, _, _ in node.instances(1)] == [("1g.5gb", 0)]
     assert app.report.busy == {node.uuids[1]: "active reservation"}
+    assert any("1g.5gb at 0:1 has no owner" in line for line in app.report.unproven)
+    assert app.metrics.value("dynmig_plugin_failures_total", op="startup", reason="unproven") >= 1
 
 
 @pytest.mark.parametrize("how", ["uuid", "index"])
