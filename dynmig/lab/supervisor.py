@@ -38,7 +38,9 @@ class Supervisor:
         self.echo = echo
 
     def start(self, name: str, argv: list[str], env: dict | None = None, ready_text: str | None = None,
-              timeout: float = 30.0) -> Child:
+              timeout: float = 30.0, wait: bool = True) -> Child:
+        """Start `argv`; with `ready_text`, wait for that line unless `wait` is False (then call
+        `wait_ready` later, e.g. after starting several children at once)."""
         log_path = self.log_dir / f"{name}.log"
         process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -47,7 +49,7 @@ class Supervisor:
         child = Child(name, process, log_path)
         self.children.append(child)
         threading.Thread(target=self._pump, args=(child, ready_text), daemon=True, name=f"log-{name}").start()
-        if ready_text is not None:
+        if ready_text is not None and wait:
             self.wait_ready(child, timeout)
         return child
 

@@ -1,0 +1,135 @@
+"""`dynmig lab`: the whole system on one machine, with simulated GPUs and a simulated cluster.
+
+    dynmig lab                                 # start, show progress, run until Ctrl-C
+    dynmig lab --scenario tour                 # a scripted scenario; exit 1 if a check fails
+    dynmig lab --scenario list                 # the scenarios
+    dynmig lab --serve --kubeconfig-out kc     # run until interrupted; kubectl --kubeconfig kc ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from dynmig.lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dynmig lab", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    p.add_argument("--nodes", default=DEFAULT_NODES,
+                   help=f"simulated GPU nodes, NAME=COUNTxMODEL[+COUNTxMODEL];... (default {DEFAULT_NODES!r})")
+    p.add_argument("--scenario", help="run a scripted scenario and exit (`list` shows them)")
+    p.add_argument("--serve", action="store_true", help="keep running until interrupted (the default "
+                                                        "without --scenario)")
+    p.add_argument("--kubeconfig-out", type=Path, help="write an admin kubeconfig here once the lab is ready")
+    p.add_argument("--policy", type=Path, help="device-config file (allowlist) instead of the chart's default, "
+                                               "e.g. policies/examples/with-4g.yaml")
+    p.add_argument("--workdir", type=Path, help="keep state files, configs and logs here (default: a temp dir, "
+                                                "removed at exit)")
+    p.add_argument("--reconcile-interval", type=float, default=1.0,
+                   help="device plugin reclaim period in seconds (default 1; HAMi uses 5)")
+    return p
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _list() -> int:
+    from dynmig.lab.scenarios import SCENARIOS
+
+    width = max(len(n) for n in SCENARIOS)
+    for s in SCENARIOS.values():
+        print(f"{s.name:<{width}}  {s.title}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.scenario == "list":
+        return _list()
+    try:
+        nodes = parse_nodes(args.nodes)
+    except NodeSpecError as error:
+        print(f"dynmig lab: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.policy is not None and not args.policy.is_file():
+        print(f"dynmig lab: --policy {args.policy}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    from dynmig.lab.scenarios import SCENARIOS
+
+    if args.scenario and args.scenario not in SCENARIOS:
+        print(f"dynmig lab: --scenario {args.scenario!r}: unknown; one of: list, {', '.join(SCENARIOS)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.scenario:
+        missing = [m for m in SCENARIOS[args.scenario].needs
+                   if not any(m.lower() in g.model.nvml_name.lower() for n in nodes for g in n.gpus)]
+        if missing:
+            print(f"dynmig lab: --scenario {args.scenario} needs a node with {', '.join(missing)} GPUs; "
+                  f"--nodes {args.nodes!r} has none (the default nodes have them)", file=sys.stderr)
+            return EXIT_USAGE
+    return _run(args, nodes)
+
+
+def _run(args: argparse.Namespace, nodes) -> int:
+    from dynmig.lab.chart import ChartError
+    from dynmig.lab.cluster import Lab, LabError, write_admin_kubeconfig
+    from dynmig.lab.supervisor import ChildFailed
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    lab = Lab(nodes, args.workdir, policy=args.policy, echo=_print, reconcile_interval=args.reconcile_interval)
+    _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))
+    try:
+        try:
+            lab.start()
+        except (ChartError, LabError, ChildFailed, TimeoutError) as error:
+            print(f"dynmig lab: could not start: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        if stop.is_set():
+            return EXIT_FAILED
+        if args.kubeconfig_out:
+            path = write_admin_kubeconfig(lab, args.kubeconfig_out)
+            _print(f"kubeconfig written: {path}  (kubectl --kubeconfig {path} get nodes)")
+        if args.scenario:
+            return _scenario(lab, args.scenario)
+        _print("lab running; Ctrl-C stops it")
+        while not stop.wait(0.5):
+            pass
+        _print("stopping")
+        return EXIT_OK
+    finally:
+        lab.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _scenario(lab, name: str) -> int:
+    from dynmig.lab.scenario import Run, ScenarioFailed
+    from dynmig.lab.scenarios import SCENARIOS
+
+    chosen = SCENARIOS[name]
+    _print("")
+    _print(f"### scenario {name}: {chosen.title}")
+    run = Run(lab, echo=_print)
+    started = time.monotonic()
+    try:
+        chosen.run(run)
+    except ScenarioFailed:
+        pass
+    passed = len(run.checks) - len(run.failed)
+    _print("")
+    verdict = "PASSED" if not run.failed and run.checks else "FAILED"
+    _print(f"### {name}: {verdict} — {passed}/{len(run.checks)} checks passed in {time.monotonic() - started:.1f}s")
+    for check in run.failed:
+        _print(f"    FAIL  {check.text} — {check.detail}")
+    return EXIT_OK if verdict == "PASSED" else EXIT_FAILED

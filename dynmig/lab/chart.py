@@ -1,0 +1,98 @@
+"""The Helm chart, rendered with `helm template`, as the lab's source of configuration.
+
+Why: the lab must run what a cluster runs. The webhook configurations, the KubeSchedulerConfiguration
+and the device config come from the chart; only what cannot be the same on a laptop is rewritten
+(the extender's host:port and the path of its CA file), and `laptop_scheduler_config` says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "dynmig"
+NAMESPACE = "dynmig"
+RELEASE = "dynmig"
+
+
+class ChartError(RuntimeError):
+    pass
+
+
+def helm_binary() -> str:
+    """helm from $DYNMIG_TOOLS, the project's .cache/tools (what `make tools` fills) or PATH."""
+    tools = os.environ.get("DYNMIG_TOOLS", str(ROOT / ".cache" / "tools"))
+    found = shutil.which("helm", path=f"{tools}{os.pathsep}{os.environ.get('PATH', '')}")
+    if not found:
+        raise ChartError(f"helm not found in {tools} or PATH: run `make tools` (the lab renders charts/dynmig with it)")
+    return found
+
+
+@dataclass(frozen=True)
+class Rendered:
+    objects: tuple[dict[str, Any], ...]
+
+    def find(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        for obj in self.objects:
+            if obj.get("kind") == kind and (name is None or obj["metadata"]["name"] == name):
+                return obj
+        raise ChartError(f"the rendered chart has no {kind}{' ' + name if name else ''}")
+
+    @property
+    def scheduler_config(self) -> dict[str, Any]:
+        data = self.find("ConfigMap", f"{RELEASE}-scheduler-config")["data"]
+        return yaml.safe_load(data["config.yaml"])
+
+    @property
+    def device_config_text(self) -> str:
+        return self.find("ConfigMap", f"{RELEASE}-device-config")["data"]["device-config.yaml"]
+
+    @property
+    def webhook_configurations(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for o in self.objects
+                if o.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")]
+
+    @property
+    def service(self) -> tuple[str, str]:
+        svc = self.find("Service", RELEASE)
+        return svc["metadata"]["namespace"], svc["metadata"]["name"]
+
+
+def render(policy: Path | None = None) -> Rendered:
+    """`helm template` the chart; `policy` (a device-config file) goes in as deviceConfig.content."""
+    argv = [helm_binary(), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    if policy is not None:
+        argv += ["--set-file", f"deviceConfig.content={policy}"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except OSError as error:
+        raise ChartError(f"could not run helm: {error}") from None
+    if done.returncode != 0:
+        raise ChartError(f"helm template {CHART} failed:\n{done.stderr.strip()}")
+    objects = tuple(o for o in yaml.safe_load_all(done.stdout) if isinstance(o, dict))
+    return Rendered(objects)
+
+
+def laptop_scheduler_config(doc: dict[str, Any], extender_host: str, extender_port: int,
+                            ca_file: Path) -> dict[str, Any]:
+    """The chart's KubeSchedulerConfiguration with the two laptop differences: the extender is at
+    host:port of the `dynmig serve` child (not 127.0.0.1:8443 in the pod), and its CA file is the
+    lab's projection of the serving Secret (not /etc/dynmig/ca/ca.crt). Leader election is off: one
+    scheduler, no Lease to wait for."""
+    doc = copy.deepcopy(doc)
+    doc.setdefault("leaderElection", {})["leaderElect"] = False
+    for ext in doc.get("extenders") or []:
+        parts = urlsplit(ext["urlPrefix"])
+        ext["urlPrefix"] = urlunsplit(parts._replace(netloc=f"{extender_host}:{extender_port}"))
+        if (ext.get("tlsConfig") or {}).get("caFile"):
+            ext["tlsConfig"]["caFile"] = str(ca_file)
+    return doc

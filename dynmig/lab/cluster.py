@@ -1,0 +1,347 @@
+"""`Lab`: the whole system on one machine — simulated cluster and GPUs, real dynmig processes.
+
+    lab = Lab(parse_nodes(DEFAULT_NODES), workdir).start()   # prints progress through `echo`
+    core = lab.core()                                         # official client, as admin
+    lab.nodes["gpu-rtx"].nvml.nvidia_smi_L()
+    lab.restart_plugin("gpu-rtx")
+    lab.stop()                                                # no process, socket or thread left
+
+What runs where: the simulated API server, the simulated kube-scheduler, the simulated kubelets and
+their pod lifecycle run as threads of this process (the outside world); `dynmig serve` and one
+`dynmig device-plugin` per node run as child processes, unchanged, the device plugins under the
+simulated NVML (a state file per node that this process reads too).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from certs import main as certs_main
+from dynmig.lab import chart, report
+from dynmig.lab.agent import EXIT_CODE, NodeAgent
+from dynmig.lab.nodes import LabNode
+from dynmig.lab.secrets import SecretProjection
+from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
+from mig.allowlist import load_device_config
+from sim.apiserver import ApiServer
+from sim.kubelet import SimulatedKubelet
+from sim.nvml import SimulatedNvml
+from sim.scheduler.config import parse as parse_scheduler_config
+from sim.scheduler.scheduler import Scheduler
+
+NAMESPACE = chart.NAMESPACE
+TLS_SECRET = "dynmig-tls"
+MUTATING, VALIDATING = "dynmig-mutating", "dynmig-validating"
+PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NodeRuntime:
+    spec: LabNode
+    state_file: Path
+    plugin_dir: Path
+    nvml: SimulatedNvml
+    kubelet: SimulatedKubelet
+    agent: NodeAgent | None = None
+    plugin: Child | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Lab:
+    """Args:
+        nodes: the simulated GPU nodes (`dynmig.lab.nodes.parse_nodes`).
+        workdir: where state files, configs, kubeconfigs and child logs go (a temp dir if None).
+        policy: a device-config file to use instead of the chart's default allowlist.
+        echo: where progress lines go (one line per call).
+        reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    """
+
+    def __init__(self, nodes: tuple[LabNode, ...], workdir: Path | None = None, policy: Path | None = None,
+                 echo: Callable[[str], None] | None = None, reconcile_interval: float = 1.0,
+                 scheduler_backoff: tuple[float, float] = (0.5, 2.0)):
+        self.specs = nodes
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dynmig-lab-")
+        self.workdir = Path(workdir or self._tmp.name)
+        # unix socket paths must stay short, wherever the workdir is
+        self._sockets = tempfile.TemporaryDirectory(prefix="dynmig-lab-kubelet-")
+        self.policy = policy
+        self.echo = echo or (lambda line: None)
+        self.reconcile_interval = reconcile_interval
+        self.scheduler_backoff = scheduler_backoff
+        self.supervisor = Supervisor(self.workdir / "logs")
+        self.apiserver: ApiServer | None = None
+        self.scheduler: Scheduler | None = None
+        self.projection: SecretProjection | None = None
+        self.serve: Child | None = None
+        self.serve_port = 0
+        self.metrics_port = 0
+        self.nodes: dict[str, NodeRuntime] = {}
+        self.rendered: chart.Rendered | None = None
+        self.device_config_file = self.workdir / "config" / "device-config.yaml"
+        self.resource = "nvidia.com/gpu"
+        self.started = 0.0
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> Lab:
+        self.started = time.monotonic()
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self._say(f"lab ready in {time.monotonic() - self.started:.1f}s")
+        return self
+
+    def _start(self) -> None:
+        self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
+        self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        self._say(f"API server (simulated) listening on {self.apiserver.url}")
+        self.rendered = chart.render(self.policy)
+        self._write_device_config()
+        self._say(f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
+                  + (f" (policy {self.policy})" if self.policy else ""))
+        self._certs("init", "--extra-host", "127.0.0.1")
+        self.projection = SecretProjection(self.apiserver, NAMESPACE, TLS_SECRET,
+                                           self.workdir / "secrets" / TLS_SECRET).start()
+        self._start_serve()
+        for spec in self.specs:
+            self._create_node(spec)
+        for spec in self.specs:
+            self._start_plugin(self.nodes[spec.name])
+        self._register_webhooks()
+        self._start_scheduler()
+        for runtime in self.nodes.values():
+            self._wait_plugin(runtime)
+        self._wait_serve()
+        self._start_agents()
+
+    def stop(self) -> None:
+        """Stop everything this lab started; safe to call twice and after a failed start."""
+        for runtime in self.nodes.values():
+            if runtime.agent is not None:
+                runtime.agent.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+        self.supervisor.stop_all()
+        for runtime in self.nodes.values():
+            runtime.kubelet.stop()
+            runtime.nvml.uninstall()
+        if self.projection is not None:
+            self.projection.stop()
+            self.projection = None
+        if self.apiserver is not None:
+            self.apiserver.stop()
+            self.apiserver = None
+        self._sockets.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Lab:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- clients --------------------------------------------------------------------------------
+
+    def kubeconfig(self, identity: str = "admin") -> Path:
+        return self.apiserver.kubeconfig(identity)
+
+    def api_client(self, identity: str = "admin") -> Any:
+        return self.apiserver.api_client(identity)
+
+    def core(self, identity: str = "admin") -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client(identity))
+
+    # ---- operations -----------------------------------------------------------------------------
+
+    def restart_plugin(self, node: str) -> None:
+        """Stop the node's device plugin (SIGTERM) and start a new one; it must adopt what runs."""
+        runtime = self.nodes[node]
+        before = runtime.kubelet.resource(self.resource)
+        registrations = before.registrations if before else 0
+        if runtime.plugin is not None:
+            self.supervisor.stop(runtime.plugin)
+        self._start_plugin(runtime)
+        self._wait_plugin(runtime, registrations + 1)
+
+    def finish(self, name: str, namespace: str = "default", exit_code: int = 0) -> None:
+        """Tell a running pod's workload to exit (0 -> Succeeded)."""
+        self.core().patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {EXIT_CODE: str(exit_code)}}})
+
+    def plugin_log(self, node: str) -> str:
+        return (self.workdir / "logs" / f"device-plugin-{node}.log").read_text()
+
+    def serve_log(self) -> str:
+        return (self.workdir / "logs" / "serve.log").read_text()
+
+    # ---- the pieces -----------------------------------------------------------------------------
+
+    def _say(self, text: str) -> None:
+        self.echo(f"[{time.monotonic() - self.started:5.1f}s] {text}")
+
+    def _write_device_config(self) -> None:
+        self.device_config_file.parent.mkdir(parents=True, exist_ok=True)
+        self.device_config_file.write_text(self.rendered.device_config_text)
+        self.resource = load_device_config(self.device_config_file).resources.count
+
+    def _certs(self, *args: str) -> None:
+        """`dynmig certs ...` against the lab, in this process (the same code the console script runs)."""
+        argv = [args[0], "--namespace", NAMESPACE, "--service", chart.RELEASE,
+                "--kubeconfig", str(self.kubeconfig("certs")), *args[1:]]
+        out, err = StringIO(), StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = certs_main.main(argv)
+        for line in (out.getvalue() + err.getvalue()).splitlines():
+            self._say(f"dynmig certs {args[0]}: {line.removeprefix(args[0] + ': ')}")
+        if code != 0:
+            raise LabError(f"dynmig certs {' '.join(args)} exited with {code}")
+
+    def _start_serve(self) -> None:
+        self.serve_port, self.metrics_port = free_port(), free_port()
+        secret = self.projection.directory
+        argv = python_argv("-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1",
+                           "--port", str(self.serve_port), "--metrics-port", str(self.metrics_port),
+                           "--tls-cert", str(secret / "tls.crt"), "--tls-key", str(secret / "tls.key"),
+                           "--kubeconfig", str(self.kubeconfig("scheduler")),
+                           "--device-config", str(self.device_config_file), "--namespace", NAMESPACE,
+                           "--identity", "lab-serve", "--log-level", "info")
+        self.serve = self.supervisor.start("serve", argv)
+
+    def _wait_serve(self, timeout: float = 60.0) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.projection.path("ca.crt")))
+        url = f"https://127.0.0.1:{self.serve_port}/readyz"
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.serve.process.poll() is not None:
+                raise ChildFailed(f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail()}")
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        self._say(f"dynmig serve ready on https://127.0.0.1:{self.serve_port} "
+                                  f"(TLS from Secret {NAMESPACE}/{TLS_SECRET}; metrics on :{self.metrics_port})")
+                        return
+            except Exception as error:  # noqa: BLE001 - not listening or not ready yet
+                last = str(error)
+            time.sleep(0.1)
+        raise ChildFailed(f"dynmig serve not ready after {timeout:.0f}s ({last}):\n{self.serve.tail()}")
+
+    def _register_webhooks(self) -> None:
+        namespace, name = self.rendered.service
+        self.apiserver.register_service(namespace, name, "127.0.0.1", self.serve_port)
+        api = client.AdmissionregistrationV1Api(self.api_client())
+        for obj in self.rendered.webhook_configurations:
+            if obj["kind"] == "MutatingWebhookConfiguration":
+                api.create_mutating_webhook_configuration(obj)
+            else:
+                api.create_validating_webhook_configuration(obj)
+        self._certs("inject", "--mutating-webhook", MUTATING, "--validating-webhook", VALIDATING)
+        self._say(f"webhooks {MUTATING}, {VALIDATING} registered; service {namespace}/{name} -> "
+                  f"127.0.0.1:{self.serve_port}")
+
+    def _start_scheduler(self) -> None:
+        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.serve_port,
+                                            self.projection.path("ca.crt"))
+        path = self.workdir / "config" / "scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        initial, maximum = self.scheduler_backoff
+        self.scheduler = Scheduler(parse_scheduler_config(doc), self.api_client("kube-scheduler"),
+                                   initial_backoff=initial, max_backoff=maximum).start()
+        if not self.scheduler.wait_synced(30):
+            raise LabError("the simulated kube-scheduler did not sync its caches in 30s")
+        ext = doc["extenders"][0]["urlPrefix"] if doc.get("extenders") else "(none)"
+        self._say(f"kube-scheduler (simulated) ready: profile {doc['profiles'][0]['schedulerName']}, "
+                  f"extender {ext}, config {path}")
+
+    def _create_node(self, spec: LabNode) -> None:
+        base = self.workdir / "nodes" / spec.name
+        base.mkdir(parents=True, exist_ok=True)
+        state = base / "nvml-state.json"
+        state.unlink(missing_ok=True)
+        nvml = SimulatedNvml(spec.nvml_spec(), state_path=state)
+        plugin_dir = Path(self._sockets.name) / spec.name
+        kubelet = SimulatedKubelet(plugin_dir).start()
+        self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.apiserver.create({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": spec.name, "labels": {"kubernetes.io/hostname": spec.name, "gpu": "on",
+                                                       "kubernetes.io/os": "linux"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "kubelet is posting ready status (simulated)",
+                                       "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}},
+        })
+
+    def _start_plugin(self, runtime: NodeRuntime) -> None:
+        argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--",
+                           "device-plugin", "--node-name", runtime.name,
+                           "--config-file", str(self.device_config_file),
+                           "--kubelet-dir", str(runtime.plugin_dir),
+                           "--kubeconfig", str(self.kubeconfig("device-plugin")),
+                           "--reconcile-interval", str(self.reconcile_interval))
+        runtime.plugin = self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY,
+                                               wait=False)
+
+    def _wait_plugin(self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0) -> None:
+        self.supervisor.wait_ready(runtime.plugin, timeout)
+        view = runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
+        view = runtime.kubelet.wait_for_resource(self.resource, lambda v: v.connected and v.healthy > 0,
+                                                 timeout, f"{self.resource} devices")
+        self._set_allocatable(runtime.name, view.healthy)
+        startup = next((report.startup_summary(line) for line in runtime.plugin.lines if "startup: busy=" in line),
+                       "")
+        self._say(f"{runtime.name}: dynmig device-plugin registered {self.resource} "
+                  f"({runtime.spec.describe()}); {startup}")
+
+    def _set_allocatable(self, node: str, count: int) -> None:
+        patch = {"status": {"capacity": {self.resource: str(count)}, "allocatable": {self.resource: str(count)}}}
+        self.core("kubelet").patch_node_status(node, patch)
+
+    def _start_agents(self) -> None:
+        for runtime in self.nodes.values():
+            runtime.agent = NodeAgent(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
+                                      self.resource, echo=self._say).start()
+        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes))
+
+
+def write_admin_kubeconfig(lab: Lab, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(lab.kubeconfig("admin"), path)
+    path.chmod(0o600)
+    return path
+
