@@ -18,6 +18,7 @@ from typing import Any
 
 from webhooks.fleet import Fleet
 from webhooks.kube import GONE, Kube
+from webhooks.nodelock import LockValue, node_lock_value
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class ClusterCache:
         self._lock = threading.Lock()
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.locks: dict[str, LockValue] = {}  # nodes carrying hami.io/mutex.lock
         self.nodes_reflector = Reflector("nodes", kube.core.list_node, self._replace_nodes, self._node_event,
                                          self._stop, watch_timeout, self._mark_synced)
         self.pods_reflector = Reflector("pods", kube.core.list_pod_for_all_namespaces, self._replace_pods,
@@ -176,19 +178,28 @@ class ClusterCache:
     def node(self, name: str) -> dict[str, Any] | None:
         return self.nodes.get(name)
 
+    def pod_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.pods
+
     # ---- feed --------------------------------------------------------------------------------
     def _replace_nodes(self, items: list[dict]) -> None:
         with self._lock:
             self.nodes = {_key(n)[1]: n for n in items}
+            self.locks = {name: v for name, n in self.nodes.items() if (v := node_lock_value(n)) is not None}
         self.fleet.replace_nodes(items)
 
     def _node_event(self, kind: str, node: dict) -> None:
         name = _key(node)[1]
         with self._lock:
+            value = node_lock_value(node) if kind != "DELETED" else None
             if kind == "DELETED":
                 self.nodes.pop(name, None)
             else:
                 self.nodes[name] = node
+            if value is None:
+                self.locks.pop(name, None)
+            else:
+                self.locks[name] = value
         if kind == "DELETED":
             self.fleet.delete_node(name)
         else:

@@ -99,6 +99,7 @@ class Filter:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
+    blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -121,14 +122,16 @@ class Filter:
             return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
         containers = len(_containers(pod))
         self.fleet.sweep()
+        blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
+        candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
         with self.fleet.lock:
             self.fleet.forget_pod(uid)  # a re-filter never counts the pod's previous reservation
-            outcome = self.fleet.index.plan(request, nodes=args.node_names)
+            outcome = self.fleet.index.plan(request, nodes=candidates)
             if isinstance(outcome, Plan):
                 usage = usage_from_plan(uid, namespace, name, outcome)
                 self.fleet.reserve(usage)
         if isinstance(outcome, Refusal):
-            return self._refuse(pod, uid, args, outcome), "unschedulable"
+            return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
         error = self._record(pod, outcome, usage, containers)
         if error:
             return ExtenderFilterResult(error=error), "error"
@@ -151,12 +154,16 @@ class Filter:
             return f"could not record the MIG reservation on the pod: {error}"
         return ""
 
-    def _refuse(self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal) -> ExtenderFilterResult:
-        failed = {node: self._node_text(refusal, node) for node in args.node_names}
+    def _refuse(self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal,
+                blocked: dict[str, str]) -> ExtenderFilterResult:
+        failed = {node: blocked.get(node) or self._node_text(refusal, node) for node in args.node_names}
         counts = refusal.counts()
-        headline = counts.most_common(1)[0][0] if counts else "no-mig-gpus"
+        headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
         self.fleet.set_pending(uid, headline)
-        self.events.record(pod, "Warning", "FilteringFailed", _event_text(refusal))
+        locked = (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they "
+                  "finish)") if blocked else ""
+        text = "; ".join(t for t in (locked, _event_text(refusal) if refusal.reasons else "") if t)
+        self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
     def _node_text(self, refusal: Refusal, node: str) -> str:

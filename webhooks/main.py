@@ -6,13 +6,9 @@ against any API server and drive the app directly; `main` adds uvicorn with TLS 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 from typing import Any
-
-import uvicorn
 
 from certs.reload import FileSource, TLSReloader
 from mig.allowlist import PolicyError
@@ -27,6 +23,7 @@ from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseElector
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
+from webhooks.runner import Listeners
 
 log = logging.getLogger("dynmig.serve")
 NOT_LEADER = "not the leader: this dynmig replica does not schedule right now; retry (the Service routes to the leader)"
@@ -64,9 +61,10 @@ class Service:
         resources = lambda: self.device_config.get().resources  # read per request: the file reloads
         self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity)
                        if cfg.leader_elect else AlwaysLeader())
-        self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics)
-        self.binder = Binder(self.fleet, self.cache, self.kube, NodeLock(self.kube, cfg.node_lock_expiry),
-                             resources, self.events, self.metrics)
+        lock = NodeLock(self.kube, cfg.node_lock_expiry)
+        self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics,
+                             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists))
+        self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics)
         self.tls = tls
         policy = AdmissionPolicy(device_config=self.device_config.get, scheduler_name=cfg.scheduler_name,
                                  privileged_users=frozenset(cfg.privileged_users))
@@ -96,21 +94,6 @@ class Service:
         self.events.stop()
 
 
-async def _serve(service: Service, cfg: ServeConfig) -> None:
-    ssl_factory = service.tls.ssl_context_factory if service.tls else None
-    main_cfg = uvicorn.Config(service.app, host=cfg.bind_address, port=cfg.port, log_level=cfg.log_level,
-                              ssl_context_factory=ssl_factory, lifespan="off")
-    metrics_cfg = uvicorn.Config(service.metrics_app, host=cfg.bind_address, port=cfg.metrics_port,
-                                 log_level="warning", lifespan="off")
-    servers = [uvicorn.Server(main_cfg), uvicorn.Server(metrics_cfg)]
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: [setattr(s, "should_exit", True) for s in servers])
-    for s in servers:
-        s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    await asyncio.gather(*(s.serve() for s in servers))
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -129,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     tls.start()
     service.tls = tls
     service.start(wait=None)
+    listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port, tls,
+                          cfg.log_level)
     try:
-        asyncio.run(_serve(service, cfg))
+        listeners.run()
     finally:
         service.stop()
         tls.stop()

@@ -55,6 +55,11 @@ def _lock_of(node: Mapping[str, Any]) -> str | None:
     return ann.get(NODE_LOCK)
 
 
+def node_lock_value(node: Mapping[str, Any]) -> LockValue | None:
+    held = _lock_of(node)
+    return parse_lock(held) if held else None
+
+
 def _version(node: Mapping[str, Any]) -> str:
     return (node.get("metadata") or {}).get("resourceVersion") or ""
 
@@ -117,6 +122,17 @@ class NodeLock:
         if value.taken is None or (self.clock() - value.taken).total_seconds() > self.expiry:
             return True
         return bool(value.name) and not owner_exists(value.namespace, value.name)
+
+    def blocked(self, locks: Mapping[str, LockValue], namespace: str, name: str,
+                owner_exists: Callable[[str, str], bool]) -> dict[str, str]:
+        """Nodes a bind of pod namespace/name would fail on right now, with the reason (for filter)."""
+        out = {}
+        for node, value in locks.items():
+            if (value.namespace, value.name) == (namespace, name) or self._takeable(value, owner_exists):
+                continue
+            out[node] = (f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
+                         f"plugin releases it after Allocate, or it expires after {self._expiry_text()})")
+        return out
 
     def _expiry_text(self) -> str:
         minutes, seconds = divmod(int(self.expiry), 60)

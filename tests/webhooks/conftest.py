@@ -73,3 +73,43 @@ def service(start_service):
 def extender(service):
     with TestClient(service.app) as c:
         yield c
+
+
+@pytest.fixture
+def cluster(apiserver, start_service, tmp_path):
+    """dynmig serve on real uvicorn + TLS, registered as webhooks in the simulated API server and as
+    extender of the simulated kube-scheduler. Yields a namespace with service, listeners, scheduler."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from webhooks_testkit import scheduler_configuration, webhook_configurations
+
+    from certs.authority import ServiceIdentity, make_ca, make_serving
+    from certs.reload import FileSource, TLSReloader
+    from sim.scheduler import Scheduler, parse
+    from webhooks.runner import Listeners
+
+    now = dt.datetime.now(dt.UTC)
+    ca = make_ca(now)
+    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
+    crt, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    crt.write_bytes(pair.cert_pem())
+    key.write_bytes(pair.key_pem())
+    service = start_service()
+    tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
+    tls.start()
+    service.tls = tls
+    listeners = Listeners(service.app, service.metrics_app, tls=tls).start()
+    apiserver.register_service("dynmig", "dynmig", "127.0.0.1", listeners.ports[0])
+    for obj in webhook_configurations(ca.cert_pem()):
+        apiserver.create(obj)
+    scheduler = Scheduler(parse(scheduler_configuration(listeners.url, ca.cert_pem())),
+                          apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.5,
+                          seed=1).start()
+    assert scheduler.wait_synced()
+    try:
+        yield SimpleNamespace(service=service, listeners=listeners, scheduler=scheduler, ca=ca, tls=tls)
+    finally:
+        scheduler.stop()
+        listeners.stop()
+        tls.stop()

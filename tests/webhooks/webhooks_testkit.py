@@ -105,7 +105,9 @@ def node(name: str, model_key: str = "A100-SXM4-80GB", gpus: int = 1, **kw) -> d
 
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {NODE_REGISTER: registration(name, model_key, gpus, **kw)}},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def gpu_pod(name: str, memory: int | None = 8000, devices: int = 1, namespace: str = "team",
@@ -117,3 +119,92 @@ def gpu_pod(name: str, memory: int | None = 8000, devices: int = 1, namespace: s
             "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
             "spec": {"schedulerName": "dynmig-scheduler",
                      "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
+
+
+# ---------------------------------------------------------------- a whole cluster half over HTTPS
+
+def scheduler_configuration(url: str, ca_pem: bytes, scheduler: str = "dynmig-scheduler") -> dict:
+    """The KubeSchedulerConfiguration the chart renders: dynmig as filter+bind extender over HTTPS."""
+    managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"schedulerName": scheduler}],
+        "extenders": [{"urlPrefix": url, "filterVerb": "filter", "bindVerb": "bind", "nodeCacheCapable": True,
+                       "enableHTTPS": True, "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
+                       "httpTimeout": "30s", "weight": 1,
+                       "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed]}],
+    }
+
+
+def webhook_configurations(ca_pem: bytes) -> tuple[dict, dict]:
+    """Mutating and validating webhook configurations like the chart's, pointing at service dynmig/dynmig."""
+    bundle = base64.b64encode(ca_pem).decode()
+
+    def hook(name: str, path: str, rules: list[dict], **extra) -> dict:
+        return {"name": name, "clientConfig": {"service": {"namespace": "dynmig", "name": "dynmig", "path": path,
+                                                           "port": 443}, "caBundle": bundle},
+                "rules": rules, "failurePolicy": "Fail", "sideEffects": "None",
+                "admissionReviewVersions": ["v1", "v1beta1"], "timeoutSeconds": 10, **extra}
+
+    ignore = {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "dynmig"},
+                "webhooks": [hook("pods.mutate.dynmig.io", "/mutate", [{**pods, "operations": ["CREATE"]}],
+                                  namespaceSelector=ignore, objectSelector=ignore)]}
+    validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                  "metadata": {"name": "dynmig"},
+                  "webhooks": [
+                      hook("pods.validate.dynmig.io", "/validate", [{**pods, "operations": ["CREATE", "UPDATE"]}]),
+                      hook("device-config.validate.dynmig.io", "/validate",
+                           [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+                             "operations": ["CREATE", "UPDATE"]}],
+                           objectSelector={"matchLabels": {"dynmig.io/device-config": "true"}})]}
+    return mutating, validating
+
+
+class PluginStandIn:
+    """What the device plugin does for the scheduler after Allocate, for tests of the cluster half
+    alone: mark bound pods `bind-phase: success` and release the node lock they hold."""
+
+    def __init__(self, apiserver):
+        import threading
+
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(apiserver.api_client("device-plugin"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PluginStandIn:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        from mig.annotations import BIND_PHASE, NODE_LOCK
+
+        while not self._stop.wait(0.05):
+            pods = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            for pod in pods:
+                meta, node = pod["metadata"], pod["spec"].get("nodeName")
+                if not node or (meta.get("annotations") or {}).get(BIND_PHASE) != "allocating":
+                    continue
+                self.core.patch_namespaced_pod(meta["name"], meta["namespace"],
+                                               {"metadata": {"annotations": {BIND_PHASE: "success"}}},
+                                               _content_type="application/merge-patch+json", _preload_content=False)
+                n = json.loads(self.core.read_node(node, _preload_content=False).data)
+                held = (n["metadata"].get("annotations") or {}).get(NODE_LOCK, "")
+                if held.endswith(f",{meta['namespace']},{meta['name']}"):
+                    patch = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"],
+                                          "annotations": {NODE_LOCK: None}}}
+                    try:
+                        self.core.patch_node(node, patch, _content_type="application/merge-patch+json",
+                                             _preload_content=False)
+                    except ApiException:
+                        pass  # changed meanwhile: next round

@@ -1,0 +1,201 @@
+"""dynmig serve end to end: real uvicorn over TLS, called by the simulated API server (admission)
+and the simulated kube-scheduler (filter, bind), with clients of every patch type and identity."""
+
+from __future__ import annotations
+
+import copy
+import json
+import ssl
+import time
+import urllib.request
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from webhooks_testkit import PluginStandIn, node
+
+from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, VGPU_NODE, decode_allocations
+
+RESERVATION = json.dumps([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-n1-0", "profile": "1g.10gb",
+                           "placement": {"start": 6, "size": 1}}])
+
+
+def eventually(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def core(apiserver, who: str = "alice") -> client.CoreV1Api:
+    return client.CoreV1Api(apiserver.api_client(who))
+
+
+def user_pod(name: str, memory: int = 8000, **annotations: str) -> dict:
+    """A pod as a user writes it: default scheduler, only memory requested."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"containers": [{"name": "main", "image": "cuda",
+                                     "resources": {"limits": {"nvidia.com/gpumem": str(memory)}}}]}}
+
+
+def read(apiserver, name: str) -> dict:
+    return copy.deepcopy(apiserver.get("pods", name, "team"))  # the store's own object: never mutate it
+
+
+def test_a_users_gpu_pod_is_admitted_scheduled_and_bound_to_a_mig_placement(apiserver, cluster):
+    apiserver.create(node("n1", gpus=2))
+    core(apiserver).create_namespaced_pod("team", user_pod("train", memory=30000))
+    assert eventually(lambda: read(apiserver, "train")["spec"].get("nodeName") == "n1")
+    pod = read(apiserver, "train")
+    assert pod["spec"]["schedulerName"] == "dynmig-scheduler"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    (alloc,) = decode_allocations(pod["metadata"]["annotations"][MIG_ALLOCATIONS])
+    assert alloc.profile == "3g.40gb" and alloc.gpuUUID.startswith("GPU-n1-")
+    assert pod["metadata"]["annotations"][BIND_PHASE] == "allocating"
+    assert pod["metadata"]["annotations"][VGPU_NODE] == "n1"
+
+
+@pytest.fixture
+def plugin(apiserver):
+    stand_in = PluginStandIn(apiserver).start()
+    yield stand_in
+    stand_in.stop()
+
+
+def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_a_reason(apiserver, cluster, plugin):
+    apiserver.create(node("n1", gpus=1))
+    api = core(apiserver)
+    for i in range(9):  # an A100 80GB holds seven 1g.10gb
+        api.create_namespaced_pod("team", user_pod(f"p{i}", memory=9000))
+    assert eventually(lambda: sum(1 for i in range(9) if read(apiserver, f"p{i}")["spec"].get("nodeName")) == 7)
+    placements = []
+    for i in range(9):
+        ann = read(apiserver, f"p{i}")["metadata"]["annotations"]
+        if read(apiserver, f"p{i}")["spec"].get("nodeName"):
+            placements += [a.placement_value for a in decode_allocations(ann[MIG_ALLOCATIONS])]
+    assert sorted(p.start for p in placements) == list(range(7))
+
+    def refusals() -> list[str]:
+        events = json.loads(core(apiserver, "admin").list_namespaced_event("team", _preload_content=False).data)
+        return [e["message"] for e in events["items"] if e["reason"] == "FilteringFailed"
+                and "not-enough-free-slices" in e["message"]]
+
+    assert eventually(refusals), "no FilteringFailed event names the missing slices"
+    assert "1g.10gb needs 1 at one of" in refusals()[-1]
+
+
+def admin_pod_with_reservation(apiserver, name: str = "held") -> None:
+    pod = user_pod(name)
+    pod["metadata"]["annotations"] = {MIG_ALLOCATIONS: RESERVATION}
+    pod["spec"]["schedulerName"] = "volcano"  # never scheduled: only its annotations matter here
+    core(apiserver, "scheduler").create_namespaced_pod("team", pod)
+
+
+@pytest.mark.parametrize("who,allowed", [("alice", False), ("admin", False), ("scheduler", True),
+                                         ("device-plugin", True)])
+def test_only_dynmig_identities_may_create_a_pod_carrying_a_reservation(apiserver, cluster, who, allowed):
+    pod = user_pod("p")
+    pod["metadata"]["annotations"] = {MIG_ALLOCATIONS: RESERVATION}
+    pod["spec"]["schedulerName"] = "volcano"
+    if allowed:
+        core(apiserver, who).create_namespaced_pod("team", pod)
+        assert read(apiserver, "p")["metadata"]["annotations"][MIG_ALLOCATIONS] == RESERVATION
+    else:
+        with pytest.raises(ApiException) as denied:
+            core(apiserver, who).create_namespaced_pod("team", pod)
+        assert denied.value.status == 403 and "controller-owned" in denied.value.body
+
+
+PATCHES = {
+    "json-patch": ([{"op": "replace", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations",
+                     "value": "[]"}], "application/json-patch+json"),
+    "json-patch-remove": ([{"op": "remove", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations"}],
+                          "application/json-patch+json"),
+    "merge-patch": ({"metadata": {"annotations": {MIG_ALLOCATIONS: None}}}, "application/merge-patch+json"),
+    "strategic-merge-patch": ({"metadata": {"annotations": {MIG_ALLOCATIONS: "[]"}}},
+                              "application/strategic-merge-patch+json"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PATCHES))
+def test_a_user_cannot_touch_the_reservation_with_any_patch_type(apiserver, cluster, kind):
+    admin_pod_with_reservation(apiserver)
+    body, content_type = PATCHES[kind]
+    with pytest.raises(ApiException) as denied:
+        core(apiserver, "alice").patch_namespaced_pod("held", "team", body, _content_type=content_type)
+    assert denied.value.status == 403 and "controller-owned" in denied.value.body
+    assert read(apiserver, "held")["metadata"]["annotations"][MIG_ALLOCATIONS] == RESERVATION
+    core(apiserver, "device-plugin").patch_namespaced_pod("held", "team", body, _content_type=content_type)
+    assert read(apiserver, "held")["metadata"]["annotations"].get(MIG_ALLOCATIONS) != RESERVATION
+
+
+def test_a_user_cannot_touch_the_reservation_with_a_full_update(apiserver, cluster):
+    admin_pod_with_reservation(apiserver)
+    pod = read(apiserver, "held")
+    pod["metadata"]["annotations"][MIG_ALLOCATIONS] = "[]"
+    with pytest.raises(ApiException) as denied:
+        core(apiserver, "alice").replace_namespaced_pod("held", "team", pod)
+    assert denied.value.status == 403
+    pod = read(apiserver, "held")
+    pod["metadata"]["annotations"]["team"] = "ml"
+    core(apiserver, "alice").replace_namespaced_pod("held", "team", pod)  # other edits stay allowed
+    assert read(apiserver, "held")["metadata"]["annotations"]["team"] == "ml"
+
+
+def test_kubectl_annotate_of_the_reservation_is_denied(apiserver, cluster, kubectl):
+    import subprocess
+
+    admin_pod_with_reservation(apiserver)
+    out = subprocess.run([kubectl, "--kubeconfig", str(apiserver.kubeconfig("alice")), "-n", "team", "annotate",
+                          "--overwrite", "pod", "held", f"{MIG_ALLOCATIONS}=[]"], capture_output=True, text=True, check=False,
+                         timeout=60)
+    assert out.returncode != 0 and "controller-owned" in out.stderr
+
+
+def test_a_bad_preference_is_rejected_at_create_naming_the_allowed_values(apiserver, cluster):
+    with pytest.raises(ApiException) as denied:
+        core(apiserver).create_namespaced_pod("team", user_pod("p", **{"nvidia.com/mig-profile-preference": "5g"}))
+    assert denied.value.status == 403
+    assert "'5g' matches no profile" in denied.value.body and "3g.40gb" in denied.value.body
+
+
+def test_a_device_config_typo_is_rejected_with_the_policy_checks_message(apiserver, cluster):
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "dynmig-device-config", "labels": {"dynmig.io/device-config": "true"}},
+          "data": {"device-config.yaml": "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [x]\n"}}
+    with pytest.raises(ApiException) as denied:
+        core(apiserver, "admin").create_namespaced_config_map("dynmig", cm)
+    assert denied.value.status == 403 and "nvidia.migProfileAllowlist[0].profiles[0]" in denied.value.body
+
+
+def test_metrics_report_realized_instances_with_hamis_labels_and_free_slices(apiserver, cluster):
+    apiserver.create(node("n1", gpus=1))
+    held = user_pod("running")
+    held["spec"]["schedulerName"] = "volcano"
+    reservation = json.loads(RESERVATION)
+    reservation[0].update(migUUID="MIG-abc", gpuInstanceID=13, computeInstanceID=0)
+    held["metadata"]["annotations"] = {MIG_ALLOCATIONS: json.dumps(reservation), VGPU_NODE: "n1",
+                                       "hami.io/vgpu-devices-allocated": "GPU-n1-0,NVIDIA,9728,15:;"}
+    core(apiserver, "device-plugin").create_namespaced_pod("team", held)
+    expected = ('hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-n1-0",'
+                'gpu_instance_id="13",mig_uuid="MIG-abc",node="n1",placement_size="1",placement_start="6",'
+                'profile="1g.10gb"} 1.0')
+
+    def scrape() -> str:
+        return urllib.request.urlopen(cluster.listeners.metrics_url, timeout=5).read().decode()
+
+    assert eventually(lambda: expected in scrape())
+    text = scrape()
+    assert 'dynmig_gpu_free_slices{device_index="0",device_uuid="GPU-n1-0",node="n1"} 7.0' in text
+    assert 'profile="7g.80gb"} 0.0' not in text  # 7g needs slice 6, so the largest placeable is smaller
+    assert 'profile="3g.40gb"} 40192.0' in text
+
+
+def test_health_and_readiness_over_tls(cluster):
+    ctx = ssl.create_default_context(cadata=cluster.ca.cert_pem().decode())
+    for path in ("/healthz", "/readyz"):
+        reply = urllib.request.urlopen(cluster.listeners.url + path, context=ctx, timeout=5)
+        assert reply.status == 200
