@@ -114,6 +114,7 @@ def _run(args: argparse.Namespace, nodes) -> int:
 
 
 def _scenario(lab, name: str) -> int:
+    from dynmig.lab import report
     from dynmig.lab.scenario import Run, ScenarioFailed
     from dynmig.lab.scenarios import SCENARIOS
 
@@ -126,6 +127,8 @@ def _scenario(lab, name: str) -> int:
         chosen.run(run)
     except ScenarioFailed:
         pass
+    except Exception as error:  # noqa: BLE001 - a scenario step that breaks is a failed check, not a traceback
+        run.check(False, "the scenario ran to its end", f"{type(error).__name__}: {report.shorten(str(error), 300)}")
     passed = len(run.checks) - len(run.failed)
     _print("")
     verdict = "PASSED" if not run.failed and run.checks else "FAILED"

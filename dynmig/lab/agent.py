@@ -75,6 +75,9 @@ class NodeAgent:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    def pods_by_name(self, namespace: str, name: str) -> PodRecord | None:
+        return next((r for r in list(self.pods.values()) if (r.namespace, r.name) == (namespace, name)), None)
+
     # ---- the loop -------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -161,7 +164,7 @@ class NodeAgent:
                   + ("".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items())))
 
     def _admission_failed(self, pod: dict[str, Any], record: PodRecord, error: str) -> None:
-        message = f"Allocate failed due to {error}, which is unexpected"
+        message = f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
         self._patch_status(pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message})
         record.phase, record.failed_reason = "Failed", "UnexpectedAdmissionError"
         self._event(pod, "Warning", "UnexpectedAdmissionError", message)

@@ -18,7 +18,6 @@ import shutil
 import socket
 import ssl
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 from kubernetes import client
@@ -168,7 +167,7 @@ class Lab:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> Lab:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -330,7 +329,10 @@ class Lab:
 
     def _set_allocatable(self, node: str, count: int) -> None:
         patch = {"status": {"capacity": {self.resource: str(count)}, "allocatable": {self.resource: str(count)}}}
-        self.core("kubelet").patch_node_status(node, patch)
+        try:
+            self.core("kubelet").patch_node_status(node, patch, _request_timeout=5)
+        except Exception as error:  # noqa: BLE001 - the API may be down on purpose; the node keeps its count
+            self._say(f"{node}: could not update allocatable {self.resource}: {type(error).__name__}")
 
     def _start_agents(self) -> None:
         for runtime in self.nodes.values():

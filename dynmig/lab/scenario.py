@@ -58,7 +58,9 @@ class Run:
     def wait(self, what: Callable[[], Any], text: str) -> Any:
         """Run a wait; a timeout is a FAIL and stops the scenario."""
         try:
-            return what()
+            value = what()
         except WaitTimeout as error:
             self.check(False, text, str(error))
             raise ScenarioFailed(text) from None
+        self.check(True, text)
+        return value

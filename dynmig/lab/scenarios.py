@@ -7,13 +7,17 @@ and what the simulated GPUs hold. Scenarios start from an empty cluster and leav
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kubernetes import client
+
 from dynmig.lab import report
-from dynmig.lab.kit import gpu_pod
+from dynmig.lab.kit import Kit, gpu_pod
 from dynmig.lab.scenario import Run
-from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID
+from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL
 
 RTX = "RTX PRO 6000"
 A100 = "A100"
@@ -130,7 +134,7 @@ def tour(run: Run) -> None:
     run.step("5. A 30000 MiB pod on tour-5's card: 1g.24gb and 2g.48gb mixed on one GPU")
     k.create(gpu_pod("tour-6", 30000, annotations={USE_GPU_UUID: fifth.gpuUUID}))
     _running(run, "tour-6")
-    sixth = _check_realized(run, "tour-6", "2g.48gb", RTX)
+    _check_realized(run, "tour-6", "2g.48gb", RTX)
     _, card = k.gpu(fifth.gpuUUID)
     run.expect(sorted(gi.profile for gi in card.gpu_instances), ["1g.24gb", "2g.48gb"],
                "that GPU now holds a 1g.24gb and a 2g.48gb")
@@ -165,3 +169,287 @@ def tour(run: Run) -> None:
     run.step("8. Clean up")
     k.delete_all()
     run.check(not k.instances(), "all pods deleted: every MIG instance reclaimed")
+
+
+# ---- the migration guide's eight checks ------------------------------------------------------------------
+
+
+def _gpu_of(run: Run, model: str, i: int = 0) -> tuple[str, str]:
+    """(node, GPU UUID) of the i-th GPU of a model."""
+    node, gpu = run.kit.gpus_of_model(model)[i]
+    return node, gpu.uuid
+
+
+def _pinned(name: str, memory: int, gpu_uuid: str, **extra) -> dict:
+    return gpu_pod(name, memory, annotations={USE_GPU_UUID: gpu_uuid, **extra})
+
+
+def _ops(run: Run, node: str, since: int, prefix: str = "") -> list[str]:
+    return [e["op"] for e in run.kit.nvml_events(node)[since:] if e["op"].startswith(prefix or ("create", "destroy"))]
+
+
+@scenario("create-delete", "1. a 1g is created for a pod and destroyed when the pod is deleted")
+def create_delete(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    since = len(k.nvml_events(node))
+    run.step("Create a pod asking for 8000 MiB")
+    k.create(_pinned("one-1g", 8000, gpu_uuid))
+    _running(run, "one-1g")
+    a = _check_realized(run, "one-1g", "1g.24gb", RTX)
+    run.expect(_ops(run, node, since), ["create_gi", "create_ci"], "the plugin created one GI and one CI in NVML")
+    env = run.lab.nodes[node].agent.pods_by_name("default", "one-1g").env.get("main")
+    run.expect(env, a.migUUID if a else None, "the container gets NVIDIA_VISIBLE_DEVICES=<its MIG UUID>")
+    run.check(_instance_of(run, a.migUUID).busy, "the workload's process runs on that MIG instance")
+    _show(run, ["one-1g"], [node])
+    run.step("Delete the pod")
+    since = len(k.nvml_events(node))
+    k.delete("one-1g")
+    run.wait(lambda: k.wait(lambda: not k.instances(node), 30, "the instance to be destroyed"),
+             "the MIG instance is destroyed after the delete")
+    run.expect(_ops(run, node, since), ["destroy_ci", "destroy_gi"], "the plugin destroyed exactly that CI, then its GI")
+    run.show("simulated GPUs", report.nvidia_smi(run.kit, [node], only_used=True))
+
+
+@scenario("several-1g", "2. several 1g instances share one GPU without overlap")
+def several_1g(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    names = [f"share-{i}" for i in range(1, 5)]
+    run.step(f"Four 8000 MiB pods pinned to {gpu_uuid}")
+    for name in names:
+        k.create(_pinned(name, 8000, gpu_uuid))
+    for name in names:
+        _running(run, name)
+    got = [_one(run, n) for n in names]
+    run.check(all(a is not None and a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
+              "every pod has one 1g.24gb on that GPU")
+    run.expect(sorted(a.placement.start for a in got), [0, 3, 6, 9], "placements do not overlap: starts 0, 3, 6, 9")
+    run.expect(len({a.migUUID for a in got}), 4, "four distinct MIG UUIDs")
+    _, gpu = k.gpu(gpu_uuid)
+    run.expect(sorted((gi.placement.start, gi.placement.size) for gi in gpu.gpu_instances),
+               [(0, 3), (3, 3), (6, 3), (9, 3)], "NVML holds the same four placements")
+    _show(run, names, [node], events=[])
+    k.delete_all()
+
+
+@scenario("mixed-1g-2g-3g", "3. 1g, 2g and 3g instances mixed on one A100", needs=(A100,))
+def mixed(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, A100)
+    wanted = [("mix-1g", 4000, "1g.5gb"), ("mix-2g", 9000, "2g.10gb"), ("mix-3g", 19000, "3g.20gb")]
+    run.step(f"Pods asking for 4000, 9000 and 19000 MiB, pinned to one A100 ({gpu_uuid})")
+    for name, memory, _ in wanted:
+        k.create(_pinned(name, memory, gpu_uuid))
+    for name, _, _ in wanted:
+        _running(run, name)
+    for name, memory, profile in wanted:
+        _check_realized(run, name, profile, A100)
+    _, gpu = k.gpu(gpu_uuid)
+    spans = sorted((gi.placement.start, gi.placement.start + gi.placement.size) for gi in gpu.gpu_instances)
+    run.check(len(spans) == 3 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)),
+              "three GPU instances on one GPU, none overlapping", f"slices {spans}")
+    _show(run, [n for n, _, _ in wanted], [node], events=[])
+    k.delete_all()
+
+
+def _fill(run: Run, gpu_uuid: str, prefix: str) -> list[str]:
+    names = [f"{prefix}-{i}" for i in range(1, 5)]
+    for name in names:
+        run.kit.create(_pinned(name, 8000, gpu_uuid))
+    for name in names:
+        _running(run, name)
+    return names
+
+
+@scenario("exhausted", "4. a pod that cannot fit stays Pending with a MIG reason in its event")
+def exhausted(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    run.step(f"Fill {gpu_uuid} with four 1g.24gb pods")
+    names = _fill(run, gpu_uuid, "full")
+    since = len(k.nvml_events(node))
+    run.step("A fifth pod pinned to that GPU")
+    k.create(_pinned("full-5", 8000, gpu_uuid))
+    event = run.wait(lambda: k.wait_event("full-5", "FailedScheduling"), "full-5 gets a FailedScheduling event")
+    why = report.gpu_reason(event["message"], gpu_uuid)
+    run.check("free slices" in why and "1g.24gb" in why, "the event names the MIG reason for that GPU", why)
+    run.check("CardTimeSlicingExhausted" not in event["message"], "no HAMi CardTimeSlicingExhausted")
+    filtering = next((e for e in k.events("full-5") if e["reason"] == "FilteringFailed"), None)
+    run.check(filtering is not None, "dynmig's own FilteringFailed event summarises the refusal",
+              report.shorten(filtering["message"], 120) if filtering else "no FilteringFailed event")
+    run.check(k.phase("full-5") == "Pending" and not k.allocations("full-5") and not k.pod("full-5")["spec"].get("nodeName"),
+              "full-5 is Pending, unbound, with no reservation")
+    run.expect(_ops(run, node, since), [], "nothing was created or destroyed for it")
+    cond = next((c for c in k.pod("full-5")["status"].get("conditions") or [] if c["type"] == "PodScheduled"), {})
+    run.expect(cond.get("reason"), "Unschedulable", "PodScheduled=False, reason Unschedulable")
+    _show(run, names + ["full-5"], [node], events=["full-5"])
+    k.delete_all()
+
+
+@scenario("reuse-after-delete", "5. a deleted pod's placement is reused by the next pod")
+def reuse(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    run.step(f"Fill {gpu_uuid} with four 1g.24gb pods, then delete reuse-2")
+    names = _fill(run, gpu_uuid, "reuse")
+    freed = _one(run, "reuse-2")
+    k.delete("reuse-2")
+    run.wait(lambda: k.wait(lambda: _instance_of(run, freed.migUUID) is None, 30, "reclaim"),
+             "reuse-2's instance is reclaimed")
+    run.step("A new pod pinned to the same GPU")
+    k.create(_pinned("reuse-5", 8000, gpu_uuid))
+    _running(run, "reuse-5")
+    new = _check_realized(run, "reuse-5", "1g.24gb", RTX)
+    run.expect((new.gpuUUID, new.placement.start), (gpu_uuid, freed.placement.start),
+               "it takes the freed placement", f"start {new.placement.start}")
+    run.say("MIG UUID " + ("reappeared (same GI at the same placement, as on real hardware)"
+                           if new.migUUID == freed.migUUID else f"is new: {new.migUUID}"))
+    _, gpu = k.gpu(gpu_uuid)
+    run.expect(len(gpu.gpu_instances), 4, "the GPU holds four instances again")
+    _show(run, [n for n in names if n != "reuse-2"] + ["reuse-5"], [node], events=[])
+    k.delete_all()
+
+
+@scenario("plugin-restart", "6. restarting the device plugin while workloads run changes nothing")
+def plugin_restart(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    run.step("Two workloads on one GPU and one on another")
+    k.create(_pinned("work-1", 8000, gpu_uuid))
+    k.create(_pinned("work-2", 30000, gpu_uuid))
+    k.create(_pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]))
+    for n in ("work-1", "work-2", "work-3"):
+        _running(run, n)
+    before = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    since = len(k.nvml_events(node))
+    run.step(f"Restart dynmig device-plugin on {node} (SIGTERM, start again)")
+    run.lab.restart_plugin(node)
+    after = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    run.expect(after, before, "every MIG instance is still there with the same UUID, GI and CI", f"{len(after)} instances")
+    run.expect(_ops(run, node, since), [], "the restart created and destroyed nothing")
+    run.check(all(i.busy for i in k.instances(node)), "every workload process still runs")
+    log = run.lab.plugin_log(node).split("startup: busy=")[-1]
+    run.check("adopted=3" in log, "the new plugin adopted the three instances", "startup: busy=" + log.split("\n")[0][:160])
+    run.step("After the restart: a new pod is served, a deleted pod is reclaimed")
+    k.create(_pinned("work-4", 8000, gpu_uuid))
+    _running(run, "work-4")
+    _check_realized(run, "work-4", "1g.24gb", RTX)
+    gone = _one(run, "work-1").migUUID
+    k.delete("work-1")
+    run.wait(lambda: k.wait(lambda: _instance_of(run, gone) is None, 30, "reclaim"),
+             "the adopted instance of a deleted pod is reclaimed")
+    run.check(_instance_of(run, gone) is None, "work-1's adopted instance is reclaimed after its pod is deleted")
+    _show(run, ["work-2", "work-3", "work-4"], [node], events=[])
+    k.delete_all()
+
+
+@scenario("bad-annotation", "7. a missing or partial allocation annotation fails safe: nothing is destroyed")
+def bad_annotation(run: Run) -> None:
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    run.step(f"Missing: a GPU pod placed on {node} directly (spec.nodeName), not through dynmig")
+    since = len(k.nvml_events(node))
+    pod = gpu_pod("no-reservation", 8000)
+    pod["spec"]["nodeName"] = node
+    try:
+        k.create(pod)
+        denied = ""
+    except client.ApiException as error:
+        denied = json.loads(error.body or "{}").get("message", str(error))
+    run.check("spec.nodeName" in denied, "admission denies it: dynmig must choose the node and placement",
+              report.shorten(denied, 140))
+    run.step("... and if the webhook is bypassed (label hami.io/webhook=ignore), the device plugin refuses it")
+    pod["metadata"]["labels"] = {WEBHOOK_IGNORE_LABEL: "ignore"}
+    k.create(pod)
+    run.wait(lambda: k.wait_phase("no-reservation", "Failed"), "no-reservation fails admission on the node")
+    status = k.pod("no-reservation")["status"]
+    run.expect(status.get("reason"), "UnexpectedAdmissionError", "kubelet fails the pod: UnexpectedAdmissionError",
+               report.shorten(status.get("message", ""), 140))
+    run.check(any(e["reason"] == "UnexpectedAdmissionError" and e["type"] == "Warning"
+                  for e in k.events("no-reservation")), "a Warning event says so")
+    run.expect(_ops(run, node, since), [], "no MIG instance was created for it")
+    k.delete("no-reservation")
+
+    run.step("Partial: a running pod's annotation loses computeInstanceID; another pod is deleted")
+    k.create(_pinned("keeper", 8000, gpu_uuid))
+    k.create(_pinned("leaver", 8000, gpu_uuid))
+    for n in ("keeper", "leaver"):
+        _running(run, n)
+    keeper, leaver = _one(run, "keeper"), _one(run, "leaver")
+    good = k.pod("keeper")["metadata"]["annotations"][MIG_ALLOCATIONS]
+    entries = json.loads(good)
+    for entry in entries:
+        entry.pop("computeInstanceID", None)  # migUUID and GI stay: a partial runtime identity
+    partial = json.dumps(entries, separators=(",", ":"))
+    scheduler = Kit(run.lab, identity="scheduler")  # only dynmig's controllers may write it
+    scheduler.annotate("keeper", {MIG_ALLOCATIONS: partial})
+    run.check(not k.allocations("keeper"), "keeper's annotation no longer decodes (partial runtime identity)",
+              report.shorten(partial, 140))
+    since = len(k.nvml_events(node))
+    k.delete("leaver")
+    waited = _wait_log(run, node, "skipping every destroy")
+    run.check(waited, "the device plugin skips every destroy while an annotation is unreadable",
+              "log: reconcile: skipping every destroy this pass (...)")
+    run.check(_instance_of(run, leaver.migUUID) is not None and _instance_of(run, keeper.migUUID) is not None,
+              "both instances are still there (the deleted pod's too: fail closed)")
+    run.expect(_ops(run, node, since), [], "nothing was destroyed")
+    run.step("Repair the annotation: reclaim resumes")
+    scheduler.annotate("keeper", {MIG_ALLOCATIONS: good})
+    run.wait(lambda: k.wait(lambda: _instance_of(run, leaver.migUUID) is None, 30, "reclaim"),
+             "the deleted pod's instance is reclaimed once the annotation is whole again")
+    run.check(_instance_of(run, keeper.migUUID) is not None, "keeper's instance is untouched")
+    _show(run, ["keeper"], [node], events=[])
+    k.delete_all()
+
+
+def _wait_log(run: Run, node: str, text: str, timeout: float = 15.0) -> bool:
+    try:
+        run.kit.wait(lambda: text in run.lab.plugin_log(node), timeout, text)
+        return True
+    except AssertionError:
+        return False
+
+
+@scenario("api-down", "8. while the API server is down nothing is destroyed, even across a plugin restart")
+def api_down(run: Run) -> None:
+    import time
+
+    k = run.kit
+    node, gpu_uuid = _gpu_of(run, RTX)
+    run.step("Two workloads running")
+    k.create(_pinned("steady-1", 8000, gpu_uuid))
+    k.create(_pinned("steady-2", 30000, gpu_uuid))
+    for n in ("steady-1", "steady-2"):
+        _running(run, n)
+    before = {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    since = len(k.nvml_events(node))
+    log_size = len(run.lab.plugin_log(node))
+    run.step("The API server goes down (connections refused); the device plugin restarts meanwhile")
+    run.lab.apiserver.down("refuse")
+    try:
+        time.sleep(3 * run.lab.reconcile_interval + 0.5)
+        run.lab.restart_plugin(node)
+        time.sleep(3 * run.lab.reconcile_interval + 0.5)
+        run.expect(_ops(run, node, since), [], "nothing was created or destroyed while the API was down")
+        run.expect({(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}, before,
+                   "every MIG instance is still there", f"{len(before)} instances")
+        tail = run.lab.plugin_log(node)[log_size:]
+        run.check("skipping every destroy" in tail or "busy=" in tail,
+                  "the plugin said it held back (reconcile skipped / startup treated GPUs as busy)")
+    finally:
+        run.lab.apiserver.up()
+    run.step("The API server is back")
+    run.wait(lambda: k.wait(lambda: "adopted=2" in run.lab.plugin_log(node)[log_size:], 30, "adoption"),
+             "the restarted plugin adopts both instances once it can list pods")
+    run.expect({(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}, before,
+               "after the outage: same instances, same UUIDs")
+    for n in ("steady-1", "steady-2"):
+        run.expect(k.phase(n), "Running", f"{n} is still Running")
+    gone = _one(run, "steady-1").migUUID
+    k.delete("steady-1")
+    run.wait(lambda: k.wait(lambda: _instance_of(run, gone) is None, 30, "reclaim"),
+             "a pod deleted after the outage is reclaimed")
+    run.check(_instance_of(run, gone) is None, "steady-1's instance is reclaimed after the outage")
+    _show(run, ["steady-2"], [node], events=[])
+    k.delete_all()

@@ -9,10 +9,13 @@ reaches the server exactly the way it does in a cluster.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("dynmig.lab.secrets")
 
 
 class SecretProjection:
@@ -56,8 +59,8 @@ class SecretProjection:
         while not self._stop.wait(self.interval):
             try:
                 self.sync()
-            except Exception:  # noqa: BLE001 - a stopping API server; try again next time
-                pass
+            except Exception as error:  # noqa: BLE001 - an unavailable API server; try again next time
+                log.debug("projecting Secret %s/%s: %s", self.namespace, self.name, error)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
