@@ -103,7 +103,7 @@ class World:
         config = PluginConfig(node_name=NODE, device_config=DeviceConfig(default_allowlist()),
                               node=NodeConfig("mig"), kubelet_dir=self.tmp / "dp", reconcile_interval=3600.0)
         self.app = DevicePluginApp(config, Kube(self.api.api_client("device-plugin"), NODE)).start()
-        self.kubelet.wait_for_registration(RESOURCE)
+        self.kubelet.wait_for_devices(RESOURCE, healthy=7 * gpus)
         self.uuids = self.sim.gpu_uuids
 
     def close(self) -> None:

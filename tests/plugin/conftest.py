@@ -77,9 +77,10 @@ class Node:
     def start_plugin(self, **kwargs: Any) -> DevicePluginApp:
         kube = Kube(self.apiserver.api_client("device-plugin"), NODE)
         self.app = DevicePluginApp(self.config(**kwargs), kube).start()
-        registered = self.app.server.registrations
-        self.kubelet.wait_for_registration(RESOURCE, count=1)
-        assert registered >= 1
+        # kubelet can allocate only after the first ListAndWatch message has arrived
+        replicas = sum(g.count for g in self.app.inventory.managed)
+        self.kubelet.wait_for_resource(RESOURCE, lambda v: v.connected and v.healthy == replicas,
+                                       what=f"{replicas} healthy replicas")
         return self.app
 
     def stop_plugin(self) -> None:
