@@ -8,9 +8,10 @@ reservation is rolled back before we answer, so nothing holds slices no pod reco
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mig.allowlist import ResourceNames
@@ -92,6 +93,9 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
     return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
 
 
+_STRIPES = 64
+
+
 @dataclass
 class Filter:
     fleet: Fleet
@@ -100,6 +104,10 @@ class Filter:
     events: EventRecorder
     metrics: Metrics
     blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
+    # Two filters of the same pod must not interleave: the later plan could be written first and the
+    # earlier one last, leaving the pod's record and the in-memory reservation disagreeing.
+    _pod_locks: tuple[threading.Lock, ...] = field(
+        default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES)))
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -120,6 +128,11 @@ class Filter:
         request = pod_request(pod, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+        with self._pod_locks[hash(uid) % _STRIPES]:
+            return self._place(args, pod, uid, namespace, name, request)
+
+    def _place(self, args: ExtenderArgs, pod: dict[str, Any], uid: str, namespace: str, name: str,
+               request: PodRequest) -> tuple[ExtenderFilterResult, str]:
         containers = len(_containers(pod))
         self.fleet.sweep()
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
@@ -146,12 +159,14 @@ class Filter:
         try:
             if self.kube is None:
                 raise RuntimeError("no API client")
-            self.kube.patch_pod(meta.get("namespace") or "", meta.get("name") or "",
-                                reservation_patch(plan, usage, containers, time.time()))
+            patched = self.kube.patch_pod(meta.get("namespace") or "", meta.get("name") or "",
+                                          reservation_patch(plan, usage, containers, time.time()))
         except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
             self.fleet.release(usage.uid, usage)
             log.warning("filter: patching %s/%s failed: %s", meta.get("namespace"), meta.get("name"), error)
             return f"could not record the MIG reservation on the pod: {error}"
+        if isinstance(patched, dict):
+            self.fleet.set_pod(patched)  # the API's reply confirms the record without waiting for the watch
         return ""
 
     def _refuse(self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal,

@@ -69,6 +69,7 @@ class Fleet:
         self._deadlines: list[tuple[float, str]] = []
         self._occupancy: dict[str, NodeOccupancy] = {}
         self._pending: dict[str, str] = {}
+        self._versions: dict[str, int] = {}  # last resourceVersion applied per pod: never go backwards
         self.synced = False
 
     # ---- feed from the cache ---------------------------------------------------------------
@@ -92,7 +93,12 @@ class Fleet:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or ""
         usage = pod_usage(pod)
+        version = _version(meta)
         with self.lock:
+            if version is not None:
+                if version < self._versions.get(uid, -1):
+                    return  # an older copy (a lagging watch after we applied a patch reply)
+                self._versions[uid] = version
             if (pod.get("spec") or {}).get("nodeName") or not _active(pod):
                 self._pending.pop(uid, None)
             dirty: list[str] = []
@@ -113,6 +119,7 @@ class Fleet:
         uid = (pod.get("metadata") or {}).get("uid") or ""
         with self.lock:
             self._pending.pop(uid, None)
+            self._versions.pop(uid, None)
             nodes = self._drop_in_flight(uid)
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
@@ -121,6 +128,8 @@ class Fleet:
         """A relist: forget pods that are gone, then apply every listed one."""
         uids = {(p.get("metadata") or {}).get("uid") for p in pods}
         with self.lock:
+            for uid in [u for u in self._versions if u not in uids]:
+                del self._versions[uid]
             for uid in [u for u in self._held if u not in uids]:
                 old = self._unhold(uid)
                 if old:
@@ -240,6 +249,14 @@ class Fleet:
                     self.index.remove(g.uuid)
             for g in occ.gpus:
                 self.index.upsert(g)
+
+
+def _version(meta: Mapping[str, Any]) -> int | None:
+    """The resourceVersion as a number (etcd revisions are); None when it is not one."""
+    try:
+        return int(meta.get("resourceVersion") or "")
+    except ValueError:
+        return None
 
 
 def _active(pod: Mapping[str, Any]) -> bool:
