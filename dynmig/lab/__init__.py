@@ -102,13 +102,15 @@ def _run(args: argparse.Namespace, nodes) -> int:
             _print(f"kubeconfig written: {path}  (kubectl --kubeconfig {path} get nodes)")
         if args.scenario:
             return _scenario(lab, args.scenario)
-        _print("lab running; Ctrl-C stops it")
+        _print("lab running; Ctrl-C stops it. Finish a pod's workload with: "
+               "kubectl annotate pod NAME lab.dynmig.io/exit-code=0")
         while not stop.wait(0.5):
             pass
         _print("stopping")
         return EXIT_OK
     finally:
         lab.stop()
+        _print("lab stopped: child processes ended, sockets and temp files removed")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -338,7 +338,8 @@ class Lab:
         for runtime in self.nodes.values():
             runtime.agent = NodeAgent(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
                                       self.resource, echo=self._say).start()
-        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes))
+        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes)
+                  + f" (device-plugin sockets under {self._sockets.name})")
 
 
 def write_admin_kubeconfig(lab: Lab, path: Path) -> Path:

@@ -9,7 +9,6 @@ A module picks its allowlist with `LAB_POLICY = Path(...)` at module level.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from dynmig.lab.chart import ChartError, helm_binary
 from dynmig.lab.cluster import Lab
 from dynmig.lab.kit import Kit
 from dynmig.lab.nodes import DEFAULT_NODES, parse_nodes
-
 
 
 @pytest.fixture(scope="module")

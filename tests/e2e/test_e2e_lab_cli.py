@@ -1,0 +1,119 @@
+"""`dynmig lab` as a person runs it: `make lab` (the tour) and `--serve` with kubectl, then Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = [sys.executable, "-m", "dynmig.cli", "lab"]
+
+
+def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
+    done = subprocess.run([*LAB, "--scenario", "tour"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          check=False)
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", out, re.M)
+    assert "FAIL " not in out
+    assert re.search(r"POD\s+PARENT_GPU\s+PROFILE\s+START\s+SIZE\s+MIG_UUID\s+GI\s+CI", out)
+    assert "PASS  tour-1 gets a 1g.24gb on an RTX PRO 6000" in out
+    assert "PASS  four 1g.24gb fill the RTX PRO 6000 at starts 0, 3, 6, 9" in out
+    assert re.search(r"PASS  the reason for the full GPU speaks MIG .*not enough free slices", out)
+    assert "PASS  same MIG UUIDs, GI and CI IDs after the restart" in out
+    assert re.search(r"^  GPU \d: NVIDIA RTX PRO 6000 Blackwell Server Edition \(UUID: GPU-", out, re.M)
+    assert re.search(r"^    MIG 2g\.48gb +Device +\d: \(UUID: MIG-", out, re.M)
+    assert "lab stopped" in out
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{pid}").exists() else "X"
+    return state != "Z"
+
+
+def _read_until(proc: subprocess.Popen, text: str, timeout: float = 90.0) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        assert proc.poll() is None, f"dynmig lab exited with {proc.returncode}:\n{seen}"
+        assert time.monotonic() < deadline, f"no {text!r} after {timeout}s:\n{seen}"
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            seen += proc.stdout.readline()
+    return seen
+
+
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: from-kubectl}
+spec:
+  containers:
+  - name: main
+    image: cuda
+    resources: {limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 8000}}
+"""
+
+
+def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_behind(tmp_path, kubectl):
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen([*LAB, "--serve", "--kubeconfig-out", str(kubeconfig)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        seen = _read_until(proc, "lab running")
+        children = _children(proc.pid)
+        sockets = Path(re.search(r"device-plugin sockets under (\S+)\)", seen).group(1))
+        serve_port = int(re.search(r"dynmig serve ready on https://127\.0\.0\.1:(\d+)", seen).group(1))
+        assert len(children) == 3  # dynmig serve + one device plugin per node
+        assert any(p.is_socket() for p in sockets.rglob("*.sock"))
+        k = [kubectl, "--kubeconfig", str(kubeconfig)]
+        nodes = subprocess.run([*k, "get", "nodes", "-o", "name"], capture_output=True, text=True, check=True)
+        assert nodes.stdout.split() == ["node/gpu-a100", "node/gpu-rtx"]
+        subprocess.run([*k, "create", "--validate=false", "-f", "-"], input=POD, text=True, check=True,
+                       capture_output=True)
+        deadline = time.monotonic() + 30
+        phase = ""
+        while phase != "Running" and time.monotonic() < deadline:
+            phase = subprocess.run([*k, "get", "pod", "from-kubectl", "-o", "jsonpath={.status.phase}"],
+                                   capture_output=True, text=True, check=True).stdout
+            time.sleep(0.2)
+        assert phase == "Running"
+        profile = subprocess.run([*k, "get", "pod", "from-kubectl", "-o",
+                                  r"jsonpath={.metadata.annotations.hami\.io/vgpu-mig-allocations}"],
+                                 capture_output=True, text=True, check=True).stdout
+        assert '"profile":"1g.24gb"' in profile and '"migUUID":"MIG-' in profile
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, rest
+    assert "lab stopped" in rest
+    assert [p for p in children if _alive(p)] == []
+    assert not sockets.exists()
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", serve_port)) != 0
