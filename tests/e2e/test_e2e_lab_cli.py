@@ -21,15 +21,15 @@ def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
                           check=False)
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
-    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", out, re.M)
+    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", out, re.MULTILINE)
     assert "FAIL " not in out
     assert re.search(r"POD\s+PARENT_GPU\s+PROFILE\s+START\s+SIZE\s+MIG_UUID\s+GI\s+CI", out)
     assert "PASS  tour-1 gets a 1g.24gb on an RTX PRO 6000" in out
     assert "PASS  four 1g.24gb fill the RTX PRO 6000 at starts 0, 3, 6, 9" in out
     assert re.search(r"PASS  the reason for the full GPU speaks MIG .*not enough free slices", out)
     assert "PASS  same MIG UUIDs, GI and CI IDs after the restart" in out
-    assert re.search(r"^  GPU \d: NVIDIA RTX PRO 6000 Blackwell Server Edition \(UUID: GPU-", out, re.M)
-    assert re.search(r"^    MIG 2g\.48gb +Device +\d: \(UUID: MIG-", out, re.M)
+    assert re.search(r"^  GPU \d: NVIDIA RTX PRO 6000 Blackwell Server Edition \(UUID: GPU-", out, re.MULTILINE)
+    assert re.search(r"^    MIG 2g\.48gb +Device +\d: \(UUID: MIG-", out, re.MULTILINE)
     assert "lab stopped" in out
 
 
