@@ -41,7 +41,7 @@ class ExtenderArgs:
         names = body.get("NodeNames")
         if names is None:
             return ExtenderArgs(pod, (), None)
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not frozenset(map(type, names)) <= {str}:  # C speed at 5,000 names
             raise BadArgs("NodeNames must be a list of node names")
         return ExtenderArgs(pod, tuple(names), None)
 

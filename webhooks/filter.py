@@ -134,15 +134,9 @@ class Filter:
     def _place(self, args: ExtenderArgs, pod: dict[str, Any], uid: str, namespace: str, name: str,
                request: PodRequest) -> tuple[ExtenderFilterResult, str]:
         containers = len(_containers(pod))
-        self.fleet.sweep()
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
-        with self.fleet.lock:
-            self.fleet.forget_pod(uid)  # a re-filter never counts the pod's previous reservation
-            outcome = self.fleet.index.plan(request, nodes=candidates)
-            if isinstance(outcome, Plan):
-                usage = usage_from_plan(uid, namespace, name, outcome)
-                self.fleet.reserve(usage)
+        outcome, usage = self.reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
         error = self._record(pod, outcome, usage, containers)
@@ -152,6 +146,19 @@ class Filter:
         profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in outcome.devices)
         self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({outcome.node}): {profiles}")
         return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
+
+    def reserve(self, request: PodRequest, candidates, uid: str, namespace: str,
+                name: str) -> tuple[Plan | Refusal, PodUsage | None]:
+        """Plan the pod over the candidate nodes and hold the plan in memory, atomically."""
+        self.fleet.sweep()
+        with self.fleet.lock:
+            self.fleet.forget_pod(uid)  # a re-filter never counts the pod's previous reservation
+            outcome = self.fleet.index.plan(request, nodes=candidates)
+            if isinstance(outcome, Refusal):
+                return outcome, None
+            usage = usage_from_plan(uid, namespace, name, outcome)
+            self.fleet.reserve(usage)
+            return outcome, usage
 
     def _record(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
         """Write the reservation onto the pod; on failure roll the in-memory one back."""

@@ -66,6 +66,7 @@ class Fleet:
         self._held: dict[str, PodUsage] = {}
         self._on_node: dict[str, set[str]] = {}
         self._in_flight: dict[str, InFlight] = {}
+        self._in_flight_on: dict[str, set[str]] = {}  # node -> uids with an in-flight reservation there
         self._deadlines: list[tuple[float, str]] = []
         self._occupancy: dict[str, NodeOccupancy] = {}
         self._pending: dict[str, str] = {}
@@ -149,7 +150,9 @@ class Fleet:
     def reserve(self, usage: PodUsage) -> None:
         """Hold a filter's plan in memory at once (caller holds the lock and planned under it)."""
         deadline = self.clock() + self.ttl
+        self._drop_in_flight(usage.uid)
         self._in_flight[usage.uid] = InFlight(usage, deadline)
+        self._in_flight_on.setdefault(usage.node, set()).add(usage.uid)
         heapq.heappush(self._deadlines, (deadline, usage.uid))
         self._pending.pop(usage.uid, None)
         self._refresh(usage.node)
@@ -219,7 +222,14 @@ class Fleet:
     # ---- internals ---------------------------------------------------------------------------
     def _drop_in_flight(self, uid: str) -> list[str]:
         flight = self._in_flight.pop(uid, None)
-        return [flight.usage.node] if flight else []
+        if flight is None:
+            return []
+        members = self._in_flight_on.get(flight.usage.node)
+        if members is not None:
+            members.discard(uid)
+            if not members:
+                del self._in_flight_on[flight.usage.node]
+        return [flight.usage.node]
 
     def _unhold(self, uid: str) -> PodUsage | None:
         old = self._held.pop(uid, None)
@@ -240,15 +250,15 @@ class Fleet:
                 self.index.remove_node(node)
                 continue
             usages = [self._held[u] for u in self._on_node.get(node, ()) if u not in self._in_flight]
-            usages.extend(f.usage for f in self._in_flight.values() if f.usage.node == node)
+            usages.extend(self._in_flight[u].usage for u in self._in_flight_on.get(node, ()))
             occ = reconstruct(published, usages)
             self._occupancy[node] = occ
-            keep = {g.uuid for g in occ.gpus}
-            for g in (before.gpus if before else ()):
-                if g.uuid not in keep:
-                    self.index.remove(g.uuid)
+            previous = {g.uuid: g for g in before.gpus} if before else {}
             for g in occ.gpus:
-                self.index.upsert(g)
+                if previous.pop(g.uuid, None) != g:  # only GPUs whose occupancy or health changed move
+                    self.index.upsert(g)
+            for uuid in previous:
+                self.index.remove(uuid)
 
 
 def _version(meta: Mapping[str, Any]) -> int | None:

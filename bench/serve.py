@@ -1,0 +1,445 @@
+"""Benchmark of `dynmig serve`: admission over TLS, filter decisions at fleet scale, pods/s end to end.
+
+    python bench/serve.py            (what `make bench` runs; about two minutes on two cores)
+
+Every figure is set against a baseline measured in the same run on the same machine:
+- admission (/mutate over real uvicorn + TLS, keep-alive) against a bare uvicorn JSON echo over the
+  same TLS: throughput ratio, and p50/p99 at a paced 200 requests/s (latency from the *scheduled*
+  send time, so a slow reply delays the next ones and shows up);
+- filter decisions at 1,000 and 5,000 nodes × 8 GPUs (decode the ExtenderArgs JSON, plan with the
+  placement engine, reserve; the pod patch is an API round trip and is left out) against the time to
+  `json.loads` the same request body;
+- pods bound per second by the simulated kube-scheduler calling `dynmig serve` (a child process,
+  HTTPS) on 1,000 nodes, from a queue of pre-created GPU pods.
+
+Writes bench/results/serve.json (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import http.client
+import json
+import os
+import random
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results" / "serve.json"
+TARGETS = {"admission_p99_ms": 10.0, "admission_vs_echo": 0.5, "filter_p99_ms": 10.0, "filter_vs_decode": 5.0,
+           "pods_per_second": 100.0}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+# ---------------------------------------------------------------- child processes: servers
+
+
+def _echo_app():
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        out = json.dumps(json.loads(body)).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]})
+        await send({"type": "http.response.body", "body": out})
+
+    return app
+
+
+def child_echo(cert: str, key: str, port_file: str) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(_echo_app(), host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                            ssl_certfile=cert, ssl_keyfile=key, access_log=False)
+    server = uvicorn.Server(config)
+
+    async def run():
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        Path(port_file).write_text(str(server.servers[0].sockets[0].getsockname()[1]))
+        await task
+
+    asyncio.run(run())
+
+
+def start_child(args: list[str], port_file: Path, timeout: float = 30.0) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while not port_file.exists() or not port_file.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"child {args} did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def wait_ready(url: str, ctx: ssl.SSLContext, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if urllib.request.urlopen(url, context=ctx, timeout=2).status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} never became ready")
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- load generation
+
+
+def _connection(port: int, ctx: ssl.SSLContext) -> http.client.HTTPSConnection:
+    return http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+
+
+def closed_loop(port: int, path: str, body: bytes, ctx: ssl.SSLContext, seconds: float, threads: int = 4) -> float:
+    """Requests per second with `threads` keep-alive connections sending back to back."""
+    counts = [0] * threads
+    stop = time.monotonic() + seconds
+    headers = {"Content-Type": "application/json"}
+
+    def run(i: int) -> None:
+        conn = _connection(port, ctx)
+        while time.monotonic() < stop:
+            conn.request("POST", path, body, headers)
+            reply = conn.getresponse()
+            reply.read()
+            assert reply.status == 200, reply.status
+            counts[i] += 1
+        conn.close()
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    started = time.monotonic()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return sum(counts) / (time.monotonic() - started)
+
+
+def paced(port: int, path: str, body: bytes, ctx: ssl.SSLContext, rate: float, seconds: float) -> list[float]:
+    """Latencies at a fixed request rate, measured from each request's scheduled send time."""
+    conn = _connection(port, ctx)
+    headers = {"Content-Type": "application/json"}
+    conn.request("POST", path, body, headers)
+    conn.getresponse().read()  # handshake outside the measurement
+    out = []
+    start = time.monotonic() + 0.05
+    for i in range(int(rate * seconds)):
+        due = start + i / rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        conn.request("POST", path, body, headers)
+        reply = conn.getresponse()
+        reply.read()
+        out.append(time.monotonic() - due)
+    conn.close()
+    return out
+
+
+def admission_review() -> bytes:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "team",
+                                                           "annotations": {"nvidia.com/mig-profile-preference": "3g"}},
+           "spec": {"schedulerName": "default-scheduler",
+                    "containers": [{"name": "main", "image": "cuda",
+                                    "resources": {"limits": {"nvidia.com/gpumem": "30000"}}}]}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "b3c1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                   "resource": {"group": "", "version": "v1", "resource": "pods"},
+                                   "namespace": "team", "name": "train", "operation": "CREATE",
+                                   "userInfo": {"username": "alice"}, "object": pod, "oldObject": None,
+                                   "dryRun": False}}).encode()
+
+
+def bench_admission(serve_port: int, echo_port: int, ctx: ssl.SSLContext) -> dict:
+    body = admission_review()
+    for port, path in ((serve_port, "/mutate"), (echo_port, "/")):
+        closed_loop(port, path, body, ctx, 0.5)  # warm up
+    echo = closed_loop(echo_port, "/", body, ctx, 4.0)
+    mutate = closed_loop(serve_port, "/mutate", body, ctx, 4.0)
+    lat = paced(serve_port, "/mutate", body, ctx, 200, 4.0)
+    echo_lat = paced(echo_port, "/", body, ctx, 200, 2.0)
+    return {"echo_rps": round(echo), "mutate_rps": round(mutate), "vs_echo": round(mutate / echo, 3),
+            "p50_ms_at_200rps": ms(pct(lat, 0.5)), "p99_ms_at_200rps": ms(pct(lat, 0.99)),
+            "echo_p50_ms_at_200rps": ms(pct(echo_lat, 0.5)), "echo_p99_ms_at_200rps": ms(pct(echo_lat, 0.99))}
+
+
+# ---------------------------------------------------------------- filter decisions in process
+
+
+def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
+    from mig import catalog
+    from mig.allowlist import default_allowlist
+    from mig.annotations import NODE_REGISTER, DeviceInfo, MigProfile, encode_node_register
+
+    allow = default_allowlist()
+    models = [catalog.find_model(k) for k in ("A100-SXM4-80GB", "H100-SXM5-80GB", "A30", "RTX-PRO-6000")]
+    registers = {}
+    for model in models:
+        profiles = tuple(
+            MigProfile(name=s.name, memoryMB=s.memory_mib, core=catalog.core_percent(model, s), sliceCount=s.slice_count,
+                       placements=tuple({"start": p.start, "size": p.size} for p in s.placements))
+            for name in allow.profiles_for(model.nvml_name) if (s := model.profile(name)) is not None)
+        registers[model.key] = (model, profiles)
+    out = []
+    for i in range(count):
+        model, profiles = registers[models[i % len(models)].key]
+        name = f"node-{i:05d}"
+        devices = [DeviceInfo(id=f"GPU-{name}-{g}", index=g, count=7, devmem=model.memory_mib, devcore=100,
+                              type=model.nvml_name, health=True, mode="mig", migProfiles=profiles)
+                   for g in range(gpus)]
+        out.append({"metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(devices)}}})
+    return out
+
+
+def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
+    from mig.allowlist import ResourceNames
+    from webhooks.extender import ExtenderArgs
+    from webhooks.filter import Filter, pod_request
+    from webhooks.fleet import Fleet
+    from webhooks.kube import EventRecorder
+    from webhooks.metrics import Metrics
+
+    rng = random.Random(nodes)
+    fleet = Fleet()
+    for n in fleet_nodes(nodes, gpus, rng):
+        fleet.set_node(n)
+    flt = Filter(fleet, None, ResourceNames, EventRecorder(None, "bench"), Metrics())
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    # fill a third of the fleet with running pods so the index sees many distinct occupancies
+    for i in range(nodes * gpus // 3):
+        pod = {"metadata": {"name": f"run-{i}", "namespace": "team", "uid": f"run-{i}"},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                   "nvidia.com/gpu": "1", "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000]))}}}]}}
+        flt.reserve(pod_request(pod, ResourceNames()), None, f"run-{i}", "team", f"run-{i}")
+    bodies = []
+    for i in range(requests):
+        pod = {"metadata": {"name": f"p{i}", "namespace": "team", "uid": f"p{i}"},
+               "spec": {"schedulerName": "dynmig-scheduler", "containers": [{"name": "c", "resources": {"limits": {
+                   "nvidia.com/gpu": str(rng.choice([1, 1, 1, 2])),
+                   "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000, 60000]))}}}]}}
+        bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
+    decode, decide = [], []
+    for body in bodies:
+        t0 = time.perf_counter()
+        json.loads(body)
+        decode.append(time.perf_counter() - t0)
+    for body in bodies:
+        t0 = time.perf_counter()
+        args = ExtenderArgs.parse(json.loads(body))
+        meta = args.pod["metadata"]
+        _, usage = flt.reserve(pod_request(args.pod, ResourceNames()), args.node_names, meta["uid"],
+                                     meta["namespace"], meta["name"])
+        decide.append(time.perf_counter() - t0)
+        if usage is not None:
+            fleet.release(usage.uid, usage)  # keep the fleet's fill steady across requests
+    d50, d99 = pct(decode, 0.5), pct(decode, 0.99)
+    f50, f99 = pct(decide, 0.5), pct(decide, 0.99)
+    return {"nodes": nodes, "gpus": nodes * gpus, "request_bytes": len(bodies[0]),
+            "decode_p50_ms": ms(d50), "decode_p99_ms": ms(d99), "filter_p50_ms": ms(f50), "filter_p99_ms": ms(f99),
+            "filter_p99_vs_decode_p99": round(f99 / d99, 2), "filter_p50_vs_decode_p50": round(f50 / d50, 2)}
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000, pods: int = 600) -> dict:
+    from kubernetes import client
+
+    from sim.scheduler import Scheduler, parse
+
+    core = client.CoreV1Api(apiserver.api_client("alice"))
+    for i in range(pods):
+        core.create_namespaced_pod("team", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"e2e-{i}"},
+            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
+                "nvidia.com/gpumem": str([4000, 9000, 18000, 30000][i % 4])}}}]}}, _preload_content=False)
+    managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
+    config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+              "profiles": [{"schedulerName": "dynmig-scheduler"}],
+              "extenders": [{"urlPrefix": serve_url, "filterVerb": "filter", "bindVerb": "bind",
+                             "nodeCacheCapable": True, "enableHTTPS": True, "httpTimeout": "30s", "weight": 1,
+                             "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
+                             "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed]}]}
+    scheduler = Scheduler(parse(config), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
+                          max_backoff=0.5, seed=1)
+    started = time.monotonic()
+    scheduler.start()
+    deadline = started + 90
+    bound = 0
+    while time.monotonic() < deadline:
+        bound = scheduler.stats.scheduled
+        if bound >= pods:
+            break
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    stats = scheduler.stats
+    scheduler.stop()
+    return {"nodes": nodes, "pods": pods, "bound": bound, "seconds": round(elapsed, 2),
+            "pods_per_second": round(bound / elapsed, 1), "attempts": stats.attempts,
+            "unschedulable_attempts": stats.unschedulable, "errors": stats.errors}
+
+
+# ---------------------------------------------------------------- main
+
+
+def ready_node(node: dict) -> dict:
+    node.update(apiVersion="v1", kind="Node")
+    node["status"] = {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                      "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                      "conditions": [{"type": "Ready", "status": "True"}]}
+    return node
+
+
+def register_webhooks(apiserver, ca_pem: bytes) -> None:
+    bundle = base64.b64encode(ca_pem).decode()
+    hook = {"clientConfig": {"service": {"namespace": "dynmig", "name": "dynmig", "path": "/mutate", "port": 443},
+                             "caBundle": bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}
+    apiserver.create({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                      "metadata": {"name": "dynmig"}, "webhooks": [{"name": "pods.mutate.dynmig.io", **hook}]})
+    validate = {**hook, "clientConfig": {**hook["clientConfig"], "service": {**hook["clientConfig"]["service"],
+                                                                             "path": "/validate"}}}
+    validate["rules"] = [{**hook["rules"][0], "operations": ["CREATE", "UPDATE"]}]
+    apiserver.create({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                      "metadata": {"name": "dynmig"}, "webhooks": [{"name": "pods.validate.dynmig.io", **validate}]})
+
+
+def main() -> int:
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    from certs.authority import ServiceIdentity, make_ca, make_serving
+    from sim.apiserver import ApiServer
+
+    results: dict = {"targets": TARGETS}
+    work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    now = dt.datetime.now(dt.UTC)
+    ca = make_ca(now)
+    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
+    cert, key = work / "tls.crt", work / "tls.key"
+    cert.write_bytes(pair.cert_pem())
+    key.write_bytes(pair.key_pem())
+    ctx = ssl.create_default_context(cadata=ca.cert_pem().decode())
+
+    print("filter decisions (in process) ...", flush=True)
+    results["filter"] = [bench_filter(1000), bench_filter(5000)]
+    for r in results["filter"]:
+        print(f"  {r['nodes']} nodes x 8 GPUs: filter p50 {r['filter_p50_ms']} ms p99 {r['filter_p99_ms']} ms; "
+              f"decode p50 {r['decode_p50_ms']} ms p99 {r['decode_p99_ms']} ms; "
+              f"p99 ratio {r['filter_p99_vs_decode_p99']}x (target <= {TARGETS['filter_vs_decode']}x)", flush=True)
+
+    apiserver = ApiServer(workdir=work / "kube").start()
+    children: list[subprocess.Popen] = []
+    try:
+        for ns in ("team", "dynmig"):
+            apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        rng = random.Random(7)
+        for n in fleet_nodes(1000, 8, rng):
+            apiserver.create(ready_node(n))
+        serve_port_file, echo_port_file = work / "serve.port", work / "echo.port"
+        port = _free_port()
+        metrics_port = _free_port()
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1", "--port", str(port),
+             "--metrics-port", str(metrics_port), "--tls-cert", str(cert), "--tls-key", str(key),
+             "--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false",
+             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        children.append(serve)
+        serve_port_file.write_text(str(port))
+        wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
+        children.append(start_child([__file__, "--child-echo", str(cert), str(key), str(echo_port_file)],
+                                    echo_port_file))
+        echo_port = int(echo_port_file.read_text())
+
+        print("admission over TLS (dynmig serve child vs bare uvicorn echo child) ...", flush=True)
+        results["admission"] = a = bench_admission(port, echo_port, ctx)
+        print(f"  /mutate {a['mutate_rps']} req/s vs echo {a['echo_rps']} req/s = {a['vs_echo']} "
+              f"(target >= {TARGETS['admission_vs_echo']}); at 200 req/s p50 {a['p50_ms_at_200rps']} ms "
+              f"p99 {a['p99_ms_at_200rps']} ms (echo p99 {a['echo_p99_ms_at_200rps']} ms; target p99 <= "
+              f"{TARGETS['admission_p99_ms']} ms)", flush=True)
+        children[-1].terminate()
+
+        print("end to end through the simulated kube-scheduler on 1,000 nodes ...", flush=True)
+        apiserver.register_service("dynmig", "dynmig", "127.0.0.1", port)
+        register_webhooks(apiserver, ca.cert_pem())
+        results["end_to_end"] = e = bench_end_to_end(apiserver, f"https://127.0.0.1:{port}", ca.cert_pem())
+        print(f"  {e['bound']}/{e['pods']} pods bound in {e['seconds']} s = {e['pods_per_second']} pods/s "
+              f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "
+              f"{e['unschedulable_attempts']} unschedulable", flush=True)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        apiserver.stop()
+
+    big = results["filter"][-1]
+    results["verdict"] = {
+        "admission_p99_ok": results["admission"]["p99_ms_at_200rps"] <= TARGETS["admission_p99_ms"],
+        "admission_throughput_ok": results["admission"]["vs_echo"] >= TARGETS["admission_vs_echo"],
+        "filter_p99_ok": big["filter_p99_ms"] <= TARGETS["filter_p99_ms"],
+        "filter_vs_decode_ok": big["filter_p99_vs_decode_p99"] <= TARGETS["filter_vs_decode"],
+        "pods_per_second_ok": results["end_to_end"]["pods_per_second"] >= TARGETS["pods_per_second"],
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"verdict: {results['verdict']}\nwrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child-echo", nargs=3, metavar=("CERT", "KEY", "PORT_FILE"))
+    parser.add_argument("--only-filter", action="store_true")
+    opts = parser.parse_args()
+    if opts.child_echo:
+        child_echo(*opts.child_echo)
+        sys.exit(0)
+    if opts.only_filter:
+        for n in (1000, 5000):
+            print(bench_filter(n))
+        sys.exit(0)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
