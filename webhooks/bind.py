@@ -17,7 +17,7 @@ from mig.allowlist import ResourceNames
 from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, bind_result
-from webhooks.filter import pod_request
+from webhooks.filter import Filter, pod_request
 from webhooks.fleet import Fleet
 from webhooks.kube import NOT_FOUND, ApiException, EventRecorder, Kube
 from webhooks.metrics import Metrics
@@ -35,6 +35,7 @@ class Binder:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
+    filter: Filter | None = None  # to wait for the filter's reservation write of this pod
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -44,6 +45,8 @@ class Binder:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
         error = self._bind(args)
+        if self.filter is not None:
+            self.filter.bind_done(args.pod_uid or "", args.node)
         self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
         return bind_result(error)
 
@@ -76,6 +79,9 @@ class Binder:
         locked = False
         try:
             gpu = pod_request(pod, self.resources()) is not None
+            recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
+            if recorded:
+                raise RuntimeError(recorded)
             if gpu:
                 self.lock.acquire(node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None)
                 locked = True

@@ -11,6 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +110,14 @@ class Filter:
     # earlier one last, leaving the pod's record and the in-memory reservation disagreeing.
     _pod_locks: tuple[threading.Lock, ...] = field(
         default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES)))
+    # With a writer pool the pod patch runs after the reply (the reservation already holds the slices
+    # in memory) and bind waits for it; without one the filter writes before it answers.
+    writer: ThreadPoolExecutor | None = None
+    _writes: dict[str, Future] = field(default_factory=dict)
+    # Nodes chosen for a pod whose bind has not happened yet: its bind will take the node lock, so
+    # sending another pod there now would only fail that pod's bind on lock contention.
+    _awaiting: dict[str, tuple[str, float]] = field(default_factory=dict)
+    awaiting_ttl: float = 30.0
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -135,17 +145,54 @@ class Filter:
                request: PodRequest) -> tuple[ExtenderFilterResult, str]:
         containers = len(_containers(pod))
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
+        blocked.update(self._awaiting_binds(uid))
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
+        self.wait_recorded(uid)  # an earlier filter's write of this pod lands before a new plan
         outcome, usage = self.reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
-        error = self._record(pod, outcome, usage, containers)
-        if error:
-            return ExtenderFilterResult(error=error), "error"
+        self._awaiting[outcome.node] = (uid, time.monotonic() + self.awaiting_ttl)
+        if self.writer is not None:
+            self._writes[uid] = self.writer.submit(self._record, pod, outcome, usage, containers)
+        else:
+            error = self._record(pod, outcome, usage, containers)
+            if error:
+                return ExtenderFilterResult(error=error), "error"
         chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == outcome.node]
-        profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in outcome.devices)
-        self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({outcome.node}): {profiles}")
+        # No FilteringSucceed event (HAMi posts one): the reservation is on the pod and BindingSucceed
+        # follows; one API write less per pod keeps the API server's load down at high pod rates.
         return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
+
+    def _awaiting_binds(self, uid: str) -> dict[str, str]:
+        now = time.monotonic()
+        out = {}
+        for node, (owner, deadline) in list(self._awaiting.items()):
+            if deadline < now:
+                self._awaiting.pop(node, None)
+            elif owner != uid:
+                out[node] = "chosen for another pod whose bind is in progress"
+        return out
+
+    def bind_done(self, uid: str, node: str) -> None:
+        """The pod's bind finished (either way): its node is no longer held for it."""
+        if self._awaiting.get(node, ("",))[0] == uid:
+            self._awaiting.pop(node, None)
+        future = self._writes.get(uid)
+        if future is not None and future.done():
+            self._writes.pop(uid, None)
+
+    def wait_recorded(self, uid: str, timeout: float = 30.0) -> str:
+        """Wait for the pod's pending reservation write; "" when written (or none), else why not."""
+        future = self._writes.get(uid)
+        if future is None:
+            return ""
+        try:
+            error = future.result(timeout)
+        except FutureTimeout:
+            return "the MIG reservation is still being written to the pod; retry"
+        if not error and self._writes.get(uid) is future:
+            del self._writes[uid]  # a failure stays until the bind has seen it (see bind_done)
+        return error
 
     def reserve(self, request: PodRequest, candidates, uid: str, namespace: str,
                 name: str) -> tuple[Plan | Refusal, PodUsage | None]:

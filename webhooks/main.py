@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import FileSource, TLSReloader
@@ -62,9 +63,12 @@ class Service:
         self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity)
                        if cfg.leader_elect else AlwaysLeader())
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
+        self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
         self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics,
-                             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists))
-        self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics)
+                             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
+                             writer=self.writer)
+        self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics,
+                             filter=self.filter)
         self.tls = tls
         policy = AdmissionPolicy(device_config=self.device_config.get, scheduler_name=cfg.scheduler_name,
                                  privileged_users=frozenset(cfg.privileged_users))
@@ -90,6 +94,7 @@ class Service:
 
     def stop(self) -> None:
         self.leader.stop()
+        self.writer.shutdown(wait=True, cancel_futures=False)
         self.cache.stop()
         self.events.stop()
 

@@ -46,6 +46,13 @@ def filter_args(pod: dict, nodes: list[str]) -> dict:
     return {"Pod": pod, "Nodes": None, "NodeNames": nodes}
 
 
+def post_filter(extender, service, pod: dict, nodes: list[str]) -> dict:
+    """Filter over HTTP, then wait until the reservation write that follows the reply has finished."""
+    out = extender.post("/filter", json=filter_args(pod, nodes)).json()
+    service.filter.wait_recorded(pod["metadata"].get("uid", ""))
+    return out
+
+
 def stored_pod(apiserver, name: str, namespace: str = "team") -> dict:
     return apiserver.get("pods", name, namespace)
 
@@ -58,7 +65,7 @@ def events(apiserver, reason: str, namespace: str = "team") -> list[dict]:
 
 def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod(apiserver, service, extender):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=8000))
-    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    out = post_filter(extender, service, pod, ["n1"])
     assert out["Error"] == "" and out["NodeNames"] == ["n1"]
     ann = stored_pod(apiserver, "p1")["metadata"]["annotations"]
     (alloc,) = decode_allocations(ann[MIG_ALLOCATIONS])
@@ -70,7 +77,7 @@ def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_th
 
 def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service, extender):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
-    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    post_filter(extender, service, pod, ["n1"])
     uid = pod["metadata"]["uid"]
     out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}).json()
     assert out == {"Error": ""}
@@ -85,7 +92,7 @@ def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service,
 def test_a_pod_that_fits_nowhere_gets_mig_reasons_per_node_and_a_warning_event(apiserver, service, extender):
     _, _, pod = seed(apiserver, service, node("n1", "A30"), node("n2", "A100-SXM4-40GB"),
                      gpu_pod("big", memory=60000))
-    out = extender.post("/filter", json=filter_args(pod, ["n1", "n2", "n3"])).json()
+    out = post_filter(extender, service, pod, ["n1", "n2", "n3"])
     assert out["Error"] == "" and not out["NodeNames"]
     assert set(out["FailedNodes"]) == {"n1", "n2", "n3"}
     assert "no allowlisted profile has 60000 MiB" in out["FailedNodes"]["n1"]
@@ -101,7 +108,7 @@ def test_a_fragmented_gpu_names_its_free_slices(apiserver, service, extender):
     holder["metadata"]["annotations"] = {VGPU_NODE: "n1", MIG_ALLOCATIONS: json.dumps(reserved),
                                          DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:" * 3 + ";"}
     _, _, pod = seed(apiserver, service, node("n1"), holder, gpu_pod("p", memory=19000))
-    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    out = post_filter(extender, service, pod, ["n1"])
     assert "fragmented: free slices 0,2,4,6,7" in out["FailedNodes"]["n1"]
 
 
@@ -115,25 +122,41 @@ def test_full_node_objects_are_answered_with_node_objects(apiserver, service, ex
 
 def test_a_pod_without_gpus_keeps_every_candidate(apiserver, service, extender):
     pod = {"metadata": {"name": "web", "namespace": "team", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}}
-    out = extender.post("/filter", json=filter_args(pod, ["a", "b"])).json()
+    out = post_filter(extender, service, pod, ["a", "b"])
     assert out["NodeNames"] == ["a", "b"] and out["Error"] == ""
 
 
 def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiserver, service, extender):
+    service.filter.awaiting_ttl = 0
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000))
     for _ in range(3):
-        out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+        out = post_filter(extender, service, pod, ["n1"])
         assert out["NodeNames"] == ["n1"], out
     holders = service.fleet.placements()["GPU-n1-0"]
     assert len(holders) == 1
 
 
-def test_a_failed_patch_leaves_no_reservation_behind(apiserver, service, extender):
+def test_a_failed_patch_leaves_no_reservation_behind_and_fails_the_bind(apiserver, service, extender):
     seed(apiserver, service, node("n1"))
     ghost = gpu_pod("ghost")
     ghost["metadata"]["uid"] = "never-created"
     out = extender.post("/filter", json=filter_args(ghost, ["n1"])).json()
-    assert "could not record the MIG reservation" in out["Error"]
+    assert out["NodeNames"] == ["n1"]  # the reservation is written after the reply; bind waits for it
+    bind = extender.post("/bind", json={"PodName": "ghost", "PodNamespace": "team", "PodUID": "never-created",
+                                        "Node": "n1"}).json()
+    assert "not found" in bind["Error"] or "could not record the MIG reservation" in bind["Error"]
+    assert eventually(lambda: service.fleet.placements()["GPU-n1-0"] == [])
+
+
+def test_a_pod_whose_reservation_cannot_be_written_is_not_bound(apiserver, service, extender):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
+    apiserver.faults.fail_next(verb="patch", resource="pods", code=500)
+    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    assert out["NodeNames"] == ["n1"]
+    bind = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
+                                        "Node": "n1"}).json()
+    assert "could not record the MIG reservation" in bind["Error"]
+    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
     assert service.fleet.placements()["GPU-n1-0"] == []
 
 
@@ -153,30 +176,46 @@ def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
 
 
 def test_a_finished_or_deleted_pod_frees_its_placement(apiserver, service, extender):
-    _, p1, p2 = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000), gpu_pod("p2", memory=40000))
+    _, _, p1, p2 = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p1", memory=40000),
+                        gpu_pod("p2", memory=40000))
+
+    def held() -> int:
+        return sum(len(v) for v in service.fleet.placements().values())
+
     for pod in (p1, p2):
-        assert extender.post("/filter", json=filter_args(pod, ["n1"])).json()["NodeNames"] == ["n1"]
-    assert eventually(lambda: len(service.fleet.placements()["GPU-n1-0"]) == 2
-                      and not service.fleet._in_flight)
+        assert post_filter(extender, service, pod, ["n1", "n2"])["NodeNames"]
+    assert eventually(lambda: held() == 2 and not service.fleet._in_flight)
     core = client.CoreV1Api(apiserver.api_client("admin"))
     core.patch_namespaced_pod_status("p1", "team", {"status": {"phase": "Succeeded"}})
-    assert eventually(lambda: len(service.fleet.placements()["GPU-n1-0"]) == 1)
+    assert eventually(lambda: held() == 1)
     core.delete_namespaced_pod("p2", "team", grace_period_seconds=0)
     apiserver.finish_deletions()
-    assert eventually(lambda: service.fleet.placements()["GPU-n1-0"] == [])
+    assert eventually(lambda: held() == 0)
+
+
+def test_a_node_chosen_for_a_pod_waits_for_its_bind_before_taking_another(apiserver, service, extender):
+    _, p1, p2 = seed(apiserver, service, node("n1", gpus=2), gpu_pod("p1"), gpu_pod("p2"))
+    assert post_filter(extender, service, p1, ["n1"])["NodeNames"] == ["n1"]
+    out = post_filter(extender, service, p2, ["n1"])
+    assert out["NodeNames"] == [] and "bind is in progress" in out["FailedNodes"]["n1"]
+    bind = {"PodName": "p1", "PodNamespace": "team", "PodUID": p1["metadata"]["uid"], "Node": "n1"}
+    assert extender.post("/bind", json=bind).json() == {"Error": ""}
+    out = post_filter(extender, service, p2, ["n1"])
+    assert "node lock held by team/p1" in out["FailedNodes"]["n1"]  # until the device plugin releases it
 
 
 def test_a_device_without_a_reservation_fails_the_gpu_closed(apiserver, service, extender):
     legacy = gpu_pod("legacy")
     legacy["metadata"]["annotations"] = {VGPU_NODE: "n1", DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:;"}
     _, _, pod = seed(apiserver, service, node("n1"), legacy, gpu_pod("p"))
-    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    out = post_filter(extender, service, pod, ["n1"])
     assert "unhealthy" in out["FailedNodes"]["n1"]
     assert "team/legacy has a device on this MIG GPU without a reservation" in out["FailedNodes"]["n1"]
 
 
 def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service):
     first = start_service()
+    first.filter.awaiting_ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, first, node("n1", gpus=2), node("n2", "H100-SXM5-80GB", gpus=2))
     from starlette.testclient import TestClient
 
@@ -185,6 +224,7 @@ def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service
             pod = apiserver.create(gpu_pod(f"p{i}", memory=mem))
             assert eventually(lambda n=f"p{i}": first.cache.pod("team", n))
             assert http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
+            first.filter.wait_recorded(pod["metadata"]["uid"])
     assert eventually(lambda: not first.fleet._in_flight)
     before = {k: sorted(v) for k, v in first.fleet.placements().items()}
     first.stop()
@@ -211,7 +251,7 @@ def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, servic
     n1 = node("n1")
     n1["metadata"]["annotations"][NODE_LOCK] = format_lock(dt.datetime.now(dt.UTC), "team", "owner")
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
-    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    post_filter(extender, service, pod, ["n1"])
     out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
                                        "Node": "n1"}).json()
     assert "node lock contention" in out["Error"]
@@ -230,7 +270,7 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, s
     taken = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=lock_age)
     n1["metadata"]["annotations"][NODE_LOCK] = format_lock(taken, "team", owner)
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
-    extender.post("/filter", json=filter_args(pod, ["n1"]))
+    post_filter(extender, service, pod, ["n1"])
     out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
                                        "Node": "n1"}).json()
     assert out == {"Error": ""}
@@ -259,10 +299,11 @@ def test_a_malformed_extender_body_is_an_error_in_the_reply_with_http_200(extend
 
 
 def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, extender):
+    service.filter.awaiting_ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, service, node("n1", gpus=2))
     for i in range(10):
         pod = apiserver.create(gpu_pod(f"p{i}", memory=9000))
-        extender.post("/filter", json=filter_args(pod, ["n1"]))
+        post_filter(extender, service, pod, ["n1"])
     by_gpu: dict[str, list[Placement]] = {}
     for i in range(10):
         ann = stored_pod(apiserver, f"p{i}")["metadata"].get("annotations") or {}
