@@ -133,10 +133,13 @@ class Kit:
             raise WaitTimeout(f"pod {name} is {self.phase(name)}, not {phase}, after {timeout:.0f}s; events: "
                               + " | ".join(f"{e['reason']}: {e['message']}" for e in self.events(name))) from None
 
-    def wait_event(self, name: str, reason: str, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_event(self, name: str, reason: str, timeout: float = 30.0, contains: str = "") -> dict[str, Any]:
+        """The pod's first event with this reason (and text in its message); events are written in
+        the background, so they may come a moment after the state they describe."""
         def seen() -> dict[str, Any] | None:
-            return next((e for e in self.events(name) if e["reason"] == reason), None)
-        return self.wait(seen, timeout, f"a {reason} event for pod {name}")
+            return next((e for e in self.events(name) if e["reason"] == reason and contains in e.get("message", "")),
+                        None)
+        return self.wait(seen, timeout, f"a {reason} event{f' saying {contains!r}' if contains else ''} for pod {name}")
 
     # ---- what dynmig recorded -------------------------------------------------------------------
 

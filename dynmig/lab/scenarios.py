@@ -53,6 +53,14 @@ def _one(run: Run, name: str):
     return entries[0] if len(entries) == 1 else None
 
 
+def _event(run: Run, name: str, reason: str, timeout: float = 10.0) -> dict | None:
+    """The pod's first event with this reason (events are written in the background), or None."""
+    try:
+        return run.kit.wait_event(name, reason, timeout)
+    except AssertionError:
+        return None
+
+
 def _instance_of(run: Run, mig_uuid: str | None):
     return next((i for i in run.kit.instances() if i.mig_uuid == mig_uuid), None)
 
@@ -115,7 +123,8 @@ def tour(run: Run) -> None:
 
     run.step("3. A fifth pod pinned to the full GPU stays Pending, and the event says why in MIG terms")
     k.create(gpu_pod("tour-5", 8000, annotations={USE_GPU_UUID: gpu_uuid}))
-    event = run.wait(lambda: k.wait_event("tour-5", "FailedScheduling"), "tour-5 gets a FailedScheduling event")
+    event = run.wait(lambda: k.wait_event("tour-5", "FailedScheduling", contains="free slices"),
+                     "tour-5 gets a FailedScheduling event")
     run.check(k.phase("tour-5") == "Pending" and not k.allocations("tour-5"),
               "tour-5 is Pending with no reservation")
     why = report.gpu_reason(event["message"], gpu_uuid)
@@ -271,11 +280,12 @@ def exhausted(run: Run) -> None:
     since = len(k.nvml_events(node))
     run.step("A fifth pod pinned to that GPU")
     k.create(_pinned("full-5", 8000, gpu_uuid))
-    event = run.wait(lambda: k.wait_event("full-5", "FailedScheduling"), "full-5 gets a FailedScheduling event")
+    event = run.wait(lambda: k.wait_event("full-5", "FailedScheduling", contains="free slices"),
+                     "full-5 gets a FailedScheduling event")
     why = report.gpu_reason(event["message"], gpu_uuid)
     run.check("free slices" in why and "1g.24gb" in why, "the event names the MIG reason for that GPU", why)
     run.check("CardTimeSlicingExhausted" not in event["message"], "no HAMi CardTimeSlicingExhausted")
-    filtering = next((e for e in k.events("full-5") if e["reason"] == "FilteringFailed"), None)
+    filtering = _event(run, "full-5", "FilteringFailed")
     run.check(filtering is not None, "dynmig's own FilteringFailed event summarises the refusal",
               report.shorten(filtering["message"], 120) if filtering else "no FilteringFailed event")
     run.check(k.phase("full-5") == "Pending" and not k.allocations("full-5") and not k.pod("full-5")["spec"].get("nodeName"),
@@ -366,8 +376,8 @@ def bad_annotation(run: Run) -> None:
     status = k.pod("no-reservation")["status"]
     run.expect(status.get("reason"), "UnexpectedAdmissionError", "kubelet fails the pod: UnexpectedAdmissionError",
                report.shorten(status.get("message", ""), 140))
-    run.check(any(e["reason"] == "UnexpectedAdmissionError" and e["type"] == "Warning"
-                  for e in k.events("no-reservation")), "a Warning event says so")
+    warning = _event(run, "no-reservation", "UnexpectedAdmissionError")
+    run.check(warning is not None and warning["type"] == "Warning", "a Warning event says so")
     run.expect(_ops(run, node, since), [], "no MIG instance was created for it")
     k.delete("no-reservation")
 

@@ -47,7 +47,8 @@ def test_a_4g_preference_is_honoured_and_without_it_the_smallest_fitting_profile
     [(chosen, chosen_gpu)] = realized(kit, "prefers-4g")
     assert (plain, chosen) == (default, preferred)
     assert model in plain_gpu and model in chosen_gpu
-    assert any(e["reason"] == "FilteringSucceed" and preferred in e["message"] for e in kit.events("prefers-4g"))
+    bound = kit.wait_event("prefers-4g", "BindingSucceed")
+    assert f"[{kit.gpu(kit.allocations('prefers-4g')[0].gpuUUID)[0]}]" in bound["message"]
 
 
 def test_a_user_editing_the_allocation_annotation_with_kubectl_is_denied(lab, kit, kubectl):
@@ -74,8 +75,7 @@ def test_a_pod_whose_devices_do_not_fit_on_one_gpu_spills_to_a_second(kit):
         spans = sorted((a.placement.start, a.placement.start + a.placement.size) for a in entries if a.gpuUUID == uuid)
         assert all(x[1] <= y[0] for x, y in itertools.pairwise(spans))
     assert sorted(i.mig_uuid for i in kit.instances()) == sorted(a.migUUID for a in entries)
-    placed = next(e["message"] for e in kit.events("spill") if e["reason"] == "FilteringSucceed")
-    assert all(uuid in placed for uuid in gpus)
+    assert "gpu-rtx" in kit.wait_event("spill", "BindingSucceed")["message"]
     record = kit.lab.nodes["gpu-rtx"].agent.pods_by_name("default", "spill")
     assert sorted(record.env["main"].split(",")) == sorted(a.migUUID for a in entries)
 
@@ -118,7 +118,7 @@ def test_a_certificate_rotation_while_pods_are_scheduled_loses_no_pod_and_serve_
     for name in names:
         pod = kit.wait_phase(name, timeout=60)
         assert pod["spec"]["schedulerName"] == "dynmig-scheduler"  # the mutating webhook saw every pod
-        assert any(e["reason"] == "BindingSucceed" for e in kit.events(name))
+        kit.wait_event(name, "BindingSucceed")
         [(profile, _model)] = realized(kit, name)
         assert profile == "1g.24gb"
     kit.wait(lambda: _secret_cert_digest(lab) != old, 10, "the Secret projection to carry the new certificate")

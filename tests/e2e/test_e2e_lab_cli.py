@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,16 +55,25 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _read_until(proc: subprocess.Popen, text: str, timeout: float = 90.0) -> str:
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while text not in seen:
-        assert proc.poll() is None, f"dynmig lab exited with {proc.returncode}:\n{seen}"
-        assert time.monotonic() < deadline, f"no {text!r} after {timeout}s:\n{seen}"
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            seen += proc.stdout.readline()
-    return seen
+class Output:
+    """The lab's stdout, read by a thread (a pipe read must never block the test)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.lines = proc, []
+        self.thread = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+        self.thread.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 90.0) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in self.text:
+            assert self.proc.poll() is None or text in self.text, f"dynmig lab exited with {self.proc.returncode}:\n{self.text}"
+            assert time.monotonic() < deadline, f"no {text!r} after {timeout}s:\n{self.text}"
+            time.sleep(0.1)
+        return self.text
 
 
 POD = """apiVersion: v1
@@ -83,7 +92,8 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
     proc = subprocess.Popen([*LAB, "--serve", "--kubeconfig-out", str(kubeconfig)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        seen = _read_until(proc, "lab running")
+        output = Output(proc)
+        seen = output.wait_for("lab running")
         children = _children(proc.pid)
         sockets = Path(re.search(r"device-plugin sockets under (\S+)\)", seen).group(1))
         serve_port = int(re.search(r"dynmig serve ready on https://127\.0\.0\.1:(\d+)", seen).group(1))
@@ -106,11 +116,13 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
                                  capture_output=True, text=True, check=True).stdout
         assert '"profile":"1g.24gb"' in profile and '"migUUID":"MIG-' in profile
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        output.thread.join(10)
+        rest = output.text
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     assert proc.returncode == 0, rest
     assert "lab stopped" in rest
     assert [p for p in children if _alive(p)] == []
