@@ -130,8 +130,10 @@ def tour(run: Run) -> None:
     why = report.gpu_reason(event["message"], gpu_uuid)
     run.check("free slices" in why, "the reason for the full GPU speaks MIG (free slices), "
               "not CardTimeSlicingExhausted", why)
-    run.say(f"FailedScheduling: {report.shorten(event['message'], 100)}")
-    run.say(f"  ... on {gpu_uuid}: {why}")
+    summary = _event(run, "tour-5", "FilteringFailed")
+    if summary is not None:
+        run.say(f"FilteringFailed (dynmig): {summary['message'].split('. ')[0]}")
+    run.say(f"FailedScheduling (kube-scheduler), for {gpu_uuid}: {why}")
 
     run.step("4. Relax the pin: tour-5 lands on another GPU")
     k.annotate("tour-5", {USE_GPU_UUID: None, USE_GPU_TYPE: RTX})
