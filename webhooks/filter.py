@@ -159,8 +159,8 @@ class Filter:
             if error:
                 return ExtenderFilterResult(error=error), "error"
         chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == outcome.node]
-        # No FilteringSucceed event (HAMi posts one): the reservation is on the pod and BindingSucceed
-        # follows; one API write less per pod keeps the API server's load down at high pod rates.
+        profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in outcome.devices)
+        self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({outcome.node}): {profiles}")
         return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
 
     def _awaiting_binds(self, uid: str) -> dict[str, str]:
