@@ -8,6 +8,7 @@ and the device config come from the chart; only what cannot be the same on a lap
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -62,14 +63,31 @@ class Rendered:
                 if o.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")]
 
     @property
+    def node_config_text(self) -> str:
+        return self.find("ConfigMap", f"{RELEASE}-node-config")["data"]["config.json"]
+
+    def container_args(self, kind: str, container: str) -> list[str]:
+        """The args of a container of the chart's Deployment or DaemonSet (e.g. `serve ...`)."""
+        for obj in self.objects:
+            if obj.get("kind") == kind:
+                for c in obj["spec"]["template"]["spec"]["containers"]:
+                    if c["name"] == container:
+                        return list(c.get("args") or [])
+        raise ChartError(f"the rendered chart has no {kind} container {container!r}")
+
+    @property
     def service(self) -> tuple[str, str]:
         svc = self.find("Service", RELEASE)
         return svc["metadata"]["namespace"], svc["metadata"]["name"]
 
 
-def render(policy: Path | None = None) -> Rendered:
-    """`helm template` the chart; `policy` (a device-config file) goes in as deviceConfig.content."""
+def render(policy: Path | None = None, mig_nodes: tuple[str, ...] = ()) -> Rendered:
+    """`helm template` the chart; `policy` (a device-config file) goes in as deviceConfig.content and
+    each of `mig_nodes` gets `operatingmode: mig` in devicePlugin.nodeConfig, as on a real install."""
     argv = [helm_binary(), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    if mig_nodes:
+        entries = [{"name": n, "operatingmode": "mig"} for n in mig_nodes]
+        argv += ["--set-json", f"devicePlugin.nodeConfig={json.dumps(entries)}"]
     if policy is not None:
         argv += ["--set-file", f"deviceConfig.content={policy}"]
     try:
@@ -96,3 +114,15 @@ def laptop_scheduler_config(doc: dict[str, Any], extender_host: str, extender_po
         if (ext.get("tlsConfig") or {}).get("caFile"):
             ext["tlsConfig"]["caFile"] = str(ca_file)
     return doc
+
+
+def laptop_args(args: list[str], replace: dict[str, str], add: dict[str, str] | None = None) -> list[str]:
+    """A container's args with the values of some `--flag=value` replaced (paths and ports that differ
+    on a laptop) and flags a pod gets from its environment added; every other flag stays the chart's."""
+    out: list[str] = []
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        out.append(f"{flag}={replace[flag]}" if flag in replace else arg)
+    present = {a.split("=", 1)[0] for a in out}
+    missing = {**{f: v for f, v in replace.items() if f not in present}, **(add or {})}
+    return out + [f"{flag}={value}" for flag, value in missing.items()]

@@ -105,6 +105,7 @@ class Lab:
         self.nodes: dict[str, NodeRuntime] = {}
         self.rendered: chart.Rendered | None = None
         self.device_config_file = self.workdir / "config" / "device-config.yaml"
+        self.node_config_file = self.workdir / "config" / "node-config.json"
         self.resource = "nvidia.com/gpu"
         self.started = 0.0
 
@@ -125,8 +126,8 @@ class Lab:
         self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
-        self.rendered = chart.render(self.policy)
-        self._write_device_config()
+        self.rendered = chart.render(self.policy, tuple(n.name for n in self.specs))
+        self._write_configs()
         self._say(f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
                   + (f" (policy {self.policy})" if self.policy else ""))
         self._certs("init", "--extra-host", "127.0.0.1")
@@ -211,9 +212,11 @@ class Lab:
     def _say(self, text: str) -> None:
         self.echo(f"[{time.monotonic() - self.started:5.1f}s] {text}")
 
-    def _write_device_config(self) -> None:
+    def _write_configs(self) -> None:
+        """The chart's ConfigMaps as the files their volumes would hold."""
         self.device_config_file.parent.mkdir(parents=True, exist_ok=True)
         self.device_config_file.write_text(self.rendered.device_config_text)
+        self.node_config_file.write_text(self.rendered.node_config_text)
         self.resource = load_device_config(self.device_config_file).resources.count
 
     def _certs(self, *args: str) -> None:
@@ -231,12 +234,14 @@ class Lab:
     def _start_serve(self) -> None:
         self.serve_port, self.metrics_port = free_port(), free_port()
         secret = self.projection.directory
-        argv = python_argv("-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1",
-                           "--port", str(self.serve_port), "--metrics-port", str(self.metrics_port),
-                           "--tls-cert", str(secret / "tls.crt"), "--tls-key", str(secret / "tls.key"),
-                           "--kubeconfig", str(self.kubeconfig("scheduler")),
-                           "--device-config", str(self.device_config_file), "--namespace", NAMESPACE,
-                           "--identity", "lab-serve", "--log-level", "info")
+        args = chart.laptop_args(
+            self.rendered.container_args("Deployment", "server"),
+            replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
+                     "--tls-cert": str(secret / "tls.crt"), "--tls-key": str(secret / "tls.key"),
+                     "--device-config": str(self.device_config_file)},
+            add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
+                 "--namespace": NAMESPACE, "--identity": "lab-serve"})
+        argv = python_argv("-m", "dynmig.cli", *args)
         self.serve = self.supervisor.start("serve", argv)
 
     def _wait_serve(self, timeout: float = 60.0) -> None:
@@ -307,12 +312,13 @@ class Lab:
         })
 
     def _start_plugin(self, runtime: NodeRuntime) -> None:
-        argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--",
-                           "device-plugin", "--node-name", runtime.name,
-                           "--config-file", str(self.device_config_file),
-                           "--kubelet-dir", str(runtime.plugin_dir),
-                           "--kubeconfig", str(self.kubeconfig("device-plugin")),
-                           "--reconcile-interval", str(self.reconcile_interval))
+        args = chart.laptop_args(
+            self.rendered.container_args("DaemonSet", "device-plugin"),
+            replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
+                     "--kubelet-dir": str(runtime.plugin_dir)},
+            add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
+                 "--reconcile-interval": str(self.reconcile_interval)})
+        argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
         runtime.plugin = self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY,
                                                wait=False)
 

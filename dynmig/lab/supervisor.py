@@ -43,7 +43,7 @@ class Supervisor:
         `wait_ready` later, e.g. after starting several children at once)."""
         log_path = self.log_dir / f"{name}.log"
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            _die_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
             env={**os.environ, **(env or {})}, start_new_session=True,
         )
         child = Child(name, process, log_path)
@@ -85,6 +85,23 @@ class Supervisor:
     def stop_all(self) -> None:
         for child in reversed(list(self.children)):
             self.stop(child)
+
+
+_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG; kept across execv
+    "sys.exit(1) if os.getppid() != int(sys.argv[1]) else os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _die_with_parent(argv: list[str]) -> list[str]:
+    """Wrap argv so the child gets SIGTERM if the lab dies without stopping it (kill -9): no orphan
+    keeps a port or a GPU state file. A tiny exec wrapper, not preexec_fn, which is unsafe in a
+    threaded parent. The signal follows the thread that started the child, so start children from a
+    thread that lives as long as the lab (the lab uses its main thread). Linux only."""
+    if sys.platform != "linux" or not argv or not os.path.isabs(argv[0]):
+        return argv
+    return [sys.executable, "-c", _GUARD, str(os.getpid()), *argv]
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -120,12 +120,33 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
         output.thread.join(10)
         rest = output.text
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # a failed assert above: stop the lab the way a person would first
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 0, rest
     assert "lab stopped" in rest
     assert [p for p in children if _alive(p)] == []
     assert not sockets.exists()
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", serve_port)) != 0
+
+
+def test_a_lab_killed_with_sigkill_takes_its_child_processes_with_it():
+    proc = subprocess.Popen([*LAB, "--serve"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    output = Output(proc)
+    try:
+        output.wait_for("lab running")
+        children = _children(proc.pid)
+        assert len(children) == 3
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in children if _alive(p)] == []
