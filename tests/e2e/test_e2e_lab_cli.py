@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -136,8 +138,9 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
 
 
 def test_a_lab_killed_with_sigkill_takes_its_child_processes_with_it():
+    tmp = tempfile.mkdtemp(prefix="lk-")  # a killed lab cannot remove its temp dirs; keep them here
     proc = subprocess.Popen([*LAB, "--serve"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": tmp})
     output = Output(proc)
     try:
         output.wait_for("lab running")
@@ -150,3 +153,4 @@ def test_a_lab_killed_with_sigkill_takes_its_child_processes_with_it():
     while any(_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in children if _alive(p)] == []
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -7,7 +7,7 @@ import pytest
 
 from dynmig.lab import main
 from dynmig.lab.agent import gpu_containers
-from dynmig.lab.chart import ChartError, helm_binary, laptop_scheduler_config, render
+from dynmig.lab.chart import ChartError, helm_binary, laptop_args, laptop_scheduler_config, render
 from dynmig.lab.report import gpu_reason, startup_summary, table
 
 
@@ -71,3 +71,11 @@ def test_tables_align_columns_under_their_headers():
     text = table(("POD", "PROFILE"), [("a", "1g.24gb"), ("long-name", "2g")])
     header, first, second = text.splitlines()
     assert header.index("PROFILE") == first.index("1g.24gb") == second.index("2g")
+
+
+def test_a_charts_container_args_keep_every_flag_but_the_laptop_paths_and_ports():
+    chart = ["serve", "--scheduler-name=dynmig-scheduler", "--port=8443", "--tls-cert=/etc/dynmig/tls/tls.crt"]
+    args = laptop_args(chart, {"--port": "40123", "--tls-cert": "/tmp/lab/tls.crt", "--metrics-port": "40124"},
+                       add={"--kubeconfig": "/tmp/lab/kc"})
+    assert args == ["serve", "--scheduler-name=dynmig-scheduler", "--port=40123", "--tls-cert=/tmp/lab/tls.crt",
+                    "--metrics-port=40124", "--kubeconfig=/tmp/lab/kc"]
