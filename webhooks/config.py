@@ -7,6 +7,7 @@ HAMi's chart where HAMi has one (metrics on 9395, node-lock expiry 5 minutes).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 import os
 import threading
@@ -22,6 +23,8 @@ DEFAULT_SCHEDULER = "dynmig-scheduler"
 DEFAULT_NAMESPACE = "dynmig"
 DEVICE_CONFIG_LABEL = "dynmig.io/device-config"
 DEVICE_CONFIG_KEY = "device-config.yaml"
+CERT_MODES = ("self", "cert-manager", "files")
+CERT_KEY_TYPES = ("ecdsa", "rsa")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,19 @@ class ServeConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_names: tuple[str, ...] = ()
+    # Where the serving pair comes from and who renews it (webhooks/tls.py):
+    #   self         reload from Secret `tls_secret`; the Lease holder renews it and injects the CA bundle
+    #   cert-manager reload from Secret `tls_secret`; someone else (cert-manager) renews it
+    #   files        reload from `tls_cert`/`tls_key` (a mounted Secret, `dynmig lab`); nobody renews
+    tls_secret: str = ""
+    cert_mode: str = "files"
+    service: str = "dynmig"
+    ca_secret: str = ""  # empty: <service>-ca, as `dynmig certs` names it
+    mutating_webhook: str = ""
+    validating_webhook: str = ""
+    cert_key_type: str = "ecdsa"
+    cert_validity: dt.timedelta = dt.timedelta(days=90)
+    ca_validity: dt.timedelta = dt.timedelta(days=5 * 365)
     kubeconfig: str = ""
     namespace: str = DEFAULT_NAMESPACE
     leader_elect: bool = True
@@ -64,6 +80,17 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use e.g. 300, 90s, 5m") from None
 
 
+def _validity(text: str) -> dt.timedelta:
+    """A certificate lifetime in `dynmig certs`' units: 90d, 2160h, 5y, 10m."""
+    from certs.main import UsageError, parse_duration
+
+    try:
+        return parse_duration("validity", text)
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use a number and a unit, e.g. 90d, "
+                                         "2160h, 5y") from None
+
+
 def parser() -> argparse.ArgumentParser:
     d = ServeConfig()
     p = argparse.ArgumentParser(prog="dynmig serve", description="Admission webhook and scheduler extender.")
@@ -82,6 +109,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", default=_env("TLS_KEY", d.tls_key))
     p.add_argument("--tls-name", action="append", dest="tls_names", default=None,
                    help="DNS name the serving certificate must carry (repeat)")
+    p.add_argument("--tls-secret", default=_env("TLS_SECRET", d.tls_secret),
+                   help="kubernetes.io/tls Secret in --namespace to serve from, watched through the API "
+                        "(reloaded without a restart); when set it is used instead of --tls-cert/--tls-key, "
+                        "unless --cert-mode=files (env DYNMIG_TLS_SECRET)")
+    p.add_argument("--cert-mode", default=_env("CERT_MODE", ""), metavar="{self,cert-manager,files}",
+                   help="who renews the serving certificate: self (the Lease holder renews the Secret and "
+                        "injects the CA bundle), cert-manager (someone else; serve only reloads), files "
+                        "(serve --tls-cert/--tls-key). Default: self with --tls-secret, else files "
+                        "(env DYNMIG_CERT_MODE)")
+    p.add_argument("--service", default=_env("SERVICE", d.service),
+                   help="Service name the certificate is issued for (<service>.<namespace>.svc) (env DYNMIG_SERVICE)")
+    p.add_argument("--ca-secret", default=_env("CA_SECRET", d.ca_secret),
+                   help="Secret holding the CA key, cert-mode self (default <service>-ca; env DYNMIG_CA_SECRET)")
+    p.add_argument("--mutating-webhook", default=_env("MUTATING_WEBHOOK", d.mutating_webhook),
+                   help="MutatingWebhookConfiguration to keep the CA bundle in, cert-mode self "
+                        "(env DYNMIG_MUTATING_WEBHOOK)")
+    p.add_argument("--validating-webhook", default=_env("VALIDATING_WEBHOOK", d.validating_webhook),
+                   help="ValidatingWebhookConfiguration to keep the CA bundle in, cert-mode self "
+                        "(env DYNMIG_VALIDATING_WEBHOOK)")
+    p.add_argument("--cert-key-type", default=_env("CERT_KEY_TYPE", d.cert_key_type), metavar="{ecdsa,rsa}",
+                   help="key of renewed certificates: ecdsa (P-256) or rsa (2048) (env DYNMIG_CERT_KEY_TYPE)")
+    p.add_argument("--cert-validity", type=_validity, default=_env("CERT_VALIDITY", "90d"),
+                   help="validity of a renewed serving certificate, renewed at 2/3 of it "
+                        "(default 90d; env DYNMIG_CERT_VALIDITY)")
+    p.add_argument("--ca-validity", type=_validity, default=_env("CA_VALIDITY", "5y"),
+                   help="validity of a new CA (default 5y; env DYNMIG_CA_VALIDITY)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG", os.environ.get("KUBECONFIG", "")),
                    help="kubeconfig file; empty means in-cluster")
     p.add_argument("--namespace", default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", d.namespace)),
@@ -96,7 +149,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> ServeConfig:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    cert_mode = args.cert_mode or ("self" if args.tls_secret else "files")
+    if cert_mode not in CERT_MODES:  # argparse does not check defaults (the environment) against choices
+        p.error(f"--cert-mode (env DYNMIG_CERT_MODE): {cert_mode!r} is not one of {', '.join(CERT_MODES)}")
+    if args.cert_key_type not in CERT_KEY_TYPES:
+        p.error(f"--cert-key-type (env DYNMIG_CERT_KEY_TYPE): {args.cert_key_type!r} is not one of "
+                f"{', '.join(CERT_KEY_TYPES)}")
     users = args.privileged_users or [u.strip() for u in _env("PRIVILEGED_USERS", "").split(",") if u.strip()]
     return ServeConfig(
         scheduler_name=args.scheduler_name,
@@ -108,6 +168,15 @@ def parse_args(argv: list[str]) -> ServeConfig:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_names=tuple(args.tls_names or ()),
+        tls_secret=args.tls_secret,
+        cert_mode=cert_mode,
+        service=args.service,
+        ca_secret=args.ca_secret,
+        mutating_webhook=args.mutating_webhook,
+        validating_webhook=args.validating_webhook,
+        cert_key_type=args.cert_key_type,
+        cert_validity=args.cert_validity,
+        ca_validity=args.ca_validity,
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
         leader_elect=args.leader_elect == "true",

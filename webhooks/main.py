@@ -1,7 +1,9 @@
 """`dynmig serve`: assemble the service (cache, fleet, extender, admission, leader election) and run it.
 
 `Service` is the whole server without the network listeners, so tests and `dynmig lab` can start it
-against any API server and drive the app directly; `main` adds uvicorn with TLS and the metrics port.
+against any API server and drive the app directly; `main` adds its serving certificate (reloaded from
+the Secret or files, renewed by the Lease holder in cert-mode self: webhooks/tls.py), uvicorn with TLS
+and the metrics port.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from certs.reload import FileSource, TLSReloader
+from certs.reload import TLSReloader
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_metrics_app
@@ -25,6 +27,7 @@ from webhooks.leader import AlwaysLeader, LeaseElector
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 from webhooks.runner import Listeners
+from webhooks.tls import ServingCertificates, settings_problem
 
 log = logging.getLogger("dynmig.serve")
 NOT_LEADER = "not the leader: this dynmig replica does not schedule right now; retry (the Service routes to the leader)"
@@ -70,12 +73,22 @@ class Service:
         self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics,
                              filter=self.filter)
         self.tls = tls
+        self.certificates: ServingCertificates | None = None
         policy = AdmissionPolicy(device_config=self.device_config.get, scheduler_name=cfg.scheduler_name,
                                  privileged_users=frozenset(cfg.privileged_users))
         self.server = Server(policy=policy, metrics=self.metrics,
                              extender=Scheduler(self.filter, self.binder, self.leader), ready=self.ready)
         self.app = create_app(self.server)
         self.metrics_app = create_metrics_app(self.metrics)
+
+    def use_certificates(self, **timing) -> ServingCertificates:
+        """Serve and (cert-mode self, as Lease holder) renew the certificate `cfg` names; its metrics
+        join this server's registry. Started and stopped with the service. `timing`: see
+        ServingCertificates (tests shorten intervals)."""
+        self.certificates = ServingCertificates(self.cfg, self.kube.api_client, self.metrics.registry,
+                                                self.leader.is_leader, **timing)
+        self.tls = self.certificates.reloader
+        return self.certificates
 
     def ready(self) -> tuple[bool, str]:
         if not self.cache.synced:
@@ -85,6 +98,8 @@ class Service:
         return True, "ok"
 
     def start(self, wait: float | None = 30.0) -> Service:
+        if self.certificates is not None:
+            self.certificates.start()  # loads the current pair first, so a listener can serve at once
         self.events.start()
         self.cache.start()
         if wait:
@@ -97,14 +112,16 @@ class Service:
         self.writer.shutdown(wait=True, cancel_futures=False)
         self.cache.stop()
         self.events.stop()
+        if self.certificates is not None:
+            self.certificates.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not cfg.tls_cert or not cfg.tls_key:
-        print("dynmig serve: --tls-cert and --tls-key are required (the apiserver and kube-scheduler "
-              "call us over HTTPS)", file=sys.stderr)
+    problem = settings_problem(cfg)
+    if problem:
+        print(f"dynmig serve: {problem}", file=sys.stderr)
         return 2
     try:
         device_config = DeviceConfigFile(cfg.device_config)
@@ -112,16 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dynmig serve: the device config is invalid:\n{error}", file=sys.stderr)
         return 2
     service = Service(cfg, device_config=device_config)
-    tls = TLSReloader(FileSource(cfg.tls_cert, cfg.tls_key), required_names=list(cfg.tls_names),
-                      registry=service.metrics.registry)
-    tls.start()
-    service.tls = tls
+    service.use_certificates()
     service.start(wait=None)
-    listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port, tls,
-                          cfg.log_level)
+    listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port,
+                          service.tls, cfg.log_level)
     try:
         listeners.run()
     finally:
         service.stop()
-        tls.stop()
     return 0
