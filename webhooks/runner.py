@@ -13,16 +13,44 @@ from starlette.applications import Starlette
 
 from certs.reload import TLSReloader
 
+GRACEFUL_SHUTDOWN = 2.0  # seconds an in-flight request gets to finish after SIGTERM or stop()
+
 
 def _configs(app: Starlette, metrics_app: Starlette | None, host: str, port: int, metrics_port: int,
-             tls: TLSReloader | None, log_level: str) -> list[uvicorn.Config]:
+             tls: TLSReloader | None, log_level: str, graceful: float) -> list[uvicorn.Config]:
     configs = [uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                               ssl_context_factory=tls.ssl_context_factory if tls else None,
-                              timeout_graceful_shutdown=2, access_log=False)]
+                              timeout_graceful_shutdown=graceful, access_log=False)]
     if metrics_app is not None:
         configs.append(uvicorn.Config(metrics_app, host=host, port=metrics_port, log_level=log_level,
-                                      lifespan="off", access_log=False))
+                                      lifespan="off", timeout_graceful_shutdown=graceful, access_log=False))
     return configs
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that shutdown does not wait for clients that have nothing left to say.
+
+    Why: on shutdown uvicorn closes idle keep-alive connections (and, after its response, each
+    in-flight one); over TLS that close sends close_notify and then waits for the client's, which an
+    idle pooled client (the API server calling webhooks, kube-scheduler calling the extender) never
+    sends, so every stop took the whole graceful timeout. A connection we already closed whose
+    bytes are all handed to the kernel has nothing in flight: drop it. Requests still running are
+    untouched and get the graceful timeout to finish."""
+
+    async def shutdown(self, sockets=None) -> None:
+        reaper = asyncio.create_task(self._drop_closed_connections())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            reaper.cancel()
+
+    async def _drop_closed_connections(self) -> None:
+        while True:
+            for connection in list(self.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None and transport.is_closing() and transport.get_write_buffer_size() == 0:
+                    transport.abort()
+            await asyncio.sleep(0.02)
 
 
 async def serve_forever(servers: list[uvicorn.Server], handle_signals: bool = True) -> None:
@@ -39,9 +67,10 @@ class Listeners:
     """The uvicorn servers of one `dynmig serve`: HTTPS (or plain, without TLS) and metrics."""
 
     def __init__(self, app: Starlette, metrics_app: Starlette | None = None, host: str = "127.0.0.1",
-                 port: int = 0, metrics_port: int = 0, tls: TLSReloader | None = None, log_level: str = "warning"):
-        self.servers = [uvicorn.Server(c) for c in _configs(app, metrics_app, host, port, metrics_port, tls,
-                                                            log_level)]
+                 port: int = 0, metrics_port: int = 0, tls: TLSReloader | None = None, log_level: str = "warning",
+                 graceful_shutdown: float = GRACEFUL_SHUTDOWN):
+        self.servers = [_Server(c) for c in _configs(app, metrics_app, host, port, metrics_port, tls, log_level,
+                                                     graceful_shutdown)]
         self.tls = tls
         self._thread: threading.Thread | None = None
 
