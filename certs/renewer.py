@@ -68,6 +68,9 @@ class CertRenewer:
     """Runs `rotate` every `interval` while `is_leader()`; on failure retries with backoff.
 
     start()/stop() run it in a daemon thread; run_once() does one pass (raises on failure).
+    wake() starts the next pass now instead of after the interval: call it when leadership
+    changes, so a newly elected leader renews and injects at once rather than up to a whole
+    interval later.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class CertRenewer:
         self.passes = 0  # loop iterations, leader or not
         self.last_error: str | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by wake() and stop(): ends the current wait
         self._thread: threading.Thread | None = None
         self._metrics = None
         if registry is not None:
@@ -126,16 +130,23 @@ class CertRenewer:
                               self.failures, delay, error)
                     wait, delay = delay, min(delay * 2, self.backoff[1])
             self.passes += 1
-            self._stop.wait(wait)
+            self._wake.wait(wait)
+            self._wake.clear()  # a wake() during the pass above still shortened this wait
+
+    def wake(self) -> None:
+        """Check again now (e.g. this replica just became the leader); safe from any thread."""
+        self._wake.set()
 
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
+            self._wake.clear()
             self._thread = threading.Thread(target=self._loop, name="dynmig-cert-renewer", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None

@@ -63,7 +63,8 @@ class Service:
         self.cache = ClusterCache(self.kube, self.fleet)
         self.events = EventRecorder(self.kube, cfg.scheduler_name)
         resources = lambda: self.device_config.get().resources  # read per request: the file reloads
-        self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity)
+        self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
+                                    on_change=self._leadership_changed)
                        if cfg.leader_elect else AlwaysLeader())
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
@@ -89,6 +90,10 @@ class Service:
                                                 self.leader.is_leader, **timing)
         self.tls = self.certificates.reloader
         return self.certificates
+
+    def _leadership_changed(self, leader: bool) -> None:
+        if self.certificates is not None:
+            self.certificates.leadership_changed(leader)
 
     def ready(self) -> tuple[bool, str]:
         if not self.cache.synced:

@@ -118,6 +118,11 @@ class ServingCertificates:
         return SecretSource(client.CoreV1Api(api_client), cfg.namespace, cfg.tls_secret,
                             watch_timeout=watch_timeout, backoff=backoff)
 
+    def leadership_changed(self, leader: bool) -> None:
+        """The Lease changed hands: a new leader renews and injects now, not at the next check."""
+        if self.renewer is not None:
+            self.renewer.wake()
+
     def start(self) -> ServingCertificates:
         self.reloader.start()
         if self.renewer is not None:

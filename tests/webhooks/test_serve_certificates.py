@@ -59,7 +59,7 @@ def cluster(apiserver):
 class Serve:
     """One `dynmig serve` replica: Service with its certificates, and its HTTPS + metrics listeners."""
 
-    def __init__(self, apiserver, flags: list[str], identity: str, wait: float | None = 10):
+    def __init__(self, apiserver, flags: list[str], identity: str, wait: float | None = 10, **timing):
         argv = ["--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--namespace", NS, "--identity", identity,
                 "--service", SERVICE, "--mutating-webhook", WEBHOOKS, "--validating-webhook", WEBHOOKS, *flags]
         self.apiserver = apiserver
@@ -67,7 +67,7 @@ class Serve:
         assert settings_problem(self.cfg) is None
         self.service = Service(self.cfg, api_client=apiserver.api_client("scheduler"),
                                device_config=StaticDeviceConfig(load_device_config(DEFAULT_POLICY)))
-        self.certificates = self.service.use_certificates(**FAST)
+        self.certificates = self.service.use_certificates(**{**FAST, **timing})
         self.service.start(wait=wait)
         self.listeners = Listeners(self.service.app, self.service.metrics_app, tls=self.service.tls).start()
         apiserver.register_service(NS, SERVICE, "127.0.0.1", self.listeners.ports[0])
@@ -88,10 +88,11 @@ class Serve:
 
 @pytest.fixture
 def serve(cluster):
-    """serve(*flags, identity=...) -> a running replica, stopped at teardown; checks no thread is left."""
+    """serve(*flags, identity=..., **timing) -> a running replica, stopped at teardown; checks no thread
+    is left. `timing` overrides FAST (ServingCertificates' keyword arguments)."""
     with ExitStack() as stack:
-        def start(*flags: str, identity: str = "serve-a", wait: float | None = 10) -> Serve:
-            replica = Serve(cluster, list(flags), identity, wait)
+        def start(*flags: str, identity: str = "serve-a", wait: float | None = 10, **timing) -> Serve:
+            replica = Serve(cluster, list(flags), identity, wait, **timing)
             stack.callback(replica.stop)
             return replica
 
@@ -254,6 +255,27 @@ def test_a_follower_in_cert_mode_self_serves_the_secret_but_does_not_renew_it(cl
     assert bundles(cluster) == stale
     assert get(replica.listeners.ports[0], trusting(ca_pem))[1] == old_serial
     assert replica.metric("dynmig_cert_renewals_total") == 0
+
+
+def test_a_replica_that_wins_the_lease_renews_and_injects_at_once_not_at_its_next_check(cluster, serve):
+    """The renewer checks every 30 s here; the replica starts as a follower (another holds the Lease),
+    so its first check finds nothing to do. When the other replica's Lease goes away, winning it wakes
+    the renewer: the Secret is renewed and the bundle injected long before the next 30 s check."""
+    ca_pem, old_serial = store_nearly_expired(cluster)
+    hold_lease(cluster, "serve-elsewhere")
+    stale = bundles(cluster)
+    replica = serve("--tls-secret", TLS_SECRET, "--cert-mode", "self", identity="serve-b", check_interval=30.0)
+    renewer = replica.certificates.renewer
+    eventually(lambda: renewer.passes >= 1, what="the first renewer check")
+    assert not replica.service.leader.is_leader()
+    assert bundles(cluster) == stale and secret_serial(cluster) == old_serial
+    client.CoordinationV1Api(cluster.api_client("admin")).delete_namespaced_lease("dynmig-scheduler", NS)
+    eventually(lambda: all(bundle == ca_pem for bundle in bundles(cluster)), timeout=10,
+               what="the new leader injecting the bundle")
+    assert replica.service.leader.is_leader()
+    assert secret_serial(cluster) != old_serial
+    assert renewer.passes <= 3  # woken by leadership, not by the 30 s check interval
+    assert replica.metric("dynmig_cert_renewal_failures_total") == 0
 
 
 def test_renewal_while_the_api_is_down_is_retried_counted_and_succeeds_when_it_is_back(cluster, serve):
