@@ -284,7 +284,7 @@ def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000
             "spec": {"schedulerName": "dynmig-scheduler",
                      "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
                          "nvidia.com/gpu": "1", "nvidia.com/gpumem": str([4000, 9000, 18000, 30000][i % 4])}}}]}},
-            _preload_content=False)
+            _preload_content=False).data  # read: the connection goes back to the pool
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
     config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
               "profiles": [{"schedulerName": "dynmig-scheduler"}],

@@ -13,6 +13,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -39,6 +40,12 @@ def load_api_client(kubeconfig: str = "") -> client.ApiClient:
 def _json(response) -> Any:
     data = response.data
     return json.loads(data) if data else None
+
+
+def _drain(response) -> None:
+    """Read a reply we do not need: an unread `_preload_content=False` response never goes back to
+    the connection pool, so every such call would open (and the server accept) a new connection."""
+    _ = response.data
 
 
 def now_rfc3339() -> str:
@@ -73,11 +80,12 @@ class Kube:
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
-                                                _request_timeout=self.timeout)
+        _drain(self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
+                                                       _request_timeout=self.timeout))
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.core.create_namespaced_event(namespace, body, _preload_content=False, _request_timeout=self.timeout)
+        _drain(self.core.create_namespaced_event(namespace, body, _preload_content=False,
+                                                 _request_timeout=self.timeout))
 
 
 class EventRecorder:
@@ -86,7 +94,7 @@ class EventRecorder:
     def __init__(self, kube: Kube | None, component: str, capacity: int = 1000):
         self.kube = kube
         self.component = component
-        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[tuple[str, str, str, str, str, str, float] | None] = queue.Queue(capacity)
         self._thread = threading.Thread(target=self._run, name="dynmig-events", daemon=True)
 
     def start(self) -> EventRecorder:
@@ -99,32 +107,37 @@ class EventRecorder:
             self._thread.join(timeout=5)
 
     def record(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Queue an event; the body is built on the events thread, off the filter and bind path."""
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        stamp = now_rfc3339()
-        body = {
+        item = (namespace, meta.get("name", ""), meta.get("uid", ""), event_type, reason, message, time.time())
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            log.warning("event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name"))
+
+    def _body(self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str,
+              when: float) -> dict[str, Any]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+        return {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'pod')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
-                               "name": meta.get("name", ""), "uid": meta.get("uid", "")},
+            "metadata": {"name": f"{name or 'pod'}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name,
+                               "uid": uid},
             "reason": reason, "message": message[:1024], "type": event_type,
             "source": {"component": self.component}, "reportingComponent": self.component,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        try:
-            self._queue.put_nowait((namespace, body))
-        except queue.Full:
-            log.warning("event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name"))
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            namespace, body = item
             if self.kube is None:
                 continue
+            body = self._body(*item)
             try:
-                self.kube.create_event(namespace, body)
+                self.kube.create_event(item[0], body)
             except Exception as error:  # noqa: BLE001 - events are best effort
                 log.warning("could not post event %s: %s", body["reason"], error)

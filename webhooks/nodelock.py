@@ -125,13 +125,21 @@ class NodeLock:
 
     def blocked(self, locks: Mapping[str, LockValue], namespace: str, name: str,
                 owner_exists: Callable[[str, str], bool]) -> dict[str, str]:
-        """Nodes a bind of pod namespace/name would fail on right now, with the reason (for filter)."""
+        """Nodes a bind of pod namespace/name would fail on right now, with the reason (for filter).
+
+        Runs on every filter over every locked node, so the clock is read once and the expiry is
+        one comparison per lock (the same rule as `_takeable`)."""
+        cutoff = self.clock() - dt.timedelta(seconds=self.expiry)
+        expiry = self._expiry_text()
         out = {}
-        for node, value in locks.items():
-            if (value.namespace, value.name) == (namespace, name) or self._takeable(value, owner_exists):
+        for node, value in list(locks.items()):  # a copy: the node watch updates `locks` meanwhile
+            taken = value.taken
+            if taken is None or taken < cutoff or (value.namespace, value.name) == (namespace, name):
+                continue
+            if value.name and not owner_exists(value.namespace, value.name):
                 continue
             out[node] = (f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
-                         f"plugin releases it after Allocate, or it expires after {self._expiry_text()})")
+                         f"plugin releases it after Allocate, or it expires after {expiry})")
         return out
 
     def _expiry_text(self) -> str:

@@ -315,8 +315,8 @@ class Scheduler:
                 body = {"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-                self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
-                                                        _preload_content=False)
+                _drain(self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
+                                                               _preload_content=False))
         except ExtenderError as exc:
             self._failed(key, pod, str(exc), error=True)
             return
@@ -362,7 +362,8 @@ class Scheduler:
             "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
             "lastProbeTime": None, "lastTransitionTime": _now()}]}}
         try:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], patch, _preload_content=False)
+            _drain(self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], patch,
+                                                         _preload_content=False))
         except Exception as exc:  # noqa: BLE001 - a condition is informative only
             log.debug("pod condition for %s: %s", _key(pod), exc)
 
@@ -377,8 +378,8 @@ class Scheduler:
                 seen = self._events.get(ident)
             if seen:
                 name, count = seen
-                self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": now},
-                                                 _preload_content=False)
+                _drain(self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": now},
+                                                        _preload_content=False))
                 with self._lock:
                     self._events[ident] = (name, count + 1)
                 return
@@ -390,13 +391,19 @@ class Scheduler:
                     "reason": reason, "message": message, "type": type_,
                     "source": {"component": component}, "reportingComponent": component,
                     "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-            self.core.create_namespaced_event(ns, body, _preload_content=False)
+            _drain(self.core.create_namespaced_event(ns, body, _preload_content=False))
             with self._lock:
                 if len(self._events) > 10_000:
                     self._events.clear()
                 self._events[ident] = (name, 1)
         except Exception as exc:  # noqa: BLE001 - events are best effort, as in kube-scheduler
             log.debug("event for %s: %s", _key(pod), exc)
+
+
+def _drain(resp: Any) -> None:
+    """Read a reply we do not need, so its connection goes back to the pool (client-go reuses its
+    connections; an unread urllib3 response would make every call open a new one)."""
+    _ = resp.data
 
 
 def _shutdown_socket(resp: Any) -> None:
