@@ -22,6 +22,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -142,6 +143,56 @@ def needed_slices(nodes: list[BNode], mems: tuple) -> dict[str, int]:
     return out
 
 
+SIZE_NAMES = {4000: "1g", 9000: "2g", 18000: "3g", 30000: "4g", None: "whole"}
+KINDS = ("1g", "2g", "3g", "4g", "whole", "2×1g", "2×3g")
+CAUSES = (
+    ("no-room", "no GPU has the slices"),
+    ("misaligned", "slices free, no legal placement"),
+    ("split", "fits per device, not on one node"),
+)
+
+
+def kind(mems: tuple) -> str:
+    """The request's size class, as MIX names it (sizes are A100-40GB profiles)."""
+    names = [SIZE_NAMES[m] for m in mems]
+    return names[0] if len(names) == 1 else f"{len(names)}×{names[0]}"
+
+
+def _covering(g: BGpu, mem: int | None) -> list:
+    top = max(p.memory_mb for p in g.profiles)
+    return [p for p in g.profiles if p.memory_mb >= (top if mem is None else mem)]
+
+
+def _device_state(nodes: list[BNode], mem: int | None) -> tuple[bool, bool]:
+    """(some GPU has enough free usable slices for a covering profile, some GPU has a free legal placement)."""
+    room = legal = False
+    for n in nodes:
+        for g in n.gpus:
+            free = [s for s in range(g.axis) if not g.mask >> s & 1]
+            for prof in _covering(g, mem):
+                if any(not p.mask & g.mask for p in prof.placements):
+                    return True, True
+                usable = [s for s in free if any(p.start <= s < p.end for p in prof.placements)]
+                room = room or len(usable) >= prof.placements[0].size
+    return room, legal
+
+
+def cause(nodes: list[BNode], mems: tuple) -> str:
+    """Why a refused pod could not be placed, judged from the fleet as it was (the same rule for all).
+
+    no-room: for some device no GPU of any model has as many free (usable) slices as its smallest
+    covering profile needs: no placement choice *now* could take it, only earlier choices (e.g. a whole
+    GPU request while no GPU is empty). misaligned: slices are free on a GPU but no legal placement is.
+    split: every device has a legal placement somewhere, but no node takes all of the pod's devices.
+    """
+    states = [_device_state(nodes, m) for m in mems]
+    if not all(room for room, _ in states):
+        return "no-room"
+    if not all(legal for _, legal in states):
+        return "misaligned"
+    return "split"
+
+
 def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int) -> dict:
     nodes = make_fleet(nodes_n, gpus_n)
     policy = policy_cls(nodes)
@@ -150,6 +201,7 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int) -> dict:
     departures: list[tuple[float, int]] = []
     live: dict[int, list[Pick]] = {}
     refused = frag = 0
+    why: Counter[tuple[str, str]] = Counter()  # (request kind, cause) of fragmentation refusals
     util = []
     need_cache: dict[tuple, dict[str, int]] = {}
     for key, (t, mems, life) in enumerate(arrivals):
@@ -167,11 +219,13 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int) -> dict:
                 free_by_type[g.type] = free_by_type.get(g.type, 0) + g.axis - g.used_slices
             if any(free_by_type[typ] >= n for typ, n in need.items()):
                 frag += 1
+                why[(kind(mems), cause(nodes, mems))] += 1
             continue
         apply(policy, picks, key)
         live[key] = picks
         heapq.heappush(departures, (t + life, key))
-    return {"refused": refused, "fragmentation_refusals": frag, "utilisation": statistics.fmean(util)}
+    return {"refused": refused, "fragmentation_refusals": frag, "utilisation": statistics.fmean(util),
+            "why": why}
 
 
 # ---- decision time ----------------------------------------------------------------------------
@@ -263,6 +317,19 @@ def report(results: dict[str, dict]) -> None:
               f"utilisation {ours['utilisation'] / v['utilisation']:.2f}×, "
               f"decision p99 {ours['decision_p99_ms'] / v['decision_p99_ms']:.3f}×")
     print(f"dynmig decision p99 {ours['decision_p99_ms']:.2f} ms (target ≤ 5 ms)")
+    breakdown(results)
+
+
+def breakdown(results: dict[str, dict]) -> None:
+    """Fragmentation refusals per policy by request kind and cause (see `cause`)."""
+    head = f"{'refusals by kind and cause':<44}" + "".join(f"{k:>7}" for k in KINDS) + f"{'total':>7}"
+    print("\n" + head)
+    print("-" * len(head))
+    for name, r in results.items():
+        for n, (code, text) in enumerate(CAUSES):
+            row = [r["why"][(k, code)] for k in KINDS]
+            label = f"{name if n == 0 else '':<11} {text:<32}"
+            print(label + "".join(f"{v:>7}" for v in row) + f"{sum(row):>7}")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,24 @@ Every GPU that publishes the same profiles shares one `ProfileSet`. Its tables a
 occupancy mask (at most 12 bits on real GPUs, so at most 4096 entries) and filled lazily, so the
 scheduler's hot path is a dictionary lookup per (profile set, mask), not a walk over placements.
 
-Fragmentation score. The *placeable value* of a mask is the sum, over every published profile and
-every one of its placements still free, of a weight that grows with the cube of the placement's
-share of the axis: (8·size/axis)³, i.e. 1, 8, 64, 512 for 1-, 2-, 4- and 8-slice placements on an
-8-slice GPU. The *loss* of placing an instance is how much placeable value it destroys. Choosing the
-lowest loss keeps big placements (and big profiles) available: one more free 4-slice placement is
-worth more than all the 1-slice placements it could hold. Because the weight depends on the share of
-the axis, losses are comparable across GPU models.
+Fragmentation score. Placing an instance costs the GPU two things, compared in this order:
+
+1. *Usable capacity*: the free slices that some published placement still covers. Placing an
+   instance uses its own slices, and may strand others: on an A100 or H100 slice 7 is covered only by
+   3g at 4:4 and 7g at 0:8, so a 1g in the upper half leaves slice 7 unusable until something
+   leaves, while a 1g in the lower half does not. Capacity is counted as a share of the GPU, so a 1g
+   that takes 1 of 8 slices costs less than one that takes 3 of 12, and a request goes to the model
+   where it uses the least of a GPU. Under load this is what decides how many pods fit at all.
+2. *Shape*: the *placeable value* of a mask is the sum, over every published profile and every one
+   of its placements still free, of a weight that grows with the cube of the placement's share of the
+   axis: (8·size/axis)³, i.e. 1, 8, 64, 512 for 1-, 2-, 4- and 8-slice placements on an 8-slice GPU.
+   Choosing the lowest loss of value keeps big placements (and big profiles) available: one more
+   free 4-slice placement is worth more than all the 1-slice placements it could hold. Because the
+   weight depends on the share of the axis, losses are comparable across GPU models.
+
+(A demand-weighted shape score, weighting placements by how often each profile was asked for, was
+measured in bench/placement.py and refused more pods: the small profiles asked for most are also the
+easiest to place, so weighting by demand gave away the large placements.)
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from mig.placement.request import PublishedProfile
 from mig.types import Placement
 
 _MEMO_LIMIT = 4096  # distinct (request, preference) keys kept per profile set
+_SHARE = 5040  # capacity is counted in 1/5040 of a GPU: exact for axes of 1-10 and 12 slices
 
 
 def _weight(size: int, axis: int) -> int:
@@ -36,10 +48,14 @@ def free_slices(mask: int, axis: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Choice:
-    """The best free placement of one profile at one mask, and the placeable value it destroys."""
+    """The best free placement of one profile at one mask, and what it costs (lower is better).
+
+    `loss` is (usable capacity lost, in 1/5040 of the GPU; placeable value destroyed): see the module
+    docstring. Tuples compare in that order.
+    """
 
     placement: Placement
-    loss: int
+    loss: tuple[int, int]
 
 
 class ProfileSet:
@@ -63,24 +79,38 @@ class ProfileSet:
     def full_mask(self) -> int:
         return (1 << self.axis) - 1
 
-    def value(self, mask: int) -> int:
-        """Placeable value of what is still free at this mask."""
+    def value(self, mask: int) -> tuple[int, int]:
+        """(usable capacity, placeable value) of what is still free at this mask; see the module docstring."""
         v = self._value.get(mask)
         if v is None:
-            v = self._value[mask] = sum(w for m, w in self._weighted if not m & mask)
+            value = covered = 0
+            for m, w in self._weighted:
+                if not m & mask:
+                    value += w
+                    covered |= m
+            v = self._value[mask] = ((covered & ~mask).bit_count() * _SHARE // self.axis, value)
         return v
+
+    def usable_slices(self, mask: int) -> list[int]:
+        """Free slices that some free placement still covers (the others are stranded)."""
+        covered = 0
+        for m, _ in self._weighted:
+            if not m & mask:
+                covered |= m
+        return [i for i in range(self.axis) if covered >> i & 1 and not mask >> i & 1]
 
     def best(self, mask: int, profile: int) -> Choice | None:
         """Lowest-loss free placement of profile index `profile` at `mask` (ties: lower start)."""
         key = (mask, profile)
         if key in self._best:
             return self._best[key]
-        before = self.value(mask)
+        cap, value = self.value(mask)
         found: Choice | None = None
         for p in sorted(self.profiles[profile].placements):
             if p.size <= 0 or p.mask & mask:
                 continue
-            loss = before - self.value(mask | p.mask)
+            cap_after, value_after = self.value(mask | p.mask)
+            loss = (cap - cap_after, value - value_after)
             if found is None or loss < found.loss:
                 found = Choice(p, loss)
         self._best[key] = found

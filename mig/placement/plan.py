@@ -12,7 +12,8 @@ Order of preference for every requested device (first difference wins; documente
    - spread/spread: emptier node, then emptier GPU, then fragmentation loss.
 3. ties: lower placement start, then GPU order on its node, then node name.
 
-Fragmentation loss is defined in `mig.placement.occupancy`.
+Fragmentation loss is defined in `mig.placement.occupancy`: usable capacity lost first (slices taken
+or stranded, as a share of the GPU), then placeable value lost.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Plan:
 
 
 def rank_key(
-    pod: PodRequest, rank: tuple[int, int], loss: int, node_used: float, gpu_used: float, start: int,
+    pod: PodRequest, rank: tuple[int, int], loss: tuple[int, int], node_used: float, gpu_used: float,
+    start: int,
 ) -> tuple:
     """The comparison key of one candidate up to the GPU-order and node-name tie-breaks (lower is better).
 

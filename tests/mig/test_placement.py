@@ -73,8 +73,8 @@ def test_a_30000_mib_pod_on_an_rtx_pro_6000_gets_2g_48gb_at_start_0_as_on_real_h
 
 
 @pytest.mark.parametrize(("model", "mib", "keeps"), [
-    ("A100-SXM4-40GB", 4000, Placement(0, 4)),   # a 1g lands in the upper half: 4g/3g at 0:4 stay free
-    ("H100-SXM5-80GB", 9000, Placement(0, 4)),
+    ("A100-SXM4-40GB", 4000, Placement(4, 4)),   # a 1g lands in the lower half: 3g at 4:4 stays free
+    ("H100-SXM5-80GB", 9000, Placement(4, 4)),
     ("RTX-PRO-6000", 8000, Placement(6, 6)),    # a 1g leaves one 2g.48gb placement whole
 ])
 def test_a_small_instance_on_an_empty_gpu_keeps_a_large_placement_free(model, mib, keeps):
