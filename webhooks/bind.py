@@ -1,4 +1,4 @@
-"""Extender bind: node lock, `hami.io/bind-phase: allocating`, then the Binding.
+"""Extender bind: node lock, then the Binding carrying `hami.io/bind-phase: allocating` and bind-time.
 
 A failed bind releases what it took (the node lock, the pod's in-memory reservation) and says why
 in a `BindingFailed` event; the pod's recorded reservation is replaced when kube-scheduler filters
@@ -82,12 +82,15 @@ class Binder:
             recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
             if recorded:
                 raise RuntimeError(recorded)
+            phase = None
             if gpu:
                 self.lock.acquire(node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None)
                 locked = True
-                self.kube.patch_pod(ns, name, {"metadata": {"annotations": {
-                    BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}}})
-            self.kube.bind(ns, name, uid, node)
+                phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
+            # bind-phase and bind-time ride on the Binding: the API server writes them onto the pod in
+            # the same update that sets spec.nodeName, so the device plugin never sees the pod on
+            # the node without them (HAMi patches them first, one more pod write and watch event).
+            self.kube.bind(ns, name, uid, node, phase)
         except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
             message = f"binding {ns}/{name} to {node} failed: {_text(error)}"
             log.warning("%s", message)

@@ -76,9 +76,15 @@ class Kube:
         return _json(self.core.patch_node(name, patch, _content_type=MERGE, _preload_content=False,
                                           _request_timeout=self.timeout))
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None) -> None:
+        """Create the pod's Binding. The API server copies the Binding's annotations onto the pod in
+        the same write that sets spec.nodeName (pods/binding storage, setPodHostAndAnnotations)."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = annotations
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         _drain(self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
                                                        _request_timeout=self.timeout))

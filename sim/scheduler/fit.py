@@ -44,6 +44,16 @@ def _ready(node: dict[str, Any]) -> bool:
     return False
 
 
+PLAIN_POD: dict[str, Any] = {"spec": {}}
+
+
+def is_plain(pod: dict[str, Any]) -> bool:
+    """No tolerations and no nodeSelector: the pod fits a node exactly when `PLAIN_POD` does, so the
+    answer can be computed once per node version (as kube-scheduler's snapshot keeps NodeInfo)."""
+    spec = pod.get("spec") or {}
+    return not spec.get("tolerations") and not spec.get("nodeSelector")
+
+
 def unfit_reason(pod: dict[str, Any], node: dict[str, Any]) -> str | None:
     """Why the node cannot take the pod, in kube-scheduler's words; None when it fits."""
     spec = pod.get("spec") or {}

@@ -31,7 +31,7 @@ from kubernetes import client, watch
 from sim.scheduler import messages
 from sim.scheduler.config import SchedulerConfig
 from sim.scheduler.extender import Extender, ExtenderError
-from sim.scheduler.fit import num_feasible_nodes_to_find, unfit_reason
+from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
 
 log = logging.getLogger("sim.scheduler")
 
@@ -122,7 +122,9 @@ class Scheduler:
         self.stats = Stats()
         self._rng = random.Random(seed)
         self._lock = threading.Condition()
-        self._nodes: dict[str, dict[str, Any]] = {}
+        # name -> (node, why a pod without tolerations or nodeSelector does not fit it), kept per node
+        # version so a scheduling attempt does not re-derive readiness and taints of every node.
+        self._nodes: dict[str, tuple[dict[str, Any], str | None]] = {}
         self._pods: dict[str, dict[str, Any]] = {}
         self._active: deque[str] = deque()
         self._queued: set[str] = set()
@@ -202,14 +204,14 @@ class Scheduler:
 
     def _sync_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
-            self._nodes = {n["metadata"]["name"]: n for n in items}
+            self._nodes = {n["metadata"]["name"]: (n, unfit_reason(PLAIN_POD, n)) for n in items}
 
     def _node_event(self, kind: str, node: dict[str, Any]) -> None:
         with self._lock:
             if kind == "DELETED":
                 self._nodes.pop(node["metadata"]["name"], None)
             else:
-                self._nodes[node["metadata"]["name"]] = node
+                self._nodes[node["metadata"]["name"]] = (node, unfit_reason(PLAIN_POD, node))
 
     # ---- the scheduling loop -------------------------------------------------------------------
     def _pop(self) -> tuple[str, dict[str, Any]] | None:
@@ -258,7 +260,7 @@ class Scheduler:
             return
         self._binders.submit(self._bind, key, pod, node)
 
-    def _find_host(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
+    def _find_host(self, pod: dict[str, Any], nodes: list[tuple[dict[str, Any], str | None]]) -> str:
         if not nodes:
             raise Unschedulable(messages.NO_NODES)
         wire_pod = _strip_type_meta(pod)
@@ -266,12 +268,13 @@ class Scheduler:
         feasible: list[dict[str, Any]] = []
         want = num_feasible_nodes_to_find(self.config.percentage_of_nodes_to_score, len(nodes))
         start, processed = self._next_start % len(nodes), 0
+        plain = is_plain(pod)
         for i in range(len(nodes)):
             if len(feasible) >= want:
                 break
-            node = nodes[(start + i) % len(nodes)]
+            node, plain_why = nodes[(start + i) % len(nodes)]
             processed += 1
-            why = unfit_reason(pod, node)
+            why = plain_why if plain else unfit_reason(pod, node)
             if why:
                 reasons[node["metadata"]["name"]] = why
             else:
