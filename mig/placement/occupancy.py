@@ -91,14 +91,6 @@ class ProfileSet:
             v = self._value[mask] = ((covered & ~mask).bit_count() * _SHARE // self.axis, value)
         return v
 
-    def usable_slices(self, mask: int) -> list[int]:
-        """Free slices that some free placement still covers (the others are stranded)."""
-        covered = 0
-        for m, _ in self._weighted:
-            if not m & mask:
-                covered |= m
-        return [i for i in range(self.axis) if covered >> i & 1 and not mask >> i & 1]
-
     def best(self, mask: int, profile: int) -> Choice | None:
         """Lowest-loss free placement of profile index `profile` at `mask` (ties: lower start)."""
         key = (mask, profile)

@@ -244,3 +244,52 @@ def test_a_refusal_counts_nodes_per_headline_reason():
     assert result.counts() == {R.UNHEALTHY: 1, R.FRAGMENTED: 2}
     assert result.summary() == "0/3 nodes can place the pod's MIG devices: 2 fragmented, 1 unhealthy"
     assert "free slices 1,3" in result.node_message("node-b")
+
+
+@pytest.mark.parametrize(("model", "small", "half", "half_profile"), [
+    ("A100-SXM4-40GB", 4000, 15000, "3g.20gb"),
+    ("H100-SXM5-80GB", 9000, 30000, "3g.40gb"),
+])
+def test_small_instances_fill_the_lower_half_so_slice_7_stays_usable_by_a_half_at_4(model, small, half, half_profile):
+    # Slice 7 of these GPUs is covered only by the half at 4:4 and the whole GPU; a 1g in the upper
+    # half would strand it, and the GPU could never be fully used.
+    index = PlacementIndex([gpu(model)])
+    for _ in range(4):
+        index.apply(index.plan(pod((1, small))))
+    assert index.occupied_mask("GPU-0") == 0b00001111
+    assert only(index.plan(pod((1, half)))) == (half_profile, Placement(4, 4))
+
+
+@pytest.mark.parametrize(("mib", "models", "expected"), [
+    (9000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 1 of 8 slices, not 2 of 8
+    (4000, ("RTX-PRO-6000", "A100-SXM4-40GB"), "A100-SXM4-40GB"),    # 1 of 8 slices, not 3 of 12
+    (18000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 2 of 8 slices, not 4 of 8
+])
+def test_a_request_goes_to_the_gpu_model_where_it_takes_the_smallest_share(mib, models, expected):
+    gpus = [gpu(m, node=f"node-{i}", uuid=f"GPU-{i}") for i, m in enumerate(models)]
+    d = plan_pod(pod((1, mib)), gpus).devices[0]
+    assert d.gpu_uuid == f"GPU-{models.index(expected)}"
+
+
+@pytest.mark.parametrize(("model", "mib", "held"), [
+    ("A100-SXM4-40GB", 4000, Placement(0, 1)),
+    ("H100-SXM5-80GB", 9000, Placement(2, 2)),
+    ("RTX-PRO-6000", 8000, Placement(0, 3)),
+    ("A30", 5000, Placement(0, 1)),
+])
+def test_a_small_pod_joins_a_gpu_that_holds_instances_so_an_empty_gpu_stays_whole(model, mib, held):
+    gpus = [gpu(model, uuid="GPU-0"), gpu(model, uuid="GPU-1", index=1, occupied=[held])]
+    index = PlacementIndex(gpus)
+    small = index.plan(pod((1, mib)))
+    assert small.devices[0].gpu_uuid == "GPU-1"
+    index.apply(small)
+    whole = index.plan(pod((1, None)))
+    assert whole.devices[0].gpu_uuid == "GPU-0" and whole.devices[0].placement.start == 0
+
+
+@pytest.mark.parametrize(("model", "axis"), [("A100-SXM4-40GB", 8), ("H100-SXM5-80GB", 8), ("RTX-PRO-6000", 12)])
+def test_between_equally_good_gpus_the_one_on_the_fuller_node_wins(model, axis):
+    gpus = [gpu(model, node="node-a", uuid="GPU-a0"), gpu(model, node="node-a", uuid="GPU-a1", index=1),
+            gpu(model, node="node-b", uuid="GPU-b0"),
+            gpu(model, node="node-b", uuid="GPU-b1", index=1, occupied=[Placement(0, axis)])]
+    assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-b0"
