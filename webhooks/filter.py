@@ -153,14 +153,14 @@ class Filter:
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
         self._awaiting[outcome.node] = (uid, time.monotonic() + self.awaiting_ttl)
         if self.writer is not None:
-            self._writes[uid] = self.writer.submit(self._record, pod, outcome, usage, containers)
+            # One hand-off per filter: the writer also queues the event. Every thread the filter wakes
+            # can take its CPU (and the GIL) before the reply is out.
+            self._writes[uid] = self.writer.submit(self._record_and_tell, pod, outcome, usage, containers)
         else:
-            error = self._record(pod, outcome, usage, containers)
+            error = self._record_and_tell(pod, outcome, usage, containers)
             if error:
                 return ExtenderFilterResult(error=error), "error"
         chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == outcome.node]
-        profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in outcome.devices)
-        self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({outcome.node}): {profiles}")
         return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
 
     def _awaiting_binds(self, uid: str) -> dict[str, str]:
@@ -206,6 +206,14 @@ class Filter:
             usage = usage_from_plan(uid, namespace, name, outcome)
             self.fleet.reserve(usage)
             return outcome, usage
+
+    def _record_and_tell(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
+        """Record the reservation; once it is on the pod, HAMi's FilteringSucceed event."""
+        error = self._record(pod, plan, usage, containers)
+        if not error:
+            profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in plan.devices)
+            self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({plan.node}): {profiles}")
+        return error
 
     def _record(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
         """Write the reservation onto the pod; on failure roll the in-memory one back."""

@@ -42,6 +42,7 @@ class Stats:
     scheduled: int = 0
     unschedulable: int = 0
     errors: int = 0
+    last_scheduled_at: float = 0.0  # time.monotonic() of the latest successful binding
 
 
 class Unschedulable(Exception):
@@ -331,6 +332,7 @@ class Scheduler:
             return
         with self._lock:
             self.stats.scheduled += 1
+            self.stats.last_scheduled_at = time.monotonic()
             self._in_flight.discard(key)
             self._pods.pop(key, None)
             self._failures.pop(key, None)
