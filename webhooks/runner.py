@@ -30,27 +30,39 @@ def _configs(app: Starlette, metrics_app: Starlette | None, host: str, port: int
 class _Server(uvicorn.Server):
     """uvicorn's server, except that shutdown does not wait for clients that have nothing left to say.
 
-    Why: on shutdown uvicorn closes idle keep-alive connections (and, after its response, each
-    in-flight one); over TLS that close sends close_notify and then waits for the client's, which an
-    idle pooled client (the API server calling webhooks, kube-scheduler calling the extender) never
-    sends, so every stop took the whole graceful timeout. A connection we already closed whose
-    bytes are all handed to the kernel has nothing in flight: drop it. Requests still running are
-    untouched and get the graceful timeout to finish."""
+    Why: uvicorn closes idle keep-alive connections on shutdown (and each busy one after its
+    response), but over TLS a close sends close_notify and then waits for the client's, up to 30 s,
+    which an idle pooled client (the API server calling webhooks, kube-scheduler calling the
+    extender) never sends: every stop took the whole graceful timeout. A connection that we already
+    closed and whose TLS layer holds no unsent bytes has nothing in flight, so it is dropped.
+    Requests still being handled are untouched and get the graceful timeout to finish. (Bytes the
+    TLS layer already passed to the socket are not re-checked: a response still draining to a
+    client that stopped reading can be cut short; our responses are small.)"""
 
     async def shutdown(self, sockets=None) -> None:
-        reaper = asyncio.create_task(self._drop_closed_connections())
+        # first the connections closed before (keep-alive timeout): closing one twice, as uvicorn's
+        # shutdown would, detaches its TLS layer, which then lingers out of reach
+        self._drop_closed_connections()
+        reaper = asyncio.create_task(self._keep_dropping())
         try:
             await super().shutdown(sockets)
         finally:
             reaper.cancel()
 
-    async def _drop_closed_connections(self) -> None:
+    async def _keep_dropping(self) -> None:
         while True:
-            for connection in list(self.server_state.connections):
-                transport = getattr(connection, "transport", None)
-                if transport is not None and transport.is_closing() and transport.get_write_buffer_size() == 0:
-                    transport.abort()
             await asyncio.sleep(0.02)
+            self._drop_closed_connections()
+
+    def _drop_closed_connections(self) -> None:
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            try:
+                idle = transport is not None and transport.is_closing() and transport.get_write_buffer_size() == 0
+            except AttributeError:  # a TLS transport closed twice: nothing left to reach
+                continue
+            if idle:
+                transport.abort()
 
 
 async def serve_forever(servers: list[uvicorn.Server], handle_signals: bool = True) -> None:
