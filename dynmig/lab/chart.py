@@ -66,14 +66,35 @@ class Rendered:
     def node_config_text(self) -> str:
         return self.find("ConfigMap", f"{RELEASE}-node-config")["data"]["config.json"]
 
-    def container_args(self, kind: str, container: str) -> list[str]:
-        """The args of a container of the chart's Deployment or DaemonSet (e.g. `serve ...`)."""
+    def _pod(self, kind: str, container: str) -> tuple[dict[str, Any], dict[str, Any]]:
         for obj in self.objects:
             if obj.get("kind") == kind:
                 for c in obj["spec"]["template"]["spec"]["containers"]:
                     if c["name"] == container:
-                        return list(c.get("args") or [])
+                        return obj["spec"]["template"]["spec"], c
         raise ChartError(f"the rendered chart has no {kind} container {container!r}")
+
+    def container_args(self, kind: str, container: str) -> list[str]:
+        """The args of a container of the chart's Deployment or DaemonSet (e.g. `serve ...`)."""
+        return list(self._pod(kind, container)[1].get("args") or [])
+
+    def container_env(self, kind: str, container: str) -> dict[str, str]:
+        """The container's environment with literal values (those from the downward API, such as
+        POD_NAME, are left out: the lab passes their flags itself)."""
+        return {e["name"]: str(e["value"]) for e in self._pod(kind, container)[1].get("env") or [] if "value" in e}
+
+    def secret_files(self, kind: str, container: str) -> dict[str, tuple[str, str]]:
+        """Files the container sees from Secret volumes: path in the container -> (Secret, key)."""
+        spec, c = self._pod(kind, container)
+        volumes = {v["name"]: v["secret"] for v in spec.get("volumes") or [] if "secret" in v}
+        files: dict[str, tuple[str, str]] = {}
+        for mount in c.get("volumeMounts") or []:
+            secret = volumes.get(mount["name"])
+            if secret is None:
+                continue
+            for item in secret.get("items") or []:
+                files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = (secret["secretName"], item["key"])
+        return files
 
     @property
     def service(self) -> tuple[str, str]:
@@ -103,9 +124,9 @@ def render(policy: Path | None = None, mig_nodes: tuple[str, ...] = ()) -> Rende
 def laptop_scheduler_config(doc: dict[str, Any], extender_host: str, extender_port: int,
                             ca_file: Path) -> dict[str, Any]:
     """The chart's KubeSchedulerConfiguration with the two laptop differences: the extender is at
-    host:port of the `dynmig serve` child (not 127.0.0.1:8443 in the pod), and its CA file is the
-    lab's projection of the serving Secret (not /etc/dynmig/ca/ca.crt). Leader election is off: one
-    scheduler, no Lease to wait for."""
+    host:port of the `dynmig serve` child (not 127.0.0.1:8443 in the pod), and its CA file is where
+    the lab wrote the Secret key the chart mounts there (not /etc/dynmig/ca/ca.crt). Leader election
+    is off: one scheduler, no Lease to wait for."""
     doc = copy.deepcopy(doc)
     doc.setdefault("leaderElection", {})["leaderElect"] = False
     for ext in doc.get("extenders") or []:

@@ -9,11 +9,14 @@
 What runs where: the simulated API server, the simulated kube-scheduler, the simulated kubelets and
 their pod lifecycle run as threads of this process (the outside world); `dynmig serve` and one
 `dynmig device-plugin` per node run as child processes, unchanged, the device plugins under the
-simulated NVML (a state file per node that this process reads too).
+simulated NVML (a state file per node that this process reads too). `dynmig serve` gets the chart's
+args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
+the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mounts into it.
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 import socket
 import ssl
@@ -34,7 +37,6 @@ from certs import main as certs_main
 from dynmig.lab import chart, report
 from dynmig.lab.agent import EXIT_CODE, NodeAgent
 from dynmig.lab.nodes import LabNode
-from dynmig.lab.secrets import SecretProjection
 from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
@@ -44,8 +46,6 @@ from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 NAMESPACE = chart.NAMESPACE
-TLS_SECRET = "dynmig-tls"
-MUTATING, VALIDATING = "dynmig-mutating", "dynmig-validating"
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
 
 
@@ -98,7 +98,7 @@ class Lab:
         self.supervisor = Supervisor(self.workdir / "logs")
         self.apiserver: ApiServer | None = None
         self.scheduler: Scheduler | None = None
-        self.projection: SecretProjection | None = None
+        self.scheduler_files: dict[str, Path] = {}  # path in the kube-scheduler container -> lab file
         self.serve: Child | None = None
         self.serve_port = 0
         self.metrics_port = 0
@@ -131,14 +131,14 @@ class Lab:
         self._say(f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
                   + (f" (policy {self.policy})" if self.policy else ""))
         self._certs("init", "--extra-host", "127.0.0.1")
-        self.projection = SecretProjection(self.apiserver, NAMESPACE, TLS_SECRET,
-                                           self.workdir / "secrets" / TLS_SECRET).start()
+        self._mount_scheduler_secrets()
+        self.serve_port, self.metrics_port = free_port(), free_port()
+        self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         self._start_serve()
         for spec in self.specs:
             self._create_node(spec)
         for spec in self.specs:
             self._start_plugin(self.nodes[spec.name])
-        self._register_webhooks()
         self._start_scheduler()
         for runtime in self.nodes.values():
             self._wait_plugin(runtime)
@@ -157,9 +157,6 @@ class Lab:
         for runtime in self.nodes.values():
             runtime.kubelet.stop()
             runtime.nvml.uninstall()
-        if self.projection is not None:
-            self.projection.stop()
-            self.projection = None
         if self.apiserver is not None:
             self.apiserver.stop()
             self.apiserver = None
@@ -207,6 +204,16 @@ class Lab:
     def serve_log(self) -> str:
         return (self.workdir / "logs" / "serve.log").read_text()
 
+    @property
+    def ca_file(self) -> Path:
+        """The CA kube-scheduler verifies dynmig serve with (the chart's caFile, as the lab wrote it)."""
+        return self.scheduler_files[self.rendered.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]]
+
+    @property
+    def tls_secret(self) -> str:
+        """The Secret dynmig serve serves its certificate from."""
+        return self.rendered.container_env("Deployment", "server")["DYNMIG_TLS_SECRET"]
+
     # ---- the pieces -----------------------------------------------------------------------------
 
     def _say(self, text: str) -> None:
@@ -231,21 +238,32 @@ class Lab:
         if code != 0:
             raise LabError(f"dynmig certs {' '.join(args)} exited with {code}")
 
+    def _mount_scheduler_secrets(self) -> None:
+        """Write the Secret keys the chart mounts into the kube-scheduler container (the extender's
+        CA file), as kubelet would; kube-scheduler reads them when it starts."""
+        for path, (name, key) in self.rendered.secret_files("Deployment", "kube-scheduler").items():
+            data = (self.apiserver.get("secrets", name, NAMESPACE) or {}).get("data") or {}
+            if key not in data:
+                raise LabError(f"Secret {NAMESPACE}/{name} has no {key} for kube-scheduler's {path}")
+            local = self.workdir / "kube-scheduler" / path.lstrip("/")
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(base64.b64decode(data[key]))
+            self.scheduler_files[path] = local
+
     def _start_serve(self) -> None:
-        self.serve_port, self.metrics_port = free_port(), free_port()
-        secret = self.projection.directory
+        """The chart's args and environment (the Secret, cert-mode, webhooks to keep injected, leader
+        election); only ports, file paths and what a pod learns from the downward API differ."""
         args = chart.laptop_args(
             self.rendered.container_args("Deployment", "server"),
             replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
-                     "--tls-cert": str(secret / "tls.crt"), "--tls-key": str(secret / "tls.key"),
                      "--device-config": str(self.device_config_file)},
             add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
                  "--namespace": NAMESPACE, "--identity": "lab-serve"})
         argv = python_argv("-m", "dynmig.cli", *args)
-        self.serve = self.supervisor.start("serve", argv)
+        self.serve = self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"))
 
     def _wait_serve(self, timeout: float = 60.0) -> None:
-        ctx = ssl.create_default_context(cafile=str(self.projection.path("ca.crt")))
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
         url = f"https://127.0.0.1:{self.serve_port}/readyz"
         deadline = time.monotonic() + timeout
         last = ""
@@ -256,7 +274,8 @@ class Lab:
                 with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
                     if resp.status == 200:
                         self._say(f"dynmig serve ready on https://127.0.0.1:{self.serve_port} "
-                                  f"(TLS from Secret {NAMESPACE}/{TLS_SECRET}; metrics on :{self.metrics_port})")
+                                  f"(TLS from Secret {NAMESPACE}/{self.tls_secret} through the API; "
+                                  f"metrics on :{self.metrics_port})")
                         return
             except Exception as error:  # noqa: BLE001 - not listening or not ready yet
                 last = str(error)
@@ -272,13 +291,15 @@ class Lab:
                 api.create_mutating_webhook_configuration(obj)
             else:
                 api.create_validating_webhook_configuration(obj)
-        self._certs("inject", "--mutating-webhook", MUTATING, "--validating-webhook", VALIDATING)
-        self._say(f"webhooks {MUTATING}, {VALIDATING} registered; service {namespace}/{name} -> "
+        names = {o["kind"]: o["metadata"]["name"] for o in self.rendered.webhook_configurations}
+        mutating, validating = names["MutatingWebhookConfiguration"], names["ValidatingWebhookConfiguration"]
+        self._certs("inject", "--mutating-webhook", mutating, "--validating-webhook", validating)
+        self._say(f"webhooks {mutating}, {validating} registered; service {namespace}/{name} -> "
                   f"127.0.0.1:{self.serve_port}")
 
     def _start_scheduler(self) -> None:
         doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.serve_port,
-                                            self.projection.path("ca.crt"))
+                                            self.ca_file)
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         initial, maximum = self.scheduler_backoff

@@ -23,6 +23,9 @@ from chart_testkit import (
     scheduler_config,
 )
 
+from webhooks.config import parse_args
+from webhooks.tls import settings_problem
+
 MODES = ["self", "cert-manager"]
 ALLOCATIONS = "hami.io/vgpu-mig-allocations"
 
@@ -148,6 +151,31 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
     assert volume["secret"]["secretName"] == env(server, "DYNMIG_TLS_SECRET")
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_name}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_server_reads_its_certificate_from_the_secret_and_only_kube_scheduler_mounts_the_ca(mode, monkeypatch):
+    docs = render("1.35", f"certs.mode={mode}")
+    deployment = one(docs, "Deployment")
+    server, scheduler = container(deployment, "server"), container(deployment, "kube-scheduler")
+    secrets = {v["name"]: v["secret"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert [s["items"] for s in secrets.values()] == [[{"key": "ca.crt", "path": "ca.crt"}]]  # never the key
+    assert not {m["name"] for m in server["volumeMounts"]} & set(secrets)
+    assert {m["name"] for m in scheduler["volumeMounts"]} >= set(secrets)
+    assert not [a for a in server["args"] if a.startswith(("--tls-cert", "--tls-key"))]
+    # what `dynmig serve` makes of the rendered args and environment
+    for item in server["env"]:
+        if "value" in item:
+            monkeypatch.setenv(item["name"], item["value"])
+    assert server["args"][0] == "serve"
+    cfg = parse_args(server["args"][1:])
+    assert settings_problem(cfg) is None
+    assert (cfg.cert_mode, cfg.tls_secret, cfg.tls_cert, cfg.tls_key) == (mode, env(server, "DYNMIG_TLS_SECRET"), "", "")
+    assert cfg.leader_elect is True and cfg.lease_name == arg(server, "lease-name")
+    if mode == "self":
+        assert (cfg.mutating_webhook, cfg.validating_webhook) == (
+            one(docs, "MutatingWebhookConfiguration")["metadata"]["name"],
+            one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"])
 
 
 def rules_of(docs, kind):

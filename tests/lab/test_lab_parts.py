@@ -74,8 +74,23 @@ def test_tables_align_columns_under_their_headers():
 
 
 def test_a_charts_container_args_keep_every_flag_but_the_laptop_paths_and_ports():
-    chart = ["serve", "--scheduler-name=dynmig-scheduler", "--port=8443", "--tls-cert=/etc/dynmig/tls/tls.crt"]
-    args = laptop_args(chart, {"--port": "40123", "--tls-cert": "/tmp/lab/tls.crt", "--metrics-port": "40124"},
+    chart = ["serve", "--scheduler-name=dynmig-scheduler", "--port=8443",
+             "--device-config=/etc/dynmig/device-config/device-config.yaml"]
+    args = laptop_args(chart, {"--port": "40123", "--device-config": "/tmp/lab/dc.yaml", "--metrics-port": "40124"},
                        add={"--kubeconfig": "/tmp/lab/kc"})
-    assert args == ["serve", "--scheduler-name=dynmig-scheduler", "--port=40123", "--tls-cert=/tmp/lab/tls.crt",
+    assert args == ["serve", "--scheduler-name=dynmig-scheduler", "--port=40123", "--device-config=/tmp/lab/dc.yaml",
                     "--metrics-port=40124", "--kubeconfig=/tmp/lab/kc"]
+
+
+def test_the_lab_takes_serves_secret_settings_and_kube_schedulers_ca_file_from_the_rendered_chart():
+    try:
+        helm_binary()
+    except ChartError as error:
+        pytest.skip(str(error))
+    rendered = render()
+    env = rendered.container_env("Deployment", "server")
+    assert env["DYNMIG_CERT_MODE"] == "self" and env["DYNMIG_TLS_SECRET"]
+    assert "POD_NAME" not in env  # from the downward API in a pod: the lab passes --identity itself
+    assert rendered.secret_files("Deployment", "server") == {}  # serve reads the Secret through the API
+    ca_file = rendered.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]
+    assert rendered.secret_files("Deployment", "kube-scheduler") == {ca_file: (env["DYNMIG_TLS_SECRET"], "ca.crt")}
