@@ -110,7 +110,7 @@ class LeaseElector:
             manifest = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                         "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec_new}
             try:
-                api.create_namespaced_lease(self.namespace, manifest, _preload_content=False)
+                _done(api.create_namespaced_lease(self.namespace, manifest, _preload_content=False))
                 return True
             except ApiException as error:
                 if error.status == CONFLICT:
@@ -131,10 +131,15 @@ class LeaseElector:
             spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0)
         body["spec"] = spec_new
         try:
-            api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False)
+            _done(api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False))
             return True
         except ApiException as error:
             if error.status == CONFLICT:
                 return False
             raise
 
+
+def _done(reply: Any) -> None:
+    """Read and discard an unread reply so its connection goes back to the pool (else one leaks per call)."""
+    reply.drain_conn()
+    reply.release_conn()
