@@ -1,13 +1,17 @@
 """Admission webhooks called the way kube-apiserver calls them.
 
 For every CREATE/UPDATE/DELETE (and pods/binding, pods/status) the registered mutating webhooks
-run first, in configuration-name order, each seeing the previous one's patch; then the validating
-ones. Each call is an HTTPS POST of an AdmissionReview built from the real old/new objects and the
-caller's userInfo, with the server certificate verified against the webhook's `caBundle`.
+run first, in configuration-name order, each seeing the previous one's patch; then the
+ValidatingAdmissionPolicies (sim.apiserver.policies), then the validating webhooks: kube-apiserver's
+plugin order. Each call is an HTTPS POST of an AdmissionReview built from the real old/new objects
+and the caller's userInfo, with the server certificate verified against the webhook's `caBundle`.
 
-Not simulated: `matchConditions` (CEL) are ignored, i.e. treated as all true, so the webhook is
-always called and decides itself; `reinvocationPolicy: IfNeeded` never re-invokes; validating
-webhooks run one after another rather than in parallel.
+A webhook's `matchConditions` (CEL, sim.apiserver.cel) are evaluated after its rules and selectors:
+any false skips the webhook; all true calls it; an evaluation error with none false follows the
+failurePolicy (Fail rejects with 403 Forbidden, Ignore skips the webhook).
+
+Not simulated: `reinvocationPolicy: IfNeeded` never re-invokes; validating webhooks run one after
+another rather than in parallel.
 """
 
 from __future__ import annotations
@@ -20,71 +24,31 @@ import ssl
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.apiserver.errors import ApiError
-from sim.apiserver.identities import Identity
+from sim.apiserver import cel
+from sim.apiserver.attributes import Attributes, rule_matches
+from sim.apiserver.errors import ApiError, forbidden
 from sim.apiserver.patches import PatchError, apply_json_patch
-from sim.apiserver.resources import ResourceType
+from sim.apiserver.policies import Policies
 from sim.apiserver.selectors import labels_of, match_label_selector
 
 SKIPPED_GROUPS = {"admissionregistration.k8s.io"}
 OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 
 
-@dataclass
-class Attributes:
-    """What is being admitted (the apiserver's admission.Attributes)."""
-
-    operation: str
-    rt: ResourceType
-    subresource: str
-    name: str
-    namespace: str
-    obj: dict[str, Any] | None
-    old: dict[str, Any] | None
-    user: Identity
-    dry_run: bool = False
-    kind: dict[str, str] = field(default_factory=dict)
-
-
 class CallFailed(Exception):
     """The webhook could not be called or answered badly; failurePolicy decides."""
 
 
-def _rule_matches(rule: dict[str, Any], a: Attributes) -> bool:
-    ops = rule.get("operations") or []
-    if "*" not in ops and a.operation not in ops:
-        return False
-    groups = rule.get("apiGroups") or []
-    if "*" not in groups and a.rt.group not in groups:
-        return False
-    versions = rule.get("apiVersions") or []
-    if "*" not in versions and a.rt.version not in versions:
-        return False
-    scope = rule.get("scope") or "*"
-    if scope == "Cluster" and a.rt.namespaced or scope == "Namespaced" and not a.rt.namespaced:
-        return False
-    wanted = f"{a.rt.plural}/{a.subresource}" if a.subresource else a.rt.plural
-    for res in rule.get("resources") or []:
-        if res == "*/*" or res == wanted:
-            return True
-        if res == "*" and not a.subresource:
-            return True
-        main, _, sub = res.partition("/")
-        if sub and (main == "*" or main == a.rt.plural) and (sub == "*" or sub == a.subresource) \
-                and a.subresource:
-            return True
-    return False
-
-
 class Admission:
     def __init__(self, list_configs: Callable[[str], list[dict[str, Any]]],
-                 namespace_labels: Callable[[str], dict[str, str] | None]):
+                 namespace_labels: Callable[[str], dict[str, str] | None],
+                 namespace_object: Callable[[str], dict[str, Any] | None] | None = None):
         self._list_configs = list_configs
         self._namespace_labels = namespace_labels
+        self.policies = Policies(list_configs, namespace_object or (lambda ns: None), self._namespace_matches)
         self.services: dict[tuple[str, str], tuple[str, int]] = {}
         self._pool: dict[tuple, list[http.client.HTTPConnection]] = {}
         self._pool_lock = threading.Lock()
@@ -98,7 +62,7 @@ class Admission:
         return out
 
     def _matches(self, hook: dict[str, Any], a: Attributes) -> bool:
-        if not any(_rule_matches(r, a) for r in hook.get("rules") or []):
+        if not any(rule_matches(r, a) for r in hook.get("rules") or []):
             return False
         ns_sel = hook.get("namespaceSelector")
         if ns_sel and not self._namespace_matches(ns_sel, a):
@@ -126,12 +90,35 @@ class Admission:
         if a.rt.group in SKIPPED_GROUPS:
             return a.obj, warnings
         for hook in self._webhooks("mutatingwebhookconfigurations") if phase != "validate" else ():
-            if self._matches(hook, a):
+            if self._matches(hook, a) and self._conditions_hold(hook, a):
                 self._run(hook, a, warnings, mutating=True)
+        if phase != "mutate":
+            warnings.extend(self.policies.validate(a, request_attributes(a)))
         for hook in self._webhooks("validatingwebhookconfigurations") if phase != "mutate" else ():
-            if self._matches(hook, a):
+            if self._matches(hook, a) and self._conditions_hold(hook, a):
                 self._run(hook, a, warnings, mutating=False)
         return a.obj, warnings
+
+    def _conditions_hold(self, hook: dict[str, Any], a: Attributes) -> bool:
+        """The webhook's matchConditions: any false skips it, all true calls it, and errors with
+        none false follow its failurePolicy (Fail: 403 Forbidden, Ignore: skip)."""
+        conditions = hook.get("matchConditions") or []
+        if not conditions:
+            return True
+        activation = {"object": a.obj, "oldObject": a.old, "request": cel.request_of(request_attributes(a))}
+        errors: list[str] = []
+        for cond in conditions:
+            try:
+                if not cel.evaluate_bool(str(cond.get("expression", "")), activation):
+                    return False
+            except cel.CelError as exc:
+                errors.append(str(exc))
+        if not errors:
+            return True
+        if (hook.get("failurePolicy") or "Fail") == "Ignore":
+            return False
+        raise forbidden(a.rt.plural, a.rt.group, a.name or _name_of(a),
+                        errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
 
     def _run(self, hook: dict[str, Any], a: Attributes, warnings: list[str], mutating: bool) -> None:
         name = hook.get("name", "")
@@ -168,23 +155,7 @@ class Admission:
                                  f"patchType: {response['patchType']!r}")
 
     def _review(self, version: str, a: Attributes) -> dict[str, Any]:
-        gvr = {"group": a.rt.group, "version": a.rt.version, "resource": a.rt.plural}
-        kind = a.kind or {"group": a.rt.group, "version": a.rt.version, "kind": a.rt.kind}
-        request: dict[str, Any] = {
-            "uid": str(uuid.uuid4()), "kind": kind, "resource": gvr,
-            "requestKind": kind, "requestResource": gvr,
-            "name": a.name, "namespace": a.namespace, "operation": a.operation,
-            "userInfo": a.user.user_info(), "object": a.obj, "oldObject": a.old,
-            "dryRun": a.dry_run,
-            "options": {"kind": OPTIONS_KIND[a.operation], "apiVersion": "meta.k8s.io/v1"},
-        }
-        if a.subresource:
-            request["subResource"] = a.subresource
-            request["requestSubResource"] = a.subresource
-        if not a.name:
-            del request["name"]
-        if not a.namespace:
-            del request["namespace"]
+        request = {"uid": str(uuid.uuid4()), **request_attributes(a), "object": a.obj, "oldObject": a.old}
         return {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview", "request": request}
 
     def _call(self, hook: dict[str, Any], a: Attributes) -> tuple[str, dict[str, Any]]:
@@ -290,6 +261,31 @@ class Admission:
                 for c in conns:
                     c.close()
             self._pool.clear()
+
+
+def request_attributes(a: Attributes) -> dict[str, Any]:
+    """The AdmissionRequest fields other than uid and the objects (empty name/namespace left out,
+    as the real server's JSON omits them)."""
+    gvr = {"group": a.rt.group, "version": a.rt.version, "resource": a.rt.plural}
+    kind = a.kind or {"group": a.rt.group, "version": a.rt.version, "kind": a.rt.kind}
+    request: dict[str, Any] = {
+        "kind": kind, "resource": gvr, "requestKind": kind, "requestResource": gvr,
+        "name": a.name, "namespace": a.namespace, "operation": a.operation,
+        "userInfo": a.user.user_info(), "dryRun": a.dry_run,
+        "options": {"kind": OPTIONS_KIND[a.operation], "apiVersion": "meta.k8s.io/v1"},
+    }
+    if a.subresource:
+        request["subResource"] = a.subresource
+        request["requestSubResource"] = a.subresource
+    if not a.name:
+        del request["name"]
+    if not a.namespace:
+        del request["namespace"]
+    return request
+
+
+def _name_of(a: Attributes) -> str:
+    return str(((a.obj or a.old or {}).get("metadata") or {}).get("name") or "")
 
 
 _CTX_CACHE: dict[str, ssl.SSLContext] = {}

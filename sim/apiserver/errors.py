@@ -55,6 +55,14 @@ def already_exists(plural: str, group: str, name: str) -> ApiError:
                     {"name": name, "group": group, "kind": plural})
 
 
+def forbidden(plural: str, group: str, name: str, message: str, reason: str = "Forbidden",
+              code: int = 403) -> ApiError:
+    """`<resource> "<name>" is forbidden: <message>`, as apierrors.NewForbidden words it."""
+    what = _what(plural, group)
+    text = f'{what} "{name}" is forbidden: {message}' if name else f"{what} is forbidden: {message}"
+    return ApiError(code, text, reason, {"name": name, "group": group, "kind": plural})
+
+
 def conflict(plural: str, group: str, name: str) -> ApiError:
     return ApiError(
         409,

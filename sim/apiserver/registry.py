@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.apiserver import errors, objects, patches
+from sim.apiserver import errors, objects, patches, policies
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
@@ -179,6 +179,7 @@ class Registry:
             obj_meta["name"] = objects.generate_name(obj_meta["generateName"])
         objects.check_name(rt, obj_meta["name"])
         obj = objects.prepare_create(rt, obj, req.namespace)
+        policies.check_config(rt, obj)
         self._admit(req, "CREATE", obj, None, requested_name, warnings, phase="validate")
         with self.store.lock:
             self._require_namespace(req)
@@ -242,6 +243,7 @@ class Registry:
             if (pinned or named) and (pinned or named) != current["metadata"]["resourceVersion"]:
                 raise errors.conflict(rt.plural, rt.group, req.name)
             new = objects.prepare_update(rt, new, current, req.subresource)
+            policies.check_config(rt, new)
             if objects.same_content(new, current):
                 return Result(current)
             warnings: list[str] = []

@@ -79,7 +79,7 @@ class ApiServer:
         self.port = port
         self.https = https
         self.store = Store(history)
-        self.admission = Admission(self._webhook_configs, self._namespace_labels)
+        self.admission = Admission(self._webhook_configs, self._namespace_labels, self._namespace_object)
         self.registry = Registry(self.store, self.admission, reap_after_grace)
         self.faults = Faults()
         self.identities: dict[str, Identity] = {}
@@ -266,9 +266,12 @@ class ApiServer:
         with self.store.lock:
             return self.store.table(rt).items(None)
 
-    def _namespace_labels(self, ns: str) -> dict[str, str] | None:
+    def _namespace_object(self, ns: str) -> dict[str, Any] | None:
         with self.store.lock:
-            obj = self.store.table(BY_KEY[("", "namespaces")]).get("", ns)
+            return self.store.table(BY_KEY[("", "namespaces")]).get("", ns)
+
+    def _namespace_labels(self, ns: str) -> dict[str, str] | None:
+        obj = self._namespace_object(ns)
         return None if obj is None else (obj["metadata"].get("labels") or {})
 
 
