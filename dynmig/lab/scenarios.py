@@ -48,6 +48,16 @@ def _running(run: Run, name: str, timeout: float = 30.0) -> None:
     run.wait(lambda: run.kit.wait_phase(name, "Running", timeout), f"{name} is Running")
 
 
+def _start(run: Run, *pods: dict) -> list[str]:
+    """Create every pod first (so they are scheduled side by side), then wait for each to run."""
+    for pod in pods:
+        run.kit.create(pod)
+    names = [pod["metadata"]["name"] for pod in pods]
+    for name in names:
+        _running(run, name)
+    return names
+
+
 def _one(run: Run, name: str):
     entries = run.kit.allocations(name)
     return entries[0] if len(entries) == 1 else None
@@ -63,6 +73,16 @@ def _event(run: Run, name: str, reason: str, timeout: float = 10.0) -> dict | No
 
 def _instance_of(run: Run, mig_uuid: str | None):
     return next((i for i in run.kit.instances() if i.mig_uuid == mig_uuid), None)
+
+
+def _reclaimed(run: Run, mig_uuid: str | None, text: str, what: str = "reclaim") -> None:
+    """Wait until the device plugin has destroyed this MIG instance; a timeout fails the scenario."""
+    run.wait(lambda: run.kit.wait(lambda: _instance_of(run, mig_uuid) is None, 30, what), text)
+
+
+def _identities(run: Run, node: str) -> set[tuple]:
+    """Who each MIG instance on the node is: (GPU UUID, GI ID, CI ID, MIG UUID)."""
+    return {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in run.kit.instances(node)}
 
 
 def _check_realized(run: Run, name: str, profile: str, model: str) -> object:
@@ -112,10 +132,7 @@ def tour(run: Run) -> None:
     _show(run, ["tour-1"], [node])
 
     run.step(f"2. Three more 8000 MiB pods pinned to the same GPU ({USE_GPU_UUID}) fill it")
-    for i in (2, 3, 4):
-        k.create(gpu_pod(f"tour-{i}", 8000, annotations={USE_GPU_UUID: gpu_uuid}))
-    for i in (2, 3, 4):
-        _running(run, f"tour-{i}")
+    _start(run, *(gpu_pod(f"tour-{i}", 8000, annotations={USE_GPU_UUID: gpu_uuid}) for i in (2, 3, 4)))
     starts = sorted(a.placement.start for i in range(1, 5) for a in k.allocations(f"tour-{i}"))
     run.expect(starts, [0, 3, 6, 9], "four 1g.24gb fill the RTX PRO 6000 at starts 0, 3, 6, 9")
     _, gpu = k.gpu(gpu_uuid)
@@ -156,17 +173,16 @@ def tour(run: Run) -> None:
     gone = _one(run, "tour-2").migUUID
     others = {i.mig_uuid for i in k.instances()} - {gone}
     k.delete("tour-2")
-    run.wait(lambda: k.wait(lambda: _instance_of(run, gone) is None, 30, "tour-2's instance to be destroyed"),
-             "tour-2's MIG instance is destroyed")
+    _reclaimed(run, gone, "tour-2's MIG instance is destroyed", what="tour-2's instance to be destroyed")
     run.check(_instance_of(run, gone) is None, "tour-2's MIG instance is gone from NVML", gone)
     left = {i.mig_uuid for i in k.instances()}
     run.expect(left, others, "every other pod's MIG instance is untouched", f"{len(left)} instances remain")
 
     run.step(f"7. Restart the device plugin on {node}: it adopts what runs, destroys nothing")
-    before = {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    before = _identities(run, node)
     events_before = len(k.nvml_events(node))
     run.lab.restart_plugin(node)
-    after = {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    after = _identities(run, node)
     run.expect(after, before, "same MIG UUIDs, GI and CI IDs after the restart", f"{len(after)} instances")
     mutations = [e for e in k.nvml_events(node)[events_before:] if e["op"].startswith(("destroy", "create"))]
     run.check(not mutations, "the restart created and destroyed nothing",
@@ -226,12 +242,8 @@ def create_delete(run: Run) -> None:
 def several_1g(run: Run) -> None:
     k = run.kit
     node, gpu_uuid = _gpu_of(run, RTX)
-    names = [f"share-{i}" for i in range(1, 5)]
     run.step(f"Four 8000 MiB pods pinned to {gpu_uuid}")
-    for name in names:
-        k.create(_pinned(name, 8000, gpu_uuid))
-    for name in names:
-        _running(run, name)
+    names = _fill(run, gpu_uuid, "share")
     got = [_one(run, n) for n in names]
     run.check(all(a is not None and a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
               "every pod has one 1g.24gb on that GPU")
@@ -250,10 +262,7 @@ def mixed(run: Run) -> None:
     node, gpu_uuid = _gpu_of(run, A100)
     wanted = [("mix-1g", 4000, "1g.5gb"), ("mix-2g", 9000, "2g.10gb"), ("mix-3g", 19000, "3g.20gb")]
     run.step(f"Pods asking for 4000, 9000 and 19000 MiB, pinned to one A100 ({gpu_uuid})")
-    for name, memory, _ in wanted:
-        k.create(_pinned(name, memory, gpu_uuid))
-    for name, _, _ in wanted:
-        _running(run, name)
+    _start(run, *(_pinned(name, memory, gpu_uuid) for name, memory, _ in wanted))
     for name, memory, profile in wanted:
         _check_realized(run, name, profile, A100)
     _, gpu = k.gpu(gpu_uuid)
@@ -265,12 +274,8 @@ def mixed(run: Run) -> None:
 
 
 def _fill(run: Run, gpu_uuid: str, prefix: str) -> list[str]:
-    names = [f"{prefix}-{i}" for i in range(1, 5)]
-    for name in names:
-        run.kit.create(_pinned(name, 8000, gpu_uuid))
-    for name in names:
-        _running(run, name)
-    return names
+    """Four 8000 MiB pods pinned to the GPU, running: a 1g.24gb each fills an RTX PRO 6000."""
+    return _start(run, *(_pinned(f"{prefix}-{i}", 8000, gpu_uuid) for i in range(1, 5)))
 
 
 @scenario("exhausted", "4. a pod that cannot fit stays Pending with a MIG reason in its event")
@@ -307,8 +312,7 @@ def reuse(run: Run) -> None:
     names = _fill(run, gpu_uuid, "reuse")
     freed = _one(run, "reuse-2")
     k.delete("reuse-2")
-    run.wait(lambda: k.wait(lambda: _instance_of(run, freed.migUUID) is None, 30, "reclaim"),
-             "reuse-2's instance is reclaimed")
+    _reclaimed(run, freed.migUUID, "reuse-2's instance is reclaimed")
     run.step("A new pod pinned to the same GPU")
     k.create(_pinned("reuse-5", 8000, gpu_uuid))
     _running(run, "reuse-5")
@@ -328,11 +332,8 @@ def plugin_restart(run: Run) -> None:
     k = run.kit
     node, gpu_uuid = _gpu_of(run, RTX)
     run.step("Two workloads on one GPU and one on another")
-    k.create(_pinned("work-1", 8000, gpu_uuid))
-    k.create(_pinned("work-2", 30000, gpu_uuid))
-    k.create(_pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]))
-    for n in ("work-1", "work-2", "work-3"):
-        _running(run, n)
+    _start(run, _pinned("work-1", 8000, gpu_uuid), _pinned("work-2", 30000, gpu_uuid),
+           _pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]))
     before = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
     since = len(k.nvml_events(node))
     run.step(f"Restart dynmig device-plugin on {node} (SIGTERM, start again)")
@@ -349,8 +350,7 @@ def plugin_restart(run: Run) -> None:
     _check_realized(run, "work-4", "1g.24gb", RTX)
     gone = _one(run, "work-1").migUUID
     k.delete("work-1")
-    run.wait(lambda: k.wait(lambda: _instance_of(run, gone) is None, 30, "reclaim"),
-             "the adopted instance of a deleted pod is reclaimed")
+    _reclaimed(run, gone, "the adopted instance of a deleted pod is reclaimed")
     run.check(_instance_of(run, gone) is None, "work-1's adopted instance is reclaimed after its pod is deleted")
     _show(run, ["work-2", "work-3", "work-4"], [node], events=[])
     k.delete_all()
@@ -384,10 +384,7 @@ def bad_annotation(run: Run) -> None:
     k.delete("no-reservation")
 
     run.step("Partial: a running pod's annotation loses computeInstanceID; another pod is deleted")
-    k.create(_pinned("keeper", 8000, gpu_uuid))
-    k.create(_pinned("leaver", 8000, gpu_uuid))
-    for n in ("keeper", "leaver"):
-        _running(run, n)
+    _start(run, _pinned("keeper", 8000, gpu_uuid), _pinned("leaver", 8000, gpu_uuid))
     keeper, leaver = _one(run, "keeper"), _one(run, "leaver")
     good = k.pod("keeper")["metadata"]["annotations"][MIG_ALLOCATIONS]
     entries = json.loads(good)
@@ -408,8 +405,7 @@ def bad_annotation(run: Run) -> None:
     run.expect(_ops(run, node, since), [], "nothing was destroyed")
     run.step("Repair the annotation: reclaim resumes")
     scheduler.annotate("keeper", {MIG_ALLOCATIONS: good})
-    run.wait(lambda: k.wait(lambda: _instance_of(run, leaver.migUUID) is None, 30, "reclaim"),
-             "the deleted pod's instance is reclaimed once the annotation is whole again")
+    _reclaimed(run, leaver.migUUID, "the deleted pod's instance is reclaimed once the annotation is whole again")
     run.check(_instance_of(run, keeper.migUUID) is not None, "keeper's instance is untouched")
     _show(run, ["keeper"], [node], events=[])
     k.delete_all()
@@ -430,11 +426,8 @@ def api_down(run: Run) -> None:
     k = run.kit
     node, gpu_uuid = _gpu_of(run, RTX)
     run.step("Two workloads running")
-    k.create(_pinned("steady-1", 8000, gpu_uuid))
-    k.create(_pinned("steady-2", 30000, gpu_uuid))
-    for n in ("steady-1", "steady-2"):
-        _running(run, n)
-    before = {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
+    _start(run, _pinned("steady-1", 8000, gpu_uuid), _pinned("steady-2", 30000, gpu_uuid))
+    before = _identities(run, node)
     since = len(k.nvml_events(node))
     log_size = len(run.lab.plugin_log(node))
     run.step("The API server goes down (connections refused); the device plugin restarts meanwhile")
@@ -444,8 +437,7 @@ def api_down(run: Run) -> None:
         run.lab.restart_plugin(node)
         time.sleep(3 * run.lab.reconcile_interval + 0.5)
         run.expect(_ops(run, node, since), [], "nothing was created or destroyed while the API was down")
-        run.expect({(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}, before,
-                   "every MIG instance is still there", f"{len(before)} instances")
+        run.expect(_identities(run, node), before, "every MIG instance is still there", f"{len(before)} instances")
         tail = run.lab.plugin_log(node)[log_size:]
         run.check("skipping every destroy" in tail or "busy=" in tail,
                   "the plugin said it held back (reconcile skipped / startup treated GPUs as busy)")
@@ -454,14 +446,12 @@ def api_down(run: Run) -> None:
     run.step("The API server is back")
     run.wait(lambda: k.wait(lambda: "adopted=2" in run.lab.plugin_log(node)[log_size:], 30, "adoption"),
              "the restarted plugin adopts both instances once it can list pods")
-    run.expect({(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}, before,
-               "after the outage: same instances, same UUIDs")
+    run.expect(_identities(run, node), before, "after the outage: same instances, same UUIDs")
     for n in ("steady-1", "steady-2"):
         run.expect(k.phase(n), "Running", f"{n} is still Running")
     gone = _one(run, "steady-1").migUUID
     k.delete("steady-1")
-    run.wait(lambda: k.wait(lambda: _instance_of(run, gone) is None, 30, "reclaim"),
-             "a pod deleted after the outage is reclaimed")
+    _reclaimed(run, gone, "a pod deleted after the outage is reclaimed")
     run.check(_instance_of(run, gone) is None, "steady-1's instance is reclaimed after the outage")
     _show(run, ["steady-2"], [node], events=[])
     k.delete_all()
