@@ -90,14 +90,8 @@ class NodeLock:
                 if not self._takeable(value, owner_exists):
                     raise NodeLocked(f"node {node} has been locked within {self._expiry_text()} by "
                                      f"{value.namespace}/{value.name}: node lock contention")
-            patch = {"metadata": {"resourceVersion": _version(current),
-                                  "annotations": {NODE_LOCK: format_lock(self.clock(), namespace, name)}}}
-            try:
-                self.kube.patch_node(node, patch)
+            if self._write(node, current, format_lock(self.clock(), namespace, name)):
                 return
-            except ApiException as error:
-                if error.status != CONFLICT:
-                    raise
             current = None
             self.sleep(self.base_delay * (2 ** attempt) * (0.5 + random.random()))
         raise NodeLocked(f"node {node}: could not take the node lock after {self.retries} attempts "
@@ -107,16 +101,23 @@ class NodeLock:
         """Remove the lock if this pod holds it (never someone else's)."""
         for _ in range(self.retries):
             current = self.kube.get_node(node)
-            held = _lock_of(current)
-            if not held or (parse_lock(held).namespace, parse_lock(held).name) != (namespace, name):
+            value = node_lock_value(current)
+            if value is None or (value.namespace, value.name) != (namespace, name):
                 return
-            patch = {"metadata": {"resourceVersion": _version(current), "annotations": {NODE_LOCK: None}}}
-            try:
-                self.kube.patch_node(node, patch)
+            if self._write(node, current, None):
                 return
-            except ApiException as error:
-                if error.status != CONFLICT:
-                    raise
+
+    def _write(self, node: str, current: Mapping[str, Any], value: str | None) -> bool:
+        """Set (or with None remove) the lock on the node as it was read; False when someone wrote
+        the node meanwhile (409 Conflict on its resourceVersion), so the caller re-reads and decides again."""
+        patch = {"metadata": {"resourceVersion": _version(current), "annotations": {NODE_LOCK: value}}}
+        try:
+            self.kube.patch_node(node, patch)
+            return True
+        except ApiException as error:
+            if error.status != CONFLICT:
+                raise
+        return False
 
     def _takeable(self, value: LockValue, owner_exists: Callable[[str, str], bool]) -> bool:
         if value.taken is None or (self.clock() - value.taken).total_seconds() > self.expiry:
