@@ -89,17 +89,13 @@ def reconcile(state: CertState, policy: Policy, now: dt.datetime, force: bool = 
     if len(bundle) < len(state.bundle):
         changes.append("dropped expired CA(s) from the bundle")
 
-    ca_broken = ca_problem(state, now)
-    if ca_broken:
-        ca = make_ca(now, lt, policy.key_type)
-        # A CA that is unusable cannot keep signing; its certificate stays trusted while valid so
-        # the serving certificate it signed keeps verifying until replaced.
-        bundle.append(ca.cert)
-        changes.append(f"new CA ({ca_broken})")
-    elif needs_renewal(state.ca.cert, now, lt.renew_fraction) and _is_newest(state.ca.cert, bundle):
+    new_ca = _why_new_ca(state, now, lt, bundle)
+    if new_ca:
+        # An unusable CA cannot keep signing; a due one hands over. The old certificate stays in the
+        # bundle while valid so the serving certificate it signed keeps verifying until replaced.
         ca = make_ca(now, lt, policy.key_type)
         bundle.append(ca.cert)
-        changes.append("CA rollover started: new CA added to the bundle")
+        changes.append(new_ca)
     else:
         ca = state.ca
     if not any(fingerprint(c) == fingerprint(ca.cert) for c in bundle):
@@ -107,26 +103,41 @@ def reconcile(state: CertState, policy: Policy, now: dt.datetime, force: bool = 
         changes.append("current CA added to the bundle")
 
     serving = state.serving
-    current = replace(state, ca=ca, bundle=tuple(bundle))
-    problem = serving_problem(current, policy, now)
-    ca_settled = now - issued_at(ca.cert) >= lt.bundle_overlap
-    if problem:
+    reissue = _why_reissue(replace(state, ca=ca, bundle=tuple(bundle)), policy, now, force)
+    if reissue:
         serving = make_serving(ca, policy.identity, now, lt, policy.key_type)
-        changes.append(f"new serving certificate ({problem})")
-    elif force:
-        serving = make_serving(ca, policy.identity, now, lt, policy.key_type)
-        changes.append("new serving certificate (forced)")
-    elif not signed_by(serving.cert, ca.cert) and ca_settled:
-        serving = make_serving(ca, policy.identity, now, lt, policy.key_type)
-        changes.append("new serving certificate signed by the new CA")
-    elif needs_renewal(serving.cert, now, lt.renew_fraction) and (signed_by(serving.cert, ca.cert) or ca_settled):
-        serving = make_serving(ca, policy.identity, now, lt, policy.key_type)
-        changes.append("serving certificate renewed (due)")
+        changes.append(reissue)
 
     kept = [c for c in bundle if _still_needed(c, ca, serving, now, lt)]
     if len(kept) < len(bundle):
         changes.append("old CA removed from the bundle (rollover complete)")
     return CertState(ca=ca, bundle=tuple(kept), serving=serving), changes
+
+
+def _why_new_ca(state: CertState, now: dt.datetime, lt: Lifetimes, bundle: list[x509.Certificate]) -> str | None:
+    """Why a new CA must be made now (None: keep the current one)."""
+    broken = ca_problem(state, now)
+    if broken:
+        return f"new CA ({broken})"
+    if needs_renewal(state.ca.cert, now, lt.renew_fraction) and _is_newest(state.ca.cert, bundle):
+        return "CA rollover started: new CA added to the bundle"
+    return None
+
+
+def _why_reissue(current: CertState, policy: Policy, now: dt.datetime, force: bool) -> str | None:
+    """Why the serving certificate must be reissued by `current.ca` now (None: keep it)."""
+    ca, serving, lt = current.ca, current.serving, policy.lifetimes
+    problem = serving_problem(current, policy, now)
+    if problem:
+        return f"new serving certificate ({problem})"
+    if force:
+        return "new serving certificate (forced)"
+    ca_settled = now - issued_at(ca.cert) >= lt.bundle_overlap
+    if not signed_by(serving.cert, ca.cert) and ca_settled:
+        return "new serving certificate signed by the new CA"
+    if needs_renewal(serving.cert, now, lt.renew_fraction) and (signed_by(serving.cert, ca.cert) or ca_settled):
+        return "serving certificate renewed (due)"
+    return None
 
 
 def _is_newest(ca: x509.Certificate, bundle: list[x509.Certificate]) -> bool:
