@@ -40,7 +40,7 @@ class DevicePluginApp:
         self.publisher = Publisher(kube, self.metrics)
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
-        self.server = PluginServer(self.service, config.kubelet_dir, config.socket_name, config.resource_name)
+        self.server = PluginServer(self.service, config)
         self.report: StartupReport | None = None
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None

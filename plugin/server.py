@@ -20,6 +20,7 @@ from plugin.allocate import AllocateError, Allocator, ContainerAnswer, preferred
 from plugin.api import HEALTHY, VERSION
 from plugin.api import deviceplugin_pb2 as pb
 from plugin.api import deviceplugin_pb2_grpc as rpc
+from plugin.config import PluginConfig
 from plugin.discovery import Inventory
 
 log = logging.getLogger("dynmig.plugin.server")
@@ -109,11 +110,9 @@ def _identity(path: Path) -> tuple[int, int] | None:
 class PluginServer:
     """Serves the DevicePlugin service on `<kubelet_dir>/<socket_name>` and keeps it registered."""
 
-    def __init__(self, service: DevicePluginService, kubelet_dir: Path, socket_name: str, resource_name: str):
+    def __init__(self, service: DevicePluginService, config: PluginConfig):
         self.service = service
-        self.kubelet_dir = Path(kubelet_dir)
-        self.socket_name = socket_name
-        self.resource_name = resource_name
+        self.config = config  # the socket paths and the resource name are the config's
         self.registrations = 0
         self._server: grpc.Server | None = None
         self._kubelet_seen: tuple[int, int] | None = None
@@ -123,11 +122,11 @@ class PluginServer:
 
     @property
     def socket_path(self) -> Path:
-        return self.kubelet_dir / self.socket_name
+        return self.config.socket_path
 
     @property
     def kubelet_socket(self) -> Path:
-        return self.kubelet_dir / "kubelet.sock"
+        return self.config.kubelet_socket
 
     def start(self) -> PluginServer:
         self._serve()
@@ -144,7 +143,7 @@ class PluginServer:
         self._shutdown_server()
 
     def _serve(self) -> None:
-        self.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        self.config.kubelet_dir.mkdir(parents=True, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dynmig-dp"))
         rpc.add_DevicePluginServicer_to_server(self.service, server)
         server.add_insecure_port(f"unix://{self.socket_path}")
@@ -163,7 +162,7 @@ class PluginServer:
         if seen is None:
             return False
         request = pb.RegisterRequest(
-            version=VERSION, endpoint=self.socket_name, resource_name=self.resource_name,
+            version=VERSION, endpoint=self.config.socket_name, resource_name=self.config.resource_name,
             options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True))
         try:
             with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
@@ -174,7 +173,7 @@ class PluginServer:
         self._kubelet_seen = seen
         self._registered = True
         self.registrations += 1
-        log.info("registered %s with kubelet (%d)", self.resource_name, self.registrations)
+        log.info("registered %s with kubelet (%d)", self.config.resource_name, self.registrations)
         return True
 
     def _watch(self) -> None:
