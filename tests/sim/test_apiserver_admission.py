@@ -3,92 +3,31 @@
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
-import ssl
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from https_testkit import JsonServer, make_pki
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 Decide = Callable[[dict], dict]
 
 
-def _cert(subject: str, key, issuer_name, issuer_key, ca: bool, sans: list[x509.GeneralName]):
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer_name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=1))
-               .not_valid_after(now + datetime.timedelta(hours=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def make_pki(tmp: Path, dns: str) -> tuple[bytes, Path, Path]:
-    """A CA and a serving cert for 127.0.0.1 and `dns`: (CA PEM, cert file, key file)."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    ca = _cert("test-ca", ca_key, ca_name, ca_key, True, [])
-    key = ec.generate_private_key(ec.SECP256R1())
-    leaf = _cert("webhook", key, ca_name, ca_key, False,
-                 [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(dns)])
-    crt, kf = tmp / "tls.crt", tmp / "tls.key"
-    crt.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    kf.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()))
-    return ca.public_bytes(serialization.Encoding.PEM), crt, kf
-
-
-class WebhookServer:
+class WebhookServer(JsonServer):
     """A tiny HTTPS admission webhook: `decide(request) -> response fields`; keeps every review."""
 
     def __init__(self, cert: Path, key: Path, decide: Decide):
-        self.reviews: list[dict] = []
-        outer = self
+        def answer(path: str, review: dict) -> dict:
+            response = {"uid": review["request"]["uid"], **decide(review["request"])}
+            return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        super().__init__(answer, tls=(cert, key))
 
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.reviews.append(review)
-                response = {"uid": review["request"]["uid"], **decide(review["request"])}
-                body = json.dumps({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
-                                   "response": response}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cert, key)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    @property
+    def reviews(self) -> list[dict]:
+        return [review for _, review in self.calls]
 
 
 @pytest.fixture

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from https_testkit import JsonServer, make_pki
 from kubernetes import client
-from test_apiserver_admission import make_pki
 
 from sim.scheduler import ConfigError, Scheduler, parse
 
@@ -28,46 +25,18 @@ def node(name: str, ready: bool = True, unschedulable: bool = False) -> dict:
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
-class Extender:
+class Extender(JsonServer):
     """A tiny extender: records each call's JSON body; `filter`/`bind` decide the replies."""
 
     def __init__(self, filter_fn: Callable[[dict], dict], bind_fn: Callable[[dict], dict] | None = None,
                  tls: tuple | None = None):
-        self.calls: list[tuple[str, dict]] = []
-        outer = self
+        def answer(path: str, body: dict) -> dict:
+            return filter_fn(body) if path == "/filter" else (bind_fn or (lambda b: {"Error": ""}))(body)
 
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.calls.append((self.path, body))
-                reply = filter_fn(body) if self.path == "/filter" else (bind_fn or (lambda b: {"Error": ""}))(body)
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(tls[0], tls[1])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        super().__init__(answer, tls=tls)
 
     def bodies(self, path: str) -> list[dict]:
         return [b for p, b in self.calls if p == path]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def config(url: str, **extender) -> dict:
