@@ -11,6 +11,11 @@ A100, H100, RTX, A30 = "A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000", "A30"
 THREE_MODELS = (A100, H100, RTX)
 
 
+def gpu0() -> Any:
+    """GPU 0's handle, looked up afresh each time as callers do (a handle does not outlive nvmlShutdown)."""
+    return pynvml.nvmlDeviceGetHandleByIndex(0)
+
+
 def placements(handle: Any, profile_id: int) -> list[tuple[int, int]]:
     """The two-call pattern every real caller uses."""
     count = ctypes.c_uint(0)

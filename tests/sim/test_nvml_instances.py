@@ -16,6 +16,7 @@ from nvml_testkit import (
     compute_instances,
     create_gi,
     full_ci,
+    gpu0,
     gpu_instances,
     mig_uuids_by_index,
 )
@@ -25,14 +26,10 @@ from mig.catalog import find_model
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-def _handle():
-    return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-
 @pytest.mark.parametrize("model", THREE_MODELS + (A30,))
 def test_every_legal_placement_of_every_profile_can_be_created_and_reports_itself(node, model):
     node(model)
-    handle = _handle()
+    handle = gpu0()
     for spec in find_model(model).profiles:
         for placement in spec.placements:
             gi = create_gi(handle, spec.profile_id, placement.start, placement.size)
@@ -54,13 +51,13 @@ def test_an_illegal_placement_is_an_invalid_argument(node, model, profile, start
     node(model)
     spec = find_model(model).profile(profile)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        create_gi(_handle(), spec.profile_id, start, size)
+        create_gi(gpu0(), spec.profile_id, start, size)
 
 
 def test_an_unknown_profile_id_is_an_invalid_argument(node):
     node(A100)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        create_gi(_handle(), 99, 0, 1)
+        create_gi(gpu0(), 99, 0, 1)
 
 
 @pytest.mark.parametrize("model, first, second", [
@@ -72,35 +69,35 @@ def test_an_unknown_profile_id_is_an_invalid_argument(node):
 def test_an_overlapping_placement_is_insufficient_resources(node, model, first, second):
     node(model)
     catalog = find_model(model)
-    create_gi(_handle(), catalog.profile(first[0]).profile_id, first[1], first[2])
+    create_gi(gpu0(), catalog.profile(first[0]).profile_id, first[1], first[2])
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
-        create_gi(_handle(), catalog.profile(second[0]).profile_id, second[1], second[2])
+        create_gi(gpu0(), catalog.profile(second[0]).profile_id, second[1], second[2])
 
 
 def test_a_media_extension_profile_allows_only_its_instance_count(node):
     node(A100)
     me = find_model(A100).profile("1g.5gb+me")
-    create_gi(_handle(), me.profile_id, 0, 1)
+    create_gi(gpu0(), me.profile_id, 0, 1)
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
-        create_gi(_handle(), me.profile_id, 3, 1)
+        create_gi(gpu0(), me.profile_id, 3, 1)
 
 
 def test_an_all_media_engine_profile_admits_only_no_media_engine_neighbours(node):
     node(RTX)
     catalog = find_model(RTX)
-    create_gi(_handle(), catalog.profile("1g.24gb+me.all").profile_id, 0, 3)
+    create_gi(gpu0(), catalog.profile("1g.24gb+me.all").profile_id, 0, 3)
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
-        create_gi(_handle(), catalog.profile("1g.24gb").profile_id, 3, 3)
-    create_gi(_handle(), catalog.profile("1g.24gb-me").profile_id, 3, 3)
-    assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(_handle(), catalog.profile("2g.48gb").profile_id) == 0
+        create_gi(gpu0(), catalog.profile("1g.24gb").profile_id, 3, 3)
+    create_gi(gpu0(), catalog.profile("1g.24gb-me").profile_id, 3, 3)
+    assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu0(), catalog.profile("2g.48gb").profile_id) == 0
 
 
 def test_all_media_engine_profile_is_refused_beside_a_profile_with_media_engines(node):
     node(RTX)
     catalog = find_model(RTX)
-    create_gi(_handle(), catalog.profile("1g.24gb").profile_id, 9, 3)
+    create_gi(gpu0(), catalog.profile("1g.24gb").profile_id, 9, 3)
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
-        create_gi(_handle(), catalog.profile("2g.48gb+me.all").profile_id, 0, 6)
+        create_gi(gpu0(), catalog.profile("2g.48gb+me.all").profile_id, 0, 6)
 
 
 @pytest.mark.parametrize("model, profile, expected_starts", [
@@ -114,11 +111,11 @@ def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, p
     spec = find_model(model).profile(profile)
     starts = []
     for _ in expected_starts:
-        gi = pynvml.nvmlDeviceCreateGpuInstance(_handle(), spec.profile_id)
+        gi = pynvml.nvmlDeviceCreateGpuInstance(gpu0(), spec.profile_id)
         starts.append(pynvml.nvmlGpuInstanceGetInfo(gi).placement.start)
     assert starts == expected_starts
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
-        pynvml.nvmlDeviceCreateGpuInstance(_handle(), spec.profile_id)
+        pynvml.nvmlDeviceCreateGpuInstance(gpu0(), spec.profile_id)
 
 
 @pytest.mark.parametrize("model, profile, start, gi_id", [
@@ -133,7 +130,7 @@ def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, p
 def test_gi_ids_follow_the_drivers_heap_numbering(node, model, profile, start, gi_id):
     node(model)
     spec = find_model(model).profile(profile)
-    gi = create_gi(_handle(), spec.profile_id, start, spec.placement_size)
+    gi = create_gi(gpu0(), spec.profile_id, start, spec.placement_size)
     assert pynvml.nvmlGpuInstanceGetInfo(gi).id == gi_id
 
 
@@ -143,13 +140,13 @@ def test_shuffled_gi_ids_are_opaque_but_stable_and_placements_stay_true(node):
     one_g = find_model(A100).profile("1g.5gb")
     ids, starts = [], []
     for start in range(7):
-        info = pynvml.nvmlGpuInstanceGetInfo(create_gi(_handle(), one_g.profile_id, start, 1))
+        info = pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), one_g.profile_id, start, 1))
         ids.append(info.id)
         starts.append(info.placement.start)
     assert starts == list(range(7))
     assert ids != [7 + s for s in range(7)] and len(set(ids)) == 7
     assert all(0 <= i <= 14 for i in ids)
-    by_id = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(_handle(), ids[3]))
+    by_id = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), ids[3]))
     assert by_id.placement.start == 3
 
 
@@ -157,22 +154,22 @@ def test_shuffled_gi_ids_are_opaque_but_stable_and_placements_stay_true(node):
 def test_gpu_instances_are_listed_per_profile_and_found_by_id(node, model):
     node(model)
     spec = find_model(model).profiles[0]
-    created = [pynvml.nvmlGpuInstanceGetInfo(create_gi(_handle(), spec.profile_id, p.start, p.size)).id
+    created = [pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, p.start, p.size)).id
                for p in spec.placements[:2]]
-    listed = [pynvml.nvmlGpuInstanceGetInfo(gi).id for gi in gpu_instances(_handle(), spec.profile_id)]
+    listed = [pynvml.nvmlGpuInstanceGetInfo(gi).id for gi in gpu_instances(gpu0(), spec.profile_id)]
     assert sorted(listed) == sorted(created)
     other = find_model(model).profile_by_enum(pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE)
-    assert gpu_instances(_handle(), other.profile_id) == []
-    assert pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(_handle(), created[1])).id == created[1]
+    assert gpu_instances(gpu0(), other.profile_id) == []
+    assert pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), created[1])).id == created[1]
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetGpuInstanceById(_handle(), 14)
+        pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), 14)
 
 
 @pytest.mark.parametrize("model, profile, start", [(A100, "3g.20gb", 4), (H100, "1g.10gb", 2), (RTX, "1g.24gb", 9)])
 def test_a_full_compute_instance_gets_id_0_and_a_mig_device_with_an_r470_uuid(node, model, profile, start):
     sim = node(model)
     spec = find_model(model).profile(profile)
-    gi = create_gi(_handle(), spec.profile_id, start, spec.placement_size)
+    gi = create_gi(gpu0(), spec.profile_id, start, spec.placement_size)
     ci_profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, spec.slice_count - 1 if spec.slice_count < 4
                                                                      else 3, 0)
     ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
@@ -180,7 +177,7 @@ def test_a_full_compute_instance_gets_id_0_and_a_mig_device_with_an_r470_uuid(no
     gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
     assert info.id == 0 and info.profileId == ci_profile.id
     assert pynvml.nvmlGpuInstanceGetInfo(info.gpuInstance).id == gi_id
-    (found_gi, found_ci, uuid), = mig_uuids_by_index(_handle())
+    (found_gi, found_ci, uuid), = mig_uuids_by_index(gpu0())
     assert (found_gi, found_ci) == (gi_id, 0) and MIG_UUID.fullmatch(uuid)
     assert pynvml.nvmlDeviceGetUUID(info.device) == uuid  # the DRA driver's path to the MIG UUID
     assert sim.gpus()[0].mig_uuids == (uuid,)
@@ -191,7 +188,7 @@ def test_re_creating_the_same_placement_gives_the_same_mig_uuid_and_another_plac
     spec = find_model(H100).profile("1g.10gb")
 
     def make(start):
-        gi = create_gi(_handle(), spec.profile_id, start, 1)
+        gi = create_gi(gpu0(), spec.profile_id, start, 1)
         ci = full_ci(gi, 1)
         uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlComputeInstanceGetInfo(ci).device)
         return gi, ci, uuid
@@ -209,15 +206,15 @@ def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profi
     catalog = find_model(A100)
     for name, start in (("1g.5gb", 6), ("3g.20gb", 0), ("2g.10gb", 4)):
         spec = catalog.profile(name)
-        full_ci(create_gi(_handle(), spec.profile_id, start, spec.placement_size), spec.slice_count)
-    order = mig_uuids_by_index(_handle())
+        full_ci(create_gi(gpu0(), spec.profile_id, start, spec.placement_size), spec.slice_count)
+    order = mig_uuids_by_index(gpu0())
     assert [gi for gi, _, _ in order] == [1, 5, 13]
-    names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(_handle(), i)) for i in range(3)]
+    names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), i)) for i in range(3)]
     assert names == [f"NVIDIA A100-SXM4-40GB MIG {n}" for n in ("3g.20gb", "2g.10gb", "1g.5gb")]
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(_handle(), 3)
+        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), 3)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(_handle(), 7)
+        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), 7)
     text = sim.nvidia_smi_L()
     assert text.splitlines()[1] == f"  MIG 3g.20gb     Device  0: (UUID: {order[0][2]})"
 
@@ -225,7 +222,7 @@ def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profi
 def test_compute_instances_split_a_gi_and_are_listed_found_and_destroyed(node):
     sim = node(A100)
     spec = find_model(A100).profile("3g.20gb")
-    gi = create_gi(_handle(), spec.profile_id, 0, 4)
+    gi = create_gi(gpu0(), spec.profile_id, 0, 4)
     one_c = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
     assert (one_c.instanceCount, one_c.name) == (3, "MIG 1c.3g.20gb")
     cis = [pynvml.nvmlGpuInstanceCreateComputeInstance(gi, one_c.id) for _ in range(3)]
@@ -245,7 +242,7 @@ def test_compute_instances_split_a_gi_and_are_listed_found_and_destroyed(node):
 def test_compute_instance_placements_use_the_two_call_pattern_and_create_with_placement(node):
     node(H100)
     spec = find_model(H100).profile("3g.40gb")
-    gi = create_gi(_handle(), spec.profile_id, 4, 4)
+    gi = create_gi(gpu0(), spec.profile_id, 4, 4)
     count = ctypes.c_uint(0)
     pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, 0, None, ctypes.byref(count))
     array = (pynvml.c_nvmlComputeInstancePlacement_t * count.value)()
@@ -262,7 +259,7 @@ def test_compute_instance_placements_use_the_two_call_pattern_and_create_with_pl
 def test_destroying_a_gi_that_still_has_a_ci_is_in_use_and_ci_first_then_gi_works(node, model):
     sim = node(model)
     spec = find_model(model).profiles[0]
-    gi = create_gi(_handle(), spec.profile_id, spec.placements[0].start, spec.placement_size)
+    gi = create_gi(gpu0(), spec.profile_id, spec.placements[0].start, spec.placement_size)
     ci = full_ci(gi, spec.slice_count)
     with pytest.raises(pynvml.NVMLError_InUse):
         pynvml.nvmlGpuInstanceDestroy(gi)
@@ -277,5 +274,5 @@ def test_a_placement_passed_by_value_is_refused_and_reported(node):
     sim = node(A100)
     placement = pynvml.c_nvmlGpuInstancePlacement_t(0, 1)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(_handle(), 19, placement)
+        pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(gpu0(), 19, placement)
     assert "byref" in sim.misuse[0]

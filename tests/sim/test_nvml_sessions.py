@@ -18,6 +18,7 @@ from nvml_testkit import (
     compute_instances,
     create_gi,
     full_ci,
+    gpu0,
     gpu_instances,
     mig_uuids_by_index,
     placements,
@@ -29,17 +30,13 @@ from sim.nvml import SimulatedNvml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _handle():
-    return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-
 def test_a_new_nvml_session_in_the_same_process_sees_the_instances_left_running(node):
     node(H100)
-    gi = create_gi(_handle(), 19, 4, 1)
+    gi = create_gi(gpu0(), 19, 4, 1)
     full_ci(gi, 1)
     pynvml.nvmlShutdown()
     pynvml.nvmlInit()
-    (found,) = gpu_instances(_handle(), 19)
+    (found,) = gpu_instances(gpu0(), 19)
     assert pynvml.nvmlGpuInstanceGetInfo(found).placement.start == 4
     assert len(compute_instances(found, CI_ENUM_BY_SLICES[1])) == 1
 
@@ -81,7 +78,7 @@ def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, no
     path = tmp_path / "node.json"
     writer = node({"gpus": [{"model": H100}]}, state_path=path)
     reader = SimulatedNvml(state_path=path)
-    create_gi(_handle(), 19, 6, 1)
+    create_gi(gpu0(), 19, 6, 1)
     assert reader.gpus()[0].placements == writer.gpus()[0].placements
     assert reader.gpus()[0].gpu_instances[0].gi_id == 13
 
@@ -90,7 +87,7 @@ def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, no
 def test_hami_allocate_release_reset_and_adopt_sequences_run_through_pynvml(node, model):
     """mig-facts §6, step by step, on the first profile's last placement."""
     sim = node(model)
-    handle = _handle()
+    handle = gpu0()
     # Allocate
     current, pending = pynvml.nvmlDeviceGetMigMode(handle)
     assert (current, pending) == (1, 1)
@@ -108,7 +105,7 @@ def test_hami_allocate_release_reset_and_adopt_sequences_run_through_pynvml(node
     # Adopt after a restart
     pynvml.nvmlShutdown()
     pynvml.nvmlInit()
-    handle = _handle()
+    handle = gpu0()
     (adopted,) = gpu_instances(handle, info.id)
     adopted_info = pynvml.nvmlGpuInstanceGetInfo(adopted)
     assert (adopted_info.id, adopted_info.placement.start) == (gi_info.id, wanted.start)
