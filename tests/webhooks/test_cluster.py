@@ -6,27 +6,17 @@ from __future__ import annotations
 import copy
 import json
 import ssl
-import time
 import urllib.request
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from webhooks_testkit import PluginStandIn, node
+from webhooks_testkit import PluginStandIn, eventually, node
 
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, VGPU_NODE, decode_allocations
 
 RESERVATION = json.dumps([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-n1-0", "profile": "1g.10gb",
                            "placement": {"start": 6, "size": 1}}])
-
-
-def eventually(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def core(apiserver, who: str = "alice") -> client.CoreV1Api:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from webhooks_testkit import gpu_pod, node
+from webhooks_testkit import eventually, gpu_pod, node
 
 from mig.annotations import MIG_ALLOCATIONS, decode_allocations
-
-
-def eventually(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return check()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from kubernetes import client
-from webhooks_testkit import gpu_pod, node
+from webhooks_testkit import eventually, gpu_pod, node
 
 from mig.annotations import (
     BIND_PHASE,
@@ -19,15 +19,6 @@ from mig.annotations import (
     decode_allocations,
 )
 from mig.types import Placement
-
-
-def eventually(check, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 def seed(apiserver, service, *objs):

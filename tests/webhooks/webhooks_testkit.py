@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 SCHEDULER = "system:serviceaccount:dynmig:dynmig-scheduler"
 PLUGIN = "system:serviceaccount:dynmig:dynmig-device-plugin"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """check()'s first truthy value within `timeout` seconds, else its last (falsy) one: caches and
+    events catch up in the background, so `assert eventually(...)` waits for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
 
 
 def pod(name: str = "p", limits: dict[str, str] | None = None, requests: dict[str, str] | None = None,
