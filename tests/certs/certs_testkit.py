@@ -1,62 +1,8 @@
-"""Helpers for certs tests: certificates made by our own authority, and a real uvicorn server
-over real TLS whose context is owned by a TLSReloader."""
+"""Helpers for certs tests: the service identity certificates are made for. The uvicorn server
+over real TLS whose context is owned by a TLSReloader is tests/tls_server_testkit.RunningServer."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-
-import uvicorn
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
-
 from certs.authority import ServiceIdentity
-from certs.reload import TLSReloader
 
 IDENTITY = ServiceIdentity("dynmig", "dynmig-system")
-
-
-
-def _app() -> Starlette:
-    async def hello(request):
-        return PlainTextResponse("ok")
-
-    return Starlette(routes=[Route("/", hello)])
-
-
-class RunningServer:
-    def __init__(self, reloader: TLSReloader, app: Starlette | None = None) -> None:
-        self.reloader = reloader
-        config = uvicorn.Config(
-            app or _app(),
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="off",
-            # the API server keeps webhook connections alive; do not wait for it to close them
-            timeout_graceful_shutdown=1,
-            ssl_context_factory=reloader.ssl_context_factory,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.run(self.server.serve())
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        sock = self.server.servers[0].sockets[0]
-        self.port = sock.getsockname()[1]
-        self.url = f"https://127.0.0.1:{self.port}/"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from certs_testkit import IDENTITY, RunningServer
+from certs_testkit import IDENTITY
+from tls_server_testkit import RunningServer
 
 from certs.authority import make_ca, make_serving, utcnow
 from certs.reload import TLSReloader

@@ -10,12 +10,12 @@ import time
 
 import kubernetes
 import pytest
-from certs_testkit import RunningServer
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tls_server_testkit import RunningServer
 
 from certs.authority import ServiceIdentity, load_certs, utcnow
 from certs.main import main

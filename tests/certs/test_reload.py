@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from certs_testkit import IDENTITY, RunningServer
+from certs_testkit import IDENTITY
 from cryptography import x509
 from prometheus_client import CollectorRegistry
+from tls_server_testkit import RunningServer
 
 from certs.authority import KeyPair, certs_to_pem, make_ca, make_serving, utcnow
 from certs.reload import FileSource, TLSReloader

@@ -11,13 +11,13 @@ import time
 import kubernetes
 import pytest
 import yaml
-from certs_testkit_bridge import RunningServer
 from chart_testkit import NAMESPACE, container, env, of_kind, one, render, scheduler_config
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tls_server_testkit import RunningServer
 
 from certs.authority import make_ca, utcnow
 from certs.main import main as certs_main
