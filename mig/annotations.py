@@ -127,16 +127,22 @@ def encode_node_register(devices: list[DeviceInfo] | tuple[DeviceInfo, ...]) -> 
     return _compact([d.encode_dict() for d in devices])
 
 
+def _json_array(text: str, annotation: str, items: str) -> list[Any]:
+    """The annotation's JSON array; AnnotationError naming the annotation when it is not one."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AnnotationError(f"{annotation}: not JSON ({error.msg} at {error.pos})") from None
+    if not isinstance(raw, list):
+        raise AnnotationError(f"{annotation}: must be a JSON array of {items}")
+    return raw
+
+
 def decode_node_register(text: str) -> tuple[DeviceInfo, ...]:
     """Decode a node's registration; raise AnnotationError naming the field on bad input."""
     if not text or not text.strip():
         return ()
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise AnnotationError(f"{NODE_REGISTER}: not JSON ({error.msg} at {error.pos})") from None
-    if not isinstance(raw, list):
-        raise AnnotationError(f"{NODE_REGISTER}: must be a JSON array of devices")
+    raw = _json_array(text, NODE_REGISTER, "devices")
     devices = []
     for i, item in enumerate(raw):
         try:
@@ -217,12 +223,7 @@ def decode_allocations(text: str | None) -> tuple[MigAllocation, ...]:
     """Decode a pod's reservations; any invalid entry rejects the whole annotation."""
     if text is None or not text.strip():
         return ()
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise AnnotationError(f"{MIG_ALLOCATIONS}: not JSON ({error.msg} at {error.pos})") from None
-    if not isinstance(raw, list):
-        raise AnnotationError(f"{MIG_ALLOCATIONS}: must be a JSON array of reservations")
+    raw = _json_array(text, MIG_ALLOCATIONS, "reservations")
     entries = [_validate_entry(i, item) for i, item in enumerate(raw)]
     seen: set[tuple[int, int]] = set()
     for entry in entries:
