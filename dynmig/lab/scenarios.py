@@ -112,11 +112,6 @@ def _show(run: Run, names: list[str], nodes: list[str] | None = None, events: li
     run.show("simulated GPUs", report.nvidia_smi(run.kit, nodes, only_used=True))
 
 
-def _rtx_node(run: Run) -> str:
-    found = run.kit.gpus_of_model(RTX)
-    return found[0][0]
-
-
 # ---- the tour ------------------------------------------------------------------------------------------
 
 

@@ -120,10 +120,6 @@ class PlacementIndex:
         for uuid in list(self._nodes.get(node, ())):
             self.remove(uuid)
 
-    def set_healthy(self, uuid: str, healthy: bool) -> None:
-        g = self._gpus[uuid]
-        self._change(g.node, lambda: setattr(g, "healthy", healthy))
-
     def reserve(self, uuid: str, placement: Placement) -> None:
         """Mark a placement taken; an overlap with a held placement is a bug upstream, so it raises."""
         g = self._gpus[uuid]
