@@ -4,6 +4,7 @@ webhook's matchConditions send it only pods that carry or gain the annotation.""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Callable, Iterator
@@ -14,13 +15,27 @@ from kubernetes.client.rest import ApiException
 
 from sim.apiserver.identities import service_account
 from tests.charts.chart_testkit import NAMESPACE, one, render
-from tests.sim.test_apiserver_admission import WebhookServer, ca_bundle, make_pki
+from tests.sim.https_testkit import JsonServer, make_pki
 
 KEY = "hami.io/vgpu-mig-allocations"
 OTHER = "example.com/owner"
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 POD = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def allow_all(path: str, review: dict) -> dict:
+    """A validating webhook that admits everything (the tests count what it is sent)."""
+    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True}}
+
+
+def reviews(server: JsonServer) -> list[dict]:
+    return [body for _, body in server.calls]
+
+
+def ca_bundle(pem: bytes) -> str:
+    return base64.b64encode(pem).decode()
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +137,13 @@ def test_alice_may_create_plain_pods_and_edit_other_annotations_of_an_allocated_
 
 
 @pytest.fixture
-def validating_webhook(apiserver, chart, tmp_path) -> Iterator[WebhookServer]:
+def validating_webhook(apiserver, chart, tmp_path) -> Iterator[JsonServer]:
     """The chart's ValidatingWebhookConfiguration pointing at a counting webhook that allows all
     (the policy is not loaded, so every request the webhook is sent reaches it)."""
     config = copy.deepcopy(one(chart, "ValidatingWebhookConfiguration"))
     service = config["webhooks"][0]["clientConfig"]["service"]
     ca, crt, key = make_pki(tmp_path, f"{service['name']}.{service['namespace']}.svc")
-    server = WebhookServer(crt, key, lambda req: {"allowed": True})
+    server = JsonServer(allow_all, tls=(crt, key))
     apiserver.register_service(service["namespace"], service["name"], "127.0.0.1", server.port)
     for hook in config["webhooks"]:
         hook["clientConfig"]["caBundle"] = ca_bundle(ca)
@@ -141,7 +156,7 @@ def validating_webhook(apiserver, chart, tmp_path) -> Iterator[WebhookServer]:
 def test_only_pods_that_carry_or_gain_the_annotation_are_sent_to_the_pod_webhook(apiserver, validating_webhook):
     alice = client.CoreV1Api(apiserver.api_client("alice"))
     scheduler = client.CoreV1Api(apiserver.api_client("chart-scheduler"))
-    sent = lambda: [(r["request"]["operation"], r["request"]["name"]) for r in validating_webhook.reviews]
+    sent = lambda: [(r["request"]["operation"], r["request"]["name"]) for r in reviews(validating_webhook)]
     alice.create_namespaced_pod("default", pod("plain"))
     change(alice, "plain", "merge", {OTHER: "x"})
     scheduler.create_namespaced_pod("default", pod("by-scheduler"))

@@ -3,6 +3,7 @@ through the official client as a real cluster would show them."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 
@@ -10,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.sim.test_apiserver_admission import WebhookServer, ca_bundle, make_pki
+from tests.sim.https_testkit import JsonServer, make_pki
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
        "spec": {"containers": [{"name": "c", "image": "x"}]}}
@@ -26,15 +27,29 @@ def pod(name: str, labels: dict | None = None, annotations: dict | None = None) 
     return {**POD, "metadata": meta}
 
 
+def allow_all(path: str, review: dict) -> dict:
+    """A validating webhook that admits everything (the tests count what it is sent)."""
+    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True}}
+
+
+def reviews(server: JsonServer) -> list[dict]:
+    return [body for _, body in server.calls]
+
+
+def ca_bundle(pem: bytes) -> str:
+    return base64.b64encode(pem).decode()
+
+
 @pytest.fixture
-def counting_webhook(tmp_path) -> Iterator[tuple[WebhookServer, bytes]]:
+def counting_webhook(tmp_path) -> Iterator[tuple[JsonServer, bytes]]:
     ca, crt, key = make_pki(tmp_path, "hook.test.svc")
-    server = WebhookServer(crt, key, lambda req: {"allowed": True})
+    server = JsonServer(allow_all, tls=(crt, key))
     yield server, ca
     server.stop()
 
 
-def register_validating(apiserver, hook: WebhookServer, ca: bytes, conditions: list[dict],
+def register_validating(apiserver, hook: JsonServer, ca: bytes, conditions: list[dict],
                         failure_policy: str = "Fail") -> None:
     adm = client.AdmissionregistrationV1Api(apiserver.api_client("admin"))
     adm.create_validating_webhook_configuration({"metadata": {"name": "v"}, "webhooks": [{
@@ -81,12 +96,12 @@ def test_a_webhook_is_called_only_for_requests_all_its_match_conditions_accept(a
     scheduler = client.CoreV1Api(apiserver.api_client("scheduler"))
     alice.create_namespaced_pod("default", pod("plain"))
     scheduler.create_namespaced_pod("default", pod("by-scheduler", labels={"gpu": "1"}))
-    assert hook.reviews == []
+    assert reviews(hook) == []
     alice.create_namespaced_pod("default", pod("gpu", labels={"gpu": "1"}))
-    assert [r["request"]["name"] for r in hook.reviews] == ["gpu"]
+    assert [r["request"]["name"] for r in reviews(hook)] == ["gpu"]
     # an UPDATE that removes the label is still sent: oldObject is not what the condition reads
     alice.patch_namespaced_pod("gpu", "default", {"metadata": {"labels": {"gpu": None}}})
-    assert len(hook.reviews) == 1
+    assert len(reviews(hook)) == 1
 
 
 @pytest.mark.parametrize("policy", ["Fail", "Ignore"])
@@ -103,7 +118,7 @@ def test_a_match_condition_that_fails_to_evaluate_follows_the_failure_policy(api
         assert status["message"].startswith('pods "p" is forbidden: expression '
                                             "'object.metadata.annotations['team'] == 'ml'' resulted in error")
         assert apiserver.get("pods", "p", "default") is None
-    assert hook.reviews == []
+    assert reviews(hook) == []
 
 
 def test_a_false_match_condition_skips_the_webhook_even_when_another_fails_to_evaluate(apiserver, counting_webhook):
@@ -113,7 +128,7 @@ def test_a_false_match_condition_skips_the_webhook_even_when_another_fails_to_ev
         {"name": "gpu-pods", "expression": GPU_LABEL}])
     alice = client.CoreV1Api(apiserver.api_client("alice"))
     assert alice.create_namespaced_pod("default", pod("p")).metadata.name == "p"
-    assert hook.reviews == []
+    assert reviews(hook) == []
 
 
 def test_a_webhook_configuration_whose_cel_does_not_compile_is_rejected_naming_the_field(apiserver, counting_webhook):
@@ -138,9 +153,9 @@ def test_a_policy_bound_with_deny_rejects_with_the_api_servers_wording(apiserver
     assert got == code and status["reason"] == (reason or "Invalid")
     assert status["message"] == ('pods "bad" is forbidden: ValidatingAdmissionPolicy \'names\' with binding '
                                  "'names-binding' denied request: names start with ok-")
-    assert hook.reviews == []  # policies run before the validating webhooks
+    assert reviews(hook) == []  # policies run before the validating webhooks
     alice.create_namespaced_pod("default", pod("ok-1"))
-    assert len(hook.reviews) == 1
+    assert len(reviews(hook)) == 1
 
 
 def test_a_policy_bound_with_warn_admits_and_warns_and_audit_only_admits(apiserver):
