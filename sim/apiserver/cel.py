@@ -36,8 +36,8 @@ def _cel() -> Any:
     try:
         import cel  # the `common-expression-language` package (test/simulation dependency)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise CelError("CEL needs the `common-expression-language` package: install the test extras "
-                       "(pip install -e '.[test]')") from exc
+        raise CelError("CEL needs the `common-expression-language` package, a dependency of dynmig: "
+                       "reinstall it (pip install -e .)") from exc
     return cel
 
 
