@@ -176,6 +176,11 @@ class Kit:
                                             (gi.gi_id, ci.ci_id) in busy))
         return out
 
+    def bare_gpu_instances(self) -> list[tuple[str, str, int]]:
+        """GPU instances without a compute instance: a create or destroy half done (CI goes first)."""
+        return [(runtime.name, gpu.uuid, gi.gi_id) for runtime in self.lab.nodes.values()
+                for gpu in runtime.nvml.gpus() for gi in gpu.gpu_instances if not gi.compute_instances]
+
     def nvml_events(self, node: str) -> list[dict[str, Any]]:
         return self.lab.nodes[node].nvml.events()
 
