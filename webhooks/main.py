@@ -9,7 +9,9 @@ and the metrics port.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -141,5 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listeners.run()
     finally:
+        _exit_if_stop_hangs(STOP_DEADLINE)
         service.stop()
     return 0
+
+
+STOP_DEADLINE = 15.0  # seconds, within the pod's default terminationGracePeriodSeconds of 30
+
+
+def _exit_if_stop_hangs(seconds: float) -> None:
+    """A graceful stop that blocks (e.g. a watch on an API server that is gone) must not keep the
+    process alive: after `seconds` exit anyway. Reservations live in pod annotations, so nothing is lost."""
+    def give_up() -> None:
+        log.error("graceful stop took longer than %.0fs; exiting", seconds)
+        os._exit(1)
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+

@@ -48,6 +48,13 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "(gone)"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -131,7 +138,7 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
                 proc.wait()
     assert proc.returncode == 0, rest
     assert "lab stopped" in rest
-    assert [p for p in children if _alive(p)] == []
+    assert {p: _cmdline(p) for p in children if _alive(p)} == {}
     assert not sockets.exists()
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", serve_port)) != 0
@@ -152,5 +159,5 @@ def test_a_lab_killed_with_sigkill_takes_its_child_processes_with_it():
     deadline = time.monotonic() + 20
     while any(_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p for p in children if _alive(p)] == []
+    assert {p: _cmdline(p) for p in children if _alive(p)} == {}
     shutil.rmtree(tmp, ignore_errors=True)
