@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
@@ -117,16 +118,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dynmig device-plugin: configuration error: kubeconfig {config.kubeconfig or '(in-cluster)'}: "
               f"{error}", file=sys.stderr)
         return 2
+    # installed before start, so a stop during startup is graceful too
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # the handler only appends: Event.set would take a lock the interrupted main thread may hold
+        # inside Event.wait, and the process would never stop
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
     app = DevicePluginApp(config, kube)
     try:
         app.start()
     except NvmlError as error:
         print(f"dynmig device-plugin: NVML: {error}", file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    while not received:
+        time.sleep(0.2)
     _exit_if_stop_hangs(STOP_DEADLINE)
     app.stop()
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -80,13 +79,27 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, nodes)
 
 
+class _SignalFlag:
+    """Set from a signal handler without taking a lock: Event.set there can deadlock when the signal
+    lands while the main thread is inside Event.wait, holding the Event's lock."""
+
+    def __init__(self) -> None:
+        self._signals: list[int] = []
+
+    def set(self, signum: int = 0, _frame: object = None) -> None:
+        self._signals.append(signum)
+
+    def is_set(self) -> bool:
+        return bool(self._signals)
+
+
 def _run(args: argparse.Namespace, nodes) -> int:
     from dynmig.lab.chart import ChartError
     from dynmig.lab.cluster import Lab, LabError, write_admin_kubeconfig
     from dynmig.lab.supervisor import ChildFailed
 
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = _SignalFlag()
+    previous = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)}
     lab = Lab(nodes, args.workdir, policy=args.policy, echo=_print, reconcile_interval=args.reconcile_interval)
     _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))
     try:
@@ -104,8 +117,8 @@ def _run(args: argparse.Namespace, nodes) -> int:
             return _scenario(lab, args.scenario)
         _print("lab running; Ctrl-C stops it. Finish a pod's workload with: "
                "kubectl annotate pod NAME lab.dynmig.io/exit-code=0")
-        while not stop.wait(0.5):
-            pass
+        while not stop.is_set():
+            time.sleep(0.2)
         _print("stopping")
         return EXIT_OK
     finally:

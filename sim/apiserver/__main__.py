@@ -12,7 +12,7 @@ import argparse
 import json
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 from sim.apiserver.identities import write_kubeconfig
@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--identity {args.identity!r}: known identities are {sorted(server.identities)}")
         written[args.identity] = str(write_kubeconfig(out, server.url, server.identities[args.identity],
                                                       server.cert_pem or None))
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    received: list[int] = []  # appended by the handler: Event.set from a handler can deadlock
+    signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
     print(json.dumps({"ready": True, "url": server.url, "kubeconfigs": written}), flush=True)
-    done.wait()
+    while not received:
+        time.sleep(0.2)
     server.stop()
     return 0
 

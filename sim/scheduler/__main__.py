@@ -13,7 +13,7 @@ import dataclasses
 import json
 import signal
 import sys
-import threading
+import time
 
 from kubernetes import config as kubeconfig
 
@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     api = kubeconfig.new_client_from_config(config_file=args.kubeconfig)
     sched = Scheduler(cfg, api, initial_backoff=args.initial_backoff, max_backoff=args.max_backoff).start()
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    received: list[int] = []  # appended by the handler: Event.set from a handler can deadlock
+    signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
     sched.wait_synced(30)
     print(json.dumps({"ready": True, "profiles": list(cfg.scheduler_names)}), flush=True)
-    done.wait()
+    while not received:
+        time.sleep(0.2)
     sched.stop()
     print(json.dumps({"stats": dataclasses.asdict(sched.stats)}), flush=True)
     return 0

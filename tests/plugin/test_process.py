@@ -64,3 +64,26 @@ def test_the_console_script_serves_allocates_and_reclaims_in_its_own_process(api
             output, _ = child.communicate()
         node.kubelet.stop()
     assert child.returncode == 0, output
+
+
+def test_a_burst_of_stop_signals_still_stops_the_plugin(apiserver, plugin_dir, tmp_path):
+    """Several SIGTERMs in a row (a dying parent's death signal plus an operator's) must not wedge
+    the process: a handler that takes a lock the main thread holds would hang it forever."""
+    state = tmp_path / "node.json"
+    SimulatedNvml({"node": NODE, "gpus": [{"model": "A100-SXM4-40GB"}]}, state_path=state)
+    kubelet = SimulatedKubelet(plugin_dir).start()
+    argv = [sys.executable, "-m", "sim.nvml.launch", "--state", str(state), "--", "device-plugin",
+            "--node-name", NODE, "--config-file", str(DEFAULT_POLICY), "--kubelet-dir", str(plugin_dir),
+            "--kubeconfig", str(apiserver.kubeconfig("device-plugin"))]
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=30)
+        for _ in range(200):
+            child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+        kubelet.stop()
+    assert child.returncode == 0, output
