@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sim.apiserver import cel
-from sim.apiserver.attributes import Attributes, rule_matches
+from sim.apiserver.attributes import Attributes, object_selector_matches, rule_matches
 from sim.apiserver.errors import ApiError, forbidden
 from sim.apiserver.patches import PatchError, apply_json_patch
 from sim.apiserver.policies import Policies
@@ -67,10 +67,7 @@ class Admission:
         ns_sel = hook.get("namespaceSelector")
         if ns_sel and not self._namespace_matches(ns_sel, a):
             return False
-        obj_sel = hook.get("objectSelector")
-        # The object selector matches when either the new or the old object's labels match.
-        return not obj_sel or any(o is not None and match_label_selector(obj_sel, labels_of(o))
-                                  for o in (a.obj, a.old))
+        return object_selector_matches(hook.get("objectSelector"), a)
 
     def _namespace_matches(self, ns_sel: dict[str, Any], a: Attributes) -> bool:
         if a.rt.plural == "namespaces" and not a.rt.group:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sim.apiserver.identities import Identity
 from sim.apiserver.resources import ResourceType
+from sim.apiserver.selectors import labels_of, match_label_selector
 
 
 @dataclass
@@ -50,3 +51,10 @@ def rule_matches(rule: dict[str, Any], a: Attributes) -> bool:
                 and a.subresource:
             return True
     return False
+
+
+def object_selector_matches(selector: dict[str, Any] | None, a: Attributes) -> bool:
+    """An objectSelector (webhooks and policy bindings alike) matches when the new or the old
+    object's labels match; no selector matches everything."""
+    return not selector or any(o is not None and match_label_selector(selector, labels_of(o))
+                               for o in (a.obj, a.old))

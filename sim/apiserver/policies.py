@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.apiserver import cel
-from sim.apiserver.attributes import Attributes, rule_matches
+from sim.apiserver.attributes import Attributes, object_selector_matches, rule_matches
 from sim.apiserver.errors import forbidden, invalid
 from sim.apiserver.resources import ResourceType
-from sim.apiserver.selectors import labels_of, match_label_selector
 
 POLICIES = "validatingadmissionpolicies"
 BINDINGS = "validatingadmissionpolicybindings"
@@ -96,9 +95,7 @@ class Policies:
         ns_sel = mr.get("namespaceSelector")
         if ns_sel and not self._namespace_matches(ns_sel, a):
             return False
-        obj_sel = mr.get("objectSelector")
-        return not obj_sel or any(o is not None and match_label_selector(obj_sel, labels_of(o))
-                                  for o in (a.obj, a.old))
+        return object_selector_matches(mr.get("objectSelector"), a)
 
     # ---- evaluation ----------------------------------------------------------------------------
     def _failures(self, policy: dict[str, Any], a: Attributes, request: dict[str, Any]) -> list[Failure]:
