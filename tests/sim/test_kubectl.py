@@ -53,3 +53,14 @@ def test_kubectl_lists_nodes_and_namespaces_as_tables(run, apiserver):
     assert "gpu-node-1" in nodes and "Ready" in nodes
     listed = json.loads(run("get", "namespaces", "-o", "json"))
     assert {"default", "kube-system"} <= {n["metadata"]["name"] for n in listed["items"]}
+
+
+def test_kubectl_creates_a_namespace_configmap_secret_and_serviceaccount_with_its_protobuf_bodies(run, apiserver):
+    assert "namespace/ml created" in run("create", "namespace", "ml")
+    assert apiserver.get("namespaces", "ml")["status"]["phase"] == "Active"
+    run("create", "configmap", "settings", "-n", "ml", "--from-literal=profile=1g.10gb")
+    run("create", "secret", "generic", "token", "-n", "ml", "--from-literal=key=s3cret")
+    run("create", "serviceaccount", "trainer", "-n", "ml")
+    assert apiserver.get("configmaps", "settings", "ml")["data"] == {"profile": "1g.10gb"}
+    assert apiserver.get("secrets", "token", "ml")["data"] == {"key": "czNjcmV0"}
+    assert apiserver.get("serviceaccounts", "trainer", "ml") is not None
