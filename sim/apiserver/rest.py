@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sim.apiserver import discovery, media, protobuf
 from sim.apiserver.errors import ApiError
-from sim.apiserver.registry import Request, Result
+from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
 
 if TYPE_CHECKING:
@@ -20,6 +20,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("sim.apiserver")
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+def _flag(query: dict[str, str], name: str) -> bool | None:
+    """A boolean query parameter as Go's strconv.ParseBool reads it; None when absent."""
+    if name not in query:
+        return None
+    value = query[name]
+    if value in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if value in ("0", "f", "F", "false", "FALSE", "False", ""):
+        return False
+    raise ApiError(400, f"{name}={value[:32]!r}: not a boolean (use true or false)")
+
+
+def _seconds(value: str | None, default: float) -> float:
+    if not value:
+        return default
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise ApiError(400, f"timeoutSeconds={value[:32]!r}: a whole number of seconds >= 0")
+    return float(seconds) or default
 
 
 class Route:
@@ -291,9 +315,17 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, doc)
 
     def _verb_watch(self, req: Request, query: dict[str, str]) -> None:
-        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        opts = WatchOptions(
+            resource_version=query.get("resourceVersion", ""),
+            resource_version_match=query.get("resourceVersionMatch", ""),
+            send_initial_events=_flag(query, "sendInitialEvents"),
+            bookmarks=bool(_flag(query, "allowWatchBookmarks")),
+            label_selector=query.get("labelSelector"), field_selector=query.get("fieldSelector"),
+            timeout=_seconds(query.get("timeoutSeconds"), DEFAULT_WATCH_TIMEOUT),
+            bookmark_interval=self.api.bookmark_interval)
         generation = self.api.faults.watch_generation
         started = [False]
+        as_table = [self._wants_table()]  # the first Table carries the column definitions
 
         def start() -> None:
             self.send_response(200)
@@ -302,12 +334,24 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             started[0] = True
 
+        def render(event: dict[str, Any]) -> dict[str, Any]:
+            if not as_table[0] or event["type"] in ("BOOKMARK", "ERROR"):
+                return event
+            obj = event["object"]
+            doc = discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                                  headers=as_table[0] == "first")
+            as_table[0] = "later"
+            return {"type": event["type"], "object": doc}
+
+        if as_table[0]:
+            as_table[0] = "first"
+
         def send(events: list[dict[str, Any]]) -> None:
             if not started[0]:
                 start()
             if not events:
                 return
-            data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
+            data = b"".join(json.dumps(render(e), separators=(",", ":")).encode() + b"\n" for e in events)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
@@ -316,9 +360,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.api.faults.watch_generation != generation
 
         try:
-            self.api.registry.watch(req, send, query.get("resourceVersion"), timeout, stopped,
-                                    query.get("labelSelector"), query.get("fieldSelector"),
-                                    query.get("allowWatchBookmarks") in ("1", "true"))
+            self.api.registry.watch(req, send, opts, stopped)
         except ApiError as err:
             if err.code != 410 and not started[0]:
                 raise
