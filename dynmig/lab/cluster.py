@@ -38,13 +38,13 @@ from kubernetes import client
 
 from certs import main as certs_main
 from dynmig.lab import chart, report
-from dynmig.lab.daemonset import DaemonSetController
+from dynmig.lab.controllers import ControllerManager
 from dynmig.lab.nodes import LabNode
 from dynmig.lab.processes import ProcessContainers
 from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
-from sim.apiserver.identities import service_account
+from sim.apiserver.identities import Identity
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.nvml import SimulatedNvml
 from sim.scheduler.config import parse as parse_scheduler_config
@@ -112,7 +112,7 @@ class Lab:
         self.serve_port = 0
         self.metrics_port = 0
         self.nodes: dict[str, NodeRuntime] = {}
-        self.daemonsets: DaemonSetController | None = None
+        self.controllers: ControllerManager | None = None
         self.rendered: chart.Rendered | None = None
         self.device_config_file = self.workdir / "config" / "device-config.yaml"
         self.node_config_file = self.workdir / "config" / "node-config.json"
@@ -158,9 +158,9 @@ class Lab:
 
     def stop(self) -> None:
         """Stop everything this lab started; safe to call twice and after a failed start."""
-        if self.daemonsets is not None:
-            self.daemonsets.stop()
-            self.daemonsets = None
+        if self.controllers is not None:
+            self.controllers.stop()
+            self.controllers = None
         for runtime in self.nodes.values():
             if runtime.agent is not None:
                 runtime.agent.stop()
@@ -379,13 +379,13 @@ class Lab:
         return containers
 
     def _create_plugin_daemonset(self) -> None:
-        """The chart's DaemonSet, as `helm install` creates it; the DaemonSet controller makes its pods."""
+        """The chart's DaemonSet, as `helm install` creates it; the controllers make its pods."""
         ds = copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET))
         client.AppsV1Api(self.api_client()).create_namespaced_daemon_set(NAMESPACE, ds)
-        if "daemon-set-controller" not in self.apiserver.identities:
-            self.apiserver.add_identity(service_account("daemon-set-controller", "kube-system", "daemon-set-controller"))
-        self.daemonsets = DaemonSetController(self.api_client("daemon-set-controller"), NAMESPACE,
-                                              echo=self._say).start()
+        if "controller-manager" not in self.apiserver.identities:
+            self.apiserver.add_identity(Identity("controller-manager", "system:kube-controller-manager",
+                                                 ("system:authenticated",)))
+        self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
 
     def _spawn_plugin(self, runtime: NodeRuntime) -> Child:
         args = chart.laptop_args(
