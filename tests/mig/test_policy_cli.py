@@ -135,3 +135,21 @@ def test_diff_prints_only_what_changes_between_two_policies(tmp_path, capsys):
 def test_diff_of_a_policy_with_itself_has_no_changes(capsys):
     code, out, _ = run(capsys, "diff", DEFAULT, DEFAULT)
     assert code == 0 and out.startswith("0 change(s)")
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("- " * 500 + "x", "nests deeper than 32 levels"),
+    ("a: " + "[" * 2000, "not valid YAML"),
+    ("a: &x [1, 2]\nb: [*x, *x, *x]", "uses an alias"),
+    ("x: " + "y" * 300_000, "the limit is 262144"),
+])
+def test_check_refuses_a_hostile_file_with_a_message_not_a_traceback(tmp_path, capsys, body, why):
+    code, _, err = run(capsys, "check", write(tmp_path, body))
+    assert code != 0 and why in err
+
+
+def test_check_refuses_a_file_that_is_not_text(tmp_path, capsys):
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"\xff\xfe\x00nvidia")
+    code, _, err = run(capsys, "check", str(path))
+    assert code != 0 and "cannot read" in err
