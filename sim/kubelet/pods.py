@@ -251,7 +251,10 @@ class SimulatedPods:
         code = containers.exit_code()
         if code is None:
             if record.restart_at is None and (containers.ready() != record.ready or record.stale):
+                became_ready = containers.ready() and not record.ready
                 self._set_running(record)
+                if became_ready:
+                    self.echo(f"{self.node}: {record.namespace}/{record.name} Ready")
             return
         if not containers.restartable:
             self._ended(record, code)
