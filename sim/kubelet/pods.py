@@ -275,7 +275,8 @@ class SimulatedPods:
         record.backoff_step += 1
         record.restart_at = time.monotonic() + delay
         record.ready = False
-        self.echo(f"{self.node}: {_container_names(record.pod)} of {record.namespace}/{record.name} exited "
+        names = getattr(record.containers, "container", "") or _container_names(record.pod)
+        self.echo(f"{self.node}: {names} of {record.namespace}/{record.name} exited "
                   f"({describe_exit(code)}); restarting in {delay:g}s")
         message = f"back-off {delay:g}s restarting failed container"
         self._patch_status(record.pod, {"conditions": [

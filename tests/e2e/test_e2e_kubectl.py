@@ -262,3 +262,24 @@ def test_kubectl_logs_shows_the_workload_of_a_pod(kc):
         pytest.skip(f"the simulated API server does not serve pods/log yet ({done.stderr.strip()[:160]})")
     uuid = kc.allocations("one-1g")[0]["migUUID"]
     assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in done.stdout
+
+
+def test_kubectl_delete_pod_restarts_dynmig_serve_from_its_deployment_and_pods_are_scheduled_again(kc):
+    selector = "app.kubernetes.io/component=scheduler"
+    old = kc.jsonpath("pods", "{.items[*].metadata.name}", "dynmig").split()
+    old = [n for n in old if n.startswith("dynmig-scheduler-")]
+    assert len(old) == 1
+    kc.kubectl("delete", "pod", "-n", "dynmig", "-l", selector, timeout=90)
+
+    def ready_replacement() -> str | None:
+        pods = json.loads(kc.kubectl("get", "pods", "-n", "dynmig", "-l", selector, "-o", "json").stdout)["items"]
+        return next((p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in old
+                     and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))),
+                    None)
+
+    new = wait(ready_replacement, "a new dynmig serve pod (new name) to be Ready", 90)
+    kc.kubectl("rollout", "status", "-n", "dynmig", "deployment/dynmig-scheduler", "--timeout=90s")
+    kc.wait_output(rf"dynmig/{new} Ready")
+    create(kc, "pod-1g.yaml")
+    kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
+    assert [a["profile"] for a in kc.allocations("one-1g")] == ["1g.24gb"]
