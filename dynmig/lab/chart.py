@@ -19,8 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from mig import resources
+
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "dynmig"
+CHART = resources.chart()
 NAMESPACE = "dynmig"
 RELEASE = "dynmig"
 

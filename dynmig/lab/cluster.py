@@ -432,7 +432,8 @@ class Lab:
         args = chart.laptop_args(
             self.rendered.container_args("DaemonSet", "device-plugin"),
             replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
-                     "--kubelet-dir": str(runtime.plugin_dir)},
+                     "--kubelet-dir": str(runtime.plugin_dir), "--metrics-address": "127.0.0.1:0",
+                     "--state-dir": str(runtime.state_file.parent / "plugin-state")},
             add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
                  "--reconcile-interval": str(self.reconcile_interval)})
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
