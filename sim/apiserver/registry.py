@@ -8,10 +8,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sim.apiserver import errors, objects, patches, policies
+from sim.apiserver import errors, objects, patches, policies, schemas
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
@@ -33,6 +33,23 @@ class Request:
     name: str = ""
     subresource: str = ""
     dry_run: bool = False
+    field_validation: str = "Warn"  # Strict: unknown or duplicate fields are a 400; Warn: warnings
+    duplicate_fields: list[str] = field(default_factory=list)  # keys the JSON body repeats
+
+    def check_fields(self, obj: dict[str, Any], warnings: list[str]) -> None:
+        """Server-side field validation of a decoded body, as kube-apiserver's strict decoder does."""
+        model = schemas.model_of(self.rt)
+        if self.field_validation == "Ignore" or model is None:
+            return
+        problems = [f'duplicate field "{k}"' for k in self.duplicate_fields]
+        problems += schemas.describe_unknown(schemas.unknown_fields(model, obj))
+        if not problems:
+            return
+        if self.field_validation == "Strict":
+            kind, version = self.rt.kind, self.rt.version
+            raise ApiError(400, f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding '
+                                f"error: {', '.join(problems)}", "BadRequest")
+        warnings.extend(problems)
 
 
 @dataclass
@@ -224,6 +241,8 @@ class Registry:
         rt = req.rt
         if not isinstance(body, dict):
             raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
+        warnings: list[str] = []
+        req.check_fields(body, warnings)
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -232,7 +251,6 @@ class Registry:
                                 "on the request")
         if not meta.get("name") and not meta.get("generateName"):
             raise invalid_name(rt)
-        warnings: list[str] = []
         with self.store.lock:
             self._require_namespace(req)
         requested_name = meta.get("name", "")
@@ -301,6 +319,8 @@ class Registry:
             new = make(copy.deepcopy(current))
             if not isinstance(new, dict):
                 raise ApiError(422, "the patched object is not a JSON object", "Invalid")
+            field_warnings: list[str] = []
+            req.check_fields(new, field_warnings)
             # A PUT pins the version it read; a patch only when it names another version.
             pinned = expected_rv or ""
             named = str((new.get("metadata") or {}).get("resourceVersion") or "")
@@ -310,7 +330,7 @@ class Registry:
             policies.check_config(rt, new)
             if objects.same_content(new, current):
                 return Result(current)
-            warnings: list[str] = []
+            warnings = field_warnings
             new = self._admit(req, "UPDATE", new, current, req.name, warnings) or new
             with self.store.lock:
                 latest = self.store.table(rt).get(req.namespace, req.name)
