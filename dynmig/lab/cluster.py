@@ -401,7 +401,8 @@ class Lab:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
                 return ProcessContainers(self.supervisor, "device-plugin", lambda: self._spawn_plugin(runtime),
-                                         on_start=lambda child: self._plugin_started(runtime, child))
+                                         on_start=lambda child: self._plugin_started(runtime, child),
+                                         on_ready=lambda child: self._plugin_ready(runtime, child))
             if (owner.get("kind"), owner.get("name")) == ("Deployment", SERVE_DEPLOYMENT):
                 return ProcessContainers(self.supervisor, "server", self._spawn_serve, on_start=self._serve_started,
                                          probe=self.serve_ready)
@@ -455,8 +456,9 @@ class Lab:
         view = runtime.kubelet.wait_for_resource(self.resource, lambda v: v.connected and v.healthy > 0,
                                                  timeout, f"{self.resource} devices")
         self._set_allocatable(runtime.name, view.healthy)
-        lines = list(runtime.plugin.lines)
-        startup = next((report.startup_summary(line) for line in lines if "startup: busy=" in line), "")
+
+    def _plugin_ready(self, runtime: NodeRuntime, child: Child) -> None:
+        startup = next((report.startup_summary(line) for line in list(child.lines) if "startup: busy=" in line), "")
         self._say(f"{runtime.name}: dynmig device-plugin registered {self.resource} "
                   f"({runtime.spec.describe()}); {startup}")
 

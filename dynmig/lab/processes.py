@@ -18,9 +18,9 @@ class ProcessContainers:
 
     def __init__(self, supervisor: Supervisor, container: str, spawn: Callable[[], Child],
                  on_start: Callable[[Child], None] | None = None, probe: Callable[[], bool] | None = None,
-                 probe_period: float = 1.0) -> None:
+                 probe_period: float = 1.0, on_ready: Callable[[Child], None] | None = None) -> None:
         """probe: the readiness probe (else: the child printed its readiness line), run at most
-        every `probe_period` seconds."""
+        every `probe_period` seconds; on_ready: called once per process when it is first ready."""
         self.supervisor = supervisor
         self.container = container  # the pod's container this process is
         self._spawn = spawn
@@ -28,6 +28,8 @@ class ProcessContainers:
         self._probe = probe
         self._probe_period = probe_period
         self._probed = (0.0, False)
+        self._on_ready = on_ready or (lambda child: None)
+        self._announced: Child | None = None
         self.child = self._start()
 
     def _start(self) -> Child:
@@ -49,10 +51,15 @@ class ProcessContainers:
         if self.child.process.poll() is not None:
             return False
         if self._probe is None:
-            return self.child.is_ready()
-        if time.monotonic() - self._probed[0] >= self._probe_period:
-            self._probed = (time.monotonic(), self._probe())
-        return self._probed[1]
+            ready = self.child.is_ready()
+        else:
+            if time.monotonic() - self._probed[0] >= self._probe_period:
+                self._probed = (time.monotonic(), self._probe())
+            ready = self._probed[1]
+        if ready and self._announced is not self.child:
+            self._announced = self.child
+            self._on_ready(self.child)
+        return ready
 
     def restart(self) -> None:
         self.supervisor.stop(self.child)  # already exited: reaps it and forgets it
