@@ -51,10 +51,17 @@ class DevicePluginApp:
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self._metrics_server: object | None = None
+        self._last_pass = time.monotonic()
 
     @property
     def inventory(self) -> Inventory:
         return self.manager.inventory
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics, /healthz and /readyz are served on (None when off)."""
+        server = self._metrics_server
+        return server.server_address[1] if server is not None else None  # type: ignore[attr-defined]
 
     def start(self) -> DevicePluginApp:
         self.nvml.init()
@@ -62,7 +69,7 @@ class DevicePluginApp:
         self.recover()
         self.publisher.publish(self.inventory)
         self.server.start()
-        served = self.metrics.serve(self.config.metrics_address)
+        served = self.metrics.serve(self.config.metrics_address, healthz=self.alive, readyz=self.ready)
         self._metrics_server = served[0] if served else None
         self._loop = threading.Thread(target=self._run, name="dynmig-reconcile", daemon=True)
         self._loop.start()
@@ -75,6 +82,7 @@ class DevicePluginApp:
         self.server.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()  # type: ignore[attr-defined]
+            self._metrics_server.server_close()  # type: ignore[attr-defined]
         try:
             self.nvml.shutdown()
         except NvmlError as error:
@@ -116,6 +124,23 @@ class DevicePluginApp:
                 self.tick()
             except Exception:
                 log.exception("reconcile tick failed")
+            self._last_pass = time.monotonic()
+
+    def alive(self) -> tuple[bool, str]:
+        """Liveness: the reconcile loop runs and finishes its passes (a failed pass still counts:
+        a restart would not cure an unreachable API server, but it does cure a wedged loop)."""
+        if self._loop is None or not self._loop.is_alive():
+            return False, "the reconcile loop is not running"
+        age, limit = time.monotonic() - self._last_pass, max(60.0, 6 * self.config.reconcile_interval)
+        if age > limit:
+            return False, f"no reconcile pass finished for {age:.0f}s (limit {limit:.0f}s)"
+        return True, f"ok: last reconcile pass {age:.1f}s ago"
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: kubelet knows us (registered since its last restart)."""
+        if not self.server.registered:
+            return False, "not registered with kubelet"
+        return True, f"ok: registered {self.config.resource_name} with kubelet"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,7 +76,7 @@ def node_gpus(name: str, register: str | None, leftovers: str | None = None) -> 
         return NodeGpus(name, (), str(error))
     gpus = tuple(
         GpuState(node=name, uuid=d.id, type=d.type, profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
-                 healthy=d.health, index=d.index)
+                 healthy=d.health, index=d.index, memory_mb=d.devmem)
         for d in devices if _is_mig(d)
     )
     try:
