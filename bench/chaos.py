@@ -5,8 +5,9 @@ Run as `python bench/chaos.py [--pods 300] [--kills 24] [--seed 1]`. It starts a
 node as real processes), then keeps a stream of GPU pods coming and going (each pod asks for a 1g,
 2g or 3g instance, runs briefly and is deleted) while the plugins are killed with SIGKILL, round
 robin: at a random moment, right after pods were created (Allocate in flight), right after a delete
-(reclaim in flight), and during startup recovery (killed again before it is ready). Each kill is
-followed by a restart, as a DaemonSet would. Throughout it checks:
+(reclaim in flight), and during startup recovery (killed again before it is ready). The lab's
+kubelet restarts a killed plugin in its DaemonSet pod (with kubelet's back-off, shortened), and the
+pod stream goes on meanwhile; the next kill waits until the plugin is back. Throughout it checks:
 
 - overlaps: two GPU instances on one GPU, or two running pods, on intersecting slices (or one MIG
   device given to two running pods);
@@ -70,6 +71,17 @@ class Report:
 
 
 @dataclass
+class Down:
+    node: str
+    mode: str
+    starts: int  # the node's plugin starts when it was killed
+    registrations: int
+    again_after: float | None = None  # startup mode: kill the next process this long after it starts
+    since: float | None = None  # when we began waiting for the next process
+    started_at: float | None = None  # when the next process was seen
+
+
+@dataclass
 class Live:
     name: str
     created: float
@@ -91,6 +103,7 @@ class Chaos:
         self.seen_failed: set[str] = set()
         self.flagged: set[str] = set()
         self.fire_at: float | None = None
+        self.down: Down | None = None  # the plugin killed last, until it is back
 
     # ---- the run
 
@@ -103,14 +116,19 @@ class Chaos:
             self._advance(pods, now)
             self._create(now)
             self._check()
-            if self._kill_due() and self.mode in ("anywhere", "startup") and self.fire_at is None:
+            if self.down is not None:
+                self._watch_restart(now)
+            elif self._kill_due() and self.mode in ("anywhere", "startup") and self.fire_at is None:
                 self.fire_at = now + self.rng.uniform(0.0, 0.5)
-            if self._kill_due() and self.fire_at is not None and now >= self.fire_at:
+            if self.down is None and self._kill_due() and self.fire_at is not None and now >= self.fire_at:
                 self._kill(self.mode)
                 self.fire_at = None
             time.sleep(0.05)
-        while self.report.kills < self.kills:  # the workload ended first: the rest land on an idle node
-            self._kill(self.mode)
+        while self.report.kills < self.kills or self.down is not None:  # the rest land on an idle node
+            if self.down is None:
+                self._kill(self.mode)
+            self._watch_restart(time.monotonic())
+            time.sleep(0.05)
         self._finish()
         self.report.seconds = round(time.monotonic() - started, 1)
         return self.report
@@ -188,28 +206,34 @@ class Chaos:
         name = self.rng.choice(sorted(self.lab.nodes))
         runtime = self.lab.nodes[name]
         view = runtime.kubelet.resource(self.lab.resource)
-        registrations = view.registrations if view else 0
-        self._sigkill(runtime)
+        self.down = Down(name, mode, runtime.plugin_starts, view.registrations if view else 0,
+                         self.rng.uniform(0.3, 1.2) if mode == "startup" else None)
+        _sigkill(runtime.plugin)
         self.report.kills += 1
         self.report.kills_by_mode[mode] = self.report.kills_by_mode.get(mode, 0) + 1
-        self.lab._start_plugin(runtime)
-        if mode == "startup":  # killed again while it recovers, before it is ready
-            time.sleep(self.rng.uniform(0.3, 1.2))
-            self._sigkill(runtime)
-            self.lab._start_plugin(runtime)
-        self.lab._wait_plugin(runtime, registrations + 1)
-        self.echo(f"[chaos] kill -9 #{self.report.kills} ({mode}) of the plugin on {name}; restarted")
+        self.echo(f"[chaos] kill -9 #{self.report.kills} ({mode}) of the plugin on {name}")
 
-    def _sigkill(self, runtime: Any) -> None:
-        child = runtime.plugin
-        if child is None:
+    def _watch_restart(self, now: float) -> None:
+        """Follow the killed plugin until kubelet restarted it and it registered again."""
+        down = self.down
+        assert down is not None
+        runtime = self.lab.nodes[down.node]
+        if runtime.plugin_starts <= down.starts:
+            down.since = down.since or now
+            if now - down.since > 90:
+                raise RuntimeError(f"the plugin on {down.node} was not restarted within 90s")
             return
-        try:
-            os.killpg(child.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        child.process.wait(10)
-        self.lab.supervisor.stop(child)  # already dead: only forgotten
+        if down.again_after is not None:  # startup mode: this new process dies during its recovery
+            down.started_at = down.started_at or now
+            if now - down.started_at >= down.again_after:
+                _sigkill(runtime.plugin)
+                down.starts, down.again_after, down.since = runtime.plugin_starts, None, None
+                self.echo(f"[chaos]   and killed again while it recovers on {down.node}")
+            return
+        view = runtime.kubelet.resource(self.lab.resource)
+        if runtime.plugin is not None and runtime.plugin.is_ready() and view and view.registrations > down.registrations:
+            self.echo(f"[chaos]   the plugin on {down.node} is back")
+            self.down = None
 
     # ---- checks
 
@@ -305,6 +329,16 @@ class Chaos:
         return total
 
 
+def _sigkill(child: Any) -> None:
+    if child is None:
+        return
+    try:
+        os.killpg(child.process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.process.wait(10)
+
+
 def _allocations(pod: dict[str, Any]) -> tuple[Any, ...]:
     try:
         return decode_allocations((pod["metadata"].get("annotations") or {}).get(MIG_ALLOCATIONS))
@@ -321,8 +355,9 @@ def _overlapping(placements: list[Placement]) -> bool:
     return False
 
 
-def run(nodes: str, pods: int, kills: int, concurrency: int, seed: int, echo=print) -> Report:
-    with Lab(parse_nodes(nodes), reconcile_interval=1.0) as lab:
+def run(nodes: str, pods: int, kills: int, concurrency: int, seed: int, echo=print,
+        workdir: Path | None = None) -> Report:
+    with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
         return Chaos(lab, pods, kills, concurrency, seed, echo).run()
 
 
@@ -333,8 +368,9 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=24)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, help="keep the lab's logs and state here")
     args = parser.parse_args()
-    report = run(args.nodes, args.pods, args.kills, args.concurrency, args.seed)
+    report = run(args.nodes, args.pods, args.kills, args.concurrency, args.seed, workdir=args.workdir)
     summary = {k: v for k, v in asdict(report).items() if k != "details"}
     print(json.dumps(summary, indent=2))
     for line in report.details[:40]:

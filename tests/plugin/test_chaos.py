@@ -4,6 +4,9 @@ is left once everything is deleted."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from bench.chaos import run
@@ -34,13 +37,13 @@ def test_a_pod_deleted_while_its_plugin_is_stopped_never_blocks_the_next_pod_at_
             kit.wait_phase(name, "Running")
         [a] = kit.allocations("a")
         runtime = lab.nodes["solo"]
-        lab.supervisor.stop(runtime.plugin)
-        kit.delete("a")
+        registrations, starts = runtime.kubelet.resource(lab.resource).registrations, runtime.plugin_starts
+        os.killpg(runtime.plugin.process.pid, signal.SIGTERM)  # kubelet restarts it after its back-off
+        runtime.plugin.process.wait(20)
         if journal == "lost":
             (runtime.state_file.parent / "plugin-state" / "instances.json").unlink()
-        registrations = runtime.kubelet.resource(lab.resource).registrations
-        lab._start_plugin(runtime)
-        lab._wait_plugin(runtime, registrations + 1)
+        kit.delete("a")
+        lab._wait_plugin(runtime, registrations + 1, started_after=starts)
         if journal == "lost":  # the plugin may not destroy it (GPU busy, no proof), so it tells the scheduler
             kit.wait(lambda: LEFTOVERS in (lab.core().read_node("solo").metadata.annotations or {}), 10,
                      "the leftover to be published")
