@@ -140,7 +140,7 @@ def explain(model: catalog.GpuModel, allowlist: Allowlist, memory: int, gpus: in
     if not profiles:
         return Explanation(False, (), (), f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
                            "profiles of this model, so it publishes no MIG profiles")
-    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied))
+    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
     pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):

@@ -27,6 +27,11 @@ NAMESPACE = "dynmig"
 RELEASE = "dynmig"
 
 
+def component_selector(component: str) -> str:
+    """The label selector of the chart's pods of one component (device-plugin, scheduler)."""
+    return f"app.kubernetes.io/name=dynmig,app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
+
+
 class ChartError(RuntimeError):
     pass
 
