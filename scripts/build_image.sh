@@ -3,7 +3,7 @@
 #
 #   scripts/build_image.sh OUT.tar IMAGE_NAME
 #
-# 1. the dynmig wheel, built from a clean copy of the source tree (no stale build/ files);
+# 1. the dynmig wheel, built from a clean copy of the source tree (scripts/build_wheel.sh);
 # 2. its dependencies as wheels, exactly image/requirements.lock (versions and sha256 hashes);
 # 3. a Debian bookworm root filesystem from mmdebstrap with python3, a venv /opt/dynmig holding the
 #    wheels (installed offline from step 2, byte-compiled with hash-checked .pyc so a read-only root
@@ -34,9 +34,7 @@ trap 'rm -rf "$work"' EXIT
 step() { printf '== %s (%ss)\n' "$1" "$SECONDS"; }
 
 step "wheel from a clean copy of the source tree"
-mkdir -p "$work/src" "$work/wheels"
-(cd "$root" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -C "$work/src" -xf -
-"$python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$work/wheels" "$work/src"
+PYTHON=$python "$root/scripts/build_wheel.sh" "$work/wheels"
 
 step "dependencies: the wheels pinned in image/requirements.lock"
 "$python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
