@@ -440,3 +440,21 @@ def test_an_image_digest_pins_every_dynmig_container_and_kube_scheduler():
     assert images == {f"ghcr.io/dynmig/dynmig@{digest}", f"registry.k8s.io/kube-scheduler@{digest}"}
     done = helm("template", "dynmig", str(CHART), "--set", "image.digest=latest")
     assert done.returncode != 0 and "digest" in done.stderr
+
+
+def test_serve_follows_the_lease_of_kube_scheduler_in_its_own_pod():
+    docs = render("1.35", "server.replicas=3")
+    deployment = one(docs, "Deployment")
+    server = container(deployment, "server")
+    election = scheduler_config(docs)["leaderElection"]
+    assert deployment["spec"]["replicas"] == 3
+    assert (arg(server, "leader-elect"), arg(server, "lease-name")) == ("true", election["resourceName"])
+    assert election["leaderElect"] is True and election["resourceNamespace"] == NAMESPACE
+    # serve's identity is the pod's name, which is kube-scheduler's hostname
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in server["env"]
+    assert "hostname" not in deployment["spec"]["template"]["spec"]
+    single = container(one(render("1.35", "kubeScheduler.leaderElection.enabled=false"), "Deployment"), "server")
+    assert arg(single, "leader-elect") == "false"
+    done = helm("template", "dynmig", str(CHART), "--set", "server.replicas=2",
+                "--set", "kubeScheduler.leaderElection.enabled=false")
+    assert done.returncode != 0 and "kubeScheduler.leaderElection.enabled" in done.stderr
