@@ -18,7 +18,9 @@ from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
 from plugin.instances import InstanceManager
+from plugin.journal import Journal
 from plugin.kube import Kube, api_client
+from plugin.leftovers import LeftoverPublisher, find_leftovers
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
 from plugin.reconcile import PassResult, Reconciler
@@ -36,10 +38,12 @@ class DevicePluginApp:
         self.kube = kube
         self.nvml = nvml or Nvml()
         self.metrics = metrics or PluginMetrics()
-        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics)
+        self.journal = Journal(config.state_dir, self.metrics)
+        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics, self.journal)
         self.reconciler = Reconciler(kube, self.manager, self.metrics)
         self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
         self.publisher = Publisher(kube, self.metrics)
+        self.leftovers = LeftoverPublisher(kube, self.metrics)
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
@@ -61,6 +65,7 @@ class DevicePluginApp:
 
     def start(self) -> DevicePluginApp:
         self.nvml.init()
+        self.journal.load()
         self.recover()
         self.publisher.publish(self.inventory)
         self.server.start()
@@ -84,9 +89,12 @@ class DevicePluginApp:
             log.warning("NVML shutdown: %s", error)
 
     def recover(self) -> StartupReport:
-        """Startup recovery under the reconcile lock; repeated each tick until the pod list succeeds."""
+        """Startup recovery under the reconcile lock, then a reclaim pass (what the journal proves ours
+        and no active pod backs goes at once); repeated each tick until the pod list succeeds."""
         with self.reconciler.lock:
             self.report = self.startup.run()
+            if self.report.complete:
+                self._reclaim()
         self.service.devices_changed()
         return self.report
 
@@ -96,8 +104,18 @@ class DevicePluginApp:
             self.recover()
             if not self.report or not self.report.complete:
                 return None
-        result = self.reconciler.run_once()
+        result = self._reclaim()
         self.publisher.publish(self.inventory)
+        return result
+
+    def _reclaim(self) -> PassResult:
+        """A reclaim pass, then (from the same view of the node) the leftovers for the scheduler."""
+        with self.reconciler.lock:
+            result = self.reconciler.run_once()
+            if result.reservations is not None:
+                found = find_leftovers(self.manager, result.reservations)
+                if found is not None:
+                    self.leftovers.publish(found)
         return result
 
     def _run(self) -> None:

@@ -41,6 +41,25 @@ class PluginMetrics:
                                           buckets=(.005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10))
         self.registration_publishes = Counter("dynmig_plugin_node_register_publishes",
                                               "Times hami.io/node-nvidia-register was written", registry=r)
+        self.journal_entries = Gauge("dynmig_plugin_journal_entries", "Instances the ownership journal records",
+                                     registry=r)
+        self.journal_writes = Counter("dynmig_plugin_journal_writes", "Atomic writes of the ownership journal",
+                                      registry=r)
+        self.journal_problems = Counter("dynmig_plugin_journal_problems",
+                                        "Ownership journal missing, corrupt or not writable, by reason", ["reason"],
+                                        registry=r)
+        self.journal_reclaims = Counter("dynmig_plugin_journal_reclaims",
+                                        "Instances reclaimed on the journal's proof (their pod is gone or ended)",
+                                        registry=r)
+        self.busy_handovers = Counter("dynmig_plugin_busy_handovers_refused",
+                                      "Allocate refused to hand over an existing instance a process still uses",
+                                      registry=r)
+        self.reclaims_stuck = Gauge("dynmig_plugin_reclaims_stuck",
+                                    "Instances whose destroy keeps failing (e.g. IN_USE) and is backing off",
+                                    registry=r)
+        self.unowned_placements = Gauge("dynmig_plugin_unowned_placements",
+                                        "Instances on this node no active reservation covers, published as "
+                                        "occupied for the scheduler, by reason", ["reason"], registry=r)
 
     def fail(self, op: str, reason: str) -> None:
         self.failures.labels(op=op, reason=reason).inc()
