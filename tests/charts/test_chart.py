@@ -453,6 +453,11 @@ def test_serve_follows_the_lease_of_kube_scheduler_in_its_own_pod():
     # serve's identity is the pod's name, which is kube-scheduler's hostname
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in server["env"]
     assert "hostname" not in deployment["spec"]["template"]["spec"]
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert "affinity" not in one(render(), "Deployment")["spec"]["template"]["spec"]  # one replica: nothing to spread
     single = container(one(render("1.35", "kubeScheduler.leaderElection.enabled=false"), "Deployment"), "server")
     assert arg(single, "leader-elect") == "false"
     done = helm("template", "dynmig", str(CHART), "--set", "server.replicas=2",
