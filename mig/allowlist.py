@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from mig import catalog
+from mig import catalog, resources
 
 ERROR, WARNING = "error", "warning"
 ALLOWLIST_KEY = "migProfileAllowlist"
 ENTRY_KEYS = ("models", "profiles")
-DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+DEFAULT_POLICY = resources.default_policy()
 
 
 @dataclass(frozen=True)

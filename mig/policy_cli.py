@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mig import catalog
 from mig.allowlist import (
+    DEFAULT_POLICY,
     ERROR,
     Allowlist,
     PolicyError,
@@ -75,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynmig policy", description="Check, explain and diff MIG allowlists.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff}")
     check = sub.add_parser("check", help="validate an allowlist / device-config file")
-    check.add_argument("file")
+    check.add_argument("file", nargs="?", default=str(DEFAULT_POLICY),
+                       help="allowlist or device-config file (default: the packaged default policy, %(default)s)")
     explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
     explain.add_argument("--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB")
     explain.add_argument("--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)")
@@ -138,7 +140,7 @@ def explain(model: catalog.GpuModel, allowlist: Allowlist, memory: int, gpus: in
     if not profiles:
         return Explanation(False, (), (), f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
                            "profiles of this model, so it publishes no MIG profiles")
-    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied))
+    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
     pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):

@@ -6,6 +6,10 @@ reserved placement, answer kubelet with the MIG devices, then write `migUUID`, `
 `computeInstanceID` into the reservation (optimistic concurrency: re-read and retry on 409), erase
 the entry, and set bind-phase `success` once no entry is left (or `failed` on any error) and release
 the node lock if this pod holds it. A failure part-way destroys only what this call created.
+
+An existing instance (adopted, or kept from an earlier call) is handed over only when NVML shows no
+compute process on its MIG device: otherwise Allocate waits up to `BUSY_WAIT_S` for the previous
+owner's processes to end, then fails with `instance-busy` (kubelet retries). Never shared.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from mig.annotations import (
     encode_devices,
 )
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
+from plugin.journal import Owner
 from plugin.kube import Conflict, Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
+from plugin.nvml import NvmlError
 from plugin.podfinder import PodFinder, PodNotFound, lock_owner, next_container
 from plugin.reconcile import Reconciler
 
@@ -41,6 +47,8 @@ log = logging.getLogger("dynmig.plugin.allocate")
 CDI_KIND = "nvidia.com/gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/dynmig-device-plugin_"
 PATCH_ATTEMPTS = 5
+BUSY_WAIT_S = 3.0  # how long Allocate waits for a previous owner's processes to leave an instance
+BUSY_POLL_S = 0.1
 
 
 class AllocateError(RuntimeError):
@@ -137,7 +145,8 @@ def preferred(available: list[str], must_include: list[str], size: int, reserved
 
 class Allocator:
     def __init__(self, kube: Kube, manager: InstanceManager, reconciler: Reconciler, metrics: PluginMetrics,
-                 strategy: str = "envvar"):
+                 strategy: str = "envvar", busy_wait: float = BUSY_WAIT_S):
+        self.busy_wait = busy_wait
         self.kube = kube
         self.finder = PodFinder(kube)
         self.manager = manager
@@ -194,7 +203,7 @@ class Allocator:
         reservations = container_reservations(allocations, container_index, devices)
         with self.reconciler.lock:
             self.reconciler.run_once()
-            realized, created = self._ensure_all(reservations)
+            realized, created = self._ensure_all(pod, reservations)
         try:
             self._record(pod, container_index, reservations, realized)
         except AllocateError:
@@ -202,21 +211,46 @@ class Allocator:
             raise
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
 
-    def _ensure_all(self, reservations: list[MigAllocation]) -> tuple[dict[InstanceKey, ManagedInstance],
-                                                                       list[InstanceKey]]:
+    def _ensure_all(self, pod: PodView, reservations: list[MigAllocation]) -> tuple[
+            dict[InstanceKey, ManagedInstance], list[InstanceKey]]:
         realized: dict[InstanceKey, ManagedInstance] = {}
         created: list[InstanceKey] = []
         for reservation in reservations:
             key = InstanceKey.of(reservation)
+            owner = Owner(pod.uid, pod.namespace, pod.name, reservation.containerIndex, reservation.deviceIndex)
             try:
-                instance, new = self.manager.ensure(key)
-            except InstanceError as error:
+                instance, new = self.manager.ensure(key, owner)
+                if not new:
+                    self._wait_idle(instance)
+            except (InstanceError, AllocateError) as error:
                 self._rollback(created)
+                if isinstance(error, AllocateError):
+                    raise
                 raise AllocateError(error.reason, str(error)) from None
             realized[key] = instance
             if new:
                 created.append(key)
         return realized, created
+
+    def _wait_idle(self, instance: ManagedInstance) -> None:
+        """Return once NVML shows no compute process on the existing instance; else instance-busy."""
+        deadline = time.monotonic() + self.busy_wait
+        while True:
+            try:
+                pids = self.manager.instance_processes(instance)
+            except NvmlError as error:
+                self.metrics.busy_handovers.inc()
+                raise AllocateError("instance-busy", f"{instance.key} ({instance.mig_uuid}): NVML cannot tell whether "
+                                    f"a process still uses it ({error}); not handing it over") from None
+            if not pids:
+                return
+            if time.monotonic() >= deadline:
+                self.metrics.busy_handovers.inc()
+                raise AllocateError("instance-busy",
+                                    f"{instance.key} ({instance.mig_uuid}) still runs process(es) "
+                                    f"{', '.join(map(str, pids[:8]))} of a previous owner after {self.busy_wait:.0f}s; "
+                                    "dynmig never shares a MIG instance, kubelet will retry")
+            time.sleep(BUSY_POLL_S)
 
     def _rollback(self, created: list[InstanceKey]) -> None:
         """Destroy, newest first, only the instances this call created (adopted/earlier ones stay)."""

@@ -22,6 +22,7 @@ DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_SOCKET = "nvidia-gpu.sock"
 DEFAULT_DEVICE_CONFIG = "/device-config.yaml"
 DEFAULT_NODE_CONFIG = "/config/config.json"
+DEFAULT_STATE_DIR = "/var/lib/dynmig"
 
 
 class ConfigError(ValueError):
@@ -62,6 +63,7 @@ class PluginConfig:
     reconcile_interval: float = 5.0
     metrics_address: str = ""
     kubeconfig: str | None = None
+    state_dir: Path | None = None  # the ownership journal's directory; None = in memory only (embedded use)
 
     @property
     def allowlist(self) -> Allowlist:
@@ -147,6 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-address", default=env("METRICS_ADDRESS", ""),
                    help="host:port for Prometheus metrics; empty = off")
     p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="kubeconfig; absent = in-cluster")
+    p.add_argument("--state-dir", default=env("DYNMIG_STATE_DIR", DEFAULT_STATE_DIR),
+                   help="node-local directory of the ownership journal (a hostPath that survives the pod)")
     return p
 
 
@@ -166,6 +170,9 @@ def load_config(argv: list[str]) -> PluginConfig:
         raise ConfigError(f"--reconcile-interval: {args.reconcile_interval!r} must be a positive number of seconds")
     if "/" in args.socket_name or not args.socket_name.endswith(".sock"):
         raise ConfigError(f"--socket-name: {args.socket_name!r} must be a file name ending in .sock")
+    if not args.state_dir or not Path(args.state_dir).is_absolute() or len(args.state_dir) > 1024:
+        raise ConfigError(f"--state-dir / DYNMIG_STATE_DIR: {args.state_dir!r} must be an absolute directory path "
+                          f"(default {DEFAULT_STATE_DIR})")
     try:
         device_config = load_device_config(args.config_file)
     except PolicyError as error:
@@ -180,4 +187,5 @@ def load_config(argv: list[str]) -> PluginConfig:
         reconcile_interval=interval,
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,
+        state_dir=Path(args.state_dir),
     )

@@ -5,6 +5,10 @@ one lock per physical GPU around every create, destroy and adopt, so two callers
 GPU's slices. `ensure` is idempotent per key and creates only at exactly the reserved placement;
 if any step fails it destroys only what that call created. Nothing here infers a placement from a
 GI ID: placements are always read back from NVML.
+
+Every create is journaled (plugin/journal.py): the intent before the GI exists, the runtime identity
+after; the entry goes only once NVML confirmed the destroy. Each managed instance knows the pod it
+was created (or adopted) for, so an instance is never handed to another pod.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mig.annotations import MigAllocation
 from mig.types import Placement
 from plugin.discovery import GpuInventory, Inventory
+from plugin.journal import Entry, Journal, JournalError, Owner
 from plugin.metrics import PluginMetrics
 from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
 
@@ -35,6 +40,10 @@ class InstanceKey:
     def placement(self) -> Placement:
         return Placement(self.start, self.size)
 
+    @property
+    def journal_key(self) -> tuple[str, str, int, int]:
+        return (self.gpu_uuid, self.profile, self.start, self.size)
+
     @classmethod
     def of(cls, allocation: MigAllocation) -> InstanceKey:
         return cls(allocation.gpuUUID, allocation.profile, allocation.placement.start, allocation.placement.size)
@@ -50,21 +59,30 @@ class ManagedInstance:
     ci_id: int
     mig_uuid: str
     adopted: bool = False
+    owner: Owner | None = None  # the pod it was created or adopted for (None: not known)
+    journaled: bool = False  # managed again after a restart on the journal's proof alone
+
+    @property
+    def has_ci(self) -> bool:
+        return self.ci_id >= 0  # a GI left without its CI by a crash is recorded with ci_id -1
 
 
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, leaked: bool = False):
         self.reason = reason
+        self.leaked = leaked  # a GI this call created could not be rolled back
         super().__init__(message)
 
 
 class InstanceManager:
-    def __init__(self, nvml: Nvml, inventory: Inventory, metrics: PluginMetrics | None = None):
+    def __init__(self, nvml: Nvml, inventory: Inventory, metrics: PluginMetrics | None = None,
+                 journal: Journal | None = None):
         self.nvml = nvml
         self.inventory = inventory
         self.metrics = metrics or PluginMetrics()
+        self.journal = journal or Journal(None, self.metrics)
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
         self._gpu_locks: dict[str, threading.Lock] = {}
@@ -117,22 +135,34 @@ class InstanceManager:
 
     # ---- create
 
-    def ensure(self, key: InstanceKey) -> tuple[ManagedInstance, bool]:
-        """The instance for `key`, creating it at exactly its placement if needed; (instance, created)."""
+    def ensure(self, key: InstanceKey, owner: Owner | None = None) -> tuple[ManagedInstance, bool]:
+        """The instance for `key`, creating it at exactly its placement if needed; (instance, created).
+
+        An existing instance of another pod is never returned: InstanceError `owned-by-another-pod`."""
         existing = self.get(key)
         if existing is not None:
-            return existing, False
+            return self._mine(existing, owner), False
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
         with self.gpu_lock(key.gpu_uuid):
             existing = self.get(key)
             if existing is not None:
-                return existing, False
+                return self._mine(existing, owner), False
+            intent = Entry.intent(key.journal_key, owner or Owner("?", "?", "?"))
+            try:
+                self.journal.record(intent)  # before the GI exists: a crash from here on leaves proof
+            except JournalError as error:
+                self.metrics.fail("create", "journal-write")
+                raise InstanceError("journal-write", f"create {key}: {error}; nothing was created") from None
             try:
                 instance = self._create(gpu, profile, key)
             except InstanceError as error:
                 self.metrics.fail("create", error.reason)
+                if not error.leaked:
+                    self._unjournal(key)
                 raise
+            instance = ManagedInstance(key, instance.gi_id, instance.ci_id, instance.mig_uuid, owner=owner)
+            self._journal_created(intent, instance)
         self._remember(instance)
         self.metrics.creates.inc()
         log.info("created MIG instance %s: GI %d CI %d %s", key, instance.gi_id, instance.ci_id, instance.mig_uuid)
@@ -172,25 +202,70 @@ class InstanceManager:
                 if isinstance(error, NvmlError):
                     raise InstanceError("mig-uuid", f"find MIG UUID of {key}: {error}") from None
                 raise
-        except InstanceError:
-            self._undo_gi(gi, key)
+        except InstanceError as error:
+            if not self._undo_gi(gi, key):
+                error.leaked = True  # the journal's intent entry stays, so reclaim finds this GI
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
 
-    def _undo_ci(self, ci: object, key: InstanceKey) -> None:
+    def _mine(self, existing: ManagedInstance, owner: Owner | None) -> ManagedInstance:
+        if existing.owner is not None and owner is not None and existing.owner.pod_uid != owner.pod_uid:
+            self.metrics.fail("create", "owned-by-another-pod")
+            raise InstanceError("owned-by-another-pod",
+                                f"{existing.key} (GI {existing.gi_id}, {existing.mig_uuid or 'no MIG device'}) "
+                                f"still belongs to pod {existing.owner.ref} ({existing.owner.pod_uid}); it is "
+                                "reclaimed once that pod has ended, and kubelet retries")
+        return existing
+
+    # ---- the journal
+
+    def _journal_created(self, intent: Entry, instance: ManagedInstance) -> None:
+        try:
+            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid))
+        except JournalError as error:
+            # the intent entry stays: it still proves the instance at this placement is ours
+            log.error("created %s but could not record its identity: %s", instance.key, error)
+
+    def _unjournal(self, *keys: InstanceKey) -> None:
+        """Forget journal entries whose instance NVML confirmed gone (or never created)."""
+        try:
+            self.journal.remove(k.journal_key for k in keys)
+        except JournalError as error:
+            # a stale entry is harmless: its GI is gone, so the next startup drops it
+            log.error("could not remove %d journal entr(ies): %s", len(keys), error)
+
+    def journal_adopted(self, instance: ManagedInstance) -> None:
+        """Record an adopted instance (proved by its pod's annotation) so a later crash keeps the proof."""
+        if instance.owner is None:
+            return
+        entry = Entry.intent(instance.key.journal_key, instance.owner)
+        if instance.has_ci and instance.mig_uuid:
+            entry = entry.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid)
+        if self.journal.get(entry.key) == entry:
+            return
+        try:
+            self.journal.record(entry)
+        except JournalError as error:
+            log.error("could not journal adopted %s: %s", instance.key, error)
+
+    def _undo_ci(self, ci: object, key: InstanceKey) -> bool:
         try:
             # why: roll back the compute instance this very call created; nothing else runs in it yet.
             self.nvml.destroy_ci(ci)
+            return True
         except NvmlError as error:
             log.error("rollback of CI for %s failed: %s", key, error)
+            return False
 
-    def _undo_gi(self, gi: GiRecord, key: InstanceKey) -> None:
+    def _undo_gi(self, gi: GiRecord, key: InstanceKey) -> bool:
         try:
             # why: roll back the GPU instance this very call created, so a failed Allocate leaves the
             # slices free for the retry at the same placement.
             self.nvml.destroy_gi(gi.handle)
+            return True
         except NvmlError as error:
             log.error("rollback of GI %d for %s failed: %s", gi.gi_id, key, error)
+            return False
 
     # ---- destroy
 
@@ -207,6 +282,7 @@ class InstanceManager:
                 self.metrics.fail("destroy", error.reason)
                 raise
             self._forget(key)
+            self._unjournal(key)
         self.metrics.destroys.labels(cause=cause).inc()
         log.info("destroyed MIG instance %s (GI %d CI %d, %s): %s", key, instance.gi_id, instance.ci_id,
                  instance.mig_uuid, cause)
@@ -223,7 +299,7 @@ class InstanceManager:
                 log.warning("GI %d on %s is now %s profile %d, not %s; ours is gone, leaving it alone",
                             instance.gi_id, gpu.uuid, gi.placement, gi.profile_id, key)
                 return
-            ci = self.nvml.ci_by_id(gi.handle, instance.ci_id)
+            ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
             if ci is not None:
                 # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
                 self.nvml.destroy_ci(ci.handle)
@@ -253,13 +329,15 @@ class InstanceManager:
                 for key in [k for k in self._managed if k.gpu_uuid == uuid]:
                     del self._managed[key]
                 self.metrics.managed.set(len(self._managed))
+            self._unjournal(*(InstanceKey(*e.key) for e in self.journal.entries() if e.gpuUUID == uuid))
         if destroyed:
             self.metrics.destroys.labels(cause="startup-clean").inc(destroyed)
         return destroyed
 
     # ---- adopt
 
-    def verify(self, key: InstanceKey, gi_id: int, ci_id: int, mig_uuid: str) -> ManagedInstance:
+    def verify(self, key: InstanceKey, gi_id: int, ci_id: int, mig_uuid: str,
+               owner: Owner | None = None) -> ManagedInstance:
         """Prove a recorded runtime identity against NVML: profile, placement, GI ID, CI ID, MIG UUID."""
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
@@ -277,9 +355,9 @@ class InstanceManager:
             raise InstanceError("nvml-query", f"verify {key}: {error}") from None
         if found != mig_uuid:
             raise InstanceError("uuid-mismatch", f"{key}: MIG UUID is {found}, the pod recorded {mig_uuid}")
-        return ManagedInstance(key, gi_id, ci_id, mig_uuid, adopted=True)
+        return ManagedInstance(key, gi_id, ci_id, mig_uuid, adopted=True, owner=owner)
 
-    def find_at(self, key: InstanceKey) -> ManagedInstance | None:
+    def find_at(self, key: InstanceKey, owner: Owner | None = None) -> ManagedInstance | None:
         """An existing instance of exactly this profile and placement with one CI and a MIG UUID."""
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
@@ -291,7 +369,8 @@ class InstanceManager:
                 if len(cis) != 1:
                     return None
                 mig_uuid = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, cis[0].ci_id)
-                return ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True) if mig_uuid else None
+                return (ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True, owner=owner)
+                        if mig_uuid else None)
         except NvmlError as error:
             raise InstanceError("nvml-query", f"look for {key}: {error}") from None
         return None
@@ -299,6 +378,69 @@ class InstanceManager:
     def adopt(self, instance: ManagedInstance) -> None:
         with self.gpu_lock(instance.key.gpu_uuid):
             self._remember(instance)
+            self.journal_adopted(instance)
         self.metrics.adoptions.inc()
         log.info("adopted MIG instance %s: GI %d CI %d %s", instance.key, instance.gi_id, instance.ci_id,
                  instance.mig_uuid)
+
+    # ---- instances the journal proves ours
+
+    def claim(self, entry: Entry) -> ManagedInstance | None:
+        """The instance a journal entry proves ours, as NVML shows it now; None when it is gone (the
+        entry is then dropped). InstanceError when NVML cannot tell or the shape is not ours."""
+        key = InstanceKey(*entry.key)
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        profile = self._profile(gpu, key.profile)
+        try:
+            if entry.created:
+                return self._claim_created(gpu, profile, key, entry)
+            return self._claim_intent(gpu, profile, key, entry)
+        except NvmlError as error:
+            raise InstanceError("nvml-query", f"journal entry {key}: {error}") from None
+
+    def _claim_created(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey,
+                       entry: Entry) -> ManagedInstance | None:
+        gi = self.nvml.gi_by_id(gpu.device.handle, entry.gpuInstanceID or 0)
+        if gi is None or gi.placement != key.placement or gi.profile_id != profile.id:
+            return self._gone(key, "its GI is gone (or its ID now names another instance)")
+        owner = entry.owner
+        if self.nvml.ci_by_id(gi.handle, entry.computeInstanceID or 0) is None:
+            return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=owner)  # the GI is still ours
+        found = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, entry.computeInstanceID or 0)
+        if found != entry.migUUID:
+            return self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
+        return ManagedInstance(key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner)
+
+    def _claim_intent(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey,
+                      entry: Entry) -> ManagedInstance | None:
+        """A crash came between the intent and the record of the create: look at the placement."""
+        gi = next((g for g in self.nvml.list_gis(gpu.device.handle, [profile]) if g.placement == key.placement), None)
+        if gi is None:
+            return self._gone(key, "no GI was created")
+        cis = self.nvml.list_cis(gi.handle)
+        if not cis:
+            return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=entry.owner)
+        if len(cis) != 1:
+            raise InstanceError("not-our-shape", f"{key}: GI {gi.gi_id} has {len(cis)} compute instances; dynmig "
+                                "creates one")
+        mig_uuid = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, cis[0].ci_id) or ""
+        return ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True, owner=entry.owner)
+
+    def _gone(self, key: InstanceKey, why: str) -> None:
+        log.info("journal entry %s: %s; dropping the entry, touching nothing", key, why)
+        self._unjournal(key)
+
+    def take(self, instance: ManagedInstance) -> None:
+        """Manage an instance the journal proved ours (reclaim decides, by its owner, whether it stays)."""
+        instance = replace(instance, journaled=True)
+        with self.gpu_lock(instance.key.gpu_uuid):
+            self._remember(instance)
+        log.info("journal proves MIG instance %s ours (GI %d, pod %s)", instance.key, instance.gi_id,
+                 instance.owner.ref if instance.owner else "?")
+
+    def instance_processes(self, instance: ManagedInstance) -> list[int]:
+        """PIDs of compute processes on the instance's MIG device; NvmlError when NVML cannot tell."""
+        gpu = self.inventory.gpu(instance.key.gpu_uuid)
+        if gpu is None:
+            raise NvmlError("nvmlDeviceGetComputeRunningProcesses", 6, f"GPU {instance.key.gpu_uuid} not found")
+        return self.nvml.mig_processes(gpu.device.handle, instance.gi_id, instance.ci_id)

@@ -9,6 +9,7 @@ can tell "the API said no" from "we know the answer".
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,3 +146,19 @@ class Kube:
             metadata["resourceVersion"] = resource_version
         self._raw(self.core.patch_node, self.node_name, {"metadata": metadata},
                   _content_type="application/merge-patch+json")
+
+    # ---- events
+
+    def node_event(self, reason: str, message: str, type_: str = "Warning") -> None:
+        """A core/v1 Event about this node (in `default`, where kubelet puts node events)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{self.node_name}.{time.time_ns():x}", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": "dynmig-device-plugin", "host": self.node_name},
+            "reportingComponent": "dynmig-device-plugin", "reportingInstance": self.node_name,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        self._raw(self.core.create_namespaced_event, "default", body)

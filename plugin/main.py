@@ -18,7 +18,9 @@ from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
 from plugin.instances import InstanceManager
+from plugin.journal import Journal
 from plugin.kube import Kube, api_client
+from plugin.leftovers import LeftoverPublisher, find_leftovers
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
 from plugin.reconcile import PassResult, Reconciler
@@ -36,10 +38,12 @@ class DevicePluginApp:
         self.kube = kube
         self.nvml = nvml or Nvml()
         self.metrics = metrics or PluginMetrics()
-        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics)
+        self.journal = Journal(config.state_dir, self.metrics)
+        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics, self.journal)
         self.reconciler = Reconciler(kube, self.manager, self.metrics)
         self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
         self.publisher = Publisher(kube, self.metrics)
+        self.leftovers = LeftoverPublisher(kube, self.metrics)
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
@@ -47,17 +51,25 @@ class DevicePluginApp:
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self._metrics_server: object | None = None
+        self._last_pass = time.monotonic()
 
     @property
     def inventory(self) -> Inventory:
         return self.manager.inventory
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics, /healthz and /readyz are served on (None when off)."""
+        server = self._metrics_server
+        return server.server_address[1] if server is not None else None  # type: ignore[attr-defined]
+
     def start(self) -> DevicePluginApp:
         self.nvml.init()
+        self.journal.load()
         self.recover()
         self.publisher.publish(self.inventory)
         self.server.start()
-        served = self.metrics.serve(self.config.metrics_address)
+        served = self.metrics.serve(self.config.metrics_address, healthz=self.alive, readyz=self.ready)
         self._metrics_server = served[0] if served else None
         self._loop = threading.Thread(target=self._run, name="dynmig-reconcile", daemon=True)
         self._loop.start()
@@ -70,15 +82,19 @@ class DevicePluginApp:
         self.server.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()  # type: ignore[attr-defined]
+            self._metrics_server.server_close()  # type: ignore[attr-defined]
         try:
             self.nvml.shutdown()
         except NvmlError as error:
             log.warning("NVML shutdown: %s", error)
 
     def recover(self) -> StartupReport:
-        """Startup recovery under the reconcile lock; repeated each tick until the pod list succeeds."""
+        """Startup recovery under the reconcile lock, then a reclaim pass (what the journal proves ours
+        and no active pod backs goes at once); repeated each tick until the pod list succeeds."""
         with self.reconciler.lock:
             self.report = self.startup.run()
+            if self.report.complete:
+                self._reclaim()
         self.service.devices_changed()
         return self.report
 
@@ -88,8 +104,18 @@ class DevicePluginApp:
             self.recover()
             if not self.report or not self.report.complete:
                 return None
-        result = self.reconciler.run_once()
+        result = self._reclaim()
         self.publisher.publish(self.inventory)
+        return result
+
+    def _reclaim(self) -> PassResult:
+        """A reclaim pass, then (from the same view of the node) the leftovers for the scheduler."""
+        with self.reconciler.lock:
+            result = self.reconciler.run_once()
+            if result.reservations is not None:
+                found = find_leftovers(self.manager, result.reservations)
+                if found is not None:
+                    self.leftovers.publish(found)
         return result
 
     def _run(self) -> None:
@@ -98,6 +124,23 @@ class DevicePluginApp:
                 self.tick()
             except Exception:
                 log.exception("reconcile tick failed")
+            self._last_pass = time.monotonic()
+
+    def alive(self) -> tuple[bool, str]:
+        """Liveness: the reconcile loop runs and finishes its passes (a failed pass still counts:
+        a restart would not cure an unreachable API server, but it does cure a wedged loop)."""
+        if self._loop is None or not self._loop.is_alive():
+            return False, "the reconcile loop is not running"
+        age, limit = time.monotonic() - self._last_pass, max(60.0, 6 * self.config.reconcile_interval)
+        if age > limit:
+            return False, f"no reconcile pass finished for {age:.0f}s (limit {limit:.0f}s)"
+        return True, f"ok: last reconcile pass {age:.1f}s ago"
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: kubelet knows us (registered since its last restart)."""
+        if not self.server.registered:
+            return False, "not registered with kubelet"
+        return True, f"ok: registered {self.config.resource_name} with kubelet"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,17 @@ created and destroyed, every failure with its reason, every reconcile pass that 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
+
+# A health check: (healthy, what to say). Served as 200 or 503 with the text.
+Check = Callable[[], tuple[bool, str]]
 
 
 class PluginMetrics:
@@ -32,6 +41,25 @@ class PluginMetrics:
                                           buckets=(.005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10))
         self.registration_publishes = Counter("dynmig_plugin_node_register_publishes",
                                               "Times hami.io/node-nvidia-register was written", registry=r)
+        self.journal_entries = Gauge("dynmig_plugin_journal_entries", "Instances the ownership journal records",
+                                     registry=r)
+        self.journal_writes = Counter("dynmig_plugin_journal_writes", "Atomic writes of the ownership journal",
+                                      registry=r)
+        self.journal_problems = Counter("dynmig_plugin_journal_problems",
+                                        "Ownership journal missing, corrupt or not writable, by reason", ["reason"],
+                                        registry=r)
+        self.journal_reclaims = Counter("dynmig_plugin_journal_reclaims",
+                                        "Instances reclaimed on the journal's proof (their pod is gone or ended)",
+                                        registry=r)
+        self.busy_handovers = Counter("dynmig_plugin_busy_handovers_refused",
+                                      "Allocate refused to hand over an existing instance a process still uses",
+                                      registry=r)
+        self.reclaims_stuck = Gauge("dynmig_plugin_reclaims_stuck",
+                                    "Instances whose destroy keeps failing (e.g. IN_USE) and is backing off",
+                                    registry=r)
+        self.unowned_placements = Gauge("dynmig_plugin_unowned_placements",
+                                        "Instances on this node no active reservation covers, published as "
+                                        "occupied for the scheduler, by reason", ["reason"], registry=r)
 
     def fail(self, op: str, reason: str) -> None:
         self.failures.labels(op=op, reason=reason).inc()
@@ -47,9 +75,36 @@ class PluginMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def serve(self, address: str) -> tuple[object, object] | None:
-        """Serve /metrics on host:port (port 0 = any); returns (server, thread) or None when off."""
+    def serve(self, address: str, healthz: Check | None = None,
+              readyz: Check | None = None) -> tuple[object, object] | None:
+        """Serve /metrics (and /healthz, /readyz when given) on host:port (port 0 = any); returns
+        (server, thread) or None when off."""
         if not address:
             return None
         host, _, port = address.rpartition(":")
-        return start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+        app = _with_checks(make_wsgi_app(self.registry), {"/healthz": healthz, "/readyz": readyz})
+        server = make_server(host or "0.0.0.0", int(port), app, _ThreadingServer, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="dynmig-metrics", daemon=True)
+        thread.start()
+        return server, thread
+
+
+def _with_checks(metrics: Callable[..., Iterable[bytes]], checks: dict[str, Check | None]):
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        check = checks.get(environ.get("PATH_INFO", ""))
+        if check is None:
+            return metrics(environ, start_response)
+        healthy, text = check()
+        start_response("200 OK" if healthy else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"{text}\n".encode()]
+    return app
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a probe every few seconds is not worth a log line

@@ -276,6 +276,15 @@ class Nvml:
 
     # ---- processes
 
+    def mig_processes(self, handle: Any, gi_id: int, ci_id: int) -> list[int]:
+        """PIDs of compute processes on the MIG device (GI, CI) of a GPU (queried on the MIG device
+        handle, as NVML reports per MIG device); a GI without that MIG device has none."""
+        for migdev in self._mig_devices(handle):
+            if (self._call("nvmlDeviceGetGpuInstanceId", migdev) == gi_id
+                    and self._call("nvmlDeviceGetComputeInstanceId", migdev) == ci_id):
+                return [int(p.pid) for p in self._call("nvmlDeviceGetComputeRunningProcesses", migdev)]
+        return []
+
     def has_processes(self, handle: Any) -> bool:
         """True if any compute or graphics process runs on the GPU or one of its MIG devices.
 

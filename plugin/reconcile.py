@@ -4,20 +4,33 @@ The desired set is computed purely from the pods bound to this node. Destruction
 the pass refuses to destroy anything unless it fully understood the node: an API error, a partial
 list, a malformed annotation (including a partial runtime identity) or a reservation on a GPU this
 node does not have skips every destroy of the pass, with a log line and a metric naming the reason.
+
+Ownership is per pod: an instance created (or adopted) for one pod is reclaimed when that pod is no
+longer active, even if another active pod now holds a reservation at the same placement (the
+journal's proof lets a restarted plugin do this on a busy GPU). A destroy that keeps failing (IN_USE:
+a process still runs) backs off exponentially up to `BACKOFF_CAP` seconds, posts a warning Event
+naming the instance and its pod, and shows in `dynmig_plugin_reclaims_stuck`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mig.annotations import MIG_ALLOCATIONS, AnnotationError, MigAllocation, decode_allocations
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
+from plugin.journal import Owner
 from plugin.kube import Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
 
 log = logging.getLogger("dynmig.plugin.reconcile")
+
+BACKOFF_BASE = 2.0  # seconds before the first retry of a failed reclaim
+BACKOFF_CAP = 300.0
+STUCK_EVENT = "MigInstanceReclaimStuck"
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,14 @@ class NodeReservations:
     def gpus(self) -> frozenset[str]:
         return frozenset(r.allocation.gpuUUID for r in self.reservations)
 
+    @property
+    def holders(self) -> dict[InstanceKey, frozenset[str]]:
+        """Instance key -> UIDs of the active pods that hold a reservation there."""
+        out: dict[InstanceKey, set[str]] = {}
+        for r in self.reservations:
+            out.setdefault(r.key, set()).add(r.pod.uid)
+        return {k: frozenset(v) for k, v in out.items()}
+
 
 def active_reservations(pods: list[PodView], node_gpus: frozenset[str] | set[str]) -> NodeReservations:
     """Decode the reservations of every active pod (pure)."""
@@ -70,9 +91,50 @@ def active_reservations(pods: list[PodView], node_gpus: frozenset[str] | set[str
     return NodeReservations(tuple(found), tuple(problems))
 
 
-def plan_reclaim(managed: list[ManagedInstance], desired: frozenset[InstanceKey]) -> list[ManagedInstance]:
-    """The managed instances no active reservation backs (pure), in a stable order."""
-    return sorted((m for m in managed if m.key not in desired), key=lambda m: m.key)
+def plan_reclaim(managed: list[ManagedInstance], desired: frozenset[InstanceKey],
+                 holders: Mapping[InstanceKey, frozenset[str]] | None = None) -> list[ManagedInstance]:
+    """The managed instances no active reservation of their own pod backs (pure), in a stable order.
+
+    Without `holders` (or for an instance whose pod is not known) the key alone decides."""
+    def backed(m: ManagedInstance) -> bool:
+        if m.key not in desired or not m.has_ci:  # a GI a crash left without its CI is recreated whole
+            return False
+        if holders is None or m.owner is None or m.key not in holders:
+            return True
+        return m.owner.pod_uid in holders[m.key]
+    return sorted((m for m in managed if not backed(m)), key=lambda m: m.key)
+
+
+@dataclass
+class Retry:
+    attempts: int
+    not_before: float
+    delay: float
+
+
+class ReclaimBackoff:
+    """Exponential, capped back-off per instance whose destroy failed (pure; the caller's clock)."""
+
+    def __init__(self, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP):
+        self.base, self.cap = base, cap
+        self.retries: dict[InstanceKey, Retry] = {}
+
+    def due(self, key: InstanceKey, now: float) -> bool:
+        retry = self.retries.get(key)
+        return retry is None or now >= retry.not_before
+
+    def failed(self, key: InstanceKey, now: float) -> Retry:
+        attempts = self.retries[key].attempts + 1 if key in self.retries else 1
+        delay = min(self.base * 2 ** (attempts - 1), self.cap)
+        retry = self.retries[key] = Retry(attempts, now + delay, delay)
+        return retry
+
+    def clear(self, key: InstanceKey) -> None:
+        self.retries.pop(key, None)
+
+    def prune(self, keep: set[InstanceKey]) -> None:
+        for key in [k for k in self.retries if k not in keep]:
+            del self.retries[key]
 
 
 @dataclass
@@ -80,16 +142,21 @@ class PassResult:
     skipped: str = ""  # reason label when destroys were skipped
     destroyed: list[InstanceKey] = field(default_factory=list)
     failed: list[tuple[InstanceKey, str]] = field(default_factory=list)
+    deferred: list[InstanceKey] = field(default_factory=list)  # backing off after failed destroys
     pods: list[PodView] | None = None
+    reservations: NodeReservations | None = None  # set when the pass fully understood the node
 
 
 class Reconciler:
     """Runs reconcile passes; `lock` serializes a pass against Allocate's creates and startup."""
 
-    def __init__(self, kube: Kube, manager: InstanceManager, metrics: PluginMetrics):
+    def __init__(self, kube: Kube, manager: InstanceManager, metrics: PluginMetrics,
+                 clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.manager = manager
         self.metrics = metrics
+        self.clock = clock
+        self.backoff = ReclaimBackoff()
         self.lock = threading.RLock()
 
     def run_once(self) -> PassResult:
@@ -107,17 +174,43 @@ class Reconciler:
         if node.problems:
             detail = "; ".join(d for _, d in node.problems[:3])
             return self._skip(node.skip_reason, detail, pods)
-        result = PassResult(pods=pods)
-        for instance in plan_reclaim(managed, node.keys):
+        result = PassResult(pods=pods, reservations=node)
+        now = self.clock()
+        for instance in plan_reclaim(managed, node.keys, node.holders):
+            if not self.backoff.due(instance.key, now):
+                result.deferred.append(instance.key)
+                continue
             try:
                 self.manager.release(instance.key, cause="reclaim")
-                result.destroyed.append(instance.key)
             except InstanceError as error:
-                log.error("reclaim of %s failed (%s): %s", instance.key, error.reason, error)
+                self._stuck(instance, error, now)
                 result.failed.append((instance.key, error.reason))
+                continue
+            self.backoff.clear(instance.key)
+            result.destroyed.append(instance.key)
+            if instance.journaled:
+                self.metrics.journal_reclaims.inc()
+        self.backoff.prune({m.key for m in self.manager.managed()})
+        self.metrics.reclaims_stuck.set(len(self.backoff.retries))
         return result
+
+    def _stuck(self, instance: ManagedInstance, error: InstanceError, now: float) -> None:
+        retry = self.backoff.failed(instance.key, now)
+        owner = _owner_text(instance.owner)
+        message = (f"MIG instance {instance.key} (GI {instance.gi_id}, {instance.mig_uuid or 'no MIG device'}) "
+                   f"of pod {owner} could not be destroyed ({error.reason}: {error}); attempt {retry.attempts}, "
+                   f"next in {retry.delay:.0f}s; its placement stays published as occupied")
+        log.error("reclaim: %s", message)
+        try:
+            self.kube.node_event(STUCK_EVENT, message)
+        except KubeError as failure:
+            log.warning("could not post the %s event: %s", STUCK_EVENT, failure)
 
     def _skip(self, reason: str, detail: str, pods: list[PodView] | None) -> PassResult:
         self.metrics.skip(reason)
         log.warning("reconcile: skipping every destroy this pass (%s): %s", reason, detail)
         return PassResult(skipped=reason, pods=pods)
+
+
+def _owner_text(owner: Owner | None) -> str:
+    return f"{owner.ref} (uid {owner.pod_uid})" if owner is not None else "(unknown)"

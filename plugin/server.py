@@ -125,6 +125,11 @@ class PluginServer:
         return self.config.socket_path
 
     @property
+    def registered(self) -> bool:
+        """kubelet accepted our registration and has not restarted since."""
+        return self._registered
+
+    @property
     def kubelet_socket(self) -> Path:
         return self.config.kubelet_socket
 

@@ -8,6 +8,10 @@
   CI ID, MIG UUID) are adopted. A pending pod with only a logical reservation protects its placement
   (an instance already there, created before the restart, is adopted for it). Anything that cannot
   be proven is left untouched and reported.
+- Instances the ownership journal proves we created (plugin/journal.py) are managed again with the
+  pod they were created for, on busy GPUs too; the reclaim pass that follows startup destroys those
+  whose pod a complete pod list shows gone or ended. A pending pod is never given an instance the
+  journal says was created for another pod.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from mig.allowlist import Allowlist
 from plugin.config import DeviceFilter
 from plugin.discovery import Inventory, discover
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
+from plugin.journal import Owner
 from plugin.kube import Kube, KubeError, PodView
 from plugin.nvml import MIG_ENABLE, GpuDevice, Nvml, NvmlError
 from plugin.reconcile import NodeReservations, active_reservations
@@ -32,6 +37,7 @@ class StartupReport:
     busy: dict[str, str] = field(default_factory=dict)  # GPU UUID -> why it is in use
     cleaned: list[str] = field(default_factory=list)
     adopted: list[ManagedInstance] = field(default_factory=list)
+    journaled: list[ManagedInstance] = field(default_factory=list)  # proven ours by the journal
     protected: list[InstanceKey] = field(default_factory=list)
     unproven: list[str] = field(default_factory=list)
     untouched: list[str] = field(default_factory=list)  # excluded or not allowlisted GPUs
@@ -88,14 +94,15 @@ class Startup:
         self._clean(inventory, idle, report)
         if node is not None:
             self._adopt(node, report)
+            self._claim_journaled(report)
         for problem in node.problems if node else ():
             report.unproven.append(f"{problem[0]}: {problem[1]}")
         self._report_unowned(inventory, report)
         for _ in report.unproven:
             self.manager.metrics.fail("startup", "unproven")
-        log.info("startup: busy=%s cleaned=%s adopted=%d protected=%d unproven=%d untouched=%s",
-                 report.busy, report.cleaned, len(report.adopted), len(report.protected), len(report.unproven),
-                 report.untouched)
+        log.info("startup: busy=%s cleaned=%s adopted=%d journaled=%d protected=%d unproven=%d untouched=%s",
+                 report.busy, report.cleaned, len(report.adopted), len(report.journaled), len(report.protected),
+                 len(report.unproven), report.untouched)
         for line in report.unproven:
             log.warning("startup: left untouched: %s", line)
         return report
@@ -147,21 +154,43 @@ class Startup:
                     report.unproven.append(f"{gpu.uuid}: GI {gi.gi_id} {name} at {gi.placement} has no owner "
                                            "dynmig can prove; left untouched")
 
+    def _claim_journaled(self, report: StartupReport) -> None:
+        """Manage again what the journal proves ours and nothing adopted (reclaim then decides)."""
+        for entry in self.manager.journal.entries():
+            key = InstanceKey(*entry.key)
+            if self.manager.get(key) is not None:
+                continue
+            gpu = self.manager.inventory.gpu(key.gpu_uuid)
+            if gpu is None or not gpu.managed:
+                continue  # excluded or gone from the node: never mutated, the entry waits
+            try:
+                instance = self.manager.claim(entry)
+            except InstanceError as error:
+                report.unproven.append(f"journal entry {key} of pod {entry.owner.ref}: {error.reason}: {error}")
+                continue
+            if instance is not None:
+                self.manager.take(instance)
+                report.journaled.append(instance)
+
     def _adopt(self, node: NodeReservations, report: StartupReport) -> None:
         for reservation in node.reservations:
             allocation, pod, key = reservation.allocation, reservation.pod, reservation.key
             if self.manager.get(key) is not None:
                 continue
+            owner = Owner(pod.uid, pod.namespace, pod.name, allocation.containerIndex, allocation.deviceIndex)
             try:
                 if allocation.runtime_ready:
                     instance = self.manager.verify(key, allocation.gpuInstanceID or 0,
-                                                   allocation.computeInstanceID or 0, allocation.migUUID or "")
+                                                   allocation.computeInstanceID or 0, allocation.migUUID or "",
+                                                   owner)
                     self.manager.adopt(instance)
                     report.adopted.append(instance)
                 elif pod.phase == "Pending":
-                    found = self.manager.find_at(key)
-                    if found is not None:
-                        self.manager.adopt(found)
+                    entry = self.manager.journal.get(key.journal_key)
+                    if entry is None or entry.podUID == pod.uid:  # never another pod's instance
+                        found = self.manager.find_at(key, owner)
+                        if found is not None:
+                            self.manager.adopt(found)
                     report.protected.append(key)
                 else:
                     report.unproven.append(f"{pod.ref}: {pod.phase} pod has no runtime identity for {key}")

@@ -18,6 +18,7 @@ from typing import Any
 from mig.allowlist import ERROR, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.placement.preference import parse_preference, unknown_entries
+from mig.placement.request import RequestError, container_request
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
 from webhooks.review import Decision, Review, pointer
 
@@ -73,6 +74,22 @@ def _resources(container: Mapping[str, Any], kind: str) -> dict[str, Any]:
 def _requests_gpu(container: Mapping[str, Any], names: ResourceNames) -> bool:
     wanted = (names.count, names.memory, names.memory_percentage)
     return any(n in _resources(container, k) for k in ("limits", "requests") for n in wanted)
+
+
+def _name(key: str, i: int, container: Mapping[str, Any]) -> str:
+    """The container's name for messages (its field path when the name is missing or not a string)."""
+    name = container.get("name")
+    return name[:253] if isinstance(name, str) and name else f"{key}[{i}]"
+
+
+def _bad_request(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> str:
+    """Why the container's GPU resources cannot be read (quantities, ranges), or ""."""
+    try:
+        container_request(_name(key, i, container), _resources(container, "limits"),
+                          _resources(container, "requests"), names)
+    except RequestError as error:
+        return str(error)
+    return ""
 
 
 def _privileged(container: Mapping[str, Any]) -> bool:
@@ -164,7 +181,10 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
         return Decision.deny(
             f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
             f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)")
-    privileged = [c.get("name", f"{key}[{i}]") for key, i, c in containers if _privileged(c)]
+    bad = next((why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), "")
+    if bad:
+        return Decision.deny(f"{bad}; fix the container's resources (see the README's section on pod resources)")
+    privileged = [_name(key, i, c) for key, i, c in containers if _privileged(c)]
     if privileged:
         return Decision.deny(
             f"container {', '.join(privileged)} is privileged in a pod that requests {names.count}: a "
@@ -177,7 +197,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     for key, i, c in gpu:
         ops.extend(_default_count(key, i, c, names))
         if any(names.cores in _resources(c, k) for k in ("limits", "requests")):
-            warnings.append(f"container {c.get('name', i)}: {names.cores} has no effect on a MIG device; "
+            warnings.append(f"container {_name(key, i, c)}: {names.cores} has no effect on a MIG device; "
                             f"the MIG profile fixes the compute share")
     return Decision.patched(ops, tuple(warnings))
 

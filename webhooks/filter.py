@@ -27,7 +27,7 @@ from mig.annotations import (
     encode_allocations,
     encode_devices,
 )
-from mig.placement import ContainerRequest, Plan, PodRequest, Refusal
+from mig.placement import ContainerRequest, Plan, PodRequest, Refusal, RequestError, container_request
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet, usage_from_plan
 from webhooks.kube import EventRecorder, Kube
@@ -43,39 +43,21 @@ def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [c for key in ("initContainers", "containers") for c in (spec.get(key) or []) if isinstance(c, dict)]
 
 
-def _quantity(container: Mapping[str, Any], resource: str) -> str | None:
-    res = container.get("resources") or {}
-    for kind in ("limits", "requests"):
-        value = (res.get(kind) or {}).get(resource)
-        if value is not None:
-            return str(value)
-    return None
-
-
-def _integer(value: str, where: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadArgs(f"{where}: {value!r} is not a whole number") from None
-    if number < 0:
-        raise BadArgs(f"{where}: must not be negative")
-    return number
+def _resources(container: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    res = container.get("resources")
+    value = res.get(kind) if isinstance(res, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 def pod_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
     """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU."""
     requests: list[ContainerRequest] = []
     for c in _containers(pod):
-        where = f"container {c.get('name', '?')}"
-        count = _quantity(c, names.count)
-        memory = _quantity(c, names.memory)
-        percent = _quantity(c, names.memory_percentage)
-        devices = _integer(count, f"{where} {names.count}") if count is not None else 0
-        mem = _integer(memory, f"{where} {names.memory} (MiB)") if memory is not None else None
-        if percent is not None and memory is None and _integer(percent, f"{where} {names.memory_percentage}") < 100:
-            raise BadArgs(f"{where}: {names.memory_percentage} below 100 cannot choose a MIG profile; "
-                          f"ask for {names.memory} in MiB instead")
-        requests.append(ContainerRequest(devices, mem if devices else None))
+        try:
+            requests.append(container_request(str(c.get("name", "?"))[:253], _resources(c, "limits"),
+                                              _resources(c, "requests"), names))
+        except RequestError as error:
+            raise BadArgs(str(error)) from None
     if not any(r.devices for r in requests):
         return None
     meta = pod.get("metadata") or {}

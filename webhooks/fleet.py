@@ -31,6 +31,7 @@ from webhooks.occupancy import (
     NodeOccupancy,
     PodUsage,
     node_gpus,
+    node_leftovers,
     node_register,
     pod_usage,
     reconstruct,
@@ -61,7 +62,7 @@ class Fleet:
         self.index = PlacementIndex()
         self.ttl = ttl
         self.clock = clock
-        self._register: dict[str, str | None] = {}
+        self._register: dict[str, tuple[str | None, str | None]] = {}  # node -> (registration, leftovers)
         self._published: dict[str, NodeGpus] = {}
         self._held: dict[str, PodUsage] = {}
         self._on_node: dict[str, set[str]] = {}
@@ -76,12 +77,12 @@ class Fleet:
     # ---- feed from the cache ---------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name") or ""
-        register = node_register(node)
+        register, leftovers = node_register(node), node_leftovers(node)
         with self.lock:
-            if name in self._register and self._register[name] == register:
+            if name in self._register and self._register[name] == (register, leftovers):
                 return  # heartbeats and label changes do not touch what the node publishes
-            self._register[name] = register
-            self._published[name] = node_gpus(name, register)
+            self._register[name] = (register, leftovers)
+            self._published[name] = node_gpus(name, register, leftovers)
             self._refresh(name)
 
     def delete_node(self, name: str) -> None:

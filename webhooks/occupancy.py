@@ -5,6 +5,10 @@ including failing closed: a MIG GPU that has an allocated device without a reser
 reservation naming a GPU the node does not publish, is marked unhealthy rather than guessed free,
 because handing out slices that may be in use would make the device plugin's create fail or,
 worse, collide with a running workload.
+
+Instances a node's device plugin publishes in `dynmig.io/node-leftover-instances` (mig/leftovers.py:
+left over, or being reclaimed, with no active reservation) count as occupied until they are gone;
+an unreadable list fails the node's GPUs closed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from mig.annotations import (
     decode_devices,
     decode_node_register,
 )
+from mig.leftovers import LEFTOVERS, LeftoverError, by_gpu, decode_leftovers
 from mig.placement import GpuState
 from mig.placement.published import from_mig_profile
 from mig.types import Placement
@@ -54,28 +59,38 @@ class NodeGpus:
     node: str
     gpus: tuple[GpuState, ...] = ()
     error: str = ""  # the registration annotation could not be decoded
+    blocked: Mapping[str, tuple[Placement, ...]] = field(default_factory=dict)  # GPU -> leftover placements
+    leftover_error: str = ""  # the leftover list could not be decoded: every GPU fails closed
 
 
 def _is_mig(device: DeviceInfo) -> bool:
     return device.mode == MIG_MODE or (not device.mode and bool(device.migProfiles))
 
 
-def node_gpus(name: str, register: str | None) -> NodeGpus:
-    """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours)."""
+def node_gpus(name: str, register: str | None, leftovers: str | None = None) -> NodeGpus:
+    """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours), with
+    the placements its plugin publishes as left over."""
     try:
         devices = decode_node_register(register or "")
     except AnnotationError as error:
         return NodeGpus(name, (), str(error))
     gpus = tuple(
         GpuState(node=name, uuid=d.id, type=d.type, profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
-                 healthy=d.health, index=d.index)
+                 healthy=d.health, index=d.index, memory_mb=d.devmem)
         for d in devices if _is_mig(d)
     )
-    return NodeGpus(name, gpus)
+    try:
+        return NodeGpus(name, gpus, blocked=by_gpu(decode_leftovers(leftovers)))
+    except LeftoverError as error:
+        return NodeGpus(name, gpus, leftover_error=str(error))
 
 
 def node_register(node: Mapping[str, Any]) -> str | None:
     return annotations(node).get(NODE_REGISTER)
+
+
+def node_leftovers(node: Mapping[str, Any]) -> str | None:
+    return annotations(node).get(LEFTOVERS)
 
 
 # ---------------------------------------------------------------- pods
@@ -169,10 +184,11 @@ def reconstruct(published: NodeGpus, usages: Iterable[PodUsage]) -> NodeOccupanc
     gpus, holders, closed = [], {}, {}
     for g in published.gpus:
         occ = by_uuid[g.uuid]
-        why = occ.unhealthy or all_closed or _overlap(occ)
+        why = occ.unhealthy or all_closed or _overlap(occ) or published.leftover_error
         if why:
             closed[g.uuid] = why
-        gpus.append(replace(g, occupied=tuple(occ.occupied), healthy=g.healthy and not why))
+        occupied = (*occ.occupied, *published.blocked.get(g.uuid, ()))  # leftovers: not a holder's overlap
+        gpus.append(replace(g, occupied=occupied, healthy=g.healthy and not why))
         holders[g.uuid] = tuple(occ.holders)
     return NodeOccupancy(published.node, tuple(gpus), holders, closed)
 

@@ -19,10 +19,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from mig import resources
+
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "dynmig"
+CHART = resources.chart()
 NAMESPACE = "dynmig"
 RELEASE = "dynmig"
+
+
+def component_selector(component: str) -> str:
+    """The label selector of the chart's pods of one component (device-plugin, scheduler)."""
+    return f"app.kubernetes.io/name=dynmig,app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
 
 
 class ChartError(RuntimeError):

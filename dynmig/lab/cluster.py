@@ -17,7 +17,10 @@ the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mou
 from __future__ import annotations
 
 import base64
+import copy
+import os
 import shutil
+import signal
 import socket
 import ssl
 import tempfile
@@ -35,18 +38,23 @@ from kubernetes import client
 
 from certs import main as certs_main
 from dynmig.lab import chart, report
-from dynmig.lab.agent import EXIT_CODE, NodeAgent
+from dynmig.lab.controllers import ControllerManager
 from dynmig.lab.nodes import LabNode
+from dynmig.lab.processes import ProcessContainers
 from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
-from sim.kubelet import SimulatedKubelet
+from sim.apiserver.identities import Identity
+from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.nvml import SimulatedNvml
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
+PLUGIN_DAEMONSET = f"{chart.RELEASE}-device-plugin"
+# kubelet's container restart back-off is 10 s doubling to 300 s; the lab keeps its shape, shorter
+RESTART_BACKOFF = (1.0, 16.0)
 
 
 class LabError(RuntimeError):
@@ -66,8 +74,9 @@ class NodeRuntime:
     plugin_dir: Path
     nvml: SimulatedNvml
     kubelet: SimulatedKubelet
-    agent: NodeAgent | None = None
-    plugin: Child | None = None
+    agent: SimulatedPods | None = None  # the kubelet's pod side
+    plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
+    plugin_starts: int = 0
 
     @property
     def name(self) -> str:
@@ -103,6 +112,7 @@ class Lab:
         self.serve_port = 0
         self.metrics_port = 0
         self.nodes: dict[str, NodeRuntime] = {}
+        self.controllers: ControllerManager | None = None
         self.rendered: chart.Rendered | None = None
         self.device_config_file = self.workdir / "config" / "device-config.yaml"
         self.node_config_file = self.workdir / "config" / "node-config.json"
@@ -137,16 +147,20 @@ class Lab:
         self._start_serve()
         for spec in self.specs:
             self._create_node(spec)
-        for spec in self.specs:
-            self._start_plugin(self.nodes[spec.name])
+        self._start_kubelets()
+        self._create_plugin_daemonset()
         self._start_scheduler()
         for runtime in self.nodes.values():
             self._wait_plugin(runtime)
         self._wait_serve()
-        self._start_agents()
+        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes)
+                  + f" (device-plugin sockets under {self._sockets.name})")
 
     def stop(self) -> None:
         """Stop everything this lab started; safe to call twice and after a failed start."""
+        if self.controllers is not None:
+            self.controllers.stop()
+            self.controllers = None
         for runtime in self.nodes.values():
             if runtime.agent is not None:
                 runtime.agent.stop()
@@ -184,15 +198,29 @@ class Lab:
 
     # ---- operations -----------------------------------------------------------------------------
 
-    def restart_plugin(self, node: str) -> None:
-        """Stop the node's device plugin (SIGTERM) and start a new one; it must adopt what runs."""
+    def restart_plugin(self, node: str, delete_pod: bool = True) -> None:
+        """Restart the node's device plugin; the new one must adopt what runs. `delete_pod`: as an
+        operator does, delete its DaemonSet pod (kubelet sends SIGTERM, the DaemonSet controller
+        makes a new pod, kubelet starts a new plugin for it); else SIGTERM the process, which
+        kubelet restarts in the same pod after its back-off (this works with the API down)."""
         runtime = self.nodes[node]
         before = runtime.kubelet.resource(self.resource)
         registrations = before.registrations if before else 0
-        if runtime.plugin is not None:
-            self.supervisor.stop(runtime.plugin)
-        self._start_plugin(runtime)
-        self._wait_plugin(runtime, registrations + 1)
+        starts = runtime.plugin_starts
+        if delete_pod:
+            self.core().delete_namespaced_pod(self.plugin_pod(node), NAMESPACE, _preload_content=False)
+        elif runtime.plugin is not None:
+            _signal_child(runtime.plugin, signal.SIGTERM)
+        self._wait_plugin(runtime, registrations + 1, started_after=starts)
+
+    def plugin_pod(self, node: str) -> str:
+        """The name of the device-plugin DaemonSet's pod on `node` (not one being deleted)."""
+        pods = self.core().list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}",
+                                               label_selector=chart.component_selector("device-plugin"))
+        live = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
+        if len(live) != 1:
+            raise LabError(f"{node}: expected one device-plugin pod, found {live}")
+        return live[0]
 
     def finish(self, name: str, namespace: str = "default", exit_code: int = 0) -> None:
         """Tell a running pod's workload to exit (0 -> Succeeded)."""
@@ -332,25 +360,62 @@ class Lab:
                        "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}},
         })
 
-    def _start_plugin(self, runtime: NodeRuntime) -> None:
+    def _start_kubelets(self) -> None:
+        """The pod side of each node's kubelet: GPU pods get the simulated workload, the device-plugin
+        DaemonSet's pods get a real `dynmig device-plugin` process."""
+        for runtime in self.nodes.values():
+            runtime.agent = SimulatedPods(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
+                                          self.resource, runtime=self._pod_runtime(runtime),
+                                          backoff=RESTART_BACKOFF, echo=self._say).start()
+
+    def _pod_runtime(self, runtime: NodeRuntime):
+        def containers(pod: dict[str, Any]) -> ProcessContainers | None:
+            owners = pod["metadata"].get("ownerReferences") or []
+            if pod["metadata"].get("namespace") == NAMESPACE and any(
+                    o.get("kind") == "DaemonSet" and o.get("name") == PLUGIN_DAEMONSET for o in owners):
+                return ProcessContainers(self.supervisor, lambda: self._spawn_plugin(runtime),
+                                         on_start=lambda child: self._plugin_started(runtime, child))
+            return None
+        return containers
+
+    def _create_plugin_daemonset(self) -> None:
+        """The chart's DaemonSet, as `helm install` creates it; the controllers make its pods."""
+        ds = copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET))
+        client.AppsV1Api(self.api_client()).create_namespaced_daemon_set(NAMESPACE, ds)
+        if "controller-manager" not in self.apiserver.identities:
+            self.apiserver.add_identity(Identity("controller-manager", "system:kube-controller-manager",
+                                                 ("system:authenticated",)))
+        self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
+
+    def _spawn_plugin(self, runtime: NodeRuntime) -> Child:
         args = chart.laptop_args(
             self.rendered.container_args("DaemonSet", "device-plugin"),
             replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
-                     "--kubelet-dir": str(runtime.plugin_dir)},
+                     "--kubelet-dir": str(runtime.plugin_dir), "--metrics-address": "127.0.0.1:0",
+                     "--state-dir": str(runtime.state_file.parent / "plugin-state")},
             add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
                  "--reconcile-interval": str(self.reconcile_interval)})
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
-        runtime.plugin = self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY,
-                                               wait=False)
+        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False)
 
-    def _wait_plugin(self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0) -> None:
-        self.supervisor.wait_ready(runtime.plugin, timeout)
+    def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:
+        runtime.plugin = child
+        runtime.plugin_starts += 1
+
+    def _wait_plugin(self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0,
+                     started_after: int = 0) -> None:
+        deadline = time.monotonic() + timeout
+        while runtime.plugin_starts <= started_after:
+            if time.monotonic() > deadline:
+                raise LabError(f"{runtime.name}: no device-plugin process started within {timeout:.0f}s")
+            time.sleep(0.05)
+        self.supervisor.wait_ready(runtime.plugin, max(1.0, deadline - time.monotonic()))
         view = runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
         view = runtime.kubelet.wait_for_resource(self.resource, lambda v: v.connected and v.healthy > 0,
                                                  timeout, f"{self.resource} devices")
         self._set_allocatable(runtime.name, view.healthy)
-        startup = next((report.startup_summary(line) for line in runtime.plugin.lines if "startup: busy=" in line),
-                       "")
+        lines = list(runtime.plugin.lines)
+        startup = next((report.startup_summary(line) for line in lines if "startup: busy=" in line), "")
         self._say(f"{runtime.name}: dynmig device-plugin registered {self.resource} "
                   f"({runtime.spec.describe()}); {startup}")
 
@@ -361,12 +426,12 @@ class Lab:
         except Exception as error:  # noqa: BLE001 - the API may be down on purpose; the node keeps its count
             self._say(f"{node}: could not update allocatable {self.resource}: {type(error).__name__}")
 
-    def _start_agents(self) -> None:
-        for runtime in self.nodes.values():
-            runtime.agent = NodeAgent(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
-                                      self.resource, echo=self._say).start()
-        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes)
-                  + f" (device-plugin sockets under {self._sockets.name})")
+
+def _signal_child(child: Child, sig: int) -> None:
+    try:
+        os.killpg(child.process.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def write_admin_kubeconfig(lab: Lab, path: Path) -> Path:

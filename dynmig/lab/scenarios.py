@@ -333,7 +333,7 @@ def plugin_restart(run: Run) -> None:
            _pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]))
     before = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
     since = len(k.nvml_events(node))
-    run.step(f"Restart dynmig device-plugin on {node} (SIGTERM, start again)")
+    run.step(f"Restart dynmig device-plugin on {node}: delete its DaemonSet pod (kubectl delete pod)")
     run.lab.restart_plugin(node)
     after = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
     run.expect(after, before, "every MIG instance is still there with the same UUID, GI and CI", f"{len(after)} instances")
@@ -431,7 +431,7 @@ def api_down(run: Run) -> None:
     run.lab.apiserver.down("refuse")
     try:
         time.sleep(3 * run.lab.reconcile_interval + 0.5)
-        run.lab.restart_plugin(node)
+        run.lab.restart_plugin(node, delete_pod=False)  # no API: kubelet restarts the process in its pod
         time.sleep(3 * run.lab.reconcile_interval + 0.5)
         run.expect(_ops(run, node, since), [], "nothing was created or destroyed while the API was down")
         run.expect(_identities(run, node), before, "every MIG instance is still there", f"{len(before)} instances")

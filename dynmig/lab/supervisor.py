@@ -25,6 +25,9 @@ class Child:
     lines: deque = field(default_factory=lambda: deque(maxlen=400))
     _ready: threading.Event = field(default_factory=threading.Event)
 
+    def is_ready(self) -> bool:
+        return self._ready.is_set()
+
     def tail(self, n: int = 30) -> str:
         return "\n".join(list(self.lines)[-n:])
 

@@ -9,12 +9,24 @@ from mig.placement.occupancy import ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Plan
 from mig.placement.preference import candidate_order, entry_matches, parse_preference, unknown_entries
 from mig.placement.reasons import Reason, Refusal
-from mig.placement.request import ContainerRequest, GpuState, PodRequest, PublishedProfile
+from mig.placement.request import (
+    ContainerRequest,
+    GpuState,
+    Memory,
+    Percent,
+    PodRequest,
+    PublishedProfile,
+    RequestError,
+    container_request,
+    memory_on,
+)
 
 __all__ = [
     "ContainerRequest",
     "DevicePlacement",
     "GpuState",
+    "Memory",
+    "Percent",
     "PlacementIndex",
     "Plan",
     "PodRequest",
@@ -22,10 +34,13 @@ __all__ = [
     "PublishedProfile",
     "Reason",
     "Refusal",
+    "RequestError",
     "candidate_order",
+    "container_request",
     "entry_matches",
     "free_slices",
     "gpu_reason",
+    "memory_on",
     "parse_preference",
     "plan_pod",
     "profile_set",

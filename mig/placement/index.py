@@ -19,38 +19,41 @@ from dataclasses import dataclass
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Plan, rank_key
-from mig.placement.request import GpuState, PodRequest
+from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
-Device = tuple[int, int, int | None]  # (containerIndex, deviceIndex, memory MiB or None)
+Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
 class _Gpu:
     """Mutable index entry for one GPU."""
 
-    __slots__ = ("healthy", "index", "mask", "node", "order", "pset", "type", "uuid")
+    __slots__ = ("healthy", "index", "mask", "node", "order", "pset", "total", "type", "uuid")
 
     def __init__(self, state: GpuState, pset: ProfileSet | None):
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
         self.order = (state.index, state.node)
+        self.total = state.memory_mb
 
     @property
     def schedulable(self) -> bool:
         return self.healthy and self.pset is not None and bool(self.pset.profiles)
 
-    def group(self) -> tuple[int, int, str]:
-        return (id(self.pset), self.mask, self.type)
+    def group(self) -> tuple[int, int, str, int]:
+        return (id(self.pset), self.mask, self.type, self.total)
 
     def used(self) -> int:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
 
     def snapshot(self) -> tuple:
-        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy)
+        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy, self.total)
 
 
-def _pickiness(device: Device) -> tuple:
-    ci, di, mem = device
+def _pickiness(device: Device, total_mb: int = 0) -> tuple:
+    """Largest request first; a share of GPU memory is sized against `total_mb` for this ordering."""
+    ci, di, ask = device
+    mem = memory_on(ask, total_mb)
     return (0 if mem is None else 1, -(mem or 0), ci, di)
 
 
@@ -85,7 +88,7 @@ class PlacementIndex:
     def __init__(self, gpus: Iterable[GpuState] = ()):
         self._gpus: dict[str, _Gpu] = {}
         # group key -> node fill -> uuid -> GPU
-        self._groups: dict[tuple[int, int, str], dict[float, dict[str, _Gpu]]] = {}
+        self._groups: dict[tuple[int, int, str, int], dict[float, dict[str, _Gpu]]] = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
         self._fill: dict[str, float] = {}
         self._sig: dict[str, tuple] = {}  # node -> immutable snapshot of its GPUs (for refusals)
@@ -179,7 +182,9 @@ class PlacementIndex:
         if not devices:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
-        lead = min(devices, key=_pickiness)
+        shares = any(isinstance(d[2], Percent) for d in devices)
+        largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
+        lead = min(devices, key=lambda d: _pickiness(d, largest))
         tried: set[str] = set()
         memo: dict[tuple, _Candidate | None] = {}  # (profile set, mask, request) -> best, this decision
         for g, cand in self._lead_candidates(pod, lead, allowed):
@@ -200,12 +205,11 @@ class PlacementIndex:
         self, pod: PodRequest, lead: Device, allowed: set[str] | None
     ) -> Iterator[tuple[_Gpu, _Candidate]]:
         """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted)."""
-        mem = lead[2]
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
         # bucket key (everything but GPU order and node name) -> [(candidate, members)]
         buckets: dict[tuple, list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
-        for (_, mask, gtype), by_fill in self._groups.items():
+        for (_, mask, gtype, total), by_fill in self._groups.items():
             if filtered:
                 ok = type_ok.get(gtype)
                 if ok is None:
@@ -214,7 +218,7 @@ class PlacementIndex:
                     continue
             first = next(iter(next(iter(by_fill.values())).values()))
             pset = first.pset
-            cand = _best_on(pset, mask, mem, pod)
+            cand = _best_on(pset, mask, memory_on(lead[2], total), pod)
             if cand is None:
                 continue
             used = first.used() / pset.axis
@@ -244,15 +248,17 @@ class PlacementIndex:
         masks = {g.uuid: g.mask for g in gpus}
         fill = self._fill[node]
         placed: list[DevicePlacement] = []
-        for device in sorted(devices, key=_pickiness):
+        largest = max((g.total for g in gpus), default=0)
+        for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
             best: tuple | None = None
             for g in gpus:
                 mask = masks[g.uuid]
-                mkey = (g.pset, mask, device[2])
+                mem = memory_on(device[2], g.total)
+                mkey = (g.pset, mask, mem)
                 if mkey in memo:
                     cand = memo[mkey]
                 else:
-                    cand = memo[mkey] = _best_on(g.pset, mask, device[2], pod)
+                    cand = memo[mkey] = _best_on(g.pset, mask, mem, pod)
                 if cand is None:
                     continue
                 used = (mask & g.pset.full_mask).bit_count() / g.pset.axis
@@ -284,13 +290,13 @@ class PlacementIndex:
                 if not gpus:
                     out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
                     continue
-                for _, uuid, gtype, pset, mask, healthy in gpus:
-                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2])
+                for _, uuid, gtype, pset, mask, healthy, total in gpus:
+                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2], total)
                     if reason is not None:
                         out.append(reason)
                 if node in tried:
                     free = "; ".join(f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
-                                     for _, uuid, _, pset, mask, healthy in gpus if healthy and pset)
+                                     for _, uuid, _, pset, mask, healthy, _ in gpus if healthy and pset)
                     out.append(R.Reason(
                         R.DEVICES_DO_NOT_FIT_TOGETHER,
                         f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
@@ -301,14 +307,15 @@ class PlacementIndex:
 
 
 def _requests_text(devices: list[Device]) -> str:
-    return ", ".join("a whole GPU" if m is None else f"{m} MiB" for _, _, m in devices)
+    return ", ".join("a whole GPU" if m is None else (str(m) if isinstance(m, Percent) else f"{m} MiB")
+                     for _, _, m in devices)
 
 
 def gpu_reason(
     pod: PodRequest, node: str, uuid: str, gpu_type: str, pset: ProfileSet | None, mask: int, healthy: bool,
-    mem: int | None,
+    ask: Memory, total_mb: int = 0,
 ) -> R.Reason | None:
-    """Why this GPU cannot take a device of `mem` MiB (None: whole GPU) right now, or None if it can."""
+    """Why this GPU (of `total_mb` published memory) cannot take a device asking `ask` now, or None if it can."""
     if not healthy:
         return R.Reason(R.UNHEALTHY, "GPU is unhealthy", node, uuid)
     if pset is None or not pset.profiles:
@@ -317,10 +324,15 @@ def gpu_reason(
     why = pod.type_exclusion(gpu_type) or pod.uuid_exclusion(uuid)
     if why:
         return R.Reason(R.EXCLUDED, f"excluded by annotation: {why}", node, uuid)
+    if isinstance(ask, Percent) and total_mb <= 0:
+        return R.Reason(R.NOT_ENOUGH_MEMORY, f"GPU publishes no total memory (devmem), so {ask} cannot be "
+                        "sized on it", node, uuid)
+    mem = memory_on(ask, total_mb)
     order = pset.order(mem, pod.preference)
     if not order:
         largest = pset.profiles[-1]
-        return R.Reason(R.NOT_ENOUGH_MEMORY, f"no allowlisted profile has {mem} MiB; the largest is "
+        asked = f"{mem} MiB ({ask} of {total_mb} MiB)" if isinstance(ask, Percent) else f"{mem} MiB"
+        return R.Reason(R.NOT_ENOUGH_MEMORY, f"no allowlisted profile has {asked}; the largest is "
                         f"{largest.name} with {largest.memory_mb} MiB", node, uuid)
     if any(pset.best(mask, idx) for _, idx in order):
         return None

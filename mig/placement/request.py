@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from mig.allowlist import ResourceNames
+from mig.quantity import QuantityError, parse_quantity
 from mig.types import Placement
 
 PREFERENCE = "nvidia.com/mig-profile-preference"
@@ -63,6 +66,7 @@ class GpuState:
     occupied: tuple[Placement, ...] = ()
     healthy: bool = True
     index: int = 0
+    memory_mb: int = 0  # total memory as published (`devmem`); sizes gpumem-percentage requests
 
     @property
     def occupied_mask(self) -> int:
@@ -74,14 +78,97 @@ class GpuState:
 
 
 @dataclass(frozen=True)
+class Percent:
+    """A share of the candidate GPU's total memory (`nvidia.com/gpumem-percentage`, 1..99)."""
+
+    value: int
+
+    def __str__(self) -> str:
+        return f"{self.value}% of GPU memory"
+
+
+# One device's memory ask: MiB, a share of the GPU's memory, or None for a whole GPU.
+Memory = int | Percent | None
+UNSIZABLE = 1 << 62  # a percentage of a GPU that publishes no total memory: no profile covers it
+
+
+def memory_on(ask: Memory, total_mb: int) -> int | None:
+    """The MiB an ask needs on a GPU of `total_mb` total memory (None: a whole GPU), as HAMi sizes it."""
+    if isinstance(ask, Percent):
+        return total_mb * ask.value // 100 if total_mb > 0 else UNSIZABLE
+    return ask
+
+
+@dataclass(frozen=True)
 class ContainerRequest:
     """One container's GPU request: `nvidia.com/gpu` devices of at least `memory_mib` each.
 
-    `memory_mib=None` (no `nvidia.com/gpumem`) asks for a whole GPU: the largest published profile.
+    `memory_mib=None` (no `nvidia.com/gpumem`) asks for a whole GPU: the largest published profile,
+    unless `memory_percent` (1..99) asks for that share of each candidate GPU's total memory.
     """
 
     devices: int
     memory_mib: int | None = None
+    memory_percent: int | None = None
+
+    @property
+    def memory(self) -> Memory:
+        if self.memory_mib is not None:
+            return self.memory_mib
+        return Percent(self.memory_percent) if self.memory_percent else None
+
+
+class RequestError(ValueError):
+    """A container's GPU resources cannot be read; the message names the container and the resource."""
+
+
+INT32_MAX = (1 << 31) - 1
+
+
+def _resource(container: str, resource: str, value: Any) -> int:
+    """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise RequestError(f"container {container}: {resource} must be a quantity string such as \"1\" or "
+                           f"\"8k\", not {type(value).__name__}")
+    try:
+        number = parse_quantity(value if isinstance(value, str) else str(value)).as_int64()
+    except QuantityError as error:
+        raise RequestError(f"container {container}: {resource}: {error}") from None
+    if number is None:
+        raise RequestError(f"container {container}: {resource} {str(value)[:40]!r} is not a whole number")
+    if number < 0:
+        raise RequestError(f"container {container}: {resource} must not be negative")
+    return number
+
+
+def _first(kinds: tuple[Mapping[str, Any], Mapping[str, Any]], resource: str) -> Any:
+    """The limit, else the request (HAMi's order)."""
+    for kind in kinds:
+        if resource in kind:
+            return kind[resource]
+    return None
+
+
+def container_request(container: str, limits: Mapping[str, Any], requests: Mapping[str, Any],
+                      names: ResourceNames) -> ContainerRequest:
+    """A container's request from its resources, combined as HAMi combines them.
+
+    `gpumem` (MiB, above 0) wins; otherwise `gpumem-percentage` 1..99 asks for that share of each
+    candidate GPU's memory; otherwise (absent, 0 or 100) the device is a whole GPU.
+    """
+    kinds = (limits, requests)
+    raw = {r: _first(kinds, r) for r in (names.count, names.memory, names.memory_percentage)}
+    count, memory, percent = (None if v is None else _resource(container, r, v) for r, v in raw.items())
+    if memory is not None and memory > INT32_MAX:
+        raise RequestError(f"container {container}: {names.memory} {memory} MiB is beyond {INT32_MAX}")
+    if percent is not None and percent > 100:
+        raise RequestError(f"container {container}: {names.memory_percentage} {percent} must be an integer "
+                           "between 0 and 100")
+    if not count:
+        return ContainerRequest(0)
+    if memory:
+        return ContainerRequest(count, memory)
+    return ContainerRequest(count, None, percent if percent and percent < 100 else None)
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -141,9 +228,9 @@ class PodRequest:
     def device_count(self) -> int:
         return sum(c.devices for c in self.containers)
 
-    def devices(self) -> list[tuple[int, int, int | None]]:
-        """Every requested device as (containerIndex, deviceIndex, memory MiB or None)."""
-        return [(ci, di, c.memory_mib) for ci, c in enumerate(self.containers) for di in range(c.devices)]
+    def devices(self) -> list[tuple[int, int, Memory]]:
+        """Every requested device as (containerIndex, deviceIndex, memory ask)."""
+        return [(ci, di, c.memory) for ci, c in enumerate(self.containers) for di in range(c.devices)]
 
     def type_exclusion(self, gpu_type: str) -> str | None:
         """Which annotation excludes a GPU of this NVML type, or None (case-insensitive substring)."""

@@ -97,8 +97,10 @@ def _columns(rt: ResourceType) -> list[tuple[str, str, Any]]:
     return []
 
 
-def table(rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str, Any]:
-    """A meta.k8s.io/v1 Table, as kubectl asks for with `Accept: ...;as=Table`."""
+def table(rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any],
+          headers: bool = True) -> dict[str, Any]:
+    """A meta.k8s.io/v1 Table, as kubectl asks for with `Accept: ...;as=Table`. A watch sends the
+    column definitions with its first row only (headers=False after that), as kube-apiserver does."""
     cols = [("Name", "string", lambda o: o["metadata"]["name"])] + _columns(rt) + \
         [("Age", "string", lambda o: _age(o["metadata"].get("creationTimestamp")))]
     defs = [{"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": 0}
@@ -108,4 +110,4 @@ def table(rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, An
         partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
         rows.append({"cells": [f(o) for _, _, f in cols], "object": partial})
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
-            "columnDefinitions": defs, "rows": rows}
+            "columnDefinitions": defs if headers else [], "rows": rows}

@@ -36,6 +36,41 @@ class Request:
 
 
 @dataclass
+class WatchOptions:
+    """The query options of a watch (metav1.ListOptions with watch=true)."""
+
+    resource_version: str = ""
+    resource_version_match: str = ""
+    send_initial_events: bool | None = None
+    bookmarks: bool = False
+    label_selector: str | None = None
+    field_selector: str | None = None
+    timeout: float = 1800.0
+    bookmark_interval: float = 60.0  # kube-apiserver's watch cache: about once a minute
+
+    def validate(self) -> None:
+        """What kube-apiserver refuses in watch options, with its wording (422 on ListOptions)."""
+        problems = []
+        match = self.resource_version_match
+        if self.send_initial_events is not None and match != "NotOlderThan":
+            problems.append(("resourceVersionMatch", ("Forbidden: sendInitialEvents requires setting "
+                                                     "resourceVersionMatch to NotOlderThan")))
+        if match:
+            if self.send_initial_events is None:
+                problems.append(("resourceVersionMatch", ("Forbidden: resourceVersionMatch is forbidden for "
+                                                         "watch unless sendInitialEvents is provided")))
+            if match != "NotOlderThan":
+                problems.append(("resourceVersionMatch", (f'Unsupported value: "{match}": supported values: '
+                                                         '"NotOlderThan"')))
+        if problems:
+            text = ", ".join(f"{f}: {m}" for f, m in problems)
+            raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: {text}', "Invalid",
+                           {"group": "meta.k8s.io", "kind": "ListOptions",
+                            "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
+                                       for f, m in problems]})
+
+
+@dataclass
 class Result:
     obj: dict[str, Any]
     code: int = 200
@@ -94,53 +129,82 @@ class Registry:
                 "items": items}
 
     # ---- watch ---------------------------------------------------------------------------------
-    def watch(self, req: Request, send: Callable[[list[dict[str, Any]]], None],
-              resource_version: str | None, timeout: float, stopped: Callable[[], bool],
-              label_selector: str | None = None, field_selector: str | None = None,
-              bookmarks: bool = False) -> None:
-        """Stream watch events to `send` until timeout, stop, or the client goes away (send raises)."""
-        match = self._matcher(req.rt, label_selector, field_selector)
+    def watch(self, req: Request, send: Callable[[list[dict[str, Any]]], None], opts: WatchOptions,
+              stopped: Callable[[], bool]) -> None:
+        """Stream watch events to `send` until timeout, stop, or the client goes away (send raises).
+
+        resourceVersion semantics are kube-apiserver's: unset or "0" starts at the current state
+        with synthetic ADDED events for what exists; a specific version starts right after it (410
+        Gone once compacted). `sendInitialEvents=true` (the WatchList protocol, with
+        `resourceVersionMatch=NotOlderThan`) sends the current state as ADDED events and then one
+        BOOKMARK annotated `k8s.io/initial-events-end`; `sendInitialEvents=false` sends no state.
+        With `allowWatchBookmarks`, a BOOKMARK carries the current resourceVersion every
+        `opts.bookmark_interval` seconds and 2 s before the watch times out.
+        """
+        opts.validate()
+        match = self._matcher(req.rt, opts.label_selector, opts.field_selector)
         if req.name:
             base = match
             match = lambda o: base(o) and o["metadata"]["name"] == req.name
         ns = req.namespace if req.rt.namespaced and req.namespace else None
         table = self.store.table(req.rt)
         initial: list[dict[str, Any]] = []
+        rv = opts.resource_version
         with self.store.lock:
-            if resource_version in (None, "", "0"):
+            if opts.send_initial_events is True:
+                if rv not in ("", "0") and _parse_rv(rv) > self.store.rv:
+                    raise ApiError(504, f"Too large resource version: {rv}, current: {self.store.rv}",
+                                   "Timeout", {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                           "message": "Too large resource version"}],
+                                               "retryAfterSeconds": 1})
                 cursor = self.store.rv
                 initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
+                if opts.bookmarks:
+                    initial.append(_bookmark(req.rt, cursor, initial_events_end=True))
+            elif rv in ("", "0"):
+                cursor = self.store.rv
+                if opts.send_initial_events is None:
+                    initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
             else:
-                try:
-                    cursor = int(resource_version)
-                except ValueError as exc:
-                    raise ApiError(400, f"invalid resourceVersion {resource_version!r}") from exc
+                cursor = _parse_rv(rv)
                 if cursor < table.compacted_rv:
                     raise errors.gone(f"too old resource version: {cursor} ({table.compacted_rv})")
         send(initial)  # answers the headers now, even with nothing to report yet
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = now + opts.timeout
+        next_bookmark = now + opts.bookmark_interval
+        last_bookmark_due = deadline - 2 if opts.timeout > 2 else None
         while not stopped():
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 break
+            wake = min(remaining, 0.5)
+            if opts.bookmarks:
+                due = min(next_bookmark, last_bookmark_due or next_bookmark)
+                wake = min(wake, max(0.0, due - now))
             with self.store.lock:
                 if cursor < table.compacted_rv:
                     send([_expired(cursor, table.compacted_rv)])
                     return
                 events = table.events_after(cursor)
-                if not events:
-                    table.changed.wait(min(remaining, 0.5))
+                if not events and wake > 0:
+                    table.changed.wait(wake)
                     events = table.events_after(cursor)
                 if events:
                     cursor = events[-1].rv
+                else:
+                    cursor = max(cursor, self.store.rv)  # nothing of this type happened up to here
             out = [e for e in (_translate(ev, match, ns) for ev in events) if e]
+            now = time.monotonic()
+            if opts.bookmarks and not events and (
+                    now >= next_bookmark or (last_bookmark_due is not None and now >= last_bookmark_due)):
+                out.append(_bookmark(req.rt, cursor))
+                next_bookmark = now + opts.bookmark_interval
+                if last_bookmark_due is not None and now >= last_bookmark_due:
+                    last_bookmark_due = None
             if out:
                 send(out)
-        if bookmarks and not stopped():
-            send([{"type": "BOOKMARK", "object": {
-                "kind": req.rt.kind, "apiVersion": req.rt.group_version,
-                "metadata": {"resourceVersion": str(cursor),
-                             "annotations": {"k8s.io/initial-events-end": "true"}}}}])
 
     # ---- writes --------------------------------------------------------------------------------
     def _require_namespace(self, req: Request) -> None:
@@ -383,6 +447,24 @@ class Registry:
 def invalid_name(rt: ResourceType) -> ApiError:
     return errors.invalid(rt.kind, rt.group, "", "metadata.name",
                           "Required value: name or generateName is required")
+
+
+def _parse_rv(rv: str) -> int:
+    try:
+        value = int(rv)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ApiError(400, f"invalid resourceVersion {rv[:64]!r}: a resourceVersion is a whole number")
+    return value
+
+
+def _bookmark(rt: ResourceType, rv: int, initial_events_end: bool = False) -> dict[str, Any]:
+    """A BOOKMARK event: an object of the watched kind carrying only its resourceVersion."""
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": meta}}
 
 
 def _expired(cursor: int, compacted: int) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery
+from sim.apiserver import discovery, media, protobuf
 from sim.apiserver.errors import ApiError
-from sim.apiserver.registry import Request, Result
+from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
 
 if TYPE_CHECKING:
@@ -20,6 +20,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("sim.apiserver")
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+def _flag(query: dict[str, str], name: str) -> bool | None:
+    """A boolean query parameter as Go's strconv.ParseBool reads it; None when absent."""
+    if name not in query:
+        return None
+    value = query[name]
+    if value in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if value in ("0", "f", "F", "false", "FALSE", "False", ""):
+        return False
+    raise ApiError(400, f"{name}={value[:32]!r}: not a boolean (use true or false)")
+
+
+def _seconds(value: str | None, default: float) -> float:
+    if not value:
+        return default
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise ApiError(400, f"timeoutSeconds={value[:32]!r}: a whole number of seconds >= 0")
+    return float(seconds) or default
 
 
 class Route:
@@ -90,15 +114,32 @@ class Handler(BaseHTTPRequestHandler):
     def _send_error(self, err: ApiError) -> None:
         self._send_json(err.code, err.status())
 
+    def _content_length(self) -> int:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            raise ApiError(400, "the Content-Length header is not a whole number of bytes")
+        return length
+
     def _body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self._content_length()
         if length > MAX_BODY:
             raise ApiError(413, f"request body too large: {length} bytes (limit {MAX_BODY})",
                            "RequestEntityTooLarge")
-        return self.rfile.read(length) if length else b""
+        raw = self.rfile.read(length) if length else b""
+        self._body_read = True  # read once: an error reply must not wait for it again
+        return raw
 
-    def _json_body(self) -> Any:
+    def _json_body(self, req: Request | None = None) -> Any:
         raw = self._body()
+        kind = media.body_media_type(self.headers.get("Content-Type", ""))
+        if kind == media.PROTOBUF:
+            if req is None:
+                raise ApiError(415, "this request takes a JSON body", "UnsupportedMediaType")
+            return protobuf.decode(raw, req.rt.group_version, req.rt.kind)
         try:
             return json.loads(raw or b"{}")
         except ValueError as exc:
@@ -128,10 +169,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
-            if 0 < length <= MAX_BODY:
+        except ValueError:
+            length = -1
+        if 0 <= length <= MAX_BODY:
+            try:
                 self.rfile.read(length)
-        except (OSError, ValueError):
-            self.close_connection = True
+                return
+            except OSError:
+                pass
+        self.close_connection = True
 
     # ---- serving -------------------------------------------------------------------------------
     def _serve(self) -> None:
@@ -153,6 +199,7 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "notfound":
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
         route: Route = target
+        media.check_accept(self.headers.get("Accept", ""))
         verb = self._verb(route, query)
         resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
         self.api.faults.check(verb, resource, route.namespace)
@@ -201,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
 
     def _wants_table(self) -> bool:
-        return "as=Table" in self.headers.get("Accept", "")
+        return media.wants_table(self.headers.get("Accept", ""))
 
     def _reply(self, result: Result) -> None:
         self._send_json(result.code, result.obj, result.warnings)
@@ -222,28 +269,27 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, doc)
 
     def _verb_create(self, req: Request, query: dict[str, str]) -> None:
-        body = self._json_body()
-        self._body_read = True
+        body = self._json_body(req if req.subresource in ("", "status") else None)
         if req.subresource == "binding" or req.rt.plural == "bindings":
             self._reply(self.api.registry.bind(req, body))
         else:
             self._reply(self.api.registry.create(req, body))
 
     def _verb_update(self, req: Request, query: dict[str, str]) -> None:
-        body = self._json_body()
-        self._body_read = True
+        body = self._json_body(req if req.subresource in ("", "status") else None)
         self._reply(self.api.registry.update(req, body))
 
     def _verb_patch(self, req: Request, query: dict[str, str]) -> None:
         raw = self._body()
-        self._body_read = True
         self._reply(self.api.registry.patch(req, self.headers.get("Content-Type", ""), raw))
 
     def _delete_options(self, query: dict[str, str]) -> dict[str, Any]:
         raw = self._body()
-        self._body_read = True
         options: dict[str, Any] = {}
         if raw.strip():
+            if media.body_media_type(self.headers.get("Content-Type", "")) != media.JSON:
+                raise ApiError(415, "DeleteOptions are decoded from application/json only",
+                               "UnsupportedMediaType")
             try:
                 options = json.loads(raw)
             except ValueError as exc:
@@ -269,9 +315,17 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, doc)
 
     def _verb_watch(self, req: Request, query: dict[str, str]) -> None:
-        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        opts = WatchOptions(
+            resource_version=query.get("resourceVersion", ""),
+            resource_version_match=query.get("resourceVersionMatch", ""),
+            send_initial_events=_flag(query, "sendInitialEvents"),
+            bookmarks=bool(_flag(query, "allowWatchBookmarks")),
+            label_selector=query.get("labelSelector"), field_selector=query.get("fieldSelector"),
+            timeout=_seconds(query.get("timeoutSeconds"), DEFAULT_WATCH_TIMEOUT),
+            bookmark_interval=self.api.bookmark_interval)
         generation = self.api.faults.watch_generation
         started = [False]
+        as_table = [self._wants_table()]  # the first Table carries the column definitions
 
         def start() -> None:
             self.send_response(200)
@@ -280,12 +334,24 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             started[0] = True
 
+        def render(event: dict[str, Any]) -> dict[str, Any]:
+            if not as_table[0] or event["type"] in ("BOOKMARK", "ERROR"):
+                return event
+            obj = event["object"]
+            doc = discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                                  headers=as_table[0] == "first")
+            as_table[0] = "later"
+            return {"type": event["type"], "object": doc}
+
+        if as_table[0]:
+            as_table[0] = "first"
+
         def send(events: list[dict[str, Any]]) -> None:
             if not started[0]:
                 start()
             if not events:
                 return
-            data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
+            data = b"".join(json.dumps(render(e), separators=(",", ":")).encode() + b"\n" for e in events)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
@@ -294,9 +360,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.api.faults.watch_generation != generation
 
         try:
-            self.api.registry.watch(req, send, query.get("resourceVersion"), timeout, stopped,
-                                    query.get("labelSelector"), query.get("fieldSelector"),
-                                    query.get("allowWatchBookmarks") in ("1", "true"))
+            self.api.registry.watch(req, send, opts, stopped)
         except ApiError as err:
             if err.code != 410 and not started[0]:
                 raise

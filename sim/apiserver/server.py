@@ -70,14 +70,17 @@ class ApiServer:
         reap_after_grace: remove gracefully deleted pods once their grace period is over (as the
             kubelet would); with False they stay until `finish_deletions()`.
         history: watch events kept per resource type; older resourceVersions get 410 Gone.
+        bookmark_interval: seconds between BOOKMARK events on watches that allow them
+            (kube-apiserver: about a minute).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, https: bool = False,
                  identities: list[Identity] | None = None, workdir: str | Path | None = None,
-                 reap_after_grace: bool = True, history: int = 50_000):
+                 reap_after_grace: bool = True, history: int = 50_000, bookmark_interval: float = 60.0):
         self.host = host
         self.port = port
         self.https = https
+        self.bookmark_interval = bookmark_interval
         self.store = Store(history)
         self.admission = Admission(self._webhook_configs, self._namespace_labels, self._namespace_object)
         self.registry = Registry(self.store, self.admission, reap_after_grace)

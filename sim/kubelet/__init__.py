@@ -1,5 +1,6 @@
-"""Simulated kubelet (device-plugin manager side) on unix sockets: Registration server,
-ListAndWatch client, Allocate / GetPreferredAllocation / PreStartContainer like kubelet, restart."""
+"""Simulated kubelet: the device-plugin manager on unix sockets (Registration server, ListAndWatch
+client, Allocate / GetPreferredAllocation / PreStartContainer like kubelet, restart) and the pod side
+(`SimulatedPods`: admit pods bound to the node, run, stop and restart their containers)."""
 
 from sim.kubelet.kubelet import (
     ContainerAllocation,
@@ -9,5 +10,8 @@ from sim.kubelet.kubelet import (
     ResourceView,
     SimulatedKubelet,
 )
+from sim.kubelet.pods import EXIT_CODE, IGNORE_SIGTERM, PodRecord, SimulatedPods
+from sim.kubelet.runtime import Containers, SimulatedWorkload
 
-__all__ = ["ContainerAllocation", "Options", "PodAllocation", "RegisterRecord", "ResourceView", "SimulatedKubelet"]
+__all__ = ["EXIT_CODE", "IGNORE_SIGTERM", "ContainerAllocation", "Containers", "Options", "PodAllocation",
+           "PodRecord", "RegisterRecord", "ResourceView", "SimulatedKubelet", "SimulatedPods", "SimulatedWorkload"]

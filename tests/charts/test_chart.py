@@ -304,7 +304,7 @@ def test_the_server_is_told_who_may_write_allocations_and_which_scheduler_name_t
     ports = {p["name"]: p["containerPort"] for p in server["ports"]}
     assert ports == {"https": 8443, "metrics": 9395}
     assert (arg(server, "port"), arg(server, "metrics-port")) == ("8443", "9395")
-    assert arg(server, "tls-name") == f"{one(docs, 'Service')['metadata']['name']}.{NAMESPACE}.svc"
+    assert arg(server, "tls-name") == f"{one(docs, 'Service', 'dynmig')['metadata']['name']}.{NAMESPACE}.svc"
 
 
 def test_self_managed_certificates_are_made_before_install_and_injected_after():
@@ -319,13 +319,13 @@ def test_self_managed_certificates_are_made_before_install_and_injected_after():
     assert arg(init, "ca-secret") == env(server, "DYNMIG_CA_SECRET")
     assert arg(init, "mutating-webhook") == one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
     assert arg(inject, "validating-webhook") == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
-    assert arg(init, "service") == one(docs, "Service")["metadata"]["name"] == env(server, "DYNMIG_SERVICE")
+    assert arg(init, "service") == one(docs, "Service", "dynmig")["metadata"]["name"] == env(server, "DYNMIG_SERVICE")
 
 
 def test_optional_objects_appear_only_when_asked_for():
     assert not of_kind(render(), "ServiceMonitor") and not of_kind(render(), "NetworkPolicy")
     docs = render("1.35", "metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true")
-    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
+    assert one(docs, "ServiceMonitor", "dynmig")["spec"]["endpoints"][0]["port"] == "metrics"
     ports = [p["port"] for rule in one(docs, "NetworkPolicy")["spec"]["ingress"] for p in rule["ports"]]
     assert sorted(ports) == [8443, 9395]
     assert one(render(), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
@@ -362,3 +362,81 @@ def test_the_server_and_the_device_plugin_accept_every_flag_the_chart_passes():
     assert plugin["args"][0] == "device-plugin"
     parsed = plugin_parser().parse_args(plugin["args"][1:])
     assert parsed.node_config == "/etc/dynmig/node-config/config.json"
+    assert parsed.metrics_address == ":9394" and parsed.device_list_strategy == "envvar"
+
+
+def test_the_device_plugin_gets_nvml_through_the_nvidia_runtime_class_with_mig_visibility():
+    docs = render()
+    daemonset = one(docs, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    plugin = container(daemonset, "device-plugin")
+    assert spec["runtimeClassName"] == "nvidia"
+    assert not of_kind(docs, "RuntimeClass")  # GPU Operator made it; the chart only on request
+    for name in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"):
+        assert env(plugin, name) == "all"
+    assert "utility" in env(plugin, "NVIDIA_DRIVER_CAPABILITIES")
+    assert "initContainers" not in spec and "LD_LIBRARY_PATH" not in {e["name"] for e in plugin["env"]}
+    created = render("1.35", "devicePlugin.runtimeClassName=nvidia-cdi", "devicePlugin.runtimeClass.create=true",
+                     "devicePlugin.runtimeClass.handler=nvidia-cdi")
+    runtime_class = one(created, "RuntimeClass")
+    assert (runtime_class["metadata"]["name"], runtime_class["handler"]) == ("nvidia-cdi", "nvidia-cdi")
+    assert one(created, "DaemonSet")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
+    default_runtime = one(render("1.35", "devicePlugin.runtimeClassName="), "DaemonSet")
+    assert "runtimeClassName" not in default_runtime["spec"]["template"]["spec"]
+
+
+def test_the_device_plugin_serves_metrics_and_probes_on_one_port_with_a_service_monitor():
+    docs = render("1.35", "metrics.serviceMonitor.enabled=true")
+    daemonset = one(docs, "DaemonSet")
+    plugin = container(daemonset, "device-plugin")
+    assert plugin["ports"] == [{"name": "metrics", "containerPort": 9394, "protocol": "TCP"}]
+    assert arg(plugin, "metrics-address") == ":9394"
+    assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    service = one(docs, "Service", "-device-plugin")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    monitor = one(docs, "ServiceMonitor", "-device-plugin")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_every_container_has_a_read_only_root_filesystem():
+    docs = render("1.35", "devicePlugin.waitForToolkit.enabled=true")
+    for workload in of_kind(docs, "Deployment") + of_kind(docs, "DaemonSet") + of_kind(docs, "Job"):
+        spec = workload["spec"]["template"]["spec"]
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, (workload["metadata"]["name"], c["name"])
+
+
+def test_on_gpu_operator_nodes_the_plugin_waits_for_the_toolkit_validation_marker():
+    daemonset = one(render("1.35", "devicePlugin.waitForToolkit.enabled=true"), "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    (wait,) = spec["initContainers"]
+    assert "/run/nvidia/validations/toolkit-ready" in wait["args"][0]
+    (mount,) = wait["volumeMounts"]
+    assert mount["mountPropagation"] == "HostToContainer"
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"] == {"path": "/run/nvidia/validations", "type": "DirectoryOrCreate"}
+
+
+def test_without_a_runtime_class_the_plugin_loads_nvml_from_the_drivers_root():
+    daemonset = one(render("1.35", "devicePlugin.runtimeClassName=", "devicePlugin.driverRoot=/run/nvidia/driver"),
+                    "DaemonSet")
+    plugin = container(daemonset, "device-plugin")
+    mount = next(m for m in plugin["volumeMounts"] if m["mountPath"] == "/driver-root")
+    assert mount["readOnly"] is True
+    volume = next(v for v in daemonset["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == "/run/nvidia/driver"
+    assert "/driver-root/usr/lib/x86_64-linux-gnu" in env(plugin, "LD_LIBRARY_PATH").split(":")
+
+
+def test_an_image_digest_pins_every_dynmig_container_and_kube_scheduler():
+    digest = "sha256:" + "ab" * 32
+    docs = render("1.35", f"image.digest={digest}", f"kubeScheduler.image.digest={digest}",
+                  "devicePlugin.waitForToolkit.enabled=true")
+    images = {c["image"] for d in docs if d["kind"] in ("Deployment", "DaemonSet", "Job")
+              for c in d["spec"]["template"]["spec"]["containers"] + d["spec"]["template"]["spec"].get("initContainers", [])}
+    assert images == {f"ghcr.io/dynmig/dynmig@{digest}", f"registry.k8s.io/kube-scheduler@{digest}"}
+    done = helm("template", "dynmig", str(CHART), "--set", "image.digest=latest")
+    assert done.returncode != 0 and "digest" in done.stderr

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from dynmig.lab import main
-from dynmig.lab.agent import gpu_containers
 from dynmig.lab.chart import ChartError, helm_binary, laptop_args, laptop_scheduler_config, render
 from dynmig.lab.report import gpu_reason, startup_summary, table
+from sim.kubelet.pods import gpu_containers
 
 
 @pytest.mark.parametrize(("argv", "says"), [

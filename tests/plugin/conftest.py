@@ -71,7 +71,7 @@ class Node:
         return PluginConfig(
             node_name=NODE, device_config=device_config or DeviceConfig(default_allowlist()),
             node=NodeConfig("mig", excluded or DeviceFilter()), kubelet_dir=self.plugin_dir,
-            strategy=strategy, reconcile_interval=3600.0,
+            strategy=strategy, reconcile_interval=3600.0, state_dir=self.plugin_dir / "state",
         )
 
     def start_plugin(self, **kwargs: Any) -> DevicePluginApp:
@@ -82,6 +82,14 @@ class Node:
         self.kubelet.wait_for_resource(RESOURCE, lambda v: v.connected and v.healthy == replicas,
                                        what=f"{replicas} healthy replicas")
         return self.app
+
+    @property
+    def journal_path(self) -> Path:
+        return self.plugin_dir / "state" / "instances.json"
+
+    def lose_journal(self) -> None:
+        """The state directory is lost (a new node disk, or a chart without the hostPath)."""
+        self.journal_path.unlink(missing_ok=True)
 
     def stop_plugin(self) -> None:
         if self.app is not None:

@@ -199,6 +199,7 @@ def test_a_running_pod_whose_recorded_identity_nvml_does_not_confirm_is_left_alo
     node.patch_annotations("serve", {MIG_ALLOCATIONS: node.annotations("serve")[MIG_ALLOCATIONS].replace(
         r.migUUID, "MIG-00000000-0000-5000-8000-000000000000")})
     node.stop_plugin()
+    node.lose_journal()
 
     app = node.start_plugin()
 

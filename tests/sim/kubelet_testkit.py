@@ -15,16 +15,16 @@ from plugin.api import deviceplugin_pb2_grpc as rpc
 
 
 class TinyPlugin(rpc.DevicePluginServicer):
-    """Serves a fixed device list; prefers devices from the end of the list; answers Allocate with
-    NVIDIA_VISIBLE_DEVICES; re-registers when kubelet.sock is recreated (as HAMi does)."""
+    """Serves a fixed device list (`ids`, else dev-0 ... dev-N); prefers devices from the end of the
+    list; answers Allocate with NVIDIA_VISIBLE_DEVICES; re-registers when kubelet.sock is recreated (as HAMi does)."""
 
     def __init__(self, directory: Path, resource: str = "example.com/gpu", count: int = 4, *,
                  preferred: bool = True, pre_start: bool = True, socket_name: str = "tiny.sock",
-                 version: str = VERSION) -> None:
+                 version: str = VERSION, ids: list[str] | None = None) -> None:
         self.directory, self.resource, self.socket_name, self.version = directory, resource, socket_name, version
         self.options = pb.DevicePluginOptions(pre_start_required=pre_start,
                                               get_preferred_allocation_available=preferred)
-        self.health = {f"dev-{i}": HEALTHY for i in range(count)}
+        self.health = {d: HEALTHY for d in (ids or [f"dev-{i}" for i in range(count)])}
         self.allocate_requests: list[pb.AllocateRequest] = []
         self.preferred_requests: list[pb.PreferredAllocationRequest] = []
         self.pre_start_requests: list[pb.PreStartContainerRequest] = []

@@ -219,3 +219,23 @@ def test_admission_decisions_are_counted_by_result(client, metrics_client):
     assert 'dynmig_admission_decisions_total{result="patched",route="mutate"} 1.0' in text
     assert 'dynmig_admission_decisions_total{result="denied",route="mutate"} 1.0' in text
     assert 'dynmig_admission_decisions_total{result="bad-request",route="mutate"} 1.0' in text
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8K"}, "container main: nvidia.com/gpumem: '8K' has an unknown"),
+    ({"nvidia.com/gpu": "0.5"}, "container main: nvidia.com/gpu '0.5' is not a whole number"),
+    ({"nvidia.com/gpumem-percentage": "150"}, ("container main: nvidia.com/gpumem-percentage 150 must be an "
+                                              "integer between 0 and 100")),
+])
+def test_a_gpu_pod_with_a_bad_quantity_is_denied_naming_container_and_resource(client, limits, message):
+    response = post(client, "mutate", review(pod(limits=limits)))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith(message)
+
+
+@pytest.mark.parametrize("memory", ["8k", "1e4", "30Ki"])
+def test_a_gpu_pod_with_quantities_in_canonical_form_is_routed(client, memory):
+    body = review(pod(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory}))
+    out = post(client, "mutate", body)["response"]
+    assert out["allowed"] is True
+    assert apply_patch(body["request"]["object"], decode_patch(out))["spec"]["schedulerName"] == "dynmig-scheduler"

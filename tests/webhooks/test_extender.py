@@ -303,3 +303,33 @@ def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, 
     assert sum(map(len, by_gpu.values())) == 10  # 2 A100s × 7 one-slice placements hold 10 pods
     for placements in by_gpu.values():
         assert all(not a.overlaps(b) for i, a in enumerate(placements) for b in placements[i + 1:])
+
+
+def _profile_of(apiserver, name: str) -> str:
+    (alloc,) = decode_allocations(stored_pod(apiserver, name)["metadata"]["annotations"][MIG_ALLOCATIONS])
+    return alloc.profile
+
+
+def test_a_pod_asking_8k_gets_the_same_profile_as_one_asking_8000(apiserver, service, extender):
+    p8k = gpu_pod("p8k", memory=None)
+    p8k["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8k"
+    _, _, p8000, p8k = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p8000", memory=8000), p8k)
+    for pod, where in ((p8000, "n1"), (p8k, "n2")):
+        assert post_filter(extender, service, pod, [where])["NodeNames"] == [where]
+    assert _profile_of(apiserver, "p8k") == _profile_of(apiserver, "p8000") == "1g.10gb"
+
+
+def test_gpumem_percentage_25_on_an_a100_40gb_node_gets_a_3g_20gb(apiserver, service, extender):
+    pod = gpu_pod("quarter", memory=None)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "25"
+    _, pod = seed(apiserver, service, node("n40", "A100-SXM4-40GB"), pod)
+    assert post_filter(extender, service, pod, ["n40"])["NodeNames"] == ["n40"]
+    assert _profile_of(apiserver, "quarter") == "3g.20gb"
+
+
+def test_a_pod_with_a_bad_quantity_gets_an_error_naming_container_and_resource(apiserver, service, extender):
+    pod = gpu_pod("bad", memory=None)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8K"
+    _, pod = seed(apiserver, service, node("n1"), pod)
+    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
+    assert out["Error"].startswith("container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'")

@@ -25,8 +25,17 @@ app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* An image reference: repository:tag, or repository@digest when a digest pins it. */}}
+{{- define "dynmig.imageRef" -}}
+{{- if .digest -}}
+{{ .repository }}@{{ .digest }}
+{{- else -}}
+{{ .repository }}:{{ .tag }}
+{{- end -}}
+{{- end -}}
+
 {{- define "dynmig.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "dynmig.imageRef" (dict "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion) "digest" .Values.image.digest) }}
 {{- end -}}
 
 {{/* kube-scheduler tag: the value, else the cluster's vX.Y.Z (dropping suffixes like -eks-1234). */}}
@@ -37,7 +46,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if eq (len (splitList "." $v)) 2 }}{{ $v = printf "%s.0" $v }}{{ end -}}
 {{- $tag = printf "v%s" $v -}}
 {{- end -}}
-{{ .Values.kubeScheduler.image.repository }}:{{ $tag }}
+{{ include "dynmig.imageRef" (dict "repository" .Values.kubeScheduler.image.repository "tag" $tag "digest" .Values.kubeScheduler.image.digest) }}
 {{- end -}}
 
 {{- define "dynmig.serverSA" -}}{{ include "dynmig.fullname" . }}-scheduler{{- end -}}

@@ -1,0 +1,391 @@
+"""The pod side of kubelet on one simulated node, against the API server.
+
+    pods = SimulatedPods("gpu-rtx", api_client, kubelet, nvml, "nvidia.com/gpu").start()
+    ...
+    pods.stop()
+
+Every `interval` it lists the pods bound to its node (a complete list or nothing: on an API error
+it changes nothing, as a kubelet that lost the API server keeps its pods running) and, like kubelet:
+- admits a Pending pod: one Allocate per container that requests the device resource (through the
+  device-plugin manager, `SimulatedKubelet`); a failed Allocate fails the pod
+  (UnexpectedAdmissionError). Then it starts the pod's containers: `runtime(pod)` when the caller
+  supplies one for that pod, else a `SimulatedWorkload` on the MIG devices the plugin answered with.
+- stops the containers of a pod that has a deletionTimestamp, or that is gone from the API
+  (deleted with grace 0, force-deleted, its namespace deleted): SIGTERM, then SIGKILL when the
+  grace period is over. The grace period is the pod's deletionGracePeriodSeconds, else its
+  terminationGracePeriodSeconds (30 when unset), at least 2 s (kuberuntime's minimum), and it
+  only ever shrinks. Once they stopped, the devices are free and a pod that still exists gets its
+  final status and is deleted with grace 0 and its UID as precondition (kubelet's status manager).
+- restarts containers that exit on their own when they are `restartable` (restartPolicy Always),
+  after a back-off that doubles from `backoff[0]` up to `backoff[1]` (kubelet: 10 s to 300 s) and
+  is forgotten once they ran 2 × `backoff[1]` without exiting; each restart is logged and counted
+  in the pod's restartCount. Other containers that exit end the pod: Succeeded on exit 0, else
+  Failed.
+- finishes a running simulated workload whose pod is annotated `lab.dynmig.io/exit-code`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from sim.kubelet.runtime import Containers, SimulatedWorkload, container_exit_code, describe_exit, mig_uuids
+
+log = logging.getLogger("sim.kubelet.pods")
+EXIT_CODE = "lab.dynmig.io/exit-code"
+IGNORE_SIGTERM = "lab.dynmig.io/ignore-sigterm"
+MIN_GRACE_S = 2.0
+DEFAULT_GRACE_S = 30.0
+KUBELET_BACKOFF = (10.0, 300.0)
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    pod: dict[str, Any] = field(default_factory=dict)  # as last listed
+    allocation: Any = None  # sim.kubelet.PodAllocation, False when nothing was allocated
+    env: dict[str, str] = field(default_factory=dict)  # container -> NVIDIA_VISIBLE_DEVICES
+    containers: Containers | None = None
+    phase: str = "Pending"
+    failed_reason: str = ""
+    ready: bool = False
+    restarts: int = 0
+    backoff_step: int = 0
+    running_since: float = 0.0
+    restart_at: float | None = None
+    stop_deadline: float | None = None  # set once termination began
+    killed: bool = False
+    stale: bool = False  # the last running status could not be written
+
+    @property
+    def processes(self) -> list[tuple[str, int]]:
+        return list(getattr(self.containers, "processes", []))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def gpu_containers(pod: dict[str, Any], resource: str) -> list[tuple[str, int]]:
+    """(container name, count) for containers requesting `resource`, init containers first."""
+    out = []
+    spec = pod.get("spec") or {}
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        res = c.get("resources") or {}
+        value = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
+        if value is not None and int(value) > 0:
+            out.append((c["name"], int(value)))
+    return out
+
+
+def grace_period(pod: dict[str, Any]) -> float:
+    """The seconds kubelet gives a pod's containers between SIGTERM and SIGKILL."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = spec.get("terminationGracePeriodSeconds")
+    return max(MIN_GRACE_S, float(DEFAULT_GRACE_S if grace is None else grace))
+
+
+def backoff_delay(step: int, backoff: tuple[float, float]) -> float:
+    initial, cap = backoff
+    return min(cap, initial * 2 ** min(step, 30))
+
+
+Runtime = Callable[[dict[str, Any]], Containers | None]
+
+
+class SimulatedPods:
+    def __init__(self, node: str, api_client: Any, kubelet: Any, nvml: Any, resource: str, *,
+                 runtime: Runtime | None = None, backoff: tuple[float, float] = KUBELET_BACKOFF,
+                 echo: Callable[[str], None] | None = None, interval: float = 0.2):
+        self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
+        self.core = client.CoreV1Api(api_client)
+        self.runtime = runtime or (lambda pod: None)
+        self.backoff = backoff
+        self.echo = echo or (lambda text: None)
+        self.interval = interval
+        self.pods: dict[str, PodRecord] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kubelet-pods-{node}", daemon=True)
+        self.paused = threading.Event()  # set: admit nothing new (the kubelet is "busy")
+
+    def start(self) -> SimulatedPods:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def pods_by_name(self, namespace: str, name: str) -> PodRecord | None:
+        return next((r for r in list(self.pods.values()) if (r.namespace, r.name) == (namespace, name)), None)
+
+    def logs(self, namespace: str, name: str) -> str | None:
+        record = self.pods_by_name(namespace, name)
+        return None if record is None or record.containers is None else record.containers.logs()
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sync()
+            except Exception as error:  # noqa: BLE001 - an unavailable API: try again next tick
+                log.debug("kubelet %s: %s", self.node, error)
+
+    def _list(self) -> list[dict[str, Any]]:
+        resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}",
+                                                     _preload_content=False, _request_timeout=5)
+        return json.loads(resp.data).get("items") or []
+
+    def sync(self) -> None:
+        try:
+            listed = self._list()
+        except Exception:
+            # No complete list: nothing is admitted or stopped, but containers that exit are still
+            # restarted, as a kubelet that lost the API server does from its own pod cache.
+            for record in list(self.pods.values()):
+                if record.containers is not None and record.stop_deadline is None and record.phase == "Running":
+                    self._watch_containers(record)
+            raise
+        present = set()
+        for pod in listed:
+            meta = pod["metadata"]
+            present.add(meta["uid"])
+            record = self.pods.get(meta["uid"])
+            if record is None:
+                record = self.pods[meta["uid"]] = PodRecord(meta["uid"], meta["namespace"], meta["name"])
+            record.pod = pod
+            self._sync_pod(record)
+        for record in list(self.pods.values()):
+            if record.uid not in present:
+                self._begin_stop(record, grace_period(record.pod), "is gone from the API")
+            if record.stop_deadline is not None:
+                self._progress_stop(record, record.uid in present)
+
+    def _sync_pod(self, record: PodRecord) -> None:
+        pod = record.pod
+        meta, status = pod["metadata"], pod.get("status") or {}
+        phase = status.get("phase") or "Pending"
+        if meta.get("deletionTimestamp"):
+            self._begin_stop(record, grace_period(pod), "was deleted")
+        elif record.stop_deadline is not None or phase in TERMINAL:
+            return
+        elif record.containers is None:
+            if phase == "Pending" and not self.paused.is_set():
+                self._admit(record)
+        else:
+            self._watch_containers(record)
+
+    # ---- admission --------------------------------------------------------------------------------
+
+    def _admit(self, record: PodRecord) -> None:
+        pod = record.pod
+        containers = self.runtime(pod)
+        if containers is None:
+            if record.allocation is None:
+                wanted = gpu_containers(pod, self.resource)
+                record.allocation = self.kubelet.allocate(self.resource, wanted, pod_uid=record.uid) if wanted \
+                    else False
+                if record.allocation and not record.allocation.ok:
+                    self._admission_failed(record, record.allocation.error)
+                    return
+            answers = [c.response for c in record.allocation.containers] if record.allocation else []
+            for c in record.allocation.containers if record.allocation else []:
+                if c.response is not None:
+                    record.env[c.name] = dict(c.response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
+            ignore = (pod["metadata"].get("annotations") or {}).get(IGNORE_SIGTERM) == "true"
+            containers = SimulatedWorkload(self.nvml, mig_uuids(answers), ignore_sigterm=ignore)
+        record.containers = containers
+        record.running_since = time.monotonic()
+        self._set_running(record)
+
+    def _set_running(self, record: PodRecord) -> None:
+        now = _now()
+        record.ready = record.containers.ready()
+        ready = "True" if record.ready else "False"
+        conditions = [{"type": t, "status": "True", "lastTransitionTime": now}
+                      for t in ("PodScheduled", "Initialized")]
+        conditions += [{"type": t, "status": ready, "lastTransitionTime": now} for t in ("ContainersReady", "Ready")]
+        status = {"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "conditions": conditions,
+                  "containerStatuses": [{"name": n, "ready": record.ready, "restartCount": record.restarts,
+                                         "image": image, "imageID": "", "started": True,
+                                         "state": {"running": {"startedAt": now}}}
+                                        for n, image in _containers(record.pod)]}
+        if record.phase != "Running":
+            status["startTime"] = now
+        record.stale = not self._patch_status(record.pod, status)
+        first = record.phase != "Running"
+        record.phase = "Running"
+        if first:
+            self.echo(f"{self.node}: {record.namespace}/{record.name} Running"
+                      + "".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items()))
+
+    def _admission_failed(self, record: PodRecord, error: str) -> None:
+        message = f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
+        self._patch_status(record.pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message})
+        record.phase, record.failed_reason = "Failed", "UnexpectedAdmissionError"
+        self._event(record.pod, "Warning", "UnexpectedAdmissionError", message)
+        self.kubelet.release(record.uid)
+        self.echo(f"{self.node}: {record.namespace}/{record.name} Failed: {message}")
+
+    # ---- running containers -------------------------------------------------------------------------
+
+    def _watch_containers(self, record: PodRecord) -> None:
+        containers = record.containers
+        annotations = record.pod["metadata"].get("annotations") or {}
+        if EXIT_CODE in annotations and isinstance(containers, SimulatedWorkload) and containers.exit_code() is None:
+            containers.finish(_int(annotations[EXIT_CODE]))
+        code = containers.exit_code()
+        if code is None:
+            if record.restart_at is None and (containers.ready() != record.ready or record.stale):
+                self._set_running(record)
+            return
+        if not containers.restartable:
+            self._ended(record, code)
+        elif record.restart_at is None:
+            self._schedule_restart(record, code)
+        elif time.monotonic() >= record.restart_at:
+            containers.restart()
+            record.restarts += 1
+            record.restart_at = None
+            record.running_since = time.monotonic()
+            self._set_running(record)
+            self.echo(f"{self.node}: {record.namespace}/{record.name} restarted (restart {record.restarts})")
+
+    def _schedule_restart(self, record: PodRecord, code: int) -> None:
+        if time.monotonic() - record.running_since >= 2 * self.backoff[1]:
+            record.backoff_step = 0
+        delay = backoff_delay(record.backoff_step, self.backoff)
+        record.backoff_step += 1
+        record.restart_at = time.monotonic() + delay
+        record.ready = False
+        self.echo(f"{self.node}: {_container_names(record.pod)} of {record.namespace}/{record.name} exited "
+                  f"({describe_exit(code)}); restarting in {delay:g}s")
+        message = f"back-off {delay:g}s restarting failed container"
+        self._patch_status(record.pod, {"conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": _now()} for t in ("ContainersReady", "Ready")],
+            "containerStatuses": [
+                {"name": n, "ready": False, "restartCount": record.restarts, "image": image, "imageID": "",
+                 "started": False, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                 "lastState": {"terminated": {"exitCode": container_exit_code(code), "finishedAt": _now(),
+                                              "reason": "Error"}}}
+                for n, image in _containers(record.pod)]})
+        self._event(record.pod, "Warning", "BackOff", message)
+
+    def _ended(self, record: PodRecord, code: int) -> None:
+        exit_code = container_exit_code(code)
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        self._terminated_status(record, phase, exit_code)
+        self.kubelet.release(record.uid)
+        self.echo(f"{self.node}: {record.namespace}/{record.name} {phase} (exit code {exit_code})")
+
+    # ---- stopping a pod -----------------------------------------------------------------------------
+
+    def _begin_stop(self, record: PodRecord, grace: float, why: str) -> None:
+        deadline = time.monotonic() + grace
+        if record.stop_deadline is not None:
+            record.stop_deadline = min(record.stop_deadline, deadline)  # a grace period only shrinks
+            return
+        record.stop_deadline = deadline
+        running = record.containers is not None and record.containers.exit_code() is None
+        if running:
+            record.containers.signal(signal.SIGTERM)
+            self.echo(f"{self.node}: {record.namespace}/{record.name} {why}: stopping its containers "
+                      f"(SIGTERM, {grace:g}s grace period)")
+
+    def _progress_stop(self, record: PodRecord, exists: bool) -> None:
+        containers = record.containers
+        code = None if containers is None else containers.exit_code()
+        if containers is not None and code is None:
+            if time.monotonic() >= record.stop_deadline and not record.killed:
+                record.killed = True
+                containers.signal(signal.SIGKILL)
+                self.echo(f"{self.node}: {record.namespace}/{record.name}: grace period over, SIGKILL")
+            return
+        self.kubelet.release(record.uid)
+        if exists:
+            phase = (record.pod.get("status") or {}).get("phase")
+            if phase not in TERMINAL and code is not None:
+                exit_code = container_exit_code(code)
+                self._terminated_status(record, "Succeeded" if exit_code == 0 else "Failed", exit_code)
+            self._delete(record)
+        self.pods.pop(record.uid, None)
+        self.echo(f"{self.node}: {record.namespace}/{record.name} deleted")
+
+    def _delete(self, record: PodRecord) -> None:
+        """What kubelet's status manager does once the containers of a deleted pod stopped."""
+        body = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=record.uid))
+        try:
+            self.core.delete_namespaced_pod(record.name, record.namespace, body=body, _preload_content=False,
+                                            _request_timeout=5)
+        except client.ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def _terminated_status(self, record: PodRecord, phase: str, code: int) -> None:
+        now = _now()
+        reason = "Completed" if code == 0 else "Error"
+        self._patch_status(record.pod, {"phase": phase, "conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": now} for t in ("ContainersReady", "Ready")],
+            "containerStatuses": [
+                {"name": n, "ready": False, "restartCount": record.restarts, "image": image, "imageID": "",
+                 "started": False, "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now}}}
+                for n, image in _containers(record.pod)]})
+        record.phase = phase
+
+    # ---- API writes -----------------------------------------------------------------------------------
+
+    def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> bool:
+        """Write the pod's status; False when the API did not take it (gone meanwhile: the next
+        pass stops it; the API unavailable: the running status is written again later)."""
+        meta = pod["metadata"]
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status},
+                                                  _preload_content=False, _request_timeout=5)
+        except Exception as error:  # noqa: BLE001 - any API failure: see above
+            log.debug("kubelet %s: status of %s not written: %s", self.node, meta["name"], error)
+            return False
+        return True
+
+    def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = _now()
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+                "involvedObject": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                                   "uid": meta["uid"], "apiVersion": "v1"},
+                "reason": reason, "message": message, "type": type_,
+                "source": {"component": "kubelet", "host": self.node}, "reportingComponent": "kubelet",
+                "reportingInstance": self.node, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False, _request_timeout=5)
+        except Exception as error:  # noqa: BLE001 - events are best effort, as kubelet's recorder
+            log.debug("kubelet %s: event %s not written: %s", self.node, reason, error)
+
+
+def _containers(pod: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["name"], c.get("image") or "") for c in (pod.get("spec") or {}).get("containers") or []]
+
+
+def _container_names(pod: dict[str, Any]) -> str:
+    return ", ".join(n for n, _ in _containers(pod)) or "the containers"
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 1

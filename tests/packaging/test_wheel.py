@@ -1,0 +1,86 @@
+"""The built wheel, installed into a fresh venv outside the checkout, carries everything dynmig reads.
+
+Why: a non-editable install used to lose `policies/default.yaml` and `charts/dynmig` (they were read
+relative to the checkout). This builds the wheel as a user would, installs it with its dependencies
+into a new venv in a temp dir, and runs the commands from there with the checkout nowhere on the path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("DYNMIG_TOOLS", ROOT / ".cache" / "tools"))
+
+
+def _run(argv: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None):
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[tuple[Path, Path]]:
+    """(bin folder of a fresh venv holding the wheel, a working folder outside the checkout)."""
+    with tempfile.TemporaryDirectory(prefix="dynmig-wheel-") as tmp:
+        home = Path(tmp)
+        built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                      "--wheel-dir", str(home / "dist"), str(ROOT)], cwd=home)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        wheel = next((home / "dist").glob("dynmig-*.whl"))
+        venv.create(home / "venv", with_pip=True)
+        bin_dir = home / "venv" / "bin"
+        done = _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                     str(wheel)], cwd=home)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        work = home / "elsewhere"
+        work.mkdir()
+        yield bin_dir, work
+
+
+def _env(bin_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), str(TOOLS), env.get("PATH", "")])
+    env["DYNMIG_TOOLS"] = str(TOOLS)
+    return env
+
+
+def test_the_installed_package_is_the_one_running_not_the_checkout(installed):
+    bin_dir, work = installed
+    script = "import mig.resources as r, dynmig; print(dynmig.__file__); print(r.default_policy()); print(r.chart())"
+    done = _run([str(bin_dir / "python"), "-c", script], cwd=work, env=_env(bin_dir))
+    assert done.returncode == 0, done.stderr
+    for line in done.stdout.split():
+        assert "site-packages" in line and not line.startswith(str(ROOT) + os.sep), line
+
+
+def test_policy_explain_from_a_fresh_venv_uses_the_packaged_default_policy(installed):
+    bin_dir, work = installed
+    done = _run([str(bin_dir / "dynmig"), "policy", "explain", "--model", "RTX PRO 6000", "--memory", "8000"],
+                cwd=work, env=_env(bin_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "policy default" in done.stdout
+    assert re.search(r"device 0: 1g\.24gb at 0:\d", done.stdout), done.stdout
+
+
+def test_policy_check_accepts_the_packaged_default_and_its_examples(installed):
+    bin_dir, work = installed
+    done = _run([str(bin_dir / "dynmig"), "policy", "check"], cwd=work, env=_env(bin_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(400)
+def test_the_lab_tour_passes_from_a_fresh_venv_with_the_packaged_chart(installed):
+    if not (TOOLS / "helm").exists():
+        pytest.skip(f"helm not found in {TOOLS} (run `make tools`)")
+    bin_dir, work = installed
+    done = _run([str(bin_dir / "dynmig"), "lab", "--scenario", "tour"], cwd=work, env=_env(bin_dir), timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", done.stdout, re.MULTILINE), done.stdout[-3000:]

@@ -1,0 +1,100 @@
+"""Content negotiation of the simulated API server over raw HTTP: protobuf bodies, Accept headers and
+hostile bodies answered with the status kube-apiserver gives."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _k8s_protobuf(api_version: str, kind: str, raw: bytes) -> bytes:
+    type_meta = _field(1, api_version.encode()) + _field(2, kind.encode())
+    return b"k8s\x00" + _field(1, type_meta) + _field(2, raw)
+
+
+def _configmap(name: str, data: dict[str, str]) -> bytes:
+    meta = _field(1, name.encode()) + _field(11, _field(1, b"team") + _field(2, b"ml"))
+    entries = b"".join(_field(2, _field(1, k.encode()) + _field(2, v.encode())) for k, v in data.items())
+    return _k8s_protobuf("v1", "ConfigMap", _field(1, meta) + entries)
+
+
+@pytest.fixture
+def call(apiserver):
+    token = apiserver.identity("admin").token
+
+    def request(method: str, path: str, body: bytes = b"", content_type: str = "application/json",
+                accept: str = "application/json") -> tuple[int, dict]:
+        conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=10)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": accept}
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        out = resp.status, json.loads(resp.read() or b"{}")
+        conn.close()
+        return out
+
+    return request
+
+
+PB = "application/vnd.kubernetes.protobuf"
+
+
+def test_a_protobuf_configmap_is_stored_as_its_json_form(call, apiserver):
+    code, created = call("POST", "/api/v1/namespaces/default/configmaps", _configmap("cm", {"a": "1"}), PB,
+                         f"{PB},application/json")
+    assert code == 201 and created["data"] == {"a": "1"}
+    assert apiserver.get("configmaps", "cm", "default")["metadata"]["labels"] == {"team": "ml"}
+
+
+def test_a_protobuf_body_of_a_kind_the_server_cannot_decode_gets_415_naming_json(call):
+    body = _k8s_protobuf("v1", "Pod", _field(1, _field(1, b"p")))
+    code, status = call("POST", "/api/v1/namespaces/default/pods", body, PB)
+    assert code == 415 and status["reason"] == "UnsupportedMediaType"
+    assert "application/json" in status["message"]
+
+
+@pytest.mark.parametrize("body", [
+    b"not protobuf at all",                       # no magic prefix
+    b"k8s\x00" + _varint(1 << 3 | 2) + _varint(10**9),  # a length past the end
+    b"k8s\x00" + b"\xff" * 20,                    # a varint that never ends
+    b"k8s\x00" + _field(1, b"\x0a\x02\xff\xfe"),  # apiVersion that is not UTF-8
+], ids=["no-magic", "length-past-end", "endless-varint", "not-utf8"])
+def test_a_malformed_protobuf_body_is_a_400_and_the_connection_keeps_serving(call, body):
+    code, status = call("POST", "/api/v1/namespaces", body, PB)
+    assert code == 400 and "protobuf" in status["message"]
+    assert call("GET", "/api/v1/namespaces/default")[0] == 200
+
+
+def test_an_unknown_body_format_gets_415_and_an_accept_without_json_gets_406(call):
+    code, status = call("POST", "/api/v1/namespaces", b"<xml/>", "application/xml")
+    assert (code, status["reason"]) == (415, "UnsupportedMediaType")
+    code, status = call("GET", "/api/v1/namespaces", accept=PB)
+    assert (code, status["reason"]) == (406, "NotAcceptable")
+    assert call("GET", "/api/v1/namespaces", accept=f"{PB},application/json")[0] == 200
+    assert call("GET", "/api/v1/namespaces", accept="*/*")[0] == 200
+
+
+def test_a_bad_json_body_is_a_400_and_the_next_request_on_the_connection_is_served(apiserver):
+    token = apiserver.identity("admin").token
+    conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=10)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    conn.request("POST", "/api/v1/namespaces", body=b"{not json", headers=headers)
+    first = conn.getresponse()
+    assert first.status == 400 and b"not valid JSON" in first.read()
+    conn.request("GET", "/api/v1/namespaces/default", headers=headers)
+    assert conn.getresponse().status == 200
+    conn.close()
