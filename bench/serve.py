@@ -320,6 +320,7 @@ def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000
 
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
     config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+              "leaderElection": {"leaderElect": False},
               "profiles": [{"schedulerName": "dynmig-scheduler"}],
               "extenders": [{"urlPrefix": serve_url, "filterVerb": "filter", "bindVerb": "bind",
                              "nodeCacheCapable": True, "enableHTTPS": True, "httpTimeout": "30s", "weight": 1,
