@@ -7,7 +7,8 @@ For each of /mutate, /validate (webhook listener) and /filter, /bind (extender l
 requests drawn from tests/webhooks/hostile_strategies.py (hypothesis, derandomized: the same cases
 every run), about one in ten a byte-level malformed body. Prints per endpoint the replies by class
 (2xx/4xx/5xx), internal errors (an AdmissionReview denial with code 500 or an extender `Error`
-saying "internal error"), hangs (no reply within 5 s), p50/p99/max latency, and the server's RSS
+saying "internal error"), hangs (no reply within 5 s), p50/p99/max latency with the p99 as a ratio
+to a well-formed request's p99 measured just before on the same connection, and the server's RSS
 before and after. Then a pod asking for 10^8 devices is filtered 200 times (RSS must not move),
 and a valid pod is filtered and bound.
 
@@ -90,7 +91,12 @@ def internal_error(path: str, status: int, data: bytes) -> bool:
     return "internal error" in (doc.get("Error") or "")
 
 
-def storm(path: str, strategy, client: Client, cases: int, pid: int) -> dict:
+def baseline_p99(path: str, body: bytes, client: Client, count: int = 300) -> float:
+    """p99 of one well-formed request, repeated: the yardstick the storm's latency is read against."""
+    return pct([client.post(path, body)[2] for _ in range(count)], 0.99)
+
+
+def storm(path: str, strategy, client: Client, cases: int, pid: int, valid: bytes) -> dict:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
@@ -116,6 +122,7 @@ def storm(path: str, strategy, client: Client, cases: int, pid: int) -> dict:
             if len(examples) < 5:
                 examples.append(f"{status} {data[:200]!r} for {raw[:200]!r}")
 
+    yardstick = baseline_p99(path, valid, client)
     before = rss_mib(pid)
     # Chunks of CHUNK cases, each with its own fixed seed: the same cases every run, and hypothesis'
     # bookkeeping of one chunk is dropped before the next (it grows with the examples of a run).
@@ -128,7 +135,9 @@ def storm(path: str, strategy, client: Client, cases: int, pid: int) -> dict:
     return {"endpoint": path, "cases": len(latencies), **{k: classes.get(k, 0) for k in ("2xx", "4xx", "5xx")},
             "internal_errors": internal, "hangs": hangs,
             "p50_ms": round(pct(latencies, 0.5) * 1000, 2), "p99_ms": round(pct(latencies, 0.99) * 1000, 2),
-            "max_ms": round(max(latencies) * 1000, 1), "rss_before_mib": before, "rss_after_mib": rss_mib(pid),
+            "max_ms": round(max(latencies) * 1000, 1), "valid_p99_ms": round(yardstick * 1000, 2),
+            "p99_vs_valid_p99": round(pct(latencies, 0.99) / yardstick, 2),
+            "rss_before_mib": before, "rss_after_mib": rss_mib(pid),
             "examples": examples}
 
 
@@ -192,16 +201,23 @@ def main(cases: int) -> int:
         webhook, extender = Client(port, ctx), Client(extender_port, ctx)
         start_rss = rss_mib(serve.pid)
         runs = []
+        review = hs.body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "resource": {"resource": "pods"},
+            "namespace": "team", "name": "p", "userInfo": {"username": "alice"}, "object": gpu_pod("p")}})
+        valid = {"/mutate": review, "/validate": review,
+                 "/filter": hs.body({"Pod": {"metadata": metas[2]}, "NodeNames": ["n1", "n2"], "Nodes": None}),
+                 "/bind": hs.body({"PodName": "nobody", "PodNamespace": "team", "PodUID": "u", "Node": "n1"})}
         for path, strategy, target in (("/mutate", hs.admission_reviews, webhook),
                                        ("/validate", hs.admission_reviews, webhook),
                                        ("/filter", naming(hs.extender_args, metas), extender),
                                        ("/bind", hs.binding_args, extender)):
             print(f"{path}: {cases} hostile requests ...", flush=True)
-            run = storm(path, strategy, target, cases, serve.pid)
+            run = storm(path, strategy, target, cases, serve.pid, valid[path])
             runs.append(run)
             print(f"  {run['cases']} cases: 2xx {run['2xx']} 4xx {run['4xx']} 5xx {run['5xx']}, internal errors "
                   f"{run['internal_errors']}, hangs {run['hangs']}; p50 {run['p50_ms']} ms p99 {run['p99_ms']} ms "
-                  f"max {run['max_ms']} ms; RSS {run['rss_before_mib']} -> {run['rss_after_mib']} MiB", flush=True)
+                  f"max {run['max_ms']} ms (p99 {run['p99_vs_valid_p99']}x a well-formed request's "
+                  f"{run['valid_p99_ms']} ms); RSS {run['rss_before_mib']} -> {run['rss_after_mib']} MiB", flush=True)
             for example in run["examples"]:
                 print(f"    e.g. {example}", flush=True)
         results["endpoints"] = runs
