@@ -258,6 +258,7 @@ class Registry:
             raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
         warnings: list[str] = []
         req.check_fields(body, warnings)
+        objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
