@@ -291,3 +291,22 @@ def test_kubectl_get_pods_prints_kubernetes_columns_with_wide_ones_on_request(ru
         {"name": "c", "ready": False, "restartCount": 2, "image": "busybox", "imageID": "",
          "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
     assert run("get", "pods", "--no-headers").split()[:4] == ["worker", "0/1", "CrashLoopBackOff", "2"]
+
+
+def test_kubectl_logs_never_reads_outside_the_log_folder(run, apiserver):
+    sneaky = BOUND_POD.replace("{name: c, image: busybox}", "{name: ../../../etc, image: busybox}")
+    run("create", "-f", "-", stdin=sneaky)
+    _ready(apiserver, "worker")
+    assert "not a valid container name" in run("logs", "worker", "-c", "../../../etc", ok=False)
+
+
+def test_kubectl_create_deployment_and_service_work_with_their_protobuf_bodies(run, apiserver):
+    assert "deployment.apps/web created" in run("create", "deployment", "web", "--image=nginx", "--replicas=3",
+                                                "--port=8080", "--", "sleep", "10")
+    spec = apiserver.get("deployments", "web", "default")["spec"]
+    assert spec["replicas"] == 3 and spec["selector"] == {"matchLabels": {"app": "web"}}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert (container["image"], container["command"], container["ports"]) == \
+        ("nginx", ["sleep", "10"], [{"containerPort": 8080}])
+    run("create", "service", "clusterip", "web", "--tcp=80:8080")
+    assert apiserver.get("services", "web", "default")["spec"]["ports"][0]["targetPort"] == 8080
