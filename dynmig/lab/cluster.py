@@ -393,7 +393,8 @@ class Lab:
         for runtime in self.nodes.values():
             runtime.agent = SimulatedPods(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
                                           self.resource, runtime=self._pod_runtime(runtime),
-                                          backoff=RESTART_BACKOFF, echo=self._say).start()
+                                          backoff=RESTART_BACKOFF, echo=self._say,
+                                          log_path=self.apiserver.log_path).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device

@@ -109,8 +109,11 @@ Runtime = Callable[[dict[str, Any]], Containers | None]
 class SimulatedPods:
     def __init__(self, node: str, api_client: Any, kubelet: Any, nvml: Any, resource: str, *,
                  runtime: Runtime | None = None, backoff: tuple[float, float] = KUBELET_BACKOFF,
-                 echo: Callable[[str], None] | None = None, interval: float = 0.2):
+                 echo: Callable[[str], None] | None = None, interval: float = 0.2,
+                 log_path: Callable[[str, str, str, str], Any] | None = None):
         self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
+        # (namespace, pod, uid, container) -> the file `kubectl logs` reads (ApiServer.log_path)
+        self.log_path = log_path
         self.core = client.CoreV1Api(api_client)
         self.runtime = runtime or (lambda pod: None)
         self.backoff = backoff
@@ -232,6 +235,20 @@ class SimulatedPods:
         if first:
             self.echo(f"{self.node}: {record.namespace}/{record.name} Running"
                       + "".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items()))
+            self._write_logs(record)
+
+    def _write_logs(self, record: PodRecord) -> None:
+        """What each container's workload prints when it starts, for `kubectl logs`."""
+        if self.log_path is None:
+            return
+        for name, _ in _containers(record.pod):
+            line = f"running on {self.node}" + (f" with NVIDIA_VISIBLE_DEVICES={record.env[name]}"
+                                                 if record.env.get(name) else "")
+            try:
+                with open(self.log_path(record.namespace, record.name, record.uid, name), "a") as out:
+                    out.write(line + "\n")
+            except Exception as error:  # noqa: BLE001 - a log file is best effort, never a pod failure
+                log.debug("no log for %s/%s %s: %s", record.namespace, record.name, name, error)
 
     def _admission_failed(self, record: PodRecord, error: str) -> None:
         message = f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
