@@ -17,7 +17,7 @@ from nvml_testkit import A100, create_gi, full_ci, gpu0
 from plugin.api import deviceplugin_pb2 as pb
 from sim.apiserver import ApiServer
 from sim.kubelet import IGNORE_SIGTERM, SimulatedKubelet, SimulatedPods
-from sim.kubelet.pods import backoff_delay, grace_period
+from sim.kubelet.pods import backoff_delay, device_count, grace_period
 from sim.kubelet.runtime import mig_uuids
 
 RESOURCE = "example.com/gpu"
@@ -226,3 +226,24 @@ def test_the_mig_devices_are_read_from_the_env_var_cdi_names_or_cdi_annotations(
     cdi = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="nvidia.com/gpu=MIG-ccc")])
     notes = pb.ContainerAllocateResponse(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=MIG-ddd"})
     assert mig_uuids([env, cdi, notes, None]) == ["MIG-aaa", "MIG-bbb", "MIG-ccc", "MIG-ddd"]
+
+
+@pytest.mark.parametrize(("value", "count"), [(1, 1), ("2", 2), ("1e0", 1), ("0.5", 1), ("1k", 1000), ("0", 0)])
+def test_a_device_count_is_read_as_a_kubernetes_quantity_rounded_up(value, count):
+    assert device_count(value) == count
+
+
+@pytest.mark.parametrize("value", ["one", "1e999", "-1", "2Ki", "1.5.5", True, None, "9" * 5000])
+def test_a_device_count_that_is_no_quantity_or_absurd_is_refused(value):
+    with pytest.raises(ValueError):
+        device_count(value)
+
+
+def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(world):
+    bad = _pod("bad")
+    bad["spec"]["containers"][0]["resources"]["limits"][RESOURCE] = "5000"  # a quantity, but no device count
+    world.core.create_namespaced_pod("default", bad)
+    world.core.create_namespaced_pod("default", _pod("good"))
+    _running(world, "good")
+    _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
+    assert "example.com/gpu: '5000' is not a device count between 0 and 1024" in world.core.read_namespaced_pod("bad", "default").status.message
