@@ -115,6 +115,7 @@ class Lab:
         self.serve: Child | None = None
         self.serve_port = 0
         self.metrics_port = 0
+        self.extender_port = 0
         self.nodes: dict[str, NodeRuntime] = {}
         self.controllers: ControllerManager | None = None
         self.rendered: chart.Rendered | None = None
@@ -146,7 +147,7 @@ class Lab:
                   + (f" (policy {self.policy})" if self.policy else ""))
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
-        self.serve_port, self.metrics_port = free_port(), free_port()
+        self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -291,6 +292,7 @@ class Lab:
         args = chart.laptop_args(
             self.rendered.container_args("Deployment", "server"),
             replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
+                     "--extender-port": str(self.extender_port),
                      "--device-config": str(self.device_config_file)},
             add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
                  "--namespace": NAMESPACE, "--identity": "lab-serve"})
@@ -349,7 +351,7 @@ class Lab:
                   f"127.0.0.1:{self.serve_port}")
 
     def _start_scheduler(self) -> None:
-        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.serve_port,
+        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.extender_port,
                                             self.ca_file)
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))

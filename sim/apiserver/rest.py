@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, media, openapi, protobuf, schemas
+from sim.apiserver import discovery, logs, media, openapi, protobuf, schemas
 from sim.apiserver.errors import ApiError
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
@@ -293,12 +293,45 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(result.code, result.obj, result.warnings)
 
     def _verb_get(self, req: Request, query: dict[str, str]) -> None:
+        if req.subresource == "log":
+            self._serve_log(req, query)
+            return
         obj = self.api.registry.get(req)
         if self._wants_table() and not req.subresource:
             self._send_json(200, discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"]
                                                                .get("resourceVersion", "")}))
             return
         self._send_json(200, obj)
+
+    def _serve_log(self, req: Request, query: dict[str, str]) -> None:
+        pod = self.api.registry.get(req)
+        container = logs.choose_container(pod, query.get("container", ""))
+        meta = pod["metadata"]
+        path = logs.log_path(self.api.logs_dir, meta["namespace"], meta["name"], meta["uid"], container)
+
+        def still_running() -> bool:
+            if self.api._stopping or self.api._unavailable:
+                return False
+            now = self.api.get("pods", meta["name"], meta["namespace"])
+            return bool(now and now["metadata"]["uid"] == meta["uid"] and
+                        (now.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+        chunks = logs.stream(path, pod, container, query, still_running)
+        first = next(chunks, None)  # refusals (waiting to start, bad options) are raised here
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._write_chunk(first or b"")
+        for chunk in chunks:
+            self._write_chunk(chunk)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _write_chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
 
     def _verb_list(self, req: Request, query: dict[str, str]) -> None:
         doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"),
@@ -334,7 +367,11 @@ class Handler(BaseHTTPRequestHandler):
             except ValueError as exc:
                 raise ApiError(400, f"the DeleteOptions body is not valid JSON: {exc}") from exc
         if "gracePeriodSeconds" in query:
-            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            try:
+                options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            except ValueError as exc:
+                raise ApiError(400, f"gracePeriodSeconds={query['gracePeriodSeconds'][:32]!r}: a whole "
+                                    "number of seconds") from exc
         return options if isinstance(options, dict) else {}
 
     def _verb_delete(self, req: Request, query: dict[str, str]) -> None:

@@ -208,3 +208,63 @@ def test_kubectl_apply_creates_then_updates_a_deployment(run, apiserver):
     run("apply", "-f", "-", stdin=DEPLOYMENT.replace("image: busybox", "image: busybox:2"))
     stored = apiserver.get("deployments", "web", "default")
     assert [c["image"] for c in stored["spec"]["template"]["spec"]["containers"]] == ["busybox:2"]
+
+
+def test_kubectl_delete_namespace_waits_for_its_pods_to_terminate_and_returns(run, fake_kubelet, apiserver):
+    run("create", "namespace", "ml")
+    run("create", "-n", "ml", "-f", "-", stdin=BOUND_POD)
+    assert 'namespace "ml" deleted' in run("delete", "namespace", "ml")
+    assert apiserver.get("namespaces", "ml") is None and apiserver.get("pods", "worker", "ml") is None
+
+
+def test_kubectl_create_in_a_terminating_namespace_is_refused_with_the_reason(run, apiserver):
+    apiserver.registry.reap_after_grace = False
+    run("create", "namespace", "ml")
+    run("create", "-n", "ml", "-f", "-", stdin=BOUND_POD)  # keeps the namespace terminating
+    run("delete", "namespace", "ml", "--wait=false")
+    err = run("create", "-n", "ml", "-f", "-", stdin=TYPO_POD.replace("imagee", "image"), ok=False)
+    assert "unable to create new content in namespace ml because it is being terminated" in err
+
+
+def _write_log(apiserver, name: str, container: str, text: str) -> None:
+    pod = apiserver.get("pods", name, "default")
+    with apiserver.log_path("default", name, pod["metadata"]["uid"], container).open("a") as f:
+        f.write(text)
+
+
+def test_kubectl_logs_prints_what_the_kubelet_wrote_for_the_container(run, apiserver):
+    run("create", "-f", "-", stdin=BOUND_POD)
+    assert "is waiting to start: ContainerCreating" in run("logs", "worker", ok=False)
+    _ready(apiserver, "worker")
+    _write_log(apiserver, "worker", "c", "loading model\nstep 1 loss 0.9\nstep 2 loss 0.7\n")
+    assert run("logs", "worker") == "loading model\nstep 1 loss 0.9\nstep 2 loss 0.7\n"
+    assert run("logs", "worker", "--tail=1") == "step 2 loss 0.7\n"
+    assert run("logs", "worker", "--limit-bytes=7") == "loading"
+
+
+def test_kubectl_logs_follow_streams_appended_output_until_the_pod_finishes(run, start, apiserver):
+    run("create", "-f", "-", stdin=BOUND_POD)
+    _ready(apiserver, "worker")
+    _write_log(apiserver, "worker", "c", "epoch 1\n")
+    following = start("logs", "-f", "worker")
+    killer = threading.Timer(60, following.kill)
+    killer.start()
+    try:
+        assert following.stdout.readline() == "epoch 1\n"
+        _write_log(apiserver, "worker", "c", "epoch 2\n")
+        assert following.stdout.readline() == "epoch 2\n"
+        core = client.CoreV1Api(apiserver.api_client("kubelet"))
+        core.patch_namespaced_pod_status("worker", "default", {"status": {"phase": "Succeeded"}})
+        assert following.wait(timeout=60) == 0
+    finally:
+        killer.cancel()
+
+
+def test_kubectl_logs_of_a_pod_with_two_containers_names_the_one_it_shows(run, apiserver):
+    two = BOUND_POD.replace("containers: [{name: c, image: busybox}]",
+                            "containers: [{name: main, image: busybox}, {name: sidecar, image: busybox}]")
+    run("create", "-f", "-", stdin=two)
+    _ready(apiserver, "worker")
+    _write_log(apiserver, "worker", "sidecar", "sidecar up\n")
+    assert run("logs", "worker", "-c", "sidecar") == "sidecar up\n"
+    assert "container nope is not valid for pod worker" in run("logs", "worker", "-c", "nope", ok=False)
