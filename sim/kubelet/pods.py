@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -141,13 +142,16 @@ Runtime = Callable[[dict[str, Any]], Containers | None]
 class SimulatedPods:
     def __init__(self, node: str, api_client: Any, kubelet: Any, nvml: Any, resource: str, *,
                  runtime: Runtime | None = None, backoff: tuple[float, float] = KUBELET_BACKOFF,
-                 echo: Callable[[str], None] | None = None, interval: float = 0.2):
+                 echo: Callable[[str], None] | None = None, interval: float = 0.2,
+                 log_path: Callable[[str, str, str, str], Path] | None = None):
+        """log_path(namespace, pod, uid, container): the file a container's output is appended to."""
         self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
         self.core = client.CoreV1Api(api_client)
         self.runtime = runtime or (lambda pod: None)
         self.backoff = backoff
         self.echo = echo or (lambda text: None)
         self.interval = interval
+        self.log_path = log_path
         self.pods: dict[str, PodRecord] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-pods-{node}", daemon=True)
@@ -163,6 +167,21 @@ class SimulatedPods:
 
     def pods_by_name(self, namespace: str, name: str) -> PodRecord | None:
         return next((r for r in list(self.pods.values()) if (r.namespace, r.name) == (namespace, name)), None)
+
+    def log_sink(self, pod: dict[str, Any]) -> Callable[[str, str], None]:
+        """Where a container of `pod` writes its output: appended to the file `log_path` names (what
+        `kubectl logs` reads), if the kubelet was given one."""
+        meta = pod["metadata"]
+
+        def write(container: str, line: str) -> None:
+            if self.log_path is None:
+                return
+            try:
+                with self.log_path(meta["namespace"], meta["name"], meta["uid"], container).open("a") as out:
+                    out.write(line.rstrip("\n") + "\n")
+            except OSError as error:
+                log.debug("kubelet %s: log of %s/%s not written: %s", self.node, meta["name"], container, error)
+        return write
 
     def logs(self, namespace: str, name: str) -> str | None:
         record = self.pods_by_name(namespace, name)
@@ -246,12 +265,13 @@ class SimulatedPods:
                 if record.allocation and not record.allocation.ok:
                     self._admission_failed(record, record.allocation.error)
                     return
-            answers = [c.response for c in record.allocation.containers] if record.allocation else []
+            devices = {name: [] for name, _ in _containers(pod)}
             for c in record.allocation.containers if record.allocation else []:
                 if c.response is not None:
                     record.env[c.name] = dict(c.response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
+                    devices.setdefault(c.name, []).extend(mig_uuids([c.response]))
             ignore = (pod["metadata"].get("annotations") or {}).get(IGNORE_SIGTERM) == "true"
-            containers = SimulatedWorkload(self.nvml, mig_uuids(answers), ignore_sigterm=ignore)
+            containers = SimulatedWorkload(self.nvml, devices, ignore_sigterm=ignore, sink=self.log_sink(pod))
         record.containers = containers
         record.running_since = time.monotonic()
         self._set_running(record)

@@ -51,7 +51,7 @@ def world(node, socket_dir):
     kubelet.wait_for_devices(RESOURCE, healthy=3)
     lines: list[str] = []
     pods = SimulatedPods(NODE, api.api_client("kubelet"), kubelet, nvml, RESOURCE, echo=lines.append,
-                         interval=0.05).start()
+                         interval=0.05, log_path=api.log_path).start()
     yield SimpleNamespace(nvml=nvml, api=api, core=client.CoreV1Api(api.api_client()), pods=pods, lines=lines,
                           migs=migs)
     pods.stop()
@@ -97,6 +97,16 @@ def test_a_running_pods_workload_runs_on_the_mig_device_the_plugin_handed_it(wor
     assert [m for _, m in on] == [device]
 
 
+def test_a_containers_output_goes_to_the_log_file_the_api_server_serves(world):
+    world.core.create_namespaced_pod("default", _pod("train"))
+    record = _running(world, "train")
+    world.core.delete_namespaced_pod("train", "default")
+    _wait(lambda: _gone(world, "train"), "the pod to be gone")
+    text = world.api.log_path("default", "train", record.uid, "main").read_text()
+    assert text.splitlines()[-2:] == [f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
+                                      "SIGTERM: shut down cleanly"]
+
+
 def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(world):
     world.core.create_namespaced_pod("default", _pod("train"))
     _running(world, "train")
@@ -118,7 +128,10 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
         world.core.delete_namespace("team")
     _wait(lambda: not _busy(world), "the workload of the vanished pod to stop")
     assert world.pods.pods_by_name("team", "train") is None
-    assert any("team/train is gone from the API: stopping its containers" in line for line in world.lines)
+    # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
+    # namespace controller deletes pods) marked for deletion first
+    assert any(line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
+               for line in world.lines), world.lines
 
 
 def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
