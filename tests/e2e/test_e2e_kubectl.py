@@ -155,6 +155,16 @@ def test_kubectl_delete_returns_once_the_pod_is_gone_and_its_instance_is_destroy
     wait(lambda: uuid not in kc.instances(), f"{uuid} to be destroyed")
 
 
+def test_kubectl_force_delete_stops_the_workload_and_its_instance_is_destroyed(kc):
+    create(kc, "pod-1g.yaml")
+    kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
+    uuid = kc.allocations("one-1g")[0]["migUUID"]
+    assert kc.instances()[uuid][3]
+    kc.kubectl("delete", "pod", "one-1g", "--force", "--grace-period=0")
+    wait(lambda: uuid not in kc.instances(), f"{uuid} to be destroyed once the kubelet stopped the workload")
+    assert not any(busy for *_, busy in kc.instances().values())
+
+
 def test_kubectl_get_watch_shows_the_pod_become_running(kc):
     watch = subprocess.Popen([*kc.k, "get", "pods", "-w", "--no-headers",
                               "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase"],
