@@ -25,30 +25,31 @@ from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
-from webhooks.leader import AlwaysLeader, LeaseElector
+from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 from webhooks.runner import Extender, Listeners
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
-NOT_LEADER = "not the leader: this dynmig replica does not schedule right now; retry (the Service routes to the leader)"
+NOT_LEADER = ("not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
+              "replica does not schedule")
 
 
 class Scheduler:
-    """The extender verbs, answered only by the lease holder."""
+    """The extender verbs, answered only while this pod's kube-scheduler holds the Lease."""
 
     def __init__(self, filter_: Filter, binder: Binder, leader):
         self._filter, self._binder, self.leader = filter_, binder, leader
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        if not self.leader.is_leader():
+        if not self.leader.is_leader() and not self.leader.refresh():
             return {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                     "Error": NOT_LEADER}
         return self._filter(args)
 
     def bind(self, args: dict[str, Any]) -> dict[str, Any]:
-        if not self.leader.is_leader():
+        if not self.leader.is_leader() and not self.leader.refresh():
             return {"Error": NOT_LEADER}
         return self._binder(args)
 
@@ -65,8 +66,9 @@ class Service:
         self.cache = ClusterCache(self.kube, self.fleet)
         self.events = EventRecorder(self.kube, cfg.scheduler_name)
         resources = lambda: self.device_config.get().resources  # read per request: the file reloads
-        self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
-                                    on_change=self._leadership_changed)
+        # one leadership for the pod: follow kube-scheduler's Lease (webhooks/leader.py)
+        self.leader = (LeaseFollower(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
+                                     on_change=self._leadership_changed)
                        if cfg.leader_elect else AlwaysLeader())
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")

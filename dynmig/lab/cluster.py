@@ -293,7 +293,9 @@ class Lab:
             self.rendered.container_args("Deployment", "server"),
             replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
                      "--extender-port": str(self.extender_port),
-                     "--device-config": str(self.device_config_file)},
+                     "--device-config": str(self.device_config_file),
+                     # one kube-scheduler without leader election (chart.laptop_scheduler_config)
+                     "--leader-elect": "false"},
             add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
                  "--namespace": NAMESPACE, "--identity": "lab-serve"})
         argv = python_argv("-m", "dynmig.cli", *args)

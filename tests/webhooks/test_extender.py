@@ -278,10 +278,10 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, s
 def test_a_follower_replica_refuses_to_schedule(apiserver, start_service):
     from starlette.testclient import TestClient
 
-    from webhooks.leader import LeaseElector
+    from webhooks.leader import LeaseFollower
 
     svc = start_service()
-    svc.server.extender.leader = LeaseElector(svc.kube, "dynmig", "dynmig-scheduler", "other")
+    svc.server.extender.leader = LeaseFollower(svc.kube, "dynmig", "dynmig-scheduler", "other")
     with TestClient(svc.extender_app) as http:
         out = http.post("/filter", json=filter_args(gpu_pod("p"), ["n1"])).json()
         assert out["Error"].startswith("not the leader")
