@@ -18,12 +18,13 @@ GRACEFUL_SHUTDOWN = 2.0  # seconds an in-flight request gets to finish after SIG
 
 def _configs(app: Starlette, metrics_app: Starlette | None, host: str, port: int, metrics_port: int,
              tls: TLSReloader | None, log_level: str, graceful: float) -> list[uvicorn.Config]:
-    configs = [uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
+    # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
+    configs = [uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, lifespan="off",
                               ssl_context_factory=tls.ssl_context_factory if tls else None,
                               timeout_graceful_shutdown=graceful, access_log=False)]
     if metrics_app is not None:
         configs.append(uvicorn.Config(metrics_app, host=host, port=metrics_port, log_level=log_level,
-                                      lifespan="off", timeout_graceful_shutdown=graceful, access_log=False))
+                                      log_config=None, lifespan="off", timeout_graceful_shutdown=graceful, access_log=False))
     return configs
 
 
