@@ -40,6 +40,12 @@ class ServeConfig:
     )
     bind_address: str = "0.0.0.0"
     port: int = 8443
+    # /filter and /bind on their own listener: only kube-scheduler may change a reservation, and in
+    # the chart it runs in the same pod, so loopback by default. A CA file turns on client
+    # certificates (kube-scheduler's tlsConfig certFile/keyFile) for setups that place it elsewhere.
+    extender_bind_address: str = "127.0.0.1"
+    extender_port: int = 8444
+    extender_client_ca: str = ""
     metrics_port: int = 9395
     tls_cert: str = ""
     tls_key: str = ""
@@ -88,10 +94,18 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
     f.add("--scheduler-name", default=d.scheduler_name, help="schedulerName set on GPU pods")
     f.add("--device-config", default=d.device_config, show_default="the packaged policies/default.yaml",
           help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes")
-    f.add("--privileged-user", default=d.privileged_users, repeat=True,
+    f.add("--privileged-user", default=d.privileged_users, repeat=True, old_env=("DYNMIG_PRIVILEGED_USERS",),
           help="username allowed to write hami.io/vgpu-mig-allocations (repeat, or a comma list)")
-    f.add("--bind-address", default=d.bind_address, help="address the HTTPS and metrics ports listen on")
-    f.add("--port", default=d.port, type=port, help="HTTPS port (webhooks and extender)")
+    f.add("--bind-address", default=d.bind_address, help="address the webhook and metrics ports listen on")
+    f.add("--port", default=d.port, type=port,
+          help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service")
+    f.add("--extender-bind-address", default=d.extender_bind_address,
+          help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
+               "kube-scheduler runs in the same pod")
+    f.add("--extender-port", default=d.extender_port, type=port, help="HTTPS port of the scheduler-extender listener")
+    f.add("--extender-client-ca", default=d.extender_client_ca,
+          help="PEM CA file: the extender listener then requires a client certificate it signed "
+               "(for a kube-scheduler outside the pod)")
     f.add("--metrics-port", default=d.metrics_port, type=port, help="plain-HTTP port for /metrics (HAMi uses 9395)")
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
@@ -145,6 +159,9 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         privileged_users=tuple(args.privileged_user) or ServeConfig().privileged_users,
         bind_address=args.bind_address,
         port=args.port,
+        extender_bind_address=args.extender_bind_address,
+        extender_port=args.extender_port,
+        extender_client_ca=args.extender_client_ca,
         metrics_port=args.metrics_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
