@@ -146,3 +146,12 @@ def test_every_line_of_the_device_plugin_names_its_node_unless_it_names_another(
     logging.getLogger("dynmig.plugin").info("other", extra=logs.about(node="gpu-2", pod="ns/p"))
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert (first["node"], second["node"], second["pod"]) == ("gpu-1", "gpu-2", "ns/p")
+
+
+def test_dynmig_help_names_every_command_and_an_unknown_one_is_refused():
+    done = _dynmig("--help")
+    assert done.returncode == 0
+    for command in ("serve", "device-plugin", "certs", "policy", "lab"):
+        assert f"\n  {command} " in done.stdout
+    unknown = _dynmig("sevre")
+    assert unknown.returncode == 2 and "unknown command 'sevre'" in unknown.stderr
