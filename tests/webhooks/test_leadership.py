@@ -196,3 +196,28 @@ def test_a_renewal_time_in_the_future_never_extends_leadership_beyond_one_window
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
     spec = {"holderIdentity": "pod-a_1", "renewTime": "2027-01-01T00:00:00Z", "leaseDurationSeconds": 15}
     assert leading_until(spec, "pod-a", now=now) == pytest.approx(now + 10)
+
+
+def test_a_failed_lease_read_keeps_the_known_lease_which_then_runs_out_on_its_own(apiserver):
+    from webhooks.kube import Kube
+    from webhooks.leader import LeaseFollower
+
+    renewed = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dynmig"}})
+    apiserver.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": LEASE, "namespace": "dynmig"},
+                      "spec": {"holderIdentity": "pod-a_77", "leaseDurationSeconds": 3,
+                               "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
+    now = [renewed.timestamp() + 1]
+    changes: list[bool] = []
+    follower = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-a", min_refresh=0,
+                             clock=lambda: now[0], on_change=changes.append)
+    assert follower.refresh() and changes == [True]
+    apiserver.faults.fail_next(verb="get", resource="leases", code=500)
+    assert follower.refresh()  # the API failed: what was known still holds...
+    now[0] = renewed.timestamp() + 2.1
+    assert not follower.is_leader()  # ...until 2/3 of the lease after its renewal, with no read at all
+    assert not follower.refresh() and changes == [True, False]
+    other = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-b", min_refresh=0,
+                          clock=lambda: renewed.timestamp())
+    assert not other.refresh()  # another pod's kube-scheduler holds it
