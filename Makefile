@@ -10,7 +10,12 @@ HELM := $(TOOLS)/helm
 KUBECTL := $(TOOLS)/kubectl
 export PATH := $(CURDIR)/$(TOOLS):$(PATH)
 
-.PHONY: all lab test test-fast lint bench proto tools clean
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= ghcr.io/dynmig/dynmig:$(VERSION)
+IMAGE_OUT ?= dist/dynmig-$(VERSION)-oci.tar
+IMAGE_TOOLS := mmdebstrap umoci skopeo
+
+.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock clean
 
 all: test
 
@@ -31,6 +36,24 @@ $(HELM) $(KUBECTL):
 
 tools: $(HELM) $(KUBECTL)
 
+# mmdebstrap and umoci build the image, skopeo checks and pushes it: Debian packages, installed when
+# missing and we may (root with apt-get); elsewhere the image test skips and says why.
+image-tools:
+	@missing=$$(for t in $(IMAGE_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing $$missing (apt-get, ~10 s)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "note: make image needs $$missing (apt-get install $$missing as root)"; fi
+
+# The OCI archive of the Containerfile's image, built without a container engine (scripts/build_image.sh).
+image: $(STAMP) image-tools
+	PYTHON=$(PY) scripts/build_image.sh $(IMAGE_OUT) $(IMAGE)
+
+# Re-pin the image's dependencies (image/requirements.lock) after changing them in pyproject.toml.
+image-lock: $(STAMP)
+	$(PY) scripts/lock_image.py
+
 proto: $(STAMP)
 	$(PY) -m plugin.api.generate
 
@@ -38,7 +61,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) tools
+test: $(STAMP) tools image-tools
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 

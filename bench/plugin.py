@@ -101,7 +101,8 @@ class World:
         self.core = k8s.CoreV1Api(self.api.api_client("scheduler"))
         self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         config = PluginConfig(node_name=NODE, device_config=DeviceConfig(default_allowlist()),
-                              node=NodeConfig("mig"), kubelet_dir=self.tmp / "dp", reconcile_interval=3600.0)
+                              node=NodeConfig("mig"), kubelet_dir=self.tmp / "dp", reconcile_interval=3600.0,
+                              state_dir=self.tmp / "state")  # the ownership journal, fsync included
         self.app = DevicePluginApp(config, Kube(self.api.api_client("device-plugin"), NODE)).start()
         self.kubelet.wait_for_devices(RESOURCE, healthy=7 * gpus)
         self.uuids = self.sim.gpu_uuids

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from dynmig.version import version
+
 # subcommand -> module with a `main(argv) -> int`
 SUBCOMMANDS = {
     "serve": "webhooks.main",
@@ -14,7 +16,7 @@ SUBCOMMANDS = {
     "lab": "dynmig.lab",
 }
 
-USAGE = "usage: dynmig {" + ",".join(SUBCOMMANDS) + "} [options]"
+USAGE = "usage: dynmig [--version] {" + ",".join(SUBCOMMANDS) + "} [options]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("--version", "-V", "version"):
+        print(f"dynmig {version()}")
+        return 0
     name, rest = args[0], args[1:]
     module_name = SUBCOMMANDS.get(name)
     if module_name is None:

@@ -37,6 +37,12 @@ class ServeConfig:
     )
     bind_address: str = "0.0.0.0"
     port: int = 8443
+    # /filter and /bind on their own listener: only kube-scheduler may change a reservation, and in
+    # the chart it runs in the same pod, so loopback by default. A CA file turns on client
+    # certificates (kube-scheduler's tlsConfig certFile/keyFile) for setups that place it elsewhere.
+    extender_bind_address: str = "127.0.0.1"
+    extender_port: int = 8444
+    extender_client_ca: str = ""
     metrics_port: int = 9395
     tls_cert: str = ""
     tls_key: str = ""
@@ -102,7 +108,16 @@ def parser() -> argparse.ArgumentParser:
                    help="username allowed to write hami.io/vgpu-mig-allocations (repeat); "
                         "env DYNMIG_PRIVILEGED_USERS is a comma list")
     p.add_argument("--bind-address", default=_env("BIND_ADDRESS", d.bind_address))
-    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))), help="HTTPS port")
+    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))),
+                   help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service")
+    p.add_argument("--extender-bind-address", default=_env("EXTENDER_BIND_ADDRESS", d.extender_bind_address),
+                   help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
+                        "kube-scheduler runs in the same pod (env DYNMIG_EXTENDER_BIND_ADDRESS)")
+    p.add_argument("--extender-port", type=int, default=int(_env("EXTENDER_PORT", str(d.extender_port))),
+                   help="HTTPS port of the scheduler-extender listener (env DYNMIG_EXTENDER_PORT)")
+    p.add_argument("--extender-client-ca", default=_env("EXTENDER_CLIENT_CA", d.extender_client_ca),
+                   help="PEM CA file: the extender listener then requires a client certificate it signed "
+                        "(for a kube-scheduler outside the pod; env DYNMIG_EXTENDER_CLIENT_CA)")
     p.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", str(d.metrics_port))),
                    help="plain-HTTP port for /metrics (HAMi uses 9395)")
     p.add_argument("--tls-cert", default=_env("TLS_CERT", d.tls_cert))
@@ -164,6 +179,9 @@ def parse_args(argv: list[str]) -> ServeConfig:
         privileged_users=tuple(users) or ServeConfig().privileged_users,
         bind_address=args.bind_address,
         port=args.port,
+        extender_bind_address=args.extender_bind_address,
+        extender_port=args.extender_port,
+        extender_client_ca=args.extender_client_ca,
         metrics_port=args.metrics_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

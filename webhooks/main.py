@@ -18,7 +18,7 @@ from typing import Any
 from certs.reload import TLSReloader
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
-from webhooks.app import Server, create_app, create_metrics_app
+from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
 from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
@@ -28,8 +28,8 @@ from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
-from webhooks.runner import Listeners
-from webhooks.tls import ServingCertificates, settings_problem
+from webhooks.runner import Extender, Listeners
+from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
 NOT_LEADER = ("not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
@@ -74,7 +74,7 @@ class Service:
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
         self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics,
                              blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
-                             writer=self.writer)
+                             writer=self.writer, lookup=self.cache.find_pod)
         self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics,
                              filter=self.filter)
         self.tls = tls
@@ -83,7 +83,8 @@ class Service:
                                  privileged_users=frozenset(cfg.privileged_users))
         self.server = Server(policy=policy, metrics=self.metrics,
                              extender=Scheduler(self.filter, self.binder, self.leader), ready=self.ready)
-        self.app = create_app(self.server)
+        self.app = create_app(self.server)  # admission webhooks and health: the Service's port
+        self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
 
     def use_certificates(self, **timing) -> ServingCertificates:
@@ -141,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     service.use_certificates()
     service.start(wait=None)
     listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port,
-                          service.tls, cfg.log_level)
+                          service.tls, cfg.log_level,
+                          extender=Extender(service.extender_app, cfg.extender_bind_address, cfg.extender_port,
+                                            extender_tls(service.tls, cfg.extender_client_ca)))
     try:
         listeners.run()
     finally:

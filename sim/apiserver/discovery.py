@@ -55,7 +55,7 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
         out.append(_resource_entry(rt))
         for sub in rt.subresources:
             kind = "Binding" if sub == "binding" else rt.kind
-            verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+            verbs = {"binding": ["create"], "log": ["get"]}.get(sub, ["get", "patch", "update"])
             out.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
                         "kind": kind, "verbs": verbs})
     gv = f"{group}/{version}" if group else version

@@ -251,7 +251,10 @@ class SimulatedPods:
         code = containers.exit_code()
         if code is None:
             if record.restart_at is None and (containers.ready() != record.ready or record.stale):
+                became_ready = containers.ready() and not record.ready
                 self._set_running(record)
+                if became_ready:
+                    self.echo(f"{self.node}: {record.namespace}/{record.name} Ready")
             return
         if not containers.restartable:
             self._ended(record, code)
@@ -272,7 +275,8 @@ class SimulatedPods:
         record.backoff_step += 1
         record.restart_at = time.monotonic() + delay
         record.ready = False
-        self.echo(f"{self.node}: {_container_names(record.pod)} of {record.namespace}/{record.name} exited "
+        names = getattr(record.containers, "container", "") or _container_names(record.pod)
+        self.echo(f"{self.node}: {names} of {record.namespace}/{record.name} exited "
                   f"({describe_exit(code)}); restarting in {delay:g}s")
         message = f"back-off {delay:g}s restarting failed container"
         self._patch_status(record.pod, {"conditions": [

@@ -135,8 +135,7 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     (extender,) = config["extenders"]
     deployment = one(docs, "Deployment")
     server = container(deployment, "server")
-    https_port = next(p["containerPort"] for p in server["ports"] if p["name"] == "https")
-    assert extender["urlPrefix"] == f"https://127.0.0.1:{https_port}"
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{arg(server, 'extender-port')}"  # loopback listener
     assert extender["enableHTTPS"] is True
     assert "insecure" not in extender["tlsConfig"]
     assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")

@@ -31,8 +31,8 @@ def installed() -> Iterator[tuple[Path, Path]]:
     """(bin folder of a fresh venv holding the wheel, a working folder outside the checkout)."""
     with tempfile.TemporaryDirectory(prefix="dynmig-wheel-") as tmp:
         home = Path(tmp)
-        built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                      "--wheel-dir", str(home / "dist"), str(ROOT)], cwd=home)
+        built = _run([str(ROOT / "scripts" / "build_wheel.sh"), str(home / "dist")], cwd=home,
+                     env={**os.environ, "PYTHON": sys.executable})
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         wheel = next((home / "dist").glob("dynmig-*.whl"))
         venv.create(home / "venv", with_pip=True)

@@ -98,3 +98,37 @@ def test_a_bad_json_body_is_a_400_and_the_next_request_on_the_connection_is_serv
     conn.request("GET", "/api/v1/namespaces/default", headers=headers)
     assert conn.getresponse().status == 200
     conn.close()
+
+
+POD_TYPO = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","imagee":"x"}]}}'
+
+
+def test_strict_field_validation_refuses_unknown_and_duplicate_fields_and_ignore_accepts_them(call, apiserver):
+    code, status = call("POST", "/api/v1/namespaces/default/pods?fieldValidation=Strict", POD_TYPO)
+    assert (code, status["reason"]) == (400, "BadRequest")
+    assert status["message"] == ('Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+                                 'unknown field "spec.containers[0].imagee"')
+    dup = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","name":"d"}}'
+    code, status = call("POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict", dup)
+    assert code == 400 and 'duplicate field "name"' in status["message"]
+    assert call("POST", "/api/v1/namespaces/default/pods?fieldValidation=Ignore", POD_TYPO)[0] == 201
+    code, status = call("POST", "/api/v1/namespaces/default/pods?fieldValidation=Loose", POD_TYPO)
+    assert code == 400 and "Strict" in status["message"]
+
+
+def test_strict_field_validation_applies_to_the_result_of_a_merge_patch(call, apiserver):
+    apiserver.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    code, status = call("PATCH", "/api/v1/namespaces/default/configmaps/c?fieldValidation=Strict",
+                        b'{"dta":{"a":"b"}}', "application/merge-patch+json")
+    assert code == 400 and 'unknown field "dta"' in status["message"]
+
+
+def test_the_openapi_v3_root_points_at_a_document_whose_pod_patch_takes_field_validation(call):
+    code, root = call("GET", "/openapi/v3")
+    assert code == 200 and {"api/v1", "apis/apps/v1", "apis/coordination.k8s.io/v1"} <= set(root["paths"])
+    code, doc = call("GET", root["paths"]["api/v1"]["serverRelativeURL"])
+    patch = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+    assert "resources" in doc["components"]["schemas"]["io.k8s.api.v1.Container"]["properties"]
+    assert call("GET", "/openapi/v3/apis/nothing/v1")[0] == 404
