@@ -18,7 +18,7 @@ from certs.authority import ServiceIdentity, make_ca, make_serving
 from certs.reload import FileSource, TLSReloader
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, decode_allocations
 from sim.scheduler import Scheduler, parse
-from webhooks.runner import Listeners
+from webhooks.runner import Extender, Listeners
 
 LEASE = "dynmig-scheduler"
 # kube-scheduler's 15s/10s/2s, scaled down so a test waits seconds, not a quarter of a minute
@@ -42,8 +42,9 @@ def scheduler_pods(apiserver, start_service, tmp_path):
         tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
         tls.start()
         service.tls = tls
-        listeners = Listeners(service.app, service.metrics_app, tls=tls).start()
-        doc = {**scheduler_configuration(listeners.url, ca.cert_pem()), "leaderElection": ELECTION}
+        listeners = Listeners(service.app, service.metrics_app, tls=tls,
+                              extender=Extender(service.extender_app, tls=tls)).start()
+        doc = {**scheduler_configuration(listeners.extender_url, ca.cert_pem()), "leaderElection": ELECTION}
         scheduler = Scheduler(parse(doc), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
                               max_backoff=0.5, hostname=name).start()
         assert scheduler.wait_synced()
