@@ -127,7 +127,7 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
     else:
         world.core.delete_namespace("team")
     _wait(lambda: not _busy(world), "the workload of the vanished pod to stop")
-    assert world.pods.pods_by_name("team", "train") is None
+    _wait(lambda: world.pods.pods_by_name("team", "train") is None, "the kubelet to be done with the pod")
     # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
     # namespace controller deletes pods) marked for deletion first
     assert any(line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
