@@ -164,6 +164,7 @@ class Crashy:
     def __init__(self) -> None:
         self.code: int | None = None
         self.starts = 1
+        self.crash_on_start = 0  # this many restarts die at once (SIGKILL), like a crash loop
 
     def signal(self, sig: int) -> None:
         self.code = -sig
@@ -175,8 +176,11 @@ class Crashy:
         return self.code is None
 
     def restart(self) -> None:
-        self.code = None
         self.starts += 1
+        self.code = None
+        if self.crash_on_start > 0:
+            self.crash_on_start -= 1
+            self.code = -signal.SIGKILL
 
     def logs(self) -> str:
         return ""
@@ -197,9 +201,9 @@ def _daemon(world, crashy: Crashy, backoff=(0.1, 0.4)) -> SimulatedPods:
 def test_a_container_that_dies_is_restarted_after_a_back_off_that_doubles_up_to_its_cap(world):
     crashy = Crashy()
     _daemon(world, crashy)
-    for restart in range(1, 5):
-        crashy.code = -signal.SIGKILL
-        _wait(lambda n=restart: crashy.starts == n + 1, f"restart {restart}")
+    crashy.crash_on_start = 3
+    crashy.code = -signal.SIGKILL
+    _wait(lambda: crashy.starts == 5, "four restarts")
     restarts = [line.split("restarting in ")[1] for line in world.lines if "restarting in" in line]
     assert restarts == ["0.1s", "0.2s", "0.4s", "0.4s"]
     assert any("main of default/daemon exited (signal 9); restarting in 0.1s" in line for line in world.lines)
