@@ -320,6 +320,7 @@ def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000
 
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
     config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+              "leaderElection": {"leaderElect": False},
               "profiles": [{"schedulerName": "dynmig-scheduler"}],
               "extenders": [{"urlPrefix": serve_url, "filterVerb": "filter", "bindVerb": "bind",
                              "nodeCacheCapable": True, "enableHTTPS": True, "httpTimeout": "30s", "weight": 1,
@@ -441,9 +442,11 @@ def main(only_e2e: bool = False) -> int:
         serve_port_file, echo_port_file = work / "serve.port", work / "echo.port"
         port = _free_port()
         metrics_port = _free_port()
+        extender_port = _free_port()
         serve = subprocess.Popen(
             [sys.executable, "-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1", "--port", str(port),
-             "--metrics-port", str(metrics_port), "--tls-cert", str(cert), "--tls-key", str(key),
+             "--metrics-port", str(metrics_port), "--extender-port", str(extender_port),
+             "--tls-cert", str(cert), "--tls-key", str(key),
              "--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false",
              "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL,
             stderr=(work / "serve.log").open("wb"))
@@ -467,7 +470,7 @@ def main(only_e2e: bool = False) -> int:
         print("end to end through the simulated kube-scheduler on 1,000 nodes ...", flush=True)
         # Pods are created without the webhooks: admission is measured above, and the simulated API
         # server's webhook client (no TCP_NODELAY) adds a ~40 ms delayed-ACK stall to every pod write.
-        results["end_to_end"] = e = bench_end_to_end(apiserver, f"https://127.0.0.1:{port}", ca.cert_pem())
+        results["end_to_end"] = e = bench_end_to_end(apiserver, f"https://127.0.0.1:{extender_port}", ca.cert_pem())
         e["server_side"] = server_side(metrics_port)
         print(f"  {e['bound']}/{e['pods']} pods bound in {e['seconds']} s = {e['pods_per_second']} pods/s "
               f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "

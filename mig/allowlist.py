@@ -186,17 +186,54 @@ def catalog_warnings(allowlist: Allowlist, path: str) -> list[Issue]:
 # ---------------------------------------------------------------- files
 
 
-def _read_yaml(path: Path) -> tuple[Any, list[Issue]]:
+MAX_CONFIG_BYTES = 256 * 1024  # a device config is a few KiB; a ConfigMap holds at most 1 MiB
+MAX_CONFIG_DEPTH = 32  # a device config nests 4 levels
+MAX_CONFIG_EVENTS = 100_000  # scalars and collections together (bounds the work of checking it)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _shape_problem(text: str) -> Issue | None:
+    """Why the YAML is too big, too deep or uses aliases, found by one bounded pass over its events
+    (the parser is iterative; building the document and checking it only happen afterwards)."""
+    if len(text) > MAX_CONFIG_BYTES:
+        return Issue("(file)", f"is {len(text)} characters; the limit is {MAX_CONFIG_BYTES}",
+                     "a device config is a few KiB: keep only the nvidia section")
+    depth = 0
+    for count, event in enumerate(yaml.parse(text, Loader=_LOADER)):
+        if isinstance(event, yaml.AliasEvent):
+            return Issue("(file)", "uses an alias (*name)", "write the values out; anchors and aliases are not "
+                         "allowed in a device config")
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                return Issue("(file)", f"nests deeper than {MAX_CONFIG_DEPTH} levels", "flatten the document")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+        if count > MAX_CONFIG_EVENTS:
+            return Issue("(file)", f"has more than {MAX_CONFIG_EVENTS} values", "keep only the nvidia section")
+    return None
+
+
+def load_yaml(text: str) -> tuple[Any, list[Issue]]:
+    """A YAML document, bounded in size, depth and work; or the issue that refuses it."""
     try:
-        text = path.read_text()
-    except OSError as error:
-        return None, [Issue("(file)", f"cannot read: {error.strerror}", "check the path")]
-    try:
-        return yaml.safe_load(text), []
+        problem = _shape_problem(text)
+        if problem is not None:
+            return None, [problem]
+        return yaml.load(text, Loader=_LOADER), []
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(file)"
-        return None, [Issue(where, f"not valid YAML: {getattr(error, 'problem', error)}", "fix the syntax")]
+        return None, [Issue(where, f"not valid YAML: {str(getattr(error, 'problem', None) or error)[:200]}",
+                            "fix the syntax")]
+
+
+def _read_yaml(path: Path) -> tuple[Any, list[Issue]]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        return None, [Issue("(file)", f"cannot read: {getattr(error, 'strerror', None) or error}", "check the path")]
+    return load_yaml(text)
 
 
 def _allowlist_node(doc: object) -> tuple[object, str, list[Issue]]:
@@ -234,11 +271,10 @@ def check_document(doc: object) -> tuple[DeviceConfig, list[Issue]]:
 
 
 def check_text(text: str) -> tuple[DeviceConfig, list[Issue]]:
-    """Check device-config YAML text (e.g. a ConfigMap's data value)."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        return DeviceConfig(Allowlist()), [Issue("(file)", f"not valid YAML: {error}", "fix the syntax")]
+    """Check device-config YAML text (e.g. a ConfigMap's data value), bounded in size, depth and work."""
+    doc, issues = load_yaml(text)
+    if issues:
+        return DeviceConfig(Allowlist()), issues
     return check_document(doc)
 
 

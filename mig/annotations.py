@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from mig.jsontext import nesting_depth_exceeds
 from mig.types import Placement
 
 # Annotation keys (HAMi's names, so the two systems read each other's state).
@@ -127,8 +128,13 @@ def encode_node_register(devices: list[DeviceInfo] | tuple[DeviceInfo, ...]) -> 
     return _compact([d.encode_dict() for d in devices])
 
 
+MAX_ANNOTATION_DEPTH = 16  # our annotations nest 4 levels
+
+
 def _json_array(text: str, annotation: str, items: str) -> list[Any]:
     """The annotation's JSON array; AnnotationError naming the annotation when it is not one."""
+    if nesting_depth_exceeds(text, MAX_ANNOTATION_DEPTH):
+        raise AnnotationError(f"{annotation}: nests deeper than {MAX_ANNOTATION_DEPTH} levels")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as error:

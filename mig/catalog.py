@@ -1,17 +1,20 @@
 """GPU catalog: MIG-capable models, their NVML names and per-profile facts.
 
-Source: shared reference `mig-facts.md` §2. Each fact carries a confidence mark from that
-reference: "confirmed" (NVIDIA docs/source), "observed" (real nvidia-smi output), "inferred"
+Source: shared reference `mig-facts.md` §2 and the `-lgip` outputs cited there. Each fact carries a
+confidence mark: "confirmed" (NVIDIA docs/source), "observed" (real nvidia-smi output), "inferred"
 (reasoned, not seen) or "unknown" (no source; a placeholder value chosen so the model is usable).
-Memory values vary between driver releases; one observed set is pinned per model.
+Memory values and some names vary between driver releases; one coherent set, from one named driver
+release (`GpuModel.driver`), is pinned per model, and names other releases print are listed per
+profile (`ProfileSpec.driver_names`).
 
-The catalog feeds the simulated NVML and `dynmig policy`. The scheduler never uses it for
-capacity: node annotations published from the real NVML are the truth there.
+The catalog feeds `dynmig policy` and the lab. The scheduler never uses it for capacity: node
+annotations published from the real NVML are the truth there. The simulated NVML keeps its own
+driver facts (sim/nvml/drivers); tests/sim/test_nvml_driver_facts.py names every disagreement.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mig.types import Placement
 
@@ -54,6 +57,7 @@ class ProfileSpec:
     engines: Engines = Engines()
     confidence: str = OBSERVED
     notes: str = ""
+    driver_names: tuple[str, ...] = ()  # the names other driver releases print for this profile
 
     @property
     def slice_key(self) -> str:
@@ -78,13 +82,16 @@ class GpuModel:
     profiles: tuple[ProfileSpec, ...]
     memory_confidence: str = OBSERVED
     notes: str = ""
+    driver: str = ""  # the driver release whose profile memory set is pinned here
 
     @property
     def nvml_name(self) -> str:
         return self.nvml_names[0]
 
     def profile(self, name: str) -> ProfileSpec | None:
-        return next((p for p in self.profiles if p.name == name), None)
+        """A profile by its name, or by a name another driver release prints for it."""
+        return next((p for p in self.profiles if p.name == name), None) or next(
+            (p for p in self.profiles if name in p.driver_names), None)
 
     def profile_by_enum(self, enum: int) -> ProfileSpec | None:
         return next((p for p in self.profiles if p.enum == enum), None)
@@ -109,6 +116,7 @@ class _Row:
     mib: int
     sm: int
     confidence: str = OBSERVED
+    driver_names: tuple[str, ...] = ()
 
 
 # The 8-slice pattern shared by A100/H100/H200/H20/B200/GB200 (mig-facts §2.1, §2.5):
@@ -124,12 +132,34 @@ _EIGHT_SLICE = {
 }
 
 
-def _eight_slice(rows: dict[str, _Row], placement_confidence: str) -> tuple[ProfileSpec, ...]:
+# Engines (CE, DEC, ENC, JPEG, OFA) per kind, by family, as `-lgip` shows them.
+# A100: MIG User Guide A100 table [confirmed].
+_AMPERE_ENGINES = {
+    "1g": Engines(1), "1g+me": Engines(1, 1, 0, 1, 1), "1g.2x": Engines(1, 1), "2g": Engines(2, 1),
+    "3g": Engines(3, 2), "4g": Engines(4, 2), "7g": Engines(7, 5, 0, 1, 1),
+}
+# Hopper: a g-slice brings a CE, an NVDEC and an NVJPG; the full GPU has 8 CE, 7 NVDEC, 7 NVJPG and
+# the OFA [observed: H200 `-lgip` in NVIDIA/mig-parted#120, H100 NVL in NVIDIA/gpu-operator#903].
+_HOPPER_ENGINES = {
+    "1g": Engines(1, 1, 0, 1), "1g+me": Engines(1, 1, 0, 1, 1), "1g.2x": Engines(1, 1, 0, 1),
+    "2g": Engines(2, 2, 0, 2), "3g": Engines(3, 3, 0, 3), "4g": Engines(4, 4, 0, 4), "7g": Engines(8, 7, 0, 7, 1),
+}
+# Blackwell B200/GB200: 1g CE 2, 2g CE 4 [observed: NVIDIA/mig-parted#166, #187, gpu-operator#1303];
+# 3g/4g/7g follow that pattern [inferred].
+_BLACKWELL_ENGINES = {
+    "1g": Engines(2, 1, 0, 1), "1g+me": Engines(2, 1, 0, 1, 1), "1g.2x": Engines(2, 1, 0, 1),
+    "2g": Engines(4, 2, 0, 2), "3g": Engines(6, 3, 0, 3), "4g": Engines(8, 4, 0, 4), "7g": Engines(16, 7, 0, 7, 1),
+}
+
+
+def _eight_slice(rows: dict[str, _Row], placement_confidence: str,
+                 engines: dict[str, Engines]) -> tuple[ProfileSpec, ...]:
     out = []
     for kind, row in rows.items():
         enum, pid, slices, count, placements = _EIGHT_SLICE[kind]
         conf = row.confidence if placement_confidence == CONFIRMED else _weaker(row.confidence, INFERRED)
-        out.append(ProfileSpec(row.name, enum, pid, row.mib, row.sm, slices, count, placements, confidence=conf))
+        out.append(ProfileSpec(row.name, enum, pid, row.mib, row.sm, slices, count, placements, engines[kind],
+                               confidence=conf, driver_names=row.driver_names))
     return tuple(out)
 
 
@@ -155,8 +185,10 @@ A30 = GpuModel(
         ProfileSpec("2g.12gb", ENUM_2_SLICE, 5, 11968, 28, 2, 2, _starts((0, 2), 2), Engines(2, 2)),
         ProfileSpec("2g.12gb+me", ENUM_2_SLICE_REV1, 6, 11968, 28, 2, 1, _starts((0, 2), 2),
                     Engines(2, 2, 0, 1, 1)),
-        ProfileSpec("4g.24gb", ENUM_4_SLICE, 0, 24064, 56, 4, 1, _starts((0,), 4), Engines(4, 4, 0, 1, 1)),
+        ProfileSpec("4g.24gb", ENUM_4_SLICE, 0, 24000, 56, 4, 1, _starts((0,), 4), Engines(4, 4, 0, 1, 1),
+                    notes="23.44 GiB with the set above; 23.50 GiB (24064) on another driver"),
     ),
+    driver="R535",
 )
 
 _A100_40_ROWS = {
@@ -166,13 +198,13 @@ _A100_40_ROWS = {
 }
 A100_SXM4_40GB = GpuModel(
     key="A100-SXM4-40GB", nvml_names=("NVIDIA A100-SXM4-40GB",), pci_device_id=0x20B0,
-    memory_mib=40960, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice(_A100_40_ROWS, CONFIRMED),
+    memory_mib=40960, axis_length=8, max_mig_devices=7, driver="R550",
+    profiles=_eight_slice(_A100_40_ROWS, CONFIRMED, _AMPERE_ENGINES),
 )
 A100_PCIE_40GB = GpuModel(
     key="A100-PCIE-40GB", nvml_names=("NVIDIA A100-PCIE-40GB",), pci_device_id=0x20F1,
-    memory_mib=40960, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice(_A100_40_ROWS, CONFIRMED),
+    memory_mib=40960, axis_length=8, max_mig_devices=7, driver="R550",
+    profiles=_eight_slice(_A100_40_ROWS, CONFIRMED, _AMPERE_ENGINES),
 )
 
 _A100_80_ROWS = {
@@ -182,91 +214,99 @@ _A100_80_ROWS = {
 }
 A100_SXM4_80GB = GpuModel(
     key="A100-SXM4-80GB", nvml_names=("NVIDIA A100-SXM4-80GB",), pci_device_id=0x20B2,
-    memory_mib=81920, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice(_A100_80_ROWS, INFERRED),
+    memory_mib=81920, axis_length=8, max_mig_devices=7, driver="R535",
+    profiles=_eight_slice(_A100_80_ROWS, INFERRED, _AMPERE_ENGINES),
     notes="placements inferred from the A100-40GB (same die)",
 )
 A100_PCIE_80GB = GpuModel(
     key="A100-PCIE-80GB", nvml_names=("NVIDIA A100 80GB PCIe",), pci_device_id=0x20B5,
-    memory_mib=81920, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice(_A100_80_ROWS, INFERRED),
+    memory_mib=81920, axis_length=8, max_mig_devices=7, driver="R535",
+    profiles=_eight_slice(_A100_80_ROWS, INFERRED, _AMPERE_ENGINES),
     notes="placements inferred from the A100-40GB (same die)",
 )
 
 H100_SXM5_80GB = GpuModel(
     key="H100-SXM5-80GB", nvml_names=("NVIDIA H100 80GB HBM3",), pci_device_id=0x2330,
-    memory_mib=81559, axis_length=8, max_mig_devices=7,
+    memory_mib=81559, axis_length=8, max_mig_devices=7, driver="R580",
     profiles=_eight_slice({
         "1g": _Row("1g.10gb", 9984, 16), "1g+me": _Row("1g.10gb+me", 9984, 16),
         "1g.2x": _Row("1g.20gb", 20096, 26), "2g": _Row("2g.20gb", 20096, 32),
         "3g": _Row("3g.40gb", 40448, 60), "4g": _Row("4g.40gb", 40448, 64), "7g": _Row("7g.80gb", 81152, 132),
-    }, CONFIRMED),
+    }, CONFIRMED, _HOPPER_ENGINES),
 )
 H100_PCIE_80GB = GpuModel(
     key="H100-PCIE-80GB", nvml_names=("NVIDIA H100 PCIe",), pci_device_id=0x2331,
-    memory_mib=81559, axis_length=8, max_mig_devices=7,
+    memory_mib=81559, axis_length=8, max_mig_devices=7, driver="R570",
     profiles=_eight_slice({
         "1g": _Row("1g.10gb", 9984, 14), "1g+me": _Row("1g.10gb+me", 9984, 14),
         "1g.2x": _Row("1g.20gb", 20096, 14), "2g": _Row("2g.20gb", 20096, 30),
         "3g": _Row("3g.40gb", 40448, 46), "4g": _Row("4g.40gb", 40448, 62), "7g": _Row("7g.80gb", 81152, 114),
-    }, CONFIRMED),
+    }, CONFIRMED, _HOPPER_ENGINES),
 )
 H100_NVL_94GB = GpuModel(
     key="H100-NVL-94GB", nvml_names=("NVIDIA H100 NVL",), pci_device_id=0x2321,
-    memory_mib=95830, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
+    memory_mib=95830, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
     profiles=_eight_slice({
         "1g": _Row("1g.12gb", 11008, 16), "1g+me": _Row("1g.12gb+me", 11008, 16),
         "1g.2x": _Row("1g.24gb", 22144, 26), "2g": _Row("2g.24gb", 22144, 32),
-        "3g": _Row("3g.47gb", 47232, 60), "4g": _Row("4g.47gb", 47232, 64), "7g": _Row("7g.94gb", 94848, 132),
-    }, OBSERVED),
+        "3g": _Row("3g.47gb", 47488, 60), "4g": _Row("4g.47gb", 47488, 64),
+        "7g": _Row("7g.94gb", 95360, 132, INFERRED),
+    }, OBSERVED, _HOPPER_ENGINES),
+    notes="one driver's set (NVIDIA/gpu-operator#903: 10.75/21.62/46.38 GiB); its 7g row is not shown, "
+          "93.12 GiB seen elsewhere is taken; another driver reports 10880/22016/47232/94848",
 )
 H20_96GB = GpuModel(
     key="H20", nvml_names=("NVIDIA H20",), pci_device_id=0x2329,
-    memory_mib=97871, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
+    memory_mib=97871, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
     profiles=_eight_slice({
-        "1g": _Row("1g.12gb", 11520, 8, UNKNOWN), "1g+me": _Row("1g.12gb+me", 11520, 8, UNKNOWN),
+        "1g": _Row("1g.12gb", 12032, 8, UNKNOWN), "1g+me": _Row("1g.12gb+me", 12032, 8, UNKNOWN),
         "1g.2x": _Row("1g.24gb", 23552, 8, UNKNOWN), "2g": _Row("2g.24gb", 23552, 16, UNKNOWN),
         "3g": _Row("3g.48gb", 47616, 32, UNKNOWN), "4g": _Row("4g.48gb", 47616, 40, UNKNOWN),
         "7g": _Row("7g.96gb", 95232, 78, UNKNOWN),
-    }, INFERRED),
-    notes="per-profile SM counts are unknown (H20 has 78 SMs in total); memory taken from GH200",
+    }, INFERRED, _HOPPER_ENGINES),
+    notes="per-profile SM counts are unknown (H20 has 78 SMs in total); 1g memory observed (11.75 GiB), "
+          "the rest taken from GH200",
 )
 _H200_ROWS = {
     "1g": _Row("1g.18gb", 16384, 16), "1g+me": _Row("1g.18gb+me", 16384, 16),
     "1g.2x": _Row("1g.35gb", 33024, 26), "2g": _Row("2g.35gb", 33024, 32),
-    "3g": _Row("3g.71gb", 71168, 60), "4g": _Row("4g.71gb", 71168, 64), "7g": _Row("7g.141gb", 143360, 132),
+    "3g": _Row("3g.71gb", 71168, 60), "4g": _Row("4g.71gb", 71168, 64), "7g": _Row("7g.141gb", 143104, 132),
 }
 H200_SXM = GpuModel(
     key="H200", nvml_names=("NVIDIA H200",), pci_device_id=0x2335,
-    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice(_H200_ROWS, INFERRED),
+    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
+    profiles=_eight_slice(_H200_ROWS, INFERRED, _HOPPER_ENGINES),
 )
 H200_NVL = GpuModel(
     key="H200-NVL", nvml_names=("NVIDIA H200 NVL",), pci_device_id=0x233B,
-    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
-    profiles=_eight_slice({k: _Row(r.name, r.mib, r.sm, INFERRED) for k, r in _H200_ROWS.items()}, INFERRED),
+    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
+    profiles=_eight_slice({k: _Row(r.name, r.mib, r.sm, INFERRED) for k, r in _H200_ROWS.items()}, INFERRED,
+                          _HOPPER_ENGINES),
 )
 B200 = GpuModel(
     key="B200", nvml_names=("NVIDIA B200",), pci_device_id=0x2901,
-    memory_mib=183359, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
+    memory_mib=183359, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R570",
     profiles=_eight_slice({
-        "1g": _Row("1g.23gb", 22528, 18), "1g+me": _Row("1g.23gb+me", 22528, 18),
+        "1g": _Row("1g.23gb", 20992, 18), "1g+me": _Row("1g.23gb+me", 20992, 18),
         "1g.2x": _Row("1g.45gb", 45312, 30), "2g": _Row("2g.45gb", 45312, 36),
         "3g": _Row("3g.90gb", 90624, 54, UNKNOWN), "4g": _Row("4g.90gb", 90624, 72, UNKNOWN),
         "7g": _Row("7g.180gb", 181248, 148, UNKNOWN),
-    }, INFERRED),
-    notes="3g/4g/7g memory and SM counts are unknown; placements inferred (8-slice pattern)",
+    }, INFERRED, _BLACKWELL_ENGINES),
+    notes="the driver that added 4g.90gb (NVIDIA/mig-parted#187: 1g at 20.50 GiB; the earlier one shows "
+          "22.00); 3g/4g/7g memory and SM counts are unknown; placements inferred (8-slice pattern)",
 )
 GB200 = GpuModel(
     key="GB200", nvml_names=("NVIDIA GB200",), pci_device_id=0x2941,
-    memory_mib=189471, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7,
+    memory_mib=189471, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R580",
     profiles=_eight_slice({
-        "1g": _Row("1g.23gb", 22528, 18), "1g+me": _Row("1g.23gb+me", 22528, 18),
+        "1g": _Row("1g.23gb", 22528, 18, driver_names=("1g.24gb",)),
+        "1g+me": _Row("1g.23gb+me", 22528, 18, driver_names=("1g.24gb+me",)),
         "1g.2x": _Row("1g.47gb", 46592, 32), "2g": _Row("2g.47gb", 46592, 38),
         "3g": _Row("3g.93gb", 93184, 58, UNKNOWN), "4g": _Row("4g.93gb", 93184, 76, UNKNOWN),
         "7g": _Row("7g.186gb", 186368, 152, UNKNOWN),
-    }, INFERRED),
-    notes="3g/4g/7g memory and SM counts are unknown; some drivers name the 1g '1g.24gb'",
+    }, INFERRED, _BLACKWELL_ENGINES),
+    notes="3g/4g/7g memory and SM counts are unknown; early drivers (NVIDIA/gpu-operator#1303) name the "
+          "1g '1g.24gb' and report it at 20.00 GiB",
 )
 
 _Q = _starts((0, 3, 6, 9), 3)
@@ -274,7 +314,7 @@ _H = _starts((0, 6), 6)
 _F = _starts((0,), 12)
 RTX_PRO_6000 = GpuModel(
     key="RTX-PRO-6000", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",), pci_device_id=0x2BB5,
-    memory_mib=97887, axis_length=12, max_mig_devices=4,
+    memory_mib=97887, axis_length=12, max_mig_devices=4, driver="R580",
     profiles=(
         ProfileSpec("1g.24gb", ENUM_1_SLICE, 14, 24192, 46, 1, 4, _Q, Engines(1, 1, 1, 1, 0)),
         ProfileSpec("1g.24gb+me", ENUM_1_SLICE_REV1, 21, 24192, 46, 1, 1, _Q, Engines(1, 1, 1, 1, 1)),
@@ -289,10 +329,26 @@ RTX_PRO_6000 = GpuModel(
         ProfileSpec("4g.96gb+gfx", ENUM_4_SLICE_GFX, 32, 97408, 188, 4, 1, _F, Engines(4, 4, 4, 4, 1)),
     ),
 )
+# The Workstation and Max-Q Workstation editions: the same GB202 part with 96 GB. NVML names and the
+# Max-Q's 97887 MiB are observed in public nvidia-smi/CUDA output; MIG support with the Server
+# Edition's profiles (MIG User Guide "RTX PRO 6000 Blackwell"; NVIDIA/gpu-operator#2249 configures
+# MIG on a Max-Q) and the PCI IDs are inferred.
+RTX_PRO_6000_WS = GpuModel(
+    key="RTX-PRO-6000-WS", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Workstation Edition",), pci_device_id=0x2BB1,
+    memory_mib=97887, memory_confidence=INFERRED, axis_length=12, max_mig_devices=4, driver="R580",
+    profiles=tuple(replace(p, confidence=_weaker(p.confidence, INFERRED)) for p in RTX_PRO_6000.profiles),
+    notes="profiles as the Server Edition (inferred)",
+)
+RTX_PRO_6000_MAXQ = GpuModel(
+    key="RTX-PRO-6000-MAXQ", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",),
+    pci_device_id=0x2BB4, memory_mib=97887, axis_length=12, max_mig_devices=4, driver="R580",
+    profiles=RTX_PRO_6000_WS.profiles,
+    notes="profiles as the Server Edition (inferred)",
+)
 
 MODELS: tuple[GpuModel, ...] = (
     A30, A100_SXM4_40GB, A100_PCIE_40GB, A100_SXM4_80GB, A100_PCIE_80GB, H100_SXM5_80GB, H100_PCIE_80GB,
-    H100_NVL_94GB, H20_96GB, H200_SXM, H200_NVL, B200, GB200, RTX_PRO_6000,
+    H100_NVL_94GB, H20_96GB, H200_SXM, H200_NVL, B200, GB200, RTX_PRO_6000, RTX_PRO_6000_WS, RTX_PRO_6000_MAXQ,
 )
 
 
@@ -329,7 +385,8 @@ def model_for_nvml_name(nvml_name: str) -> GpuModel | None:
 
 
 def all_profile_names() -> frozenset[str]:
-    return frozenset(p.name for m in MODELS for p in m.profiles)
+    """Every profile name some driver prints on some known GPU."""
+    return frozenset(n for m in MODELS for p in m.profiles for n in (p.name, *p.driver_names))
 
 
 @dataclass(frozen=True)

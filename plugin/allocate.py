@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from dynmig.logs import about
 from mig.annotations import (
     BIND_PHASE,
     BIND_PHASE_FAILED,
@@ -184,7 +185,7 @@ class Allocator:
             return self._realize(pod, device_ids)
         except AllocateError as error:
             self.metrics.fail("allocate", error.reason)
-            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error)
+            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref))
             self._mark_failed(pod)
             raise
 
@@ -289,7 +290,7 @@ class Allocator:
             try:
                 self.kube.patch_pod_annotations(current, patch, current.resource_version)
             except Conflict:
-                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref)
+                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref, extra=about(pod=pod.ref))
                 current = self._reread(pod)
                 continue
             except KubeError as error:
@@ -326,7 +327,7 @@ class Allocator:
         try:
             self.kube.patch_pod_annotations(pod, {BIND_PHASE: BIND_PHASE_FAILED})
         except KubeError as error:
-            log.error("could not set bind-phase failed on %s: %s", pod.ref, error)
+            log.error("could not set bind-phase failed on %s: %s", pod.ref, error, extra=about(pod=pod.ref))
         self._release_lock(pod)
 
     def _release_lock(self, pod: PodView) -> None:
@@ -337,4 +338,4 @@ class Allocator:
                 return
             self.kube.patch_node_annotations({NODE_LOCK: None}, node.resource_version)
         except KubeError as error:
-            log.warning("could not release the node lock held by %s: %s", pod.ref, error)
+            log.warning("could not release the node lock held by %s: %s", pod.ref, error, extra=about(pod=pod.ref))

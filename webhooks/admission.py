@@ -18,8 +18,9 @@ from typing import Any
 from mig.allowlist import ERROR, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.placement.preference import parse_preference, unknown_entries
-from mig.placement.request import RequestError, container_request
+from mig.placement.request import RequestError, annotation_problem, container_request
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
+from webhooks.objects import ConfigMap, ObjectError, Pod, check
 from webhooks.review import Decision, Review, pointer
 
 DEFAULT_SCHEDULER_NAMES = ("", "default-scheduler")
@@ -130,6 +131,14 @@ def _allowed_values(allowlist: Allowlist) -> list[str]:
     return keys + names
 
 
+def check_annotation_sizes(review: Review, policy: AdmissionPolicy) -> Decision | None:
+    """The scheduling annotations dynmig reads are bounded (a preference is a few entries, not 10^5)."""
+    if review.object is None or review.operation not in ("CREATE", "UPDATE"):
+        return None
+    problem = annotation_problem(_annotations(review.object))
+    return Decision.deny(problem, code=400) if problem else None
+
+
 def check_preference(review: Review, policy: AdmissionPolicy) -> Decision | None:
     """A preference must name at least one profile and only profiles some allowlist entry offers."""
     if review.object is None or review.operation not in ("CREATE", "UPDATE"):
@@ -157,7 +166,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     """Mutating decision for a pod: schedulerName, a default device count, refusals."""
     if not _is_pod(review) or review.sub_resource or review.object is None:
         return Decision.allow(result="skipped")
-    for rule in (guard_reservation, check_preference):
+    for rule in (guard_reservation, check_annotation_sizes, check_preference):
         denied = rule(review, policy)
         if denied:
             return denied
@@ -229,7 +238,7 @@ def validate(review: Review, policy: AdmissionPolicy) -> Decision:
         return validate_device_config(review, policy)
     if not _is_pod(review) or review.object is None:
         return Decision.allow(result="skipped")
-    for rule in (guard_reservation, check_preference):
+    for rule in (guard_reservation, check_annotation_sizes, check_preference):
         denied = rule(review, policy)
         if denied:
             return denied
@@ -253,10 +262,38 @@ def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
     rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
     errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
     if errors:
-        return Decision.deny("\n".join(errors))
-    return Decision.allow(warnings=tuple(rendered))
+        return Decision.deny("\n".join(_first(errors, "errors")))
+    return Decision.allow(warnings=tuple(_first(rendered, "warnings")))
+
+
+MAX_LISTED = 20
+
+
+def _first(lines: list[str], what: str) -> list[str]:
+    """At most MAX_LISTED lines of at most 1 KiB each, then how many more: a reply never grows with the input."""
+    shown = [line if len(line) <= 1024 else line[:1024] + "…" for line in lines[:MAX_LISTED]]
+    return shown + ([f"and {len(lines) - MAX_LISTED} more {what}"] if len(lines) > MAX_LISTED else [])
+
+
+def object_problem(review: Review) -> str:
+    """Why the object (or old object) has fields of the wrong type or size for its kind, or ""."""
+    model = Pod if _is_pod(review) else ConfigMap if (review.kind == "ConfigMap" or
+                                                       review.resource == "configmaps") else None
+    if model is None:
+        return ""
+    try:
+        check(model, review.object or {}, "request.object")
+        check(model, review.old_object or {}, "request.oldObject")
+    except ObjectError as error:
+        return str(error)
+    return ""
 
 
 def decide(route: str, review: Review, policy: AdmissionPolicy) -> Decision:
+    """The decision for one review; an object with wrong types is denied (400) naming the JSON path."""
+    problem = object_problem(review)
+    if problem:
+        return Decision.deny(f"{problem}; this is not a valid {review.kind or 'object'}", code=400,
+                             result="invalid")
     return mutate(review, policy) if route == "mutate" else validate(review, policy)
 

@@ -22,6 +22,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from webhooks import admission, review
+from webhooks.bounded import BadBody, decode_json
+from webhooks.extender import MAX_BODY_BYTES as MAX_EXTENDER_BODY
+from webhooks.extender import WireError
 from webhooks.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,7 @@ async def read_body(request: Request, limit: int = review.MAX_BODY_BYTES) -> byt
     """The request body, refused (BadReview) as soon as it passes `limit` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise review.BadReview(f"body is {declared} bytes; the limit is {limit}")
+        raise review.BadReview(f"body is {declared[:20]} bytes; the limit is {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -95,18 +98,19 @@ def _extender_route(server: Server, verb: str):
         if server.extender is None:
             return _json({"Error": "this dynmig server does not run the scheduler extender"})
         try:
-            body = await read_body(request)
-            args = json.loads(body)
-        except (review.BadReview, ValueError) as error:
-            return _json({"Error": f"{verb}: bad request body: {error}"})
+            args = decode_json(await read_body(request, MAX_EXTENDER_BODY), MAX_EXTENDER_BODY)
+        except (review.BadReview, BadBody) as error:
+            return _bad_request(f"{verb}: bad request body: {error}")
         if not isinstance(args, dict):
-            return _json({"Error": f"{verb}: bad request body: must be a JSON object"})
+            return _bad_request(f"{verb}: bad request body: must be a JSON object")
         handler = server.extender.filter if verb == "filter" else server.extender.bind
         try:
             result = await run_in_threadpool(handler, args)
+        except WireError as error:
+            return _bad_request(f"{verb}: {error}")
         except Exception as error:  # the extender protocol carries errors in the body, HTTP 200
             log.exception("extender %s failed", verb)
-            result = {"Error": f"{verb}: internal error: {error}"}
+            result = {"Error": f"{verb}: internal error: {str(error)[:200]}"}
         return _json(result)
 
     return handle
@@ -123,10 +127,24 @@ def create_app(server: Server) -> Starlette:
     routes = [
         Route("/mutate", _admission_route(server, "mutate"), methods=["POST"]),
         Route("/validate", _admission_route(server, "validate"), methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.server = server
+    return app
+
+
+def create_extender_app(server: Server) -> Starlette:
+    """The scheduler extender (/filter, /bind), served on its own listener (loopback by default):
+    only kube-scheduler may reach the verbs that change reservations."""
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    routes = [
         Route("/filter", _extender_route(server, "filter"), methods=["POST"]),
         Route("/bind", _extender_route(server, "bind"), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
     ]
     app = Starlette(routes=routes)
     app.state.server = server

@@ -16,14 +16,16 @@ from typing import Any
 from mig.allowlist import ResourceNames
 from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
 from webhooks.cache import ClusterCache
-from webhooks.extender import BadArgs, ExtenderBindingArgs, bind_result
-from webhooks.filter import Filter, pod_request
+from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
+from webhooks.filter import Filter, _typed, pod_request, replan_problem
 from webhooks.fleet import Fleet
 from webhooks.kube import NOT_FOUND, ApiException, EventRecorder, Kube
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 
 log = logging.getLogger(__name__)
+_NOT_AGAIN = "dynmig does not bind it again"
+_NOT_THEIRS = "dynmig binds only the pod the cluster has"
 
 
 @dataclass
@@ -41,11 +43,14 @@ class Binder:
         started = time.perf_counter()
         try:
             args = ExtenderBindingArgs.parse(body)
+        except WireError:
+            self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
+            raise  # not binding args at all: HTTP 400
         except BadArgs as error:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
         error = self._bind(args)
-        if self.filter is not None:
+        if self.filter is not None and not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
             self.filter.bind_done(args.pod_uid or "", args.node)
         self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
         return bind_result(error)
@@ -72,13 +77,19 @@ class Binder:
         try:
             pod = self._pod(ns, name)
         except Exception as error:  # noqa: BLE001 - API down, timeouts, TLS: answered in Error
-            return f"bind {ns}/{name}: cannot read the pod: {error}"
+            return f"bind {ns}/{name}: cannot read the pod: {str(error)[:300]}"
         if pod is None:
             return f"bind {ns}/{name}: pod not found"
-        uid = args.pod_uid or (pod.get("metadata") or {}).get("uid") or ""
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        if args.pod_uid != uid:
+            return (f"bind {ns}/{name}: the request names uid {args.pod_uid!r}, the cluster's pod has {uid!r}; "
+                    f"{_NOT_THEIRS}")
         locked = False
         try:
             gpu = pod_request(pod, self.resources()) is not None
+            problem = replan_problem(_typed(pod)) if gpu else ""
+            if problem:
+                return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
             recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
             if recorded:
                 raise RuntimeError(recorded)

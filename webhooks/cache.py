@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from webhooks.fleet import Fleet
-from webhooks.kube import GONE, Kube
+from webhooks.kube import GONE, NOT_FOUND, ApiException, Kube
 from webhooks.nodelock import LockValue, node_lock_value
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,18 @@ class ClusterCache:
 
     def node(self, name: str) -> dict[str, Any] | None:
         return self.nodes.get(name)
+
+    def find_pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
+        """The pod from the cache or, when the cache has none (or another pod of that name), the API."""
+        pod = self.pod(namespace, name)
+        if pod is not None and (not uid or (pod.get("metadata") or {}).get("uid") == uid):
+            return pod
+        try:  # the watch may lag the scheduler's own by a moment
+            return self.kube.get_pod(namespace, name)
+        except ApiException as error:
+            if error.status == NOT_FOUND:
+                return None
+            raise
 
     def pod_exists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods

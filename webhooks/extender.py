@@ -12,38 +12,87 @@ form of the request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from webhooks.objects import MAX_NAME, MAX_NODE_NAMES, Name, Node, ObjectError, Pod, check
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # 15,000 NodeNames or a few thousand full Node objects
 
 
 class BadArgs(ValueError):
-    """Extender arguments we cannot act on; the message names the field."""
+    """Extender arguments we cannot act on; the message names the field (answered in `Error`)."""
+
+
+class WireError(BadArgs):
+    """A body that is not extender arguments at all (wrong types, sizes): answered with HTTP 400.
+    kube-scheduler's own encoder never sends one, so only a hostile or broken caller sees it."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _NodeList(_Wire):
+    items: Annotated[list[Node], Field(max_length=MAX_NODE_NAMES)] | None = None
+
+
+class _FilterArgs(_Wire):
+    Pod: dict[str, Any] | None = None
+    Nodes: _NodeList | None = None
+    NodeNames: Annotated[list[Any], Field(max_length=MAX_NODE_NAMES)] | None = None  # checked below, faster
+
+
+class _BindingArgs(_Wire):
+    PodName: Name | None = None
+    PodNamespace: Name | None = None
+    PodUID: Name | None = None
+    Node: Name | None = None
+
+
+def _checked(model, data: Any, where: str):
+    try:
+        return check(model, data, where)
+    except ObjectError as error:
+        raise WireError(f"{error.path.lstrip('.')}: {error.problem}") from None
+
+
+def _node_names(names: list[Any]) -> tuple[str, ...]:
+    """NodeNames as strings of at most MAX_NAME characters (checked at C speed: 5,000 names are common)."""
+    if frozenset(map(type, names)) <= {str} and max(map(len, names), default=0) <= MAX_NAME:
+        return tuple(names)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise WireError(f"NodeNames[{i}]: must be a string")
+        if len(name) > MAX_NAME:
+            raise WireError(f"NodeNames[{i}]: is too long (the limit is {MAX_NAME})")
+    return tuple(names)
 
 
 @dataclass(frozen=True)
 class ExtenderArgs:
-    pod: dict[str, Any]
+    pod: dict[str, Any]  # as sent; its known fields are type-checked (`meta`)
     node_names: tuple[str, ...]
     nodes: tuple[dict[str, Any], ...] | None  # full node objects when not nodeCacheCapable
+    meta: Any = None  # the pod's ObjectMeta model
 
     @staticmethod
-    def parse(body: dict[str, Any]) -> ExtenderArgs:
-        pod = body.get("Pod")
-        if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
-            raise BadArgs("extender args missing pod (Pod)")
-        raw_nodes = body.get("Nodes")
-        if isinstance(raw_nodes, dict):
-            items = raw_nodes.get("items") or []
-            if not isinstance(items, list):
-                raise BadArgs("Nodes.items must be a list of nodes")
-            nodes = tuple(n for n in items if isinstance(n, dict))
-            names = tuple((n.get("metadata") or {}).get("name", "") for n in nodes)
-            return ExtenderArgs(pod, names, nodes)
-        names = body.get("NodeNames")
-        if names is None:
-            return ExtenderArgs(pod, (), None)
-        if not isinstance(names, list) or not frozenset(map(type, names)) <= {str}:  # C speed at 5,000 names
-            raise BadArgs("NodeNames must be a list of node names")
-        return ExtenderArgs(pod, tuple(names), None)
+    def parse(body: Any) -> ExtenderArgs:
+        if not isinstance(body, dict):
+            raise WireError("extender args must be a JSON object")
+        args = _checked(_FilterArgs, body, "")
+        pod = _checked(Pod, args.Pod, "Pod") if args.Pod is not None else None
+        if pod is None or pod.metadata is None:
+            raise WireError("extender args missing pod (Pod)")
+        if args.Nodes is not None:
+            items = body["Nodes"].get("items") or []
+            nodes = tuple(items)
+            names = tuple((n.metadata.name if n.metadata else None) or "" for n in args.Nodes.items or ())
+            return ExtenderArgs(body["Pod"], names, nodes, pod.metadata)
+        if args.NodeNames is None:
+            return ExtenderArgs(body["Pod"], (), None, pod.metadata)
+        return ExtenderArgs(body["Pod"], _node_names(args.NodeNames), None, pod.metadata)
 
 
 @dataclass(frozen=True)
@@ -74,13 +123,14 @@ class ExtenderBindingArgs:
     node: str
 
     @staticmethod
-    def parse(body: dict[str, Any]) -> ExtenderBindingArgs:
-        values = {k: body.get(k) for k in ("PodName", "PodNamespace", "PodUID", "Node")}
+    def parse(body: Any) -> ExtenderBindingArgs:
+        if not isinstance(body, dict):
+            raise WireError("binding args must be a JSON object")
+        args = _checked(_BindingArgs, body, "")
         for key in ("PodName", "PodNamespace", "Node"):
-            if not isinstance(values[key], str) or not values[key]:
+            if not getattr(args, key):
                 raise BadArgs(f"binding args: {key} is missing")
-        return ExtenderBindingArgs(values["PodName"], values["PodNamespace"], str(values["PodUID"] or ""),
-                                   values["Node"])
+        return ExtenderBindingArgs(args.PodName, args.PodNamespace, args.PodUID or "", args.Node)
 
 
 def bind_result(error: str = "") -> dict[str, Any]:

@@ -23,46 +23,92 @@ from mig.annotations import (
     MIG_ALLOCATIONS,
     VGPU_NODE,
     VGPU_TIME,
+    AnnotationError,
     ContainerDevice,
+    decode_allocations,
     encode_allocations,
     encode_devices,
 )
-from mig.placement import ContainerRequest, Plan, PodRequest, Refusal, RequestError, container_request
+from mig.placement import (
+    ContainerRequest,
+    Plan,
+    PodRequest,
+    Refusal,
+    RequestError,
+    annotation_problem,
+    container_request,
+    devices_problem,
+)
+from mig.placement.reasons import MAX_NODE_TEXT, bounded_join
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet, usage_from_plan
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
+from webhooks.objects import Container, ObjectError, ObjectMeta, Pod, check
 from webhooks.occupancy import PodUsage
 
 log = logging.getLogger(__name__)
 DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
 
 
-def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    spec = pod.get("spec") or {}
-    return [c for key in ("initContainers", "containers") for c in (spec.get(key) or []) if isinstance(c, dict)]
+def _containers(pod: Pod) -> list[Container]:
+    spec = pod.spec
+    return [*(spec.initContainers or ()), *(spec.containers or ())] if spec else []
 
 
-def _resources(container: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    res = container.get("resources")
-    value = res.get(kind) if isinstance(res, dict) else None
-    return value if isinstance(value, dict) else {}
+def _typed(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
+    if isinstance(pod, Pod):
+        return pod
+    try:
+        return check(Pod, pod, where)
+    except ObjectError as error:
+        raise BadArgs(str(error)) from None
 
 
-def pod_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
-    """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU."""
+def pod_request(pod: Mapping[str, Any] | Pod, names: ResourceNames) -> PodRequest | None:
+    """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU.
+
+    BadArgs names the container and resource (or annotation) that cannot be read or never fits.
+    """
+    typed = _typed(pod)
     requests: list[ContainerRequest] = []
-    for c in _containers(pod):
+    for i, c in enumerate(_containers(typed)):
+        res = c.resources
         try:
-            requests.append(container_request(str(c.get("name", "?"))[:253], _resources(c, "limits"),
-                                              _resources(c, "requests"), names))
+            requests.append(container_request(c.name or f"#{i}", (res.limits if res else None) or {},
+                                              (res.requests if res else None) or {}, names))
         except RequestError as error:
             raise BadArgs(str(error)) from None
     if not any(r.devices for r in requests):
         return None
-    meta = pod.get("metadata") or {}
-    return PodRequest.from_annotations(requests, meta.get("annotations") or {},
-                                       name=f"{meta.get('namespace')}/{meta.get('name')}")
+    meta = typed.metadata or ObjectMeta()
+    annotations = meta.annotations or {}
+    problem = devices_problem(requests, names.count) or annotation_problem(annotations)
+    if problem:
+        raise BadArgs(problem)
+    return PodRequest.from_annotations(requests, annotations, name=f"{meta.namespace}/{meta.name}")
+
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def replan_problem(pod: Pod) -> str:
+    """Why this pod's reservation must not be planned again (only a pod still waiting for a node may be)."""
+    meta = pod.metadata or ObjectMeta()
+    if meta.deletionTimestamp:
+        return "is terminating"
+    if pod.spec and pod.spec.nodeName:
+        return f"is already bound to node {pod.spec.nodeName}"
+    phase = pod.status.phase if pod.status else None
+    if phase in TERMINAL_PHASES:
+        return f"has ended ({phase})"
+    try:
+        held = decode_allocations((meta.annotations or {}).get(MIG_ALLOCATIONS))
+    except AnnotationError:
+        return ""  # an unreadable record on a pod without a node is replaced by the new plan
+    if any(a.migUUID is not None or a.gpuInstanceID is not None or a.computeInstanceID is not None for a in held):
+        return "holds a MIG instance on its node (its reservation has a runtime identity)"
+    return ""
 
 
 def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
@@ -100,13 +146,16 @@ class Filter:
     # sending another pod there now would only fail that pod's bind on lock contention.
     _awaiting: dict[str, tuple[str, float]] = field(default_factory=dict)
     awaiting_ttl: float = 30.0
+    # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
+    # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
+    lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         result, full = "error", False
+        args = ExtenderArgs.parse(body)  # WireError: not extender args at all (HTTP 400)
+        full = args.nodes is not None
         try:
-            args = ExtenderArgs.parse(body)
-            full = args.nodes is not None
             reply, result = self._filter(args)
         except BadArgs as error:
             reply = ExtenderFilterResult(error=str(error))
@@ -114,18 +163,39 @@ class Filter:
         return reply.to_wire(full)
 
     def _filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, str]:
-        pod = args.pod
-        meta = pod["metadata"]
-        uid, namespace, name = meta.get("uid") or "", meta.get("namespace") or "", meta.get("name") or ""
+        meta = args.meta
+        uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
+        if pod_request(args.pod, self.resources()) is None:  # not a GPU pod: every candidate stays
+            return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+        raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
+        pod = _typed(raw, f"the cluster's pod {namespace}/{name}")
         request = pod_request(pod, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+        problem = replan_problem(pod)
+        if problem:
+            raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
         with self._pod_locks[hash(uid) % _STRIPES]:
-            return self._place(args, pod, uid, namespace, name, request)
+            return self._place(args, raw, uid, namespace, name, request, len(_containers(pod)))
+
+    def _cluster_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        """The pod as the cluster has it, if it is the pod the request names (same UID)."""
+        if self.lookup is None:
+            raise BadArgs("this filter has no view of the cluster's pods")
+        try:
+            pod = self.lookup(namespace, name, uid)
+        except Exception as error:  # noqa: BLE001 - API down, timeouts: answered in Error, retried
+            raise BadArgs(f"cannot read pod {namespace}/{name}: {str(error)[:300]}") from None
+        if not isinstance(pod, dict):
+            raise BadArgs(f"pod {namespace}/{name} does not exist in the cluster")
+        known = (pod.get("metadata") or {}).get("uid") or ""
+        if not uid or known != uid:
+            raise BadArgs(f"pod {namespace}/{name} in the request has uid {uid!r}, the cluster's has {known!r}; "
+                          "dynmig filters only the pod the cluster has")
+        return pod
 
     def _place(self, args: ExtenderArgs, pod: dict[str, Any], uid: str, namespace: str, name: str,
-               request: PodRequest) -> tuple[ExtenderFilterResult, str]:
-        containers = len(_containers(pod))
+               request: PodRequest, containers: int) -> tuple[ExtenderFilterResult, str]:
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
         blocked.update(self._awaiting_binds(uid))
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
@@ -155,10 +225,12 @@ class Filter:
                 out[node] = "chosen for another pod whose bind is in progress"
         return out
 
-    def bind_done(self, uid: str, node: str) -> None:
-        """The pod's bind finished (either way): its node is no longer held for it."""
+    def bind_done(self, uid: str, node: str, keep_write: bool = False) -> None:
+        """The pod's bind finished (either way), or will never come: its node is no longer held for it."""
         if self._awaiting.get(node, ("",))[0] == uid:
             self._awaiting.pop(node, None)
+        if keep_write:
+            return
         future = self._writes.get(uid)
         if future is not None and future.done():
             self._writes.pop(uid, None)
@@ -207,8 +279,9 @@ class Filter:
                                           reservation_patch(plan, usage, containers, time.time()))
         except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
             self.fleet.release(usage.uid, usage)
+            self.bind_done(usage.uid, plan.node, keep_write=True)  # no bind follows: free the node
             log.warning("filter: patching %s/%s failed: %s", meta.get("namespace"), meta.get("name"), error)
-            return f"could not record the MIG reservation on the pod: {error}"
+            return f"could not record the MIG reservation on the pod: {str(error)[:300]}"
         if isinstance(patched, dict):
             self.fleet.set_pod(patched)  # the API's reply confirms the record without waiting for the watch
         return ""
@@ -226,18 +299,22 @@ class Filter:
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
     def _node_text(self, refusal: Refusal, node: str) -> str:
-        return (refusal.node_message(node) or "no MIG GPU") + _closed_text(self.fleet.occupancy(node))
+        return bounded_join([refusal.node_message(node) or "no MIG GPU", *_closed(self.fleet.occupancy(node))],
+                            MAX_NODE_TEXT, "unschedulable GPUs")
 
 
-def _closed_text(occupancy) -> str:
+MAX_EVENT_TEXT = 2048
+
+
+def _closed(occupancy) -> list[str]:
     if occupancy is None or not occupancy.closed:
-        return ""
-    return "".join(f"; GPU {uuid} is not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items()))
+        return []
+    return [f"GPU {uuid} is not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
 
 
 def _event_text(refusal: Refusal, examples: int = 3) -> str:
     """The summary plus the first few concrete reasons, so a person sees what to change."""
-    details = "; ".join(str(r) for r in refusal.reasons[:examples])
+    details = "; ".join(str(r)[:MAX_NODE_TEXT] for r in refusal.reasons[:examples])
     more = len(refusal.reasons) - examples
     tail = f" (+{more} more)" if more > 0 else ""
-    return f"{refusal.summary()}. {details}{tail}"
+    return f"{refusal.summary()[:MAX_EVENT_TEXT // 2]}. {details}{tail}"

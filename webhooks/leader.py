@@ -1,8 +1,18 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, so exactly one replica filters and binds.
+"""One leadership for the scheduler pod: `dynmig serve` leads exactly while the kube-scheduler in its
+own pod holds the scheduler's Lease.
 
-Every replica answers admission and keeps its cache warm; only the lease holder answers filter and
-bind (the others reply with an `Error`), because in-memory reservations of two schedulers would not
-see each other. Writes carry the Lease's resourceVersion, so two candidates cannot both win.
+kube-scheduler elects itself on a coordination.k8s.io/v1 Lease (holderIdentity `<hostname>_<uuid>`,
+and a pod's hostname is its name) and calls only the extender on its own pod's 127.0.0.1. So serve
+never competes for a lease of its own: it reads kube-scheduler's and answers filter and bind only
+while the holder is a process of its own pod, because in-memory reservations of two schedulers
+would not see each other. Every replica answers admission and keeps its cache warm, so a new
+leader starts from the reservations recorded in pod annotations.
+
+Why it cannot overlap: the holder's kube-scheduler writes `renewTime` with this pod's own clock, and
+serve stops leading at renewTime + 2/3 of leaseDurationSeconds (10 s of kube-scheduler's default
+15 s, its renewDeadline). Another candidate may take the Lease only after it has seen the same
+record unchanged for the whole leaseDuration on its own clock, so the old leader has stopped first,
+whatever the skew between nodes.
 """
 
 from __future__ import annotations
@@ -17,28 +27,21 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from webhooks.kube import CONFLICT, NOT_FOUND, Kube
+from webhooks.kube import NOT_FOUND, Kube
 
 log = logging.getLogger(__name__)
 
-
-def _micro(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
+LEADING_SHARE = 2 / 3  # of leaseDurationSeconds: kube-scheduler's renewDeadline / leaseDuration (10 s / 15 s)
+DEFAULT_LEASE_SECONDS = 15  # kube-scheduler's leaseDuration
 
 
 class AlwaysLeader:
-    """Leader election switched off (one replica, tests)."""
+    """Leader election switched off (one replica, the lab, tests)."""
 
     def is_leader(self) -> bool:
+        return True
+
+    def refresh(self) -> bool:
         return True
 
     def start(self) -> AlwaysLeader:
@@ -48,98 +51,101 @@ class AlwaysLeader:
         pass
 
 
-class LeaseElector:
-    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, lease_seconds: int = 15,
-                 renew_every: float = 2.0, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+def holder_pod(holder: Any) -> str:
+    """The hostname part of a client-go holderIdentity `<hostname>_<uuid>` ('' if none)."""
+    if not isinstance(holder, str) or not holder:
+        return ""
+    return holder.rsplit("_", 1)[0]
+
+
+def leading_until(spec: Any, identity: str, now: float) -> float:
+    """Until when (epoch seconds) `identity`'s pod leads by this Lease spec; 0 when it does not hold it."""
+    if not isinstance(spec, dict) or holder_pod(spec.get("holderIdentity")) != identity:
+        return 0.0
+    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    if renewed is None:
+        return 0.0
+    duration = spec.get("leaseDurationSeconds")
+    if not isinstance(duration, int) or isinstance(duration, bool) or duration <= 0:
+        duration = DEFAULT_LEASE_SECONDS
+    window = duration * LEADING_SHARE
+    # never beyond a window from now: a renewTime in the future is not a reason to lead longer
+    return min(renewed.timestamp() + window, now + window)
+
+
+class LeaseFollower:
+    """Follows Lease `namespace/name` (kube-scheduler's) and leads while `identity`'s pod holds it.
+
+    The Lease is read every `poll` seconds and, when a caller asks `refresh()` while not leading, at
+    once (at most every `min_refresh` seconds): a kube-scheduler that has just won the Lease finds
+    its extender leading on its first call. A failed read changes nothing: the known lease runs out.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, poll: float = 1.0,
+                 min_refresh: float = 0.2, clock: Callable[[], float] = time.time,
                  on_change: Callable[[bool], None] = lambda leader: None):
         self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
-        self.lease_seconds = lease_seconds
-        self.renew_every = renew_every
-        self.clock = clock
-        self.on_change = on_change
-        self._leader_until = 0.0
+        self.poll, self.min_refresh, self.clock, self.on_change = poll, min_refresh, clock, on_change
+        self._until = 0.0
+        self._read_at = 0.0
+        self._was = False
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dynmig-leader", daemon=True)
 
     def is_leader(self) -> bool:
-        # Stop acting as leader a little before the lease could be taken by someone else.
-        return time.monotonic() < self._leader_until
+        return self.clock() < self._until
 
-    def start(self) -> LeaseElector:
+    def refresh(self) -> bool:
+        """Read the Lease now unless it was read moments ago; then whether this pod leads."""
+        if time.monotonic() - self._read_at >= self.min_refresh:
+            self._read()
+        return self.is_leader()
+
+    def start(self) -> LeaseFollower:
+        self._read()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
 
     def _run(self) -> None:
-        was = False
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                won = self.try_acquire_or_renew()
-            except Exception as error:  # noqa: BLE001 - API down: stop leading when the lease runs out
-                log.warning("leader election: %s", error)
-                won = False
-            if won:
-                self._leader_until = started + self.lease_seconds * 2 / 3
-            elif time.monotonic() >= self._leader_until:
-                self._leader_until = 0.0
-            if self.is_leader() != was:
-                was = self.is_leader()
-                log.info("leader election: %s is %s", self.identity, "the leader" if was else "a follower")
-                self.on_change(was)
-            self._stop.wait(self.renew_every)
+        while not self._stop.wait(self.poll):
+            self._read()
 
-    def try_acquire_or_renew(self) -> bool:
-        api = self.kube.coordination
-        now = self.clock()
-        try:
-            lease = api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
-            body: dict[str, Any] | None = json.loads(lease.data)
-        except ApiException as error:
-            if error.status != NOT_FOUND:
-                raise
-            body = None
-        spec_new = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
-                    "renewTime": _micro(now)}
-        if body is None:
-            spec_new["acquireTime"] = _micro(now)
-            spec_new["leaseTransitions"] = 0
-            manifest = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec_new}
+    def _read(self) -> None:
+        with self._lock:
+            self._read_at = time.monotonic()
             try:
-                _done(api.create_namespaced_lease(self.namespace, manifest, _preload_content=False))
-                return True
+                reply = self.kube.coordination.read_namespaced_lease(self.name, self.namespace,
+                                                                     _preload_content=False)
+                body = json.loads(reply.data)
+                spec = body.get("spec") if isinstance(body, dict) else None
+                self._until = leading_until(spec, self.identity, self.clock())
             except ApiException as error:
-                if error.status == CONFLICT:
-                    return False
-                raise
-        spec = body.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-        duration = spec.get("leaseDurationSeconds") or self.lease_seconds
-        expired = renewed is None or (now - renewed).total_seconds() > duration
-        if holder and holder != self.identity and not expired:
-            return False
-        if holder != self.identity:
-            spec_new["acquireTime"] = _micro(now)
-            spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        else:
-            spec_new["acquireTime"] = spec.get("acquireTime") or _micro(now)
-            spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0)
-        body["spec"] = spec_new
-        try:
-            _done(api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False))
-            return True
-        except ApiException as error:
-            if error.status == CONFLICT:
-                return False
-            raise
+                if error.status == NOT_FOUND:
+                    self._until = 0.0
+                else:
+                    log.warning("leader election: reading Lease %s/%s: %s %s", self.namespace, self.name,
+                                error.status, error.reason)
+            except Exception as error:  # noqa: BLE001 - API unreachable or a garbled body: the lease runs out
+                log.warning("leader election: reading Lease %s/%s: %s", self.namespace, self.name, error)
+            now = self.is_leader()
+            changed, self._was = now != self._was, now
+        if changed:
+            log.info("leader election: pod %s is %s (Lease %s/%s)", self.identity,
+                     "the leader" if now else "a follower", self.namespace, self.name)
+            self.on_change(now)
 
 
-def _done(reply: Any) -> None:
-    """Read and discard an unread reply so its connection goes back to the pool (else one leaks per call)."""
-    reply.drain_conn()
-    reply.release_conn()
+def _parse(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)

@@ -16,39 +16,42 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import TLSReloader
+from dynmig import logs
+from dynmig.version import version
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
-from webhooks.app import Server, create_app, create_metrics_app
+from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
 from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
-from webhooks.leader import AlwaysLeader, LeaseElector
+from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
-from webhooks.runner import Listeners
-from webhooks.tls import ServingCertificates, settings_problem
+from webhooks.runner import Extender, Listeners
+from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
-NOT_LEADER = "not the leader: this dynmig replica does not schedule right now; retry (the Service routes to the leader)"
+NOT_LEADER = ("not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
+              "replica does not schedule")
 
 
 class Scheduler:
-    """The extender verbs, answered only by the lease holder."""
+    """The extender verbs, answered only while this pod's kube-scheduler holds the Lease."""
 
     def __init__(self, filter_: Filter, binder: Binder, leader):
         self._filter, self._binder, self.leader = filter_, binder, leader
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        if not self.leader.is_leader():
+        if not self.leader.is_leader() and not self.leader.refresh():
             return {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                     "Error": NOT_LEADER}
         return self._filter(args)
 
     def bind(self, args: dict[str, Any]) -> dict[str, Any]:
-        if not self.leader.is_leader():
+        if not self.leader.is_leader() and not self.leader.refresh():
             return {"Error": NOT_LEADER}
         return self._binder(args)
 
@@ -65,14 +68,15 @@ class Service:
         self.cache = ClusterCache(self.kube, self.fleet)
         self.events = EventRecorder(self.kube, cfg.scheduler_name)
         resources = lambda: self.device_config.get().resources  # read per request: the file reloads
-        self.leader = (LeaseElector(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
-                                    on_change=self._leadership_changed)
+        # one leadership for the pod: follow kube-scheduler's Lease (webhooks/leader.py)
+        self.leader = (LeaseFollower(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
+                                     on_change=self._leadership_changed)
                        if cfg.leader_elect else AlwaysLeader())
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
         self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics,
                              blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
-                             writer=self.writer)
+                             writer=self.writer, lookup=self.cache.find_pod)
         self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics,
                              filter=self.filter)
         self.tls = tls
@@ -81,7 +85,8 @@ class Service:
                                  privileged_users=frozenset(cfg.privileged_users))
         self.server = Server(policy=policy, metrics=self.metrics,
                              extender=Scheduler(self.filter, self.binder, self.leader), ready=self.ready)
-        self.app = create_app(self.server)
+        self.app = create_app(self.server)  # admission webhooks and health: the Service's port
+        self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
 
     def use_certificates(self, **timing) -> ServingCertificates:
@@ -125,7 +130,10 @@ class Service:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(cfg.log_level, cfg.log_format)
+    log.info("dynmig %s serve starting", version())
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     problem = settings_problem(cfg)
     if problem:
         print(f"dynmig serve: {problem}", file=sys.stderr)
@@ -139,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     service.use_certificates()
     service.start(wait=None)
     listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port,
-                          service.tls, cfg.log_level)
+                          service.tls, cfg.log_level,
+                          extender=Extender(service.extender_app, cfg.extender_bind_address, cfg.extender_port,
+                                            extender_tls(service.tls, cfg.extender_client_ca)))
     try:
         listeners.run()
     finally:

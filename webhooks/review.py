@@ -16,6 +16,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, StrictBool
+
+from webhooks.bounded import BadBody, decode_json
+from webhooks.objects import Name, ObjectError, Text, check
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_BODY_BYTES = 3 * 1024 * 1024
 
@@ -74,59 +79,76 @@ def check_content_type(content_type: str | None) -> None:
         raise BadReview(f"Content-Type must be application/json, got {content_type or 'nothing'!r}")
 
 
-def _obj(value: Any, where: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise BadReview(f"request.{where} must be a JSON object")
-    return value
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-def _str(value: Any, where: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise BadReview(f"request.{where} must be a string")
-    return value
+class _Kind(_Envelope):
+    kind: Name | None = None
+
+
+class _Resource(_Envelope):
+    resource: Name | None = None
+
+
+class _User(_Envelope):
+    username: Text | None = None
+
+
+class _Request(_Envelope):
+    uid: Name | None = None
+    operation: Name | None = None
+    kind: _Kind | None = None
+    resource: _Resource | None = None
+    subResource: Name | None = None
+    namespace: Name | None = None
+    name: Name | None = None
+    userInfo: _User | None = None
+    object: dict[str, Any] | None = None
+    oldObject: dict[str, Any] | None = None
+    dryRun: StrictBool | None = None
+
+
+class _Review(_Envelope):
+    apiVersion: Name | None = None
+    kind: Name | None = None
+    request: _Request | None = None
 
 
 def parse_review(body: bytes) -> Review:
     """Parse an AdmissionReview body; raise BadReview naming the field on anything malformed."""
-    if len(body) > MAX_BODY_BYTES:
-        raise BadReview(f"body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BadReview(f"body is not JSON: {error}") from None
+        doc = decode_json(body, MAX_BODY_BYTES)
+    except BadBody as error:
+        raise BadReview(str(error)) from None
     if not isinstance(doc, dict):
         raise BadReview("body must be a JSON object (an AdmissionReview)")
-    api_version = doc.get("apiVersion")
-    if api_version not in API_VERSIONS:
-        raise BadReview(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {api_version!r}")
-    if doc.get("kind") != "AdmissionReview":
-        raise BadReview(f"kind must be AdmissionReview, got {doc.get('kind')!r}")
-    request = doc.get("request")
-    if not isinstance(request, dict):
+    try:
+        env = check(_Review, doc, "")
+    except ObjectError as error:
+        raise BadReview(f"{error.path.lstrip('.')}: {error.problem}") from None
+    if env.apiVersion not in API_VERSIONS:
+        raise BadReview(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {str(env.apiVersion)[:64]!r}")
+    if env.kind != "AdmissionReview":
+        raise BadReview(f"kind must be AdmissionReview, got {str(env.kind)[:64]!r}")
+    request = env.request
+    if request is None:
         raise BadReview("request is missing: an AdmissionReview from the apiserver carries `request`")
-    uid = _str(request.get("uid"), "uid")
-    if not uid:
+    if not request.uid:
         raise BadReview("request.uid is missing; it must be echoed in the reply")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
-    user = request.get("userInfo") if isinstance(request.get("userInfo"), dict) else {}
     return Review(
-        api_version=api_version,
-        uid=uid,
-        operation=_str(request.get("operation"), "operation"),
-        kind=_str(kind.get("kind"), "kind.kind"),
-        resource=_str(resource.get("resource"), "resource.resource"),
-        sub_resource=_str(request.get("subResource"), "subResource"),
-        namespace=_str(request.get("namespace"), "namespace"),
-        name=_str(request.get("name"), "name"),
-        username=_str(user.get("username"), "userInfo.username"),
-        object=_obj(request.get("object"), "object"),
-        old_object=_obj(request.get("oldObject"), "oldObject"),
-        dry_run=bool(request.get("dryRun")),
+        api_version=env.apiVersion,
+        uid=request.uid,
+        operation=request.operation or "",
+        kind=(request.kind.kind if request.kind else None) or "",
+        resource=(request.resource.resource if request.resource else None) or "",
+        sub_resource=request.subResource or "",
+        namespace=request.namespace or "",
+        name=request.name or "",
+        username=(request.userInfo.username if request.userInfo else None) or "",
+        object=request.object,
+        old_object=request.oldObject,
+        dry_run=bool(request.dryRun),
     )
 
 

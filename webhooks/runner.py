@@ -7,6 +7,8 @@ import asyncio
 import signal
 import threading
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -16,14 +18,31 @@ from certs.reload import TLSReloader
 GRACEFUL_SHUTDOWN = 2.0  # seconds an in-flight request gets to finish after SIGTERM or stop()
 
 
+@dataclass(frozen=True)
+class Extender:
+    """The scheduler-extender listener: its own app, address (loopback by default) and TLS."""
+
+    app: Starlette
+    host: str = "127.0.0.1"
+    port: int = 0
+    tls: Any = None  # a TLSReloader or webhooks.tls.ClientCertificateTLS; None: plain HTTP
+
+
+def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: float) -> uvicorn.Config:
+    # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, lifespan="off",
+                          ssl_context_factory=tls.ssl_context_factory if tls else None,
+                          timeout_graceful_shutdown=graceful, access_log=False)
+
+
 def _configs(app: Starlette, metrics_app: Starlette | None, host: str, port: int, metrics_port: int,
-             tls: TLSReloader | None, log_level: str, graceful: float) -> list[uvicorn.Config]:
-    configs = [uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
-                              ssl_context_factory=tls.ssl_context_factory if tls else None,
-                              timeout_graceful_shutdown=graceful, access_log=False)]
+             tls: TLSReloader | None, log_level: str, graceful: float,
+             extender: Extender | None) -> list[uvicorn.Config]:
+    configs = [_config(app, host, port, tls, log_level, graceful)]
     if metrics_app is not None:
-        configs.append(uvicorn.Config(metrics_app, host=host, port=metrics_port, log_level=log_level,
-                                      lifespan="off", timeout_graceful_shutdown=graceful, access_log=False))
+        configs.append(_config(metrics_app, host, metrics_port, None, log_level, graceful))
+    if extender is not None:
+        configs.append(_config(extender.app, extender.host, extender.port, extender.tls, log_level, graceful))
     return configs
 
 
@@ -76,14 +95,17 @@ async def serve_forever(servers: list[uvicorn.Server], handle_signals: bool = Tr
 
 
 class Listeners:
-    """The uvicorn servers of one `dynmig serve`: HTTPS (or plain, without TLS) and metrics."""
+    """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics, and
+    optionally the scheduler extender on its own address."""
 
     def __init__(self, app: Starlette, metrics_app: Starlette | None = None, host: str = "127.0.0.1",
                  port: int = 0, metrics_port: int = 0, tls: TLSReloader | None = None, log_level: str = "warning",
-                 graceful_shutdown: float = GRACEFUL_SHUTDOWN):
+                 graceful_shutdown: float = GRACEFUL_SHUTDOWN, extender: Extender | None = None):
         self.servers = [_Server(c) for c in _configs(app, metrics_app, host, port, metrics_port, tls, log_level,
-                                                     graceful_shutdown)]
+                                                     graceful_shutdown, extender)]
         self.tls = tls
+        self._metrics = metrics_app is not None
+        self._extender = extender
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -114,6 +136,14 @@ class Listeners:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[1]}/metrics"
+
+    @property
+    def extender_url(self) -> str:
+        """Where kube-scheduler reaches /filter and /bind."""
+        if self._extender is None:
+            raise RuntimeError("these listeners serve no extender")
+        scheme = "https" if self._extender.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.ports[-1]}"
 
     def stop(self) -> None:
         for s in self.servers:

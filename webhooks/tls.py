@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import ssl
 from collections.abc import Callable
 
 from certs.authority import KeyType, Lifetimes, ServiceIdentity, utcnow
@@ -133,3 +134,44 @@ class ServingCertificates:
         if self.renewer is not None:
             self.renewer.stop()  # first: no Secret write after the reloader stopped following it
         self.reloader.stop()
+
+
+class ClientCertificateTLS:
+    """The serving certificate of `reloader`, with a client certificate signed by `ca_file` required.
+
+    For the extender listener when kube-scheduler runs outside the pod (its tlsConfig certFile/keyFile).
+    Verification settings come from this listener's first context, the trust store from the context
+    the handshake switches to (the reloader's current pair), so the CA is added to each pair's
+    context once; the webhook listener never asks for client certificates, so it is unaffected.
+    """
+
+    def __init__(self, reloader: TLSReloader, ca_file: str):
+        self._reloader, self._ca_file = reloader, ca_file
+        self._loaded: dict[int, ssl.SSLContext] = {}
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(ca_file)  # refuses a missing or unreadable CA file at startup
+        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.sni_callback = self._pick
+        self.ssl_context = ctx
+
+    def _pick(self, ssl_obj, server_name, initial) -> None:
+        self._reloader.ssl_context.sni_callback(ssl_obj, server_name, initial)
+        current = ssl_obj.context
+        if current is not initial and id(current) not in self._loaded:
+            current.load_verify_locations(self._ca_file)
+            self._loaded = {**{k: v for k, v in list(self._loaded.items())[-3:]}, id(current): current}
+
+    def ssl_context_factory(self, config=None, default_factory=None) -> ssl.SSLContext:
+        return self.ssl_context
+
+    def ready(self) -> bool:
+        return self._reloader.ready()
+
+
+def extender_tls(reloader: TLSReloader | None, client_ca: str = ""):
+    """The TLS of the extender listener: the serving pair, and with `client_ca` client certificates."""
+    if reloader is None or not client_ca:
+        return reloader
+    return ClientCertificateTLS(reloader, client_ca)

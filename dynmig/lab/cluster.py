@@ -47,12 +47,14 @@ from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.nvml import SimulatedNvml
+from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
 PLUGIN_DAEMONSET = f"{chart.RELEASE}-device-plugin"
+SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 # kubelet's container restart back-off is 10 s doubling to 300 s; the lab keeps its shape, shorter
 RESTART_BACKOFF = (1.0, 16.0)
 
@@ -106,11 +108,14 @@ class Lab:
         self.scheduler_backoff = scheduler_backoff
         self.supervisor = Supervisor(self.workdir / "logs")
         self.apiserver: ApiServer | None = None
-        self.scheduler: Scheduler | None = None
+        self.scheduler: Scheduler | None = None  # the dynmig profile, calling dynmig serve as its extender
+        self.default_scheduler: Scheduler | None = None  # binds the chart's own pods (default-scheduler)
+        self.serve_starts = 0
         self.scheduler_files: dict[str, Path] = {}  # path in the kube-scheduler container -> lab file
         self.serve: Child | None = None
         self.serve_port = 0
         self.metrics_port = 0
+        self.extender_port = 0
         self.nodes: dict[str, NodeRuntime] = {}
         self.controllers: ControllerManager | None = None
         self.rendered: chart.Rendered | None = None
@@ -142,13 +147,14 @@ class Lab:
                   + (f" (policy {self.policy})" if self.policy else ""))
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
-        self.serve_port, self.metrics_port = free_port(), free_port()
+        self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
-        self._start_serve()
         for spec in self.specs:
             self._create_node(spec)
         self._start_kubelets()
-        self._create_plugin_daemonset()
+        self._start_default_scheduler()
+        self._start_controllers()
+        self._create_workloads()  # the chart's Deployment (dynmig serve) and DaemonSet (device plugins)
         self._start_scheduler()
         for runtime in self.nodes.values():
             self._wait_plugin(runtime)
@@ -164,9 +170,10 @@ class Lab:
         for runtime in self.nodes.values():
             if runtime.agent is not None:
                 runtime.agent.stop()
-        if self.scheduler is not None:
-            self.scheduler.stop()
-            self.scheduler = None
+        for scheduler in (self.scheduler, self.default_scheduler):
+            if scheduler is not None:
+                scheduler.stop()
+        self.scheduler = self.default_scheduler = None
         self.supervisor.stop_all()
         for runtime in self.nodes.values():
             runtime.kubelet.stop()
@@ -278,24 +285,44 @@ class Lab:
             local.write_bytes(base64.b64decode(data[key]))
             self.scheduler_files[path] = local
 
-    def _start_serve(self) -> None:
+    def _spawn_serve(self, tee: Path | None = None) -> Child:
         """The chart's args and environment (the Secret, cert-mode, webhooks to keep injected, leader
-        election); only ports, file paths and what a pod learns from the downward API differ."""
+        election); only ports, file paths and what a pod learns from the downward API differ. The
+        Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
         args = chart.laptop_args(
             self.rendered.container_args("Deployment", "server"),
             replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
-                     "--device-config": str(self.device_config_file)},
+                     "--extender-port": str(self.extender_port),
+                     "--device-config": str(self.device_config_file),
+                     # one kube-scheduler without leader election (chart.laptop_scheduler_config)
+                     "--leader-elect": "false"},
             add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
                  "--namespace": NAMESPACE, "--identity": "lab-serve"})
         argv = python_argv("-m", "dynmig.cli", *args)
-        self.serve = self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"))
+        return self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"), tee=tee)
+
+    def _serve_started(self, child: Child) -> None:
+        self.serve = child
+        self.serve_starts += 1
+
+    def serve_ready(self) -> bool:
+        """The chart's readinessProbe of the server container: GET /readyz over HTTPS."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.serve_port}/readyz", context=ctx,
+                                        timeout=1) as resp:
+                return resp.status == 200
+        except Exception:  # noqa: BLE001 - not listening or not ready yet
+            return False
 
     def _wait_serve(self, timeout: float = 60.0) -> None:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         url = f"https://127.0.0.1:{self.serve_port}/readyz"
         deadline = time.monotonic() + timeout
         last = ""
-        while time.monotonic() < deadline:
+        while self.serve is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while time.monotonic() < deadline and self.serve is not None:
             if self.serve.process.poll() is not None:
                 raise ChildFailed(f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail()}")
             try:
@@ -326,7 +353,7 @@ class Lab:
                   f"127.0.0.1:{self.serve_port}")
 
     def _start_scheduler(self) -> None:
-        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.serve_port,
+        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.extender_port,
                                             self.ca_file)
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -366,28 +393,55 @@ class Lab:
         for runtime in self.nodes.values():
             runtime.agent = SimulatedPods(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
                                           self.resource, runtime=self._pod_runtime(runtime),
-                                          backoff=RESTART_BACKOFF, echo=self._say).start()
+                                          backoff=RESTART_BACKOFF, echo=self._say,
+                                          log_path=self.apiserver.log_path).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
+        """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
+        plugin) and Deployment's (dynmig serve; its kube-scheduler container is the lab's simulated
+        kube-scheduler). Every other pod gets the simulated workload."""
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
-            owners = pod["metadata"].get("ownerReferences") or []
-            if pod["metadata"].get("namespace") == NAMESPACE and any(
-                    o.get("kind") == "DaemonSet" and o.get("name") == PLUGIN_DAEMONSET for o in owners):
-                return ProcessContainers(self.supervisor, lambda: self._spawn_plugin(runtime),
-                                         on_start=lambda child: self._plugin_started(runtime, child))
+            owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {})
+            if pod["metadata"].get("namespace") != NAMESPACE:
+                return None
+            if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
+                tee = self._container_log(pod, "device-plugin")
+                return ProcessContainers(self.supervisor, "device-plugin", lambda: self._spawn_plugin(runtime, tee),
+                                         on_start=lambda child: self._plugin_started(runtime, child),
+                                         on_ready=lambda child: self._plugin_ready(runtime, child))
+            if (owner.get("kind"), owner.get("name")) == ("Deployment", SERVE_DEPLOYMENT):
+                tee = self._container_log(pod, "server")
+                return ProcessContainers(self.supervisor, "server", lambda: self._spawn_serve(tee),
+                                         on_start=self._serve_started,
+                                         probe=self.serve_ready)
             return None
         return containers
 
-    def _create_plugin_daemonset(self) -> None:
-        """The chart's DaemonSet, as `helm install` creates it; the controllers make its pods."""
-        ds = copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET))
-        client.AppsV1Api(self.api_client()).create_namespaced_daemon_set(NAMESPACE, ds)
+    def _start_controllers(self) -> None:
         if "controller-manager" not in self.apiserver.identities:
             self.apiserver.add_identity(Identity("controller-manager", "system:kube-controller-manager",
                                                  ("system:authenticated",)))
         self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
 
-    def _spawn_plugin(self, runtime: NodeRuntime) -> Child:
+    def _start_default_scheduler(self) -> None:
+        """kube-scheduler's default profile, which places the chart's Deployment pod (no extender)."""
+        doc = {"apiVersion": SCHEDULER_API, "kind": "KubeSchedulerConfiguration",
+               "leaderElection": {"leaderElect": False}}
+        self.default_scheduler = Scheduler(parse_scheduler_config(doc), self.api_client("kube-scheduler"),
+                                           initial_backoff=0.2, max_backoff=1.0).start()
+
+    def _create_workloads(self) -> None:
+        """The chart's Deployment and DaemonSet, as `helm install` creates them; the controllers make
+        their pods and the kubelets run them."""
+        apps = client.AppsV1Api(self.api_client())
+        apps.create_namespaced_deployment(NAMESPACE, copy.deepcopy(self.rendered.find("Deployment", SERVE_DEPLOYMENT)))
+        apps.create_namespaced_daemon_set(NAMESPACE, copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET)))
+
+    def _container_log(self, pod: dict[str, Any], container: str) -> Path:
+        meta = pod["metadata"]
+        return self.apiserver.log_path(meta["namespace"], meta["name"], meta["uid"], container)
+
+    def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
         args = chart.laptop_args(
             self.rendered.container_args("DaemonSet", "device-plugin"),
             replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
@@ -396,7 +450,8 @@ class Lab:
             add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
                  "--reconcile-interval": str(self.reconcile_interval)})
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
-        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False)
+        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False,
+                                     tee=tee)
 
     def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:
         runtime.plugin = child
@@ -414,8 +469,9 @@ class Lab:
         view = runtime.kubelet.wait_for_resource(self.resource, lambda v: v.connected and v.healthy > 0,
                                                  timeout, f"{self.resource} devices")
         self._set_allocatable(runtime.name, view.healthy)
-        lines = list(runtime.plugin.lines)
-        startup = next((report.startup_summary(line) for line in lines if "startup: busy=" in line), "")
+
+    def _plugin_ready(self, runtime: NodeRuntime, child: Child) -> None:
+        startup = next((report.startup_summary(line) for line in list(child.lines) if "startup: busy=" in line), "")
         self._say(f"{runtime.name}: dynmig device-plugin registered {self.resource} "
                   f"({runtime.spec.describe()}); {startup}")
 

@@ -57,10 +57,23 @@ def _owner_ref(owner: dict[str, Any], kind: str) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
+def _quantities_as_strings(spec: dict[str, Any]) -> None:
+    """Resource quantities as the strings a Quantity serializes to (an API server that stores a
+    JSON number as typed would otherwise hand the client a number it refuses to send)."""
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        for kind in ("limits", "requests"):
+            values = (c.get("resources") or {}).get(kind)
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        values[name] = str(value)
+
+
 def _from_template(owner: dict[str, Any], kind: str, generate_name: str,
                    labels: dict[str, str]) -> dict[str, Any]:
     template = copy.deepcopy(owner["spec"]["template"])
     meta = template.get("metadata") or {}
+    _quantities_as_strings(template.get("spec") or {})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "generateName": generate_name, "namespace": owner["metadata"]["namespace"],
         "labels": {**(meta.get("labels") or {}), **labels}, "annotations": meta.get("annotations") or {},
@@ -215,5 +228,5 @@ class ControllerManager:
         if self._status.get(meta["uid"]) == status:
             return
         patch = getattr(self.apps, f"patch_namespaced_{'daemon_set' if kind == 'daemonset' else kind}_status")
-        patch(meta["name"], meta["namespace"], {"status": status}, _request_timeout=5)
+        patch(meta["name"], meta["namespace"], {"status": status}, _preload_content=False, _request_timeout=5)
         self._status[meta["uid"]] = status

@@ -4,6 +4,7 @@ restarts it through this object, so the pod's lifecycle in the API drives the pr
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from dynmig.lab.supervisor import Child, Supervisor
@@ -15,11 +16,20 @@ class ProcessContainers:
 
     restartable = True  # DaemonSet and Deployment pods have restartPolicy Always
 
-    def __init__(self, supervisor: Supervisor, spawn: Callable[[], Child],
-                 on_start: Callable[[Child], None] | None = None) -> None:
+    def __init__(self, supervisor: Supervisor, container: str, spawn: Callable[[], Child],
+                 on_start: Callable[[Child], None] | None = None, probe: Callable[[], bool] | None = None,
+                 probe_period: float = 1.0, on_ready: Callable[[Child], None] | None = None) -> None:
+        """probe: the readiness probe (else: the child printed its readiness line), run at most
+        every `probe_period` seconds; on_ready: called once per process when it is first ready."""
         self.supervisor = supervisor
+        self.container = container  # the pod's container this process is
         self._spawn = spawn
         self._on_start = on_start or (lambda child: None)
+        self._probe = probe
+        self._probe_period = probe_period
+        self._probed = (0.0, False)
+        self._on_ready = on_ready or (lambda child: None)
+        self._announced: Child | None = None
         self.child = self._start()
 
     def _start(self) -> Child:
@@ -38,7 +48,18 @@ class ProcessContainers:
         return self.child.process.poll()
 
     def ready(self) -> bool:
-        return self.child.process.poll() is None and self.child.is_ready()
+        if self.child.process.poll() is not None:
+            return False
+        if self._probe is None:
+            ready = self.child.is_ready()
+        else:
+            if time.monotonic() - self._probed[0] >= self._probe_period:
+                self._probed = (time.monotonic(), self._probe())
+            ready = self._probed[1]
+        if ready and self._announced is not self.child:
+            self._announced = self.child
+            self._on_ready(self.child)
+        return ready
 
     def restart(self) -> None:
         self.supervisor.stop(self.child)  # already exited: reaps it and forgets it

@@ -17,7 +17,9 @@ from mig.placement.request import (
     PodRequest,
     PublishedProfile,
     RequestError,
+    annotation_problem,
     container_request,
+    devices_problem,
     memory_on,
 )
 
@@ -35,8 +37,10 @@ __all__ = [
     "Reason",
     "Refusal",
     "RequestError",
+    "annotation_problem",
     "candidate_order",
     "container_request",
+    "devices_problem",
     "entry_matches",
     "free_slices",
     "gpu_reason",

@@ -16,6 +16,8 @@ FRAGMENTED = "fragmented"
 DEVICES_DO_NOT_FIT_TOGETHER = "devices-do-not-fit-together"
 NO_GPUS = "no-mig-gpus"
 
+MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
+
 # When a node has several GPU reasons, its headline is the one closest to fitting.
 _CLOSEST_FIRST = (
     DEVICES_DO_NOT_FIT_TOGETHER, FRAGMENTED, NOT_ENOUGH_SLICES, NOT_ENOUGH_MEMORY, EXCLUDED, NO_PROFILES,
@@ -57,21 +59,25 @@ class Refusal:
     def __repr__(self) -> str:
         return f"Refusal({self.summary()!r})"
 
-    def by_node(self) -> dict[str, list[Reason]]:
+    @cached_property
+    def _by_node(self) -> dict[str, list[Reason]]:
         out: dict[str, list[Reason]] = {}
         for r in self.reasons:
             out.setdefault(r.node, []).append(r)
         return out
 
+    def by_node(self) -> dict[str, list[Reason]]:
+        """Reasons grouped by node, built once (every lookup below is linear in one node's reasons)."""
+        return self._by_node
+
     def node_code(self, node: str) -> str:
-        codes = {r.code for r in self.reasons if r.node == node}
+        codes = {r.code for r in self._by_node.get(node, ())}
         return next((c for c in _CLOSEST_FIRST if c in codes), NO_GPUS)
 
-    def node_message(self, node: str) -> str:
-        """One line per node for an extender's FailedNodes map."""
-        return "; ".join(
-            (f"GPU {r.gpu}: {r.message}" if r.gpu else r.message) for r in self.reasons if r.node == node
-        )
+    def node_message(self, node: str, limit: int = MAX_NODE_TEXT) -> str:
+        """One line per node for an extender's FailedNodes map, at most `limit` characters."""
+        parts = [(f"GPU {r.gpu}: {r.message}" if r.gpu else r.message) for r in self._by_node.get(node, ())]
+        return bounded_join(parts, limit, "GPUs")
 
     def counts(self) -> Counter[str]:
         """Nodes per headline code (like kube-scheduler's "3 Insufficient ..." counts)."""
@@ -81,6 +87,19 @@ class Refusal:
         nodes = self.by_node()
         parts = ", ".join(f"{n} {code}" for code, n in sorted(self.counts().items()))
         return f"0/{len(nodes)} nodes can place the pod's MIG devices: {parts}"
+
+
+def bounded_join(parts: list[str], limit: int, what: str, sep: str = "; ") -> str:
+    """`parts` joined by `sep`, cut before `limit` characters with "and N more <what>" (linear)."""
+    out: list[str] = []
+    size = 0
+    for i, part in enumerate(parts):
+        if size + len(part) + len(sep) > limit and out:
+            out.append(f"and {len(parts) - i} more {what}")
+            break
+        out.append(part if len(part) <= limit else part[:limit] + "…")
+        size += len(part) + len(sep)
+    return sep.join(out)
 
 
 def slices_text(slices: list[int]) -> str:

@@ -122,7 +122,19 @@ class RequestError(ValueError):
     """A container's GPU resources cannot be read; the message names the container and the resource."""
 
 
+def devices_problem(containers: Iterable[ContainerRequest], resource: str = "nvidia.com/gpu") -> str:
+    """Why the pod's devices together can never be placed (more than MAX_DEVICES), or ""."""
+    total = sum(c.devices for c in containers)
+    if total > MAX_DEVICES:
+        return (f"the pod's containers ask for {total} {resource} devices together, more than {MAX_DEVICES}, "
+                "the most dynmig places for one pod")
+    return ""
+
+
 INT32_MAX = (1 << 31) - 1
+# No node has more MIG instances than this (16 GPUs × 7 instances = 112), so a request beyond it can
+# never be placed; refusing it up front keeps a pod asking for 10^8 devices from costing memory.
+MAX_DEVICES = 128
 
 
 def _resource(container: str, resource: str, value: Any) -> int:
@@ -166,19 +178,30 @@ def container_request(container: str, limits: Mapping[str, Any], requests: Mappi
                            "between 0 and 100")
     if not count:
         return ContainerRequest(0)
+    if count > MAX_DEVICES:
+        raise RequestError(f"container {container}: {names.count} {count} is more than {MAX_DEVICES} devices, "
+                           f"the most dynmig places for one pod (no node has more MIG instances)")
     if memory:
         return ContainerRequest(count, memory)
     return ContainerRequest(count, None, percent if percent and percent < 100 else None)
 
 
 def _split(value: str | None) -> tuple[str, ...]:
-    """A comma list, trimmed, empties and duplicates dropped, order kept."""
-    out: list[str] = []
-    for part in (value or "").split(","):
-        part = part.strip()
-        if part and part not in out:
-            out.append(part)
-    return tuple(out)
+    """A comma list, trimmed, empties and duplicates dropped, order kept (linear in its length)."""
+    return tuple(dict.fromkeys(p for p in (part.strip() for part in (value or "").split(",")) if p))
+
+
+MAX_ANNOTATION_TEXT = 4096  # ~100 GPU UUIDs; far more than any preference or policy needs
+
+
+def annotation_problem(annotations: Mapping[str, str] | None) -> str:
+    """Why one of the scheduling annotations dynmig reads is unusable (too long), or ""."""
+    for key in (PREFERENCE, NODE_POLICY, GPU_POLICY, USE_UUID, NOUSE_UUID, USE_TYPE, NOUSE_TYPE):
+        value = (annotations or {}).get(key)
+        if value is not None and len(value) > MAX_ANNOTATION_TEXT:
+            return (f"annotation {key} is {len(value)} characters; the limit is {MAX_ANNOTATION_TEXT} "
+                    "(list fewer entries)")
+    return ""
 
 
 def _policy(value: str | None, default: str) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sim.apiserver import errors, objects, patches, policies
+from sim.apiserver import errors, objects, patches, policies, schemas
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
@@ -19,7 +20,10 @@ from sim.apiserver.resources import BY_KEY, ResourceType
 from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
 from sim.apiserver.store import Store, WatchEvent
 
+log = logging.getLogger("sim.apiserver")
 NAMESPACES = BY_KEY[("", "namespaces")]
+# kube-apiserver's NamespaceLifecycle admission refuses to delete these.
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
 PODS = BY_KEY[("", "pods")]
 
 
@@ -33,6 +37,23 @@ class Request:
     name: str = ""
     subresource: str = ""
     dry_run: bool = False
+    field_validation: str = "Warn"  # Strict: unknown or duplicate fields are a 400; Warn: warnings
+    duplicate_fields: list[str] = field(default_factory=list)  # keys the JSON body repeats
+
+    def check_fields(self, obj: dict[str, Any], warnings: list[str]) -> None:
+        """Server-side field validation of a decoded body, as kube-apiserver's strict decoder does."""
+        model = schemas.model_of(self.rt)
+        if self.field_validation == "Ignore" or model is None:
+            return
+        problems = [f'duplicate field "{k}"' for k in self.duplicate_fields]
+        problems += schemas.describe_unknown(schemas.unknown_fields(model, obj))
+        if not problems:
+            return
+        if self.field_validation == "Strict":
+            kind, version = self.rt.kind, self.rt.version
+            raise ApiError(400, f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding '
+                                f"error: {', '.join(problems)}", "BadRequest")
+        warnings.extend(problems)
 
 
 @dataclass
@@ -117,7 +138,7 @@ class Registry:
         items = [o for o in items if match(o)]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if cont:
-            after = tuple(json.loads(cont))
+            after = _continue_key(cont)
             items = [o for o in items
                      if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
         if limit and len(items) > limit:
@@ -207,9 +228,20 @@ class Registry:
                 send(out)
 
     # ---- writes --------------------------------------------------------------------------------
-    def _require_namespace(self, req: Request) -> None:
-        if req.rt.namespaced and self.store.table(NAMESPACES).get("", req.namespace) is None:
+    def _require_namespace(self, req: Request, name: str = "") -> None:
+        """The NamespaceLifecycle admission rules for a create: the namespace exists and is not
+        being terminated."""
+        if not req.rt.namespaced:
+            return
+        ns = self.store.table(NAMESPACES).get("", req.namespace)
+        if ns is None:
             raise errors.not_found("namespaces", "", req.namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            message = f"unable to create new content in namespace {req.namespace} because it is being terminated"
+            err = errors.forbidden(req.rt.plural, req.rt.group, name, message)
+            err.details = {**(err.details or {}), "causes": [
+                {"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}]}
+            raise err
 
     def _admit(self, req: Request, operation: str, obj: dict[str, Any] | None,
                old: dict[str, Any] | None, name: str, warnings: list[str],
@@ -224,6 +256,9 @@ class Registry:
         rt = req.rt
         if not isinstance(body, dict):
             raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
+        warnings: list[str] = []
+        req.check_fields(body, warnings)
+        objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -232,10 +267,9 @@ class Registry:
                                 "on the request")
         if not meta.get("name") and not meta.get("generateName"):
             raise invalid_name(rt)
-        warnings: list[str] = []
-        with self.store.lock:
-            self._require_namespace(req)
         requested_name = meta.get("name", "")
+        with self.store.lock:
+            self._require_namespace(req, requested_name)
         body = self._admit(req, "CREATE", body, None, requested_name, warnings, phase="mutate") or body
         obj = copy.deepcopy(body)
         obj_meta = obj.setdefault("metadata", {})
@@ -246,7 +280,7 @@ class Registry:
         policies.check_config(rt, obj)
         self._admit(req, "CREATE", obj, None, requested_name, warnings, phase="validate")
         with self.store.lock:
-            self._require_namespace(req)
+            self._require_namespace(req, obj_meta["name"])
             if self.store.table(rt).get(req.namespace, obj_meta["name"]) is not None:
                 raise errors.already_exists(rt.plural, rt.group, obj_meta["name"])
             if req.dry_run:
@@ -301,6 +335,8 @@ class Registry:
             new = make(copy.deepcopy(current))
             if not isinstance(new, dict):
                 raise ApiError(422, "the patched object is not a JSON object", "Invalid")
+            field_warnings: list[str] = []
+            req.check_fields(new, field_warnings)
             # A PUT pins the version it read; a patch only when it names another version.
             pinned = expected_rv or ""
             named = str((new.get("metadata") or {}).get("resourceVersion") or "")
@@ -310,7 +346,7 @@ class Registry:
             policies.check_config(rt, new)
             if objects.same_content(new, current):
                 return Result(current)
-            warnings: list[str] = []
+            warnings = field_warnings
             new = self._admit(req, "UPDATE", new, current, req.name, warnings) or new
             with self.store.lock:
                 latest = self.store.table(rt).get(req.namespace, req.name)
@@ -382,6 +418,8 @@ class Registry:
             raise ApiError(409, "Precondition failed: ResourceVersion in precondition: "
                                 f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                                 f"{current['metadata']['resourceVersion']}", "Conflict")
+        if rt.key == NAMESPACES.key and req.name in IMMORTAL_NAMESPACES:
+            raise errors.forbidden("namespaces", "", req.name, "this namespace may not be deleted")
         warnings: list[str] = []
         self._admit(req, "DELETE", None, current, req.name, warnings)
         grace = self._grace(rt, current, options)
@@ -389,6 +427,8 @@ class Registry:
             current = self.get(req)
             if req.dry_run:
                 return Result(current, 200, tuple(warnings))
+            if rt.key == NAMESPACES.key:
+                return Result(self._delete_namespace(current), 200, tuple(warnings))
             meta = current["metadata"]
             if grace > 0 or meta.get("finalizers"):
                 new = copy.deepcopy(current)
@@ -404,11 +444,63 @@ class Registry:
                         self._pending_deletions[(req.namespace, req.name)] = deadline
                 return Result(stored, 200, tuple(warnings))
             gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
-            if rt.key == NAMESPACES.key:
-                self._delete_namespace_contents(req.name)
         return Result(gone or current, 200, tuple(warnings))
 
+    def _delete_namespace(self, ns: dict[str, Any]) -> dict[str, Any]:
+        """A namespace with finalizers turns Terminating (the namespace controller then empties and
+        removes it: sync_namespaces); deleting it again while it terminates is a 409, as in
+        kube-apiserver. Caller holds the store lock."""
+        meta, name = ns["metadata"], ns["metadata"]["name"]
+        spec_finalizers = (ns.get("spec") or {}).get("finalizers")
+        if not meta.get("deletionTimestamp") and (spec_finalizers or meta.get("finalizers")):
+            new = copy.deepcopy(ns)
+            new["metadata"]["deletionTimestamp"] = objects.now()
+            new.setdefault("status", {})["phase"] = "Terminating"
+            return self.store.commit(NAMESPACES, "", name, new, "MODIFIED") or new
+        if spec_finalizers:
+            raise ApiError(409, f'Operation cannot be fulfilled on namespaces "{name}": The system is ensuring '
+                                "all content is removed from this namespace.  Upon completion, this namespace "
+                                "will automatically be purged by the system.", "Conflict",
+                           {"name": name, "kind": "namespaces"})
+        if meta.get("finalizers"):
+            return ns
+        gone = self.store.commit(NAMESPACES, "", name, None, "DELETED")
+        self._delete_namespace_contents(name)
+        return gone or ns
+
+    def sync_namespaces(self, controller: Identity) -> None:
+        """The namespace controller's pass: in each Terminating namespace delete every object
+        (pods gracefully, with their own grace period), and remove the namespace once it is empty."""
+        with self.store.lock:
+            terminating = [n["metadata"]["name"] for n in self.store.table(NAMESPACES).items(None)
+                           if n["metadata"].get("deletionTimestamp")]
+        for ns in terminating:
+            for rt, name in self._contents(ns, only_live=True):
+                try:
+                    self.delete(Request(controller, rt, ns, name), {})
+                except ApiError as err:
+                    if err.code != 404:
+                        log.info("namespace %s: cannot delete %s %s yet: %s", ns, rt.plural, name, err.message)
+            with self.store.lock:
+                current = self.store.table(NAMESPACES).get("", ns)
+                if current is None or self._contents(ns) or current["metadata"].get("finalizers"):
+                    continue
+                final = copy.deepcopy(current)
+                final.setdefault("spec", {})["finalizers"] = []
+                self.store.commit(NAMESPACES, "", ns, final, "MODIFIED")
+                self.store.commit(NAMESPACES, "", ns, None, "DELETED")
+
+    def _contents(self, ns: str, only_live: bool = False) -> list[tuple[ResourceType, str]]:
+        with self.store.lock:
+            return [(t.rt, o["metadata"]["name"]) for t in self.store.tables.values() if t.rt.namespaced
+                    for o in t.items(ns) if not (only_live and o["metadata"].get("deletionTimestamp"))]
+
     def _grace(self, rt: ResourceType, obj: dict[str, Any], options: dict[str, Any]) -> int:
+        """The pod strategy's grace period: the one asked for, else the pod's own; 0 for a pod not
+        bound to a node or already finished; other kinds are deleted at once."""
+        asked = options.get("gracePeriodSeconds")
+        if asked is not None and type(asked) is not int:
+            raise ApiError(400, f"gracePeriodSeconds={str(asked)[:32]!r}: a whole number of seconds")
         if rt.key != PODS.key:
             return 0
         if not obj.get("spec", {}).get("nodeName") or \
@@ -417,7 +509,9 @@ class Registry:
         grace = options.get("gracePeriodSeconds")
         if grace is None:
             grace = obj.get("spec", {}).get("terminationGracePeriodSeconds", 30)
-        return max(0, int(grace))
+        if type(grace) is not int:
+            grace = 30
+        return 1 if grace < 0 else grace  # kube-apiserver turns a negative grace period into 1
 
     def _delete_namespace_contents(self, ns: str) -> None:
         for table in self.store.tables.values():
@@ -447,6 +541,17 @@ class Registry:
 def invalid_name(rt: ResourceType) -> ApiError:
     return errors.invalid(rt.kind, rt.group, "", "metadata.name",
                           "Required value: name or generateName is required")
+
+
+def _continue_key(token: str) -> tuple[str, str]:
+    """The (namespace, name) a list continues after; a token this server did not issue is a 400."""
+    try:
+        key = json.loads(token)
+    except (ValueError, RecursionError):
+        key = None
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        raise ApiError(400, "continue key is not valid: pass the metadata.continue of the previous page")
+    return key[0], key[1]
 
 
 def _parse_rv(rv: str) -> int:

@@ -55,7 +55,7 @@ EVENT_FIELDS = (
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",), ("status.phase",),
                  status_via_subresource=True),
-    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("binding", "status"), POD_FIELDS,
+    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("binding", "status", "log"), POD_FIELDS,
                  status_via_subresource=True, categories=("all",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",), ("spec.unschedulable",),
                  status_via_subresource=True),

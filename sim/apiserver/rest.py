@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, media, protobuf
+from sim.apiserver import discovery, logs, media, openapi, protobuf, schemas
 from sim.apiserver.errors import ApiError
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
@@ -32,6 +32,31 @@ def _flag(query: dict[str, str], name: str) -> bool | None:
     if value in ("0", "f", "F", "false", "FALSE", "False", ""):
         return False
     raise ApiError(400, f"{name}={value[:32]!r}: not a boolean (use true or false)")
+
+
+def _warning(text: str) -> str:
+    """A Warning header value (RFC 7234 warn-code 299, quoted-string escaped; one line)."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text[:2048])
+    return '299 - "{}"'.format(clean.replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def _field_validation(value: str) -> str:
+    """The fieldValidation directive; kube-apiserver's default is Warn."""
+    if value in ("", "Warn"):
+        return "Warn"
+    if value in ("Strict", "Ignore"):
+        return value
+    raise ApiError(400, f'fieldValidation={value[:32]!r}: supported values are "Ignore", "Warn", "Strict"')
+
+
+def _limit(value: str | None) -> int:
+    try:
+        limit = int(value or 0)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise ApiError(400, f"limit={str(value)[:32]!r}: a whole number of items >= 0")
+    return limit
 
 
 def _seconds(value: str | None, default: float) -> float:
@@ -104,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         for w in warnings:
-            self.send_header("Warning", '299 - "{}"'.format(w.replace('"', "'")))
+            self.send_header("Warning", _warning(w))
         # Headers and body in one write: fewer syscalls, no Nagle/delayed-ACK stalls.
         self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
@@ -140,10 +165,16 @@ class Handler(BaseHTTPRequestHandler):
             if req is None:
                 raise ApiError(415, "this request takes a JSON body", "UnsupportedMediaType")
             return protobuf.decode(raw, req.rt.group_version, req.rt.kind)
+        duplicates: list[str] = []
         try:
-            return json.loads(raw or b"{}")
+            body = json.loads(raw or b"{}", object_pairs_hook=schemas.duplicate_fields_hook(duplicates))
+        except RecursionError as exc:
+            raise ApiError(400, "the request body nests too deeply to be a Kubernetes object") from exc
         except ValueError as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+        if req is not None:
+            req.duplicate_fields = duplicates
+        return body
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -160,6 +191,8 @@ class Handler(BaseHTTPRequestHandler):
         except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError) as exc:
             log.debug("client went away: %s", exc)
             self.close_connection = True
+        except RecursionError:
+            self._send_error(ApiError(400, "the request body nests too deeply to be a Kubernetes object"))
         except Exception as exc:
             log.exception("internal error serving %s %s", self.command, self.path)
             self._send_error(ApiError(500, f"Internal error occurred: {exc}"))
@@ -204,7 +237,8 @@ class Handler(BaseHTTPRequestHandler):
         resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
         self.api.faults.check(verb, resource, route.namespace)
         req = Request(user, route.rt, route.namespace, route.name, route.subresource,
-                      dry_run="All" in query.get("dryRun", ""))
+                      dry_run="All" in query.get("dryRun", ""),
+                      field_validation=_field_validation(query.get("fieldValidation", "")))
         getattr(self, f"_verb_{verb}")(req, query)
 
     def _verb(self, route: Route, query: dict[str, str]) -> str:
@@ -212,7 +246,7 @@ class Handler(BaseHTTPRequestHandler):
         if method in ("GET", "HEAD"):
             if route.name:
                 return "get"
-            return "watch" if query.get("watch") in ("1", "true", "True") else "list"
+            return "watch" if _flag(query, "watch") else "list"
         if route.subresource == "binding" or route.rt.plural == "bindings":
             if method != "POST":
                 raise ApiError(405, f"{method} is not allowed on {route.rt.plural}/binding")
@@ -229,7 +263,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve_other(self, parts: list[str]) -> None:
         path = "/" + "/".join(parts)
-        if path == "/version":
+        if parts[:2] == ["openapi", "v3"]:
+            self._serve_openapi("/".join(parts[2:]))
+        elif path == "/version":
             self._send_json(200, discovery.version())
         elif path in ("/healthz", "/livez", "/readyz"):
             body = b"ok"
@@ -247,6 +283,21 @@ class Handler(BaseHTTPRequestHandler):
         else:
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
 
+    def _serve_openapi(self, gv_path: str) -> None:
+        if not gv_path:
+            self._send_json(200, openapi.root())
+            return
+        body = openapi.document(gv_path)
+        if body is None:
+            raise ApiError(404, f"the server could not find the OpenAPI v3 document {gv_path!r}", "NotFound")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "public, immutable" if "hash=" in self.path else "no-cache, private")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def _wants_table(self) -> bool:
         return media.wants_table(self.headers.get("Accept", ""))
 
@@ -254,6 +305,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(result.code, result.obj, result.warnings)
 
     def _verb_get(self, req: Request, query: dict[str, str]) -> None:
+        if req.subresource == "log":
+            self._serve_log(req, query)
+            return
         obj = self.api.registry.get(req)
         if self._wants_table() and not req.subresource:
             self._send_json(200, discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"]
@@ -261,9 +315,39 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._send_json(200, obj)
 
+    def _serve_log(self, req: Request, query: dict[str, str]) -> None:
+        pod = self.api.registry.get(req)
+        container = logs.choose_container(pod, query.get("container", ""))
+        meta = pod["metadata"]
+        path = logs.log_path(self.api.logs_dir, meta["namespace"], meta["name"], meta["uid"], container)
+
+        def still_running() -> bool:
+            if self.api._stopping or self.api._unavailable:
+                return False
+            now = self.api.get("pods", meta["name"], meta["namespace"])
+            return bool(now and now["metadata"]["uid"] == meta["uid"] and
+                        (now.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+        chunks = logs.stream(path, pod, container, query, still_running)
+        first = next(chunks, None)  # refusals (waiting to start, bad options) are raised here
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._write_chunk(first or b"")
+        for chunk in chunks:
+            self._write_chunk(chunk)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _write_chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
     def _verb_list(self, req: Request, query: dict[str, str]) -> None:
         doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"),
-                                     int(query.get("limit") or 0), query.get("continue", ""))
+                                     _limit(query.get("limit")), query.get("continue", ""))
         if self._wants_table():
             doc = discovery.table(req.rt, doc["items"], doc["metadata"])
         self._send_json(200, doc)
@@ -295,7 +379,11 @@ class Handler(BaseHTTPRequestHandler):
             except ValueError as exc:
                 raise ApiError(400, f"the DeleteOptions body is not valid JSON: {exc}") from exc
         if "gracePeriodSeconds" in query:
-            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            try:
+                options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            except ValueError as exc:
+                raise ApiError(400, f"gracePeriodSeconds={query['gracePeriodSeconds'][:32]!r}: a whole "
+                                    "number of seconds") from exc
         return options if isinstance(options, dict) else {}
 
     def _verb_delete(self, req: Request, query: dict[str, str]) -> None:

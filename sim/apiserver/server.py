@@ -21,11 +21,17 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sim.apiserver import tls
+from sim.apiserver import logs, tls
 from sim.apiserver.admission import Admission
 from sim.apiserver.errors import ApiError
 from sim.apiserver.faults import Faults
-from sim.apiserver.identities import ANONYMOUS, Identity, default_identities, write_kubeconfig
+from sim.apiserver.identities import (
+    ANONYMOUS,
+    Identity,
+    default_identities,
+    service_account,
+    write_kubeconfig,
+)
 from sim.apiserver.registry import Registry, Request, Result
 from sim.apiserver.resources import BY_KEY, STORED
 from sim.apiserver.rest import Handler
@@ -33,6 +39,7 @@ from sim.apiserver.store import Store
 
 log = logging.getLogger("sim.apiserver")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+NAMESPACE_CONTROLLER = service_account("namespace-controller", "kube-system", "namespace-controller")
 
 
 class _Listener(ThreadingHTTPServer):
@@ -67,8 +74,10 @@ class ApiServer:
         identities: who may call (bearer token -> user); defaults to `default_identities()`:
             admin, scheduler, device-plugin, certs, kube-scheduler, kubelet, alice.
         workdir: where kubeconfig files are written (a temp dir by default).
-        reap_after_grace: remove gracefully deleted pods once their grace period is over (as the
-            kubelet would); with False they stay until `finish_deletions()`.
+        reap_after_grace: remove gracefully deleted pods once their grace period is over, as a
+            kubelet does once it has killed the containers at the end of the grace period (so a pod
+            bound to a node with no simulated kubelet still goes); with False they stay until
+            something deletes them with grace 0 or `finish_deletions()`.
         history: watch events kept per resource type; older resourceVersions get 410 Gone.
         bookmark_interval: seconds between BOOKMARK events on watches that allow them
             (kube-apiserver: about a minute).
@@ -91,6 +100,7 @@ class ApiServer:
             self.add_identity(ident)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dynmig-apiserver-")
         self.workdir = Path(workdir or self._tmp.name)
+        self.logs_dir = self.workdir / "pod-logs"  # what `kubectl logs` reads (logs.py)
         self.cert_pem, self._key_pem = tls.self_signed() if https else (b"", b"")
         self._listener: _Listener | None = None
         self._thread: threading.Thread | None = None
@@ -110,8 +120,8 @@ class ApiServer:
     def start(self) -> ApiServer:
         self._stopping = False
         self._listen()
-        if self.registry.reap_after_grace and self._reaper is None:
-            self._reaper = threading.Thread(target=self._reap, name="apiserver-reaper", daemon=True)
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="apiserver-controllers", daemon=True)
             self._reaper.start()
         return self
 
@@ -184,8 +194,16 @@ class ApiServer:
             (self._conns.add if add else self._conns.discard)(conn)
 
     def _reap(self) -> None:
+        """The control-plane loops the API alone cannot do: the namespace controller (empty a
+        Terminating namespace, then remove it) and the end of expired grace periods."""
         while not self._stopping:
-            self.registry.finish_deletions(only_expired=True)
+            try:
+                if not self._unavailable:
+                    self.registry.sync_namespaces(NAMESPACE_CONTROLLER)
+                if self.registry.reap_after_grace:
+                    self.registry.finish_deletions(only_expired=True)
+            except Exception:
+                log.exception("simulated control plane pass failed")
             time.sleep(0.2)
 
     # ---- identities and clients -----------------------------------------------------------------
@@ -229,6 +247,12 @@ class ApiServer:
         """Route a webhook's `clientConfig.service` {namespace, name} to host:port (TLS is still
         verified for `<name>.<namespace>.svc`)."""
         self.admission.services[(namespace, name)] = (host, port)
+
+    def log_path(self, namespace: str, pod: str, uid: str, container: str) -> Path:
+        """Where a simulated kubelet appends a container's output for `kubectl logs` (folder created)."""
+        path = logs.log_path(self.logs_dir, namespace, pod, uid, container)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def finish_deletions(self) -> int:
         """Remove every gracefully deleted pod now (the kubelet confirming termination)."""

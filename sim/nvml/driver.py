@@ -10,22 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mig.catalog import (
+from sim.nvml import codes
+from sim.nvml.codes import NvmlFault
+from sim.nvml.hardware import (
     CI_ENUM_BY_SLICES,
+    COMPUTE_INSTANCE_PROFILE_COUNT,
     ENUM_1_SLICE_ALL_ME,
     ENUM_1_SLICE_NO_ME,
     ENUM_2_SLICE_ALL_ME,
     ENUM_2_SLICE_NO_ME,
     GPU_INSTANCE_PROFILE_COUNT,
-    ProfileSpec,
+    Placement,
 )
-from mig.types import Placement
-from sim.nvml import codes
-from sim.nvml.codes import NvmlFault
-from sim.nvml.identity import driver_slot_order, heap_gi_id, mig_uuid
-from sim.nvml.state import ComputeInstance, Gpu, GpuInstance, Process, State
+from sim.nvml.hardware import GiProfile as ProfileSpec
+from sim.nvml.identity import driver_slot_order, mig_uuid, tree_gi_id
+from sim.nvml.state import FRESH, ComputeInstance, Gpu, GpuInstance, Process, State
 
-CI_PROFILE_COUNT = 0x9
+CI_PROFILE_COUNT = COMPUTE_INSTANCE_PROFILE_COUNT
 ENGINE_PROFILE_SHARED = 0
 _ALL_ME = {ENUM_1_SLICE_ALL_ME, ENUM_2_SLICE_ALL_ME}
 _NO_ME = {ENUM_1_SLICE_NO_ME, ENUM_2_SLICE_NO_ME}
@@ -107,8 +108,8 @@ def remaining_capacity(gpu: Gpu, profile_id: int) -> int:
 # ---- GPU instances ------------------------------------------------------------------------------
 
 def reported_gi_id(gpu: Gpu, placement: Placement) -> int:
-    heap = heap_gi_id(gpu.model, placement)
-    return gpu.gi_id_map[heap] if gpu.gi_id_map else heap
+    tree = tree_gi_id(gpu.model, placement, gpu.gi_numbering)
+    return gpu.gi_id_map[tree] if gpu.gi_id_map else tree
 
 
 def create_gi(state: State, gpu: Gpu, profile_id: int, placement: Placement | None) -> GpuInstance:
@@ -258,8 +259,10 @@ def create_ci(state: State, gpu: Gpu, gi: GpuInstance, profile_id: int, placemen
     if chosen is None:
         raise NvmlFault(codes.INSUFFICIENT_RESOURCES, f"no room for {profile.name} in GPU instance {gi.gi_id}")
     ci_id = min(set(range(len(gi.cis) + 1)) - {c.ci_id for c in gi.cis})
-    uuid = mig_uuid(gpu.uuid, gi.placement, gi.profile_id, chosen.start, profile_id)
-    ci = ComputeInstance(state.take_serial(), ci_id, profile_id, chosen.start, chosen.size, uuid)
+    serial = state.take_serial()
+    generation = serial if state.mig_uuids == FRESH else 0
+    uuid = mig_uuid(gpu.uuid, gi.placement, gi.profile_id, chosen.start, profile_id, generation)
+    ci = ComputeInstance(serial, ci_id, profile_id, chosen.start, chosen.size, uuid)
     gi.cis.append(ci)
     state.record("create_ci", gpu=gpu.uuid, gi_id=gi.gi_id, ci_id=ci_id, uuid=uuid)
     return ci

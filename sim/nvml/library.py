@@ -17,20 +17,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mig.catalog import GpuModel
-from mig.types import Placement
 from sim.nvml import codes, driver
 from sim.nvml.codes import NvmlFault
+from sim.nvml.hardware import GpuModel, Placement
 from sim.nvml.state import ComputeInstance, Gpu, GpuInstance, State
 
 MIB = 1024 * 1024
 GI_PROFILE_INFO_V2 = 0x02000098
 CI_PROFILE_INFO_V2 = 0x02000088
 MEMORY_V2 = 0x02000028
-DRIVER_VERSION = b"580.95.05"
+DRIVER_VERSION = "580.95.05"  # a node without GPUs; otherwise the first GPU's driver release
 _HANDLE_BASE = 0x5EED_0000_0000
 _VERSION_SUFFIX = re.compile(r"(_v\d+|V)$")
 _NO_INIT_NEEDED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
+# NVML's pre-R470 MIG device identifier, still accepted by nvmlDeviceGetHandleByUUID (NVML change
+# log: "accept both UUID formats, 'MIG-UUID' and 'MIG-GPU UUID/GID/CID'").
+_LEGACY_MIG_ID = re.compile(r"^MIG-(GPU-[0-9a-f-]{36})/(\d{1,4})/(\d{1,4})$")
 
 
 class _Symbol:
@@ -188,7 +190,9 @@ class SimulatedLibrary:
         return codes.error_string(_int(code)).encode()
 
     def _nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> None:
-        _put_string(buf, size, DRIVER_VERSION.decode())
+        with self.store.read() as state:
+            version = state.gpus[0].model.release.version if state.gpus else DRIVER_VERSION
+        _put_string(buf, size, version)
 
     # ---- devices --------------------------------------------------------------------------------
 
@@ -205,7 +209,10 @@ class SimulatedLibrary:
 
     def _nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> None:
         text = _text(uuid)
+        legacy = _LEGACY_MIG_ID.match(text)
         with self.store.read() as state:
+            if legacy:
+                return self._legacy_mig_handle(state, legacy.group(1), int(legacy.group(2)), int(legacy.group(3)), out)
             for gpu in state.gpus:
                 if gpu.uuid == text:
                     return _put_handle(out, self.gpu_addr(gpu))
@@ -213,6 +220,13 @@ class SimulatedLibrary:
                     if ci.uuid == text:
                         return _put_handle(out, self.mig_addr(gpu, gi, ci))
         raise NvmlFault(codes.NOT_FOUND, f"no device {text}")
+
+    def _legacy_mig_handle(self, state: State, gpu_uuid: str, gi_id: int, ci_id: int, out: Any) -> None:
+        gpu = state.gpu(gpu_uuid)
+        for gi, ci in driver.mig_devices(gpu) if gpu else []:
+            if (gi.gi_id, ci.ci_id) == (gi_id, ci_id):
+                return _put_handle(out, self.mig_addr(gpu, gi, ci))
+        raise NvmlFault(codes.NOT_FOUND, f"no MIG device {gpu_uuid}/{gi_id}/{ci_id}")
 
     def _nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> None:
         with self.store.read() as state:

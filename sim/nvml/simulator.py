@@ -141,7 +141,7 @@ class SimulatedNvml:
             driver.reset_gpu(state, self._gpu(state, gpu_uuid))
 
     def shuffle_gi_ids(self, seed: int | None) -> None:
-        """Opaque GI IDs (a seeded permutation per GPU), or heap numbering again with None.
+        """Opaque GI IDs (a seeded permutation per GPU), or the driver numbering again with None.
         Only while the GPUs hold no instances."""
         with self.store.mutate() as state:
             shuffle(state, seed)

@@ -5,23 +5,44 @@ A spec is small JSON-able data::
     {"node": "gpu-node-1",                      # seed for GPU UUIDs (default "sim-node")
      "gpus": [{"model": "A100-SXM4-40GB", "count": 2},
               {"model": "RTX PRO 6000 Blackwell Server Edition", "uuid": "GPU-...",
-               "mig": false}],                  # MIG mode at boot (default enabled)
-     "shuffle_gi_ids": 7}                       # optional: opaque GI IDs from this seed
+               "mig": false,                    # MIG mode at boot (default enabled)
+               "driver": "R575"}],              # this GPU's driver release (default: the node's)
+     "driver": "R570",                          # the node's driver release (default: each model's)
+     "gi_ids": "driver",                        # "driver" (default), "heap", "halves-swapped", "shuffled"
+     "shuffle_gi_ids": 7,                       # seed of the shuffled GI IDs (implies "shuffled")
+     "mig_uuids": "fresh"}                      # "fresh" (default) or "stable" on re-creation
 
-Models are resolved with `mig.catalog.find_model` (key, NVML name or a unique part of it).
+Models are resolved with `hardware.find_model` (key, NVML name or a unique part of it); their facts
+come from `drivers/*.yaml`. With "gi_ids": "driver" each GPU numbers its GIs the way its model's
+drivers were seen to, the GPUs of a node taking the observed numberings in turn (identity.py).
+
+MIG UUIDs default to "fresh" - a new UUID for every creation, even of the same placement - because
+NVIDIA's DRA driver states that a MIG UUID changes across destruction and re-creation of the same
+configuration and nvml.h promises immutability only "for the lifetime of a MIG device"; walkthroughs
+that show a UUID coming back are served by "stable".
+
+Whole test runs can change the two defaults from the environment (a spec's own fields still win):
+DYNMIG_SIM_GI_IDS (one of the gi_ids values) and DYNMIG_SIM_MIG_UUIDS ("fresh" or "stable"), e.g.
+`DYNMIG_SIM_GI_IDS=shuffled make test` proves nothing infers a placement from a GI ID.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-from mig.catalog import UnknownModel, find_model
+from sim.nvml import hardware
+from sim.nvml.hardware import UnknownModel, UnknownRelease
 from sim.nvml.identity import gpu_uuid, shuffled_ids
-from sim.nvml.state import Gpu, State
+from sim.nvml.state import FRESH, STABLE, Gpu, State
 
 _GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_ENTRY_KEYS = {"model", "count", "uuid", "mig"}
+_ENTRY_KEYS = {"model", "count", "uuid", "mig", "driver"}
+_NODE_KEYS = {"node", "gpus", "driver", "gi_ids", "shuffle_gi_ids", "mig_uuids"}
+DRIVER, SHUFFLED = "driver", "shuffled"
+GI_ID_MODES = (DRIVER, *hardware.NUMBERINGS, SHUFFLED)
+_MAX_GPUS = 64
 
 
 class SpecError(ValueError):
@@ -31,25 +52,56 @@ class SpecError(ValueError):
 def build_state(spec: dict[str, Any]) -> State:
     if not isinstance(spec, dict) or not isinstance(spec.get("gpus"), list):
         raise SpecError('node spec: "gpus" must be a list, e.g. {"gpus": [{"model": "A100-SXM4-40GB"}]}')
+    unknown = set(spec) - _NODE_KEYS
+    if unknown:
+        raise SpecError(f"node spec: unknown fields {sorted(unknown)}; allowed: {sorted(_NODE_KEYS)}")
     seed = str(spec.get("node", "sim-node"))
-    state = State()
+    state = State(mig_uuids=_choice(spec, "mig_uuids", (FRESH, STABLE), _env("DYNMIG_SIM_MIG_UUIDS", FRESH)))
+    node_driver = _driver(spec.get("driver"), "driver")
     for n, entry in enumerate(spec["gpus"]):
         for _ in range(_count(entry, n)):
-            state.gpus.append(_gpu(entry, n, len(state.gpus), seed))
+            if len(state.gpus) >= _MAX_GPUS:
+                raise SpecError(f"node spec: at most {_MAX_GPUS} GPUs per node")
+            state.gpus.append(_gpu(entry, n, len(state.gpus), seed, node_driver))
     uuids = [g.uuid for g in state.gpus]
     if len(set(uuids)) != len(uuids):
         raise SpecError("node spec: gpus[].uuid values must be unique")
-    if spec.get("shuffle_gi_ids") is not None:
-        shuffle(state, int(spec["shuffle_gi_ids"]))
+    default = SHUFFLED if spec.get("shuffle_gi_ids") is not None else _env("DYNMIG_SIM_GI_IDS", DRIVER)
+    mode = _choice(spec, "gi_ids", GI_ID_MODES, default)
+    seed_value = spec.get("shuffle_gi_ids")
+    if mode == SHUFFLED:
+        if seed_value is not None and (isinstance(seed_value, bool) or not isinstance(seed_value, int)):
+            raise SpecError(f"node spec: shuffle_gi_ids must be an integer seed, got {seed_value!r}")
+        shuffle(state, 0 if seed_value is None else seed_value)
+    elif mode != DRIVER:
+        for gpu in state.gpus:
+            gpu.gi_numbering = mode
     return state
 
 
 def shuffle(state: State, seed: int | None) -> None:
-    """Give every GPU opaque GI IDs (a seeded permutation), or back to heap numbering (None)."""
+    """Give every GPU opaque GI IDs (a seeded permutation), or its driver's numbering back (None)."""
     for gpu in state.gpus:
         if gpu.gis:
             raise SpecError(f"cannot renumber GI IDs of {gpu.uuid}: it has GPU instances")
         gpu.gi_id_map = None if seed is None else shuffled_ids(gpu.model, seed, gpu.uuid)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, "").strip() or default
+
+
+def _choice(spec: dict[str, Any], field: str, allowed: tuple[str, ...], default: str) -> str:
+    value = spec.get(field, default)
+    if value not in allowed:
+        raise SpecError(f"node spec: {field} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _driver(value: Any, where: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 40):
+        raise SpecError(f'node spec: {where} must be a driver release such as "R570" or "570.124.06"')
+    return value
 
 
 def _count(entry: Any, n: int) -> int:
@@ -59,20 +111,26 @@ def _count(entry: Any, n: int) -> int:
     if unknown:
         raise SpecError(f"node spec: gpus[{n}] has unknown fields {sorted(unknown)}; allowed: {sorted(_ENTRY_KEYS)}")
     count = entry.get("count", 1)
-    if not isinstance(count, int) or count < 1:
-        raise SpecError(f"node spec: gpus[{n}].count must be a positive integer, got {count!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _MAX_GPUS:
+        raise SpecError(f"node spec: gpus[{n}].count must be an integer from 1 to {_MAX_GPUS}, got {count!r}")
     if "uuid" in entry and count != 1:
         raise SpecError(f"node spec: gpus[{n}] gives a uuid, so count must be 1 (use one entry per GPU)")
     return count
 
 
-def _gpu(entry: dict[str, Any], n: int, index: int, seed: str) -> Gpu:
+def _gpu(entry: dict[str, Any], n: int, index: int, seed: str, node_driver: str | None) -> Gpu:
     try:
-        model = find_model(str(entry["model"]))
+        key = hardware.find_model(str(entry["model"]))
     except UnknownModel as error:
         raise SpecError(f"node spec: gpus[{n}].model: {error}") from None
+    try:
+        release = hardware.release_key(key, _driver(entry.get("driver"), f"gpus[{n}].driver") or node_driver)
+    except UnknownRelease as error:
+        raise SpecError(f"node spec: gpus[{n}].driver: {error}") from None
     uuid = entry.get("uuid") or gpu_uuid(seed, index)
-    if not _GPU_UUID.match(uuid):
+    if not isinstance(uuid, str) or not _GPU_UUID.match(uuid):
         raise SpecError(f"node spec: gpus[{n}].uuid {uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     mig = 1 if entry.get("mig", True) else 0
-    return Gpu(index=index, uuid=uuid, model_key=model.key, mig_current=mig, mig_pending=mig)
+    numberings = hardware.model(key, release).gi_numberings
+    return Gpu(index=index, uuid=uuid, model_key=key, mig_current=mig, mig_pending=mig, release=release,
+               gi_numbering=numberings[index % len(numberings)])

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mig.catalog import GpuModel, find_model
-from mig.types import Placement
+from sim.nvml import hardware
+from sim.nvml.hardware import GpuModel, Placement
+
+FRESH, STABLE = "fresh", "stable"  # MIG UUIDs on re-creation: a new one each time, or the same back
 
 
 @dataclass
@@ -56,11 +58,13 @@ class Gpu:
     needs_reset: bool = False  # a MIG mode change stays pending until reset_gpu()
     gis: list[GpuInstance] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
-    gi_id_map: list[int] | None = None  # heap ID -> reported ID when IDs are shuffled
+    release: str | None = None  # driver release key (None: the model's default)
+    gi_numbering: str = hardware.HEAP  # how this GPU's driver numbers GIs (identity.py)
+    gi_id_map: list[int] | None = None  # tree ID -> reported ID when IDs are shuffled
 
     @property
     def model(self) -> GpuModel:
-        return find_model(self.model_key)
+        return hardware.model(self.model_key, self.release)
 
     def gi(self, gi_id: int) -> GpuInstance | None:
         return next((g for g in self.gis if g.gi_id == gi_id), None)
@@ -86,6 +90,7 @@ class State:
     faults: Faults = field(default_factory=Faults)
     next_serial: int = 1
     events: list[dict[str, Any]] = field(default_factory=list)
+    mig_uuids: str = FRESH
 
     def gpu(self, uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -115,6 +120,7 @@ class State:
             ),
             next_serial=int(data.get("next_serial", 1)),
             events=list(data.get("events", [])),
+            mig_uuids=str(data.get("mig_uuids", FRESH)),
         )
 
 

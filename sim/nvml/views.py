@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mig.types import Placement
 from sim.nvml import driver
+from sim.nvml.hardware import Placement
 from sim.nvml.state import Gpu, State
 
 
@@ -40,7 +40,7 @@ class SimProcess:
 class SimGpu:
     index: int
     uuid: str
-    model: str  # catalog key
+    model: str  # model key (drivers/*.yaml)
     name: str  # NVML name
     mig_current: int
     mig_pending: int

@@ -3,8 +3,10 @@ kube-scheduler honours, parsed from the same YAML file the Helm chart renders.
 
 Honoured: profiles[].schedulerName, extenders[] (urlPrefix, filterVerb, bindVerb, prioritizeVerb,
 weight, nodeCacheCapable, managedResources, httpTimeout, enableHTTPS, tlsConfig, ignorable),
-percentageOfNodesToScore, podInitialBackoffSeconds, podMaxBackoffSeconds. Everything else is
-accepted and ignored.
+percentageOfNodesToScore, podInitialBackoffSeconds, podMaxBackoffSeconds, leaderElection
+(leaderElect, leaseDuration, renewDeadline, retryPeriod, resourceLock, resourceName,
+resourceNamespace; defaults as kube-scheduler's: on, 15s/10s/2s, leases, kube-scheduler in
+kube-system). Everything else is accepted and ignored.
 """
 
 from __future__ import annotations
@@ -63,12 +65,24 @@ class ExtenderConfig:
 
 
 @dataclass(frozen=True)
+class LeaderElection:
+    leader_elect: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resource_lock: str = "leases"
+    resource_name: str = "kube-scheduler"
+    resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     scheduler_names: tuple[str, ...] = ("default-scheduler",)
     extenders: tuple[ExtenderConfig, ...] = ()
     percentage_of_nodes_to_score: int = 0  # 0 = adaptive, as kube-scheduler
     initial_backoff: float = 1.0
     max_backoff: float = 10.0
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -142,6 +156,40 @@ def _extender(raw: Any, i: int) -> ExtenderConfig:
     )
 
 
+def _leader_election(raw: Any) -> LeaderElection:
+    if raw is None:
+        return LeaderElection()
+    if not isinstance(raw, dict):
+        raise ConfigError("leaderElection: must be a mapping")
+    d = LeaderElection()
+
+    def seconds(key: str, default: float) -> float:
+        value = raw.get(key)
+        return default if value is None else parse_duration(value, f"leaderElection.{key}")
+
+    cfg = LeaderElection(
+        leader_elect=bool(raw.get("leaderElect", d.leader_elect)),
+        lease_duration=seconds("leaseDuration", d.lease_duration),
+        renew_deadline=seconds("renewDeadline", d.renew_deadline),
+        retry_period=seconds("retryPeriod", d.retry_period),
+        resource_lock=str(raw.get("resourceLock") or d.resource_lock),
+        resource_name=str(raw.get("resourceName") or d.resource_name),
+        resource_namespace=str(raw.get("resourceNamespace") or d.resource_namespace),
+    )
+    if not cfg.leader_elect:
+        return cfg
+    if cfg.resource_lock != "leases":
+        raise ConfigError(f"leaderElection.resourceLock: {cfg.resource_lock!r} is not supported; use \"leases\"")
+    # client-go's rules (leaderelection.NewLeaderElector)
+    if not cfg.lease_duration > cfg.renew_deadline:
+        raise ConfigError("leaderElection.leaseDuration: must be greater than renewDeadline")
+    if not cfg.renew_deadline > 1.2 * cfg.retry_period:
+        raise ConfigError("leaderElection.renewDeadline: must be greater than retryPeriod*1.2")
+    if cfg.retry_period <= 0:
+        raise ConfigError("leaderElection.retryPeriod: must be greater than zero")
+    return cfg
+
+
 def parse(doc: Any) -> SchedulerConfig:
     if not isinstance(doc, dict):
         raise ConfigError("the file must hold one KubeSchedulerConfiguration mapping")
@@ -168,6 +216,7 @@ def parse(doc: Any) -> SchedulerConfig:
         scheduler_names=names, extenders=extenders, percentage_of_nodes_to_score=pct,
         initial_backoff=float(doc.get("podInitialBackoffSeconds") or 1),
         max_backoff=float(doc.get("podMaxBackoffSeconds") or 10),
+        leader_election=_leader_election(doc.get("leaderElection")),
     )
 
 

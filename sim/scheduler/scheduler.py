@@ -7,6 +7,9 @@ bind verb, or a Binding) on a small pool of threads as kube-scheduler's asynchro
 cycle. A failed attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
 condition, and the pod is retried after an exponential backoff.
 
+With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
+(sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
+
 Not simulated: prioritize and preempt verbs, scoring plugins (ties are broken at random),
 resource fit of cpu/memory, affinity beyond nodeSelector, the 5-minute unschedulable queue.
 """
@@ -32,6 +35,7 @@ from sim.scheduler import messages
 from sim.scheduler.config import SchedulerConfig
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
+from sim.scheduler.leader import LeaderElector
 
 log = logging.getLogger("sim.scheduler")
 
@@ -111,10 +115,13 @@ class Scheduler:
         initial_backoff, max_backoff: override the config's pod backoff (seconds), e.g. 0.05 in tests.
         bind_workers: how many bindings may run at once.
         seed: seed for breaking ties between feasible nodes.
+        hostname: the first part of the leader-election identity `<hostname>_<uuid>` (in a pod, kube-
+            scheduler's hostname is the pod's name); default this machine's.
     """
 
     def __init__(self, config: SchedulerConfig, api_client: Any, *, initial_backoff: float | None = None,
-                 max_backoff: float | None = None, bind_workers: int = 8, seed: int | None = None):
+                 max_backoff: float | None = None, bind_workers: int = 8, seed: int | None = None,
+                 hostname: str | None = None):
         self.config = config
         self.core = client.CoreV1Api(api_client)
         self.extenders = [Extender(e) for e in sorted(config.extenders, key=lambda e: e.ignorable)]
@@ -143,25 +150,46 @@ class Scheduler:
             _Informer("nodes", self.core.list_node, "", self._sync_nodes, self._node_event, self._stopping),
         ]
         self._worker = threading.Thread(target=self._run, name="sched-worker", daemon=True)
+        election = config.leader_election
+        self.elector = (LeaderElector(api_client, election, hostname or socket.gethostname(),
+                                      on_started=self._worker.start, on_lost=self._lost)
+                        if election.leader_elect else None)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Scheduler:
         for inf in self._informers:
             inf.thread.start()
-        self._worker.start()
+        if self.elector is not None:
+            self.elector.start()  # the scheduling loop starts once the Lease is ours
+        else:
+            self._worker.start()
         return self
+
+    def wait_leading(self, timeout: float = 30) -> bool:
+        return self.elector is None or self.elector.leading.wait(timeout)
+
+    def _lost(self) -> None:
+        """Leadership lost: kube-scheduler exits ("leaderelection lost"); this one stops scheduling."""
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
 
     def wait_synced(self, timeout: float = 10) -> bool:
         deadline = time.monotonic() + timeout
         return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self._informers)
 
-    def stop(self) -> None:
+    def stop(self, release: bool = True) -> None:
+        """A graceful stop releases the Lease (kube-scheduler's ReleaseOnCancel); `release=False` is a
+        process killed without that chance: a successor waits out leaseDuration."""
         self._stopping.set()
         with self._lock:
             self._lock.notify_all()
+        if self.elector is not None:
+            self.elector.stop(release=release)
         for inf in self._informers:
             inf.stop()
-        self._worker.join(timeout=5)
+        if self._worker.is_alive():
+            self._worker.join(timeout=5)
         self._binders.shutdown(wait=True, cancel_futures=True)
         for inf in self._informers:
             inf.thread.join(timeout=5)

@@ -135,8 +135,7 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     (extender,) = config["extenders"]
     deployment = one(docs, "Deployment")
     server = container(deployment, "server")
-    https_port = next(p["containerPort"] for p in server["ports"] if p["name"] == "https")
-    assert extender["urlPrefix"] == f"https://127.0.0.1:{https_port}"
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{arg(server, 'extender-port')}"  # loopback listener
     assert extender["enableHTTPS"] is True
     assert "insecure" not in extender["tlsConfig"]
     assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")
@@ -286,6 +285,7 @@ def test_the_device_plugin_runs_privileged_with_the_kubelet_socket_dir_and_its_n
     spec = daemonset["spec"]["template"]["spec"]
     plugin = container(daemonset, "device-plugin")
     assert plugin["securityContext"]["privileged"] is True
+    assert plugin["securityContext"]["runAsUser"] == 0  # the image's user is the server's non-root one
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in plugin["env"]
     host = next(v for v in spec["volumes"] if "hostPath" in v)
     assert host["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
@@ -376,8 +376,8 @@ def test_the_device_plugin_gets_nvml_through_the_nvidia_runtime_class_with_mig_v
         assert env(plugin, name) == "all"
     assert "utility" in env(plugin, "NVIDIA_DRIVER_CAPABILITIES")
     assert "initContainers" not in spec and "LD_LIBRARY_PATH" not in {e["name"] for e in plugin["env"]}
-    created = render("1.35", "devicePlugin.runtimeClassName=nvidia-cdi", "devicePlugin.runtimeClass.create=true",
-                     "devicePlugin.runtimeClass.handler=nvidia-cdi")
+    created = render("1.35", "devicePlugin.runtimeClassName=nvidia-cdi", "devicePlugin.createRuntimeClass=true",
+                     "devicePlugin.runtimeClassHandler=nvidia-cdi")
     runtime_class = one(created, "RuntimeClass")
     assert (runtime_class["metadata"]["name"], runtime_class["handler"]) == ("nvidia-cdi", "nvidia-cdi")
     assert one(created, "DaemonSet")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
@@ -402,7 +402,7 @@ def test_the_device_plugin_serves_metrics_and_probes_on_one_port_with_a_service_
 
 
 def test_every_container_has_a_read_only_root_filesystem():
-    docs = render("1.35", "devicePlugin.waitForToolkit.enabled=true")
+    docs = render("1.35", "devicePlugin.gpuOperatorToolkitReady.enabled=true")
     for workload in of_kind(docs, "Deployment") + of_kind(docs, "DaemonSet") + of_kind(docs, "Job"):
         spec = workload["spec"]["template"]["spec"]
         for c in spec.get("initContainers", []) + spec["containers"]:
@@ -410,7 +410,7 @@ def test_every_container_has_a_read_only_root_filesystem():
 
 
 def test_on_gpu_operator_nodes_the_plugin_waits_for_the_toolkit_validation_marker():
-    daemonset = one(render("1.35", "devicePlugin.waitForToolkit.enabled=true"), "DaemonSet")
+    daemonset = one(render("1.35", "devicePlugin.gpuOperatorToolkitReady.enabled=true"), "DaemonSet")
     spec = daemonset["spec"]["template"]["spec"]
     (wait,) = spec["initContainers"]
     assert "/run/nvidia/validations/toolkit-ready" in wait["args"][0]
@@ -421,7 +421,7 @@ def test_on_gpu_operator_nodes_the_plugin_waits_for_the_toolkit_validation_marke
 
 
 def test_without_a_runtime_class_the_plugin_loads_nvml_from_the_drivers_root():
-    daemonset = one(render("1.35", "devicePlugin.runtimeClassName=", "devicePlugin.driverRoot=/run/nvidia/driver"),
+    daemonset = one(render("1.35", "devicePlugin.runtimeClassName=", "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver"),
                     "DaemonSet")
     plugin = container(daemonset, "device-plugin")
     mount = next(m for m in plugin["volumeMounts"] if m["mountPath"] == "/driver-root")
@@ -434,9 +434,53 @@ def test_without_a_runtime_class_the_plugin_loads_nvml_from_the_drivers_root():
 def test_an_image_digest_pins_every_dynmig_container_and_kube_scheduler():
     digest = "sha256:" + "ab" * 32
     docs = render("1.35", f"image.digest={digest}", f"kubeScheduler.image.digest={digest}",
-                  "devicePlugin.waitForToolkit.enabled=true")
+                  "devicePlugin.gpuOperatorToolkitReady.enabled=true")
     images = {c["image"] for d in docs if d["kind"] in ("Deployment", "DaemonSet", "Job")
               for c in d["spec"]["template"]["spec"]["containers"] + d["spec"]["template"]["spec"].get("initContainers", [])}
     assert images == {f"ghcr.io/dynmig/dynmig@{digest}", f"registry.k8s.io/kube-scheduler@{digest}"}
     done = helm("template", "dynmig", str(CHART), "--set", "image.digest=latest")
     assert done.returncode != 0 and "digest" in done.stderr
+
+
+def test_serve_follows_the_lease_of_kube_scheduler_in_its_own_pod():
+    docs = render("1.35", "server.replicas=3")
+    deployment = one(docs, "Deployment")
+    server = container(deployment, "server")
+    election = scheduler_config(docs)["leaderElection"]
+    assert deployment["spec"]["replicas"] == 3
+    assert (arg(server, "leader-elect"), arg(server, "lease-name")) == ("true", election["resourceName"])
+    assert election["leaderElect"] is True and election["resourceNamespace"] == NAMESPACE
+    # serve's identity is the pod's name, which is kube-scheduler's hostname
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in server["env"]
+    assert "hostname" not in deployment["spec"]["template"]["spec"]
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert "affinity" not in one(render(), "Deployment")["spec"]["template"]["spec"]  # one replica: nothing to spread
+    single = container(one(render("1.35", "kubeScheduler.leaderElection.enabled=false"), "Deployment"), "server")
+    assert arg(single, "leader-elect") == "false"
+    done = helm("template", "dynmig", str(CHART), "--set", "server.replicas=2",
+                "--set", "kubeScheduler.leaderElection.enabled=false")
+    assert done.returncode != 0 and "kubeScheduler.leaderElection.enabled" in done.stderr
+
+
+HAMI_WRITERS = ("system:serviceaccount:kube-system:hami-scheduler", "system:serviceaccount:kube-system:hami-device-plugin")
+
+
+def test_a_handover_lets_hamis_service_accounts_write_allocations_everywhere_the_rule_is_enforced():
+    docs = render("1.35", f"allocationWriters={{{','.join(HAMI_WRITERS)}}}")
+    expected = controller_users(docs) + list(HAMI_WRITERS)
+    hook = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods."))
+    in_webhook = {c["name"]: c["expression"] for c in hook["matchConditions"]}["not-a-dynmig-controller"]
+    in_policy = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"][0]["expression"]
+    for expression in (in_webhook, in_policy):
+        assert re.findall(r"'(system:serviceaccount:[^']+)'", expression) == expected
+    server = container(one(docs, "Deployment"), "server")
+    assert list(parse_args(server["args"][1:]).privileged_users) == expected
+
+
+@pytest.mark.parametrize("writer", ["x' || true || '", "alice bob", 'a"b', "back\\slash"])
+def test_an_allocation_writer_that_could_break_out_of_the_cel_list_is_refused(writer):
+    done = helm("template", "dynmig", str(CHART), "--set-json", f"allocationWriters={json.dumps([writer])}")
+    assert done.returncode != 0 and "allocationWriters" in done.stderr

@@ -167,3 +167,17 @@ def test_only_pods_that_carry_or_gain_the_annotation_are_sent_to_the_pod_webhook
     change(alice, "by-scheduler", "json", {})  # removing it: only oldObject carries it
     assert sent() == [("UPDATE", "plain"), ("CREATE", "born-with-it"), ("UPDATE", "by-scheduler")]
 
+
+
+def test_during_a_handover_hamis_scheduler_may_write_the_annotation_and_alice_still_may_not(apiserver):
+    chart = render("1.31", "allocationWriters={system:serviceaccount:kube-system:hami-scheduler}")
+    apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        apiserver.create(one(chart, kind, "-allocations"))
+    apiserver.add_identity(service_account("hami", "kube-system", "hami-scheduler"))
+    hami = client.CoreV1Api(apiserver.api_client("hami"))
+    hami.create_namespaced_pod("default", pod("by-hami", {KEY: "real"}))
+    change(hami, "by-hami", "merge", {KEY: "moved"})
+    with pytest.raises(ApiException) as denied:
+        change(client.CoreV1Api(apiserver.api_client("alice")), "by-hami", "merge", {KEY: "forged"})
+    assert denied.value.status == 403

@@ -113,7 +113,7 @@ def extender_app(apiserver, seen: list) -> Starlette:
 def test_the_rendered_scheduler_configuration_drives_kube_scheduler_over_verified_https(certs_made, tmp_path):
     apiserver, _ = certs_made
     port = free_port()
-    docs = render("1.35", f"server.httpsPort={port}")
+    docs = render("1.35", f"server.extenderPort={port}")
     server_args = container(one(docs, "Deployment"), "server")
     secret_name = env(server_args, "DYNMIG_TLS_SECRET")
     # what kubelet mounts at the caFile path: ca.crt of the serving Secret

@@ -12,8 +12,8 @@ from chart_testkit import KUBE_VERSIONS, render
 CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
                 ("monitoring.coreos.com/v1", "ServiceMonitor")}
 EVERYTHING_ON = ("metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true",
-                 "devicePlugin.runtimeClass.create=true", "devicePlugin.waitForToolkit.enabled=true",
-                 "devicePlugin.driverRoot=/run/nvidia/driver", "server.replicas=2",
+                 "devicePlugin.createRuntimeClass=true", "devicePlugin.gpuOperatorToolkitReady.enabled=true",
+                 "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver", "server.replicas=2",
                  "image.digest=sha256:" + "0" * 64)
 SETS = {"defaults": (), "everything-on": EVERYTHING_ON}
 

@@ -111,7 +111,7 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
         k = [kubectl, "--kubeconfig", str(kubeconfig)]
         nodes = subprocess.run([*k, "get", "nodes", "-o", "name"], capture_output=True, text=True, check=True)
         assert nodes.stdout.split() == ["node/gpu-a100", "node/gpu-rtx"]
-        subprocess.run([*k, "create", "--validate=false", "-f", "-"], input=POD, text=True, check=True,
+        subprocess.run([*k, "create", "-f", "-"], input=POD, text=True, check=True,
                        capture_output=True)
         deadline = time.monotonic() + 30
         phase = ""

@@ -43,7 +43,7 @@ def test_the_laptop_scheduler_config_changes_only_the_extender_address_its_ca_fi
     for key in ("filterVerb", "bindVerb", "nodeCacheCapable", "managedResources", "enableHTTPS", "httpTimeout"):
         assert ext[key] == chart["extenders"][0][key]
     assert laptop["profiles"] == chart["profiles"]
-    assert chart["extenders"][0]["urlPrefix"] == "https://127.0.0.1:8443"  # the chart itself is not modified
+    assert chart["extenders"][0]["urlPrefix"] == "https://127.0.0.1:8444"  # the chart itself is not modified
 
 
 def test_the_reason_for_one_gpu_is_picked_out_of_a_message_about_every_gpu():

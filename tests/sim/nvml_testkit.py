@@ -7,8 +7,17 @@ from typing import Any
 
 import pynvml
 
+from sim.nvml import hardware
+from sim.nvml.hardware import CI_ENUM_BY_SLICES
+
 A100, H100, RTX, A30 = "A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000", "A30"
 THREE_MODELS = (A100, H100, RTX)
+
+
+def find_model(name: str, release: str | None = None) -> hardware.GpuModel:
+    """The simulated driver's own facts for a model (never dynmig's catalog: these tests check the
+    simulator against its driver data)."""
+    return hardware.model(hardware.find_model(name), release)
 
 
 def gpu0() -> Any:
@@ -32,8 +41,6 @@ def create_gi(handle: Any, profile_id: int, start: int, size: int) -> Any:
 
 
 def full_ci(gi: Any, slice_count: int) -> Any:
-    from mig.catalog import CI_ENUM_BY_SLICES
-
     info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
         gi, CI_ENUM_BY_SLICES[slice_count], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
     return pynvml.nvmlGpuInstanceCreateComputeInstance(gi, info.id)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
-from nvml_testkit import A100, H100, RTX, create_gi, full_ci, gpu0
-
-from mig.catalog import find_model
+from nvml_testkit import A100, H100, RTX, create_gi, find_model, full_ci, gpu0
 
 
 def test_an_injected_error_fails_the_next_calls_of_that_function_only(node):

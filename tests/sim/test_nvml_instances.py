@@ -15,15 +15,23 @@ from nvml_testkit import (
     THREE_MODELS,
     compute_instances,
     create_gi,
+    find_model,
     full_ci,
     gpu0,
     gpu_instances,
     mig_uuids_by_index,
 )
 
-from mig.catalog import find_model
+from sim.nvml import SimulatedNvml, SpecError
 
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+def driver_defaults(monkeypatch):
+    """The simulator's own defaults, whatever a whole-suite run set in DYNMIG_SIM_* (spec.py)."""
+    monkeypatch.delenv("DYNMIG_SIM_GI_IDS", raising=False)
+    monkeypatch.delenv("DYNMIG_SIM_MIG_UUIDS", raising=False)
 
 
 @pytest.mark.parametrize("model", THREE_MODELS + (A30,))
@@ -119,19 +127,43 @@ def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, p
 
 
 @pytest.mark.parametrize("model, profile, start, gi_id", [
-    (A100, "7g.40gb", 0, 0), (A100, "3g.20gb", 0, 1), (A100, "3g.20gb", 4, 2),
-    (A100, "2g.10gb", 0, 3), (A100, "2g.10gb", 2, 4), (A100, "2g.10gb", 4, 5), (A100, "1g.10gb", 6, 6),
-    (A100, "1g.5gb", 0, 7), (A100, "1g.5gb", 6, 13),
-    (H100, "4g.40gb", 0, 1), (H100, "1g.10gb", 3, 10),
+    # GPU 0 of an 8-slice node numbers the upper half first, as real drivers were seen to
+    (A100, "7g.40gb", 0, 0), (A100, "3g.20gb", 0, 2), (A100, "4g.20gb", 0, 2), (A100, "3g.20gb", 4, 1),
+    (A100, "2g.10gb", 2, 6), (A100, "1g.5gb", 0, 11), (A100, "1g.5gb", 1, 12),   # A100-PCIE, 510.47.03
+    (H100, "1g.10gb", 6, 9), (H100, "1g.10gb", 4, 7), (H100, "1g.10gb", 3, 14),  # H100 PCIe, 570.169
+    ("H20", "1g.12gb", 2, 13), ("H20", "1g.12gb", 3, 14),
+    # RTX PRO 6000 (walkthrough, HAMi fixture) and A30: the plain slice-tree order
     (RTX, "4g.96gb", 0, 0), (RTX, "2g.48gb", 0, 1), (RTX, "2g.48gb", 6, 2),
     (RTX, "1g.24gb", 0, 3), (RTX, "1g.24gb", 9, 6),
     (A30, "4g.24gb", 0, 0), (A30, "2g.12gb", 2, 2), (A30, "1g.6gb", 1, 4),
 ])
-def test_gi_ids_follow_the_drivers_heap_numbering(node, model, profile, start, gi_id):
+def test_gi_ids_are_numbered_as_real_drivers_number_them(node, driver_defaults, model, profile, start, gi_id):
     node(model)
     spec = find_model(model).profile(profile)
     gi = create_gi(gpu0(), spec.profile_id, start, spec.placement_size)
     assert pynvml.nvmlGpuInstanceGetInfo(gi).id == gi_id
+
+
+@pytest.mark.parametrize("profile, start, gi_id", [
+    ("3g.20gb", 0, 1), ("3g.20gb", 4, 2), ("2g.10gb", 0, 3), ("2g.10gb", 2, 4), ("2g.10gb", 4, 5),
+    ("1g.10gb", 6, 6), ("1g.5gb", 0, 7), ("1g.5gb", 6, 13),  # MIG User Guide A100 walkthroughs
+])
+def test_the_second_gpu_of_a_node_numbers_its_gis_the_other_way_seen_on_one_real_node(
+        node, driver_defaults, profile, start, gi_id):
+    node({"gpus": [{"model": A100, "count": 2}]})
+    spec = find_model(A100).profile(profile)
+    gpu1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    assert pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu1, spec.profile_id, start, spec.placement_size)).id == gi_id
+    assert pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, start, spec.placement_size)).id != gi_id
+
+
+@pytest.mark.parametrize("numbering, gi_id", [("heap", 1), ("halves-swapped", 2)])
+def test_a_node_spec_can_pin_one_gi_numbering_for_every_gpu(node, numbering, gi_id):
+    node({"gpus": [{"model": A100, "count": 2}], "gi_ids": numbering})
+    spec = find_model(A100).profile("3g.20gb")
+    for index in (0, 1):
+        gi = create_gi(pynvml.nvmlDeviceGetHandleByIndex(index), spec.profile_id, 0, 4)
+        assert pynvml.nvmlGpuInstanceGetInfo(gi).id == gi_id
 
 
 def test_shuffled_gi_ids_are_opaque_but_stable_and_placements_stay_true(node):
@@ -183,32 +215,56 @@ def test_a_full_compute_instance_gets_id_0_and_a_mig_device_with_an_r470_uuid(no
     assert sim.gpus()[0].mig_uuids == (uuid,)
 
 
-def test_re_creating_the_same_placement_gives_the_same_mig_uuid_and_another_placement_a_new_one(node):
+def _make_1g(spec, start):
+    gi = create_gi(gpu0(), spec.profile_id, start, 1)
+    ci = full_ci(gi, 1)
+    return gi, ci, pynvml.nvmlDeviceGetUUID(pynvml.nvmlComputeInstanceGetInfo(ci).device)
+
+
+def test_re_creating_the_same_placement_mints_a_new_mig_uuid_by_default(node, driver_defaults):
     node(H100)
     spec = find_model(H100).profile("1g.10gb")
-
-    def make(start):
-        gi = create_gi(gpu0(), spec.profile_id, start, 1)
-        ci = full_ci(gi, 1)
-        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlComputeInstanceGetInfo(ci).device)
-        return gi, ci, uuid
-
-    gi, ci, first = make(2)
+    gi, ci, first = _make_1g(spec, 2)
     pynvml.nvmlComputeInstanceDestroy(ci)
     pynvml.nvmlGpuInstanceDestroy(gi)
-    _, _, again = make(2)
-    _, _, other = make(3)
+    _, _, again = _make_1g(spec, 2)
+    assert MIG_UUID.fullmatch(again) and again != first
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetHandleByUUID(first)  # a cached UUID of the old instance finds nothing
+
+
+def test_stable_mig_uuids_come_back_for_the_same_placement_and_differ_for_another(node):
+    node({"gpus": [{"model": H100}], "mig_uuids": "stable"})
+    spec = find_model(H100).profile("1g.10gb")
+    gi, ci, first = _make_1g(spec, 2)
+    pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    _, _, again = _make_1g(spec, 2)
+    _, _, other = _make_1g(spec, 3)
     assert first == again and other != first
 
 
-def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profile(node):
+def test_the_legacy_mig_gpu_uuid_gi_ci_form_finds_the_same_mig_device(node):
+    sim = node(H100)
+    spec = find_model(H100).profile("1g.10gb")
+    gi, _, uuid = _make_1g(spec, 2)
+    gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
+    legacy = pynvml.nvmlDeviceGetHandleByUUID(f"MIG-{sim.gpu_uuids[0]}/{gi_id}/0")
+    assert pynvml.nvmlDeviceGetUUID(legacy) == uuid
+    assert pynvml.nvmlDeviceGetGpuInstanceId(legacy) == gi_id
+    for wrong in (f"MIG-{sim.gpu_uuids[0]}/{gi_id}/1", f"MIG-{sim.gpu_uuids[0]}/99999/0", "MIG-GPU-x/1/0"):
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetHandleByUUID(wrong)
+
+
+def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profile(node, driver_defaults):
     sim = node(A100)
     catalog = find_model(A100)
     for name, start in (("1g.5gb", 6), ("3g.20gb", 0), ("2g.10gb", 4)):
         spec = catalog.profile(name)
         full_ci(create_gi(gpu0(), spec.profile_id, start, spec.placement_size), spec.slice_count)
     order = mig_uuids_by_index(gpu0())
-    assert [gi for gi, _, _ in order] == [1, 5, 13]
+    assert [gi for gi, _, _ in order] == [2, 3, 9]  # 3g at 0:4, 2g at 4:2, 1g at 6:1 on GPU 0
     names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), i)) for i in range(3)]
     assert names == [f"NVIDIA A100-SXM4-40GB MIG {n}" for n in ("3g.20gb", "2g.10gb", "1g.5gb")]
     with pytest.raises(pynvml.NVMLError_NotFound):
@@ -276,3 +332,20 @@ def test_a_placement_passed_by_value_is_refused_and_reported(node):
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(gpu0(), 19, placement)
     assert "byref" in sim.misuse[0]
+
+
+def test_a_whole_test_run_can_switch_the_defaults_from_the_environment_and_a_spec_still_wins(node, monkeypatch):
+    monkeypatch.setenv("DYNMIG_SIM_MIG_UUIDS", "stable")
+    monkeypatch.setenv("DYNMIG_SIM_GI_IDS", "heap")
+    node(H100)
+    spec = find_model(H100).profile("1g.10gb")
+    gi, ci, first = _make_1g(spec, 2)
+    assert pynvml.nvmlGpuInstanceGetInfo(gi).id == 9  # heap: 7 + 2
+    pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    assert _make_1g(spec, 2)[2] == first
+    monkeypatch.setenv("DYNMIG_SIM_GI_IDS", "sideways")
+    with pytest.raises(SpecError, match="gi_ids must be one of"):
+        SimulatedNvml({"gpus": [{"model": H100}]})
+    pinned = SimulatedNvml({"gpus": [{"model": H100}], "gi_ids": "halves-swapped", "mig_uuids": "fresh"})
+    assert pinned.snapshot()["mig_uuids"] == "fresh"

@@ -6,9 +6,7 @@ import ctypes
 
 import pynvml
 import pytest
-from nvml_testkit import A30, A100, H100, RTX, THREE_MODELS, create_gi, placements
-
-from mig.catalog import find_model
+from nvml_testkit import A30, A100, H100, RTX, THREE_MODELS, create_gi, find_model, placements
 
 
 @pytest.mark.parametrize("model", THREE_MODELS + (A30,))

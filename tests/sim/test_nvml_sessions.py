@@ -17,6 +17,7 @@ from nvml_testkit import (
     THREE_MODELS,
     compute_instances,
     create_gi,
+    find_model,
     full_ci,
     gpu0,
     gpu_instances,
@@ -24,8 +25,8 @@ from nvml_testkit import (
     placements,
 )
 
-from mig.catalog import CI_ENUM_BY_SLICES, find_model
 from sim.nvml import SimulatedNvml
+from sim.nvml.hardware import CI_ENUM_BY_SLICES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,13 +75,14 @@ def test_a_missing_state_file_without_a_spec_is_a_clear_error(tmp_path):
         SimulatedNvml(state_path=tmp_path / "absent.json")
 
 
-def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, node):
+def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, node, monkeypatch):
+    monkeypatch.delenv("DYNMIG_SIM_GI_IDS", raising=False)
     path = tmp_path / "node.json"
     writer = node({"gpus": [{"model": H100}]}, state_path=path)
     reader = SimulatedNvml(state_path=path)
     create_gi(gpu0(), 19, 6, 1)
     assert reader.gpus()[0].placements == writer.gpus()[0].placements
-    assert reader.gpus()[0].gpu_instances[0].gi_id == 13
+    assert reader.gpus()[0].gpu_instances[0].gi_id == 9
 
 
 @pytest.mark.parametrize("model", THREE_MODELS)

@@ -71,7 +71,7 @@ def service(start_service):
 
 @pytest.fixture
 def extender(service):
-    with TestClient(service.app) as c:
+    with TestClient(service.extender_app) as c:
         yield c
 
 
@@ -87,7 +87,7 @@ def cluster(apiserver, start_service, tmp_path):
     from certs.authority import ServiceIdentity, make_ca, make_serving
     from certs.reload import FileSource, TLSReloader
     from sim.scheduler import Scheduler, parse
-    from webhooks.runner import Listeners
+    from webhooks.runner import Extender, Listeners
 
     now = dt.datetime.now(dt.UTC)
     ca = make_ca(now)
@@ -99,11 +99,12 @@ def cluster(apiserver, start_service, tmp_path):
     tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
     tls.start()
     service.tls = tls
-    listeners = Listeners(service.app, service.metrics_app, tls=tls).start()
+    listeners = Listeners(service.app, service.metrics_app, tls=tls,
+                          extender=Extender(service.extender_app, tls=tls)).start()
     apiserver.register_service("dynmig", "dynmig", "127.0.0.1", listeners.ports[0])
     for obj in webhook_configurations(ca.cert_pem()):
         apiserver.create(obj)
-    scheduler = Scheduler(parse(scheduler_configuration(listeners.url, ca.cert_pem())),
+    scheduler = Scheduler(parse(scheduler_configuration(listeners.extender_url, ca.cert_pem())),
                           apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.5,
                           seed=1).start()
     assert scheduler.wait_synced()

@@ -127,16 +127,15 @@ def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiser
     assert len(holders) == 1
 
 
-def test_a_failed_patch_leaves_no_reservation_behind_and_fails_the_bind(apiserver, service, extender):
-    seed(apiserver, service, node("n1"))
-    ghost = gpu_pod("ghost")
-    ghost["metadata"]["uid"] = "never-created"
-    out = extender.post("/filter", json=filter_args(ghost, ["n1"])).json()
-    assert out["NodeNames"] == ["n1"]  # the reservation is written after the reply; bind waits for it
-    bind = extender.post("/bind", json={"PodName": "ghost", "PodNamespace": "team", "PodUID": "never-created",
-                                        "Node": "n1"}).json()
-    assert "not found" in bind["Error"] or "could not record the MIG reservation" in bind["Error"]
-    assert eventually(lambda: service.fleet.placements()["GPU-n1-0"] == [])
+def test_filters_for_pods_that_do_not_exist_reserve_nothing_and_block_no_node(apiserver, service, extender):
+    _, real = seed(apiserver, service, node("n1"), gpu_pod("real"))
+    for i in range(2):
+        ghost = gpu_pod(f"ghost-{i}")
+        ghost["metadata"]["uid"] = f"never-created-{i}"
+        out = extender.post("/filter", json=filter_args(ghost, ["n1"])).json()
+        assert out["Error"] == f"pod team/ghost-{i} does not exist in the cluster"
+    assert service.fleet.placements()["GPU-n1-0"] == []
+    assert post_filter(extender, service, real, ["n1"])["NodeNames"] == ["n1"]  # n1 is not held for a ghost
 
 
 def test_a_pod_whose_reservation_cannot_be_written_is_not_bound(apiserver, service, extender):
@@ -149,6 +148,14 @@ def test_a_pod_whose_reservation_cannot_be_written_is_not_bound(apiserver, servi
     assert "could not record the MIG reservation" in bind["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
     assert service.fleet.placements()["GPU-n1-0"] == []
+
+
+def test_a_failed_reservation_write_frees_the_node_for_the_next_pod(apiserver, service, extender):
+    _, first, second = seed(apiserver, service, node("n1"), gpu_pod("p1"), gpu_pod("p2"))
+    apiserver.faults.fail_next(verb="patch", resource="pods", code=500)
+    post_filter(extender, service, first, ["n1"])  # its write fails after the reply; no bind will follow
+    out = post_filter(extender, service, second, ["n1"])
+    assert out["NodeNames"] == ["n1"], out
 
 
 def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
@@ -210,7 +217,7 @@ def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service
     seed(apiserver, first, node("n1", gpus=2), node("n2", "H100-SXM5-80GB", gpus=2))
     from starlette.testclient import TestClient
 
-    with TestClient(first.app) as http:
+    with TestClient(first.extender_app) as http:
         for i, mem in enumerate([8000, 20000, 40000, 8000, 70000, 15000]):
             pod = apiserver.create(gpu_pod(f"p{i}", memory=mem))
             assert eventually(lambda n=f"p{i}": first.cache.pod("team", n))
@@ -271,20 +278,26 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, s
 def test_a_follower_replica_refuses_to_schedule(apiserver, start_service):
     from starlette.testclient import TestClient
 
-    from webhooks.leader import LeaseElector
+    from webhooks.leader import LeaseFollower
 
     svc = start_service()
-    svc.server.extender.leader = LeaseElector(svc.kube, "dynmig", "dynmig-scheduler", "other")
-    with TestClient(svc.app) as http:
+    svc.server.extender.leader = LeaseFollower(svc.kube, "dynmig", "dynmig-scheduler", "other")
+    with TestClient(svc.extender_app) as http:
         out = http.post("/filter", json=filter_args(gpu_pod("p"), ["n1"])).json()
         assert out["Error"].startswith("not the leader")
         assert http.post("/bind", json={"PodName": "p", "PodNamespace": "team", "Node": "n1"}).json()["Error"]
 
 
-def test_a_malformed_extender_body_is_an_error_in_the_reply_with_http_200(extender):
-    for body in (b"nope", b"[]", b'{"Pod": 3}'):
-        reply = extender.post("/filter", content=body, headers={"content-type": "application/json"})
-        assert reply.status_code == 200 and reply.json()["Error"]
+@pytest.mark.parametrize(("body", "message"), [
+    (b"nope", "not JSON"), (b"[]", "must be a JSON object"), (b'{"Pod": 3}', "Pod: must be an object"),
+    (b'{"Pod": {"metadata": {"uid": ["x"]}}}', "Pod.metadata.uid: must be a string"),
+])
+def test_a_body_that_is_not_extender_args_gets_http_400_naming_the_field(extender, body, message):
+    reply = extender.post("/filter", content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 400 and message in reply.text
+
+
+def test_binding_args_without_a_pod_name_are_an_error_in_the_reply(extender):
     reply = extender.post("/bind", content=b"{}", headers={"content-type": "application/json"})
     assert reply.status_code == 200 and "PodName" in reply.json()["Error"]
 
@@ -328,8 +341,8 @@ def test_gpumem_percentage_25_on_an_a100_40gb_node_gets_a_3g_20gb(apiserver, ser
 
 
 def test_a_pod_with_a_bad_quantity_gets_an_error_naming_container_and_resource(apiserver, service, extender):
-    pod = gpu_pod("bad", memory=None)
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("bad", memory=None))
+    # kube-apiserver refuses to store "8K", so only the scheduler's ExtenderArgs can carry it.
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8K"
-    _, pod = seed(apiserver, service, node("n1"), pod)
     out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
     assert out["Error"].startswith("container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'")

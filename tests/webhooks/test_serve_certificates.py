@@ -221,6 +221,7 @@ def test_serve_with_tls_secret_picks_up_a_forced_rotation_without_restart_and_no
 def test_the_leader_in_cert_mode_self_renews_a_nearly_expired_certificate_and_injects_the_bundle(cluster, serve):
     ca_pem, old_serial = store_nearly_expired(cluster)
     assert all(bundle != ca_pem for bundle in bundles(cluster))  # stale bundle before
+    hold_lease(cluster, "serve-a_5d1e")  # the kube-scheduler of serve-a's pod leads
     replica = serve("--tls-secret", TLS_SECRET, "--cert-mode", "self")
     assert replica.certificates.reloader.ready()  # still valid: served at once while the leader renews
     eventually(lambda: secret_serial(cluster) != old_serial, what="the Secret renewed")
@@ -258,9 +259,9 @@ def test_a_follower_in_cert_mode_self_serves_the_secret_but_does_not_renew_it(cl
 
 
 def test_a_replica_that_wins_the_lease_renews_and_injects_at_once_not_at_its_next_check(cluster, serve):
-    """The renewer checks every 30 s here; the replica starts as a follower (another holds the Lease),
-    so its first check finds nothing to do. When the other replica's Lease goes away, winning it wakes
-    the renewer: the Secret is renewed and the bundle injected long before the next 30 s check."""
+    """The renewer checks every 30 s here; the replica starts as a follower (another pod's kube-scheduler
+    holds the Lease), so its first check finds nothing to do. When its own pod's kube-scheduler takes
+    the Lease, leading wakes the renewer: the Secret is renewed and the bundle injected long before the next 30 s check."""
     ca_pem, old_serial = store_nearly_expired(cluster)
     hold_lease(cluster, "serve-elsewhere")
     stale = bundles(cluster)
@@ -269,7 +270,9 @@ def test_a_replica_that_wins_the_lease_renews_and_injects_at_once_not_at_its_nex
     eventually(lambda: renewer.passes >= 1, what="the first renewer check")
     assert not replica.service.leader.is_leader()
     assert bundles(cluster) == stale and secret_serial(cluster) == old_serial
+    # the other pod's kube-scheduler is gone and the one in serve-b's pod took the Lease
     client.CoordinationV1Api(cluster.api_client("admin")).delete_namespaced_lease("dynmig-scheduler", NS)
+    hold_lease(cluster, "serve-b_8c0a")
     # the renewer publishes the bundle before it writes the Secret: wait for both
     eventually(lambda: all(bundle == ca_pem for bundle in bundles(cluster))
                and secret_serial(cluster) != old_serial, timeout=10,

@@ -141,6 +141,7 @@ def scheduler_configuration(url: str, ca_pem: bytes, scheduler: str = "dynmig-sc
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},  # one scheduler; test_leadership.py elects
         "profiles": [{"schedulerName": scheduler}],
         "extenders": [{"urlPrefix": url, "filterVerb": "filter", "bindVerb": "bind", "nodeCacheCapable": True,
                        "enableHTTPS": True, "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},

@@ -61,9 +61,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "dynmig.schedulerConfigName" -}}{{ include "dynmig.fullname" . }}-scheduler-config{{- end -}}
 {{- define "dynmig.certificateName" -}}{{ include "dynmig.fullname" . }}-serving{{- end -}}
 
-{{/* The identities allowed to write hami.io/vgpu-mig-allocations: the scheduler pod and the device plugin. */}}
+{{/* The identities allowed to write hami.io/vgpu-mig-allocations: the scheduler pod, the device
+plugin, and allocationWriters (e.g. HAMi's during a handover), as a JSON list. One list for the
+webhook's matchConditions, the ValidatingAdmissionPolicy and `dynmig serve --privileged-user`. */}}
+{{- define "dynmig.allocationWriters" -}}
+{{- $own := list (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "dynmig.serverSA" .)) (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "dynmig.pluginSA" .)) -}}
+{{- concat $own .Values.allocationWriters | uniq | toJson -}}
+{{- end -}}
+
+{{/* The same list as a CEL list literal (values.schema.json keeps quotes and backslashes out). */}}
 {{- define "dynmig.controllerUsers" -}}
-{{- printf "['system:serviceaccount:%s:%s', 'system:serviceaccount:%s:%s']" .Release.Namespace (include "dynmig.serverSA" .) .Release.Namespace (include "dynmig.pluginSA" .) -}}
+[{{ range $i, $user := include "dynmig.allocationWriters" . | fromJsonArray }}{{ if $i }}, {{ end }}'{{ $user }}'{{ end }}]
 {{- end -}}
 
 {{/* The device-config file: user content, else the default file with an optional allowlist override. */}}
