@@ -26,6 +26,8 @@ from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import parse_preference
 from mig.placement.published import from_catalog
+from mig.placement.request import INT32_MAX, MAX_DEVICES
+from mig.quantity import QuantityError, parse_quantity
 from mig.types import Placement
 
 # Request sizes for `diff`: a ladder in GiB, asked a little under each size (95 %) so that a request
@@ -35,23 +37,31 @@ LADDER_MIB = tuple(round(g * 1024 * 0.95) for g in LADDER_GIB)
 NODE, GPU = "explain-node", "GPU-explain"
 
 
+MAX_AXIS = 64  # no GPU has more memory slices (they have 8)
+
+
 def _positive_mib(text: str) -> int:
+    """MiB as a Kubernetes quantity, read as the scheduler reads nvidia.com/gpumem (8000, 8k, 1e4)."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB (e.g. --memory 8000)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive number of MiB (e.g. --memory 8000)")
+        value = parse_quantity(text).as_int64()
+    except QuantityError:
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number of MiB (e.g. --memory 8000 or 8k)")
+    if not 0 < value <= INT32_MAX:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive number of MiB up to {INT32_MAX} "
+                                         "(e.g. --memory 8000)")
     return value
 
 
 def _positive_count(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
+        value = parse_quantity(text).as_int64() or 0
+    except QuantityError:
         value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive device count (e.g. --gpus 2)")
+    if not 0 < value <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be a device count from 1 to {MAX_DEVICES} "
+                                         "(e.g. --gpus 2)")
     return value
 
 
@@ -65,7 +75,8 @@ def _placements(text: str) -> tuple[Placement, ...]:
             placement = Placement(int(start), int(size))
         except ValueError:
             placement = None
-        if not sep or placement is None or placement.start < 0 or placement.size <= 0:
+        if (not sep or placement is None or placement.start < 0 or placement.size <= 0
+                or placement.end > MAX_AXIS):
             raise argparse.ArgumentTypeError(
                 f"{part!r} is not START:SIZE with START ≥ 0 and SIZE > 0 (e.g. --occupied 0:2,6:1)")
         out.append(placement)

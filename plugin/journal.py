@@ -36,6 +36,7 @@ JOURNAL_FILE = "instances.json"
 MAX_BYTES = 1 << 20  # a node holds at most a few dozen instances; anything near this is hostile
 MAX_ENTRIES = 1024
 VERSION = 1
+UNKNOWN = "?"  # a create whose pod the caller did not name
 
 Key = tuple[str, str, int, int]  # (GPU UUID, profile, placement start, size)
 
@@ -84,7 +85,10 @@ class Entry(BaseModel):
         return (self.gpuUUID, self.profile, self.start, self.size)
 
     @property
-    def owner(self) -> Owner:
+    def owner(self) -> Owner | None:
+        """The pod it was created for; None when the creator did not say (then the key alone decides)."""
+        if self.podUID == UNKNOWN:
+            return None
         return Owner(self.podUID, self.namespace, self.name, self.containerIndex, self.deviceIndex)
 
     @property
@@ -94,8 +98,8 @@ class Entry(BaseModel):
 
     @classmethod
     def intent(cls, key: Key, owner: Owner) -> Entry:
-        return cls(gpuUUID=key[0], profile=key[1], start=key[2], size=key[3], podUID=owner.pod_uid or "?",
-                   namespace=owner.namespace or "?", name=owner.name or "?",
+        return cls(gpuUUID=key[0], profile=key[1], start=key[2], size=key[3], podUID=owner.pod_uid or UNKNOWN,
+                   namespace=owner.namespace or UNKNOWN, name=owner.name or UNKNOWN,
                    containerIndex=owner.container_index, deviceIndex=owner.device_index)
 
     def with_runtime(self, gi_id: int, ci_id: int, mig_uuid: str) -> Entry:

@@ -262,8 +262,17 @@ def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
     rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
     errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
     if errors:
-        return Decision.deny("\n".join(errors))
-    return Decision.allow(warnings=tuple(rendered))
+        return Decision.deny("\n".join(_first(errors, "errors")))
+    return Decision.allow(warnings=tuple(_first(rendered, "warnings")))
+
+
+MAX_LISTED = 20
+
+
+def _first(lines: list[str], what: str) -> list[str]:
+    """At most MAX_LISTED lines of at most 1 KiB each, then how many more: a reply never grows with the input."""
+    shown = [line if len(line) <= 1024 else line[:1024] + "…" for line in lines[:MAX_LISTED]]
+    return shown + ([f"and {len(lines) - MAX_LISTED} more {what}"] if len(lines) > MAX_LISTED else [])
 
 
 def object_problem(review: Review) -> str:

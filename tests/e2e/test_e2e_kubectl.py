@@ -22,7 +22,6 @@ from sim.nvml import SimulatedNvml
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PLUGINS = "app.kubernetes.io/component=device-plugin"
-NO_OPENAPI = "failed to download openapi"
 
 
 class LabProcess:
@@ -130,11 +129,7 @@ def kc(lab: LabProcess) -> Iterator[LabProcess]:
 def create(lab: LabProcess, *files: str, namespace: str = "default") -> None:
     """`kubectl create -f` with kubectl's defaults (client-side validation included)."""
     args = [a for f in files for a in ("-f", str(EXAMPLES / f))]
-    done = lab.kubectl("create", "-n", namespace, *args, check=False)
-    if done.returncode != 0 and NO_OPENAPI in done.stderr:
-        pytest.skip("the simulated API server serves no OpenAPI v3 document yet, which kubectl's default "
-                    f"client-side validation downloads ({done.stderr.strip().splitlines()[0][:160]})")
-    assert done.returncode == 0, done.stderr
+    lab.kubectl("create", "-n", namespace, *args)
 
 
 def test_kubectl_creates_the_example_pods_and_waits_until_they_are_ready(kc):
@@ -158,6 +153,16 @@ def test_kubectl_delete_returns_once_the_pod_is_gone_and_its_instance_is_destroy
     kc.kubectl("delete", "pod", "one-1g", timeout=60)  # kubectl waits for the pod to be gone
     assert kc.kubectl("get", "pod", "one-1g", check=False).returncode != 0
     wait(lambda: uuid not in kc.instances(), f"{uuid} to be destroyed")
+
+
+def test_kubectl_force_delete_stops_the_workload_and_its_instance_is_destroyed(kc):
+    create(kc, "pod-1g.yaml")
+    kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
+    uuid = kc.allocations("one-1g")[0]["migUUID"]
+    assert kc.instances()[uuid][3]
+    kc.kubectl("delete", "pod", "one-1g", "--force", "--grace-period=0")
+    wait(lambda: uuid not in kc.instances(), f"{uuid} to be destroyed once the kubelet stopped the workload")
+    assert not any(busy for *_, busy in kc.instances().values())
 
 
 def test_kubectl_get_watch_shows_the_pod_become_running(kc):
@@ -254,14 +259,13 @@ def test_a_device_plugin_killed_with_sigkill_is_restarted_in_its_pod_and_the_lab
     assert kc.instances() == before
 
 
-def test_kubectl_logs_shows_the_workload_of_a_pod(kc):
+def test_kubectl_logs_shows_a_workloads_mig_device_and_a_device_plugins_output(kc):
     create(kc, "pod-1g.yaml")
     kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
-    done = kc.kubectl("logs", "one-1g", check=False)
-    if done.returncode != 0 and ("NotFound" in done.stderr or "could not find" in done.stderr):
-        pytest.skip(f"the simulated API server does not serve pods/log yet ({done.stderr.strip()[:160]})")
     uuid = kc.allocations("one-1g")[0]["migUUID"]
-    assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in done.stdout
+    assert f"NVIDIA_VISIBLE_DEVICES={uuid}; working" in kc.kubectl("logs", "one-1g").stdout
+    plugin = _plugin_pods(kc)["gpu-rtx"]
+    assert "registered nvidia.com/gpu with kubelet" in kc.kubectl("logs", "-n", "dynmig", plugin).stdout
 
 
 def test_kubectl_delete_pod_restarts_dynmig_serve_from_its_deployment_and_pods_are_scheduled_again(kc):

@@ -114,6 +114,9 @@ def test_an_unknown_model_lists_the_known_ones(capsys):
     (["--memory", "100", "--occupied", "3"], "--occupied", "START:SIZE"),
     (["--memory", "100", "--occupied", "0:2,1:1"], "--occupied", "overlap"),
     (["--memory", "100", "--occupied", "6:4"], "--occupied", "axis"),
+    (["--memory", "100", "--gpus", "100000000"], "--gpus", "from 1 to 128"),
+    (["--memory", "100", "--occupied", "0:1000000000"], "--occupied", "START:SIZE"),
+    (["--memory", "1e400"], "--memory", "--memory 8000"),
 ])
 def test_a_bad_argument_names_the_flag_and_the_fix(capsys, args, flag, fix):
     code, _, err = run(capsys, "explain", "--model", "A100-SXM4-40GB", *args)
@@ -135,3 +138,27 @@ def test_diff_prints_only_what_changes_between_two_policies(tmp_path, capsys):
 def test_diff_of_a_policy_with_itself_has_no_changes(capsys):
     code, out, _ = run(capsys, "diff", DEFAULT, DEFAULT)
     assert code == 0 and out.startswith("0 change(s)")
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("- " * 500 + "x", "nests deeper than 32 levels"),
+    ("a: " + "[" * 2000, "not valid YAML"),
+    ("a: &x [1, 2]\nb: [*x, *x, *x]", "uses an alias"),
+    ("x: " + "y" * 300_000, "the limit is 262144"),
+])
+def test_check_refuses_a_hostile_file_with_a_message_not_a_traceback(tmp_path, capsys, body, why):
+    code, _, err = run(capsys, "check", write(tmp_path, body))
+    assert code != 0 and why in err
+
+
+def test_check_refuses_a_file_that_is_not_text(tmp_path, capsys):
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"\xff\xfe\x00nvidia")
+    code, _, err = run(capsys, "check", str(path))
+    assert code != 0 and "cannot read" in err
+
+
+def test_explain_reads_memory_as_a_kubernetes_quantity(capsys):
+    _, as_k, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "8k", "--json")
+    _, plain, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "8000", "--json")
+    assert json.loads(as_k) == json.loads(plain)

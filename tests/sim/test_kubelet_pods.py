@@ -17,7 +17,7 @@ from nvml_testkit import A100, create_gi, full_ci, gpu0
 from plugin.api import deviceplugin_pb2 as pb
 from sim.apiserver import ApiServer
 from sim.kubelet import IGNORE_SIGTERM, SimulatedKubelet, SimulatedPods
-from sim.kubelet.pods import backoff_delay, grace_period
+from sim.kubelet.pods import backoff_delay, device_count, grace_period
 from sim.kubelet.runtime import mig_uuids
 
 RESOURCE = "example.com/gpu"
@@ -51,7 +51,7 @@ def world(node, socket_dir):
     kubelet.wait_for_devices(RESOURCE, healthy=3)
     lines: list[str] = []
     pods = SimulatedPods(NODE, api.api_client("kubelet"), kubelet, nvml, RESOURCE, echo=lines.append,
-                         interval=0.05).start()
+                         interval=0.05, log_path=api.log_path).start()
     yield SimpleNamespace(nvml=nvml, api=api, core=client.CoreV1Api(api.api_client()), pods=pods, lines=lines,
                           migs=migs)
     pods.stop()
@@ -97,6 +97,16 @@ def test_a_running_pods_workload_runs_on_the_mig_device_the_plugin_handed_it(wor
     assert [m for _, m in on] == [device]
 
 
+def test_a_containers_output_goes_to_the_log_file_the_api_server_serves(world):
+    world.core.create_namespaced_pod("default", _pod("train"))
+    record = _running(world, "train")
+    world.core.delete_namespaced_pod("train", "default")
+    _wait(lambda: _gone(world, "train"), "the pod to be gone")
+    text = world.api.log_path("default", "train", record.uid, "main").read_text()
+    assert text.splitlines()[-2:] == [f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
+                                      "SIGTERM: shut down cleanly"]
+
+
 def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(world):
     world.core.create_namespaced_pod("default", _pod("train"))
     _running(world, "train")
@@ -118,7 +128,10 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
         world.core.delete_namespace("team")
     _wait(lambda: not _busy(world), "the workload of the vanished pod to stop")
     assert world.pods.pods_by_name("team", "train") is None
-    assert any("team/train is gone from the API: stopping its containers" in line for line in world.lines)
+    # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
+    # namespace controller deletes pods) marked for deletion first
+    assert any(line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
+               for line in world.lines), world.lines
 
 
 def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
@@ -226,3 +239,25 @@ def test_the_mig_devices_are_read_from_the_env_var_cdi_names_or_cdi_annotations(
     cdi = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="nvidia.com/gpu=MIG-ccc")])
     notes = pb.ContainerAllocateResponse(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=MIG-ddd"})
     assert mig_uuids([env, cdi, notes, None]) == ["MIG-aaa", "MIG-bbb", "MIG-ccc", "MIG-ddd"]
+
+
+@pytest.mark.parametrize(("value", "count"), [(1, 1), ("2", 2), ("1e0", 1), ("0.5", 1), ("1k", 1000), ("0", 0)])
+def test_a_device_count_is_read_as_a_kubernetes_quantity_rounded_up(value, count):
+    assert device_count(value) == count
+
+
+@pytest.mark.parametrize("value", ["one", "1e999", "-1", "2Ki", "1.5.5", True, None, "9" * 5000])
+def test_a_device_count_that_is_no_quantity_or_absurd_is_refused(value):
+    with pytest.raises(ValueError):
+        device_count(value)
+
+
+def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(world):
+    bad = _pod("bad")
+    bad["spec"]["containers"][0]["resources"]["limits"][RESOURCE] = "5000"  # a quantity, but no device count
+    world.core.create_namespaced_pod("default", bad)
+    world.core.create_namespaced_pod("default", _pod("good"))
+    _running(world, "good")
+    _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
+    # the API server stores 5000 in canonical form, as kube-apiserver does
+    assert "example.com/gpu: '5k' is not a device count between 0 and 1024" in world.core.read_namespaced_pod("bad", "default").status.message

@@ -190,3 +190,10 @@ def test_a_bind_for_a_pod_the_request_misnames_is_refused(apiserver, service, ex
                                        "Node": "n1"}).json()
     assert "dynmig binds only the pod the cluster has" in out["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
+
+
+def test_a_device_config_with_thousands_of_mistakes_gets_a_short_denial(client):
+    entries = "".join(f"  - models: [A30]\n    profiles: [bad{i}]\n" for i in range(3000))
+    response = admission(client, "validate", _device_config("nvidia:\n  migProfileAllowlist:\n" + entries))
+    message = response["status"]["message"]
+    assert response["allowed"] is False and message.endswith("more errors") and len(message) < 25_000
