@@ -6,8 +6,9 @@ node as real processes), then keeps a stream of GPU pods coming and going (each 
 2g or 3g instance, runs briefly and is deleted) while the plugins are killed with SIGKILL, round
 robin: at a random moment, right after pods were created (Allocate in flight), right after a delete
 (reclaim in flight), and during startup recovery (killed again before it is ready). The lab's
-kubelet restarts a killed plugin in its DaemonSet pod (with kubelet's back-off, shortened), and the
-pod stream goes on meanwhile; the next kill waits until the plugin is back. Throughout it checks:
+kubelet restarts a killed plugin in its DaemonSet pod (with kubelet's back-off, shortened); while it
+is down, pods in flight and deletions go on but no new pod is created (they would all fail at once),
+and the next kill waits until the plugin has been back for 1.5 s. Throughout it checks:
 
 - overlaps: two GPU instances on one GPU, or two running pods, on intersecting slices (or one MIG
   device given to two running pods);
@@ -58,7 +59,7 @@ class Report:
     leftover_failures: int = 0
     kill_failures: int = 0  # Allocate failed because the plugin was down at that moment
     other_failures: int = 0
-    stuck_pending: int = 0
+    stuck_pending: int = 0  # informative: a pod may wait for capacity behind long-running ones
     leaked_instances: int = 0
     journal_entries_left: int = 0
     seconds: float = 0.0
@@ -104,6 +105,7 @@ class Chaos:
         self.flagged: set[str] = set()
         self.fire_at: float | None = None
         self.down: Down | None = None  # the plugin killed last, until it is back
+        self.back_at = 0.0
 
     # ---- the run
 
@@ -139,7 +141,7 @@ class Chaos:
 
     def _kill_due(self) -> bool:
         """Kills are spread evenly over the pod stream: the k-th once k/(kills+1) of the pods exist."""
-        if self.report.kills >= self.kills:
+        if self.report.kills >= self.kills or time.monotonic() - self.back_at < 1.5:
             return False
         return self.created >= (self.report.kills + 1) * self.total // (self.kills + 1)
 
@@ -151,10 +153,12 @@ class Chaos:
 
     def _create(self, now: float) -> None:
         made = 0
-        while self.created < self.total and len(self.live) < self.concurrency:
+        while self.created < self.total and len(self.live) < self.concurrency and self.down is None:
             name = f"chaos-{self.created:04d}"
             self.kit.create(gpu_pod(name, self.rng.choice(MEMORY)))
-            self.live[name] = Live(name, now, self.rng.uniform(0.2, 1.5))
+            # most pods are short; a quarter run long enough to keep their GPU busy across a restart
+            hold = self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(8.0, 20.0)
+            self.live[name] = Live(name, now, hold)
             self.created += 1
             made += 1
         if made:
@@ -176,9 +180,11 @@ class Chaos:
                 live.running_since = now
             due = (phase == "Running" and now - (live.running_since or now) >= live.hold) or phase in (
                 "Failed", "Succeeded")
-            if phase == "Pending" and now - live.created > 45:
+            if phase == "Pending" and now - live.created > 60:
                 self.report.stuck_pending += 1
-                self.report.details.append(f"{name} Pending for 45s")
+                why = next((e.get("message", "") for e in reversed(self.kit.events(name))
+                            if e.get("reason") in ("FailedScheduling", "FilteringFailed")), "")
+                self.report.details.append(f"{name} Pending for 60s: {why[:300]}")
                 due = True
             if due:
                 self.kit.delete(name, wait=False)
@@ -234,6 +240,7 @@ class Chaos:
         if runtime.plugin is not None and runtime.plugin.is_ready() and view and view.registrations > down.registrations:
             self.echo(f"[chaos]   the plugin on {down.node} is back")
             self.down = None
+            self.back_at = now
 
     # ---- checks
 

@@ -15,14 +15,24 @@ SUBCOMMANDS = {
     "policy": "mig.policy_cli",
     "lab": "dynmig.lab",
 }
+ABOUT = {
+    "serve": "admission webhooks and scheduler extender (one Deployment)",
+    "device-plugin": "create and destroy each pod's MIG instance (one per GPU node)",
+    "certs": "the webhook certificate: init, rotate, inject, show",
+    "policy": "check, explain and diff MIG profile allowlists",
+    "lab": "the whole system on simulated GPUs and a simulated cluster",
+}
 
 USAGE = "usage: dynmig [--version] {" + ",".join(SUBCOMMANDS) + "} [options]"
+HELP = "\n".join([USAGE, "", "commands:", *(f"  {name:<14} {ABOUT[name]}" for name in SUBCOMMANDS), "",
+                  "`dynmig COMMAND --help` lists a command's flags; every flag of serve and device-plugin",
+                  "can also be set in the environment as DYNMIG_<FLAG> (e.g. DYNMIG_LOG_FORMAT=json)."])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(USAGE)
+        print(HELP, file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     if args[0] in ("--version", "-V", "version"):
         print(f"dynmig {version()}")

@@ -98,8 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--policy", help="allowlist file (default: the built-in default policy)")
     explain.add_argument("--json", action="store_true", help="print one JSON object")
     diff = sub.add_parser("diff", help="what changes, per model and request size, between two policies")
-    diff.add_argument("old")
-    diff.add_argument("new")
+    diff.add_argument("old", help="the policy in force (allowlist or device-config file)")
+    diff.add_argument("new", help="the policy to compare it with")
     return parser
 
 

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from dynmig.logs import about
 from mig.annotations import (
     BIND_PHASE,
     BIND_PHASE_FAILED,
@@ -48,7 +49,7 @@ CDI_KIND = "nvidia.com/gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/dynmig-device-plugin_"
 PATCH_ATTEMPTS = 5
 BUSY_WAIT_S = 3.0  # how long Allocate waits for a previous owner's processes to leave an instance
-BUSY_POLL_S = 0.1
+BUSY_POLL_S = 0.2
 
 
 class AllocateError(RuntimeError):
@@ -184,7 +185,7 @@ class Allocator:
             return self._realize(pod, device_ids)
         except AllocateError as error:
             self.metrics.fail("allocate", error.reason)
-            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error)
+            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref))
             self._mark_failed(pod)
             raise
 
@@ -202,7 +203,7 @@ class Allocator:
                                 f"{len(device_ids)}, container {container_index} has {len(devices)}")
         reservations = container_reservations(allocations, container_index, devices)
         with self.reconciler.lock:
-            self.reconciler.run_once()
+            self._clear_way(reservations)
             realized, created = self._ensure_all(pod, reservations)
         try:
             self._record(pod, container_index, reservations, realized)
@@ -231,6 +232,22 @@ class Allocator:
             if new:
                 created.append(key)
         return realized, created
+
+    def _clear_way(self, reservations: list[MigAllocation]) -> None:
+        """Reconcile first. An ended pod's instance overlapping a reserved placement is destroyed now,
+        whatever its back-off; while that fails (its last processes are exiting), retry for up to
+        `busy_wait` seconds. Whatever still blocks then makes the create fail, never shared."""
+        wanted = [(r.gpuUUID, r.placement_value) for r in reservations]
+
+        def blocks(key: InstanceKey) -> bool:
+            return any(key.gpu_uuid == gpu and key.placement.overlaps(p) for gpu, p in wanted)
+
+        deadline = time.monotonic() + self.busy_wait
+        while True:
+            result = self.reconciler.run_once(urgent=lambda m: blocks(m.key))
+            if not any(blocks(key) for key, _ in result.failed) or time.monotonic() >= deadline:
+                return
+            time.sleep(BUSY_POLL_S)
 
     def _wait_idle(self, instance: ManagedInstance) -> None:
         """Return once NVML shows no compute process on the existing instance; else instance-busy."""
@@ -273,7 +290,7 @@ class Allocator:
             try:
                 self.kube.patch_pod_annotations(current, patch, current.resource_version)
             except Conflict:
-                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref)
+                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref, extra=about(pod=pod.ref))
                 current = self._reread(pod)
                 continue
             except KubeError as error:
@@ -310,7 +327,7 @@ class Allocator:
         try:
             self.kube.patch_pod_annotations(pod, {BIND_PHASE: BIND_PHASE_FAILED})
         except KubeError as error:
-            log.error("could not set bind-phase failed on %s: %s", pod.ref, error)
+            log.error("could not set bind-phase failed on %s: %s", pod.ref, error, extra=about(pod=pod.ref))
         self._release_lock(pod)
 
     def _release_lock(self, pod: PodView) -> None:
@@ -321,4 +338,4 @@ class Allocator:
                 return
             self.kube.patch_node_annotations({NODE_LOCK: None}, node.resource_version)
         except KubeError as error:
-            log.warning("could not release the node lock held by %s: %s", pod.ref, error)
+            log.warning("could not release the node lock held by %s: %s", pod.ref, error, extra=about(pod=pod.ref))

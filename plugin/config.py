@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynmig.flags import FlagError, Flags, positive_seconds
+from dynmig.logs import FORMATS, LEVELS
 from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
 
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
@@ -64,6 +65,9 @@ class PluginConfig:
     metrics_address: str = ""
     kubeconfig: str | None = None
     state_dir: Path | None = None  # the ownership journal's directory; None = in memory only (embedded use)
+    log_level: str = "info"
+    log_format: str = "text"
+    warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
     @property
     def allowlist(self) -> Allowlist:
@@ -134,40 +138,51 @@ def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
 # ---------------------------------------------------------------- flags + environment
 
 
+def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) -> Flags:
+    """Every `dynmig device-plugin` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py). The names the
+    plugin read before (HAMi's style, e.g. METRICS_ADDRESS) still work, with a warning."""
+    f = Flags("dynmig device-plugin", "dynmig's MIG device plugin: creates the GPU instance a pod's "
+              "reservation names when its container starts, destroys it when the pod ends.", environ,
+              raise_errors=raise_errors)
+    f.add("--node-name", default="", quiet_env=("NODE_NAME",), show_default="$NODE_NAME",
+          help="this node (required; the chart sets NODE_NAME from spec.nodeName)")
+    f.add("--config-file", default=DEFAULT_DEVICE_CONFIG, old_env=("DEVICE_CONFIG_FILE",),
+          help="device config YAML with nvidia.migProfileAllowlist")
+    f.add("--node-config", default=None, old_env=("NODE_CONFIG_FILE",), show_default="none: MIG mode, no filter",
+          help="node config JSON (nodeconfig[] by node name)")
+    f.add("--kubelet-dir", default=DEFAULT_KUBELET_DIR, old_env=("KUBELET_DEVICE_PLUGIN_DIR",),
+          help="kubelet's device-plugin directory (kubelet.sock and our socket)")
+    f.add("--socket-name", default=DEFAULT_SOCKET, old_env=("DEVICE_PLUGIN_SOCKET",),
+          help="file name of our gRPC socket in --kubelet-dir")
+    f.add("--device-list-strategy", default="envvar", choices=STRATEGIES, old_env=("DEVICE_LIST_STRATEGY",),
+          help="how a container is told its MIG device: envvar (NVIDIA_VISIBLE_DEVICES) or CDI")
+    f.add("--reconcile-interval", default=5.0, type=positive_seconds, old_env=("RECONCILE_INTERVAL",),
+          help="seconds between reconcile passes (reclaim, adopt, publish); e.g. 5, 30s, 1m")
+    f.add("--metrics-address", default="", old_env=("METRICS_ADDRESS",), show_default="off",
+          help="host:port for /metrics, /healthz and /readyz (e.g. :9394)")
+    f.add("--kubeconfig", default=None, quiet_env=("KUBECONFIG",), show_default="in-cluster",
+          help="kubeconfig file (also read from KUBECONFIG)")
+    f.add("--state-dir", default=DEFAULT_STATE_DIR,
+          help="node-local directory of the ownership journal (a hostPath that survives the pod)")
+    f.add("--log-level", default="info", choices=LEVELS, help="least severe log level written")
+    f.add("--log-format", default="text", choices=FORMATS,
+          help="text: one readable line per event; json: one JSON object per line")
+    return f
+
+
 def _parser() -> argparse.ArgumentParser:
-    env = os.environ.get
-    p = argparse.ArgumentParser(prog="dynmig device-plugin", description="dynmig MIG device plugin")
-    p.add_argument("--node-name", default=env("NODE_NAME"), help="this node (env NODE_NAME)")
-    p.add_argument("--config-file", default=env("DEVICE_CONFIG_FILE", DEFAULT_DEVICE_CONFIG),
-                   help="device config YAML with nvidia.migProfileAllowlist")
-    p.add_argument("--node-config", default=env("NODE_CONFIG_FILE"),
-                   help="node config JSON (nodeconfig[] by name); absent = MIG mode, no filter")
-    p.add_argument("--kubelet-dir", default=env("KUBELET_DEVICE_PLUGIN_DIR", DEFAULT_KUBELET_DIR))
-    p.add_argument("--socket-name", default=env("DEVICE_PLUGIN_SOCKET", DEFAULT_SOCKET))
-    p.add_argument("--device-list-strategy", default=env("DEVICE_LIST_STRATEGY", "envvar"))
-    p.add_argument("--reconcile-interval", default=env("RECONCILE_INTERVAL", "5"))
-    p.add_argument("--metrics-address", default=env("METRICS_ADDRESS", ""),
-                   help="host:port for Prometheus metrics; empty = off")
-    p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="kubeconfig; absent = in-cluster")
-    p.add_argument("--state-dir", default=env("DYNMIG_STATE_DIR", DEFAULT_STATE_DIR),
-                   help="node-local directory of the ownership journal (a hostPath that survives the pod)")
-    return p
+    return flags().parser
 
 
 def load_config(argv: list[str]) -> PluginConfig:
     """Parse flags (env as defaults) and the files they name; raise ConfigError on any bad field."""
-    args = _parser().parse_args(argv)
+    f = flags(raise_errors=True)
+    try:
+        args = f.parse(argv)
+    except FlagError as error:
+        raise ConfigError(str(error)) from None
     if not args.node_name:
         raise ConfigError("--node-name / NODE_NAME: required (the name of the node this plugin runs on)")
-    if args.device_list_strategy not in STRATEGIES:
-        raise ConfigError(f"--device-list-strategy / DEVICE_LIST_STRATEGY: {args.device_list_strategy!r} "
-                          f"is not one of {', '.join(STRATEGIES)}")
-    try:
-        interval = float(args.reconcile_interval)
-    except ValueError:
-        interval = -1.0
-    if interval <= 0:
-        raise ConfigError(f"--reconcile-interval: {args.reconcile_interval!r} must be a positive number of seconds")
     if "/" in args.socket_name or not args.socket_name.endswith(".sock"):
         raise ConfigError(f"--socket-name: {args.socket_name!r} must be a file name ending in .sock")
     if not args.state_dir or not Path(args.state_dir).is_absolute() or len(args.state_dir) > 1024:
@@ -184,8 +199,11 @@ def load_config(argv: list[str]) -> PluginConfig:
         kubelet_dir=Path(args.kubelet_dir),
         socket_name=args.socket_name,
         strategy=args.device_list_strategy,
-        reconcile_interval=interval,
+        reconcile_interval=args.reconcile_interval,
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,
         state_dir=Path(args.state_dir),
+        log_level=args.log_level,
+        log_format=args.log_format,
+        warnings=tuple(f.warnings),
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from mig.annotations import MigAllocation
 from mig.types import Placement
 from plugin.discovery import GpuInventory, Inventory
-from plugin.journal import Entry, Journal, JournalError, Owner
+from plugin.journal import UNKNOWN, Entry, Journal, JournalError, Owner
 from plugin.metrics import PluginMetrics
 from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
 
@@ -148,7 +148,7 @@ class InstanceManager:
             existing = self.get(key)
             if existing is not None:
                 return self._mine(existing, owner), False
-            intent = Entry.intent(key.journal_key, owner or Owner("?", "?", "?"))
+            intent = Entry.intent(key.journal_key, owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN))
             try:
                 self.journal.record(intent)  # before the GI exists: a crash from here on leaves proof
             except JournalError as error:
@@ -221,7 +221,7 @@ class InstanceManager:
 
     def _journal_created(self, intent: Entry, instance: ManagedInstance) -> None:
         try:
-            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid))
+            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid), durable=False)
         except JournalError as error:
             # the intent entry stays: it still proves the instance at this placement is ours
             log.error("created %s but could not record its identity: %s", instance.key, error)

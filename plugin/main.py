@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from dynmig import logs
+from dynmig.version import version
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
@@ -144,7 +146,6 @@ class DevicePluginApp:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(list(sys.argv[1:] if argv is None else argv))
         if not config.node.mig:
@@ -153,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"dynmig device-plugin: configuration error: {error}", file=sys.stderr)
         return 2
+    logs.setup(config.log_level, config.log_format, node=config.node_name)  # every line names this node
+    log.info("dynmig %s device-plugin starting", version())
+    for warning in config.warnings:
+        log.warning("%s", warning)
     for warning in config.device_config.warnings:
         log.warning("%s", warning.render("device config"))
     try:

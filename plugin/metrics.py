@@ -16,6 +16,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 
+from dynmig.version import register_build_info
+
 # A health check: (healthy, what to say). Served as 200 or 503 with the text.
 Check = Callable[[], tuple[bool, str]]
 
@@ -24,6 +26,7 @@ class PluginMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        register_build_info(r, "device-plugin")
         self.managed = Gauge("dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r)
         self.creates = Counter("dynmig_plugin_instance_creates", "MIG instances created (GI+CI)", registry=r)
         self.destroys = Counter("dynmig_plugin_instance_destroys", "MIG instances destroyed (CI then GI)",

@@ -9,7 +9,9 @@ Ownership is per pod: an instance created (or adopted) for one pod is reclaimed 
 longer active, even if another active pod now holds a reservation at the same placement (the
 journal's proof lets a restarted plugin do this on a busy GPU). A destroy that keeps failing (IN_USE:
 a process still runs) backs off exponentially up to `BACKOFF_CAP` seconds, posts a warning Event
-naming the instance and its pod, and shows in `dynmig_plugin_reclaims_stuck`.
+naming the instance and its pod, and shows in `dynmig_plugin_reclaims_stuck` — except while its pod
+is still terminating (its containers have a grace period): that is retried each pass, quietly.
+Allocate passes `urgent` for instances in its way: those are tried whatever their back-off.
 """
 
 from __future__ import annotations
@@ -159,11 +161,11 @@ class Reconciler:
         self.backoff = ReclaimBackoff()
         self.lock = threading.RLock()
 
-    def run_once(self) -> PassResult:
+    def run_once(self, urgent: Callable[[ManagedInstance], bool] | None = None) -> PassResult:
         with self.lock:
-            return self._pass()
+            return self._pass(urgent)
 
-    def _pass(self) -> PassResult:
+    def _pass(self, urgent: Callable[[ManagedInstance], bool] | None = None) -> PassResult:
         self.metrics.reconcile_passes.inc()
         managed = self.manager.managed()  # snapshot first: only instances known before the list may go
         try:
@@ -176,15 +178,24 @@ class Reconciler:
             return self._skip(node.skip_reason, detail, pods)
         result = PassResult(pods=pods, reservations=node)
         now = self.clock()
+        by_uid = {p.uid: p for p in pods}
         for instance in plan_reclaim(managed, node.keys, node.holders):
-            if not self.backoff.due(instance.key, now):
+            forced = not self.backoff.due(instance.key, now)
+            if forced and not (urgent and urgent(instance)):
                 result.deferred.append(instance.key)
                 continue
             try:
                 self.manager.release(instance.key, cause="reclaim")
             except InstanceError as error:
-                self._stuck(instance, error, now)
                 result.failed.append((instance.key, error.reason))
+                owner = by_uid.get(instance.owner.pod_uid) if instance.owner else None
+                if error.reason == "in-use" and owner is not None and owner.deleting and owner.phase not in (
+                        "Succeeded", "Failed"):
+                    log.info("reclaim of %s waits for pod %s's containers to stop", instance.key, owner.ref)
+                elif forced:
+                    log.info("reclaim of %s (in Allocate's way) still fails: %s", instance.key, error)
+                else:
+                    self._stuck(instance, error, now)
                 continue
             self.backoff.clear(instance.key)
             result.destroyed.append(instance.key)

@@ -166,7 +166,8 @@ class Startup:
             try:
                 instance = self.manager.claim(entry)
             except InstanceError as error:
-                report.unproven.append(f"journal entry {key} of pod {entry.owner.ref}: {error.reason}: {error}")
+                report.unproven.append(f"journal entry {key} of pod {entry.namespace}/{entry.name}: "
+                                       f"{error.reason}: {error}")
                 continue
             if instance is not None:
                 self.manager.take(instance)
@@ -187,7 +188,7 @@ class Startup:
                     report.adopted.append(instance)
                 elif pod.phase == "Pending":
                     entry = self.manager.journal.get(key.journal_key)
-                    if entry is None or entry.podUID == pod.uid:  # never another pod's instance
+                    if entry is None or entry.owner is None or entry.podUID == pod.uid:  # never another pod's
                         found = self.manager.find_at(key, owner)
                         if found is not None:
                             self.manager.adopt(found)

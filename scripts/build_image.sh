@@ -55,6 +55,7 @@ mmdebstrap --quiet --variant=minbase --include=python3,python3-venv --format=tar
   --customize-hook='chroot "$1" python3 -m venv /opt/dynmig' \
   --customize-hook='chroot "$1" /opt/dynmig/bin/pip install --quiet --no-index --find-links /tmp/wheels --no-cache-dir --no-compile --disable-pip-version-check --require-hashes -r /tmp/wheels/requirements.lock' \
   --customize-hook='chroot "$1" sh -c "/opt/dynmig/bin/pip install --quiet --no-index --find-links /tmp/wheels --no-cache-dir --no-compile --disable-pip-version-check --no-deps /tmp/wheels/dynmig-*.whl"' \
+  --customize-hook='chroot "$1" /opt/dynmig/bin/pip check || { echo "image/requirements.lock is stale: run make image-lock" >&2; exit 1; }' \
   --customize-hook='chroot "$1" /opt/dynmig/bin/pip uninstall --quiet --yes pip setuptools' \
   --customize-hook='chroot "$1" /opt/dynmig/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/dynmig/lib' \
   --customize-hook='chroot "$1" useradd --system -K SYS_UID_MAX=65532 -K SYS_GID_MAX=65532 --uid 65532 --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin dynmig' \

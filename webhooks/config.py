@@ -1,7 +1,7 @@
 """`dynmig serve` settings (flags and environment) and the device-config file that reloads itself.
 
-Every setting has a flag and an environment variable (`DYNMIG_<NAME>`); flags win. Defaults follow
-HAMi's chart where HAMi has one (metrics on 9395, node-lock expiry 5 minutes).
+Every setting has a flag and an environment variable (`DYNMIG_<NAME>`, dynmig/flags.py); flags win.
+Defaults follow HAMi's chart where HAMi has one (metrics on 9395, node-lock expiry 5 minutes).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dynmig.flags import Flags, boolean, port, positive_seconds
+from dynmig.logs import FORMATS, LEVELS
 from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
 
 log = logging.getLogger(__name__)
@@ -68,22 +71,8 @@ class ServeConfig:
     node_lock_expiry: float = 300.0
     reservation_ttl: float = 120.0
     log_level: str = "info"
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"DYNMIG_{name}", default)
-
-
-def _duration(text: str) -> float:
-    """Seconds from `300`, `300s`, `5m` or `1h` (HAMi's HAMI_NODELOCK_EXPIRE style)."""
-    text = text.strip()
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use e.g. 300, 90s, 5m") from None
+    log_format: str = "text"
+    warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
 
 def _validity(text: str) -> dt.timedelta:
@@ -97,86 +86,79 @@ def _validity(text: str) -> dt.timedelta:
                                          "2160h, 5y") from None
 
 
-def parser() -> argparse.ArgumentParser:
+def flags(environ: Mapping[str, str] | None = None) -> Flags:
+    """Every `dynmig serve` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py)."""
     d = ServeConfig()
-    p = argparse.ArgumentParser(prog="dynmig serve", description="Admission webhook and scheduler extender.")
-    p.add_argument("--scheduler-name", default=_env("SCHEDULER_NAME", d.scheduler_name),
-                   help="schedulerName set on GPU pods (env DYNMIG_SCHEDULER_NAME)")
-    p.add_argument("--device-config", default=_env("DEVICE_CONFIG", d.device_config),
-                   help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes")
-    p.add_argument("--privileged-user", action="append", dest="privileged_users",
-                   help="username allowed to write hami.io/vgpu-mig-allocations (repeat); "
-                        "env DYNMIG_PRIVILEGED_USERS is a comma list")
-    p.add_argument("--bind-address", default=_env("BIND_ADDRESS", d.bind_address))
-    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))),
-                   help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service")
-    p.add_argument("--extender-bind-address", default=_env("EXTENDER_BIND_ADDRESS", d.extender_bind_address),
-                   help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
-                        "kube-scheduler runs in the same pod (env DYNMIG_EXTENDER_BIND_ADDRESS)")
-    p.add_argument("--extender-port", type=int, default=int(_env("EXTENDER_PORT", str(d.extender_port))),
-                   help="HTTPS port of the scheduler-extender listener (env DYNMIG_EXTENDER_PORT)")
-    p.add_argument("--extender-client-ca", default=_env("EXTENDER_CLIENT_CA", d.extender_client_ca),
-                   help="PEM CA file: the extender listener then requires a client certificate it signed "
-                        "(for a kube-scheduler outside the pod; env DYNMIG_EXTENDER_CLIENT_CA)")
-    p.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", str(d.metrics_port))),
-                   help="plain-HTTP port for /metrics (HAMi uses 9395)")
-    p.add_argument("--tls-cert", default=_env("TLS_CERT", d.tls_cert))
-    p.add_argument("--tls-key", default=_env("TLS_KEY", d.tls_key))
-    p.add_argument("--tls-name", action="append", dest="tls_names", default=None,
-                   help="DNS name the serving certificate must carry (repeat)")
-    p.add_argument("--tls-secret", default=_env("TLS_SECRET", d.tls_secret),
-                   help="kubernetes.io/tls Secret in --namespace to serve from, watched through the API "
-                        "(reloaded without a restart); when set it is used instead of --tls-cert/--tls-key, "
-                        "unless --cert-mode=files (env DYNMIG_TLS_SECRET)")
-    p.add_argument("--cert-mode", default=_env("CERT_MODE", ""), metavar="{self,cert-manager,files}",
-                   help="who renews the serving certificate: self (the Lease holder renews the Secret and "
-                        "injects the CA bundle), cert-manager (someone else; serve only reloads), files "
-                        "(serve --tls-cert/--tls-key). Default: self with --tls-secret, else files "
-                        "(env DYNMIG_CERT_MODE)")
-    p.add_argument("--service", default=_env("SERVICE", d.service),
-                   help="Service name the certificate is issued for (<service>.<namespace>.svc) (env DYNMIG_SERVICE)")
-    p.add_argument("--ca-secret", default=_env("CA_SECRET", d.ca_secret),
-                   help="Secret holding the CA key, cert-mode self (default <service>-ca; env DYNMIG_CA_SECRET)")
-    p.add_argument("--mutating-webhook", default=_env("MUTATING_WEBHOOK", d.mutating_webhook),
-                   help="MutatingWebhookConfiguration to keep the CA bundle in, cert-mode self "
-                        "(env DYNMIG_MUTATING_WEBHOOK)")
-    p.add_argument("--validating-webhook", default=_env("VALIDATING_WEBHOOK", d.validating_webhook),
-                   help="ValidatingWebhookConfiguration to keep the CA bundle in, cert-mode self "
-                        "(env DYNMIG_VALIDATING_WEBHOOK)")
-    p.add_argument("--cert-key-type", default=_env("CERT_KEY_TYPE", d.cert_key_type), metavar="{ecdsa,rsa}",
-                   help="key of renewed certificates: ecdsa (P-256) or rsa (2048) (env DYNMIG_CERT_KEY_TYPE)")
-    p.add_argument("--cert-validity", type=_validity, default=_env("CERT_VALIDITY", "90d"),
-                   help="validity of a renewed serving certificate, renewed at 2/3 of it "
-                        "(default 90d; env DYNMIG_CERT_VALIDITY)")
-    p.add_argument("--ca-validity", type=_validity, default=_env("CA_VALIDITY", "5y"),
-                   help="validity of a new CA (default 5y; env DYNMIG_CA_VALIDITY)")
-    p.add_argument("--kubeconfig", default=_env("KUBECONFIG", os.environ.get("KUBECONFIG", "")),
-                   help="kubeconfig file; empty means in-cluster")
-    p.add_argument("--namespace", default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", d.namespace)),
-                   help="namespace of the leader-election Lease")
-    p.add_argument("--leader-elect", default=_env("LEADER_ELECT", "true"), choices=("true", "false"))
-    p.add_argument("--lease-name", default=_env("LEASE_NAME", d.lease_name))
-    p.add_argument("--identity", default=_env("IDENTITY", d.identity))
-    p.add_argument("--node-lock-expiry", type=_duration,
-                   default=_duration(os.environ.get("HAMI_NODELOCK_EXPIRE", _env("NODE_LOCK_EXPIRY", "5m"))))
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
-    return p
+    f = Flags("dynmig serve", "Admission webhooks and scheduler extender (HTTPS), metrics on a second port.",
+              environ)
+    f.add("--scheduler-name", default=d.scheduler_name, help="schedulerName set on GPU pods")
+    f.add("--device-config", default=d.device_config, show_default="the packaged policies/default.yaml",
+          help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes")
+    f.add("--privileged-user", default=d.privileged_users, repeat=True, old_env=("DYNMIG_PRIVILEGED_USERS",),
+          help="username allowed to write hami.io/vgpu-mig-allocations (repeat, or a comma list)")
+    f.add("--bind-address", default=d.bind_address, help="address the webhook and metrics ports listen on")
+    f.add("--port", default=d.port, type=port,
+          help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service")
+    f.add("--extender-bind-address", default=d.extender_bind_address,
+          help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
+               "kube-scheduler runs in the same pod")
+    f.add("--extender-port", default=d.extender_port, type=port, help="HTTPS port of the scheduler-extender listener")
+    f.add("--extender-client-ca", default=d.extender_client_ca,
+          help="PEM CA file: the extender listener then requires a client certificate it signed "
+               "(for a kube-scheduler outside the pod)")
+    f.add("--metrics-port", default=d.metrics_port, type=port, help="plain-HTTP port for /metrics (HAMi uses 9395)")
+    f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
+    f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
+    f.add("--tls-name", default=d.tls_names, repeat=True,
+          help="DNS name the serving certificate must carry (repeat, or a comma list)")
+    f.add("--tls-secret", default=d.tls_secret,
+          help="kubernetes.io/tls Secret in --namespace to serve from, watched through the API (reloaded "
+               "without a restart); when set it is used instead of --tls-cert/--tls-key, unless --cert-mode=files")
+    f.add("--cert-mode", default="", choices=CERT_MODES, show_default="self with --tls-secret, else files",
+          help="who renews the serving certificate: self (the Lease holder renews the Secret and injects the "
+               "CA bundle), cert-manager (someone else; serve only reloads), files (serve --tls-cert/--tls-key)")
+    f.add("--service", default=d.service, help="Service name the certificate is issued for (<service>.<namespace>.svc)")
+    f.add("--ca-secret", default=d.ca_secret, show_default="<service>-ca",
+          help="Secret holding the CA key, cert-mode self")
+    f.add("--mutating-webhook", default=d.mutating_webhook,
+          help="MutatingWebhookConfiguration to keep the CA bundle in, cert-mode self")
+    f.add("--validating-webhook", default=d.validating_webhook,
+          help="ValidatingWebhookConfiguration to keep the CA bundle in, cert-mode self")
+    f.add("--cert-key-type", default=d.cert_key_type, choices=CERT_KEY_TYPES,
+          help="key of renewed certificates: ecdsa (P-256) or rsa (2048)")
+    f.add("--cert-validity", default=d.cert_validity, type=_validity, show_default="90d",
+          help="validity of a renewed serving certificate, renewed at 2/3 of it")
+    f.add("--ca-validity", default=d.ca_validity, type=_validity, show_default="5y", help="validity of a new CA")
+    f.add("--kubeconfig", default=d.kubeconfig, quiet_env=("KUBECONFIG",), show_default="in-cluster",
+          help="kubeconfig file (also read from KUBECONFIG)")
+    f.add("--namespace", default=d.namespace, quiet_env=("POD_NAMESPACE",),
+          help="namespace of the Lease and the certificate Secrets (also read from POD_NAMESPACE)")
+    f.add("--leader-elect", default=d.leader_elect, type=boolean, metavar="{true,false}",
+          help="true: answer /filter and /bind and renew certificates only while this pod's kube-scheduler "
+               "holds the Lease --lease-name (its holder is <--identity>_<uuid>); serve takes no Lease itself")
+    f.add("--lease-name", default=d.lease_name,
+          help="kube-scheduler's leader-election Lease (its leaderElection.resourceName) in --namespace")
+    f.add("--identity", default=d.identity, quiet_env=("POD_NAME",), show_default="$POD_NAME, else the host name",
+          help="this pod's name, the hostname part of its kube-scheduler's holderIdentity")
+    f.add("--node-lock-expiry", default=d.node_lock_expiry, type=positive_seconds, old_env=("HAMI_NODELOCK_EXPIRE",),
+          show_default="5m", help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)")
+    f.add("--log-level", default=d.log_level, choices=LEVELS, help="least severe log level written")
+    f.add("--log-format", default=d.log_format, choices=FORMATS,
+          help="text: one readable line per event; json: one JSON object per line (uvicorn's lines too)")
+    return f
 
 
-def parse_args(argv: list[str]) -> ServeConfig:
-    p = parser()
-    args = p.parse_args(argv)
-    cert_mode = args.cert_mode or ("self" if args.tls_secret else "files")
-    if cert_mode not in CERT_MODES:  # argparse does not check defaults (the environment) against choices
-        p.error(f"--cert-mode (env DYNMIG_CERT_MODE): {cert_mode!r} is not one of {', '.join(CERT_MODES)}")
-    if args.cert_key_type not in CERT_KEY_TYPES:
-        p.error(f"--cert-key-type (env DYNMIG_CERT_KEY_TYPE): {args.cert_key_type!r} is not one of "
-                f"{', '.join(CERT_KEY_TYPES)}")
-    users = args.privileged_users or [u.strip() for u in _env("PRIVILEGED_USERS", "").split(",") if u.strip()]
+def parser() -> argparse.ArgumentParser:
+    return flags().parser
+
+
+def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> ServeConfig:
+    f = flags(environ)
+    args = f.parse(argv)
     return ServeConfig(
         scheduler_name=args.scheduler_name,
         device_config=args.device_config,
-        privileged_users=tuple(users) or ServeConfig().privileged_users,
+        privileged_users=tuple(args.privileged_user) or ServeConfig().privileged_users,
         bind_address=args.bind_address,
         port=args.port,
         extender_bind_address=args.extender_bind_address,
@@ -185,9 +167,9 @@ def parse_args(argv: list[str]) -> ServeConfig:
         metrics_port=args.metrics_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
-        tls_names=tuple(args.tls_names or ()),
+        tls_names=tuple(args.tls_name),
         tls_secret=args.tls_secret,
-        cert_mode=cert_mode,
+        cert_mode=args.cert_mode or ("self" if args.tls_secret else "files"),
         service=args.service,
         ca_secret=args.ca_secret,
         mutating_webhook=args.mutating_webhook,
@@ -197,11 +179,13 @@ def parse_args(argv: list[str]) -> ServeConfig:
         ca_validity=args.ca_validity,
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
-        leader_elect=args.leader_elect == "true",
+        leader_elect=args.leader_elect,
         lease_name=args.lease_name,
         identity=args.identity,
         node_lock_expiry=args.node_lock_expiry,
         log_level=args.log_level,
+        log_format=args.log_format,
+        warnings=tuple(f.warnings),
     )
 
 

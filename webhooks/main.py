@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import TLSReloader
+from dynmig import logs
+from dynmig.version import version
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
@@ -128,7 +130,10 @@ class Service:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(cfg.log_level, cfg.log_format)
+    log.info("dynmig %s serve starting", version())
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     problem = settings_problem(cfg)
     if problem:
         print(f"dynmig serve: {problem}", file=sys.stderr)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from dynmig.version import register_build_info
+
 MIG_INSTANCE_LABELS = ("node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id",
                        "compute_instance_id", "placement_start", "placement_size")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -78,6 +80,7 @@ class Metrics:
 
     def __init__(self, snapshot: Callable[[], Snapshot] | None = None):
         self.registry = CollectorRegistry(auto_describe=False)
+        register_build_info(self.registry, "serve")
         self.admission = Counter("dynmig_admission_decisions", "Admission decisions by route and result",
                                  ["route", "result"], registry=self.registry)
         self.admission_latency = Histogram("dynmig_admission_duration_seconds", "Admission handling time",

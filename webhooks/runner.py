@@ -29,7 +29,8 @@ class Extender:
 
 
 def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: float) -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
+    # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, lifespan="off",
                           ssl_context_factory=tls.ssl_context_factory if tls else None,
                           timeout_graceful_shutdown=graceful, access_log=False)
 

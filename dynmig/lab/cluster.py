@@ -6,10 +6,14 @@
     lab.restart_plugin("gpu-rtx")
     lab.stop()                                                # no process, socket or thread left
 
-What runs where: the simulated API server, the simulated kube-scheduler, the simulated kubelets and
-their pod lifecycle run as threads of this process (the outside world); `dynmig serve` and one
-`dynmig device-plugin` per node run as child processes, unchanged, the device plugins under the
-simulated NVML (a state file per node that this process reads too). `dynmig serve` gets the chart's
+What runs where: the simulated API server, kube-scheduler (the chart's dynmig profile, and the
+default profile for the chart's own pods), kube-controller-manager (`controllers`) and kubelets
+(device-plugin manager and pod side, `sim.kubelet`) run as threads of this process (the outside
+world). The lab creates the chart's Deployment and DaemonSet in the API; their pods' containers are
+real child processes that the kubelets start, signal and restart: `dynmig serve` and one
+`dynmig device-plugin` per node, unchanged, the device plugins under the simulated NVML (a state
+file per node that this process reads too). Every other pod runs the simulated workload on its MIG
+devices. `dynmig serve` gets the chart's
 args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
 the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mounts into it.
 """
@@ -285,7 +289,7 @@ class Lab:
             local.write_bytes(base64.b64decode(data[key]))
             self.scheduler_files[path] = local
 
-    def _spawn_serve(self) -> Child:
+    def _spawn_serve(self, tee: Path | None = None) -> Child:
         """The chart's args and environment (the Secret, cert-mode, webhooks to keep injected, leader
         election); only ports, file paths and what a pod learns from the downward API differ. The
         Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
@@ -299,7 +303,7 @@ class Lab:
             add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
                  "--namespace": NAMESPACE, "--identity": "lab-serve"})
         argv = python_argv("-m", "dynmig.cli", *args)
-        return self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"))
+        return self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"), tee=tee)
 
     def _serve_started(self, child: Child) -> None:
         self.serve = child
@@ -393,7 +397,8 @@ class Lab:
         for runtime in self.nodes.values():
             runtime.agent = SimulatedPods(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
                                           self.resource, runtime=self._pod_runtime(runtime),
-                                          backoff=RESTART_BACKOFF, echo=self._say).start()
+                                          backoff=RESTART_BACKOFF, echo=self._say,
+                                          log_path=self.apiserver.log_path).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
@@ -404,11 +409,14 @@ class Lab:
             if pod["metadata"].get("namespace") != NAMESPACE:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
-                return ProcessContainers(self.supervisor, "device-plugin", lambda: self._spawn_plugin(runtime),
+                tee = self._container_log(pod, "device-plugin")
+                return ProcessContainers(self.supervisor, "device-plugin", lambda: self._spawn_plugin(runtime, tee),
                                          on_start=lambda child: self._plugin_started(runtime, child),
                                          on_ready=lambda child: self._plugin_ready(runtime, child))
             if (owner.get("kind"), owner.get("name")) == ("Deployment", SERVE_DEPLOYMENT):
-                return ProcessContainers(self.supervisor, "server", self._spawn_serve, on_start=self._serve_started,
+                tee = self._container_log(pod, "server")
+                return ProcessContainers(self.supervisor, "server", lambda: self._spawn_serve(tee),
+                                         on_start=self._serve_started,
                                          probe=self.serve_ready)
             return None
         return containers
@@ -433,7 +441,11 @@ class Lab:
         apps.create_namespaced_deployment(NAMESPACE, copy.deepcopy(self.rendered.find("Deployment", SERVE_DEPLOYMENT)))
         apps.create_namespaced_daemon_set(NAMESPACE, copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET)))
 
-    def _spawn_plugin(self, runtime: NodeRuntime) -> Child:
+    def _container_log(self, pod: dict[str, Any], container: str) -> Path:
+        meta = pod["metadata"]
+        return self.apiserver.log_path(meta["namespace"], meta["name"], meta["uid"], container)
+
+    def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
         args = chart.laptop_args(
             self.rendered.container_args("DaemonSet", "device-plugin"),
             replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
@@ -442,7 +454,8 @@ class Lab:
             add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
                  "--reconcile-interval": str(self.reconcile_interval)})
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
-        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False)
+        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False,
+                                     tee=tee)
 
     def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:
         runtime.plugin = child

@@ -41,9 +41,10 @@ class Supervisor:
         self.echo = echo
 
     def start(self, name: str, argv: list[str], env: dict | None = None, ready_text: str | None = None,
-              timeout: float = 30.0, wait: bool = True) -> Child:
+              timeout: float = 30.0, wait: bool = True, tee: Path | None = None) -> Child:
         """Start `argv`; with `ready_text`, wait for that line unless `wait` is False (then call
-        `wait_ready` later, e.g. after starting several children at once)."""
+        `wait_ready` later, e.g. after starting several children at once). Its output goes to
+        `<log_dir>/<name>.log` and, with `tee`, is appended to that file too (a pod's container log)."""
         log_path = self.log_dir / f"{name}.log"
         process = subprocess.Popen(
             _die_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -51,16 +52,17 @@ class Supervisor:
         )
         child = Child(name, process, log_path)
         self.children.append(child)
-        threading.Thread(target=self._pump, args=(child, ready_text), daemon=True, name=f"log-{name}").start()
+        threading.Thread(target=self._pump, args=(child, ready_text, tee), daemon=True, name=f"log-{name}").start()
         if ready_text is not None and wait:
             self.wait_ready(child, timeout)
         return child
 
-    def _pump(self, child: Child, ready_text: str | None) -> None:
-        with child.log_path.open("a") as log:
+    def _pump(self, child: Child, ready_text: str | None, tee: Path | None) -> None:
+        with child.log_path.open("a") as log, (tee or Path(os.devnull)).open("a") as copy:
             for line in child.process.stdout:
-                log.write(line)
-                log.flush()
+                for out in (log, copy):
+                    out.write(line)
+                    out.flush()
                 child.lines.append(line.rstrip("\n"))
                 if ready_text is not None and ready_text in line:
                     child._ready.set()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-from calendar import timegm
 from typing import Any
 
+from sim.apiserver import printers
 from sim.apiserver.resources import RESOURCES, ResourceType, groups
 
 
@@ -62,52 +61,16 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 
 
-def _age(ts: str | None) -> str:
-    if not ts:
-        return "<unknown>"
-    try:
-        secs = int(time.time() - timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return "<unknown>"
-    if secs < 120:
-        return f"{max(secs, 0)}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    if secs < 172800:
-        return f"{secs // 3600}h"
-    return f"{secs // 86400}d"
-
-
-def _columns(rt: ResourceType) -> list[tuple[str, str, Any]]:
-    if rt.key == ("", "pods"):
-        return [("Status", "string", lambda o: ("Terminating" if o["metadata"].get("deletionTimestamp")
-                                                else o.get("status", {}).get("phase", ""))),
-                ("Node", "string", lambda o: o.get("spec", {}).get("nodeName") or "<none>")]
-    if rt.key == ("", "nodes"):
-        def ready(o: dict[str, Any]) -> str:
-            conds = {c.get("type"): c.get("status") for c in o.get("status", {}).get("conditions") or []}
-            state = "Ready" if conds.get("Ready") == "True" else "NotReady"
-            return state + (",SchedulingDisabled" if o.get("spec", {}).get("unschedulable") else "")
-        return [("Status", "string", ready)]
-    if rt.key == ("", "namespaces"):
-        return [("Status", "string", lambda o: o.get("status", {}).get("phase", ""))]
-    if rt.key == ("", "events"):
-        return [("Type", "string", lambda o: o.get("type", "")), ("Reason", "string", lambda o: o.get("reason", "")),
-                ("Message", "string", lambda o: o.get("message", ""))]
-    return []
-
-
 def table(rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any],
           headers: bool = True) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table, as kubectl asks for with `Accept: ...;as=Table`. A watch sends the
     column definitions with its first row only (headers=False after that), as kube-apiserver does."""
-    cols = [("Name", "string", lambda o: o["metadata"]["name"])] + _columns(rt) + \
-        [("Age", "string", lambda o: _age(o["metadata"].get("creationTimestamp")))]
-    defs = [{"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": 0}
-            for n, t, _ in cols]
+    cols = printers.columns(rt)
+    defs = [{"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": p}
+            for n, t, p, _ in cols]
     rows = []
     for o in items:
         partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
-        rows.append({"cells": [f(o) for _, _, f in cols], "object": partial})
+        rows.append({"cells": [f(o) for _, _, _, f in cols], "object": partial})
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
             "columnDefinitions": defs if headers else [], "rows": rows}

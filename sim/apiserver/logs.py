@@ -16,6 +16,7 @@ Options served as kube-apiserver documents them: `container` (required when the 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,16 @@ from sim.apiserver.errors import ApiError
 CHUNK = 64 * 1024
 
 
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_PART = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
 def log_path(root: Path, namespace: str, pod: str, uid: str, container: str) -> Path:
+    """The log file of one container; names that are not Kubernetes names never make a path."""
+    if not (_LABEL.fullmatch(container) and _PART.fullmatch(namespace) and _PART.fullmatch(pod)
+            and re.fullmatch(r"[-0-9a-f]{1,64}", uid)):
+        raise ApiError(400, f"container {container[:64]!r} of pod {pod[:64]!r}: not a valid container name "
+                            "(a lowercase RFC 1123 label)")
     return root / f"{namespace}_{pod}_{uid}" / container / "0.log"
 
 

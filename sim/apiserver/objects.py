@@ -11,7 +11,8 @@ import time
 import uuid
 from typing import Any
 
-from sim.apiserver.errors import invalid
+from sim.apiserver import quantity
+from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -64,6 +65,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
         obj.setdefault("status", {})
     elif rt.key == ("", "secrets"):
         obj.setdefault("type", "Opaque")
+    canonicalize_quantities(rt, obj)
     return obj
 
 
@@ -111,9 +113,11 @@ def prepare_update(rt: ResourceType, new: dict[str, Any], old: dict[str, Any],
         out = copy.deepcopy(old)
         out["status"] = new.get("status", {})
         out["metadata"]["resourceVersion"] = meta.get("resourceVersion", old_meta.get("resourceVersion"))
+        canonicalize_quantities(rt, out)
         return out
     if rt.status_via_subresource and "status" in old:
         new["status"] = copy.deepcopy(old["status"])
+    canonicalize_quantities(rt, new)
     if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(old.get("spec", {})):
         raise invalid(rt.kind, rt.group, old_meta["name"], "spec",
                       "Forbidden: pod updates may not change fields other than `spec.containers[*]."
@@ -132,3 +136,71 @@ def same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:
         m = {k: v for k, v in o.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
         return {**o, "metadata": m}
     return strip(a) == strip(b)
+
+
+# ---- resource quantities ----------------------------------------------------------------------------
+
+_POD_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def _is_integer_resource(name: str) -> bool:
+    """Extended resources (a domain-prefixed name outside kubernetes.io, e.g. nvidia.com/gpumem)
+    must be whole numbers, as kube-apiserver's validation requires."""
+    return "/" in name and not name.startswith(("kubernetes.io/", "requests."))
+
+
+def _quantity_maps(rt: ResourceType, obj: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool]]:
+    """(field path, resource map, is a container's requests/limits) of every quantity map in obj."""
+    out: list[tuple[str, dict[str, Any], bool]] = []
+
+    def pod_spec(spec: Any, path: str) -> None:
+        if not isinstance(spec, dict):
+            return
+        for key in _POD_CONTAINER_LISTS:
+            for i, c in enumerate(spec.get(key) or [] if isinstance(spec.get(key), list) else []):
+                res = c.get("resources") if isinstance(c, dict) else None
+                if isinstance(res, dict):
+                    for part in ("limits", "requests"):
+                        if isinstance(res.get(part), dict):
+                            out.append((f"{path}.{key}[{i}].resources.{part}", res[part], True))
+        if isinstance(spec.get("overhead"), dict):
+            out.append((f"{path}.overhead", spec["overhead"], False))
+        res = spec.get("resources")
+        if isinstance(res, dict):
+            for part in ("limits", "requests"):
+                if isinstance(res.get(part), dict):
+                    out.append((f"{path}.resources.{part}", res[part], False))
+
+    if rt.key == ("", "pods"):
+        pod_spec(obj.get("spec"), "spec")
+    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets")):
+        template = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), dict) else None
+        if isinstance(template, dict):
+            pod_spec(template.get("spec"), "spec.template.spec")
+    elif rt.key == ("", "nodes") and isinstance(obj.get("status"), dict):
+        for part in ("capacity", "allocatable"):
+            if isinstance(obj["status"].get(part), dict):
+                out.append((f"status.{part}", obj["status"][part], False))
+    return out
+
+
+def canonicalize_quantities(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """Rewrite every resource quantity in canonical form (8000 -> 8k), as kube-apiserver stores it.
+
+    A value that is not a quantity fails decoding (400 BadRequest, as kube-apiserver's Quantity
+    decoder does); a negative one, or a fractional extended resource, fails validation (422)."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    for path, values, container in _quantity_maps(rt, obj):
+        for resource, raw in list(values.items()):
+            where = f"{path}[{resource}]"
+            try:
+                text = quantity.canonical(raw)
+            except quantity.QuantityError as exc:
+                raise ApiError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                                    f"{where}: {str(raw)[:64]!r}: {exc}", "BadRequest") from exc
+            if container and text.startswith("-"):
+                raise invalid(rt.kind, rt.group, name, where,
+                              f'Invalid value: "{text}": must be greater than or equal to 0')
+            if container and _is_integer_resource(resource) and quantity.parse(text)[0].denominator != 1:
+                raise invalid(rt.kind, rt.group, name, where, f'Invalid value: "{text}": must be an integer')
+            values[resource] = text

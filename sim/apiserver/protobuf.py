@@ -1,22 +1,24 @@
 """Decoding the Kubernetes protobuf bodies kubectl sends, for the few kinds it sends them for.
 
-kubectl 1.35's typed clients (`kubectl create namespace|configmap|secret|serviceaccount`) POST
-`application/vnd.kubernetes.protobuf` and do not retry in JSON when the server answers 415, so
-kube-apiserver's behaviour a client can tell is that these verbs work. The wire format (as
+kubectl 1.35's typed clients (`kubectl create namespace|configmap|secret|serviceaccount|deployment`)
+POST `application/vnd.kubernetes.protobuf` and do not retry in JSON when the server answers 415,
+so kube-apiserver's behaviour a client can tell is that these verbs work. The wire format (as
 k8s.io/apimachinery's protobuf serializer writes it): the 4-byte magic `k8s\\0`, then a
 `runtime.Unknown` {typeMeta{apiVersion, kind}, raw, contentEncoding, contentType} whose `raw` is
-the object's own message. Field numbers below are those of k8s.io/api core/v1 and
-k8s.io/apimachinery meta/v1 `generated.proto`. Kinds outside this table get 415 (the client can
-send JSON instead); fields outside it are skipped, as protobuf decoders skip unknown fields.
+the object's own message. Field numbers and types come from Kubernetes' `generated.proto` files,
+recorded in protobuf_schema.json (protobuf_schema_gen.py) for the kinds it lists; other kinds get
+415 (the client can send JSON instead); unknown fields are skipped, as protobuf decoders do.
 
 Hostile input: every length is checked against what is left of the buffer, varints are at most 10
-bytes, and the schema has no recursive message, so nesting is bounded.
+bytes, and messages nest at most 40 deep.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from sim.apiserver.errors import ApiError
@@ -24,39 +26,15 @@ from sim.apiserver.errors import ApiError
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
 
-# message -> field number -> (JSON name, type); a type is a scalar, "map:<value>", "[]<type>" or a
-# message name.
-_F = dict[int, tuple[str, str]]
-SCHEMA: dict[str, _F] = {
-    "Unknown": {1: ("typeMeta", "TypeMeta"), 2: ("raw", "raw"), 3: ("contentEncoding", "string"),
-                4: ("contentType", "string")},
-    "TypeMeta": {1: ("apiVersion", "string"), 2: ("kind", "string")},
-    "Time": {1: ("seconds", "int"), 2: ("nanos", "int")},
-    "ObjectMeta": {1: ("name", "string"), 2: ("generateName", "string"), 3: ("namespace", "string"),
-                   5: ("uid", "string"), 6: ("resourceVersion", "string"), 7: ("generation", "int"),
-                   8: ("creationTimestamp", "time"), 9: ("deletionTimestamp", "time"),
-                   10: ("deletionGracePeriodSeconds", "int"), 11: ("labels", "map:string"),
-                   12: ("annotations", "map:string"), 13: ("ownerReferences", "[]OwnerReference"),
-                   14: ("finalizers", "[]string")},
-    "OwnerReference": {5: ("apiVersion", "string"), 1: ("kind", "string"), 3: ("name", "string"),
-                       4: ("uid", "string"), 6: ("controller", "bool"), 7: ("blockOwnerDeletion", "bool")},
-    "ObjectReference": {1: ("kind", "string"), 2: ("namespace", "string"), 3: ("name", "string"),
-                        4: ("uid", "string"), 5: ("apiVersion", "string"), 6: ("resourceVersion", "string"),
-                        7: ("fieldPath", "string")},
-    "LocalObjectReference": {1: ("name", "string")},
-    "Namespace": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NamespaceSpec")},
-    "NamespaceSpec": {1: ("finalizers", "[]string")},
-    "ConfigMap": {1: ("metadata", "ObjectMeta"), 2: ("data", "map:string"), 3: ("binaryData", "map:bytes"),
-                  4: ("immutable", "bool")},
-    "Secret": {1: ("metadata", "ObjectMeta"), 2: ("data", "map:bytes"), 3: ("type", "string"),
-               4: ("stringData", "map:string"), 5: ("immutable", "bool")},
-    "ServiceAccount": {1: ("metadata", "ObjectMeta"), 2: ("secrets", "[]ObjectReference"),
-                       3: ("imagePullSecrets", "[]LocalObjectReference"),
-                       4: ("automountServiceAccountToken", "bool")},
-}
-# (apiVersion, kind) -> top-level message
-KINDS = {("v1", "Namespace"): "Namespace", ("v1", "ConfigMap"): "ConfigMap", ("v1", "Secret"): "Secret",
-         ("v1", "ServiceAccount"): "ServiceAccount"}
+# The envelope; the objects' own messages come from protobuf_schema.json (protobuf_schema_gen.py).
+ENVELOPE = {"Unknown": {"1": ["typeMeta", "optional", "TypeMeta"], "2": ["raw", "optional", "raw"],
+                        "3": ["contentEncoding", "optional", "string"], "4": ["contentType", "optional", "string"]},
+            "TypeMeta": {"1": ["apiVersion", "optional", "string"], "2": ["kind", "optional", "string"]}}
+_SCHEMA = json.loads((Path(__file__).parent / "protobuf_schema.json").read_text())
+MESSAGES: dict[str, dict[str, list[str]]] = {**_SCHEMA["messages"], **ENVELOPE}
+KINDS: dict[str, str] = _SCHEMA["kinds"]  # "apps/v1/Deployment" -> message
+_VARINTS = ("bool", "int32", "int64")
+_SPECIAL = ("time", "duration", "json", "quantity", "intorstring")
 
 
 class ProtobufError(ValueError):
@@ -102,12 +80,15 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     return out
 
 
-def _scalar(kind: str, wire: int, value: Any) -> Any:
-    if kind in ("string", "bytes", "raw") or kind in SCHEMA or kind == "time" or kind.startswith("map:"):
-        if wire != 2:
-            raise ProtobufError(f"expected a length-delimited {kind}, got wire type {wire}")
-    elif wire != 0:
-        raise ProtobufError(f"expected a varint {kind}, got wire type {wire}")
+def _value(kind: str, wire: int, value: Any, depth: int) -> Any:
+    if kind in _VARINTS:
+        if wire != 0:
+            raise ProtobufError(f"expected a varint {kind}, got wire type {wire}")
+        if kind == "bool":
+            return bool(value)
+        return value - (1 << 64) if value >= 1 << 63 else value
+    if wire != 2:
+        raise ProtobufError(f"expected a length-delimited {kind}, got wire type {wire}")
     if kind == "string":
         try:
             return value.decode("utf-8")
@@ -117,34 +98,68 @@ def _scalar(kind: str, wire: int, value: Any) -> Any:
         return base64.b64encode(value).decode()
     if kind == "raw":
         return value
-    if kind == "int":
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if kind == "bool":
-        return bool(value)
+    if kind in _SPECIAL:
+        return _special(kind, value)
+    if kind not in MESSAGES:
+        raise ProtobufError(f"no schema for message {kind}")
+    if depth > 40:
+        raise ProtobufError("messages nest more than 40 deep")
+    return decode_message(kind, value, depth + 1)
+
+
+def _special(kind: str, buf: bytes) -> Any:
+    """Types whose JSON form Go writes by hand."""
+    f = {n: v for n, _, v in _fields(buf)}
     if kind == "time":
-        t = decode_message("Time", value)
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t["seconds"])) if t.get("seconds") else None
-    return decode_message(kind, value)
+        secs = f.get(1, 0)
+        secs = secs - (1 << 64) if secs >= 1 << 63 else secs
+        if not secs:
+            return None
+        try:
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(secs))
+        except (OverflowError, OSError, ValueError) as exc:
+            raise ProtobufError(f"a time of {secs} seconds is out of range") from exc
+    if kind == "duration":
+        return f"{f.get(1, 0) / 1e9:g}s"
+    if kind == "quantity":
+        return _value("string", 2, f.get(1, b""), 0)
+    if kind == "intorstring":
+        return _value("string", 2, f.get(3, b""), 0) if f.get(1) == 1 else _value("int32", 0, f.get(2, 0), 0)
+    raw = f.get(1, b"")  # json: RawExtension / FieldsV1 carry JSON bytes
+    try:
+        return json.loads(raw) if raw else None
+    except (ValueError, RecursionError) as exc:
+        raise ProtobufError(f"embedded JSON is malformed: {exc}") from exc
 
 
-def decode_message(name: str, buf: bytes) -> dict[str, Any]:
-    schema = SCHEMA[name]
+def decode_message(name: str, buf: bytes, depth: int = 0) -> dict[str, Any]:
+    schema = MESSAGES[name]
     out: dict[str, Any] = {}
     for number, wire, value in _fields(buf):
-        if number not in schema:
+        spec = schema.get(str(number))
+        if spec is None:
             continue
-        field, kind = schema[number]
-        if kind.startswith("map:"):
+        field, label, kind = spec
+        if label == "map":
             if wire != 2:
                 raise ProtobufError(f"{name}.{field}: a map entry must be length-delimited")
             entry = {n: (w, v) for n, w, v in _fields(value)}
-            k = _scalar("string", *entry.get(1, (2, b"")))
-            out.setdefault(field, {})[k] = _scalar(kind[4:], *entry.get(2, (2, b"")))
-        elif kind.startswith("[]"):
-            out.setdefault(field, []).append(_scalar(kind[2:], wire, value))
+            key = _value("string", *entry.get(1, (2, b"")), depth)
+            default = (0, 0) if kind in _VARINTS else (2, b"")
+            out.setdefault(field, {})[key] = _value(kind, *entry.get(2, default), depth)
+        elif label == "repeated":
+            items = out.setdefault(field, [])
+            if wire == 2 and kind in _VARINTS:  # packed
+                pos = 0
+                while pos < len(value):
+                    item, pos = _varint(value, pos)
+                    items.append(_value(kind, 0, item, depth))
+            else:
+                items.append(_value(kind, wire, value, depth))
         else:
-            out[field] = _scalar(kind, wire, value)
-    # Go writes every string and number; its JSON omits the empty ones (bools are pointers: kept).
+            out[field] = _value(kind, wire, value, depth)
+    # Go writes every string, number and struct; its JSON omits the empty ones. Booleans are kept:
+    # the optional ones (automountServiceAccountToken, immutable) mean something when false.
     return {k: v for k, v in out.items() if not _empty(v)}
 
 
@@ -162,10 +177,10 @@ def decode(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
         envelope = decode_message("Unknown", body[len(MAGIC):])
         meta = envelope.get("typeMeta") or {}
         sent = (meta.get("apiVersion", ""), meta.get("kind", ""))
-        message = KINDS.get(sent)
+        message = KINDS.get(f"{sent[0]}/{sent[1]}")
         if message is None or sent != (api_version, kind):
             raise ApiError(415, f"the simulated API server decodes protobuf bodies only for "
-                                f"{', '.join(k for _, k in KINDS)} (this one is "
+                                f"{', '.join(k.rpartition('/')[2] for k in KINDS)} (this one is "
                                 f"{sent[1] or 'untyped'} {sent[0]}); send it as application/json",
                            "UnsupportedMediaType")
         obj = decode_message(message, envelope.get("raw", b""))

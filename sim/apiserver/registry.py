@@ -138,7 +138,7 @@ class Registry:
         items = [o for o in items if match(o)]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if cont:
-            after = tuple(json.loads(cont))
+            after = _continue_key(cont)
             items = [o for o in items
                      if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
         if limit and len(items) > limit:
@@ -258,6 +258,7 @@ class Registry:
             raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
         warnings: list[str] = []
         req.check_fields(body, warnings)
+        objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -540,6 +541,17 @@ class Registry:
 def invalid_name(rt: ResourceType) -> ApiError:
     return errors.invalid(rt.kind, rt.group, "", "metadata.name",
                           "Required value: name or generateName is required")
+
+
+def _continue_key(token: str) -> tuple[str, str]:
+    """The (namespace, name) a list continues after; a token this server did not issue is a 400."""
+    try:
+        key = json.loads(token)
+    except (ValueError, RecursionError):
+        key = None
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        raise ApiError(400, "continue key is not valid: pass the metadata.continue of the previous page")
+    return key[0], key[1]
 
 
 def _parse_rv(rv: str) -> int:

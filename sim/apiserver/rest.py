@@ -49,6 +49,16 @@ def _field_validation(value: str) -> str:
     raise ApiError(400, f'fieldValidation={value[:32]!r}: supported values are "Ignore", "Warn", "Strict"')
 
 
+def _limit(value: str | None) -> int:
+    try:
+        limit = int(value or 0)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise ApiError(400, f"limit={str(value)[:32]!r}: a whole number of items >= 0")
+    return limit
+
+
 def _seconds(value: str | None, default: float) -> float:
     if not value:
         return default
@@ -181,6 +191,8 @@ class Handler(BaseHTTPRequestHandler):
         except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError) as exc:
             log.debug("client went away: %s", exc)
             self.close_connection = True
+        except RecursionError:
+            self._send_error(ApiError(400, "the request body nests too deeply to be a Kubernetes object"))
         except Exception as exc:
             log.exception("internal error serving %s %s", self.command, self.path)
             self._send_error(ApiError(500, f"Internal error occurred: {exc}"))
@@ -234,7 +246,7 @@ class Handler(BaseHTTPRequestHandler):
         if method in ("GET", "HEAD"):
             if route.name:
                 return "get"
-            return "watch" if query.get("watch") in ("1", "true", "True") else "list"
+            return "watch" if _flag(query, "watch") else "list"
         if route.subresource == "binding" or route.rt.plural == "bindings":
             if method != "POST":
                 raise ApiError(405, f"{method} is not allowed on {route.rt.plural}/binding")
@@ -335,7 +347,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _verb_list(self, req: Request, query: dict[str, str]) -> None:
         doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"),
-                                     int(query.get("limit") or 0), query.get("continue", ""))
+                                     _limit(query.get("limit")), query.get("continue", ""))
         if self._wants_table():
             doc = discovery.table(req.rt, doc["items"], doc["metadata"])
         self._send_json(200, doc)

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -78,15 +81,41 @@ def _now() -> str:
 
 
 def gpu_containers(pod: dict[str, Any], resource: str) -> list[tuple[str, int]]:
-    """(container name, count) for containers requesting `resource`, init containers first."""
+    """(container name, count) for containers requesting `resource`, init containers first. A
+    count that is not a device quantity raises ValueError naming the container."""
     out = []
     spec = pod.get("spec") or {}
     for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
         res = c.get("resources") or {}
         value = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
-        if value is not None and int(value) > 0:
-            out.append((c["name"], int(value)))
+        if value is None:
+            continue
+        try:
+            count = device_count(value)
+        except ValueError as error:
+            raise ValueError(f"container {c.get('name')!r}: {resource}: {error}") from None
+        if count > 0:
+            out.append((c["name"], count))
     return out
+
+
+_QUANTITY = re.compile(r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?)(?P<suffix>[KMGTPE]i|[numkMGTPE]?)$")
+_SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
+           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+           "Pi": 2**50, "Ei": 2**60}
+MAX_DEVICES = 1024
+
+
+def device_count(value: Any) -> int:
+    """A device count as kubelet reads the quantity (its Value(), rounded up): `1`, `"2"`, `"1e0"`."""
+    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int) and not isinstance(value, bool) \
+        else None
+    if match is None or ("e" in match["number"].lower() and match["suffix"]):
+        raise ValueError(f"{str(value)[:40]!r} is not a quantity")
+    amount = Decimal(match["number"]) * _SUFFIX[match["suffix"]]
+    if amount < 0 or amount > MAX_DEVICES:
+        raise ValueError(f"{str(value)[:40]!r} is not a device count between 0 and {MAX_DEVICES}")
+    return int(amount.to_integral_value(rounding=ROUND_CEILING))
 
 
 def grace_period(pod: dict[str, Any]) -> float:
@@ -95,7 +124,11 @@ def grace_period(pod: dict[str, Any]) -> float:
     grace = meta.get("deletionGracePeriodSeconds")
     if grace is None:
         grace = spec.get("terminationGracePeriodSeconds")
-    return max(MIN_GRACE_S, float(DEFAULT_GRACE_S if grace is None else grace))
+    try:
+        seconds = DEFAULT_GRACE_S if grace is None else float(grace)
+    except (TypeError, ValueError):
+        seconds = DEFAULT_GRACE_S  # the API server validates it; a stored oddity gets the default
+    return max(MIN_GRACE_S, seconds)
 
 
 def backoff_delay(step: int, backoff: tuple[float, float]) -> float:
@@ -109,13 +142,16 @@ Runtime = Callable[[dict[str, Any]], Containers | None]
 class SimulatedPods:
     def __init__(self, node: str, api_client: Any, kubelet: Any, nvml: Any, resource: str, *,
                  runtime: Runtime | None = None, backoff: tuple[float, float] = KUBELET_BACKOFF,
-                 echo: Callable[[str], None] | None = None, interval: float = 0.2):
+                 echo: Callable[[str], None] | None = None, interval: float = 0.2,
+                 log_path: Callable[[str, str, str, str], Path] | None = None):
+        """log_path(namespace, pod, uid, container): the file a container's output is appended to."""
         self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
         self.core = client.CoreV1Api(api_client)
         self.runtime = runtime or (lambda pod: None)
         self.backoff = backoff
         self.echo = echo or (lambda text: None)
         self.interval = interval
+        self.log_path = log_path
         self.pods: dict[str, PodRecord] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-pods-{node}", daemon=True)
@@ -131,6 +167,21 @@ class SimulatedPods:
 
     def pods_by_name(self, namespace: str, name: str) -> PodRecord | None:
         return next((r for r in list(self.pods.values()) if (r.namespace, r.name) == (namespace, name)), None)
+
+    def log_sink(self, pod: dict[str, Any]) -> Callable[[str, str], None]:
+        """Where a container of `pod` writes its output: appended to the file `log_path` names (what
+        `kubectl logs` reads), if the kubelet was given one."""
+        meta = pod["metadata"]
+
+        def write(container: str, line: str) -> None:
+            if self.log_path is None:
+                return
+            try:
+                with self.log_path(meta["namespace"], meta["name"], meta["uid"], container).open("a") as out:
+                    out.write(line.rstrip("\n") + "\n")
+            except OSError as error:
+                log.debug("kubelet %s: log of %s/%s not written: %s", self.node, meta["name"], container, error)
+        return write
 
     def logs(self, namespace: str, name: str) -> str | None:
         record = self.pods_by_name(namespace, name)
@@ -168,12 +219,20 @@ class SimulatedPods:
             if record is None:
                 record = self.pods[meta["uid"]] = PodRecord(meta["uid"], meta["namespace"], meta["name"])
             record.pod = pod
-            self._sync_pod(record)
+            self._guarded(record, self._sync_pod, record)
         for record in list(self.pods.values()):
             if record.uid not in present:
                 self._begin_stop(record, grace_period(record.pod), "is gone from the API")
             if record.stop_deadline is not None:
-                self._progress_stop(record, record.uid in present)
+                self._guarded(record, self._progress_stop, record, record.uid in present)
+
+    def _guarded(self, record: PodRecord, step: Callable[..., None], *args: Any) -> None:
+        """One pod's step; a failure (the API, an odd object) is retried next pass and never keeps
+        the other pods of the node from being handled."""
+        try:
+            step(*args)
+        except Exception as error:  # noqa: BLE001 - see above
+            log.debug("kubelet %s: %s/%s: %s", self.node, record.namespace, record.name, error)
 
     def _sync_pod(self, record: PodRecord) -> None:
         pod = record.pod
@@ -196,18 +255,23 @@ class SimulatedPods:
         containers = self.runtime(pod)
         if containers is None:
             if record.allocation is None:
-                wanted = gpu_containers(pod, self.resource)
+                try:
+                    wanted = gpu_containers(pod, self.resource)
+                except ValueError as error:
+                    self._admission_failed(record, "", f"cannot admit the pod: {error}")
+                    return
                 record.allocation = self.kubelet.allocate(self.resource, wanted, pod_uid=record.uid) if wanted \
                     else False
                 if record.allocation and not record.allocation.ok:
                     self._admission_failed(record, record.allocation.error)
                     return
-            answers = [c.response for c in record.allocation.containers] if record.allocation else []
+            devices = {name: [] for name, _ in _containers(pod)}
             for c in record.allocation.containers if record.allocation else []:
                 if c.response is not None:
                     record.env[c.name] = dict(c.response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
+                    devices.setdefault(c.name, []).extend(mig_uuids([c.response]))
             ignore = (pod["metadata"].get("annotations") or {}).get(IGNORE_SIGTERM) == "true"
-            containers = SimulatedWorkload(self.nvml, mig_uuids(answers), ignore_sigterm=ignore)
+            containers = SimulatedWorkload(self.nvml, devices, ignore_sigterm=ignore, sink=self.log_sink(pod))
         record.containers = containers
         record.running_since = time.monotonic()
         self._set_running(record)
@@ -233,8 +297,8 @@ class SimulatedPods:
             self.echo(f"{self.node}: {record.namespace}/{record.name} Running"
                       + "".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items()))
 
-    def _admission_failed(self, record: PodRecord, error: str) -> None:
-        message = f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
+    def _admission_failed(self, record: PodRecord, error: str, message: str = "") -> None:
+        message = message or f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
         self._patch_status(record.pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message})
         record.phase, record.failed_reason = "Failed", "UnexpectedAdmissionError"
         self._event(record.pod, "Warning", "UnexpectedAdmissionError", message)

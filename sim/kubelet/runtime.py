@@ -12,7 +12,7 @@ import itertools
 import re
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 MIG_UUID = re.compile(r"MIG-[0-9A-Za-z][-0-9A-Za-z/]*")
@@ -63,16 +63,19 @@ def mig_uuids(answers: Iterable[Any]) -> list[str]:
 
 
 class SimulatedWorkload:
-    """A pod's workload on the simulated NVML: one process on each of its MIG devices while it
-    runs. It ends on SIGTERM (exit 0: it shuts down cleanly) unless it ignores SIGTERM, on
-    SIGKILL (137), or when `finish(code)` says so."""
+    """A pod's workload on the simulated NVML: one process on each MIG device of each container
+    while it runs. It ends on SIGTERM (exit 0: it shuts down cleanly) unless it ignores SIGTERM, on
+    SIGKILL (137), or when `finish(code)` says so. What each container prints goes to
+    `sink(container, line)` (the kubelet's log files) and to `logs()`."""
 
     restartable = False
 
-    def __init__(self, nvml: Any, devices: list[str], *, ignore_sigterm: bool = False) -> None:
+    def __init__(self, nvml: Any, devices: dict[str, list[str]], *, ignore_sigterm: bool = False,
+                 sink: Callable[[str, str], None] | None = None) -> None:
         self.nvml = nvml
-        self.devices = devices
+        self.devices = devices  # container -> MIG UUIDs
         self.ignore_sigterm = ignore_sigterm
+        self._sink = sink or (lambda container, line: None)
         self._code: int | None = None
         self._lock = threading.Lock()
         self._processes: list[tuple[str, int]] = []  # (GPU UUID, pid)
@@ -83,23 +86,28 @@ class SimulatedWorkload:
     def processes(self) -> list[tuple[str, int]]:
         return list(self._processes)
 
+    def _say(self, line: str, container: str) -> None:
+        self._log.append(line if len(self.devices) == 1 else f"{container}: {line}")
+        self._sink(container, line)
+
     def _start(self) -> None:
         where = {ci.mig_uuid: (gpu.uuid, gi.gi_id, ci.ci_id) for gpu in self.nvml.gpus()
                  for gi in gpu.gpu_instances for ci in gi.compute_instances}
-        for device in self.devices:
-            if device not in where:
-                self._log.append(f"no MIG device {device} on this node")
-                continue
-            gpu, gi, ci = where[device]
-            pid = next(_PIDS)
-            try:
-                self.nvml.set_busy(gpu, (pid,), gi_id=gi, ci_id=ci)
-            except (KeyError, ValueError) as error:
-                self._log.append(f"could not start on {device}: {error}")
-                continue
-            self._processes.append((gpu, pid))
-            self._log.append(f"pid {pid} running on {device}")
-        self._log.append(f"NVIDIA_VISIBLE_DEVICES={','.join(self.devices) or 'void'}; working")
+        for container, devices in self.devices.items():
+            for device in devices:
+                if device not in where:
+                    self._say(f"no MIG device {device} on this node", container)
+                    continue
+                gpu, gi, ci = where[device]
+                pid = next(_PIDS)
+                try:
+                    self.nvml.set_busy(gpu, (pid,), gi_id=gi, ci_id=ci)
+                except (KeyError, ValueError) as error:
+                    self._say(f"could not start on {device}: {error}", container)
+                    continue
+                self._processes.append((gpu, pid))
+                self._say(f"pid {pid} running on {device}", container)
+            self._say(f"NVIDIA_VISIBLE_DEVICES={','.join(devices) or 'void'}; working", container)
 
     def _end(self, code: int, why: str) -> None:
         with self._lock:
@@ -109,7 +117,8 @@ class SimulatedWorkload:
                 self.nvml.clear_busy(gpu, (pid,))
             self._processes.clear()
             self._code = code
-            self._log.append(why)
+        for container in self.devices:
+            self._say(why, container)
 
     def signal(self, sig: int) -> None:
         if sig == signal.SIGKILL:
@@ -117,7 +126,8 @@ class SimulatedWorkload:
         elif sig == signal.SIGTERM and not self.ignore_sigterm:
             self._end(0, "SIGTERM: shut down cleanly")
         elif sig == signal.SIGTERM:
-            self._log.append("SIGTERM ignored")
+            for container in self.devices:
+                self._say("SIGTERM ignored", container)
 
     def finish(self, code: int) -> None:
         self._end(code, f"finished with exit code {code}")

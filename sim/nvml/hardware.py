@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ CI_ENUM_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 HEAP, HALVES_SWAPPED = "heap", "halves-swapped"
 NUMBERINGS = (HEAP, HALVES_SWAPPED)
 
-_DATA = Path(__file__).resolve().parent / "drivers"
+_DATA = Path(str(resources.files(__package__).joinpath("drivers")))  # shipped in the wheel too
 _PLACEMENTS = re.compile(r"^\{(\d+(?:,\d+)*)\}:(\d+)$")
 
 

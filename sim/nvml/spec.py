@@ -20,10 +20,15 @@ MIG UUIDs default to "fresh" - a new UUID for every creation, even of the same p
 NVIDIA's DRA driver states that a MIG UUID changes across destruction and re-creation of the same
 configuration and nvml.h promises immutability only "for the lifetime of a MIG device"; walkthroughs
 that show a UUID coming back are served by "stable".
+
+Whole test runs can change the two defaults from the environment (a spec's own fields still win):
+DYNMIG_SIM_GI_IDS (one of the gi_ids values) and DYNMIG_SIM_MIG_UUIDS ("fresh" or "stable"), e.g.
+`DYNMIG_SIM_GI_IDS=shuffled make test` proves nothing infers a placement from a GI ID.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -51,7 +56,7 @@ def build_state(spec: dict[str, Any]) -> State:
     if unknown:
         raise SpecError(f"node spec: unknown fields {sorted(unknown)}; allowed: {sorted(_NODE_KEYS)}")
     seed = str(spec.get("node", "sim-node"))
-    state = State(mig_uuids=_choice(spec, "mig_uuids", (FRESH, STABLE), FRESH))
+    state = State(mig_uuids=_choice(spec, "mig_uuids", (FRESH, STABLE), _env("DYNMIG_SIM_MIG_UUIDS", FRESH)))
     node_driver = _driver(spec.get("driver"), "driver")
     for n, entry in enumerate(spec["gpus"]):
         for _ in range(_count(entry, n)):
@@ -61,7 +66,8 @@ def build_state(spec: dict[str, Any]) -> State:
     uuids = [g.uuid for g in state.gpus]
     if len(set(uuids)) != len(uuids):
         raise SpecError("node spec: gpus[].uuid values must be unique")
-    mode = _choice(spec, "gi_ids", GI_ID_MODES, SHUFFLED if spec.get("shuffle_gi_ids") is not None else DRIVER)
+    default = SHUFFLED if spec.get("shuffle_gi_ids") is not None else _env("DYNMIG_SIM_GI_IDS", DRIVER)
+    mode = _choice(spec, "gi_ids", GI_ID_MODES, default)
     seed_value = spec.get("shuffle_gi_ids")
     if mode == SHUFFLED:
         if seed_value is not None and (isinstance(seed_value, bool) or not isinstance(seed_value, int)):
@@ -79,6 +85,10 @@ def shuffle(state: State, seed: int | None) -> None:
         if gpu.gis:
             raise SpecError(f"cannot renumber GI IDs of {gpu.uuid}: it has GPU instances")
         gpu.gi_id_map = None if seed is None else shuffled_ids(gpu.model, seed, gpu.uuid)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, "").strip() or default
 
 
 def _choice(spec: dict[str, Any], field: str, allowed: tuple[str, ...], default: str) -> str:

@@ -285,6 +285,7 @@ def test_the_device_plugin_runs_privileged_with_the_kubelet_socket_dir_and_its_n
     spec = daemonset["spec"]["template"]["spec"]
     plugin = container(daemonset, "device-plugin")
     assert plugin["securityContext"]["privileged"] is True
+    assert plugin["securityContext"]["runAsUser"] == 0  # the image's user is the server's non-root one
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in plugin["env"]
     host = next(v for v in spec["volumes"] if "hostPath" in v)
     assert host["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"

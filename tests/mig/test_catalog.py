@@ -89,3 +89,37 @@ def test_facts_without_a_source_are_marked_unknown():
     b200 = catalog.find_model("B200")
     assert b200.profile("7g.180gb").confidence == catalog.UNKNOWN
     assert b200.profile("1g.23gb").confidence == catalog.INFERRED
+
+
+@pytest.mark.parametrize("key, profile, engines", [
+    ("H100-SXM5-80GB", "7g.80gb", (8, 7, 0, 7, 1)), ("H100-SXM5-80GB", "1g.10gb", (1, 1, 0, 1, 0)),
+    ("H200", "3g.71gb", (3, 3, 0, 3, 0)), ("A100-SXM4-40GB", "7g.40gb", (7, 5, 0, 1, 1)),
+    ("A100-SXM4-40GB", "1g.5gb+me", (1, 1, 0, 1, 1)), ("B200", "2g.45gb", (4, 2, 0, 2, 0)),
+    ("GB200", "1g.23gb", (2, 1, 0, 1, 0)),
+])
+def test_engine_counts_on_8_slice_gpus_are_what_lgip_shows(key, profile, engines):
+    e = catalog.find_model(key).profile(profile).engines
+    assert (e.copy, e.decoder, e.encoder, e.jpeg, e.ofa) == engines
+
+
+def test_a_name_an_early_driver_prints_finds_the_same_gb200_profile():
+    gb200 = catalog.find_model("GB200")
+    assert gb200.profile("1g.24gb") is gb200.profile("1g.23gb")
+    assert gb200.profile("1g.24gb+me").name == "1g.23gb+me"
+    assert "1g.24gb" in catalog.all_profile_names() and "1g.24gb" not in gb200.profile_names
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-WS"),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-MAXQ"),
+    ("RTX PRO 6000", "RTX-PRO-6000"),
+])
+def test_every_rtx_pro_6000_blackwell_edition_is_known_with_the_12_slice_profiles(name, key):
+    model = catalog.find_model(name)
+    assert model.key == key and model.axis_length == 12
+    assert model.profile_names == catalog.RTX_PRO_6000.profile_names
+
+
+def test_each_model_pins_the_driver_release_its_memory_set_comes_from():
+    assert all(m.driver for m in catalog.MODELS)
+    assert catalog.find_model("B200").profile("1g.23gb").memory_mib == 20992  # with 4g.90gb (R570)

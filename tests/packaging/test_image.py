@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,20 @@ def test_the_containerfile_passes_hadolint():
     done = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Containerfile")],
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_image_lock_pins_every_runtime_dependency_of_pyproject():
+    wanted = {_name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    pinned = {_name(line) for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
+              if line and not line.startswith("#")}
+    assert wanted <= pinned, f"not in image/requirements.lock (run `make image-lock`): {sorted(wanted - pinned)}"
+    assert all("==" in line and "--hash=sha256:" in line
+               for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
+               if line and not line.startswith("#"))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import threading
 
 from mig.annotations import BIND_PHASE
 from mig.leftovers import LEFTOVERS, decode_leftovers
@@ -125,7 +126,7 @@ def test_an_instance_a_foreign_process_still_uses_after_its_pod_is_gone_is_never
     clock = [1000.0]
     app.reconciler.clock = lambda: clock[0]
     running(node, "a", Want(0, "1g.5gb", 6, 1), pid=900)
-    node.core.delete_namespaced_pod("a", "default")  # the process (pid 900) does not go away
+    node.core.delete_namespaced_pod("a", "default", grace_period_seconds=0)  # pid 900 does not go away
 
     result = node.tick()
 
@@ -161,7 +162,7 @@ def test_a_failing_reclaim_backs_off_exponentially_up_to_a_cap(make_node):
     clock = [0.0]
     app.reconciler.clock = lambda: clock[0]
     running(node, "a", Want(0, "1g.5gb", 2, 1), pid=3)
-    node.core.delete_namespaced_pod("a", "default")
+    node.core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
     attempts = []
     for _ in range(200):
         result = node.tick()
@@ -171,6 +172,39 @@ def test_a_failing_reclaim_backs_off_exponentially_up_to_a_cap(make_node):
     gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[:4] == [2.0, 4.0, 8.0, 16.0]
     assert len(attempts) < 12
+
+
+def test_a_terminating_pods_instance_is_retried_quietly_while_its_containers_stop(make_node):
+    node = make_node(A100)
+    app = node.start_plugin()
+    running(node, "a", Want(0, "1g.5gb", 2, 1), pid=3)
+    node.core.delete_namespaced_pod("a", "default")  # graceful: its container still runs
+
+    first, second = node.tick(), node.tick()
+
+    assert [r for _, r in first.failed] == [r for _, r in second.failed] == ["in-use"]  # no back-off
+    assert app.metrics.value("dynmig_plugin_reclaims_stuck") == 0
+    assert not [e for e in node.core.list_namespaced_event("default").items if e.reason == "MigInstanceReclaimStuck"]
+    node.sim.clear_busy(node.uuids[0])
+    assert node.tick().destroyed and node.instances(0) == []
+
+
+def test_allocate_waits_briefly_for_an_ended_pods_last_process_to_leave_the_placement(make_node):
+    node = make_node(A100)
+    app = node.start_plugin()
+    running(node, "a", Want(0, "1g.5gb", 3, 1), pid=31)
+    node.core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+    assert node.tick().failed  # in use: backing off now
+    node.add_pod("c", [[Want(0, "2g.10gb", 2, 2)]])  # overlaps a's 3:1
+    timer = threading.Timer(0.5, node.sim.clear_busy, args=(node.uuids[0],))
+    timer.start()
+
+    result = node.admit("c")
+
+    timer.join()
+    assert result.ok, result.error
+    assert [(p, s) for p, s, _, _ in node.instances(0)] == [("2g.10gb", 2)]
+    assert app.metrics.value("dynmig_plugin_reclaims_stuck") == 0
 
 
 def test_the_reclaim_back_off_never_waits_longer_than_its_cap():

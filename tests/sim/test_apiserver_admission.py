@@ -90,7 +90,8 @@ def test_a_mutating_webhook_behind_a_service_mutates_a_created_pod_and_sees_the_
     assert req["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
     assert req["resource"] == {"group": "", "version": "v1", "resource": "pods"}
     assert req["userInfo"]["username"] == "alice"
-    assert req["object"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8000"}
+    # The webhook sees the decoded object: quantities in canonical form, as kube-apiserver sends them.
+    assert req["object"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8k"}
     assert req["oldObject"] is None and req["dryRun"] is False
 
 

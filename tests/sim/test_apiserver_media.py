@@ -61,8 +61,8 @@ def test_a_protobuf_configmap_is_stored_as_its_json_form(call, apiserver):
 
 
 def test_a_protobuf_body_of_a_kind_the_server_cannot_decode_gets_415_naming_json(call):
-    body = _k8s_protobuf("v1", "Pod", _field(1, _field(1, b"p")))
-    code, status = call("POST", "/api/v1/namespaces/default/pods", body, PB)
+    body = _k8s_protobuf("coordination.k8s.io/v1", "Lease", _field(1, _field(1, b"l")))
+    code, status = call("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", body, PB)
     assert code == 415 and status["reason"] == "UnsupportedMediaType"
     assert "application/json" in status["message"]
 
@@ -132,3 +132,25 @@ def test_the_openapi_v3_root_points_at_a_document_whose_pod_patch_takes_field_va
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
     assert "resources" in doc["components"]["schemas"]["io.k8s.api.v1.Container"]["properties"]
     assert call("GET", "/openapi/v3/apis/nothing/v1")[0] == 404
+
+
+@pytest.mark.parametrize("query", ["limit=ten", "limit=-1", "continue=%7Bnot", "continue=%5B1%2C2%5D",
+                                   "watch=maybe", "watch=1&timeoutSeconds=soon"])
+def test_malformed_list_and_watch_options_are_a_400(call, query):
+    code, status = call("GET", f"/api/v1/namespaces/default/pods?{query}")
+    assert (code, status["reason"]) == (400, "BadRequest")
+
+
+def test_a_deeply_nested_body_is_a_400_not_a_crash(call):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    code, status = call("POST", "/api/v1/namespaces/default/configmaps", deep)
+    assert code == 400 and status["reason"] == "BadRequest"
+
+
+def test_an_object_nested_just_under_the_parser_limit_is_refused_or_stored_never_a_500(call):
+    value: dict = {}
+    for _ in range(900):
+        value = {"x": value}
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deep"},
+                       "binaryData": {}, "data": {}, "extra": value}).encode()
+    assert call("POST", "/api/v1/namespaces/default/configmaps", body)[0] in (201, 400)

@@ -73,8 +73,11 @@ def fake_kubelet(apiserver):
 
 def _ready(apiserver, name: str) -> None:
     core = client.CoreV1Api(apiserver.api_client("kubelet"))
+    containers = [c["name"] for c in apiserver.get("pods", name, "default")["spec"]["containers"]]
     core.patch_namespaced_pod_status(name, "default", {"status": {
-        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": c, "ready": True, "restartCount": 0, "image": "busybox", "imageID": "",
+                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}} for c in containers]}})
 
 
 BOUND_POD = """apiVersion: v1
@@ -106,16 +109,17 @@ def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_pat
     killer = threading.Timer(60, watching.kill)  # a watch that never shows it fails, not hangs
     killer.start()
     try:
-        header, first = watching.stdout.readline(), watching.stdout.readline()
-        assert header.split()[:2] == ["NAME", "STATUS"] and first.split()[:2] == ["worker", "Pending"]
+        header, first = watching.stdout.readline().split(), watching.stdout.readline().split()
+        assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+        assert first[:4] == ["worker", "0/1", "Pending", "0"]
         # kubectl watches from the version it listed, so the change is seen whenever it lands.
         _ready(apiserver, "worker")
         seen = []
         for line in watching.stdout:  # ends at EOF if the killer fires
-            seen.append(line.split()[:2])
-            if seen[-1] == ["worker", "Running"]:
+            seen.append(line.split()[:4])
+            if seen[-1] == ["worker", "1/1", "Running", "0"]:
                 break
-        assert seen and seen[-1] == ["worker", "Running"], seen
+        assert seen and seen[-1] == ["worker", "1/1", "Running", "0"], seen
     finally:
         killer.cancel()
 
@@ -138,7 +142,7 @@ def test_kubectl_creates_annotates_labels_reads_and_deletes_a_pod(run, tmp_path,
     pod = json.loads(run("get", "pod", "trainer", "-o", "json"))
     assert pod["metadata"]["annotations"] == {"nvidia.com/mig-profile-preference": "1g.24gb"}
     assert pod["metadata"]["labels"] == {"app": "train", "tier": "gpu"}
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8000"}
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8k"}  # canonical
     table = run("get", "pods", "-l", "tier=gpu")
     assert table.split("\n")[0].split()[0] == "NAME" and "trainer" in table
     run("delete", "pod", "trainer")
@@ -268,3 +272,41 @@ def test_kubectl_logs_of_a_pod_with_two_containers_names_the_one_it_shows(run, a
     _write_log(apiserver, "worker", "sidecar", "sidecar up\n")
     assert run("logs", "worker", "-c", "sidecar") == "sidecar up\n"
     assert "container nope is not valid for pod worker" in run("logs", "worker", "-c", "nope", ok=False)
+
+
+def test_kubectl_sees_a_round_mib_request_as_kubernetes_stores_it(run):
+    run("create", "-f", "-", stdin=POD.replace('"8000"', "30000"))  # a YAML number, as users write it
+    limits = run("get", "pod", "trainer", "-o", "jsonpath={.spec.containers[0].resources.limits}")
+    assert json.loads(limits) == {"nvidia.com/gpumem": "30k"}
+
+
+def test_kubectl_get_pods_prints_kubernetes_columns_with_wide_ones_on_request(run, apiserver):
+    run("create", "-f", "-", stdin=BOUND_POD)
+    assert run("get", "pods").splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    wide = run("get", "pods", "-o", "wide").splitlines()
+    assert wide[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    assert wide[1].split()[6] == "gpu-node-1"
+    core = client.CoreV1Api(apiserver.api_client("kubelet"))
+    core.patch_namespaced_pod_status("worker", "default", {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "c", "ready": False, "restartCount": 2, "image": "busybox", "imageID": "",
+         "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
+    assert run("get", "pods", "--no-headers").split()[:4] == ["worker", "0/1", "CrashLoopBackOff", "2"]
+
+
+def test_kubectl_logs_never_reads_outside_the_log_folder(run, apiserver):
+    sneaky = BOUND_POD.replace("{name: c, image: busybox}", "{name: ../../../etc, image: busybox}")
+    run("create", "-f", "-", stdin=sneaky)
+    _ready(apiserver, "worker")
+    assert "not a valid container name" in run("logs", "worker", "-c", "../../../etc", ok=False)
+
+
+def test_kubectl_create_deployment_and_service_work_with_their_protobuf_bodies(run, apiserver):
+    assert "deployment.apps/web created" in run("create", "deployment", "web", "--image=nginx", "--replicas=3",
+                                                "--port=8080", "--", "sleep", "10")
+    spec = apiserver.get("deployments", "web", "default")["spec"]
+    assert spec["replicas"] == 3 and spec["selector"] == {"matchLabels": {"app": "web"}}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert (container["image"], container["command"], container["ports"]) == \
+        ("nginx", ["sleep", "10"], [{"containerPort": 8080}])
+    run("create", "service", "clusterip", "web", "--tcp=80:8080")
+    assert apiserver.get("services", "web", "default")["spec"]["ports"][0]["targetPort"] == 8080

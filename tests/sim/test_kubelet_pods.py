@@ -4,6 +4,7 @@ deleted), as a real kubelet stops the containers of a pod that is gone."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ from nvml_testkit import A100, create_gi, full_ci, gpu0
 from plugin.api import deviceplugin_pb2 as pb
 from sim.apiserver import ApiServer
 from sim.kubelet import IGNORE_SIGTERM, SimulatedKubelet, SimulatedPods
-from sim.kubelet.pods import backoff_delay, grace_period
+from sim.kubelet.pods import backoff_delay, device_count, grace_period
 from sim.kubelet.runtime import mig_uuids
 
 RESOURCE = "example.com/gpu"
@@ -51,7 +52,7 @@ def world(node, socket_dir):
     kubelet.wait_for_devices(RESOURCE, healthy=3)
     lines: list[str] = []
     pods = SimulatedPods(NODE, api.api_client("kubelet"), kubelet, nvml, RESOURCE, echo=lines.append,
-                         interval=0.05).start()
+                         interval=0.05, log_path=api.log_path).start()
     yield SimpleNamespace(nvml=nvml, api=api, core=client.CoreV1Api(api.api_client()), pods=pods, lines=lines,
                           migs=migs)
     pods.stop()
@@ -97,6 +98,16 @@ def test_a_running_pods_workload_runs_on_the_mig_device_the_plugin_handed_it(wor
     assert [m for _, m in on] == [device]
 
 
+def test_a_containers_output_goes_to_the_log_file_the_api_server_serves(world):
+    world.core.create_namespaced_pod("default", _pod("train"))
+    record = _running(world, "train")
+    world.core.delete_namespaced_pod("train", "default")
+    _wait(lambda: _gone(world, "train"), "the pod to be gone")
+    text = world.api.log_path("default", "train", record.uid, "main").read_text()
+    assert text.splitlines()[-2:] == [f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
+                                      "SIGTERM: shut down cleanly"]
+
+
 def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(world):
     world.core.create_namespaced_pod("default", _pod("train"))
     _running(world, "train")
@@ -117,8 +128,11 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
     else:
         world.core.delete_namespace("team")
     _wait(lambda: not _busy(world), "the workload of the vanished pod to stop")
-    assert world.pods.pods_by_name("team", "train") is None
-    assert any("team/train is gone from the API: stopping its containers" in line for line in world.lines)
+    _wait(lambda: world.pods.pods_by_name("team", "train") is None, "the kubelet to be done with the pod")
+    # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
+    # namespace controller deletes pods) marked for deletion first
+    assert any(line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
+               for line in world.lines), world.lines
 
 
 def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
@@ -151,6 +165,7 @@ class Crashy:
     def __init__(self) -> None:
         self.code: int | None = None
         self.starts = 1
+        self.crash_on_start = 0  # this many restarts die at once (SIGKILL), like a crash loop
 
     def signal(self, sig: int) -> None:
         self.code = -sig
@@ -162,8 +177,11 @@ class Crashy:
         return self.code is None
 
     def restart(self) -> None:
-        self.code = None
         self.starts += 1
+        self.code = None
+        if self.crash_on_start > 0:
+            self.crash_on_start -= 1
+            self.code = -signal.SIGKILL
 
     def logs(self) -> str:
         return ""
@@ -184,9 +202,9 @@ def _daemon(world, crashy: Crashy, backoff=(0.1, 0.4)) -> SimulatedPods:
 def test_a_container_that_dies_is_restarted_after_a_back_off_that_doubles_up_to_its_cap(world):
     crashy = Crashy()
     _daemon(world, crashy)
-    for restart in range(1, 5):
-        crashy.code = -signal.SIGKILL
-        _wait(lambda n=restart: crashy.starts == n + 1, f"restart {restart}")
+    crashy.crash_on_start = 3
+    crashy.code = -signal.SIGKILL
+    _wait(lambda: crashy.starts == 5, "four restarts")
     restarts = [line.split("restarting in ")[1] for line in world.lines if "restarting in" in line]
     assert restarts == ["0.1s", "0.2s", "0.4s", "0.4s"]
     assert any("main of default/daemon exited (signal 9); restarting in 0.1s" in line for line in world.lines)
@@ -226,3 +244,27 @@ def test_the_mig_devices_are_read_from_the_env_var_cdi_names_or_cdi_annotations(
     cdi = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="nvidia.com/gpu=MIG-ccc")])
     notes = pb.ContainerAllocateResponse(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=MIG-ddd"})
     assert mig_uuids([env, cdi, notes, None]) == ["MIG-aaa", "MIG-bbb", "MIG-ccc", "MIG-ddd"]
+
+
+@pytest.mark.parametrize(("value", "count"), [(1, 1), ("2", 2), ("1e0", 1), ("0.5", 1), ("1k", 1000), ("0", 0)])
+def test_a_device_count_is_read_as_a_kubernetes_quantity_rounded_up(value, count):
+    assert device_count(value) == count
+
+
+@pytest.mark.parametrize("value", ["one", "1e999", "-1", "2Ki", "1.5.5", True, None, "9" * 5000])
+def test_a_device_count_that_is_no_quantity_or_absurd_is_refused(value):
+    with pytest.raises(ValueError):
+        device_count(value)
+
+
+def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(world):
+    bad = _pod("bad")
+    bad["spec"]["containers"][0]["resources"]["limits"][RESOURCE] = "5000"  # a quantity, but no device count
+    world.core.create_namespaced_pod("default", bad)
+    world.core.create_namespaced_pod("default", _pod("good"))
+    _running(world, "good")
+    _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
+    message = world.core.read_namespaced_pod("bad", "default").status.message
+    # the API server may store 5000 in canonical form (5k): the same quantity either way
+    assert re.search(r"container 'main': example.com/gpu: '(5000|5k)' is not a device count between 0 and 1024",
+                     message), message

@@ -22,7 +22,16 @@ from nvml_testkit import (
     mig_uuids_by_index,
 )
 
+from sim.nvml import SimulatedNvml, SpecError
+
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+def driver_defaults(monkeypatch):
+    """The simulator's own defaults, whatever a whole-suite run set in DYNMIG_SIM_* (spec.py)."""
+    monkeypatch.delenv("DYNMIG_SIM_GI_IDS", raising=False)
+    monkeypatch.delenv("DYNMIG_SIM_MIG_UUIDS", raising=False)
 
 
 @pytest.mark.parametrize("model", THREE_MODELS + (A30,))
@@ -128,7 +137,7 @@ def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, p
     (RTX, "1g.24gb", 0, 3), (RTX, "1g.24gb", 9, 6),
     (A30, "4g.24gb", 0, 0), (A30, "2g.12gb", 2, 2), (A30, "1g.6gb", 1, 4),
 ])
-def test_gi_ids_are_numbered_as_real_drivers_number_them(node, model, profile, start, gi_id):
+def test_gi_ids_are_numbered_as_real_drivers_number_them(node, driver_defaults, model, profile, start, gi_id):
     node(model)
     spec = find_model(model).profile(profile)
     gi = create_gi(gpu0(), spec.profile_id, start, spec.placement_size)
@@ -139,7 +148,8 @@ def test_gi_ids_are_numbered_as_real_drivers_number_them(node, model, profile, s
     ("3g.20gb", 0, 1), ("3g.20gb", 4, 2), ("2g.10gb", 0, 3), ("2g.10gb", 2, 4), ("2g.10gb", 4, 5),
     ("1g.10gb", 6, 6), ("1g.5gb", 0, 7), ("1g.5gb", 6, 13),  # MIG User Guide A100 walkthroughs
 ])
-def test_the_second_gpu_of_a_node_numbers_its_gis_the_other_way_seen_on_one_real_node(node, profile, start, gi_id):
+def test_the_second_gpu_of_a_node_numbers_its_gis_the_other_way_seen_on_one_real_node(
+        node, driver_defaults, profile, start, gi_id):
     node({"gpus": [{"model": A100, "count": 2}]})
     spec = find_model(A100).profile(profile)
     gpu1 = pynvml.nvmlDeviceGetHandleByIndex(1)
@@ -211,7 +221,7 @@ def _make_1g(spec, start):
     return gi, ci, pynvml.nvmlDeviceGetUUID(pynvml.nvmlComputeInstanceGetInfo(ci).device)
 
 
-def test_re_creating_the_same_placement_mints_a_new_mig_uuid_by_default(node):
+def test_re_creating_the_same_placement_mints_a_new_mig_uuid_by_default(node, driver_defaults):
     node(H100)
     spec = find_model(H100).profile("1g.10gb")
     gi, ci, first = _make_1g(spec, 2)
@@ -247,7 +257,7 @@ def test_the_legacy_mig_gpu_uuid_gi_ci_form_finds_the_same_mig_device(node):
             pynvml.nvmlDeviceGetHandleByUUID(wrong)
 
 
-def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profile(node):
+def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profile(node, driver_defaults):
     sim = node(A100)
     catalog = find_model(A100)
     for name, start in (("1g.5gb", 6), ("3g.20gb", 0), ("2g.10gb", 4)):
@@ -322,3 +332,20 @@ def test_a_placement_passed_by_value_is_refused_and_reported(node):
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(gpu0(), 19, placement)
     assert "byref" in sim.misuse[0]
+
+
+def test_a_whole_test_run_can_switch_the_defaults_from_the_environment_and_a_spec_still_wins(node, monkeypatch):
+    monkeypatch.setenv("DYNMIG_SIM_MIG_UUIDS", "stable")
+    monkeypatch.setenv("DYNMIG_SIM_GI_IDS", "heap")
+    node(H100)
+    spec = find_model(H100).profile("1g.10gb")
+    gi, ci, first = _make_1g(spec, 2)
+    assert pynvml.nvmlGpuInstanceGetInfo(gi).id == 9  # heap: 7 + 2
+    pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    assert _make_1g(spec, 2)[2] == first
+    monkeypatch.setenv("DYNMIG_SIM_GI_IDS", "sideways")
+    with pytest.raises(SpecError, match="gi_ids must be one of"):
+        SimulatedNvml({"gpus": [{"model": H100}]})
+    pinned = SimulatedNvml({"gpus": [{"model": H100}], "gi_ids": "halves-swapped", "mig_uuids": "fresh"})
+    assert pinned.snapshot()["mig_uuids"] == "fresh"

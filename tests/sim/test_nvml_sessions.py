@@ -75,7 +75,8 @@ def test_a_missing_state_file_without_a_spec_is_a_clear_error(tmp_path):
         SimulatedNvml(state_path=tmp_path / "absent.json")
 
 
-def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, node):
+def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, node, monkeypatch):
+    monkeypatch.delenv("DYNMIG_SIM_GI_IDS", raising=False)
     path = tmp_path / "node.json"
     writer = node({"gpus": [{"model": H100}]}, state_path=path)
     reader = SimulatedNvml(state_path=path)

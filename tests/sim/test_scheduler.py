@@ -125,7 +125,8 @@ def test_a_node_cache_capable_extender_gets_pascal_case_node_names_and_binds_the
     assert set(filt) == {"Pod", "Nodes", "NodeNames"}
     assert filt["Nodes"] is None and sorted(filt["NodeNames"]) == ["node-1", "node-2"]
     assert "kind" not in filt["Pod"] and filt["Pod"]["metadata"]["uid"] == created.metadata.uid
-    assert filt["Pod"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8000"}
+    # The API server stored the quantity canonically (8000 -> 8k), so that is what the extender sees.
+    assert filt["Pod"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8k"}
     (bind,) = ext.bodies("/bind")
     assert bind == {"PodName": "train", "PodNamespace": "default", "PodUID": created.metadata.uid, "Node": "node-2"}
     assert wait_for(lambda: events(cluster, "Scheduled"))[0]["message"] == "Successfully assigned default/train to node-2"

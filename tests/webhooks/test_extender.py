@@ -341,8 +341,8 @@ def test_gpumem_percentage_25_on_an_a100_40gb_node_gets_a_3g_20gb(apiserver, ser
 
 
 def test_a_pod_with_a_bad_quantity_gets_an_error_naming_container_and_resource(apiserver, service, extender):
-    pod = gpu_pod("bad", memory=None)
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("bad", memory=None))
+    # kube-apiserver refuses to store "8K", so only the scheduler's ExtenderArgs can carry it.
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8K"
-    _, pod = seed(apiserver, service, node("n1"), pod)
     out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
     assert out["Error"].startswith("container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'")

@@ -22,7 +22,7 @@ from webhooks.runner import Extender, Listeners
 
 LEASE = "dynmig-scheduler"
 # kube-scheduler's 15s/10s/2s, scaled down so a test waits seconds, not a quarter of a minute
-ELECTION = {"leaderElect": True, "leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms",
+ELECTION = {"leaderElect": True, "leaseDuration": "5s", "renewDeadline": "3500ms", "retryPeriod": "500ms",
             "resourceLock": "leases", "resourceName": LEASE, "resourceNamespace": "dynmig"}
 
 
@@ -133,12 +133,13 @@ def test_only_the_pod_holding_the_lease_schedules_and_the_other_takes_over_when_
     delete(first, graceful=False)
     after = [f"after-{i}" for i in range(3)]
     create(apiserver, after)
-    assert eventually(lambda: bound_and_allocated(apiserver, after), timeout=60)
+    assert eventually(lambda: holder(apiserver).startswith(f"{other.name}_"), timeout=60)
     took_over = time.monotonic() - killed_at
-    assert holder(apiserver).startswith(f"{other.name}_") and other.service.leader.is_leader()
-    assert filtered_by(other) >= 3
-    print(f"failover: the second pod scheduled {took_over:.1f}s after the leader pod was deleted "
-          f"(leaseDuration {ELECTION['leaseDuration']})")
+    assert eventually(lambda: bound_and_allocated(apiserver, after), timeout=60)
+    scheduled = time.monotonic() - killed_at
+    assert other.service.leader.is_leader() and filtered_by(other) >= 3
+    print(f"failover: the second pod took the Lease {took_over:.1f}s and had scheduled the 3 waiting pods "
+          f"{scheduled:.1f}s after the leader pod was deleted (leaseDuration {ELECTION['leaseDuration']})")
 
     # the new leader knew every reservation from the annotations: no slice is used twice...
     used = slices(apiserver, before + after)
@@ -196,3 +197,28 @@ def test_a_renewal_time_in_the_future_never_extends_leadership_beyond_one_window
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
     spec = {"holderIdentity": "pod-a_1", "renewTime": "2027-01-01T00:00:00Z", "leaseDurationSeconds": 15}
     assert leading_until(spec, "pod-a", now=now) == pytest.approx(now + 10)
+
+
+def test_a_failed_lease_read_keeps_the_known_lease_which_then_runs_out_on_its_own(apiserver):
+    from webhooks.kube import Kube
+    from webhooks.leader import LeaseFollower
+
+    renewed = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dynmig"}})
+    apiserver.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": LEASE, "namespace": "dynmig"},
+                      "spec": {"holderIdentity": "pod-a_77", "leaseDurationSeconds": 3,
+                               "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
+    now = [renewed.timestamp() + 1]
+    changes: list[bool] = []
+    follower = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-a", min_refresh=0,
+                             clock=lambda: now[0], on_change=changes.append)
+    assert follower.refresh() and changes == [True]
+    apiserver.faults.fail_next(verb="get", resource="leases", code=500)
+    assert follower.refresh()  # the API failed: what was known still holds...
+    now[0] = renewed.timestamp() + 2.1
+    assert not follower.is_leader()  # ...until 2/3 of the lease after its renewal, with no read at all
+    assert not follower.refresh() and changes == [True, False]
+    other = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-b", min_refresh=0,
+                          clock=lambda: renewed.timestamp())
+    assert not other.refresh()  # another pod's kube-scheduler holds it

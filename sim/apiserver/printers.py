@@ -1,0 +1,131 @@
+"""The columns kube-apiserver's table printers give `kubectl get` (pkg/printers/internalversion),
+for the kinds where kubectl users read them: pods, nodes, namespaces, events.
+
+A column is (name, type, priority, cell function); priority 1 columns show with `-o wide` only.
+"""
+
+from __future__ import annotations
+
+import time
+from calendar import timegm
+from collections.abc import Callable
+from typing import Any
+
+from sim.apiserver.resources import ResourceType
+
+Column = tuple[str, str, int, Callable[[dict[str, Any]], Any]]
+
+
+def age(ts: str | None) -> str:
+    """A duration as kubectl prints it (45s, 3m, 5h, 2d)."""
+    if not ts:
+        return "<unknown>"
+    try:
+        secs = int(time.time() - timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return "<unknown>"
+    if secs < 120:
+        return f"{max(secs, 0)}s"
+    if secs < 7200:
+        return f"{secs // 60}m"
+    if secs < 172800:
+        return f"{secs // 3600}h"
+    return f"{secs // 86400}d"
+
+
+def _status(o: dict[str, Any]) -> dict[str, Any]:
+    s = o.get("status")
+    return s if isinstance(s, dict) else {}
+
+
+def pod_status(pod: dict[str, Any]) -> str:
+    """The STATUS column: the phase, or what a container waits on or ended with, or Terminating."""
+    status = _status(pod)
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    inits = status.get("initContainerStatuses") or []
+    init_total = len((pod.get("spec") or {}).get("initContainers") or [])
+    for i, c in enumerate(inits):
+        state = c.get("state") or {}
+        done = state.get("terminated") or {}
+        if done and done.get("exitCode") == 0:
+            continue
+        if done:
+            reason = "Init:" + (done.get("reason") or f"ExitCode:{done.get('exitCode')}")
+        elif (state.get("waiting") or {}).get("reason", "PodInitializing") != "PodInitializing":
+            reason = "Init:" + state["waiting"]["reason"]
+        else:
+            reason = f"Init:{i}/{init_total}"
+        break
+    else:
+        running = False
+        for c in reversed(status.get("containerStatuses") or []):
+            state = c.get("state") or {}
+            if (state.get("waiting") or {}).get("reason"):
+                reason = state["waiting"]["reason"]
+            elif state.get("terminated"):
+                t = state["terminated"]
+                reason = t.get("reason") or (f"Signal:{t['signal']}" if t.get("signal") else
+                                             f"ExitCode:{t.get('exitCode', 0)}")
+            elif state.get("running") and c.get("ready"):
+                running = True
+        if reason == "Completed" and running:
+            reason = "Running"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def _pod_ready(pod: dict[str, Any]) -> str:
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    ready = sum(1 for c in _status(pod).get("containerStatuses") or []
+                if c.get("ready") and (c.get("state") or {}).get("running"))
+    return f"{ready}/{total}"
+
+
+def _node_status(node: dict[str, Any]) -> str:
+    conds = {c.get("type"): c.get("status") for c in _status(node).get("conditions") or []}
+    state = "Ready" if conds.get("Ready") == "True" else "NotReady"
+    return state + (",SchedulingDisabled" if (node.get("spec") or {}).get("unschedulable") else "")
+
+
+def _node_roles(node: dict[str, Any]) -> str:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
+    return ",".join(r for r in roles if r) or "<none>"
+
+
+def _name(o: dict[str, Any]) -> str:
+    return o["metadata"]["name"]
+
+
+def _age(o: dict[str, Any]) -> str:
+    return age(o["metadata"].get("creationTimestamp"))
+
+
+def columns(rt: ResourceType) -> list[Column]:
+    if rt.key == ("", "pods"):
+        return [("Name", "string", 0, _name), ("Ready", "string", 0, _pod_ready),
+                ("Status", "string", 0, pod_status),
+                ("Restarts", "string", 0, lambda o: str(sum(int(c.get("restartCount") or 0) for c in
+                                                            _status(o).get("containerStatuses") or []))),
+                ("Age", "string", 0, _age),
+                ("IP", "string", 1, lambda o: _status(o).get("podIP") or "<none>"),
+                ("Node", "string", 1, lambda o: (o.get("spec") or {}).get("nodeName") or "<none>"),
+                ("Nominated Node", "string", 1, lambda o: _status(o).get("nominatedNodeName") or "<none>"),
+                ("Readiness Gates", "string", 1, lambda o: "<none>")]
+    if rt.key == ("", "nodes"):
+        return [("Name", "string", 0, _name), ("Status", "string", 0, _node_status),
+                ("Roles", "string", 0, _node_roles), ("Age", "string", 0, _age),
+                ("Version", "string", 0, lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", ""))]
+    if rt.key == ("", "namespaces"):
+        return [("Name", "string", 0, _name), ("Status", "string", 0, lambda o: _status(o).get("phase", "")),
+                ("Age", "string", 0, _age)]
+    if rt.key == ("", "events"):
+        return [("Last Seen", "string", 0, lambda o: age(o.get("lastTimestamp") or o.get("eventTime"))),
+                ("Type", "string", 0, lambda o: o.get("type", "")),
+                ("Reason", "string", 0, lambda o: o.get("reason", "")),
+                ("Object", "string", 0, lambda o: "{}/{}".format(
+                    str((o.get("involvedObject") or {}).get("kind", "")).lower(),
+                    (o.get("involvedObject") or {}).get("name", ""))),
+                ("Message", "string", 0, lambda o: o.get("message", ""))]
+    return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]

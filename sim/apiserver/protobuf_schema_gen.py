@@ -1,0 +1,86 @@
+"""Regenerate protobuf_schema.json, the field numbers the simulated API server decodes protobuf
+bodies with, from Kubernetes' own `generated.proto` files (k8s.io/api and k8s.io/apimachinery):
+
+    python -m sim.apiserver.protobuf_schema_gen OUT.json core/v1/generated.proto apps/v1/generated.proto \\
+        meta/v1/generated.proto runtime/generated.proto resource/generated.proto intstr/generated.proto
+
+Only the messages reachable from the kinds in ROOTS are kept. The wire format is Kubernetes'
+interface; this file records field numbers, names and types, nothing else of those files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOTS = {
+    "v1/Namespace": "k8s.io.api.core.v1.Namespace", "v1/ConfigMap": "k8s.io.api.core.v1.ConfigMap",
+    "v1/Secret": "k8s.io.api.core.v1.Secret", "v1/ServiceAccount": "k8s.io.api.core.v1.ServiceAccount",
+    "v1/Pod": "k8s.io.api.core.v1.Pod", "v1/Service": "k8s.io.api.core.v1.Service",
+    "apps/v1/Deployment": "k8s.io.api.apps.v1.Deployment", "apps/v1/DaemonSet": "k8s.io.api.apps.v1.DaemonSet",
+}
+META = "k8s.io.apimachinery.pkg.apis.meta.v1"
+# Messages whose JSON form is not their fields (custom marshallers in Go).
+SPECIAL = {
+    f"{META}.Time": "time", f"{META}.MicroTime": "time", f"{META}.Duration": "duration",
+    f"{META}.FieldsV1": "json", "k8s.io.apimachinery.pkg.runtime.RawExtension": "json",
+    "k8s.io.apimachinery.pkg.api.resource.Quantity": "quantity",
+    "k8s.io.apimachinery.pkg.util.intstr.IntOrString": "intorstring",
+}
+SCALARS = ("string", "bool", "int32", "int64", "bytes")
+_FIELD = re.compile(r"^\s*(optional|repeated)?\s*(map<\s*([\w.]+)\s*,\s*([\w.]+)\s*>|[\w.]+)\s+(\w+)\s*=\s*(\d+)\s*;")
+
+
+def _resolve(name: str, package: str) -> str:
+    if name in SCALARS:
+        return name
+    full = name.lstrip(".") if name.startswith(".") else f"{package}.{name}"
+    return SPECIAL.get(full, full)
+
+
+def parse(text: str) -> dict[str, dict[str, list[str]]]:
+    package = re.search(r"^package\s+([\w.]+);", text, re.MULTILINE).group(1)
+    out: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.strip().startswith("//"):
+            continue
+        if m := re.match(r"^message\s+(\w+)\s*{", line):
+            current = out.setdefault(f"{package}.{m.group(1)}", {})
+        elif line.startswith("}"):
+            current = None
+        elif current is not None and (m := _FIELD.match(line)):
+            label, kind, key, value, name, number = m.groups()
+            if key:
+                current[number] = [name, "map", _resolve(value, package)]
+            else:
+                current[number] = [name, label or "optional", _resolve(kind, package)]
+    return out
+
+
+def reachable(messages: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+    keep: dict[str, dict[str, list[str]]] = {}
+    todo = list(ROOTS.values())
+    while todo:
+        name = todo.pop()
+        if name in keep or name not in messages:
+            continue
+        keep[name] = messages[name]
+        todo += [kind for _, _, kind in messages[name].values() if kind in messages]
+    return keep
+
+
+def main(argv: list[str]) -> int:
+    out, *protos = argv
+    messages: dict[str, dict[str, list[str]]] = {}
+    for path in protos:
+        messages.update(parse(Path(path).read_text()))
+    doc = {"kinds": ROOTS, "messages": dict(sorted(reachable(messages).items()))}
+    Path(out).write_text(json.dumps(doc, separators=(",", ":"), sort_keys=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
