@@ -259,4 +259,5 @@ def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(w
     world.core.create_namespaced_pod("default", _pod("good"))
     _running(world, "good")
     _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
-    assert "example.com/gpu: '5000' is not a device count between 0 and 1024" in world.core.read_namespaced_pod("bad", "default").status.message
+    # The API server stored 5000 canonically, as 5k.
+    assert "example.com/gpu: '5k' is not a device count between 0 and 1024" in world.core.read_namespaced_pod("bad", "default").status.message
