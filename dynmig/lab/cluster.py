@@ -6,10 +6,14 @@
     lab.restart_plugin("gpu-rtx")
     lab.stop()                                                # no process, socket or thread left
 
-What runs where: the simulated API server, the simulated kube-scheduler, the simulated kubelets and
-their pod lifecycle run as threads of this process (the outside world); `dynmig serve` and one
-`dynmig device-plugin` per node run as child processes, unchanged, the device plugins under the
-simulated NVML (a state file per node that this process reads too). `dynmig serve` gets the chart's
+What runs where: the simulated API server, kube-scheduler (the chart's dynmig profile, and the
+default profile for the chart's own pods), kube-controller-manager (`controllers`) and kubelets
+(device-plugin manager and pod side, `sim.kubelet`) run as threads of this process (the outside
+world). The lab creates the chart's Deployment and DaemonSet in the API; their pods' containers are
+real child processes that the kubelets start, signal and restart: `dynmig serve` and one
+`dynmig device-plugin` per node, unchanged, the device plugins under the simulated NVML (a state
+file per node that this process reads too). Every other pod runs the simulated workload on its MIG
+devices. `dynmig serve` gets the chart's
 args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
 the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mounts into it.
 """

@@ -32,6 +32,8 @@ from kubernetes import client
 log = logging.getLogger("dynmig.lab.controllers")
 TERMINAL = ("Succeeded", "Failed")
 OWNER_KINDS = ("DaemonSet", "Deployment")
+MAX_REPLICAS = 1000
+CREATE_BATCH = 20  # pods a Deployment gets per pass, as the ReplicaSet controller creates in batches
 
 
 def controller_of(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,6 +117,7 @@ class ControllerManager:
         self.echo = echo or (lambda text: None)
         self.interval = interval
         self._status: dict[str, dict[str, Any]] = {}
+        self._failures: dict[str, tuple[str, str, str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-manager", daemon=True)
 
@@ -142,13 +145,25 @@ class ControllerManager:
         deploys = self._items(self.apps.list_deployment_for_all_namespaces(_preload_content=False,
                                                                            _request_timeout=5))
         pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5))
-        if sets:
-            nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5))
-            for ds in sets:
-                self._daemonset(ds, nodes, [p for p in pods if owned_by(p, ds)])
+        nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5)) if sets else []
+        for ds in sets:
+            self._guarded("DaemonSet", ds, self._daemonset, ds, nodes, [p for p in pods if owned_by(p, ds)])
         for deploy in deploys:
-            self._deployment(deploy, [p for p in pods if owned_by(p, deploy)])
+            self._guarded("Deployment", deploy, self._deployment, deploy, [p for p in pods if owned_by(p, deploy)])
         self._collect_garbage(pods, {o["metadata"]["uid"] for o in sets + deploys})
+
+    def _guarded(self, kind: str, owner: dict[str, Any], step: Callable[..., None], *args: Any) -> None:
+        """One owner's pass; a malformed object or a refused write is logged and retried next pass,
+        and never keeps the other DaemonSets and Deployments from being handled."""
+        try:
+            step(*args)
+        except Exception as error:  # noqa: BLE001 - see above
+            meta = owner.get("metadata") or {}
+            key = (meta.get("uid"), type(error).__name__, str(error)[:200])
+            if self._failures.get(meta.get("uid")) != key:
+                self._failures[meta.get("uid")] = key
+                self.echo(f"{kind} {meta.get('namespace')}/{meta.get('name')}: "
+                          f"not reconciled: {type(error).__name__}: {str(error)[:200]}")
 
     # ---- DaemonSet ------------------------------------------------------------------------------
 
@@ -173,6 +188,8 @@ class ControllerManager:
     def _deployment(self, deploy: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         meta = deploy["metadata"]
         replicas = int(deploy["spec"].get("replicas", 1))
+        if not 0 <= replicas <= MAX_REPLICAS:
+            raise ValueError(f"spec.replicas {replicas}: the lab runs 0 to {MAX_REPLICAS} replicas")
         digest = template_hash(deploy["spec"]["template"])
         active = [p for p in pods if _active(p)]
         stale = [p for p in active if (p["metadata"].get("labels") or {}).get("pod-template-hash") != digest]
@@ -180,7 +197,7 @@ class ControllerManager:
         for pod in stale + sorted(current, key=lambda p: p["metadata"].get("creationTimestamp") or "")[replicas:]:
             self._delete(pod)
         current = current[:replicas]
-        for _ in range(replicas - len(current)):
+        for _ in range(min(CREATE_BATCH, replicas - len(current))):  # the rest in the next passes
             current.append(self._create(deployment_pod(deploy), f"deployment {meta['name']}"))
         ready = sum(1 for p in current if _ready(p))
         available = ready >= replicas
