@@ -221,7 +221,7 @@ class InstanceManager:
 
     def _journal_created(self, intent: Entry, instance: ManagedInstance) -> None:
         try:
-            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid))
+            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid), durable=False)
         except JournalError as error:
             # the intent entry stays: it still proves the instance at this placement is ours
             log.error("created %s but could not record its identity: %s", instance.key, error)

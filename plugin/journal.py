@@ -6,7 +6,9 @@ is created the plugin writes its *intent* here (GPU UUID, profile, placement, po
 name, container and device index); after the create it adds the GI ID, CI ID and MIG UUID; an entry
 goes away only after NVML confirmed the destroy. Every write is atomic: a temporary file is written
 and fsync'ed, renamed over the journal, and the directory is fsync'ed, so a kill -9 or a power loss
-leaves either the old or the new journal, never half of one.
+leaves either the old or the new journal, never half of one. (The runtime identity added after a
+create skips the fsyncs, keeping Allocate fast: the rename alone survives a killed process, and the
+durable intent already proves the instance; GPU instances do not outlive an OS crash anyway.)
 
 Fail safe: a missing journal proves nothing (first start, or a lost state directory). A journal that
 cannot be trusted — not JSON, an unknown version, any invalid entry, larger than `MAX_BYTES` — is
@@ -204,15 +206,20 @@ class Journal:
 
     # ---- writing (each call is one atomic write of the whole journal)
 
-    def record(self, entry: Entry) -> None:
-        """Add or replace the entry of its key; JournalError when it could not be made durable."""
+    def record(self, entry: Entry, durable: bool = True) -> None:
+        """Add or replace the entry of its key; JournalError when it could not be written.
+
+        `durable=False` skips the two fsyncs (still atomic by rename, so it survives a killed
+        process): for the runtime identity recorded after a create. The intent written before
+        the create is always durable; GPU instances do not survive an OS crash or a power loss,
+        so an identity lost with one proves nothing that still exists, and the intent remains."""
         with self._lock:
             if entry.key not in self._entries and len(self._entries) >= MAX_ENTRIES:
                 raise JournalError(f"ownership journal full ({MAX_ENTRIES} entries)")
             previous = self._entries.get(entry.key)
             self._entries[entry.key] = entry
             try:
-                self._write()
+                self._write(durable)
             except JournalError:
                 self._restore(entry.key, previous)
                 raise
@@ -234,7 +241,7 @@ class Journal:
         else:
             self._entries[key] = previous
 
-    def _write(self) -> None:
+    def _write(self, durable: bool = True) -> None:
         self.metrics.journal_entries.set(len(self._entries))
         if self.path is None:
             return
@@ -244,16 +251,20 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, text)
-                os.fsync(fd)
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view):]
+                if durable:
+                    os.fsync(fd)  # the new content is on disk before the rename makes it the journal
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            if durable:
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)  # the rename itself is on disk
+                finally:
+                    os.close(directory)
         except OSError as error:
             self.metrics.journal_problems.labels(reason="write-failed").inc()
             raise JournalError(f"cannot write the ownership journal {self.path}: {error.strerror}") from None

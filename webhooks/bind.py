@@ -17,7 +17,7 @@ from mig.allowlist import ResourceNames
 from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
-from webhooks.filter import Filter, _typed, pod_request, replan_problem
+from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
 from webhooks.kube import NOT_FOUND, ApiException, EventRecorder, Kube
 from webhooks.metrics import Metrics
@@ -87,7 +87,7 @@ class Binder:
         locked = False
         try:
             gpu = pod_request(pod, self.resources()) is not None
-            problem = replan_problem(_typed(pod)) if gpu else ""
+            problem = replan_problem(typed_pod(pod)) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
             recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""

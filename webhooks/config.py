@@ -134,10 +134,12 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
     f.add("--namespace", default=d.namespace, quiet_env=("POD_NAMESPACE",),
           help="namespace of the Lease and the certificate Secrets (also read from POD_NAMESPACE)")
     f.add("--leader-elect", default=d.leader_elect, type=boolean, metavar="{true,false}",
-          help="true: only the holder of the Lease --lease-name answers /filter and /bind and renews certificates")
-    f.add("--lease-name", default=d.lease_name, help="coordination.k8s.io Lease used for leader election")
+          help="true: answer /filter and /bind and renew certificates only while this pod's kube-scheduler "
+               "holds the Lease --lease-name (its holder is <--identity>_<uuid>); serve takes no Lease itself")
+    f.add("--lease-name", default=d.lease_name,
+          help="kube-scheduler's leader-election Lease (its leaderElection.resourceName) in --namespace")
     f.add("--identity", default=d.identity, quiet_env=("POD_NAME",), show_default="$POD_NAME, else the host name",
-          help="this replica's name in the Lease")
+          help="this pod's name, the hostname part of its kube-scheduler's holderIdentity")
     f.add("--node-lock-expiry", default=d.node_lock_expiry, type=positive_seconds, old_env=("HAMI_NODELOCK_EXPIRE",),
           show_default="5m", help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)")
     f.add("--log-level", default=d.log_level, choices=LEVELS, help="least severe log level written")

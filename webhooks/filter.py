@@ -56,7 +56,8 @@ def _containers(pod: Pod) -> list[Container]:
     return [*(spec.initContainers or ()), *(spec.containers or ())] if spec else []
 
 
-def _typed(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
+def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
+    """The pod as the typed model of the fields dynmig reads; BadArgs names a wrong field."""
     if isinstance(pod, Pod):
         return pod
     try:
@@ -70,7 +71,7 @@ def pod_request(pod: Mapping[str, Any] | Pod, names: ResourceNames) -> PodReques
 
     BadArgs names the container and resource (or annotation) that cannot be read or never fits.
     """
-    typed = _typed(pod)
+    typed = typed_pod(pod)
     requests: list[ContainerRequest] = []
     for i, c in enumerate(_containers(typed)):
         res = c.resources
@@ -168,7 +169,7 @@ class Filter:
         if pod_request(args.pod, self.resources()) is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
         raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
-        pod = _typed(raw, f"the cluster's pod {namespace}/{name}")
+        pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
         request = pod_request(pod, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"

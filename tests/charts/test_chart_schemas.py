@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
-from chart_testkit import KUBE_VERSIONS, render
+from chart_testkit import CHART, KUBE_VERSIONS, helm, render
 
 # Custom resources of cert-manager and the Prometheus Operator: no schema ships for them.
 CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
@@ -41,3 +41,10 @@ def test_every_rendered_object_is_valid_for_the_kubernetes_release(kube_version,
     assert not problems(kube_version, docs)
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_helm_lint_strict_passes_with_every_option_on(values):
+    sets = [a for s in SETS[values] for a in ("--set", s)]
+    done = helm("lint", "--strict", str(CHART), *sets)
+    assert done.returncode == 0, done.stdout + done.stderr
