@@ -3,6 +3,7 @@
 - `hami.io/node-nvidia-register` (node): the GPUs a device plugin published, with MIG profiles.
 - `hami.io/vgpu-mig-allocations` (pod): the durable record of which placement a pod owns.
 - `hami.io/vgpu-devices-to-allocate` / `-allocated` (pod): HAMi's per-container device strings.
+- `hami.io/device-cordon` (node): GPU UUIDs an operator closed to new allocations.
 
 Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty).
 Decoding of the allocation annotation is strict: any invalid entry rejects the whole annotation,
@@ -39,6 +40,7 @@ USE_GPU_TYPE = "nvidia.com/use-gputype"
 NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 VGPU_MODE = "nvidia.com/vgpu-mode"
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
+DEVICE_CORDON = "hami.io/device-cordon"
 
 BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
 
@@ -288,3 +290,22 @@ def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[lis
         [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
         for c, seg in enumerate(segments)
     ]
+
+
+# ---------------------------------------------------------------- per-GPU cordon
+
+MAX_CORDON_TEXT = 64 * 1024  # ~1,500 GPU UUIDs; a node has a handful
+
+
+def decode_device_cordon(value: object) -> frozenset[str]:
+    """The GPU UUIDs of `hami.io/device-cordon`: comma-separated, blanks and stray commas skipped (as
+    HAMi reads it). Absent or empty means none; a value that is not text or is longer than
+    MAX_CORDON_TEXT raises AnnotationError (the caller then closes the whole node)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, str):
+        raise AnnotationError(f"{DEVICE_CORDON}: must be a comma-separated list of GPU UUIDs")
+    if len(value) > MAX_CORDON_TEXT:
+        raise AnnotationError(f"{DEVICE_CORDON}: {len(value)} characters, more than {MAX_CORDON_TEXT}; "
+                              "list only the UUIDs of GPUs to close")
+    return frozenset(u for u in (part.strip() for part in value.split(",")) if u)
