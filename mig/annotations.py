@@ -5,7 +5,9 @@
 - `hami.io/vgpu-devices-to-allocate` / `-allocated` (pod): HAMi's per-container device strings.
 - `hami.io/device-cordon` (node): GPU UUIDs an operator closed to new allocations.
 
-Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty).
+Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty, and
+`null` for a profile without placements, since that Go field has no omitempty); a test holds the
+node registration to a HAMi-shaped fixture byte for byte.
 Decoding of the allocation annotation is strict: any invalid entry rejects the whole annotation,
 because a half-understood ownership record must never drive a destructive action.
 """
@@ -16,7 +18,16 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
 from mig.jsontext import nesting_depth_exceeds
 from mig.types import Placement
@@ -84,13 +95,19 @@ class MigProfile(BaseModel):
     sliceCount: NonNegative = 0
     placements: tuple[PlacementModel, ...] = ()
 
+    @field_validator("placements", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        """Go writes `null` for a profile with no placements: that profile offers none."""
+        return () if value is None else value
+
     def encode_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "memoryMB": self.memoryMB,
             "core": self.core,
             "sliceCount": self.sliceCount,
-            "placements": [{"start": p.start, "size": p.size} for p in self.placements],
+            "placements": [{"start": p.start, "size": p.size} for p in self.placements] or None,
         }
 
     def encode(self) -> str:
@@ -116,12 +133,17 @@ class DeviceInfo(BaseModel):
     mode: StrictStr = ""
     migProfiles: tuple[MigProfile, ...] = ()
 
+    @field_validator("migProfiles", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        return () if value is None else value  # Go reads `null` as no profiles
+
     def encode_dict(self) -> dict[str, Any]:
-        """HAMi's omitempty: zero values are left out."""
+        """HAMi's DeviceInfo field order, with its omitempty: zero values are left out."""
         full: dict[str, Any] = {
             "id": self.id, "index": self.index, "count": self.count, "devmem": self.devmem,
-            "devcore": self.devcore, "type": self.type, "numa": self.numa, "health": self.health,
-            "mode": self.mode, "migProfiles": [p.encode_dict() for p in self.migProfiles],
+            "devcore": self.devcore, "type": self.type, "numa": self.numa, "mode": self.mode,
+            "migProfiles": [p.encode_dict() for p in self.migProfiles], "health": self.health,
         }
         return {k: v for k, v in full.items() if v not in (0, "", False, [])}
 

@@ -78,9 +78,9 @@ def test_registration_is_hami_json_with_omitempty_and_no_instance_count():
 
     assert text == (
         f'[{{"id":"{GPU}","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100-SXM4-80GB",'
-        '"numa":1,"health":true,"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
+        '"numa":1,"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
         '"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},'
-        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}]}]')
+        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}],"health":true}]')
 
 
 def test_excluded_gpus_and_gpus_without_allowed_profiles_are_not_registered():
