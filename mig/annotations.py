@@ -314,6 +314,20 @@ def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[lis
     ]
 
 
+
+def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
+    """The devices string after Allocate took this container's devices, written as HAMi writes it.
+
+    HAMi splits on `;` keeping the empty piece after the last one and closes every piece with `;`
+    again, so a one-container `GPU-…:;` drains to `;;`; both forms decode to the same containers."""
+    if not text:
+        return ""
+    pieces = [[_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
+              for c, seg in enumerate(text.split(";"))]
+    if container_index < len(pieces):
+        pieces[container_index] = []
+    return encode_devices(pieces)
+
 # ---------------------------------------------------------------- per-GPU cordon
 
 MAX_CORDON_TEXT = 64 * 1024  # ~1,500 GPU UUIDs; a node has a handful

@@ -139,3 +139,20 @@ def test_a_profile_whose_placements_are_null_offers_no_placement_and_the_rest_of
 def test_null_profile_lists_read_as_no_profiles_as_go_reads_them():
     (device,) = ann.decode_node_register('[{"id":"GPU-0","mode":"mig","migProfiles":null,"health":true}]')
     assert device.migProfiles == ()
+
+
+def test_the_drained_device_list_after_allocate_is_what_hami_leaves_and_still_decodes():
+    one = "GPU-a,NVIDIA,4864,14:;"
+    assert ann.erase_container_devices(one, 0) == ";;"  # HAMi's EncodePodSingleDevice of its own split
+    two = "GPU-a,NVIDIA,4864,14:;GPU-b,NVIDIA,9728,15:;"
+    after_first = ann.erase_container_devices(two, 0)
+    assert after_first == ";GPU-b,NVIDIA,9728,15:;;"
+    assert ann.erase_container_devices(after_first, 1) == ";;;;"
+    for drained in (";;", ";", ";;;;"):
+        assert not any(ann.decode_devices(drained))
+    assert [len(c) for c in ann.decode_devices(after_first)] == [0, 1, 0]
+
+
+def test_erasing_a_container_from_a_malformed_device_list_names_the_entry():
+    with pytest.raises(ann.AnnotationError, match=r"vgpu-devices-to-allocate\[0\]\[0\]"):
+        ann.erase_container_devices("GPU-a,NVIDIA,lots,14:;", 0)
