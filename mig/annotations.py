@@ -3,8 +3,11 @@
 - `hami.io/node-nvidia-register` (node): the GPUs a device plugin published, with MIG profiles.
 - `hami.io/vgpu-mig-allocations` (pod): the durable record of which placement a pod owns.
 - `hami.io/vgpu-devices-to-allocate` / `-allocated` (pod): HAMi's per-container device strings.
+- `hami.io/device-cordon` (node): GPU UUIDs an operator closed to new allocations.
 
-Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty).
+Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty, and
+`null` for a profile without placements, since that Go field has no omitempty); a test holds the
+node registration to a HAMi-shaped fixture byte for byte.
 Decoding of the allocation annotation is strict: any invalid entry rejects the whole annotation,
 because a half-understood ownership record must never drive a destructive action.
 """
@@ -15,7 +18,16 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
 from mig.jsontext import nesting_depth_exceeds
 from mig.types import Placement
@@ -39,6 +51,7 @@ USE_GPU_TYPE = "nvidia.com/use-gputype"
 NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 VGPU_MODE = "nvidia.com/vgpu-mode"
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
+DEVICE_CORDON = "hami.io/device-cordon"
 
 BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
 
@@ -82,13 +95,19 @@ class MigProfile(BaseModel):
     sliceCount: NonNegative = 0
     placements: tuple[PlacementModel, ...] = ()
 
+    @field_validator("placements", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        """Go writes `null` for a profile with no placements: that profile offers none."""
+        return () if value is None else value
+
     def encode_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "memoryMB": self.memoryMB,
             "core": self.core,
             "sliceCount": self.sliceCount,
-            "placements": [{"start": p.start, "size": p.size} for p in self.placements],
+            "placements": [{"start": p.start, "size": p.size} for p in self.placements] or None,
         }
 
     def encode(self) -> str:
@@ -114,12 +133,17 @@ class DeviceInfo(BaseModel):
     mode: StrictStr = ""
     migProfiles: tuple[MigProfile, ...] = ()
 
+    @field_validator("migProfiles", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        return () if value is None else value  # Go reads `null` as no profiles
+
     def encode_dict(self) -> dict[str, Any]:
-        """HAMi's omitempty: zero values are left out."""
+        """HAMi's DeviceInfo field order, with its omitempty: zero values are left out."""
         full: dict[str, Any] = {
             "id": self.id, "index": self.index, "count": self.count, "devmem": self.devmem,
-            "devcore": self.devcore, "type": self.type, "numa": self.numa, "health": self.health,
-            "mode": self.mode, "migProfiles": [p.encode_dict() for p in self.migProfiles],
+            "devcore": self.devcore, "type": self.type, "numa": self.numa, "mode": self.mode,
+            "migProfiles": [p.encode_dict() for p in self.migProfiles], "health": self.health,
         }
         return {k: v for k, v in full.items() if v not in (0, "", False, [])}
 
@@ -288,3 +312,36 @@ def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[lis
         [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
         for c, seg in enumerate(segments)
     ]
+
+
+
+def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
+    """The devices string after Allocate took this container's devices, written as HAMi writes it.
+
+    HAMi splits on `;` keeping the empty piece after the last one and closes every piece with `;`
+    again, so a one-container `GPU-…:;` drains to `;;`; both forms decode to the same containers."""
+    if not text:
+        return ""
+    pieces = [[_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
+              for c, seg in enumerate(text.split(";"))]
+    if container_index < len(pieces):
+        pieces[container_index] = []
+    return encode_devices(pieces)
+
+# ---------------------------------------------------------------- per-GPU cordon
+
+MAX_CORDON_TEXT = 64 * 1024  # ~1,500 GPU UUIDs; a node has a handful
+
+
+def decode_device_cordon(value: object) -> frozenset[str]:
+    """The GPU UUIDs of `hami.io/device-cordon`: comma-separated, blanks and stray commas skipped (as
+    HAMi reads it). Absent or empty means none; a value that is not text or is longer than
+    MAX_CORDON_TEXT raises AnnotationError (the caller then closes the whole node)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, str):
+        raise AnnotationError(f"{DEVICE_CORDON}: must be a comma-separated list of GPU UUIDs")
+    if len(value) > MAX_CORDON_TEXT:
+        raise AnnotationError(f"{DEVICE_CORDON}: {len(value)} characters, more than {MAX_CORDON_TEXT}; "
+                              "list only the UUIDs of GPUs to close")
+    return frozenset(u for u in (part.strip() for part in value.split(",")) if u)

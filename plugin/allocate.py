@@ -33,7 +33,7 @@ from mig.annotations import (
     decode_allocations,
     decode_devices,
     encode_allocations,
-    encode_devices,
+    erase_container_devices,
 )
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
 from plugin.journal import Owner
@@ -111,10 +111,7 @@ def with_runtime(allocations: tuple[MigAllocation, ...], realized: dict[Instance
 
 
 def erase_container(text: str | None, container_index: int) -> str:
-    segments = decode_devices(text)
-    if container_index < len(segments):
-        segments[container_index] = []
-    return encode_devices(segments)
+    return erase_container_devices(text, container_index)
 
 
 def physical_id(device_id: str) -> str:

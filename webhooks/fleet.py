@@ -30,6 +30,7 @@ from webhooks.occupancy import (
     NodeGpus,
     NodeOccupancy,
     PodUsage,
+    node_cordon,
     node_gpus,
     node_leftovers,
     node_register,
@@ -62,7 +63,7 @@ class Fleet:
         self.index = PlacementIndex()
         self.ttl = ttl
         self.clock = clock
-        self._register: dict[str, tuple[str | None, str | None]] = {}  # node -> (registration, leftovers)
+        self._register: dict[str, tuple[Any, ...]] = {}  # node -> (registration, leftovers, cordon)
         self._published: dict[str, NodeGpus] = {}
         self._held: dict[str, PodUsage] = {}
         self._on_node: dict[str, set[str]] = {}
@@ -77,12 +78,12 @@ class Fleet:
     # ---- feed from the cache ---------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name") or ""
-        register, leftovers = node_register(node), node_leftovers(node)
+        published = (node_register(node), node_leftovers(node), node_cordon(node))
         with self.lock:
-            if name in self._register and self._register[name] == (register, leftovers):
+            if name in self._register and self._register[name] == published:
                 return  # heartbeats and label changes do not touch what the node publishes
-            self._register[name] = (register, leftovers)
-            self._published[name] = node_gpus(name, register, leftovers)
+            self._register[name] = published
+            self._published[name] = node_gpus(name, *published)
             self._refresh(name)
 
     def delete_node(self, name: str) -> None:
@@ -286,7 +287,7 @@ def _gpu_sample(g: GpuState) -> GpuSample:
     mask = g.occupied_mask
     free = sum(1 for i in range(axis) if not mask >> i & 1)
     best = ("", 0)
-    if g.healthy:
+    if g.healthy and not g.cordoned:
         for pr in g.profiles:
             if pr.memory_mb > best[1] and any(p.size and not p.mask & mask for p in pr.placements):
                 best = (pr.name, pr.memory_mb)

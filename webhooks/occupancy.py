@@ -9,6 +9,9 @@ worse, collide with a running workload.
 Instances a node's device plugin publishes in `dynmig.io/node-leftover-instances` (mig/leftovers.py:
 left over, or being reclaimed, with no active reservation) count as occupied until they are gone;
 an unreadable list fails the node's GPUs closed.
+
+GPUs listed in the node's `hami.io/device-cordon` take no new reservations; what pods already hold on
+them stays counted, as in HAMi. A cordon list dynmig cannot read closes every GPU of the node.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mig.annotations import (
+    DEVICE_CORDON,
     DEVICES_ALLOCATED,
     MIG_ALLOCATIONS,
     NODE_REGISTER,
@@ -26,6 +30,7 @@ from mig.annotations import (
     DeviceInfo,
     MigAllocation,
     decode_allocations,
+    decode_device_cordon,
     decode_devices,
     decode_node_register,
 )
@@ -67,22 +72,39 @@ def _is_mig(device: DeviceInfo) -> bool:
     return device.mode == MIG_MODE or (not device.mode and bool(device.migProfiles))
 
 
-def node_gpus(name: str, register: str | None, leftovers: str | None = None) -> NodeGpus:
+def node_gpus(name: str, register: str | None, leftovers: str | None = None, cordon: object = None) -> NodeGpus:
     """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours), with
-    the placements its plugin publishes as left over."""
+    the placements its plugin publishes as left over and the GPUs its cordon list closes."""
     try:
         devices = decode_node_register(register or "")
     except AnnotationError as error:
         return NodeGpus(name, (), str(error))
+    closed = _cordon(cordon)
     gpus = tuple(
         GpuState(node=name, uuid=d.id, type=d.type, profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
-                 healthy=d.health, index=d.index, memory_mb=d.devmem)
+                 healthy=d.health, index=d.index, memory_mb=d.devmem, cordoned=closed(d.id))
         for d in devices if _is_mig(d)
     )
     try:
         return NodeGpus(name, gpus, blocked=by_gpu(decode_leftovers(leftovers)))
     except LeftoverError as error:
         return NodeGpus(name, gpus, leftover_error=str(error))
+
+
+def _cordon(value: object):
+    """GPU UUID -> why it is cordoned ("" = open), from the node's `hami.io/device-cordon`."""
+    try:
+        listed = decode_device_cordon(value)
+    except AnnotationError as error:
+        why = f"node cordon list unreadable, so no GPU of this node takes new pods: {error}"
+        return lambda uuid: why
+    why = (f"GPU is cordoned: the node lists it in {DEVICE_CORDON}; pods already on it keep running "
+           "(remove the UUID from that list to uncordon)")
+    return lambda uuid: why if uuid in listed else ""
+
+
+def node_cordon(node: Mapping[str, Any]) -> object:
+    return annotations(node).get(DEVICE_CORDON)
 
 
 def node_register(node: Mapping[str, Any]) -> str | None:

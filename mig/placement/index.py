@@ -28,17 +28,18 @@ Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share o
 class _Gpu:
     """Mutable index entry for one GPU."""
 
-    __slots__ = ("healthy", "index", "mask", "node", "order", "pset", "total", "type", "uuid")
+    __slots__ = ("cordoned", "healthy", "index", "mask", "node", "order", "pset", "total", "type", "uuid")
 
     def __init__(self, state: GpuState, pset: ProfileSet | None):
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
         self.order = (state.index, state.node)
         self.total = state.memory_mb
+        self.cordoned = state.cordoned
 
     @property
     def schedulable(self) -> bool:
-        return self.healthy and self.pset is not None and bool(self.pset.profiles)
+        return self.healthy and not self.cordoned and self.pset is not None and bool(self.pset.profiles)
 
     def group(self) -> tuple[int, int, str, int]:
         return (id(self.pset), self.mask, self.type, self.total)
@@ -47,7 +48,7 @@ class _Gpu:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
 
     def snapshot(self) -> tuple:
-        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy, self.total)
+        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy, self.total, self.cordoned)
 
 
 def _pickiness(device: Device, total_mb: int = 0) -> tuple:
@@ -290,13 +291,14 @@ class PlacementIndex:
                 if not gpus:
                     out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
                     continue
-                for _, uuid, gtype, pset, mask, healthy, total in gpus:
-                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2], total)
+                for _, uuid, gtype, pset, mask, healthy, total, cordoned in gpus:
+                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2], total, cordoned)
                     if reason is not None:
                         out.append(reason)
                 if node in tried:
                     free = "; ".join(f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
-                                     for _, uuid, _, pset, mask, healthy, _ in gpus if healthy and pset)
+                                     for _, uuid, _, pset, mask, healthy, _, cordoned in gpus
+                                     if healthy and not cordoned and pset)
                     out.append(R.Reason(
                         R.DEVICES_DO_NOT_FIT_TOGETHER,
                         f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
@@ -313,11 +315,13 @@ def _requests_text(devices: list[Device]) -> str:
 
 def gpu_reason(
     pod: PodRequest, node: str, uuid: str, gpu_type: str, pset: ProfileSet | None, mask: int, healthy: bool,
-    ask: Memory, total_mb: int = 0,
+    ask: Memory, total_mb: int = 0, cordoned: str = "",
 ) -> R.Reason | None:
     """Why this GPU (of `total_mb` published memory) cannot take a device asking `ask` now, or None if it can."""
     if not healthy:
         return R.Reason(R.UNHEALTHY, "GPU is unhealthy", node, uuid)
+    if cordoned:
+        return R.Reason(R.CORDONED, cordoned, node, uuid)
     if pset is None or not pset.profiles:
         return R.Reason(R.NO_PROFILES, f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the "
                         "allowlist?)", node, uuid)

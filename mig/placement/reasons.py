@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 UNHEALTHY = "unhealthy"
+CORDONED = "cordoned"
 NO_PROFILES = "no-mig-profiles"
 EXCLUDED = "excluded-by-annotation"
 NOT_ENOUGH_MEMORY = "no-profile-large-enough"
@@ -21,7 +22,7 @@ MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
 # When a node has several GPU reasons, its headline is the one closest to fitting.
 _CLOSEST_FIRST = (
     DEVICES_DO_NOT_FIT_TOGETHER, FRAGMENTED, NOT_ENOUGH_SLICES, NOT_ENOUGH_MEMORY, EXCLUDED, NO_PROFILES,
-    UNHEALTHY, NO_GPUS,
+    CORDONED, UNHEALTHY, NO_GPUS,
 )
 
 

@@ -67,6 +67,7 @@ class GpuState:
     healthy: bool = True
     index: int = 0
     memory_mb: int = 0  # total memory as published (`devmem`); sizes gpumem-percentage requests
+    cordoned: str = ""  # why no new reservation may land here (an operator's cordon); "" = open
 
     @property
     def occupied_mask(self) -> int:

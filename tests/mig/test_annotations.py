@@ -98,3 +98,61 @@ def test_device_strings_follow_hamis_container_layout():
 def test_a_broken_device_string_names_its_container_and_entry():
     with pytest.raises(ann.AnnotationError, match=r"\[0\]\[1\]"):
         ann.decode_devices("GPU-a,NVIDIA,5120,14:GPU-b,NVIDIA,lots,14:;")
+
+
+# A registration as HAMi v2.10's Go device plugin writes it (json.Marshal of []*DeviceInfo: struct
+# field order id,index,count,devmem,devcore,type,numa,mode,migProfiles,health; omitempty drops zero
+# values; a profile whose placement list was never appended to is `null`). Written for dynmig in
+# the shape of HAMi's pkg/device tests; GPU UUIDs are made up.
+HAMI_REGISTRATION = (
+    '[{"id":"GPU-7b1e0c52-0c8a-4f1e-9d3a-1b2c3d4e5f60","count":7,"devmem":40960,"devcore":100,'
+    '"type":"NVIDIA-A100-SXM4-40GB","mode":"mig","migProfiles":['
+    '{"name":"1g.5gb","memoryMB":4864,"core":14,"sliceCount":1,"placements":[{"start":0,"size":1},'
+    '{"start":1,"size":1},{"start":2,"size":1},{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},'
+    '{"start":6,"size":1}]},'
+    '{"name":"3g.20gb","memoryMB":19968,"core":42,"sliceCount":3,"placements":[{"start":0,"size":4},'
+    '{"start":4,"size":4}]},'
+    '{"name":"7g.40gb","memoryMB":40192,"core":100,"sliceCount":7,"placements":null}],"health":true},'
+    '{"id":"GPU-9c2f1d63-1d9b-4a2f-8e4b-2c3d4e5f6071","index":1,"count":7,"devmem":40960,"devcore":100,'
+    '"type":"NVIDIA-A100-SXM4-40GB","numa":1,"mode":"mig","migProfiles":['
+    '{"name":"1g.5gb","memoryMB":4864,"core":14,"sliceCount":1,"placements":[{"start":6,"size":1}]}],'
+    '"health":true},'
+    '{"id":"GPU-0d3a2e74-2eac-4b30-9f5c-3d4e5f607182","index":2,"count":10,"devmem":81920,"devcore":100,'
+    '"type":"NVIDIA-A100-SXM4-80GB","mode":"hami-core"}]'
+)
+
+
+def test_a_hami_registration_re_encodes_byte_for_byte():
+    devices = ann.decode_node_register(HAMI_REGISTRATION)
+    assert ann.encode_node_register(devices) == HAMI_REGISTRATION
+
+
+def test_a_profile_whose_placements_are_null_offers_no_placement_and_the_rest_of_the_node_stays():
+    first, second, third = ann.decode_node_register(HAMI_REGISTRATION)
+    by_name = {p.name: p for p in first.migProfiles}
+    assert by_name["7g.40gb"].placement_list == ()
+    assert len(by_name["1g.5gb"].placement_list) == 7 and len(by_name["3g.20gb"].placement_list) == 2
+    assert second.numa == 1 and second.migProfiles[0].placement_list[0].start == 6
+    assert third.mode == "hami-core" and not third.health
+
+
+def test_null_profile_lists_read_as_no_profiles_as_go_reads_them():
+    (device,) = ann.decode_node_register('[{"id":"GPU-0","mode":"mig","migProfiles":null,"health":true}]')
+    assert device.migProfiles == ()
+
+
+def test_the_drained_device_list_after_allocate_is_what_hami_leaves_and_still_decodes():
+    one = "GPU-a,NVIDIA,4864,14:;"
+    assert ann.erase_container_devices(one, 0) == ";;"  # HAMi's EncodePodSingleDevice of its own split
+    two = "GPU-a,NVIDIA,4864,14:;GPU-b,NVIDIA,9728,15:;"
+    after_first = ann.erase_container_devices(two, 0)
+    assert after_first == ";GPU-b,NVIDIA,9728,15:;;"
+    assert ann.erase_container_devices(after_first, 1) == ";;;;"
+    for drained in (";;", ";", ";;;;"):
+        assert not any(ann.decode_devices(drained))
+    assert [len(c) for c in ann.decode_devices(after_first)] == [0, 1, 0]
+
+
+def test_erasing_a_container_from_a_malformed_device_list_names_the_entry():
+    with pytest.raises(ann.AnnotationError, match=r"vgpu-devices-to-allocate\[0\]\[0\]"):
+        ann.erase_container_devices("GPU-a,NVIDIA,lots,14:;", 0)

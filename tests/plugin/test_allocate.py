@@ -29,6 +29,7 @@ def test_one_1g_is_created_at_its_placement_answered_recorded_and_destroyed_when
     annotations = node.annotations("train")
     assert annotations[BIND_PHASE] == "success"
     assert not any(decode_devices(annotations[DEVICES_TO_ALLOCATE]))
+    assert annotations[DEVICES_TO_ALLOCATE] == ";;"  # drained as HAMi's device plugin leaves it
     assert NODE_LOCK not in node.node_annotations()
 
     node.set_phase("train", "Succeeded")

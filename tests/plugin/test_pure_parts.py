@@ -78,9 +78,9 @@ def test_registration_is_hami_json_with_omitempty_and_no_instance_count():
 
     assert text == (
         f'[{{"id":"{GPU}","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100-SXM4-80GB",'
-        '"numa":1,"health":true,"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
+        '"numa":1,"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
         '"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},'
-        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}]}]')
+        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}],"health":true}]')
 
 
 def test_excluded_gpus_and_gpus_without_allowed_profiles_are_not_registered():
@@ -150,7 +150,7 @@ def test_the_next_container_is_the_first_with_devices_left_and_erasing_keeps_the
     index, devices = next_container(p)
 
     assert index == 1 and [d.usedmem for d in devices] == [10]
-    assert erase_container(text, 1) == f";;{GPU},NVIDIA,20,29:;"
+    assert erase_container(text, 1) == f";;{GPU},NVIDIA,20,29:;;"  # HAMi keeps the piece after the last ;
 
 
 def test_the_node_lock_names_the_pod_and_the_legacy_form_names_none():
