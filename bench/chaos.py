@@ -92,7 +92,9 @@ class Live:
 
 
 class Chaos:
-    def __init__(self, lab: Lab, pods: int, kills: int, concurrency: int, seed: int, echo=print):
+    def __init__(self, lab: Lab, pods: int, kills: int, concurrency: int, seed: int, echo=print,
+                 long_hold: tuple[float, float] = (8.0, 20.0)):
+        self.long_hold = long_hold
         self.lab, self.kit = lab, Kit(lab)
         self.total, self.kills, self.concurrency = pods, kills, concurrency
         self.rng = random.Random(seed)
@@ -157,7 +159,7 @@ class Chaos:
             name = f"chaos-{self.created:04d}"
             self.kit.create(gpu_pod(name, self.rng.choice(MEMORY)))
             # most pods are short; a quarter run long enough to keep their GPU busy across a restart
-            hold = self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(8.0, 20.0)
+            hold = self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(*self.long_hold)
             self.live[name] = Live(name, now, hold)
             self.created += 1
             made += 1
@@ -363,9 +365,10 @@ def _overlapping(placements: list[Placement]) -> bool:
 
 
 def run(nodes: str, pods: int, kills: int, concurrency: int, seed: int, echo=print,
-        workdir: Path | None = None) -> Report:
+        workdir: Path | None = None, long_hold: tuple[float, float] = (8.0, 20.0)) -> Report:
+    """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run."""
     with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
-        return Chaos(lab, pods, kills, concurrency, seed, echo).run()
+        return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold).run()
 
 
 def main() -> int:
