@@ -46,7 +46,7 @@ def parse_duration(flag: str, text: str) -> dt.timedelta:
     return dt.timedelta(seconds=value)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynmig certs", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="{init,rotate,inject,show}")
 
@@ -238,9 +238,9 @@ def _one_line(error: Exception) -> str:
     return f"API server answered {status} {getattr(error, 'reason', '')}: {body}".strip()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = _parser()
+    parser = parser or build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse printed the message naming the flag

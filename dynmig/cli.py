@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from dynmig.flags import apply_environment
 from dynmig.version import version
 
 # subcommand -> module with a `main(argv) -> int`
@@ -25,8 +26,8 @@ ABOUT = {
 
 USAGE = "usage: dynmig [--version] {" + ",".join(SUBCOMMANDS) + "} [options]"
 HELP = "\n".join([USAGE, "", "commands:", *(f"  {name:<14} {ABOUT[name]}" for name in SUBCOMMANDS), "",
-                  "`dynmig COMMAND --help` lists a command's flags; every flag of serve and device-plugin",
-                  "can also be set in the environment as DYNMIG_<FLAG> (e.g. DYNMIG_LOG_FORMAT=json)."])
+                  "`dynmig COMMAND --help` lists a command's flags; every flag of every command can also be",
+                  "set in the environment as DYNMIG_<FLAG> (e.g. DYNMIG_LOG_FORMAT=json); the flag wins."])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dynmig {name}: not built yet", file=sys.stderr)
             return 3
         raise
+    if hasattr(module, "build_parser"):  # a plain argparse command: the DYNMIG_<FLAG> convention comes from here
+        parser = module.build_parser()
+        apply_environment(parser)
+        return int(module.main(rest, parser=parser) or 0)
     return int(module.main(rest) or 0)
 
 

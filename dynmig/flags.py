@@ -169,3 +169,44 @@ def _show(default: Any) -> str:
     if isinstance(default, (list, tuple)):
         return ",".join(str(d) for d in default)
     return str(default)
+
+
+# ---- the same convention for commands built on a plain argparse parser (certs, policy, lab)
+
+
+def apply_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
+    """Give every long option of `parser` and of its subcommands the DYNMIG_<FLAG> convention: a set
+    variable becomes the option's default, converted as the option converts its flag, so the command
+    line still wins. A bad value is the parser's usage error naming the flag and the variable."""
+    env = os.environ if environ is None else environ
+    for action in parser._actions:  # argparse keeps no public list of a parser's options
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                apply_environment(sub, env)
+            continue
+        flag = next((s for s in action.option_strings if s.startswith("--") and s != "--help"), None)
+        if flag is None or env.get(env_name(flag)) is None:
+            continue
+        try:
+            action.default = _env_value(action, env[env_name(flag)])
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"{flag} (from env {env_name(flag)}): {error}")
+        action.required = False  # the variable gives what the flag must otherwise give
+
+
+def _env_value(action: argparse.Action, raw: str) -> Any:
+    if action.nargs == 0:  # a switch (store_true, store_false): true means the switch is given
+        return action.const if boolean(raw) else action.default
+    if isinstance(action, argparse._AppendAction):
+        return [_converted(action, item) for item in _items(raw)]
+    return _converted(action, raw)
+
+
+def _converted(action: argparse.Action, raw: str) -> Any:
+    try:
+        value = action.type(raw) if callable(action.type) else raw
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not valid: {error}") from None
+    if action.choices is not None and value not in action.choices:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not one of {', '.join(map(str, action.choices))}")
+    return value

@@ -83,7 +83,7 @@ def _placements(text: str) -> tuple[Placement, ...]:
     return tuple(out)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynmig policy", description="Check, explain and diff MIG allowlists.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff}")
     check = sub.add_parser("check", help="validate an allowlist / device-config file")
@@ -103,8 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "check":
         return _check(args.file)

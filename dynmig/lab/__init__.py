@@ -19,7 +19,7 @@ from dynmig.lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dynmig lab", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[2:]))
@@ -51,8 +51,8 @@ def _list() -> int:
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    args = (parser or build_parser()).parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.scenario == "list":
         return _list()
     try:
