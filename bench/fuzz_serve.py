@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve import ApiProcess, _free_port, pct, ready_node, wait_ready
+from bench.serve import ApiProcess, _free_port, pct, ready_node, stop_children, wait_ready
 
 RESULTS = ROOT / "bench" / "results" / "fuzz_serve.json"
 HANG = 5.0
@@ -249,13 +249,7 @@ def main(cases: int) -> int:
         print(f"a valid pod afterwards: filter {chosen}, bind {v['bind']}, spec.nodeName {node_name}; "
               f"RSS from start {start_rss} -> {results['rss_end_mib']} MiB", flush=True)
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+        stop_children(children)
 
     bad = sum(r["5xx"] + r["internal_errors"] + r["hangs"] for r in results["endpoints"])
     grew = results["rss_end_mib"] - results["rss_start_mib"]

@@ -89,6 +89,17 @@ def child_echo(cert: str, key: str, port_file: str) -> None:
     asyncio.run(run())
 
 
+def stop_children(children: list[subprocess.Popen]) -> None:
+    """SIGTERM each child still running, SIGKILL what has not exited 10 s later."""
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
 def start_child(args: list[str], port_file: Path, timeout: float = 30.0) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout
@@ -476,13 +487,7 @@ def main(only_e2e: bool = False) -> int:
               f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "
               f"{e['unschedulable_attempts']} unschedulable; inside dynmig serve: {e['server_side']}", flush=True)
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+        stop_children(children)
 
     if only_e2e:
         print(f"serve log: {work / 'serve.log'}")
