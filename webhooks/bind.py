@@ -19,7 +19,7 @@ from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
 from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
-from webhooks.kube import NOT_FOUND, ApiException, EventRecorder, Kube
+from webhooks.kube import ApiException, EventRecorder, Kube
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 
@@ -57,14 +57,8 @@ class Binder:
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.cache.pod(namespace, name) if self.cache else None
-        if pod is not None:
-            return pod
-        try:  # the watch may lag the scheduler's own by a moment
-            return self.kube.get_pod(namespace, name)
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return None
-            raise
+        # the watch may lag the scheduler's own by a moment
+        return pod if pod is not None else self.kube.pod_or_none(namespace, name)
 
     def _owner_exists(self, namespace: str, name: str) -> bool:
         try:

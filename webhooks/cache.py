@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from webhooks.fleet import Fleet
-from webhooks.kube import GONE, NOT_FOUND, ApiException, Kube
+from webhooks.kube import GONE, Kube
 from webhooks.nodelock import LockValue, node_lock_value
 
 log = logging.getLogger(__name__)
@@ -183,12 +183,7 @@ class ClusterCache:
         pod = self.pod(namespace, name)
         if pod is not None and (not uid or (pod.get("metadata") or {}).get("uid") == uid):
             return pod
-        try:  # the watch may lag the scheduler's own by a moment
-            return self.kube.get_pod(namespace, name)
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return None
-            raise
+        return self.kube.pod_or_none(namespace, name)  # the watch may lag the scheduler's own by a moment
 
     def pod_exists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods

@@ -69,6 +69,15 @@ class Kube:
         return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False,
                                                    _request_timeout=self.timeout))
 
+    def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod, or None when the API server has no such pod."""
+        try:
+            return self.get_pod(namespace, name)
+        except ApiException as error:
+            if error.status == NOT_FOUND:
+                return None
+            raise
+
     def get_node(self, name: str) -> dict[str, Any]:
         return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
 
