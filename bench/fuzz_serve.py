@@ -19,7 +19,6 @@ hang was seen, RSS grew by more than 64 MiB, or the valid pod did not bind.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import http.client
 import json
 import ssl
@@ -33,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve import ApiProcess, _free_port, pct, ready_node, stop_children, wait_ready
+from bench.serve import ApiProcess, _free_port, pct, ready_node, serving_pki, stop_children, wait_ready
 
 RESULTS = ROOT / "bench" / "results" / "fuzz_serve.json"
 HANG = 5.0
@@ -160,18 +159,11 @@ def main(cases: int) -> int:
     logging.basicConfig(level=logging.ERROR)
     from kubernetes import client
 
-    from certs.authority import ServiceIdentity, make_ca, make_serving
     from tests.webhooks import hostile_strategies as hs
     from tests.webhooks.webhooks_testkit import gpu_pod, node
 
     work = Path(tempfile.mkdtemp(prefix="bench-fuzz-"))
-    now = dt.datetime.now(dt.UTC)
-    ca = make_ca(now)
-    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
-    cert, key = work / "tls.crt", work / "tls.key"
-    cert.write_bytes(pair.cert_pem())
-    key.write_bytes(pair.key_pem())
-    ctx = ssl.create_default_context(cadata=ca.cert_pem().decode())
+    _ca, cert, key, ctx = serving_pki(work)
     ctx.check_hostname = False  # the certificate names the Service; we dial 127.0.0.1 (its IP SAN)
     children: list[subprocess.Popen] = []
     results: dict = {"cases_per_endpoint": cases}

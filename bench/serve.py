@@ -89,6 +89,20 @@ def child_echo(cert: str, key: str, port_file: str) -> None:
     asyncio.run(run())
 
 
+def serving_pki(work: Path):
+    """A CA and a serving certificate for the dynmig Service in `work`, and a client context trusting
+    the CA: (ca, cert file, key file, context)."""
+    from certs.authority import ServiceIdentity, make_ca, make_serving
+
+    now = dt.datetime.now(dt.UTC)
+    ca = make_ca(now)
+    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
+    cert, key = work / "tls.crt", work / "tls.key"
+    cert.write_bytes(pair.cert_pem())
+    key.write_bytes(pair.key_pem())
+    return ca, cert, key, ssl.create_default_context(cadata=ca.cert_pem().decode())
+
+
 def stop_children(children: list[subprocess.Popen]) -> None:
     """SIGTERM each child still running, SIGKILL what has not exited 10 s later."""
     for child in children:
@@ -419,17 +433,9 @@ def main(only_e2e: bool = False) -> int:
     logging.basicConfig(level=logging.ERROR)
     from kubernetes import client
 
-    from certs.authority import ServiceIdentity, make_ca, make_serving
-
     results: dict = {"targets": TARGETS}
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    now = dt.datetime.now(dt.UTC)
-    ca = make_ca(now)
-    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
-    cert, key = work / "tls.crt", work / "tls.key"
-    cert.write_bytes(pair.cert_pem())
-    key.write_bytes(pair.key_pem())
-    ctx = ssl.create_default_context(cadata=ca.cert_pem().decode())
+    ca, cert, key, ctx = serving_pki(work)
 
     print("filter decisions (in process) ...", flush=True)
     results["filter"] = [] if only_e2e else [bench_filter(1000), bench_filter(5000)]
