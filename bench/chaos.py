@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import contextlib
+
 from dynmig.lab.cluster import Lab
 from dynmig.lab.kit import Kit, gpu_pod
 from dynmig.lab.nodes import parse_nodes
@@ -67,8 +69,13 @@ class Report:
 
     @property
     def clean(self) -> bool:
-        return not (self.overlaps or self.lost_instances or self.leftover_failures or self.leaked_instances
-                    or self.journal_entries_left)
+        return not (
+            self.overlaps
+            or self.lost_instances
+            or self.leftover_failures
+            or self.leaked_instances
+            or self.journal_entries_left
+        )
 
 
 @dataclass
@@ -92,8 +99,16 @@ class Live:
 
 
 class Chaos:
-    def __init__(self, lab: Lab, pods: int, kills: int, concurrency: int, seed: int, echo=print,
-                 long_hold: tuple[float, float] = (8.0, 20.0)):
+    def __init__(
+        self,
+        lab: Lab,
+        pods: int,
+        kills: int,
+        concurrency: int,
+        seed: int,
+        echo=print,
+        long_hold: tuple[float, float] = (8.0, 20.0),
+    ):
         self.long_hold = long_hold
         self.lab, self.kit = lab, Kit(lab)
         self.total, self.kills, self.concurrency = pods, kills, concurrency
@@ -159,7 +174,9 @@ class Chaos:
             name = f"chaos-{self.created:04d}"
             self.kit.create(gpu_pod(name, self.rng.choice(MEMORY)))
             # most pods are short; a quarter run long enough to keep their GPU busy across a restart
-            hold = self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(*self.long_hold)
+            hold = (
+                self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(*self.long_hold)
+            )
             self.live[name] = Live(name, now, hold)
             self.created += 1
             made += 1
@@ -181,11 +198,19 @@ class Chaos:
             if phase == "Running" and live.running_since is None:
                 live.running_since = now
             due = (phase == "Running" and now - (live.running_since or now) >= live.hold) or phase in (
-                "Failed", "Succeeded")
+                "Failed",
+                "Succeeded",
+            )
             if phase == "Pending" and now - live.created > 60:
                 self.report.stuck_pending += 1
-                why = next((e.get("message", "") for e in reversed(self.kit.events(name))
-                            if e.get("reason") in ("FailedScheduling", "FilteringFailed")), "")
+                why = next(
+                    (
+                        e.get("message", "")
+                        for e in reversed(self.kit.events(name))
+                        if e.get("reason") in ("FailedScheduling", "FilteringFailed")
+                    ),
+                    "",
+                )
                 self.report.details.append(f"{name} Pending for 60s: {why[:300]}")
                 due = True
             if due:
@@ -214,8 +239,13 @@ class Chaos:
         name = self.rng.choice(sorted(self.lab.nodes))
         runtime = self.lab.nodes[name]
         view = runtime.kubelet.resource(self.lab.resource)
-        self.down = Down(name, mode, runtime.plugin_starts, view.registrations if view else 0,
-                         self.rng.uniform(0.3, 1.2) if mode == "startup" else None)
+        self.down = Down(
+            name,
+            mode,
+            runtime.plugin_starts,
+            view.registrations if view else 0,
+            self.rng.uniform(0.3, 1.2) if mode == "startup" else None,
+        )
         _sigkill(runtime.plugin)
         self.report.kills += 1
         self.report.kills_by_mode[mode] = self.report.kills_by_mode.get(mode, 0) + 1
@@ -239,7 +269,12 @@ class Chaos:
                 self.echo(f"[chaos]   and killed again while it recovers on {down.node}")
             return
         view = runtime.kubelet.resource(self.lab.resource)
-        if runtime.plugin is not None and runtime.plugin.is_ready() and view and view.registrations > down.registrations:
+        if (
+            runtime.plugin is not None
+            and runtime.plugin.is_ready()
+            and view
+            and view.registrations > down.registrations
+        ):
             self.echo(f"[chaos]   the plugin on {down.node} is back")
             self.down = None
             self.back_at = now
@@ -251,8 +286,12 @@ class Chaos:
         pods = self.kit.pods()
         after = self.kit.instances()
         self._check_hardware(after)
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
-                   and not p["metadata"].get("deletionTimestamp")]
+        running = [
+            p
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
         self._check_pods(running)
         present = {i.mig_uuid for i in before} | {i.mig_uuid for i in after}
         for pod in running:
@@ -262,14 +301,23 @@ class Chaos:
                 uid = pod["metadata"]["uid"]
                 first = self.first_uuid.setdefault(f"{uid}/{a.containerIndex}/{a.deviceIndex}", a.migUUID)
                 if first != a.migUUID:
-                    self._flag(f"recreated:{uid}", "lost", f"{pod['metadata']['name']}: MIG device re-created "
-                               f"({first} -> {a.migUUID})")
+                    self._flag(
+                        f"recreated:{uid}",
+                        "lost",
+                        f"{pod['metadata']['name']}: MIG device re-created ({first} -> {a.migUUID})",
+                    )
                 elif a.migUUID not in present and self._still_missing(pod["metadata"]["name"], a.migUUID):
-                    self._flag(f"lost:{uid}", "lost", f"{pod['metadata']['name']}: {a.migUUID} gone while Running")
+                    self._flag(
+                        f"lost:{uid}", "lost", f"{pod['metadata']['name']}: {a.migUUID} gone while Running"
+                    )
 
     def _still_missing(self, name: str, mig_uuid: str) -> bool:
         pod = self.kit.pod(name)
-        if pod is None or pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
+        if (
+            pod is None
+            or pod["metadata"].get("deletionTimestamp")
+            or (pod.get("status") or {}).get("phase") != "Running"
+        ):
             return False
         return mig_uuid not in {i.mig_uuid for i in self.kit.instances()}
 
@@ -279,7 +327,9 @@ class Chaos:
             by_gpu.setdefault(i.gpu_uuid, []).append(Placement(i.start, i.size))
         for gpu, placements in by_gpu.items():
             if _overlapping(placements):
-                self._flag(f"hw:{gpu}:{sorted(placements)}", "overlap", f"GPU {gpu}: instances overlap {placements}")
+                self._flag(
+                    f"hw:{gpu}:{sorted(placements)}", "overlap", f"GPU {gpu}: instances overlap {placements}"
+                )
 
     def _check_pods(self, running: list[dict[str, Any]]) -> None:
         by_gpu: dict[str, list[Placement]] = {}
@@ -314,17 +364,20 @@ class Chaos:
             self.kit.delete(pod["metadata"]["name"], wait=False)
         try:
             self.kit.wait(lambda: not self.kit.pods(), 90, "every pod to be gone")
-            self.kit.wait(lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(), 60,
-                          "every MIG instance to be reclaimed")
+            self.kit.wait(
+                lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(),
+                60,
+                "every MIG instance to be reclaimed",
+            )
         except AssertionError as error:
             self.report.details.append(str(error))
         leaked = self.kit.instances()
         self.report.leaked_instances = len(leaked) + len(self.kit.bare_gpu_instances())
-        self.report.details += [f"leaked {i.profile}@{i.start}:{i.size} on {i.node}/{i.gpu_uuid}" for i in leaked]
-        try:
+        self.report.details += [
+            f"leaked {i.profile}@{i.start}:{i.size} on {i.node}/{i.gpu_uuid}" for i in leaked
+        ]
+        with contextlib.suppress(AssertionError):
             self.kit.wait(lambda: self._journal_entries() == 0, 15, "empty journals")
-        except AssertionError:
-            pass
         self.report.journal_entries_left = self._journal_entries()
 
     def _journal_entries(self) -> int:
@@ -341,10 +394,8 @@ class Chaos:
 def _sigkill(child: Any) -> None:
     if child is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     child.process.wait(10)
 
 
@@ -364,8 +415,16 @@ def _overlapping(placements: list[Placement]) -> bool:
     return False
 
 
-def run(nodes: str, pods: int, kills: int, concurrency: int, seed: int, echo=print,
-        workdir: Path | None = None, long_hold: tuple[float, float] = (8.0, 20.0)) -> Report:
+def run(
+    nodes: str,
+    pods: int,
+    kills: int,
+    concurrency: int,
+    seed: int,
+    echo=print,
+    workdir: Path | None = None,
+    long_hold: tuple[float, float] = (8.0, 20.0),
+) -> Report:
     """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run."""
     with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
         return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold).run()
@@ -387,10 +446,12 @@ def main() -> int:
         print("  ", line)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({**summary, "details": report.details}, indent=2))
-    print(f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
-          f"{report.lost_instances} lost, {report.leftover_failures} Allocate failures from leftovers, "
-          f"{report.leaked_instances} leaked, {report.journal_entries_left} journal entries left "
-          f"({report.kill_failures} Allocates failed while a plugin was dead) in {report.seconds}s")
+    print(
+        f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
+        f"{report.lost_instances} lost, {report.leftover_failures} Allocate failures from leftovers, "
+        f"{report.leaked_instances} leaked, {report.journal_entries_left} journal entries left "
+        f"({report.kill_failures} Allocates failed while a plugin was dead) in {report.seconds}s"
+    )
     return 0 if report.clean else 1
 
 

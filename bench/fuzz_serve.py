@@ -57,7 +57,9 @@ class Client:
         started = time.perf_counter()
         for attempt in range(2):
             if self.conn is None:
-                self.conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=HANG)
+                self.conn = http.client.HTTPSConnection(
+                    "127.0.0.1", self.port, context=self.ctx, timeout=HANG
+                )
             try:
                 self.conn.request("POST", path, body, {"Content-Type": "application/json"})
                 reply = self.conn.getresponse()
@@ -128,16 +130,29 @@ def storm(path: str, strategy, client: Client, cases: int, pid: int, valid: byte
     bodies = st.one_of([strategy.map(hs.body)] * 9 + [hs.raw_bodies])  # one in ten malformed bytes
     for chunk in range(0, cases, CHUNK):
         run = given(raw=bodies)(one)
-        run = settings(max_examples=min(CHUNK, cases - chunk), database=None, deadline=None,
-                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))(run)
+        run = settings(
+            max_examples=min(CHUNK, cases - chunk),
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )(run)
         seed(chunk)(run)()
-    return {"endpoint": path, "cases": len(latencies), **{k: classes.get(k, 0) for k in ("2xx", "4xx", "5xx")},
-            "internal_errors": internal, "hangs": hangs,
-            "p50_ms": round(pct(latencies, 0.5) * 1000, 2), "p99_ms": round(pct(latencies, 0.99) * 1000, 2),
-            "max_ms": round(max(latencies) * 1000, 1), "valid_p99_ms": round(yardstick * 1000, 2),
-            "p99_vs_valid_p99": round(pct(latencies, 0.99) / yardstick, 2),
-            "rss_before_mib": before, "rss_after_mib": rss_mib(pid),
-            "examples": examples}
+    return {
+        "endpoint": path,
+        "cases": len(latencies),
+        **{k: classes.get(k, 0) for k in ("2xx", "4xx", "5xx")},
+        "internal_errors": internal,
+        "hangs": hangs,
+        "p50_ms": round(pct(latencies, 0.5) * 1000, 2),
+        "p99_ms": round(pct(latencies, 0.99) * 1000, 2),
+        "max_ms": round(max(latencies) * 1000, 1),
+        "valid_p99_ms": round(yardstick * 1000, 2),
+        "p99_vs_valid_p99": round(pct(latencies, 0.99) / yardstick, 2),
+        "rss_before_mib": before,
+        "rss_after_mib": rss_mib(pid),
+        "examples": examples,
+    }
 
 
 def naming(args_strategy, metas: list[dict]):
@@ -177,39 +192,85 @@ def main(cases: int) -> int:
             admin.create_node(ready_node(node(name, model, gpus=2)), _preload_content=False)
         port, metrics_port, extender_port = _free_port(), _free_port(), _free_port()
         serve = subprocess.Popen(
-            [sys.executable, "-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1", "--port", str(port),
-             "--metrics-port", str(metrics_port), "--extender-port", str(extender_port),
-             "--tls-cert", str(cert), "--tls-key", str(key),
-             "--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false",
-             "--log-level", "error"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "serve.log").open("wb"))
+            [
+                sys.executable,
+                "-m",
+                "dynmig.cli",
+                "serve",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--metrics-port",
+                str(metrics_port),
+                "--extender-port",
+                str(extender_port),
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--kubeconfig",
+                str(apiserver.kubeconfig("scheduler")),
+                "--leader-elect",
+                "false",
+                "--log-level",
+                "error",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "serve.log").open("wb"),
+        )
         children.append(serve)
         wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
         # Pods the cluster has, hostile but admitted (no webhooks here): half the filter cases name one
         hostile = [gpu_pod("real-0", memory=None), gpu_pod("real-1", devices=2), gpu_pod("real-2")]
         hostile[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "150"
         hostile[1]["metadata"]["annotations"]["nvidia.com/mig-profile-preference"] = "1g," * 1500
-        metas = [json.loads(admin.create_namespaced_pod("team", p, _preload_content=False).data)["metadata"]
-                 for p in hostile]
+        metas = [
+            json.loads(admin.create_namespaced_pod("team", p, _preload_content=False).data)["metadata"]
+            for p in hostile
+        ]
         webhook, extender = Client(port, ctx), Client(extender_port, ctx)
         start_rss = rss_mib(serve.pid)
         runs = []
-        review = hs.body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "resource": {"resource": "pods"},
-            "namespace": "team", "name": "p", "userInfo": {"username": "alice"}, "object": gpu_pod("p")}})
-        valid = {"/mutate": review, "/validate": review,
-                 "/filter": hs.body({"Pod": {"metadata": metas[2]}, "NodeNames": ["n1", "n2"], "Nodes": None}),
-                 "/bind": hs.body({"PodName": "nobody", "PodNamespace": "team", "PodUID": "u", "Node": "n1"})}
-        for path, strategy, target in (("/mutate", hs.admission_reviews, webhook),
-                                       ("/validate", hs.admission_reviews, webhook),
-                                       ("/filter", naming(hs.extender_args, metas), extender),
-                                       ("/bind", hs.binding_args, extender)):
+        review = hs.body(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u",
+                    "operation": "CREATE",
+                    "kind": {"kind": "Pod"},
+                    "resource": {"resource": "pods"},
+                    "namespace": "team",
+                    "name": "p",
+                    "userInfo": {"username": "alice"},
+                    "object": gpu_pod("p"),
+                },
+            }
+        )
+        valid = {
+            "/mutate": review,
+            "/validate": review,
+            "/filter": hs.body({"Pod": {"metadata": metas[2]}, "NodeNames": ["n1", "n2"], "Nodes": None}),
+            "/bind": hs.body({"PodName": "nobody", "PodNamespace": "team", "PodUID": "u", "Node": "n1"}),
+        }
+        for path, strategy, target in (
+            ("/mutate", hs.admission_reviews, webhook),
+            ("/validate", hs.admission_reviews, webhook),
+            ("/filter", naming(hs.extender_args, metas), extender),
+            ("/bind", hs.binding_args, extender),
+        ):
             print(f"{path}: {cases} hostile requests ...", flush=True)
             run = storm(path, strategy, target, cases, serve.pid, valid[path])
             runs.append(run)
-            print(f"  {run['cases']} cases: 2xx {run['2xx']} 4xx {run['4xx']} 5xx {run['5xx']}, internal errors "
-                  f"{run['internal_errors']}, hangs {run['hangs']}; p50 {run['p50_ms']} ms p99 {run['p99_ms']} ms "
-                  f"max {run['max_ms']} ms (p99 {run['p99_vs_valid_p99']}x a well-formed request's "
-                  f"{run['valid_p99_ms']} ms); RSS {run['rss_before_mib']} -> {run['rss_after_mib']} MiB", flush=True)
+            print(
+                f"  {run['cases']} cases: 2xx {run['2xx']} 4xx {run['4xx']} 5xx {run['5xx']}, internal errors "
+                f"{run['internal_errors']}, hangs {run['hangs']}; p50 {run['p50_ms']} ms p99 {run['p99_ms']} ms "
+                f"max {run['max_ms']} ms (p99 {run['p99_vs_valid_p99']}x a well-formed request's "
+                f"{run['valid_p99_ms']} ms); RSS {run['rss_before_mib']} -> {run['rss_after_mib']} MiB",
+                flush=True,
+            )
             for example in run["examples"]:
                 print(f"    e.g. {example}", flush=True)
         results["endpoints"] = runs
@@ -222,31 +283,56 @@ def main(cases: int) -> int:
         before = rss_mib(serve.pid)
         replies = [extender.post("/filter", args) for _ in range(200)]
         errors = {json.loads(data)["Error"] for status, data, _ in replies if status == 200}
-        results["absurd_pod"] = a = {"rss_before_mib": before, "rss_after_mib": rss_mib(serve.pid),
-                                     "errors": sorted(errors)}
-        print(f"pod asking for 10^8 devices, filtered 200 times: RSS {a['rss_before_mib']} -> "
-              f"{a['rss_after_mib']} MiB; Error: {a['errors']}", flush=True)
+        results["absurd_pod"] = a = {
+            "rss_before_mib": before,
+            "rss_after_mib": rss_mib(serve.pid),
+            "errors": sorted(errors),
+        }
+        print(
+            f"pod asking for 10^8 devices, filtered 200 times: RSS {a['rss_before_mib']} -> "
+            f"{a['rss_after_mib']} MiB; Error: {a['errors']}",
+            flush=True,
+        )
 
         valid = json.loads(admin.create_namespaced_pod("team", gpu_pod("valid"), _preload_content=False).data)
         time.sleep(0.5)
-        _, data, _ = extender.post("/filter", hs.body({"Pod": valid, "NodeNames": ["n1", "n2"], "Nodes": None}))
+        _, data, _ = extender.post(
+            "/filter", hs.body({"Pod": valid, "NodeNames": ["n1", "n2"], "Nodes": None})
+        )
         chosen = json.loads(data)["NodeNames"] or [""]
         time.sleep(0.5)  # the reservation write follows the reply; bind waits for it anyway
-        _, bound, _ = extender.post("/bind", hs.body({"PodName": "valid", "PodNamespace": "team",
-                                                      "PodUID": valid["metadata"]["uid"], "Node": chosen[0]}))
-        node_name = json.loads(admin.read_namespaced_pod("valid", "team", _preload_content=False).data)["spec"].get(
-            "nodeName")
+        _, bound, _ = extender.post(
+            "/bind",
+            hs.body(
+                {
+                    "PodName": "valid",
+                    "PodNamespace": "team",
+                    "PodUID": valid["metadata"]["uid"],
+                    "Node": chosen[0],
+                }
+            ),
+        )
+        node_name = json.loads(admin.read_namespaced_pod("valid", "team", _preload_content=False).data)[
+            "spec"
+        ].get("nodeName")
         results["valid_pod"] = v = {"filter": chosen, "bind": json.loads(bound), "node": node_name}
         results["rss_start_mib"], results["rss_end_mib"] = start_rss, rss_mib(serve.pid)
-        print(f"a valid pod afterwards: filter {chosen}, bind {v['bind']}, spec.nodeName {node_name}; "
-              f"RSS from start {start_rss} -> {results['rss_end_mib']} MiB", flush=True)
+        print(
+            f"a valid pod afterwards: filter {chosen}, bind {v['bind']}, spec.nodeName {node_name}; "
+            f"RSS from start {start_rss} -> {results['rss_end_mib']} MiB",
+            flush=True,
+        )
     finally:
         stop_children(children)
 
     bad = sum(r["5xx"] + r["internal_errors"] + r["hangs"] for r in results["endpoints"])
     grew = results["rss_end_mib"] - results["rss_start_mib"]
-    results["verdict"] = {"no_5xx_internal_or_hang": bad == 0, "rss_growth_mib": round(grew, 1),
-                          "rss_ok": grew <= RSS_BUDGET_MIB, "valid_pod_bound": bool(results["valid_pod"]["node"])}
+    results["verdict"] = {
+        "no_5xx_internal_or_hang": bad == 0,
+        "rss_growth_mib": round(grew, 1),
+        "rss_ok": grew <= RSS_BUDGET_MIB,
+        "valid_pod_bound": bool(results["valid_pod"]["node"]),
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"verdict: {results['verdict']}\nwrote {RESULTS.relative_to(ROOT)}")

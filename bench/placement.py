@@ -45,11 +45,11 @@ SEED = 20240611
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
 # (weight, device memories, mean lifetime): memory sizes hit 1g/2g/3g/4g/7g on an A100-40GB.
 MIX = (
-    (40, (4000,), 30.0),     # inference, 1g-sized
-    (22, (9000,), 60.0),     # notebooks, 2g-sized
-    (12, (18000,), 90.0),    # jobs, 3g-sized
-    (8, (30000,), 120.0),    # jobs, 4g-sized (7g on an A100-40GB, 3g.40gb on an H100)
-    (5, (None,), 150.0),     # jobs, a whole GPU (7g)
+    (40, (4000,), 30.0),  # inference, 1g-sized
+    (22, (9000,), 60.0),  # notebooks, 2g-sized
+    (12, (18000,), 90.0),  # jobs, 3g-sized
+    (8, (30000,), 120.0),  # jobs, 4g-sized (7g on an A100-40GB, 3g.40gb on an H100)
+    (5, (None,), 150.0),  # jobs, a whole GPU (7g)
     (8, (4000, 4000), 40.0),  # two-device inference
     (5, (18000, 18000), 90.0),  # two-device jobs
 )
@@ -64,14 +64,24 @@ def make_fleet(nodes: int, gpus_per_node: int) -> list[BNode]:
         model = find_model(MODELS[n % len(MODELS)])
         profiles = from_catalog(model, allow.profiles_for(model.nvml_name))
         name = f"node-{n:05d}"
-        out.append(BNode(name, [BGpu(name, f"GPU-{n:05d}-{i}", i, model.nvml_name, profiles, model.memory_mib)
-                                for i in range(gpus_per_node)]))
+        out.append(
+            BNode(
+                name,
+                [
+                    BGpu(name, f"GPU-{n:05d}-{i}", i, model.nvml_name, profiles, model.memory_mib)
+                    for i in range(gpus_per_node)
+                ],
+            )
+        )
     return out
 
 
 def gpu_states(nodes: list[BNode]) -> list[GpuState]:
-    return [GpuState(g.node, g.uuid, g.type, g.profiles, tuple(p for p, _ in g.allocs.values()), True, g.index)
-            for n in nodes for g in n.gpus]
+    return [
+        GpuState(g.node, g.uuid, g.type, g.profiles, tuple(p for p, _ in g.allocs.values()), True, g.index)
+        for n in nodes
+        for g in n.gpus
+    ]
 
 
 class Dynmig:
@@ -108,7 +118,7 @@ def apply(policy, picks: list[Pick], key: int, mems: tuple) -> None:
     """Commit a policy's picks to the shared fleet model, checking them the same way for every policy."""
     assert len(picks) == len(mems), f"{policy.name} placed {len(picks)} of {len(mems)} devices"
     assert len({gpu.node for gpu, _, _ in picks}) == 1, f"{policy.name} split a pod across nodes"
-    for (gpu, place, prof), mem in zip(picks, mems):
+    for (gpu, place, prof), mem in zip(picks, mems, strict=False):
         assert not gpu.mask & place.mask, f"{policy.name} overlapped on {gpu.uuid}"
         assert place in prof.placements, f"{policy.name} chose an illegal placement"
         top = max(p.memory_mb for p in gpu.profiles)
@@ -236,8 +246,12 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int) -> dict:
         apply(policy, picks, key, mems)
         live[key] = picks
         heapq.heappush(departures, (t + life, key))
-    return {"refused": refused, "fragmentation_refusals": frag, "utilisation": statistics.fmean(util),
-            "why": why}
+    return {
+        "refused": refused,
+        "fragmentation_refusals": frag,
+        "utilisation": statistics.fmean(util),
+        "why": why,
+    }
 
 
 def offered_load(arrivals, nodes: list[BNode]) -> float:
@@ -249,7 +263,9 @@ def offered_load(arrivals, nodes: list[BNode]) -> float:
     for _, mems, life in arrivals:
         shares = []
         for g in models:
-            sizes = [min(p.placements[0].size for p in _covering(g, m)) if _covering(g, m) else None for m in mems]
+            sizes = [
+                min(p.placements[0].size for p in _covering(g, m)) if _covering(g, m) else None for m in mems
+            ]
             if None not in sizes:
                 shares.append(sum(sizes) / g.axis)
         work += min(shares) * life
@@ -313,13 +329,17 @@ def main() -> int:
         timing[cls.name] = (*timings(cls, big, sample), len(sample))
         print(f"  timing {cls.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
-    print(f"churn: 12000 arrivals over {small[0]} nodes × {small[1]} GPUs ({', '.join(MODELS)}); "
-          "decision time at 5000 nodes × 8 GPUs, ~60 % of slices occupied")
+    print(
+        f"churn: 12000 arrivals over {small[0]} nodes × {small[1]} GPUs ({', '.join(MODELS)}); "
+        "decision time at 5000 nodes × 8 GPUs, ~60 % of slices occupied"
+    )
     for label, rate in LOADS:
         for name, (p50, p99, n) in timing.items():
             tables[label][name].update(decision_p50_ms=p50, decision_p99_ms=p99, decision_samples=n)
-        print(f"\n== load: {label} ({rate} arrivals per time unit; offered work {offered[label]:.2f}× the fleet's "
-              "GPUs, each pod at its cheapest model)")
+        print(
+            f"\n== load: {label} ({rate} arrivals per time unit; offered work {offered[label]:.2f}× the fleet's "
+            "GPUs, each pod at its cheapest model)"
+        )
         report(tables[label])
     results = tables[LOADS[0][0]]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -330,23 +350,31 @@ def main() -> int:
 
 
 def report(results: dict[str, dict]) -> None:
-    head = (f"{'policy':<11} {'refused':>8} {'frag.refusals':>14} {'utilisation':>12} {'p50 ms':>9} "
-            f"{'p99 ms':>9} {'samples':>8}")
+    head = (
+        f"{'policy':<11} {'refused':>8} {'frag.refusals':>14} {'utilisation':>12} {'p50 ms':>9} "
+        f"{'p99 ms':>9} {'samples':>8}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in results.items():
-        print(f"{name:<11} {r['refused']:>8} {r['fragmentation_refusals']:>14} {r['utilisation']:>12.3f} "
-              f"{r['decision_p50_ms']:>9.3f} {r['decision_p99_ms']:>9.3f} {r['decision_samples']:>8}")
+        print(
+            f"{name:<11} {r['refused']:>8} {r['fragmentation_refusals']:>14} {r['utilisation']:>12.3f} "
+            f"{r['decision_p50_ms']:>9.3f} {r['decision_p99_ms']:>9.3f} {r['decision_samples']:>8}"
+        )
     ours = results["dynmig"]
     baselines = {k: v for k, v in results.items() if k != "dynmig"}
     best = min(baselines, key=lambda k: baselines[k]["fragmentation_refusals"])
     b = baselines[best]
-    ratio = ours["fragmentation_refusals"] / b["fragmentation_refusals"] if b["fragmentation_refusals"] else 0.0
+    ratio = (
+        ours["fragmentation_refusals"] / b["fragmentation_refusals"] if b["fragmentation_refusals"] else 0.0
+    )
     print(f"fragmentation refusals vs best baseline ({best}): {ratio:.2f}× (target ≤ 0.50×)")
     for k, v in baselines.items():
-        print(f"  vs {k}: refusals {ours['fragmentation_refusals']}/{v['fragmentation_refusals']}, "
-              f"utilisation {ours['utilisation'] / v['utilisation']:.2f}×, "
-              f"decision p99 {ours['decision_p99_ms'] / v['decision_p99_ms']:.3f}×")
+        print(
+            f"  vs {k}: refusals {ours['fragmentation_refusals']}/{v['fragmentation_refusals']}, "
+            f"utilisation {ours['utilisation'] / v['utilisation']:.2f}×, "
+            f"decision p99 {ours['decision_p99_ms'] / v['decision_p99_ms']:.3f}×"
+        )
     print(f"dynmig decision p99 {ours['decision_p99_ms']:.2f} ms (target ≤ 5 ms)")
     breakdown(results)
 

@@ -73,37 +73,70 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-def pod_object(name: str, gpu: str, profile: str, start: int, size: int, runtime: tuple | None = None) -> dict:
-    allocation = MigAllocation.model_validate({"containerIndex": 0, "deviceIndex": 0, "gpuUUID": gpu,
-                                               "profile": profile, "placement": {"start": start, "size": size}})
+def pod_object(
+    name: str, gpu: str, profile: str, start: int, size: int, runtime: tuple | None = None
+) -> dict:
+    allocation = MigAllocation.model_validate(
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": gpu,
+            "profile": profile,
+            "placement": {"start": start, "size": size},
+        }
+    )
     if runtime:
         allocation = allocation.with_runtime(*runtime)
     devices = encode_devices([[ContainerDevice(gpu, "NVIDIA", 4864, 15)]])
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": {
-                VGPU_NODE: NODE, DEVICES_TO_ALLOCATE: devices, "hami.io/vgpu-devices-allocated": devices,
-                MIG_ALLOCATIONS: encode_allocations([allocation]) or "", BIND_PHASE: "allocating",
-                "hami.io/bind-time": "1"}},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "cuda",
-                                                       "resources": {"limits": {RESOURCE: "1"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {
+                VGPU_NODE: NODE,
+                DEVICES_TO_ALLOCATE: devices,
+                "hami.io/vgpu-devices-allocated": devices,
+                MIG_ALLOCATIONS: encode_allocations([allocation]) or "",
+                BIND_PHASE: "allocating",
+                "hami.io/bind-time": "1",
+            },
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {RESOURCE: "1"}}}],
+        },
+    }
 
 
 def plain_pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+    }
 
 
 class World:
     def __init__(self, gpus: int):
         self.tmp = Path(tempfile.mkdtemp(prefix="dpb-", dir="/tmp"))
         self.api = ApiServer(workdir=self.tmp / "api").start()
-        self.sim = SimulatedNvml({"node": NODE, "gpus": [{"model": "A100-SXM4-40GB", "count": gpus}]}).install()
+        self.sim = SimulatedNvml(
+            {"node": NODE, "gpus": [{"model": "A100-SXM4-40GB", "count": gpus}]}
+        ).install()
         self.kubelet = SimulatedKubelet(self.tmp / "dp").start()
         self.core = k8s.CoreV1Api(self.api.api_client("scheduler"))
         self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        config = PluginConfig(node_name=NODE, device_config=DeviceConfig(default_allowlist()),
-                              node=NodeConfig("mig"), kubelet_dir=self.tmp / "dp", reconcile_interval=3600.0,
-                              state_dir=self.tmp / "state")  # the ownership journal, fsync included
+        config = PluginConfig(
+            node_name=NODE,
+            device_config=DeviceConfig(default_allowlist()),
+            node=NodeConfig("mig"),
+            kubelet_dir=self.tmp / "dp",
+            reconcile_interval=3600.0,
+            state_dir=self.tmp / "state",
+        )  # the ownership journal, fsync included
         self.app = DevicePluginApp(config, Kube(self.api.api_client("device-plugin"), NODE)).start()
         self.kubelet.wait_for_devices(RESOURCE, healthy=7 * gpus)
         self.uuids = self.sim.gpu_uuids
@@ -139,7 +172,9 @@ def bench_allocate() -> dict:
         for i in range(ALLOCATES + 5):
             name = f"p{i}"
             world.api.create(pod_object(name, gpu, "1g.5gb", i % 7, 1))
-            world.core.patch_node(NODE, {"metadata": {"annotations": {NODE_LOCK: f"2026-01-01T00:00:00Z,default,{name}"}}})
+            world.core.patch_node(
+                NODE, {"metadata": {"annotations": {NODE_LOCK: f"2026-01-01T00:00:00Z,default,{name}"}}}
+            )
             started = time.perf_counter()
             result = world.kubelet.allocate(RESOURCE, [("c", 1)], pod_uid=name)
             end_to_end.append(time.perf_counter() - started)
@@ -238,7 +273,9 @@ def bench_reconcile() -> dict:
     finally:
         world.close()
     return {
-        "pods_on_node": pod_count, "managed_instances": managed, "passes": PASSES,
+        "pods_on_node": pod_count,
+        "managed_instances": managed,
+        "passes": PASSES,
         "pass_ms": {"p50": ms(statistics.median(passes)), "p99": ms(pct(passes, 99))},
         "pure_part_ms": {"p50": ms(statistics.median(pure)), "p99": ms(pct(pure, 99))},
         "baseline_list_pods_ms": {"p50": ms(statistics.median(lists)), "p99": ms(pct(lists, 99))},
@@ -254,25 +291,43 @@ def main() -> int:
     out = {"allocate": allocate, "reconcile": reconcile}
     a, r = allocate, reconcile
     print(f"Allocate ({a['allocations']} one-device pods, A100 1g.5gb)")
-    print(f"  overhead excl. NVML   p50 {a['overhead_ms']['p50']:7.2f} ms   p99 {a['overhead_ms']['p99']:7.2f} ms"
-          f"   (target p99 <= {TARGET_MS:.0f} ms: {'met' if a['meets_target'] else 'MISSED'})")
-    print(f"  handler total         p50 {a['handler_ms']['p50']:7.2f} ms   p99 {a['handler_ms']['p99']:7.2f} ms")
+    print(
+        f"  overhead excl. NVML   p50 {a['overhead_ms']['p50']:7.2f} ms   p99 {a['overhead_ms']['p99']:7.2f} ms"
+        f"   (target p99 <= {TARGET_MS:.0f} ms: {'met' if a['meets_target'] else 'MISSED'})"
+    )
+    print(
+        f"  handler total         p50 {a['handler_ms']['p50']:7.2f} ms   p99 {a['handler_ms']['p99']:7.2f} ms"
+    )
     print(f"  NVML inside Allocate  p50 {a['nvml_in_allocate_ms']['p50']:7.2f} ms")
-    print(f"  kubelet end to end    p50 {a['kubelet_end_to_end_ms']['p50']:7.2f} ms   "
-          f"p99 {a['kubelet_end_to_end_ms']['p99']:7.2f} ms")
-    print(f"  baseline: direct NVML sequence p50 {a['baseline_direct_nvml_sequence_ms']['p50']:.2f} ms; "
-          f"API GET pod p50 {a['baseline_api_get_pod_ms']['p50']:.2f} ms")
-    print(f"  baseline: one durable journal write p50 {a['baseline_durable_journal_write_ms']['p50']:.2f} ms "
-          f"p99 {a['baseline_durable_journal_write_ms']['p99']:.2f} ms; overhead minus it p50 "
-          f"{a['overhead_minus_journal_write_p50_ms']:.2f} ms")
-    print(f"  ratios: overhead/API-GET {a['ratio_overhead_p50_to_api_get_p50']}x; "
-          f"handler/direct-NVML {a['ratio_handler_p50_to_direct_nvml_p50']}x")
-    print(f"Reconcile pass ({r['pods_on_node']} pods, {r['managed_instances']} managed instances, {r['passes']} passes)")
-    print(f"  pass                  p50 {r['pass_ms']['p50']:7.2f} ms   p99 {r['pass_ms']['p99']:7.2f} ms"
-          f"   (target <= {TARGET_MS:.0f} ms: {'met' if r['meets_target'] else 'MISSED'})")
+    print(
+        f"  kubelet end to end    p50 {a['kubelet_end_to_end_ms']['p50']:7.2f} ms   "
+        f"p99 {a['kubelet_end_to_end_ms']['p99']:7.2f} ms"
+    )
+    print(
+        f"  baseline: direct NVML sequence p50 {a['baseline_direct_nvml_sequence_ms']['p50']:.2f} ms; "
+        f"API GET pod p50 {a['baseline_api_get_pod_ms']['p50']:.2f} ms"
+    )
+    print(
+        f"  baseline: one durable journal write p50 {a['baseline_durable_journal_write_ms']['p50']:.2f} ms "
+        f"p99 {a['baseline_durable_journal_write_ms']['p99']:.2f} ms; overhead minus it p50 "
+        f"{a['overhead_minus_journal_write_p50_ms']:.2f} ms"
+    )
+    print(
+        f"  ratios: overhead/API-GET {a['ratio_overhead_p50_to_api_get_p50']}x; "
+        f"handler/direct-NVML {a['ratio_handler_p50_to_direct_nvml_p50']}x"
+    )
+    print(
+        f"Reconcile pass ({r['pods_on_node']} pods, {r['managed_instances']} managed instances, {r['passes']} passes)"
+    )
+    print(
+        f"  pass                  p50 {r['pass_ms']['p50']:7.2f} ms   p99 {r['pass_ms']['p99']:7.2f} ms"
+        f"   (target <= {TARGET_MS:.0f} ms: {'met' if r['meets_target'] else 'MISSED'})"
+    )
     print(f"  pure part             p50 {r['pure_part_ms']['p50']:7.2f} ms")
-    print(f"  baseline: list pods   p50 {r['baseline_list_pods_ms']['p50']:7.2f} ms; "
-          f"ratio pass/list {r['ratio_pass_p50_to_list_p50']}x")
+    print(
+        f"  baseline: list pods   p50 {r['baseline_list_pods_ms']['p50']:7.2f} ms; "
+        f"ratio pass/list {r['ratio_pass_p50_to_list_p50']}x"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {RESULTS}")

@@ -38,8 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "serve.json"
-TARGETS = {"admission_p99_ms": 10.0, "admission_vs_echo": 0.5, "filter_p99_ms": 10.0, "filter_vs_decode": 5.0,
-           "pods_per_second": 100.0}
+TARGETS = {
+    "admission_p99_ms": 10.0,
+    "admission_vs_echo": 0.5,
+    "filter_p99_ms": 10.0,
+    "filter_vs_decode": 5.0,
+    "pods_per_second": 100.0,
+}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -65,8 +70,16 @@ def _echo_app():
             if not message.get("more_body"):
                 break
         out = json.dumps(json.loads(body)).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(out)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": out})
 
     return app
@@ -75,8 +88,16 @@ def _echo_app():
 def child_echo(cert: str, key: str, port_file: str) -> None:
     import uvicorn
 
-    config = uvicorn.Config(_echo_app(), host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                            ssl_certfile=cert, ssl_keyfile=key, access_log=False)
+    config = uvicorn.Config(
+        _echo_app(),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+        access_log=False,
+    )
     server = uvicorn.Server(config)
 
     async def run():
@@ -115,7 +136,9 @@ def stop_children(children: list[subprocess.Popen]) -> None:
 
 
 def start_child(args: list[str], port_file: Path, timeout: float = 30.0) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + timeout
     while not port_file.exists() or not port_file.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -146,7 +169,9 @@ def _connection(port: int, ctx: ssl.SSLContext) -> http.client.HTTPSConnection:
     return http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
 
 
-def closed_loop(port: int, path: str, body: bytes, ctx: ssl.SSLContext, seconds: float, threads: int = 4) -> float:
+def closed_loop(
+    port: int, path: str, body: bytes, ctx: ssl.SSLContext, seconds: float, threads: int = 4
+) -> float:
     """Requests per second with `threads` keep-alive connections sending back to back."""
     counts = [0] * threads
     stop = time.monotonic() + seconds
@@ -193,17 +218,39 @@ def paced(port: int, path: str, body: bytes, ctx: ssl.SSLContext, rate: float, s
 
 
 def admission_review() -> bytes:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "team",
-                                                           "annotations": {"nvidia.com/mig-profile-preference": "3g"}},
-           "spec": {"schedulerName": "default-scheduler",
-                    "containers": [{"name": "main", "image": "cuda",
-                                    "resources": {"limits": {"nvidia.com/gpumem": "30000"}}}]}}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {"uid": "b3c1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                   "resource": {"group": "", "version": "v1", "resource": "pods"},
-                                   "namespace": "team", "name": "train", "operation": "CREATE",
-                                   "userInfo": {"username": "alice"}, "object": pod, "oldObject": None,
-                                   "dryRun": False}}).encode()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train",
+            "namespace": "team",
+            "annotations": {"nvidia.com/mig-profile-preference": "3g"},
+        },
+        "spec": {
+            "schedulerName": "default-scheduler",
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": "30000"}}}
+            ],
+        },
+    }
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "b3c1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "team",
+                "name": "train",
+                "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": pod,
+                "oldObject": None,
+                "dryRun": False,
+            },
+        }
+    ).encode()
 
 
 def bench_admission(serve_port: int, echo_port: int, ctx: ssl.SSLContext) -> dict:
@@ -214,9 +261,15 @@ def bench_admission(serve_port: int, echo_port: int, ctx: ssl.SSLContext) -> dic
     mutate = closed_loop(serve_port, "/mutate", body, ctx, 4.0)
     lat = paced(serve_port, "/mutate", body, ctx, 200, 4.0)
     echo_lat = paced(echo_port, "/", body, ctx, 200, 2.0)
-    return {"echo_rps": round(echo), "mutate_rps": round(mutate), "vs_echo": round(mutate / echo, 3),
-            "p50_ms_at_200rps": ms(pct(lat, 0.5)), "p99_ms_at_200rps": ms(pct(lat, 0.99)),
-            "echo_p50_ms_at_200rps": ms(pct(echo_lat, 0.5)), "echo_p99_ms_at_200rps": ms(pct(echo_lat, 0.99))}
+    return {
+        "echo_rps": round(echo),
+        "mutate_rps": round(mutate),
+        "vs_echo": round(mutate / echo, 3),
+        "p50_ms_at_200rps": ms(pct(lat, 0.5)),
+        "p99_ms_at_200rps": ms(pct(lat, 0.99)),
+        "echo_p50_ms_at_200rps": ms(pct(echo_lat, 0.5)),
+        "echo_p99_ms_at_200rps": ms(pct(echo_lat, 0.99)),
+    }
 
 
 # ---------------------------------------------------------------- filter decisions in process
@@ -232,18 +285,38 @@ def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
     registers = {}
     for model in models:
         profiles = tuple(
-            MigProfile(name=s.name, memoryMB=s.memory_mib, core=catalog.core_percent(model, s), sliceCount=s.slice_count,
-                       placements=tuple({"start": p.start, "size": p.size} for p in s.placements))
-            for name in allow.profiles_for(model.nvml_name) if (s := model.profile(name)) is not None)
+            MigProfile(
+                name=s.name,
+                memoryMB=s.memory_mib,
+                core=catalog.core_percent(model, s),
+                sliceCount=s.slice_count,
+                placements=tuple({"start": p.start, "size": p.size} for p in s.placements),
+            )
+            for name in allow.profiles_for(model.nvml_name)
+            if (s := model.profile(name)) is not None
+        )
         registers[model.key] = (model, profiles)
     out = []
     for i in range(count):
         model, profiles = registers[models[i % len(models)].key]
         name = f"node-{i:05d}"
-        devices = [DeviceInfo(id=f"GPU-{name}-{g}", index=g, count=7, devmem=model.memory_mib, devcore=100,
-                              type=model.nvml_name, health=True, mode="mig", migProfiles=profiles)
-                   for g in range(gpus)]
-        out.append({"metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(devices)}}})
+        devices = [
+            DeviceInfo(
+                id=f"GPU-{name}-{g}",
+                index=g,
+                count=7,
+                devmem=model.memory_mib,
+                devcore=100,
+                type=model.nvml_name,
+                health=True,
+                mode="mig",
+                migProfiles=profiles,
+            )
+            for g in range(gpus)
+        ]
+        out.append(
+            {"metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(devices)}}}
+        )
     return out
 
 
@@ -263,16 +336,42 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
     names = [f"node-{i:05d}" for i in range(nodes)]
     # fill a third of the fleet with running pods so the index sees many distinct occupancies
     for i in range(nodes * gpus // 3):
-        pod = {"metadata": {"name": f"run-{i}", "namespace": "team", "uid": f"run-{i}"},
-               "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                   "nvidia.com/gpu": "1", "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000]))}}}]}}
+        pod = {
+            "metadata": {"name": f"run-{i}", "namespace": "team", "uid": f"run-{i}"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "resources": {
+                            "limits": {
+                                "nvidia.com/gpu": "1",
+                                "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000])),
+                            }
+                        },
+                    }
+                ]
+            },
+        }
         flt.reserve(pod_request(pod, ResourceNames()), None, f"run-{i}", "team", f"run-{i}")
     bodies = []
     for i in range(requests):
-        pod = {"metadata": {"name": f"p{i}", "namespace": "team", "uid": f"p{i}"},
-               "spec": {"schedulerName": "dynmig-scheduler", "containers": [{"name": "c", "resources": {"limits": {
-                   "nvidia.com/gpu": str(rng.choice([1, 1, 1, 2])),
-                   "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000, 60000]))}}}]}}
+        pod = {
+            "metadata": {"name": f"p{i}", "namespace": "team", "uid": f"p{i}"},
+            "spec": {
+                "schedulerName": "dynmig-scheduler",
+                "containers": [
+                    {
+                        "name": "c",
+                        "resources": {
+                            "limits": {
+                                "nvidia.com/gpu": str(rng.choice([1, 1, 1, 2])),
+                                "nvidia.com/gpumem": str(rng.choice([4000, 9000, 18000, 30000, 60000])),
+                            }
+                        },
+                    }
+                ],
+            },
+        }
         bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
     decode, decide = [], []
     for body in bodies:
@@ -283,16 +382,29 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
         t0 = time.perf_counter()
         args = ExtenderArgs.parse(json.loads(body))
         meta = args.pod["metadata"]
-        _, usage = flt.reserve(pod_request(args.pod, ResourceNames()), args.node_names, meta["uid"],
-                                     meta["namespace"], meta["name"])
+        _, usage = flt.reserve(
+            pod_request(args.pod, ResourceNames()),
+            args.node_names,
+            meta["uid"],
+            meta["namespace"],
+            meta["name"],
+        )
         decide.append(time.perf_counter() - t0)
         if usage is not None:
             fleet.release(usage.uid, usage)  # keep the fleet's fill steady across requests
     d50, d99 = pct(decode, 0.5), pct(decode, 0.99)
     f50, f99 = pct(decide, 0.5), pct(decide, 0.99)
-    return {"nodes": nodes, "gpus": nodes * gpus, "request_bytes": len(bodies[0]),
-            "decode_p50_ms": ms(d50), "decode_p99_ms": ms(d99), "filter_p50_ms": ms(f50), "filter_p99_ms": ms(f99),
-            "filter_p99_vs_decode_p99": round(f99 / d99, 2), "filter_p50_vs_decode_p50": round(f50 / d50, 2)}
+    return {
+        "nodes": nodes,
+        "gpus": nodes * gpus,
+        "request_bytes": len(bodies[0]),
+        "decode_p50_ms": ms(d50),
+        "decode_p99_ms": ms(d99),
+        "filter_p50_ms": ms(f50),
+        "filter_p99_ms": ms(f99),
+        "filter_p99_vs_decode_p99": round(f99 / d99, 2),
+        "filter_p50_vs_decode_p50": round(f50 / d50, 2),
+    }
 
 
 # ---------------------------------------------------------------- end to end
@@ -300,10 +412,26 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
 
 def gpu_pod(name: str, i: int) -> dict:
     """A GPU pod as /mutate leaves it: our scheduler, a device count, a memory request."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "dynmig-scheduler",
-                     "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
-                         "nvidia.com/gpu": "1", "nvidia.com/gpumem": str([4000, 9000, 18000, 30000][i % 4])}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "dynmig-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": "1",
+                            "nvidia.com/gpumem": str([4000, 9000, 18000, 30000][i % 4]),
+                        }
+                    },
+                }
+            ],
+        },
+    }
 
 
 def child_create(kubeconfig: str, count: int, prefix: str) -> None:
@@ -319,8 +447,13 @@ def child_create(kubeconfig: str, count: int, prefix: str) -> None:
 
 def create_pods(apiserver, count: int, prefix: str) -> subprocess.Popen:
     """A creator child, started and waiting: write a line to its stdin to start creating."""
-    return subprocess.Popen([sys.executable, __file__, "--child-create", apiserver.kubeconfig("alice"), str(count),
-                             prefix], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--child-create", apiserver.kubeconfig("alice"), str(count), prefix],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def wait_scheduled(scheduler, target: int, timeout: float) -> bool:
@@ -332,8 +465,9 @@ def wait_scheduled(scheduler, target: int, timeout: float) -> bool:
     return True
 
 
-def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000, pods: int = 600,
-                     warmup: int = 30) -> dict:
+def bench_end_to_end(
+    apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000, pods: int = 600, warmup: int = 30
+) -> dict:
     """Pods/s = pods bound / wall time from the first create to the last binding, after a warm-up.
 
     Warm-up (not measured): the scheduler's informers list the 1,000 nodes, and `warmup` pods are
@@ -344,15 +478,28 @@ def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000
     from sim.scheduler import Scheduler, parse
 
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
-    config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-              "leaderElection": {"leaderElect": False},
-              "profiles": [{"schedulerName": "dynmig-scheduler"}],
-              "extenders": [{"urlPrefix": serve_url, "filterVerb": "filter", "bindVerb": "bind",
-                             "nodeCacheCapable": True, "enableHTTPS": True, "httpTimeout": "30s", "weight": 1,
-                             "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
-                             "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed]}]}
-    scheduler = Scheduler(parse(config), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
-                          max_backoff=0.5, seed=1)
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "dynmig-scheduler"}],
+        "extenders": [
+            {
+                "urlPrefix": serve_url,
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "enableHTTPS": True,
+                "httpTimeout": "30s",
+                "weight": 1,
+                "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
+                "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed],
+            }
+        ],
+    }
+    scheduler = Scheduler(
+        parse(config), apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.5, seed=1
+    )
     warm, measured = create_pods(apiserver, warmup, "warm"), create_pods(apiserver, pods, "e2e")
     try:
         scheduler.start()
@@ -375,9 +522,16 @@ def bench_end_to_end(apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000
         for child in (warm, measured):
             if child.poll() is None:
                 child.kill()
-    return {"nodes": nodes, "pods": pods, "bound": bound, "seconds": round(elapsed, 2),
-            "pods_per_second": round(bound / elapsed, 1), "attempts": stats.attempts - before[0],
-            "unschedulable_attempts": stats.unschedulable - before[1], "errors": stats.errors - before[2]}
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "bound": bound,
+        "seconds": round(elapsed, 2),
+        "pods_per_second": round(bound / elapsed, 1),
+        "attempts": stats.attempts - before[0],
+        "unschedulable_attempts": stats.unschedulable - before[1],
+        "errors": stats.errors - before[2],
+    }
 
 
 # ---------------------------------------------------------------- main
@@ -388,8 +542,13 @@ class ApiProcess:
 
     def __init__(self, workdir: Path):
         workdir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen([sys.executable, "-m", "sim.apiserver", "--kubeconfig-out", str(workdir)],
-                                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sim.apiserver", "--kubeconfig-out", str(workdir)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError("the simulated API server did not start")
@@ -416,14 +575,19 @@ def server_side(metrics_port: int) -> dict:
                 if line.startswith(f"dynmig_{verb}_duration_seconds_{part}"):
                     key = f"{verb}_{part}"
                     sums[key] = sums.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
-    return {f"{v}_mean_ms": ms(sums.get(f"{v}_sum", 0) / max(1.0, sums.get(f"{v}_count", 0))) for v in ("filter", "bind")}
+    return {
+        f"{v}_mean_ms": ms(sums.get(f"{v}_sum", 0) / max(1.0, sums.get(f"{v}_count", 0)))
+        for v in ("filter", "bind")
+    }
 
 
 def ready_node(node: dict) -> dict:
     node.update(apiVersion="v1", kind="Node")
-    node["status"] = {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                      "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                      "conditions": [{"type": "Ready", "status": "True"}]}
+    node["status"] = {
+        "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+        "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
     return node
 
 
@@ -440,9 +604,12 @@ def main(only_e2e: bool = False) -> int:
     print("filter decisions (in process) ...", flush=True)
     results["filter"] = [] if only_e2e else [bench_filter(1000), bench_filter(5000)]
     for r in results["filter"]:
-        print(f"  {r['nodes']} nodes x 8 GPUs: filter p50 {r['filter_p50_ms']} ms p99 {r['filter_p99_ms']} ms; "
-              f"decode p50 {r['decode_p50_ms']} ms p99 {r['decode_p99_ms']} ms; "
-              f"p99 ratio {r['filter_p99_vs_decode_p99']}x (target <= {TARGETS['filter_vs_decode']}x)", flush=True)
+        print(
+            f"  {r['nodes']} nodes x 8 GPUs: filter p50 {r['filter_p50_ms']} ms p99 {r['filter_p99_ms']} ms; "
+            f"decode p50 {r['decode_p50_ms']} ms p99 {r['decode_p99_ms']} ms; "
+            f"p99 ratio {r['filter_p99_vs_decode_p99']}x (target <= {TARGETS['filter_vs_decode']}x)",
+            flush=True,
+        )
 
     children: list[subprocess.Popen] = []
     try:
@@ -461,37 +628,77 @@ def main(only_e2e: bool = False) -> int:
         metrics_port = _free_port()
         extender_port = _free_port()
         serve = subprocess.Popen(
-            [sys.executable, "-m", "dynmig.cli", "serve", "--bind-address", "127.0.0.1", "--port", str(port),
-             "--metrics-port", str(metrics_port), "--extender-port", str(extender_port),
-             "--tls-cert", str(cert), "--tls-key", str(key),
-             "--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false",
-             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL,
-            stderr=(work / "serve.log").open("wb"))
+            [
+                sys.executable,
+                "-m",
+                "dynmig.cli",
+                "serve",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--metrics-port",
+                str(metrics_port),
+                "--extender-port",
+                str(extender_port),
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--kubeconfig",
+                str(apiserver.kubeconfig("scheduler")),
+                "--leader-elect",
+                "false",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "serve.log").open("wb"),
+        )
         children.append(serve)
         serve_port_file.write_text(str(port))
         wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
-        children.append(start_child([__file__, "--child-echo", str(cert), str(key), str(echo_port_file)],
-                                    echo_port_file))
+        children.append(
+            start_child([__file__, "--child-echo", str(cert), str(key), str(echo_port_file)], echo_port_file)
+        )
         echo_port = int(echo_port_file.read_text())
 
         print("admission over TLS (dynmig serve child vs bare uvicorn echo child) ...", flush=True)
-        results["admission"] = a = bench_admission(port, echo_port, ctx) if not only_e2e else {
-            "mutate_rps": 0, "echo_rps": 0, "vs_echo": 0, "p50_ms_at_200rps": 0, "p99_ms_at_200rps": 0,
-            "echo_p99_ms_at_200rps": 0}
-        print(f"  /mutate {a['mutate_rps']} req/s vs echo {a['echo_rps']} req/s = {a['vs_echo']} "
-              f"(target >= {TARGETS['admission_vs_echo']}); at 200 req/s p50 {a['p50_ms_at_200rps']} ms "
-              f"p99 {a['p99_ms_at_200rps']} ms (echo p99 {a['echo_p99_ms_at_200rps']} ms; target p99 <= "
-              f"{TARGETS['admission_p99_ms']} ms)", flush=True)
+        results["admission"] = a = (
+            bench_admission(port, echo_port, ctx)
+            if not only_e2e
+            else {
+                "mutate_rps": 0,
+                "echo_rps": 0,
+                "vs_echo": 0,
+                "p50_ms_at_200rps": 0,
+                "p99_ms_at_200rps": 0,
+                "echo_p99_ms_at_200rps": 0,
+            }
+        )
+        print(
+            f"  /mutate {a['mutate_rps']} req/s vs echo {a['echo_rps']} req/s = {a['vs_echo']} "
+            f"(target >= {TARGETS['admission_vs_echo']}); at 200 req/s p50 {a['p50_ms_at_200rps']} ms "
+            f"p99 {a['p99_ms_at_200rps']} ms (echo p99 {a['echo_p99_ms_at_200rps']} ms; target p99 <= "
+            f"{TARGETS['admission_p99_ms']} ms)",
+            flush=True,
+        )
         children[-1].terminate()
 
         print("end to end through the simulated kube-scheduler on 1,000 nodes ...", flush=True)
         # Pods are created without the webhooks: admission is measured above, and the simulated API
         # server's webhook client (no TCP_NODELAY) adds a ~40 ms delayed-ACK stall to every pod write.
-        results["end_to_end"] = e = bench_end_to_end(apiserver, f"https://127.0.0.1:{extender_port}", ca.cert_pem())
+        results["end_to_end"] = e = bench_end_to_end(
+            apiserver, f"https://127.0.0.1:{extender_port}", ca.cert_pem()
+        )
         e["server_side"] = server_side(metrics_port)
-        print(f"  {e['bound']}/{e['pods']} pods bound in {e['seconds']} s = {e['pods_per_second']} pods/s "
-              f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "
-              f"{e['unschedulable_attempts']} unschedulable; inside dynmig serve: {e['server_side']}", flush=True)
+        print(
+            f"  {e['bound']}/{e['pods']} pods bound in {e['seconds']} s = {e['pods_per_second']} pods/s "
+            f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "
+            f"{e['unschedulable_attempts']} unschedulable; inside dynmig serve: {e['server_side']}",
+            flush=True,
+        )
     finally:
         stop_children(children)
 

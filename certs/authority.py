@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -24,7 +24,7 @@ BACKDATE = dt.timedelta(minutes=5)
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
-class KeyType(str, Enum):
+class KeyType(StrEnum):
     ECDSA = "ecdsa"  # P-256: small, fast handshakes; the default
     RSA = "rsa"  # 2048 bits: for clients that cannot do ECDSA
 
@@ -68,7 +68,9 @@ class Lifetimes:
         if self.serving <= dt.timedelta(0) or self.ca <= dt.timedelta(0):
             raise ValueError("validity must be positive")
         if self.serving >= self.ca:
-            raise ValueError(f"serving validity ({self.serving}) must be shorter than CA validity ({self.ca})")
+            raise ValueError(
+                f"serving validity ({self.serving}) must be shorter than CA validity ({self.ca})"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def make_ca(now: dt.datetime, lifetimes: Lifetimes = Lifetimes(), key_type: KeyType = KeyType.ECDSA) -> KeyPair:
+def make_ca(
+    now: dt.datetime, lifetimes: Lifetimes = Lifetimes(), key_type: KeyType = KeyType.ECDSA
+) -> KeyPair:
     """A self-signed CA that may sign only leaf certificates (path length 0).
 
     Each CA gets a distinct subject (its issue time), so old and new CA in one bundle are told
@@ -208,7 +212,9 @@ def renewal_time(cert: x509.Certificate, fraction: float) -> dt.datetime:
     return start + (end - start) * fraction
 
 
-def needs_renewal(cert: x509.Certificate, now: dt.datetime, fraction: float = Lifetimes().renew_fraction) -> bool:
+def needs_renewal(
+    cert: x509.Certificate, now: dt.datetime, fraction: float = Lifetimes().renew_fraction
+) -> bool:
     return now >= renewal_time(cert, fraction)
 
 

@@ -48,16 +48,26 @@ def inject_ca_bundle(
     targets = []
     if mutating:
         targets.append(
-            ("MutatingWebhookConfiguration", mutating, admission_api.read_mutating_webhook_configuration,
-             admission_api.patch_mutating_webhook_configuration)
+            (
+                "MutatingWebhookConfiguration",
+                mutating,
+                admission_api.read_mutating_webhook_configuration,
+                admission_api.patch_mutating_webhook_configuration,
+            )
         )
     if validating:
         targets.append(
-            ("ValidatingWebhookConfiguration", validating, admission_api.read_validating_webhook_configuration,
-             admission_api.patch_validating_webhook_configuration)
+            (
+                "ValidatingWebhookConfiguration",
+                validating,
+                admission_api.read_validating_webhook_configuration,
+                admission_api.patch_validating_webhook_configuration,
+            )
         )
     if not targets:
-        raise InjectError("no webhook configuration named; pass --mutating-webhook and/or --validating-webhook")
+        raise InjectError(
+            "no webhook configuration named; pass --mutating-webhook and/or --validating-webhook"
+        )
     results = [_inject_one(kind, name, read, patch, encoded) for kind, name, read, patch in targets]
     for result in results:
         (log.warning if result.outcome == "absent" else log.info)(result.describe())

@@ -51,9 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{init,rotate,inject,show}")
 
     def cluster_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"),
-                       help="namespace of the Service and Secrets (default: $POD_NAMESPACE)")
-        p.add_argument("--service", default="dynmig", help="Service name of the webhook/extender (default: dynmig)")
+        p.add_argument(
+            "--namespace",
+            default=os.environ.get("POD_NAMESPACE"),
+            help="namespace of the Service and Secrets (default: $POD_NAMESPACE)",
+        )
+        p.add_argument(
+            "--service", default="dynmig", help="Service name of the webhook/extender (default: dynmig)"
+        )
         p.add_argument("--secret", help="serving Secret (kubernetes.io/tls) name (default: <service>-tls)")
         p.add_argument("--ca-secret", help="CA Secret name (default: <service>-ca)")
         p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
@@ -62,19 +67,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     def webhook_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--mutating-webhook", help="MutatingWebhookConfiguration to inject the CA bundle into")
-        p.add_argument("--validating-webhook", help="ValidatingWebhookConfiguration to inject the CA bundle into")
+        p.add_argument(
+            "--validating-webhook", help="ValidatingWebhookConfiguration to inject the CA bundle into"
+        )
 
     def cert_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--key-type", choices=[k.value for k in KeyType], default="ecdsa",
-                       help="ecdsa (P-256, default) or rsa (2048)")
+        p.add_argument(
+            "--key-type",
+            choices=[k.value for k in KeyType],
+            default="ecdsa",
+            help="ecdsa (P-256, default) or rsa (2048)",
+        )
         p.add_argument("--validity", default="90d", help="serving certificate validity (default 90d)")
         p.add_argument("--ca-validity", default="5y", help="CA validity (default 5y)")
-        p.add_argument("--renew-fraction", type=float, default=2 / 3,
-                       help="renew when this fraction of the life has passed (default 0.667)")
-        p.add_argument("--bundle-overlap", default="1h",
-                       help="how long a new CA is trusted before use, and an old one after (default 1h)")
-        p.add_argument("--extra-host", action="append", default=[],
-                       help="extra DNS name or IP for the serving certificate (repeatable, or comma list)")
+        p.add_argument(
+            "--renew-fraction",
+            type=float,
+            default=2 / 3,
+            help="renew when this fraction of the life has passed (default 0.667)",
+        )
+        p.add_argument(
+            "--bundle-overlap",
+            default="1h",
+            help="how long a new CA is trusted before use, and an old one after (default 1h)",
+        )
+        p.add_argument(
+            "--extra-host",
+            action="append",
+            default=[],
+            help="extra DNS name or IP for the serving certificate (repeatable, or comma list)",
+        )
 
     init = sub.add_parser("init", help="create the CA and serving certificate unless valid ones exist")
     rotate = sub.add_parser("rotate", help="renew what is due (or everything serving with --force)")
@@ -84,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         webhook_flags(p)
     for p in (init, rotate):
         cert_flags(p)
-    rotate.add_argument("--force", action="store_true", help="issue a new serving certificate even if not due")
+    rotate.add_argument(
+        "--force", action="store_true", help="issue a new serving certificate even if not due"
+    )
     inject.add_argument("--ca-file", help="inject this PEM bundle instead of the one in the CA Secret")
 
     show = sub.add_parser("show", help="print subjects, SANs and expiry from a Secret or from files")
@@ -110,9 +134,13 @@ def _policy(args) -> Policy:
     serving = parse_duration("--validity", args.validity)
     ca = parse_duration("--ca-validity", args.ca_validity)
     if serving >= ca:
-        raise UsageError(f"--validity ({args.validity}) must be shorter than --ca-validity ({args.ca_validity})")
+        raise UsageError(
+            f"--validity ({args.validity}) must be shorter than --ca-validity ({args.ca_validity})"
+        )
     lifetimes = Lifetimes(
-        serving=serving, ca=ca, renew_fraction=args.renew_fraction,
+        serving=serving,
+        ca=ca,
+        renew_fraction=args.renew_fraction,
         bundle_overlap=parse_duration("--bundle-overlap", args.bundle_overlap),
     )
     return Policy(ServiceIdentity(args.service, args.namespace, hosts), lifetimes, KeyType(args.key_type))
@@ -129,7 +157,11 @@ def _apis(args):
 
 def describe(cert, now: dt.datetime, fraction: float = 2 / 3) -> list[str]:
     days = (cert.not_valid_after_utc - now).total_seconds() / 86400
-    status = "EXPIRED" if is_expired(cert, now) else ("renewal due" if needs_renewal(cert, now, fraction) else "valid")
+    status = (
+        "EXPIRED"
+        if is_expired(cert, now)
+        else ("renewal due" if needs_renewal(cert, now, fraction) else "valid")
+    )
     return [
         f"  subject:    {cert.subject.rfc4514_string()}",
         f"  issuer:     {cert.issuer.rfc4514_string()}",
@@ -153,8 +185,13 @@ def cmd_init_or_rotate(args, force: bool) -> int:
     store = SecretStore(core, namespace, secret, ca_secret)
     inject = bool(args.mutating_webhook or args.validating_webhook)
     changes = rotate(
-        store, policy, utcnow(), force=force, admission_api=admission if inject else None,
-        mutating=args.mutating_webhook, validating=args.validating_webhook,
+        store,
+        policy,
+        utcnow(),
+        force=force,
+        admission_api=admission if inject else None,
+        mutating=args.mutating_webhook,
+        validating=args.validating_webhook,
         require_webhooks=args.command != "init",
     )
     if changes:
@@ -180,8 +217,10 @@ def cmd_inject(args) -> int:
         core, _ = _apis(args)
         loaded = SecretStore(core, namespace, secret, ca_secret).load()
         if not loaded.state.bundle:
-            print(f"inject: no CA bundle in Secret {namespace}/{ca_secret}; run `dynmig certs init` first",
-                  file=sys.stderr)
+            print(
+                f"inject: no CA bundle in Secret {namespace}/{ca_secret}; run `dynmig certs init` first",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         bundle = certs_to_pem(loaded.state.bundle)
     _, admission = _apis(args)
@@ -212,7 +251,9 @@ def cmd_show(args) -> int:
         if "tls.crt" not in data:
             print(f"show: Secret {namespace}/{secret} has no tls.crt", file=sys.stderr)
             return EXIT_FAILED
-        sections = [(f"serving certificate (Secret {namespace}/{secret}, tls.crt)", load_certs(data["tls.crt"]))]
+        sections = [
+            (f"serving certificate (Secret {namespace}/{secret}, tls.crt)", load_certs(data["tls.crt"]))
+        ]
         if data.get("ca.crt"):
             sections.append((f"CA bundle (Secret {namespace}/{secret}, ca.crt)", load_certs(data["ca.crt"])))
     for title, certs in sections:

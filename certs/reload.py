@@ -141,7 +141,9 @@ class TLSReloader:
             self.last_error = None
             self._expired_logged = False
         log.info(
-            "serving TLS certificate %s (valid until %s)", leaf.subject.rfc4514_string(), leaf.not_valid_after_utc
+            "serving TLS certificate %s (valid until %s)",
+            leaf.subject.rfc4514_string(),
+            leaf.not_valid_after_utc,
         )
         if self._metrics:
             self._metrics.reloads.labels(result="loaded").inc()
@@ -200,7 +202,9 @@ class TLSReloader:
         valid = self._not_before <= now < self._not_after
         if not valid and not self._expired_logged:
             self._expired_logged = True
-            log.error("the served TLS certificate expired at %s; not ready until a valid one loads", self._not_after)
+            log.error(
+                "the served TLS certificate expired at %s; not ready until a valid one loads", self._not_after
+            )
         return valid
 
     # ---- background ----------------------------------------------------------------------
@@ -272,7 +276,9 @@ class FileSource:
     """A pair of files (e.g. a mounted Secret), polled: Secret volumes swap a symlink, which
     inotify reports poorly, so we compare mtime/size and then content."""
 
-    def __init__(self, cert_file: str | os.PathLike, key_file: str | os.PathLike, interval: float = 10.0) -> None:
+    def __init__(
+        self, cert_file: str | os.PathLike, key_file: str | os.PathLike, interval: float = 10.0
+    ) -> None:
         self.cert_file, self.key_file, self.interval = Path(cert_file), Path(key_file), interval
         self._seen: tuple | None = None
 
@@ -350,16 +356,25 @@ class SecretSource:
             except Exception as error:  # noqa: BLE001 - API down, 410 Gone, bad data: re-list after a pause
                 if stop.is_set():
                     return
-                log.warning("watching Secret %s/%s failed (%s); re-listing in %.1fs",
-                            self.namespace, self.name, error, delay)
+                log.warning(
+                    "watching Secret %s/%s failed (%s); re-listing in %.1fs",
+                    self.namespace,
+                    self.name,
+                    error,
+                    delay,
+                )
                 stop.wait(delay)
                 delay = min(delay * 2, self.backoff[1])
 
     def _stream(self, version: str, selector: str, deliver: PairCallback, stop: threading.Event) -> None:
         """One watch, read as raw JSON lines so that interrupt() can close it at once."""
         response = self.api.list_namespaced_secret(
-            self.namespace, field_selector=selector, resource_version=version, watch=True,
-            timeout_seconds=self.watch_timeout, _preload_content=False,
+            self.namespace,
+            field_selector=selector,
+            resource_version=version,
+            watch=True,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
             _request_timeout=(10, self.watch_timeout + 30),
         )
         self._response = response
@@ -371,7 +386,10 @@ class SecretSource:
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
                     raise RuntimeError(obj.get("message", "watch error"))
-                if event.get("type") in ("ADDED", "MODIFIED") and obj.get("metadata", {}).get("name") == self.name:
+                if (
+                    event.get("type") in ("ADDED", "MODIFIED")
+                    and obj.get("metadata", {}).get("name") == self.name
+                ):
                     self._deliver(obj, deliver)
         finally:
             self._response = None

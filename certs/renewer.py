@@ -44,7 +44,9 @@ def rotate(
     inject = admission_api is not None and (mutating or validating)
     if not changes:
         if inject:
-            inject_ca_bundle(admission_api, certs_to_pem(state.bundle), mutating, validating, require_webhooks)
+            inject_ca_bundle(
+                admission_api, certs_to_pem(state.bundle), mutating, validating, require_webhooks
+            )
         return []
     if inject:
         union = bundle_union(loaded.state.bundle, state.bundle)
@@ -100,14 +102,26 @@ class CertRenewer:
             from prometheus_client import Counter
 
             self._metrics = (
-                Counter("dynmig_cert_renewals", "Certificate renewal passes that changed something.", registry=registry),
-                Counter("dynmig_cert_renewal_failures", "Certificate renewal passes that failed.", registry=registry),
+                Counter(
+                    "dynmig_cert_renewals",
+                    "Certificate renewal passes that changed something.",
+                    registry=registry,
+                ),
+                Counter(
+                    "dynmig_cert_renewal_failures",
+                    "Certificate renewal passes that failed.",
+                    registry=registry,
+                ),
             )
 
     def run_once(self) -> list[str]:
         changes = rotate(
-            self.store, self.policy, self.clock(), admission_api=self.admission_api,
-            mutating=self.mutating, validating=self.validating,
+            self.store,
+            self.policy,
+            self.clock(),
+            admission_api=self.admission_api,
+            mutating=self.mutating,
+            validating=self.validating,
         )
         if changes and self._metrics:
             self._metrics[0].inc()
@@ -126,8 +140,12 @@ class CertRenewer:
                     self.last_error = str(error)
                     if self._metrics:
                         self._metrics[1].inc()
-                    log.error("certificate renewal failed (%d in a row), retrying in %.0fs: %s",
-                              self.failures, delay, error)
+                    log.error(
+                        "certificate renewal failed (%d in a row), retrying in %.0fs: %s",
+                        self.failures,
+                        delay,
+                        error,
+                    )
                     wait, delay = delay, min(delay * 2, self.backoff[1])
             self.passes += 1
             self._wake.wait(wait)

@@ -58,7 +58,9 @@ def serving_problem(state: CertState, policy: Policy, now: dt.datetime) -> str |
     if not key_matches(pair.cert, pair.key):
         return "serving key does not match its certificate"
     if is_expired(pair.cert, now):
-        return f"serving certificate is outside its validity ({pair.cert.not_valid_after_utc:%Y-%m-%d %H:%M}Z)"
+        return (
+            f"serving certificate is outside its validity ({pair.cert.not_valid_after_utc:%Y-%m-%d %H:%M}Z)"
+        )
     missing = missing_names(pair.cert, policy.identity)
     if missing:
         return f"serving certificate lacks names {', '.join(missing)}"
@@ -78,7 +80,9 @@ def ca_problem(state: CertState, now: dt.datetime) -> str | None:
     return None
 
 
-def reconcile(state: CertState, policy: Policy, now: dt.datetime, force: bool = False) -> tuple[CertState, list[str]]:
+def reconcile(
+    state: CertState, policy: Policy, now: dt.datetime, force: bool = False
+) -> tuple[CertState, list[str]]:
     """One rotation step. Returns the next state and human-readable changes (empty: nothing to do).
 
     `force` reissues the serving certificate now, signed by the current CA, even if it is not due.
@@ -114,7 +118,9 @@ def reconcile(state: CertState, policy: Policy, now: dt.datetime, force: bool = 
     return CertState(ca=ca, bundle=tuple(kept), serving=serving), changes
 
 
-def _why_new_ca(state: CertState, now: dt.datetime, lt: Lifetimes, bundle: list[x509.Certificate]) -> str | None:
+def _why_new_ca(
+    state: CertState, now: dt.datetime, lt: Lifetimes, bundle: list[x509.Certificate]
+) -> str | None:
     """Why a new CA must be made now (None: keep the current one)."""
     broken = ca_problem(state, now)
     if broken:
@@ -135,7 +141,9 @@ def _why_reissue(current: CertState, policy: Policy, now: dt.datetime, force: bo
     ca_settled = now - issued_at(ca.cert) >= lt.bundle_overlap
     if not signed_by(serving.cert, ca.cert) and ca_settled:
         return "new serving certificate signed by the new CA"
-    if needs_renewal(serving.cert, now, lt.renew_fraction) and (signed_by(serving.cert, ca.cert) or ca_settled):
+    if needs_renewal(serving.cert, now, lt.renew_fraction) and (
+        signed_by(serving.cert, ca.cert) or ca_settled
+    ):
         return "serving certificate renewed (due)"
     return None
 

@@ -10,6 +10,7 @@ renewer) cannot silently overwrite each other: the loser gets a 409 and tries ag
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -47,7 +48,9 @@ class Loaded:
 class SecretStore:
     def __init__(self, core_api, namespace: str, serving_secret: str, ca_secret: str) -> None:
         if serving_secret == ca_secret:
-            raise StoreError("--secret and --ca-secret must differ: the CA key must not sit beside the serving pair")
+            raise StoreError(
+                "--secret and --ca-secret must differ: the CA key must not sit beside the serving pair"
+            )
         self.api, self.namespace = core_api, namespace
         self.serving_secret, self.ca_secret = serving_secret, ca_secret
 
@@ -89,10 +92,8 @@ class SecretStore:
             except (ValueError, TypeError) as error:
                 problems.append(f"Secret {self.serving_secret}: tls.crt/tls.key unusable ({error})")
             if not bundle:
-                try:
+                with contextlib.suppress(ValueError):
                     bundle = tuple(load_certs(data.get("ca.crt", b"")))
-                except ValueError:
-                    pass
         return Loaded(
             CertState(ca=state_ca, bundle=bundle, serving=pair),
             serving.metadata.resource_version if serving is not None else None,

@@ -25,9 +25,17 @@ ABOUT = {
 }
 
 USAGE = "usage: dynmig [--version] {" + ",".join(SUBCOMMANDS) + "} [options]"
-HELP = "\n".join([USAGE, "", "commands:", *(f"  {name:<14} {ABOUT[name]}" for name in SUBCOMMANDS), "",
-                  "`dynmig COMMAND --help` lists a command's flags; every flag of every command can also be",
-                  "set in the environment as DYNMIG_<FLAG> (e.g. DYNMIG_LOG_FORMAT=json); the flag wins."])
+HELP = "\n".join(
+    [
+        USAGE,
+        "",
+        "commands:",
+        *(f"  {name:<14} {ABOUT[name]}" for name in SUBCOMMANDS),
+        "",
+        "`dynmig COMMAND --help` lists a command's flags; every flag of every command can also be",
+        "set in the environment as DYNMIG_<FLAG> (e.g. DYNMIG_LOG_FORMAT=json); the flag wins.",
+    ]
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dynmig {name}: not built yet", file=sys.stderr)
             return 3
         raise
-    if hasattr(module, "build_parser"):  # a plain argparse command: the DYNMIG_<FLAG> convention comes from here
+    if hasattr(
+        module, "build_parser"
+    ):  # a plain argparse command: the DYNMIG_<FLAG> convention comes from here
         parser = module.build_parser()
         apply_environment(parser)
         return int(module.main(rest, parser=parser) or 0)

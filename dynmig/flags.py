@@ -34,6 +34,7 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
         if value not in choices:
             raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
         return value
+
     parse.__name__ = "choice"
     return parse
 
@@ -51,7 +52,9 @@ def port(text: str) -> int:
     try:
         value = int(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; use 0-65535 (0 picks a free port)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port number; use 0-65535 (0 picks a free port)"
+        ) from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number; use 0-65535 (0 picks a free port)")
     return value
@@ -102,17 +105,33 @@ class Flags:
     """An argparse parser whose flags follow the convention above. `add` flags, then `parse(argv)`.
     A bad value exits 2 with the usage, as argparse does, or raises FlagError with `raise_errors`."""
 
-    def __init__(self, prog: str, description: str, environ: Mapping[str, str] | None = None,
-                 raise_errors: bool = False):
+    def __init__(
+        self,
+        prog: str,
+        description: str,
+        environ: Mapping[str, str] | None = None,
+        raise_errors: bool = False,
+    ):
         self.parser = _Parser(prog=prog, description=description)
         self.parser.raise_errors = raise_errors
         self.environ = os.environ if environ is None else environ
         self.warnings: list[str] = []  # old variable names seen; log them once logging is set up
         self._flags: list[_Flag] = []
 
-    def add(self, flag: str, *, default: Any, help: str, type: Callable[[str], Any] = str,
-            choices: Sequence[str] | None = None, old_env: Iterable[str] = (), quiet_env: Iterable[str] = (),
-            repeat: bool = False, metavar: str | None = None, show_default: str | None = None) -> None:
+    def add(
+        self,
+        flag: str,
+        *,
+        default: Any,
+        help: str,
+        type: Callable[[str], Any] = str,
+        choices: Sequence[str] | None = None,
+        old_env: Iterable[str] = (),
+        quiet_env: Iterable[str] = (),
+        repeat: bool = False,
+        metavar: str | None = None,
+        show_default: str | None = None,
+    ) -> None:
         """`repeat`: the flag may be given several times; its variable is a comma list.
         `show_default`: how the default reads in --help when its value alone would not say it."""
         convert = one_of(choices) if choices else type
@@ -120,13 +139,27 @@ class Flags:
         shown = show_default if show_default is not None else _show(default)
         olds = tuple(old_env)
         extra = f"; old name {', '.join(olds)}" if olds else ""
-        self.parser.add_argument(flag, dest=flag.lstrip("-").replace("-", "_"), type=convert,
-                                 default=None if repeat else _UNSET,
-                                 action="append" if repeat else "store",
-                                 metavar=metavar or ("{" + ",".join(choices) + "}" if choices else None),
-                                 help=f"{help} (default: {shown}; env {name}{extra})".replace("%", "%%"))
-        self._flags.append(_Flag(flag.lstrip("-").replace("-", "_"), flag, name, default, convert, olds,
-                                 tuple(quiet_env), repeat))
+        self.parser.add_argument(
+            flag,
+            dest=flag.lstrip("-").replace("-", "_"),
+            type=convert,
+            default=None if repeat else _UNSET,
+            action="append" if repeat else "store",
+            metavar=metavar or ("{" + ",".join(choices) + "}" if choices else None),
+            help=f"{help} (default: {shown}; env {name}{extra})".replace("%", "%%"),
+        )
+        self._flags.append(
+            _Flag(
+                flag.lstrip("-").replace("-", "_"),
+                flag,
+                name,
+                default,
+                convert,
+                olds,
+                tuple(quiet_env),
+                repeat,
+            )
+        )
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
         args = self.parser.parse_args(list(argv))
@@ -135,8 +168,11 @@ class Flags:
             if value is _UNSET or value is None:
                 setattr(args, f.dest, self._from_env(f))
             elif f.repeat:
-                setattr(args, f.dest, [v for item in value for v in _items(item)] if isinstance(value[0], str)
-                        else value)
+                setattr(
+                    args,
+                    f.dest,
+                    [v for item in value for v in _items(item)] if isinstance(value[0], str) else value,
+                )
         return args
 
     def error(self, message: str) -> None:
@@ -148,8 +184,9 @@ class Flags:
             if raw is None:
                 continue
             if name in f.old_env:
-                self.warnings.append(f"environment variable {name} is deprecated; set {f.env} instead "
-                                     f"(or pass {f.flag})")
+                self.warnings.append(
+                    f"environment variable {name} is deprecated; set {f.env} instead (or pass {f.flag})"
+                )
             try:
                 return [f.convert(v) for v in _items(raw)] if f.repeat else f.convert(raw)
             except argparse.ArgumentTypeError as error:

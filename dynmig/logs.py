@@ -49,8 +49,13 @@ class TextFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {"time": _time(record), "level": record.levelname.lower(), "logger": record.name,
-                               "msg": record.getMessage(), **_context(record)}
+        doc: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_context(record),
+        }
         if record.exc_info:
             doc["error"] = self.formatException(record.exc_info)
         return json.dumps(doc, ensure_ascii=False)

@@ -17,4 +17,5 @@ def version() -> str:
 def register_build_info(registry: CollectorRegistry, component: str) -> None:
     """`dynmig_build_info{component, version} 1` in `registry`: which build answers on this /metrics."""
     Info("dynmig_build", "The dynmig build serving these metrics", registry=registry).info(
-        {"version": version(), "component": component})
+        {"version": version(), "component": component}
+    )

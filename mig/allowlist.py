@@ -107,12 +107,14 @@ def _profile_problem(name: object) -> str | None:
 
 def _strings(value: object, path: str, what: str, issues: list[Issue]) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        issues.append(Issue(path, f"{what} must be a non-empty list", f"e.g. {path}: [\"{_EXAMPLE[what]}\"]"))
+        issues.append(Issue(path, f"{what} must be a non-empty list", f'e.g. {path}: ["{_EXAMPLE[what]}"]'))
         return ()
     out = []
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item.strip():
-            issues.append(Issue(f"{path}[{i}]", f"{what} entries must be non-empty strings", "quote the value"))
+            issues.append(
+                Issue(f"{path}[{i}]", f"{what} entries must be non-empty strings", "quote the value")
+            )
         else:
             out.append(item.strip())
     return tuple(out)
@@ -133,7 +135,9 @@ def _parse_entry(raw: object, path: str, issues: list[Issue]) -> AllowlistEntry 
     for i, name in enumerate(profiles):
         problem = _profile_problem(name)
         if problem:
-            issues.append(Issue(f"{path}.profiles[{i}]", problem, "profile names look like '1g.10gb' or '2g.48gb'"))
+            issues.append(
+                Issue(f"{path}.profiles[{i}]", problem, "profile names look like '1g.10gb' or '2g.48gb'")
+            )
     return AllowlistEntry(models, profiles) if models and profiles else None
 
 
@@ -166,9 +170,15 @@ def catalog_warnings(allowlist: Allowlist, path: str) -> list[Issue]:
     for i, entry in enumerate(allowlist.entries):
         for j, model_text in enumerate(entry.models):
             if not any(model_text in n for m in catalog.MODELS for n in m.nvml_names):
-                issues.append(Issue(f"{path}[{i}].models[{j}]", f"{model_text!r} is not part of any known GPU's NVML name",
-                                    "a model matches when it is a substring of nvidia-smi's name, e.g. "
-                                    "'H100 80GB HBM3' or 'A100-SXM4-40GB'", WARNING))
+                issues.append(
+                    Issue(
+                        f"{path}[{i}].models[{j}]",
+                        f"{model_text!r} is not part of any known GPU's NVML name",
+                        "a model matches when it is a substring of nvidia-smi's name, e.g. "
+                        "'H100 80GB HBM3' or 'A100-SXM4-40GB'",
+                        WARNING,
+                    )
+                )
         for model in catalog.MODELS:
             if allowlist.entry_for(model.nvml_name) is not entry:
                 continue
@@ -176,10 +186,14 @@ def catalog_warnings(allowlist: Allowlist, path: str) -> list[Issue]:
             if missing:
                 how = next(t for t in entry.models if t in model.nvml_name)
                 kind = "does" if all(p in known for p in missing) else "do"
-                issues.append(Issue(
-                    f"{path}[{i}].profiles",
-                    f"on {model.nvml_name} (matched by {how!r}) {', '.join(missing)} {kind} not exist",
-                    f"its profiles are {', '.join(model.profile_names)}; put a more specific entry first", WARNING))
+                issues.append(
+                    Issue(
+                        f"{path}[{i}].profiles",
+                        f"on {model.nvml_name} (matched by {how!r}) {', '.join(missing)} {kind} not exist",
+                        f"its profiles are {', '.join(model.profile_names)}; put a more specific entry first",
+                        WARNING,
+                    )
+                )
     return issues
 
 
@@ -196,13 +210,19 @@ def _shape_problem(text: str) -> Issue | None:
     """Why the YAML is too big, too deep or uses aliases, found by one bounded pass over its events
     (the parser is iterative; building the document and checking it only happen afterwards)."""
     if len(text) > MAX_CONFIG_BYTES:
-        return Issue("(file)", f"is {len(text)} characters; the limit is {MAX_CONFIG_BYTES}",
-                     "a device config is a few KiB: keep only the nvidia section")
+        return Issue(
+            "(file)",
+            f"is {len(text)} characters; the limit is {MAX_CONFIG_BYTES}",
+            "a device config is a few KiB: keep only the nvidia section",
+        )
     depth = 0
     for count, event in enumerate(yaml.parse(text, Loader=_LOADER)):
         if isinstance(event, yaml.AliasEvent):
-            return Issue("(file)", "uses an alias (*name)", "write the values out; anchors and aliases are not "
-                         "allowed in a device config")
+            return Issue(
+                "(file)",
+                "uses an alias (*name)",
+                "write the values out; anchors and aliases are not allowed in a device config",
+            )
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             depth += 1
             if depth > MAX_CONFIG_DEPTH:
@@ -210,7 +230,9 @@ def _shape_problem(text: str) -> Issue | None:
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             depth -= 1
         if count > MAX_CONFIG_EVENTS:
-            return Issue("(file)", f"has more than {MAX_CONFIG_EVENTS} values", "keep only the nvidia section")
+            return Issue(
+                "(file)", f"has more than {MAX_CONFIG_EVENTS} values", "keep only the nvidia section"
+            )
     return None
 
 
@@ -224,15 +246,22 @@ def load_yaml(text: str) -> tuple[Any, list[Issue]]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(file)"
-        return None, [Issue(where, f"not valid YAML: {str(getattr(error, 'problem', None) or error)[:200]}",
-                            "fix the syntax")]
+        return None, [
+            Issue(
+                where,
+                f"not valid YAML: {str(getattr(error, 'problem', None) or error)[:200]}",
+                "fix the syntax",
+            )
+        ]
 
 
 def _read_yaml(path: Path) -> tuple[Any, list[Issue]]:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
-        return None, [Issue("(file)", f"cannot read: {getattr(error, 'strerror', None) or error}", "check the path")]
+        return None, [
+            Issue("(file)", f"cannot read: {getattr(error, 'strerror', None) or error}", "check the path")
+        ]
     return load_yaml(text)
 
 
@@ -244,8 +273,17 @@ def _allowlist_node(doc: object) -> tuple[object, str, list[Issue]]:
         return doc[ALLOWLIST_KEY], ALLOWLIST_KEY, []
     if isinstance(doc, list):
         return doc, ALLOWLIST_KEY, []
-    return None, "nvidia", [Issue(f"nvidia.{ALLOWLIST_KEY}", "no allowlist found",
-                                  "a device config has `nvidia: {migProfileAllowlist: [...]}`")]
+    return (
+        None,
+        "nvidia",
+        [
+            Issue(
+                f"nvidia.{ALLOWLIST_KEY}",
+                "no allowlist found",
+                "a device config has `nvidia: {migProfileAllowlist: [...]}`",
+            )
+        ],
+    )
 
 
 def _resources(doc: object) -> ResourceNames:

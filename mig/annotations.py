@@ -141,9 +141,16 @@ class DeviceInfo(BaseModel):
     def encode_dict(self) -> dict[str, Any]:
         """HAMi's DeviceInfo field order, with its omitempty: zero values are left out."""
         full: dict[str, Any] = {
-            "id": self.id, "index": self.index, "count": self.count, "devmem": self.devmem,
-            "devcore": self.devcore, "type": self.type, "numa": self.numa, "mode": self.mode,
-            "migProfiles": [p.encode_dict() for p in self.migProfiles], "health": self.health,
+            "id": self.id,
+            "index": self.index,
+            "count": self.count,
+            "devmem": self.devmem,
+            "devcore": self.devcore,
+            "type": self.type,
+            "numa": self.numa,
+            "mode": self.mode,
+            "migProfiles": [p.encode_dict() for p in self.migProfiles],
+            "health": self.health,
         }
         return {k: v for k, v in full.items() if v not in (0, "", False, [])}
 
@@ -209,27 +216,41 @@ class MigAllocation(BaseModel):
     @property
     def runtime_ready(self) -> bool:
         """All three runtime fields present (0 is a valid ID: presence matters, not truthiness)."""
-        return self.migUUID is not None and self.gpuInstanceID is not None and self.computeInstanceID is not None
+        return (
+            self.migUUID is not None and self.gpuInstanceID is not None and self.computeInstanceID is not None
+        )
 
     @property
     def runtime_partial(self) -> bool:
-        present = [self.migUUID is not None, self.gpuInstanceID is not None, self.computeInstanceID is not None]
+        present = [
+            self.migUUID is not None,
+            self.gpuInstanceID is not None,
+            self.computeInstanceID is not None,
+        ]
         return any(present) and not all(present)
 
     def with_runtime(self, mig_uuid: str, gi_id: int, ci_id: int) -> MigAllocation:
-        return self.model_copy(update={"migUUID": mig_uuid, "gpuInstanceID": gi_id, "computeInstanceID": ci_id})
+        return self.model_copy(
+            update={"migUUID": mig_uuid, "gpuInstanceID": gi_id, "computeInstanceID": ci_id}
+        )
 
     def without_runtime(self) -> MigAllocation:
         return self.model_copy(update={"migUUID": None, "gpuInstanceID": None, "computeInstanceID": None})
 
     def encode_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "containerIndex": self.containerIndex, "deviceIndex": self.deviceIndex, "gpuUUID": self.gpuUUID,
-            "profile": self.profile, "placement": {"start": self.placement.start, "size": self.placement.size},
+            "containerIndex": self.containerIndex,
+            "deviceIndex": self.deviceIndex,
+            "gpuUUID": self.gpuUUID,
+            "profile": self.profile,
+            "placement": {"start": self.placement.start, "size": self.placement.size},
         }
         if self.runtime_ready:
-            out.update(migUUID=self.migUUID, gpuInstanceID=self.gpuInstanceID,
-                       computeInstanceID=self.computeInstanceID)
+            out.update(
+                migUUID=self.migUUID,
+                gpuInstanceID=self.gpuInstanceID,
+                computeInstanceID=self.computeInstanceID,
+            )
         return out
 
 
@@ -244,8 +265,9 @@ def _validate_entry(i: int, item: object) -> MigAllocation:
     if entry.migUUID == "":
         raise AnnotationError(f"{prefix}migUUID: must not be empty when present")
     if entry.runtime_partial:
-        raise AnnotationError(f"{prefix}: partial runtime identity (migUUID, gpuInstanceID and "
-                              "computeInstanceID go together)")
+        raise AnnotationError(
+            f"{prefix}: partial runtime identity (migUUID, gpuInstanceID and computeInstanceID go together)"
+        )
     return entry
 
 
@@ -258,8 +280,10 @@ def decode_allocations(text: str | None) -> tuple[MigAllocation, ...]:
     seen: set[tuple[int, int]] = set()
     for entry in entries:
         if entry.key in seen:
-            raise AnnotationError(f"{MIG_ALLOCATIONS}: duplicate reservation for containerIndex "
-                                  f"{entry.containerIndex}, deviceIndex {entry.deviceIndex}")
+            raise AnnotationError(
+                f"{MIG_ALLOCATIONS}: duplicate reservation for containerIndex "
+                f"{entry.containerIndex}, deviceIndex {entry.deviceIndex}"
+            )
         seen.add(entry.key)
     return tuple(entries)
 
@@ -314,7 +338,6 @@ def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[lis
     ]
 
 
-
 def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
     """The devices string after Allocate took this container's devices, written as HAMi writes it.
 
@@ -322,11 +345,14 @@ def erase_container_devices(text: str | None, container_index: int, key: str = D
     again, so a one-container `GPU-…:;` drains to `;;`; both forms decode to the same containers."""
     if not text:
         return ""
-    pieces = [[_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
-              for c, seg in enumerate(text.split(";"))]
+    pieces = [
+        [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
+        for c, seg in enumerate(text.split(";"))
+    ]
     if container_index < len(pieces):
         pieces[container_index] = []
     return encode_devices(pieces)
+
 
 # ---------------------------------------------------------------- per-GPU cordon
 
@@ -342,6 +368,8 @@ def decode_device_cordon(value: object) -> frozenset[str]:
     if not isinstance(value, str):
         raise AnnotationError(f"{DEVICE_CORDON}: must be a comma-separated list of GPU UUIDs")
     if len(value) > MAX_CORDON_TEXT:
-        raise AnnotationError(f"{DEVICE_CORDON}: {len(value)} characters, more than {MAX_CORDON_TEXT}; "
-                              "list only the UUIDs of GPUs to close")
+        raise AnnotationError(
+            f"{DEVICE_CORDON}: {len(value)} characters, more than {MAX_CORDON_TEXT}; "
+            "list only the UUIDs of GPUs to close"
+        )
     return frozenset(u for u in (part.strip() for part in value.split(",")) if u)

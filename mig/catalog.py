@@ -91,7 +91,8 @@ class GpuModel:
     def profile(self, name: str) -> ProfileSpec | None:
         """A profile by its name, or by a name another driver release prints for it."""
         return next((p for p in self.profiles if p.name == name), None) or next(
-            (p for p in self.profiles if name in p.driver_names), None)
+            (p for p in self.profiles if name in p.driver_names), None
+        )
 
     def profile_by_enum(self, enum: int) -> ProfileSpec | None:
         return next((p for p in self.profiles if p.enum == enum), None)
@@ -135,31 +136,60 @@ _EIGHT_SLICE = {
 # Engines (CE, DEC, ENC, JPEG, OFA) per kind, by family, as `-lgip` shows them.
 # A100: MIG User Guide A100 table [confirmed].
 _AMPERE_ENGINES = {
-    "1g": Engines(1), "1g+me": Engines(1, 1, 0, 1, 1), "1g.2x": Engines(1, 1), "2g": Engines(2, 1),
-    "3g": Engines(3, 2), "4g": Engines(4, 2), "7g": Engines(7, 5, 0, 1, 1),
+    "1g": Engines(1),
+    "1g+me": Engines(1, 1, 0, 1, 1),
+    "1g.2x": Engines(1, 1),
+    "2g": Engines(2, 1),
+    "3g": Engines(3, 2),
+    "4g": Engines(4, 2),
+    "7g": Engines(7, 5, 0, 1, 1),
 }
 # Hopper: a g-slice brings a CE, an NVDEC and an NVJPG; the full GPU has 8 CE, 7 NVDEC, 7 NVJPG and
 # the OFA [observed: H200 `-lgip` in NVIDIA/mig-parted#120, H100 NVL in NVIDIA/gpu-operator#903].
 _HOPPER_ENGINES = {
-    "1g": Engines(1, 1, 0, 1), "1g+me": Engines(1, 1, 0, 1, 1), "1g.2x": Engines(1, 1, 0, 1),
-    "2g": Engines(2, 2, 0, 2), "3g": Engines(3, 3, 0, 3), "4g": Engines(4, 4, 0, 4), "7g": Engines(8, 7, 0, 7, 1),
+    "1g": Engines(1, 1, 0, 1),
+    "1g+me": Engines(1, 1, 0, 1, 1),
+    "1g.2x": Engines(1, 1, 0, 1),
+    "2g": Engines(2, 2, 0, 2),
+    "3g": Engines(3, 3, 0, 3),
+    "4g": Engines(4, 4, 0, 4),
+    "7g": Engines(8, 7, 0, 7, 1),
 }
 # Blackwell B200/GB200: 1g CE 2, 2g CE 4 [observed: NVIDIA/mig-parted#166, #187, gpu-operator#1303];
 # 3g/4g/7g follow that pattern [inferred].
 _BLACKWELL_ENGINES = {
-    "1g": Engines(2, 1, 0, 1), "1g+me": Engines(2, 1, 0, 1, 1), "1g.2x": Engines(2, 1, 0, 1),
-    "2g": Engines(4, 2, 0, 2), "3g": Engines(6, 3, 0, 3), "4g": Engines(8, 4, 0, 4), "7g": Engines(16, 7, 0, 7, 1),
+    "1g": Engines(2, 1, 0, 1),
+    "1g+me": Engines(2, 1, 0, 1, 1),
+    "1g.2x": Engines(2, 1, 0, 1),
+    "2g": Engines(4, 2, 0, 2),
+    "3g": Engines(6, 3, 0, 3),
+    "4g": Engines(8, 4, 0, 4),
+    "7g": Engines(16, 7, 0, 7, 1),
 }
 
 
-def _eight_slice(rows: dict[str, _Row], placement_confidence: str,
-                 engines: dict[str, Engines]) -> tuple[ProfileSpec, ...]:
+def _eight_slice(
+    rows: dict[str, _Row], placement_confidence: str, engines: dict[str, Engines]
+) -> tuple[ProfileSpec, ...]:
     out = []
     for kind, row in rows.items():
         enum, pid, slices, count, placements = _EIGHT_SLICE[kind]
         conf = row.confidence if placement_confidence == CONFIRMED else _weaker(row.confidence, INFERRED)
-        out.append(ProfileSpec(row.name, enum, pid, row.mib, row.sm, slices, count, placements, engines[kind],
-                               confidence=conf, driver_names=row.driver_names))
+        out.append(
+            ProfileSpec(
+                row.name,
+                enum,
+                pid,
+                row.mib,
+                row.sm,
+                slices,
+                count,
+                placements,
+                engines[kind],
+                confidence=conf,
+                driver_names=row.driver_names,
+            )
+        )
     return tuple(out)
 
 
@@ -180,141 +210,288 @@ A30 = GpuModel(
     max_mig_devices=4,
     profiles=(
         ProfileSpec("1g.6gb", ENUM_1_SLICE, 14, 5952, 14, 1, 4, _starts((0, 1, 2, 3), 1), Engines(1, 1)),
-        ProfileSpec("1g.6gb+me", ENUM_1_SLICE_REV1, 21, 5952, 14, 1, 1, _starts((0, 1, 2, 3), 1),
-                    Engines(1, 1, 0, 1, 1)),
+        ProfileSpec(
+            "1g.6gb+me",
+            ENUM_1_SLICE_REV1,
+            21,
+            5952,
+            14,
+            1,
+            1,
+            _starts((0, 1, 2, 3), 1),
+            Engines(1, 1, 0, 1, 1),
+        ),
         ProfileSpec("2g.12gb", ENUM_2_SLICE, 5, 11968, 28, 2, 2, _starts((0, 2), 2), Engines(2, 2)),
-        ProfileSpec("2g.12gb+me", ENUM_2_SLICE_REV1, 6, 11968, 28, 2, 1, _starts((0, 2), 2),
-                    Engines(2, 2, 0, 1, 1)),
-        ProfileSpec("4g.24gb", ENUM_4_SLICE, 0, 24000, 56, 4, 1, _starts((0,), 4), Engines(4, 4, 0, 1, 1),
-                    notes="23.44 GiB with the set above; 23.50 GiB (24064) on another driver"),
+        ProfileSpec(
+            "2g.12gb+me", ENUM_2_SLICE_REV1, 6, 11968, 28, 2, 1, _starts((0, 2), 2), Engines(2, 2, 0, 1, 1)
+        ),
+        ProfileSpec(
+            "4g.24gb",
+            ENUM_4_SLICE,
+            0,
+            24000,
+            56,
+            4,
+            1,
+            _starts((0,), 4),
+            Engines(4, 4, 0, 1, 1),
+            notes="23.44 GiB with the set above; 23.50 GiB (24064) on another driver",
+        ),
     ),
     driver="R535",
 )
 
 _A100_40_ROWS = {
-    "1g": _Row("1g.5gb", 4864, 14), "1g+me": _Row("1g.5gb+me", 4864, 14),
-    "1g.2x": _Row("1g.10gb", 9984, 14), "2g": _Row("2g.10gb", 9984, 28),
-    "3g": _Row("3g.20gb", 20096, 42), "4g": _Row("4g.20gb", 20096, 56), "7g": _Row("7g.40gb", 40448, 98),
+    "1g": _Row("1g.5gb", 4864, 14),
+    "1g+me": _Row("1g.5gb+me", 4864, 14),
+    "1g.2x": _Row("1g.10gb", 9984, 14),
+    "2g": _Row("2g.10gb", 9984, 28),
+    "3g": _Row("3g.20gb", 20096, 42),
+    "4g": _Row("4g.20gb", 20096, 56),
+    "7g": _Row("7g.40gb", 40448, 98),
 }
 A100_SXM4_40GB = GpuModel(
-    key="A100-SXM4-40GB", nvml_names=("NVIDIA A100-SXM4-40GB",), pci_device_id=0x20B0,
-    memory_mib=40960, axis_length=8, max_mig_devices=7, driver="R550",
+    key="A100-SXM4-40GB",
+    nvml_names=("NVIDIA A100-SXM4-40GB",),
+    pci_device_id=0x20B0,
+    memory_mib=40960,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
     profiles=_eight_slice(_A100_40_ROWS, CONFIRMED, _AMPERE_ENGINES),
 )
 A100_PCIE_40GB = GpuModel(
-    key="A100-PCIE-40GB", nvml_names=("NVIDIA A100-PCIE-40GB",), pci_device_id=0x20F1,
-    memory_mib=40960, axis_length=8, max_mig_devices=7, driver="R550",
+    key="A100-PCIE-40GB",
+    nvml_names=("NVIDIA A100-PCIE-40GB",),
+    pci_device_id=0x20F1,
+    memory_mib=40960,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
     profiles=_eight_slice(_A100_40_ROWS, CONFIRMED, _AMPERE_ENGINES),
 )
 
 _A100_80_ROWS = {
-    "1g": _Row("1g.10gb", 9728, 14), "1g+me": _Row("1g.10gb+me", 9728, 14),
-    "1g.2x": _Row("1g.20gb", 19968, 14), "2g": _Row("2g.20gb", 19968, 28),
-    "3g": _Row("3g.40gb", 40192, 42), "4g": _Row("4g.40gb", 40192, 56), "7g": _Row("7g.80gb", 80896, 98),
+    "1g": _Row("1g.10gb", 9728, 14),
+    "1g+me": _Row("1g.10gb+me", 9728, 14),
+    "1g.2x": _Row("1g.20gb", 19968, 14),
+    "2g": _Row("2g.20gb", 19968, 28),
+    "3g": _Row("3g.40gb", 40192, 42),
+    "4g": _Row("4g.40gb", 40192, 56),
+    "7g": _Row("7g.80gb", 80896, 98),
 }
 A100_SXM4_80GB = GpuModel(
-    key="A100-SXM4-80GB", nvml_names=("NVIDIA A100-SXM4-80GB",), pci_device_id=0x20B2,
-    memory_mib=81920, axis_length=8, max_mig_devices=7, driver="R535",
+    key="A100-SXM4-80GB",
+    nvml_names=("NVIDIA A100-SXM4-80GB",),
+    pci_device_id=0x20B2,
+    memory_mib=81920,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R535",
     profiles=_eight_slice(_A100_80_ROWS, INFERRED, _AMPERE_ENGINES),
     notes="placements inferred from the A100-40GB (same die)",
 )
 A100_PCIE_80GB = GpuModel(
-    key="A100-PCIE-80GB", nvml_names=("NVIDIA A100 80GB PCIe",), pci_device_id=0x20B5,
-    memory_mib=81920, axis_length=8, max_mig_devices=7, driver="R535",
+    key="A100-PCIE-80GB",
+    nvml_names=("NVIDIA A100 80GB PCIe",),
+    pci_device_id=0x20B5,
+    memory_mib=81920,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R535",
     profiles=_eight_slice(_A100_80_ROWS, INFERRED, _AMPERE_ENGINES),
     notes="placements inferred from the A100-40GB (same die)",
 )
 
 H100_SXM5_80GB = GpuModel(
-    key="H100-SXM5-80GB", nvml_names=("NVIDIA H100 80GB HBM3",), pci_device_id=0x2330,
-    memory_mib=81559, axis_length=8, max_mig_devices=7, driver="R580",
-    profiles=_eight_slice({
-        "1g": _Row("1g.10gb", 9984, 16), "1g+me": _Row("1g.10gb+me", 9984, 16),
-        "1g.2x": _Row("1g.20gb", 20096, 26), "2g": _Row("2g.20gb", 20096, 32),
-        "3g": _Row("3g.40gb", 40448, 60), "4g": _Row("4g.40gb", 40448, 64), "7g": _Row("7g.80gb", 81152, 132),
-    }, CONFIRMED, _HOPPER_ENGINES),
+    key="H100-SXM5-80GB",
+    nvml_names=("NVIDIA H100 80GB HBM3",),
+    pci_device_id=0x2330,
+    memory_mib=81559,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R580",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.10gb", 9984, 16),
+            "1g+me": _Row("1g.10gb+me", 9984, 16),
+            "1g.2x": _Row("1g.20gb", 20096, 26),
+            "2g": _Row("2g.20gb", 20096, 32),
+            "3g": _Row("3g.40gb", 40448, 60),
+            "4g": _Row("4g.40gb", 40448, 64),
+            "7g": _Row("7g.80gb", 81152, 132),
+        },
+        CONFIRMED,
+        _HOPPER_ENGINES,
+    ),
 )
 H100_PCIE_80GB = GpuModel(
-    key="H100-PCIE-80GB", nvml_names=("NVIDIA H100 PCIe",), pci_device_id=0x2331,
-    memory_mib=81559, axis_length=8, max_mig_devices=7, driver="R570",
-    profiles=_eight_slice({
-        "1g": _Row("1g.10gb", 9984, 14), "1g+me": _Row("1g.10gb+me", 9984, 14),
-        "1g.2x": _Row("1g.20gb", 20096, 14), "2g": _Row("2g.20gb", 20096, 30),
-        "3g": _Row("3g.40gb", 40448, 46), "4g": _Row("4g.40gb", 40448, 62), "7g": _Row("7g.80gb", 81152, 114),
-    }, CONFIRMED, _HOPPER_ENGINES),
+    key="H100-PCIE-80GB",
+    nvml_names=("NVIDIA H100 PCIe",),
+    pci_device_id=0x2331,
+    memory_mib=81559,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R570",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.10gb", 9984, 14),
+            "1g+me": _Row("1g.10gb+me", 9984, 14),
+            "1g.2x": _Row("1g.20gb", 20096, 14),
+            "2g": _Row("2g.20gb", 20096, 30),
+            "3g": _Row("3g.40gb", 40448, 46),
+            "4g": _Row("4g.40gb", 40448, 62),
+            "7g": _Row("7g.80gb", 81152, 114),
+        },
+        CONFIRMED,
+        _HOPPER_ENGINES,
+    ),
 )
 H100_NVL_94GB = GpuModel(
-    key="H100-NVL-94GB", nvml_names=("NVIDIA H100 NVL",), pci_device_id=0x2321,
-    memory_mib=95830, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
-    profiles=_eight_slice({
-        "1g": _Row("1g.12gb", 11008, 16), "1g+me": _Row("1g.12gb+me", 11008, 16),
-        "1g.2x": _Row("1g.24gb", 22144, 26), "2g": _Row("2g.24gb", 22144, 32),
-        "3g": _Row("3g.47gb", 47488, 60), "4g": _Row("4g.47gb", 47488, 64),
-        "7g": _Row("7g.94gb", 95360, 132, INFERRED),
-    }, OBSERVED, _HOPPER_ENGINES),
+    key="H100-NVL-94GB",
+    nvml_names=("NVIDIA H100 NVL",),
+    pci_device_id=0x2321,
+    memory_mib=95830,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.12gb", 11008, 16),
+            "1g+me": _Row("1g.12gb+me", 11008, 16),
+            "1g.2x": _Row("1g.24gb", 22144, 26),
+            "2g": _Row("2g.24gb", 22144, 32),
+            "3g": _Row("3g.47gb", 47488, 60),
+            "4g": _Row("4g.47gb", 47488, 64),
+            "7g": _Row("7g.94gb", 95360, 132, INFERRED),
+        },
+        OBSERVED,
+        _HOPPER_ENGINES,
+    ),
     notes="one driver's set (NVIDIA/gpu-operator#903: 10.75/21.62/46.38 GiB); its 7g row is not shown, "
-          "93.12 GiB seen elsewhere is taken; another driver reports 10880/22016/47232/94848",
+    "93.12 GiB seen elsewhere is taken; another driver reports 10880/22016/47232/94848",
 )
 H20_96GB = GpuModel(
-    key="H20", nvml_names=("NVIDIA H20",), pci_device_id=0x2329,
-    memory_mib=97871, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
-    profiles=_eight_slice({
-        "1g": _Row("1g.12gb", 12032, 8, UNKNOWN), "1g+me": _Row("1g.12gb+me", 12032, 8, UNKNOWN),
-        "1g.2x": _Row("1g.24gb", 23552, 8, UNKNOWN), "2g": _Row("2g.24gb", 23552, 16, UNKNOWN),
-        "3g": _Row("3g.48gb", 47616, 32, UNKNOWN), "4g": _Row("4g.48gb", 47616, 40, UNKNOWN),
-        "7g": _Row("7g.96gb", 95232, 78, UNKNOWN),
-    }, INFERRED, _HOPPER_ENGINES),
+    key="H20",
+    nvml_names=("NVIDIA H20",),
+    pci_device_id=0x2329,
+    memory_mib=97871,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.12gb", 12032, 8, UNKNOWN),
+            "1g+me": _Row("1g.12gb+me", 12032, 8, UNKNOWN),
+            "1g.2x": _Row("1g.24gb", 23552, 8, UNKNOWN),
+            "2g": _Row("2g.24gb", 23552, 16, UNKNOWN),
+            "3g": _Row("3g.48gb", 47616, 32, UNKNOWN),
+            "4g": _Row("4g.48gb", 47616, 40, UNKNOWN),
+            "7g": _Row("7g.96gb", 95232, 78, UNKNOWN),
+        },
+        INFERRED,
+        _HOPPER_ENGINES,
+    ),
     notes="per-profile SM counts are unknown (H20 has 78 SMs in total); 1g memory observed (11.75 GiB), "
-          "the rest taken from GH200",
+    "the rest taken from GH200",
 )
 _H200_ROWS = {
-    "1g": _Row("1g.18gb", 16384, 16), "1g+me": _Row("1g.18gb+me", 16384, 16),
-    "1g.2x": _Row("1g.35gb", 33024, 26), "2g": _Row("2g.35gb", 33024, 32),
-    "3g": _Row("3g.71gb", 71168, 60), "4g": _Row("4g.71gb", 71168, 64), "7g": _Row("7g.141gb", 143104, 132),
+    "1g": _Row("1g.18gb", 16384, 16),
+    "1g+me": _Row("1g.18gb+me", 16384, 16),
+    "1g.2x": _Row("1g.35gb", 33024, 26),
+    "2g": _Row("2g.35gb", 33024, 32),
+    "3g": _Row("3g.71gb", 71168, 60),
+    "4g": _Row("4g.71gb", 71168, 64),
+    "7g": _Row("7g.141gb", 143104, 132),
 }
 H200_SXM = GpuModel(
-    key="H200", nvml_names=("NVIDIA H200",), pci_device_id=0x2335,
-    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
+    key="H200",
+    nvml_names=("NVIDIA H200",),
+    pci_device_id=0x2335,
+    memory_mib=143771,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
     profiles=_eight_slice(_H200_ROWS, INFERRED, _HOPPER_ENGINES),
 )
 H200_NVL = GpuModel(
-    key="H200-NVL", nvml_names=("NVIDIA H200 NVL",), pci_device_id=0x233B,
-    memory_mib=143771, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R550",
-    profiles=_eight_slice({k: _Row(r.name, r.mib, r.sm, INFERRED) for k, r in _H200_ROWS.items()}, INFERRED,
-                          _HOPPER_ENGINES),
+    key="H200-NVL",
+    nvml_names=("NVIDIA H200 NVL",),
+    pci_device_id=0x233B,
+    memory_mib=143771,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R550",
+    profiles=_eight_slice(
+        {k: _Row(r.name, r.mib, r.sm, INFERRED) for k, r in _H200_ROWS.items()}, INFERRED, _HOPPER_ENGINES
+    ),
 )
 B200 = GpuModel(
-    key="B200", nvml_names=("NVIDIA B200",), pci_device_id=0x2901,
-    memory_mib=183359, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R570",
-    profiles=_eight_slice({
-        "1g": _Row("1g.23gb", 20992, 18), "1g+me": _Row("1g.23gb+me", 20992, 18),
-        "1g.2x": _Row("1g.45gb", 45312, 30), "2g": _Row("2g.45gb", 45312, 36),
-        "3g": _Row("3g.90gb", 90624, 54, UNKNOWN), "4g": _Row("4g.90gb", 90624, 72, UNKNOWN),
-        "7g": _Row("7g.180gb", 181248, 148, UNKNOWN),
-    }, INFERRED, _BLACKWELL_ENGINES),
+    key="B200",
+    nvml_names=("NVIDIA B200",),
+    pci_device_id=0x2901,
+    memory_mib=183359,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R570",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.23gb", 20992, 18),
+            "1g+me": _Row("1g.23gb+me", 20992, 18),
+            "1g.2x": _Row("1g.45gb", 45312, 30),
+            "2g": _Row("2g.45gb", 45312, 36),
+            "3g": _Row("3g.90gb", 90624, 54, UNKNOWN),
+            "4g": _Row("4g.90gb", 90624, 72, UNKNOWN),
+            "7g": _Row("7g.180gb", 181248, 148, UNKNOWN),
+        },
+        INFERRED,
+        _BLACKWELL_ENGINES,
+    ),
     notes="the driver that added 4g.90gb (NVIDIA/mig-parted#187: 1g at 20.50 GiB; the earlier one shows "
-          "22.00); 3g/4g/7g memory and SM counts are unknown; placements inferred (8-slice pattern)",
+    "22.00); 3g/4g/7g memory and SM counts are unknown; placements inferred (8-slice pattern)",
 )
 GB200 = GpuModel(
-    key="GB200", nvml_names=("NVIDIA GB200",), pci_device_id=0x2941,
-    memory_mib=189471, memory_confidence=INFERRED, axis_length=8, max_mig_devices=7, driver="R580",
-    profiles=_eight_slice({
-        "1g": _Row("1g.23gb", 22528, 18, driver_names=("1g.24gb",)),
-        "1g+me": _Row("1g.23gb+me", 22528, 18, driver_names=("1g.24gb+me",)),
-        "1g.2x": _Row("1g.47gb", 46592, 32), "2g": _Row("2g.47gb", 46592, 38),
-        "3g": _Row("3g.93gb", 93184, 58, UNKNOWN), "4g": _Row("4g.93gb", 93184, 76, UNKNOWN),
-        "7g": _Row("7g.186gb", 186368, 152, UNKNOWN),
-    }, INFERRED, _BLACKWELL_ENGINES),
+    key="GB200",
+    nvml_names=("NVIDIA GB200",),
+    pci_device_id=0x2941,
+    memory_mib=189471,
+    memory_confidence=INFERRED,
+    axis_length=8,
+    max_mig_devices=7,
+    driver="R580",
+    profiles=_eight_slice(
+        {
+            "1g": _Row("1g.23gb", 22528, 18, driver_names=("1g.24gb",)),
+            "1g+me": _Row("1g.23gb+me", 22528, 18, driver_names=("1g.24gb+me",)),
+            "1g.2x": _Row("1g.47gb", 46592, 32),
+            "2g": _Row("2g.47gb", 46592, 38),
+            "3g": _Row("3g.93gb", 93184, 58, UNKNOWN),
+            "4g": _Row("4g.93gb", 93184, 76, UNKNOWN),
+            "7g": _Row("7g.186gb", 186368, 152, UNKNOWN),
+        },
+        INFERRED,
+        _BLACKWELL_ENGINES,
+    ),
     notes="3g/4g/7g memory and SM counts are unknown; early drivers (NVIDIA/gpu-operator#1303) name the "
-          "1g '1g.24gb' and report it at 20.00 GiB",
+    "1g '1g.24gb' and report it at 20.00 GiB",
 )
 
 _Q = _starts((0, 3, 6, 9), 3)
 _H = _starts((0, 6), 6)
 _F = _starts((0,), 12)
 RTX_PRO_6000 = GpuModel(
-    key="RTX-PRO-6000", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",), pci_device_id=0x2BB5,
-    memory_mib=97887, axis_length=12, max_mig_devices=4, driver="R580",
+    key="RTX-PRO-6000",
+    nvml_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",),
+    pci_device_id=0x2BB5,
+    memory_mib=97887,
+    axis_length=12,
+    max_mig_devices=4,
+    driver="R580",
     profiles=(
         ProfileSpec("1g.24gb", ENUM_1_SLICE, 14, 24192, 46, 1, 4, _Q, Engines(1, 1, 1, 1, 0)),
         ProfileSpec("1g.24gb+me", ENUM_1_SLICE_REV1, 21, 24192, 46, 1, 1, _Q, Engines(1, 1, 1, 1, 1)),
@@ -334,21 +511,46 @@ RTX_PRO_6000 = GpuModel(
 # Edition's profiles (MIG User Guide "RTX PRO 6000 Blackwell"; NVIDIA/gpu-operator#2249 configures
 # MIG on a Max-Q) and the PCI IDs are inferred.
 RTX_PRO_6000_WS = GpuModel(
-    key="RTX-PRO-6000-WS", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Workstation Edition",), pci_device_id=0x2BB1,
-    memory_mib=97887, memory_confidence=INFERRED, axis_length=12, max_mig_devices=4, driver="R580",
+    key="RTX-PRO-6000-WS",
+    nvml_names=("NVIDIA RTX PRO 6000 Blackwell Workstation Edition",),
+    pci_device_id=0x2BB1,
+    memory_mib=97887,
+    memory_confidence=INFERRED,
+    axis_length=12,
+    max_mig_devices=4,
+    driver="R580",
     profiles=tuple(replace(p, confidence=_weaker(p.confidence, INFERRED)) for p in RTX_PRO_6000.profiles),
     notes="profiles as the Server Edition (inferred)",
 )
 RTX_PRO_6000_MAXQ = GpuModel(
-    key="RTX-PRO-6000-MAXQ", nvml_names=("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",),
-    pci_device_id=0x2BB4, memory_mib=97887, axis_length=12, max_mig_devices=4, driver="R580",
+    key="RTX-PRO-6000-MAXQ",
+    nvml_names=("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",),
+    pci_device_id=0x2BB4,
+    memory_mib=97887,
+    axis_length=12,
+    max_mig_devices=4,
+    driver="R580",
     profiles=RTX_PRO_6000_WS.profiles,
     notes="profiles as the Server Edition (inferred)",
 )
 
 MODELS: tuple[GpuModel, ...] = (
-    A30, A100_SXM4_40GB, A100_PCIE_40GB, A100_SXM4_80GB, A100_PCIE_80GB, H100_SXM5_80GB, H100_PCIE_80GB,
-    H100_NVL_94GB, H20_96GB, H200_SXM, H200_NVL, B200, GB200, RTX_PRO_6000, RTX_PRO_6000_WS, RTX_PRO_6000_MAXQ,
+    A30,
+    A100_SXM4_40GB,
+    A100_PCIE_40GB,
+    A100_SXM4_80GB,
+    A100_PCIE_80GB,
+    H100_SXM5_80GB,
+    H100_PCIE_80GB,
+    H100_NVL_94GB,
+    H20_96GB,
+    H200_SXM,
+    H200_NVL,
+    B200,
+    GB200,
+    RTX_PRO_6000,
+    RTX_PRO_6000_WS,
+    RTX_PRO_6000_MAXQ,
 )
 
 

@@ -47,8 +47,14 @@ class Leftover(BaseModel):
 
     @classmethod
     def of(cls, gpu_uuid: str, profile: str, placement: Placement, reason: str) -> Leftover:
-        return cls.model_validate({"gpuUUID": gpu_uuid, "profile": profile, "reason": reason,
-                                   "placement": {"start": placement.start, "size": placement.size}})
+        return cls.model_validate(
+            {
+                "gpuUUID": gpu_uuid,
+                "profile": profile,
+                "reason": reason,
+                "placement": {"start": placement.start, "size": placement.size},
+            }
+        )
 
     @property
     def placement_value(self) -> Placement:

@@ -47,10 +47,13 @@ def _positive_mib(text: str) -> int:
     except QuantityError:
         value = None
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number of MiB (e.g. --memory 8000 or 8k)")
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a whole number of MiB (e.g. --memory 8000 or 8k)"
+        )
     if not 0 < value <= INT32_MAX:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive number of MiB up to {INT32_MAX} "
-                                         "(e.g. --memory 8000)")
+        raise argparse.ArgumentTypeError(
+            f"{value} must be a positive number of MiB up to {INT32_MAX} (e.g. --memory 8000)"
+        )
     return value
 
 
@@ -60,8 +63,9 @@ def _positive_count(text: str) -> int:
     except QuantityError:
         value = 0
     if not 0 < value <= MAX_DEVICES:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be a device count from 1 to {MAX_DEVICES} "
-                                         "(e.g. --gpus 2)")
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} must be a device count from 1 to {MAX_DEVICES} (e.g. --gpus 2)"
+        )
     return value
 
 
@@ -75,25 +79,45 @@ def _placements(text: str) -> tuple[Placement, ...]:
             placement = Placement(int(start), int(size))
         except ValueError:
             placement = None
-        if (not sep or placement is None or placement.start < 0 or placement.size <= 0
-                or placement.end > MAX_AXIS):
+        if (
+            not sep
+            or placement is None
+            or placement.start < 0
+            or placement.size <= 0
+            or placement.end > MAX_AXIS
+        ):
             raise argparse.ArgumentTypeError(
-                f"{part!r} is not START:SIZE with START ≥ 0 and SIZE > 0 (e.g. --occupied 0:2,6:1)")
+                f"{part!r} is not START:SIZE with START ≥ 0 and SIZE > 0 (e.g. --occupied 0:2,6:1)"
+            )
         out.append(placement)
     return tuple(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dynmig policy", description="Check, explain and diff MIG allowlists.")
+    parser = argparse.ArgumentParser(
+        prog="dynmig policy", description="Check, explain and diff MIG allowlists."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff}")
     check = sub.add_parser("check", help="validate an allowlist / device-config file")
-    check.add_argument("file", nargs="?", default=str(DEFAULT_POLICY),
-                       help="allowlist or device-config file (default: the packaged default policy, %(default)s)")
+    check.add_argument(
+        "file",
+        nargs="?",
+        default=str(DEFAULT_POLICY),
+        help="allowlist or device-config file (default: the packaged default policy, %(default)s)",
+    )
     explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
-    explain.add_argument("--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB")
-    explain.add_argument("--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)")
-    explain.add_argument("--gpus", type=_positive_count, default=1, help="devices (nvidia.com/gpu), default 1")
-    explain.add_argument("--preference", default="", help="nvidia.com/mig-profile-preference, e.g. 4g,3g.20gb")
+    explain.add_argument(
+        "--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB"
+    )
+    explain.add_argument(
+        "--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)"
+    )
+    explain.add_argument(
+        "--gpus", type=_positive_count, default=1, help="devices (nvidia.com/gpu), default 1"
+    )
+    explain.add_argument(
+        "--preference", default="", help="nvidia.com/mig-profile-preference, e.g. 4g,3g.20gb"
+    )
     explain.add_argument("--occupied", type=_placements, default=(), help="held placements, e.g. 0:2,6:1")
     explain.add_argument("--policy", help="allowlist file (default: the built-in default policy)")
     explain.add_argument("--json", action="store_true", help="print one JSON object")
@@ -139,25 +163,43 @@ class Explanation:
     reason: str
 
     def as_json(self) -> dict:
-        return {"fits": self.fits, "profiles": list(self.profiles),
-                "placements": [{"start": p.start, "size": p.size} for p in self.placements],
-                "reason": self.reason}
+        return {
+            "fits": self.fits,
+            "profiles": list(self.profiles),
+            "placements": [{"start": p.start, "size": p.size} for p in self.placements],
+            "reason": self.reason,
+        }
 
 
-def explain(model: catalog.GpuModel, allowlist: Allowlist, memory: int, gpus: int = 1,
-            preference: Sequence[str] = (), occupied: Sequence[Placement] = ()) -> Explanation:
+def explain(
+    model: catalog.GpuModel,
+    allowlist: Allowlist,
+    memory: int,
+    gpus: int = 1,
+    preference: Sequence[str] = (),
+    occupied: Sequence[Placement] = (),
+) -> Explanation:
     """The placement engine's answer for one GPU of `model`, with the reasoning in words."""
     profiles = from_catalog(model, allowlist.profiles_for(model.nvml_name))
     if not profiles:
-        return Explanation(False, (), (), f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
-                           "profiles of this model, so it publishes no MIG profiles")
+        return Explanation(
+            False,
+            (),
+            (),
+            f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
+            "profiles of this model, so it publishes no MIG profiles",
+        )
     gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
     pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):
         return Explanation(False, (), (), result.node_message(NODE))
-    return Explanation(True, tuple(d.profile for d in result.devices),
-                       tuple(d.placement for d in result.devices), _why(gpu, pod, result))
+    return Explanation(
+        True,
+        tuple(d.profile for d in result.devices),
+        tuple(d.placement for d in result.devices),
+        _why(gpu, pod, result),
+    )
 
 
 def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
@@ -170,7 +212,7 @@ def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
         why = f"{d.profile} at {d.placement}"
         if d.profile == smallest:
             why += f" (the smallest allowlisted profile with ≥ {memory} MiB"
-        elif any(e for e in pod.preference if d.profile == e or d.profile.split('.')[0] == e):
+        elif any(e for e in pod.preference if d.profile == e or d.profile.split(".")[0] == e):
             why += f" (preferred by {','.join(pod.preference)}"
         else:
             why += f" (larger than {smallest}, which has no free placement left"
@@ -179,8 +221,10 @@ def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
     for d in plan.devices:
         mask |= d.placement.mask
     left = [f"{p.name}×{len(ps.free_placements(mask, i))}" for i, p in enumerate(ps.profiles)]
-    return ("; ".join(parts) + "; placements chosen to keep the most large placements free "
-            f"(still placeable afterwards: {', '.join(left)})")
+    return (
+        "; ".join(parts) + "; placements chosen to keep the most large placements free "
+        f"(still placeable afterwards: {', '.join(left)})"
+    )
 
 
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -207,8 +251,10 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     held = ",".join(str(p) for p in occupied) or "nothing"
     print(f"{model.key} ({model.nvml_name}), policy {args.policy or 'default'}; occupied: {held}")
-    print(f"request: {args.gpus} × {args.memory} MiB"
-          + (f", preference {args.preference}" if args.preference else ""))
+    print(
+        f"request: {args.gpus} × {args.memory} MiB"
+        + (f", preference {args.preference}" if args.preference else "")
+    )
     if result.fits:
         for n, (name, place) in enumerate(zip(result.profiles, result.placements, strict=True)):
             print(f"  device {n}: {name} at {place}")
@@ -241,15 +287,19 @@ def _diff(old_path: str, new_path: str) -> int:
             real = sorted(n for n in names if model.profile(n))
             if real:
                 changes += 1
-                print(f"{model.key:<16} {verb} {', '.join(real)} (chosen by default only where smallest; "
-                      "otherwise through nvidia.com/mig-profile-preference)")
+                print(
+                    f"{model.key:<16} {verb} {', '.join(real)} (chosen by default only where smallest; "
+                    "otherwise through nvidia.com/mig-profile-preference)"
+                )
         for mib in LADDER_MIB:
             before, after = _first_profile(model, old, mib), _first_profile(model, new, mib)
             if before != after:
                 changes += 1
                 print(f"{model.key:<16} {mib:>7} MiB: {before} -> {after}")
-    print(f"{changes} change(s) between {old_path} and {new_path}"
-          f" ({len(catalog.MODELS)} models × {len(LADDER_MIB)} request sizes)")
+    print(
+        f"{changes} change(s) between {old_path} and {new_path}"
+        f" ({len(catalog.MODELS)} models × {len(LADDER_MIB)} request sizes)"
+    )
     return 0
 
 

@@ -91,8 +91,10 @@ def _scan(text: str) -> tuple[bool, str, str, str]:
     while pos < end and text[pos] in _DIGITS:
         pos += 1
     if pos < end:
-        raise QuantityError(f"{text!r} is not a quantity: expected a number with an optional suffix "
-                            "(n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or an exponent such as e3)")
+        raise QuantityError(
+            f"{text!r} is not a quantity: expected a number with an optional suffix "
+            "(n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or an exponent such as e3)"
+        )
     return positive, num, denom, text[suffix_start:]
 
 
@@ -107,8 +109,10 @@ def _suffix(text: str, suffix: str) -> tuple[int, int, str]:
         body = rest[1:] if rest[0] in "+-" else rest
         if body and set(body) <= _DIGITS and abs(exponent := int(rest)) <= (1 << 31) - 1:
             return 10, exponent, DECIMAL_EXPONENT
-    raise QuantityError(f"{text!r} has an unknown suffix {suffix!r}: use n u m k M G T P E, Ki Mi Gi Ti Pi Ei, "
-                        "or an exponent such as e3")
+    raise QuantityError(
+        f"{text!r} has an unknown suffix {suffix!r}: use n u m k M G T P E, Ki Mi Gi Ti Pi Ei, "
+        "or an exponent such as e3"
+    )
 
 
 def parse_quantity(text: str) -> Quantity:

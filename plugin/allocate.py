@@ -71,19 +71,26 @@ class ContainerAnswer:
 # ---------------------------------------------------------------- pure parts
 
 
-def container_reservations(allocations: tuple[MigAllocation, ...], container_index: int,
-                           devices: list[ContainerDevice]) -> list[MigAllocation]:
+def container_reservations(
+    allocations: tuple[MigAllocation, ...], container_index: int, devices: list[ContainerDevice]
+) -> list[MigAllocation]:
     """This container's reservations by deviceIndex, checked against its device entry."""
-    mine = sorted((a for a in allocations if a.containerIndex == container_index), key=lambda a: a.deviceIndex)
+    mine = sorted(
+        (a for a in allocations if a.containerIndex == container_index), key=lambda a: a.deviceIndex
+    )
     if len(mine) != len(devices):
-        raise AllocateError("reservation-mismatch",
-                            f"container {container_index} has {len(devices)} device(s) to allocate but "
-                            f"{len(mine)} reservation(s) in {MIG_ALLOCATIONS}")
-    for allocation, device in zip(mine, devices):
+        raise AllocateError(
+            "reservation-mismatch",
+            f"container {container_index} has {len(devices)} device(s) to allocate but "
+            f"{len(mine)} reservation(s) in {MIG_ALLOCATIONS}",
+        )
+    for allocation, device in zip(mine, devices, strict=False):
         if allocation.gpuUUID != device.uuid:
-            raise AllocateError("reservation-mismatch",
-                                f"container {container_index} device {allocation.deviceIndex}: reservation is on "
-                                f"{allocation.gpuUUID} but {DEVICES_TO_ALLOCATE} says {device.uuid}")
+            raise AllocateError(
+                "reservation-mismatch",
+                f"container {container_index} device {allocation.deviceIndex}: reservation is on "
+                f"{allocation.gpuUUID} but {DEVICES_TO_ALLOCATE} says {device.uuid}",
+            )
     return mine
 
 
@@ -94,12 +101,15 @@ def answer(strategy: str, mig_uuids: list[str], pod_uid: str) -> ContainerAnswer
     if strategy == "cdi-cri":
         return ContainerAnswer(cdi_devices=names, mig_uuids=uuids)
     if strategy == "cdi-annotations":
-        return ContainerAnswer(annotations={f"{CDI_ANNOTATION_PREFIX}{pod_uid}": ",".join(names)}, mig_uuids=uuids)
+        return ContainerAnswer(
+            annotations={f"{CDI_ANNOTATION_PREFIX}{pod_uid}": ",".join(names)}, mig_uuids=uuids
+        )
     return ContainerAnswer(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}, mig_uuids=uuids)
 
 
-def with_runtime(allocations: tuple[MigAllocation, ...], realized: dict[InstanceKey, ManagedInstance],
-                 container_index: int) -> tuple[MigAllocation, ...]:
+def with_runtime(
+    allocations: tuple[MigAllocation, ...], realized: dict[InstanceKey, ManagedInstance], container_index: int
+) -> tuple[MigAllocation, ...]:
     """The reservations with this container's runtime identities filled in."""
     out = []
     for allocation in allocations:
@@ -142,8 +152,15 @@ def preferred(available: list[str], must_include: list[str], size: int, reserved
 
 
 class Allocator:
-    def __init__(self, kube: Kube, manager: InstanceManager, reconciler: Reconciler, metrics: PluginMetrics,
-                 strategy: str = "envvar", busy_wait: float = BUSY_WAIT_S):
+    def __init__(
+        self,
+        kube: Kube,
+        manager: InstanceManager,
+        reconciler: Reconciler,
+        metrics: PluginMetrics,
+        strategy: str = "envvar",
+        busy_wait: float = BUSY_WAIT_S,
+    ):
         self.busy_wait = busy_wait
         self.kube = kube
         self.finder = PodFinder(kube)
@@ -182,7 +199,9 @@ class Allocator:
             return self._realize(pod, device_ids)
         except AllocateError as error:
             self.metrics.fail("allocate", error.reason)
-            log.error("Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref))
+            log.error(
+                "Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref)
+            )
             self._mark_failed(pod)
             raise
 
@@ -196,8 +215,11 @@ class Allocator:
             raise AllocateError("nothing-to-allocate", f"{pod.ref}: no entry left in {DEVICES_TO_ALLOCATE}")
         container_index, devices = found
         if len(devices) != len(device_ids):
-            raise AllocateError("device-count", f"{pod.ref}: device number not matched: kubelet asks for "
-                                f"{len(device_ids)}, container {container_index} has {len(devices)}")
+            raise AllocateError(
+                "device-count",
+                f"{pod.ref}: device number not matched: kubelet asks for "
+                f"{len(device_ids)}, container {container_index} has {len(devices)}",
+            )
         reservations = container_reservations(allocations, container_index, devices)
         with self.reconciler.lock:
             self._clear_way(reservations)
@@ -209,13 +231,16 @@ class Allocator:
             raise
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
 
-    def _ensure_all(self, pod: PodView, reservations: list[MigAllocation]) -> tuple[
-            dict[InstanceKey, ManagedInstance], list[InstanceKey]]:
+    def _ensure_all(
+        self, pod: PodView, reservations: list[MigAllocation]
+    ) -> tuple[dict[InstanceKey, ManagedInstance], list[InstanceKey]]:
         realized: dict[InstanceKey, ManagedInstance] = {}
         created: list[InstanceKey] = []
         for reservation in reservations:
             key = InstanceKey.of(reservation)
-            owner = Owner(pod.uid, pod.namespace, pod.name, reservation.containerIndex, reservation.deviceIndex)
+            owner = Owner(
+                pod.uid, pod.namespace, pod.name, reservation.containerIndex, reservation.deviceIndex
+            )
             try:
                 instance, new = self.manager.ensure(key, owner)
                 if not new:
@@ -254,16 +279,21 @@ class Allocator:
                 pids = self.manager.instance_processes(instance)
             except NvmlError as error:
                 self.metrics.busy_handovers.inc()
-                raise AllocateError("instance-busy", f"{instance.key} ({instance.mig_uuid}): NVML cannot tell whether "
-                                    f"a process still uses it ({error}); not handing it over") from None
+                raise AllocateError(
+                    "instance-busy",
+                    f"{instance.key} ({instance.mig_uuid}): NVML cannot tell whether "
+                    f"a process still uses it ({error}); not handing it over",
+                ) from None
             if not pids:
                 return
             if time.monotonic() >= deadline:
                 self.metrics.busy_handovers.inc()
-                raise AllocateError("instance-busy",
-                                    f"{instance.key} ({instance.mig_uuid}) still runs process(es) "
-                                    f"{', '.join(map(str, pids[:8]))} of a previous owner after {self.busy_wait:.0f}s; "
-                                    "dynmig never shares a MIG instance, kubelet will retry")
+                raise AllocateError(
+                    "instance-busy",
+                    f"{instance.key} ({instance.mig_uuid}) still runs process(es) "
+                    f"{', '.join(map(str, pids[:8]))} of a previous owner after {self.busy_wait:.0f}s; "
+                    "dynmig never shares a MIG instance, kubelet will retry",
+                )
             time.sleep(BUSY_POLL_S)
 
     def _rollback(self, created: list[InstanceKey]) -> None:
@@ -276,8 +306,13 @@ class Allocator:
 
     # ---- pod annotations
 
-    def _record(self, pod: PodView, container_index: int, reservations: list[MigAllocation],
-                realized: dict[InstanceKey, ManagedInstance]) -> None:
+    def _record(
+        self,
+        pod: PodView,
+        container_index: int,
+        reservations: list[MigAllocation],
+        realized: dict[InstanceKey, ManagedInstance],
+    ) -> None:
         """Patch runtime identity + erased entry (+ bind-phase success) with the pod's resourceVersion."""
         current: PodView | None = pod
         for _ in range(PATCH_ATTEMPTS):
@@ -287,7 +322,9 @@ class Allocator:
             try:
                 self.kube.patch_pod_annotations(current, patch, current.resource_version)
             except Conflict:
-                log.info("runtime identity patch of %s conflicted; re-reading", pod.ref, extra=about(pod=pod.ref))
+                log.info(
+                    "runtime identity patch of %s conflicted; re-reading", pod.ref, extra=about(pod=pod.ref)
+                )
                 current = self._reread(pod)
                 continue
             except KubeError as error:
@@ -303,16 +340,23 @@ class Allocator:
         except KubeError as error:
             raise AllocateError("api-error", f"re-read {pod.ref}: {error}") from None
 
-    def _runtime_patch(self, pod: PodView, container_index: int, reservations: list[MigAllocation],
-                       realized: dict[InstanceKey, ManagedInstance]) -> dict[str, str | None]:
+    def _runtime_patch(
+        self,
+        pod: PodView,
+        container_index: int,
+        reservations: list[MigAllocation],
+        realized: dict[InstanceKey, ManagedInstance],
+    ) -> dict[str, str | None]:
         try:
             allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
         except AnnotationError as error:
             raise AllocateError("malformed-annotation", f"{pod.ref}: {error}") from None
         now = sorted(InstanceKey.of(a) for a in allocations if a.containerIndex == container_index)
         if now != sorted(InstanceKey.of(r) for r in reservations):
-            raise AllocateError("reservation-changed", f"{pod.ref}: the reservation of container "
-                                f"{container_index} changed during Allocate")
+            raise AllocateError(
+                "reservation-changed",
+                f"{pod.ref}: the reservation of container {container_index} changed during Allocate",
+            )
         encoded = encode_allocations(with_runtime(allocations, realized, container_index))
         remaining = erase_container(pod.annotations.get(DEVICES_TO_ALLOCATE), container_index)
         patch: dict[str, str | None] = {MIG_ALLOCATIONS: encoded, DEVICES_TO_ALLOCATE: remaining}
@@ -335,4 +379,6 @@ class Allocator:
                 return
             self.kube.patch_node_annotations({NODE_LOCK: None}, node.resource_version)
         except KubeError as error:
-            log.warning("could not release the node lock held by %s: %s", pod.ref, error, extra=about(pod=pod.ref))
+            log.warning(
+                "could not release the node lock held by %s: %s", pod.ref, error, extra=about(pod=pod.ref)
+            )

@@ -110,13 +110,14 @@ def _node_entry(entry: Mapping[str, Any], where: str) -> NodeConfig:
         raise ConfigError(f"{where}.operatingmode: {mode!r} is not one of hami-core, mig, mps")
     raw = entry.get("filterdevices") or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}.filterdevices: must be an object like {{\"uuid\": [...], \"index\": [...]}}")
+        raise ConfigError(f'{where}.filterdevices: must be an object like {{"uuid": [...], "index": [...]}}')
     uuids = raw.get("uuid") or []
     indexes = raw.get("index") or []
     if not isinstance(uuids, list) or not all(isinstance(u, str) and u for u in uuids):
         raise ConfigError(f"{where}.filterdevices.uuid: must be a list of GPU UUID strings")
-    if not isinstance(indexes, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                for i in indexes):
+    if not isinstance(indexes, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indexes
+    ):
         raise ConfigError(f"{where}.filterdevices.index: must be a list of non-negative GPU indexes")
     return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)))
 
@@ -131,7 +132,9 @@ def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+        raise ConfigError(
+            f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
     return parse_node_config(doc, node_name, str(path))
 
 
@@ -141,32 +144,85 @@ def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
 def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) -> Flags:
     """Every `dynmig device-plugin` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py). The names the
     plugin read before (HAMi's style, e.g. METRICS_ADDRESS) still work, with a warning."""
-    f = Flags("dynmig device-plugin", "dynmig's MIG device plugin: creates the GPU instance a pod's "
-              "reservation names when its container starts, destroys it when the pod ends.", environ,
-              raise_errors=raise_errors)
-    f.add("--node-name", default="", quiet_env=("NODE_NAME",), show_default="$NODE_NAME",
-          help="this node (required; the chart sets NODE_NAME from spec.nodeName)")
-    f.add("--config-file", default=DEFAULT_DEVICE_CONFIG, old_env=("DEVICE_CONFIG_FILE",),
-          help="device config YAML with nvidia.migProfileAllowlist")
-    f.add("--node-config", default=None, old_env=("NODE_CONFIG_FILE",), show_default="none: MIG mode, no filter",
-          help="node config JSON (nodeconfig[] by node name)")
-    f.add("--kubelet-dir", default=DEFAULT_KUBELET_DIR, old_env=("KUBELET_DEVICE_PLUGIN_DIR",),
-          help="kubelet's device-plugin directory (kubelet.sock and our socket)")
-    f.add("--socket-name", default=DEFAULT_SOCKET, old_env=("DEVICE_PLUGIN_SOCKET",),
-          help="file name of our gRPC socket in --kubelet-dir")
-    f.add("--device-list-strategy", default="envvar", choices=STRATEGIES, old_env=("DEVICE_LIST_STRATEGY",),
-          help="how a container is told its MIG device: envvar (NVIDIA_VISIBLE_DEVICES) or CDI")
-    f.add("--reconcile-interval", default=5.0, type=positive_seconds, old_env=("RECONCILE_INTERVAL",),
-          help="seconds between reconcile passes (reclaim, adopt, publish); e.g. 5, 30s, 1m")
-    f.add("--metrics-address", default="", old_env=("METRICS_ADDRESS",), show_default="off",
-          help="host:port for /metrics, /healthz and /readyz (e.g. :9394)")
-    f.add("--kubeconfig", default=None, quiet_env=("KUBECONFIG",), show_default="in-cluster",
-          help="kubeconfig file (also read from KUBECONFIG)")
-    f.add("--state-dir", default=DEFAULT_STATE_DIR,
-          help="node-local directory of the ownership journal (a hostPath that survives the pod)")
+    f = Flags(
+        "dynmig device-plugin",
+        "dynmig's MIG device plugin: creates the GPU instance a pod's "
+        "reservation names when its container starts, destroys it when the pod ends.",
+        environ,
+        raise_errors=raise_errors,
+    )
+    f.add(
+        "--node-name",
+        default="",
+        quiet_env=("NODE_NAME",),
+        show_default="$NODE_NAME",
+        help="this node (required; the chart sets NODE_NAME from spec.nodeName)",
+    )
+    f.add(
+        "--config-file",
+        default=DEFAULT_DEVICE_CONFIG,
+        old_env=("DEVICE_CONFIG_FILE",),
+        help="device config YAML with nvidia.migProfileAllowlist",
+    )
+    f.add(
+        "--node-config",
+        default=None,
+        old_env=("NODE_CONFIG_FILE",),
+        show_default="none: MIG mode, no filter",
+        help="node config JSON (nodeconfig[] by node name)",
+    )
+    f.add(
+        "--kubelet-dir",
+        default=DEFAULT_KUBELET_DIR,
+        old_env=("KUBELET_DEVICE_PLUGIN_DIR",),
+        help="kubelet's device-plugin directory (kubelet.sock and our socket)",
+    )
+    f.add(
+        "--socket-name",
+        default=DEFAULT_SOCKET,
+        old_env=("DEVICE_PLUGIN_SOCKET",),
+        help="file name of our gRPC socket in --kubelet-dir",
+    )
+    f.add(
+        "--device-list-strategy",
+        default="envvar",
+        choices=STRATEGIES,
+        old_env=("DEVICE_LIST_STRATEGY",),
+        help="how a container is told its MIG device: envvar (NVIDIA_VISIBLE_DEVICES) or CDI",
+    )
+    f.add(
+        "--reconcile-interval",
+        default=5.0,
+        type=positive_seconds,
+        old_env=("RECONCILE_INTERVAL",),
+        help="seconds between reconcile passes (reclaim, adopt, publish); e.g. 5, 30s, 1m",
+    )
+    f.add(
+        "--metrics-address",
+        default="",
+        old_env=("METRICS_ADDRESS",),
+        show_default="off",
+        help="host:port for /metrics, /healthz and /readyz (e.g. :9394)",
+    )
+    f.add(
+        "--kubeconfig",
+        default=None,
+        quiet_env=("KUBECONFIG",),
+        show_default="in-cluster",
+        help="kubeconfig file (also read from KUBECONFIG)",
+    )
+    f.add(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        help="node-local directory of the ownership journal (a hostPath that survives the pod)",
+    )
     f.add("--log-level", default="info", choices=LEVELS, help="least severe log level written")
-    f.add("--log-format", default="text", choices=FORMATS,
-          help="text: one readable line per event; json: one JSON object per line")
+    f.add(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text: one readable line per event; json: one JSON object per line",
+    )
     return f
 
 
@@ -186,8 +242,10 @@ def load_config(argv: list[str]) -> PluginConfig:
     if "/" in args.socket_name or not args.socket_name.endswith(".sock"):
         raise ConfigError(f"--socket-name: {args.socket_name!r} must be a file name ending in .sock")
     if not args.state_dir or not Path(args.state_dir).is_absolute() or len(args.state_dir) > 1024:
-        raise ConfigError(f"--state-dir / DYNMIG_STATE_DIR: {args.state_dir!r} must be an absolute directory path "
-                          f"(default {DEFAULT_STATE_DIR})")
+        raise ConfigError(
+            f"--state-dir / DYNMIG_STATE_DIR: {args.state_dir!r} must be an absolute directory path "
+            f"(default {DEFAULT_STATE_DIR})"
+        )
     try:
         device_config = load_device_config(args.config_file)
     except PolicyError as error:

@@ -68,7 +68,9 @@ class Inventory:
 # ---------------------------------------------------------------- pure parts
 
 
-def resolve_allowed(allowlist: Allowlist, gpu_name: str, profiles: tuple[GiProfile, ...]) -> tuple[GiProfile, ...]:
+def resolve_allowed(
+    allowlist: Allowlist, gpu_name: str, profiles: tuple[GiProfile, ...]
+) -> tuple[GiProfile, ...]:
     """Allowlisted profiles of this GPU in allowlist order, matched by full name (no slice-key guess)."""
     by_name = {p.name: p for p in profiles}
     return tuple(by_name[name] for name in allowlist.profiles_for(gpu_name) if name in by_name)
@@ -87,12 +89,23 @@ def device_type(nvml_name: str) -> str:
 def device_info(gpu: GpuInventory) -> DeviceInfo:
     """One entry of `hami.io/node-nvidia-register` in HAMi's format (reference §4.2)."""
     return DeviceInfo(
-        id=gpu.uuid, index=gpu.index, count=gpu.count, devmem=gpu.device.memory_mib, devcore=100,
-        type=device_type(gpu.device.name), numa=gpu.device.numa, health=True, mode="mig",
+        id=gpu.uuid,
+        index=gpu.index,
+        count=gpu.count,
+        devmem=gpu.device.memory_mib,
+        devcore=100,
+        type=device_type(gpu.device.name),
+        numa=gpu.device.numa,
+        health=True,
+        mode="mig",
         migProfiles=tuple(
-            MigProfile(name=p.name, memoryMB=p.memory_mib, core=core_percent(p, gpu.profiles),
-                       sliceCount=p.slice_count,
-                       placements=tuple(PlacementModel(start=x.start, size=x.size) for x in p.placements))
+            MigProfile(
+                name=p.name,
+                memoryMB=p.memory_mib,
+                core=core_percent(p, gpu.profiles),
+                sliceCount=p.slice_count,
+                placements=tuple(PlacementModel(start=x.start, size=x.size) for x in p.placements),
+            )
             for p in gpu.allowed
         ),
     )
@@ -106,8 +119,9 @@ def registration(inventory: Inventory) -> list[DeviceInfo]:
 # ---------------------------------------------------------------- NVML
 
 
-def discover(nvml: Nvml, allowlist: Allowlist, excluded: DeviceFilter,
-             devices: list[GpuDevice] | None = None) -> Inventory:
+def discover(
+    nvml: Nvml, allowlist: Allowlist, excluded: DeviceFilter, devices: list[GpuDevice] | None = None
+) -> Inventory:
     """Read every GPU's profiles (read-only NVML queries; excluded GPUs are not even queried)."""
     out = []
     for device in devices if devices is not None else nvml.devices():

@@ -46,7 +46,9 @@ class InstanceKey:
 
     @classmethod
     def of(cls, allocation: MigAllocation) -> InstanceKey:
-        return cls(allocation.gpuUUID, allocation.profile, allocation.placement.start, allocation.placement.size)
+        return cls(
+            allocation.gpuUUID, allocation.profile, allocation.placement.start, allocation.placement.size
+        )
 
     def __str__(self) -> str:
         return f"{self.profile}@{self.start}:{self.size} on {self.gpu_uuid}"
@@ -77,8 +79,13 @@ class InstanceError(RuntimeError):
 
 
 class InstanceManager:
-    def __init__(self, nvml: Nvml, inventory: Inventory, metrics: PluginMetrics | None = None,
-                 journal: Journal | None = None):
+    def __init__(
+        self,
+        nvml: Nvml,
+        inventory: Inventory,
+        metrics: PluginMetrics | None = None,
+        journal: Journal | None = None,
+    ):
         self.nvml = nvml
         self.inventory = inventory
         self.metrics = metrics or PluginMetrics()
@@ -120,17 +127,23 @@ class InstanceManager:
         if gpu is None:
             raise InstanceError("unknown-gpu", f"GPU {uuid} is not on this node")
         if gpu.excluded:
-            raise InstanceError("excluded-gpu", f"GPU {uuid} is excluded by filterdevices; dynmig never mutates it")
+            raise InstanceError(
+                "excluded-gpu", f"GPU {uuid} is excluded by filterdevices; dynmig never mutates it"
+            )
         if not gpu.managed:
-            raise InstanceError("unmanaged-gpu", f"GPU {uuid} ({gpu.device.name}) has no allowlisted MIG profile")
+            raise InstanceError(
+                "unmanaged-gpu", f"GPU {uuid} ({gpu.device.name}) has no allowlisted MIG profile"
+            )
         return gpu
 
     def _profile(self, gpu: GpuInventory, name: str) -> GiProfile:
         profile = gpu.profile(name)
         if profile is None:
-            raise InstanceError("unsupported-profile",
-                                f"profile {name} is not an allowlisted NVML profile of {gpu.uuid} "
-                                f"(allowed: {', '.join(p.name for p in gpu.allowed)})")
+            raise InstanceError(
+                "unsupported-profile",
+                f"profile {name} is not an allowlisted NVML profile of {gpu.uuid} "
+                f"(allowed: {', '.join(p.name for p in gpu.allowed)})",
+            )
         return profile
 
     # ---- create
@@ -165,7 +178,9 @@ class InstanceManager:
             self._journal_created(intent, instance)
         self._remember(instance)
         self.metrics.creates.inc()
-        log.info("created MIG instance %s: GI %d CI %d %s", key, instance.gi_id, instance.ci_id, instance.mig_uuid)
+        log.info(
+            "created MIG instance %s: GI %d CI %d %s", key, instance.gi_id, instance.ci_id, instance.mig_uuid
+        )
         return instance, True
 
     def _create(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey) -> ManagedInstance:
@@ -173,22 +188,30 @@ class InstanceManager:
         try:
             current, pending = self.nvml.mig_mode(handle)
             if current != MIG_ENABLE or pending != MIG_ENABLE:
-                raise InstanceError("mig-mode", f"MIG mode on {gpu.uuid} is current={current} pending={pending}; "
-                                    "a pending mode change needs a GPU reset")
+                raise InstanceError(
+                    "mig-mode",
+                    f"MIG mode on {gpu.uuid} is current={current} pending={pending}; "
+                    "a pending mode change needs a GPU reset",
+                )
             possible = self.nvml.possible_placements(handle, profile.id)
         except NvmlError as error:
             raise InstanceError("nvml-query", f"cannot check {key}: {error}") from None
         if key.placement not in possible:
-            raise InstanceError("invalid-placement", f"placement {key.placement} is not a legal placement of "
-                                f"{key.profile} on {gpu.uuid} (legal: {', '.join(map(str, possible))})")
+            raise InstanceError(
+                "invalid-placement",
+                f"placement {key.placement} is not a legal placement of "
+                f"{key.profile} on {gpu.uuid} (legal: {', '.join(map(str, possible))})",
+            )
         try:
             gi = self.nvml.create_gi(handle, profile.id, key.placement)
         except NvmlError as error:
             raise InstanceError("create-gi", f"create GI {key}: {error}") from None
         try:
             if gi.placement != key.placement or gi.profile_id != profile.id:
-                raise InstanceError("gi-mismatch", f"NVML created GI {gi.gi_id} at {gi.placement} profile "
-                                    f"{gi.profile_id}, not {key}")
+                raise InstanceError(
+                    "gi-mismatch",
+                    f"NVML created GI {gi.gi_id} at {gi.placement} profile {gi.profile_id}, not {key}",
+                )
             try:
                 ci = self.nvml.create_ci(gi.handle, profile.slice_count)
             except NvmlError as error:
@@ -211,17 +234,21 @@ class InstanceManager:
     def _mine(self, existing: ManagedInstance, owner: Owner | None) -> ManagedInstance:
         if existing.owner is not None and owner is not None and existing.owner.pod_uid != owner.pod_uid:
             self.metrics.fail("create", "owned-by-another-pod")
-            raise InstanceError("owned-by-another-pod",
-                                f"{existing.key} (GI {existing.gi_id}, {existing.mig_uuid or 'no MIG device'}) "
-                                f"still belongs to pod {existing.owner.ref} ({existing.owner.pod_uid}); it is "
-                                "reclaimed once that pod has ended, and kubelet retries")
+            raise InstanceError(
+                "owned-by-another-pod",
+                f"{existing.key} (GI {existing.gi_id}, {existing.mig_uuid or 'no MIG device'}) "
+                f"still belongs to pod {existing.owner.ref} ({existing.owner.pod_uid}); it is "
+                "reclaimed once that pod has ended, and kubelet retries",
+            )
         return existing
 
     # ---- the journal
 
     def _journal_created(self, intent: Entry, instance: ManagedInstance) -> None:
         try:
-            self.journal.record(intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid), durable=False)
+            self.journal.record(
+                intent.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid), durable=False
+            )
         except JournalError as error:
             # the intent entry stays: it still proves the instance at this placement is ours
             log.error("created %s but could not record its identity: %s", instance.key, error)
@@ -284,8 +311,14 @@ class InstanceManager:
             self._forget(key)
             self._unjournal(key)
         self.metrics.destroys.labels(cause=cause).inc()
-        log.info("destroyed MIG instance %s (GI %d CI %d, %s): %s", key, instance.gi_id, instance.ci_id,
-                 instance.mig_uuid, cause)
+        log.info(
+            "destroyed MIG instance %s (GI %d CI %d, %s): %s",
+            key,
+            instance.gi_id,
+            instance.ci_id,
+            instance.mig_uuid,
+            cause,
+        )
 
     def _destroy(self, gpu: GpuInventory, instance: ManagedInstance) -> None:
         handle, key = gpu.device.handle, instance.key
@@ -296,8 +329,14 @@ class InstanceManager:
             profile = gpu.profile(key.profile)
             if gi.placement != key.placement or (profile is not None and gi.profile_id != profile.id):
                 # GI IDs are reused by the driver: this ID now names someone else's instance.
-                log.warning("GI %d on %s is now %s profile %d, not %s; ours is gone, leaving it alone",
-                            instance.gi_id, gpu.uuid, gi.placement, gi.profile_id, key)
+                log.warning(
+                    "GI %d on %s is now %s profile %d, not %s; ours is gone, leaving it alone",
+                    instance.gi_id,
+                    gpu.uuid,
+                    gi.placement,
+                    gi.profile_id,
+                    key,
+                )
                 return
             ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
             if ci is not None:
@@ -336,8 +375,9 @@ class InstanceManager:
 
     # ---- adopt
 
-    def verify(self, key: InstanceKey, gi_id: int, ci_id: int, mig_uuid: str,
-               owner: Owner | None = None) -> ManagedInstance:
+    def verify(
+        self, key: InstanceKey, gi_id: int, ci_id: int, mig_uuid: str, owner: Owner | None = None
+    ) -> ManagedInstance:
         """Prove a recorded runtime identity against NVML: profile, placement, GI ID, CI ID, MIG UUID."""
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
@@ -347,7 +387,9 @@ class InstanceManager:
             if gi is None:
                 raise InstanceError("gi-missing", f"{key}: GI {gi_id} does not exist")
             if gi.profile_id != profile.id or gi.placement != key.placement:
-                raise InstanceError("gi-mismatch", f"{key}: GI {gi_id} is profile {gi.profile_id} at {gi.placement}")
+                raise InstanceError(
+                    "gi-mismatch", f"{key}: GI {gi_id} is profile {gi.profile_id} at {gi.placement}"
+                )
             if self.nvml.ci_by_id(gi.handle, ci_id) is None:
                 raise InstanceError("ci-missing", f"{key}: CI {ci_id} of GI {gi_id} does not exist")
             found = self.nvml.mig_uuid(handle, gi_id, ci_id)
@@ -369,8 +411,11 @@ class InstanceManager:
                 if len(cis) != 1:
                     return None
                 mig_uuid = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, cis[0].ci_id)
-                return (ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True, owner=owner)
-                        if mig_uuid else None)
+                return (
+                    ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True, owner=owner)
+                    if mig_uuid
+                    else None
+                )
         except NvmlError as error:
             raise InstanceError("nvml-query", f"look for {key}: {error}") from None
         return None
@@ -380,8 +425,13 @@ class InstanceManager:
             self._remember(instance)
             self.journal_adopted(instance)
         self.metrics.adoptions.inc()
-        log.info("adopted MIG instance %s: GI %d CI %d %s", instance.key, instance.gi_id, instance.ci_id,
-                 instance.mig_uuid)
+        log.info(
+            "adopted MIG instance %s: GI %d CI %d %s",
+            instance.key,
+            instance.gi_id,
+            instance.ci_id,
+            instance.mig_uuid,
+        )
 
     # ---- instances the journal proves ours
 
@@ -398,8 +448,9 @@ class InstanceManager:
         except NvmlError as error:
             raise InstanceError("nvml-query", f"journal entry {key}: {error}") from None
 
-    def _claim_created(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey,
-                       entry: Entry) -> ManagedInstance | None:
+    def _claim_created(
+        self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey, entry: Entry
+    ) -> ManagedInstance | None:
         gi = self.nvml.gi_by_id(gpu.device.handle, entry.gpuInstanceID or 0)
         if gi is None or gi.placement != key.placement or gi.profile_id != profile.id:
             return self._gone(key, "its GI is gone (or its ID now names another instance)")
@@ -409,20 +460,27 @@ class InstanceManager:
         found = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, entry.computeInstanceID or 0)
         if found != entry.migUUID:
             return self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
-        return ManagedInstance(key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner)
+        return ManagedInstance(
+            key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner
+        )
 
-    def _claim_intent(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey,
-                      entry: Entry) -> ManagedInstance | None:
+    def _claim_intent(
+        self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey, entry: Entry
+    ) -> ManagedInstance | None:
         """A crash came between the intent and the record of the create: look at the placement."""
-        gi = next((g for g in self.nvml.list_gis(gpu.device.handle, [profile]) if g.placement == key.placement), None)
+        gi = next(
+            (g for g in self.nvml.list_gis(gpu.device.handle, [profile]) if g.placement == key.placement),
+            None,
+        )
         if gi is None:
             return self._gone(key, "no GI was created")
         cis = self.nvml.list_cis(gi.handle)
         if not cis:
             return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=entry.owner)
         if len(cis) != 1:
-            raise InstanceError("not-our-shape", f"{key}: GI {gi.gi_id} has {len(cis)} compute instances; dynmig "
-                                "creates one")
+            raise InstanceError(
+                "not-our-shape", f"{key}: GI {gi.gi_id} has {len(cis)} compute instances; dynmig creates one"
+            )
         mig_uuid = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, cis[0].ci_id) or ""
         return ManagedInstance(key, gi.gi_id, cis[0].ci_id, mig_uuid, adopted=True, owner=entry.owner)
 
@@ -435,12 +493,18 @@ class InstanceManager:
         instance = replace(instance, journaled=True)
         with self.gpu_lock(instance.key.gpu_uuid):
             self._remember(instance)
-        log.info("journal proves MIG instance %s ours (GI %d, pod %s)", instance.key, instance.gi_id,
-                 instance.owner.ref if instance.owner else "?")
+        log.info(
+            "journal proves MIG instance %s ours (GI %d, pod %s)",
+            instance.key,
+            instance.gi_id,
+            instance.owner.ref if instance.owner else "?",
+        )
 
     def instance_processes(self, instance: ManagedInstance) -> list[int]:
         """PIDs of compute processes on the instance's MIG device; NvmlError when NVML cannot tell."""
         gpu = self.inventory.gpu(instance.key.gpu_uuid)
         if gpu is None:
-            raise NvmlError("nvmlDeviceGetComputeRunningProcesses", 6, f"GPU {instance.key.gpu_uuid} not found")
+            raise NvmlError(
+                "nvmlDeviceGetComputeRunningProcesses", 6, f"GPU {instance.key.gpu_uuid} not found"
+            )
         return self.nvml.mig_processes(gpu.device.handle, instance.gi_id, instance.ci_id)

@@ -96,16 +96,28 @@ class Entry(BaseModel):
     @property
     def created(self) -> bool:
         """The create finished and its runtime identity was recorded (else: intent only)."""
-        return self.gpuInstanceID is not None and self.computeInstanceID is not None and self.migUUID is not None
+        return (
+            self.gpuInstanceID is not None and self.computeInstanceID is not None and self.migUUID is not None
+        )
 
     @classmethod
     def intent(cls, key: Key, owner: Owner) -> Entry:
-        return cls(gpuUUID=key[0], profile=key[1], start=key[2], size=key[3], podUID=owner.pod_uid or UNKNOWN,
-                   namespace=owner.namespace or UNKNOWN, name=owner.name or UNKNOWN,
-                   containerIndex=owner.container_index, deviceIndex=owner.device_index)
+        return cls(
+            gpuUUID=key[0],
+            profile=key[1],
+            start=key[2],
+            size=key[3],
+            podUID=owner.pod_uid or UNKNOWN,
+            namespace=owner.namespace or UNKNOWN,
+            name=owner.name or UNKNOWN,
+            containerIndex=owner.container_index,
+            deviceIndex=owner.device_index,
+        )
 
     def with_runtime(self, gi_id: int, ci_id: int, mig_uuid: str) -> Entry:
-        return self.model_copy(update={"gpuInstanceID": gi_id, "computeInstanceID": ci_id, "migUUID": mig_uuid})
+        return self.model_copy(
+            update={"gpuInstanceID": gi_id, "computeInstanceID": ci_id, "migUUID": mig_uuid}
+        )
 
 
 class JournalFile(BaseModel):
@@ -136,8 +148,11 @@ def decode(text: str | bytes) -> list[Entry]:
 
 def encode(entries: Iterable[Entry]) -> str:
     ordered = sorted(entries, key=lambda e: e.key)
-    return json.dumps({"version": VERSION, "entries": [e.model_dump(exclude_none=True) for e in ordered]},
-                      separators=(",", ":"), sort_keys=True)
+    return json.dumps(
+        {"version": VERSION, "entries": [e.model_dump(exclude_none=True) for e in ordered]},
+        separators=(",", ":"),
+        sort_keys=True,
+    )
 
 
 class Journal:
@@ -162,19 +177,27 @@ class Journal:
 
     def _load(self) -> str:
         if self.path is None:
-            log.warning("no state directory: the ownership journal lives in memory and does not survive a restart")
+            log.warning(
+                "no state directory: the ownership journal lives in memory and does not survive a restart"
+            )
             return "memory"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("rb") as f:
                 data = f.read(MAX_BYTES + 1)
         except FileNotFoundError:
-            self._problem("missing", f"no ownership journal at {self.path} (first start, or the state directory "
-                          "was lost): no instance is proven ours by the journal")
+            self._problem(
+                "missing",
+                f"no ownership journal at {self.path} (first start, or the state directory "
+                "was lost): no instance is proven ours by the journal",
+            )
             return "missing"
         except OSError as error:
-            self._problem("unreadable", f"cannot read the ownership journal {self.path}: {error.strerror}; "
-                          "no instance is proven ours by the journal")
+            self._problem(
+                "unreadable",
+                f"cannot read the ownership journal {self.path}: {error.strerror}; "
+                "no instance is proven ours by the journal",
+            )
             return "corrupt"
         try:
             entries = decode(data)
@@ -184,9 +207,12 @@ class Journal:
                 os.replace(self.path, aside)
             except OSError:
                 aside = self.path
-            self._problem("corrupt", f"the ownership journal {self.path} cannot be trusted ({error}); kept as "
-                          f"{aside}; no instance is proven ours by it, so none of its instances is destroyed "
-                          "on a busy GPU")
+            self._problem(
+                "corrupt",
+                f"the ownership journal {self.path} cannot be trusted ({error}); kept as "
+                f"{aside}; no instance is proven ours by it, so none of its instances is destroyed "
+                "on a busy GPU",
+            )
             return "corrupt"
         self._entries = {e.key: e for e in entries}
         log.info("ownership journal %s: %d instance(s) recorded", self.path, len(self._entries))
@@ -253,7 +279,7 @@ class Journal:
             try:
                 view = memoryview(text)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 if durable:
                     os.fsync(fd)  # the new content is on disk before the rename makes it the journal
             finally:

@@ -58,9 +58,13 @@ class PodView:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         return cls(
-            namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
-            phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
-            node_name=spec.get("nodeName") or "", resource_version=str(meta.get("resourceVersion") or ""),
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            phase=status.get("phase") or "Pending",
+            deleting=bool(meta.get("deletionTimestamp")),
+            node_name=spec.get("nodeName") or "",
+            resource_version=str(meta.get("resourceVersion") or ""),
             annotations=dict(meta.get("annotations") or {}),
             init_containers=tuple(c.get("name", "") for c in spec.get("initContainers") or ()),
             containers=tuple(c.get("name", "") for c in spec.get("containers") or ()),
@@ -97,7 +101,9 @@ class Kube:
         except k8s.exceptions.ApiException as error:
             status = getattr(error, "status", None)
             kind = Conflict if status == 409 else KubeError
-            raise kind(f"{call.__name__}: HTTP {status} {getattr(error, 'reason', '')}".strip(), status) from None
+            raise kind(
+                f"{call.__name__}: HTTP {status} {getattr(error, 'reason', '')}".strip(), status
+            ) from None
         except (ValueError, TypeError) as error:
             raise KubeError(f"{call.__name__}: unreadable answer ({error})") from None
         except Exception as error:  # noqa: BLE001 - connection refused, timeouts, TLS: all "API down"
@@ -107,7 +113,9 @@ class Kube:
 
     def list_node_pods(self) -> list[PodView]:
         """Every pod bound to this node; raises KubeError on any error or a partial (continued) list."""
-        body = self._raw(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node_name}")
+        body = self._raw(
+            self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node_name}"
+        )
         if (body.get("metadata") or {}).get("continue"):
             raise KubeError("list pods: partial list (continue token)")
         items = body.get("items")
@@ -123,14 +131,20 @@ class Kube:
                 return None
             raise
 
-    def patch_pod_annotations(self, pod: PodView, annotations: Mapping[str, str | None],
-                              resource_version: str | None = None) -> PodView:
+    def patch_pod_annotations(
+        self, pod: PodView, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> PodView:
         """Merge-patch annotations (None deletes); with a resourceVersion, a 409 raises Conflict."""
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version:
             metadata["resourceVersion"] = resource_version
-        body = self._raw(self.core.patch_namespaced_pod, pod.name, pod.namespace, {"metadata": metadata},
-                         _content_type="application/merge-patch+json")
+        body = self._raw(
+            self.core.patch_namespaced_pod,
+            pod.name,
+            pod.namespace,
+            {"metadata": metadata},
+            _content_type="application/merge-patch+json",
+        )
         return PodView.from_dict(body)
 
     # ---- this node
@@ -138,14 +152,22 @@ class Kube:
     def get_node(self) -> NodeView:
         body = self._raw(self.core.read_node, self.node_name)
         meta = body.get("metadata") or {}
-        return NodeView(self.node_name, str(meta.get("resourceVersion") or ""), dict(meta.get("annotations") or {}))
+        return NodeView(
+            self.node_name, str(meta.get("resourceVersion") or ""), dict(meta.get("annotations") or {})
+        )
 
-    def patch_node_annotations(self, annotations: Mapping[str, str | None], resource_version: str | None = None) -> None:
+    def patch_node_annotations(
+        self, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> None:
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version:
             metadata["resourceVersion"] = resource_version
-        self._raw(self.core.patch_node, self.node_name, {"metadata": metadata},
-                  _content_type="application/merge-patch+json")
+        self._raw(
+            self.core.patch_node,
+            self.node_name,
+            {"metadata": metadata},
+            _content_type="application/merge-patch+json",
+        )
 
     # ---- events
 
@@ -153,12 +175,18 @@ class Kube:
         """A core/v1 Event about this node (in `default`, where kubelet puts node events)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{self.node_name}.{time.time_ns():x}", "namespace": "default"},
             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
-            "reason": reason, "message": message[:1024], "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
             "source": {"component": "dynmig-device-plugin", "host": self.node_name},
-            "reportingComponent": "dynmig-device-plugin", "reportingInstance": self.node_name,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": "dynmig-device-plugin",
+            "reportingInstance": self.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         self._raw(self.core.create_namespaced_event, "default", body)

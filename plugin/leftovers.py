@@ -25,14 +25,18 @@ log = logging.getLogger("dynmig.plugin.leftovers")
 def find_leftovers(manager: InstanceManager, node: NodeReservations) -> list[Leftover] | None:
     """Every GI on a managed GPU not at an active reservation's profile and placement; None when
     NVML cannot tell (then nothing is published this pass)."""
-    covered = {(r.allocation.gpuUUID, r.allocation.profile, r.allocation.placement_value) for r in node.reservations}
+    covered = {
+        (r.allocation.gpuUUID, r.allocation.profile, r.allocation.placement_value) for r in node.reservations
+    }
     managed = {(m.key.gpu_uuid, m.key.profile, m.key.placement) for m in manager.managed()}
     out: list[Leftover] = []
     for gpu in manager.inventory.managed:
         try:
             gis = manager.nvml.list_gis(gpu.device.handle, list(gpu.profiles))
         except NvmlError as error:
-            log.warning("cannot list GPU instances of %s (%s); leftovers not published this pass", gpu.uuid, error)
+            log.warning(
+                "cannot list GPU instances of %s (%s); leftovers not published this pass", gpu.uuid, error
+            )
             return None
         for gi in gis:
             profile = gpu.any_profile(gi.profile_id)
@@ -62,9 +66,14 @@ class LeftoverPublisher:
             if self.kube.get_node().annotations.get(LEFTOVERS) != text:
                 self.kube.patch_node_annotations({LEFTOVERS: text})
                 if leftovers:
-                    log.warning("published %d instance(s) no active reservation covers as occupied: %s",
-                                len(leftovers), ", ".join(f"{x.profile}@{x.placement_value} on {x.gpuUUID} "
-                                                          f"({x.reason})" for x in leftovers[:8]))
+                    log.warning(
+                        "published %d instance(s) no active reservation covers as occupied: %s",
+                        len(leftovers),
+                        ", ".join(
+                            f"{x.profile}@{x.placement_value} on {x.gpuUUID} ({x.reason})"
+                            for x in leftovers[:8]
+                        ),
+                    )
                 else:
                     log.info("no leftover instances: %s removed", LEFTOVERS)
                 self.last = text or ""

@@ -34,8 +34,9 @@ log = logging.getLogger("dynmig.plugin")
 
 
 class DevicePluginApp:
-    def __init__(self, config: PluginConfig, kube: Kube, nvml: Nvml | None = None,
-                 metrics: PluginMetrics | None = None):
+    def __init__(
+        self, config: PluginConfig, kube: Kube, nvml: Nvml | None = None, metrics: PluginMetrics | None = None
+    ):
         self.config = config
         self.kube = kube
         self.nvml = nvml or Nvml()
@@ -149,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(list(sys.argv[1:] if argv is None else argv))
         if not config.node.mig:
-            raise ConfigError(f"node config: nodeconfig[name={config.node_name}].operatingmode is "
-                              f"{config.node.operating_mode!r}; dynmig's device plugin serves only 'mig' nodes")
+            raise ConfigError(
+                f"node config: nodeconfig[name={config.node_name}].operatingmode is "
+                f"{config.node.operating_mode!r}; dynmig's device plugin serves only 'mig' nodes"
+            )
     except ConfigError as error:
         print(f"dynmig device-plugin: configuration error: {error}", file=sys.stderr)
         return 2
@@ -163,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kube = Kube(api_client(config.kubeconfig), config.node_name)
     except Exception as error:  # noqa: BLE001 - a bad kubeconfig is a configuration error
-        print(f"dynmig device-plugin: configuration error: kubeconfig {config.kubeconfig or '(in-cluster)'}: "
-              f"{error}", file=sys.stderr)
+        print(
+            f"dynmig device-plugin: configuration error: kubeconfig {config.kubeconfig or '(in-cluster)'}: "
+            f"{error}",
+            file=sys.stderr,
+        )
         return 2
     # installed before start, so a stop during startup is graceful too
     received: list[int] = []
@@ -192,9 +198,11 @@ def _exit_if_stop_hangs(seconds: float) -> None:
     """A graceful stop that blocks (e.g. on an API server that is gone) must not keep the process
     alive: after `seconds` exit anyway. Nothing is mid-mutation then: Allocate and reconcile hold the
     per-GPU locks only around NVML calls, which return."""
+
     def give_up() -> None:
         log.error("graceful stop took longer than %.0fs; exiting", seconds)
         os._exit(1)
+
     timer = threading.Timer(seconds, give_up)
     timer.daemon = True
     timer.start()

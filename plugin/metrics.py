@@ -27,42 +27,72 @@ class PluginMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         register_build_info(r, "device-plugin")
-        self.managed = Gauge("dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r)
+        self.managed = Gauge(
+            "dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r
+        )
         self.creates = Counter("dynmig_plugin_instance_creates", "MIG instances created (GI+CI)", registry=r)
-        self.destroys = Counter("dynmig_plugin_instance_destroys", "MIG instances destroyed (CI then GI)",
-                                ["cause"], registry=r)
-        self.adoptions = Counter("dynmig_plugin_instance_adoptions", "MIG instances adopted after a restart",
-                                 registry=r)
-        self.failures = Counter("dynmig_plugin_failures", "Failed operations by reason", ["op", "reason"],
-                                registry=r)
-        self.reconcile_skipped = Counter("dynmig_plugin_reconcile_destroys_skipped",
-                                         "Reconcile passes whose destroys were skipped, by reason", ["reason"],
-                                         registry=r)
+        self.destroys = Counter(
+            "dynmig_plugin_instance_destroys", "MIG instances destroyed (CI then GI)", ["cause"], registry=r
+        )
+        self.adoptions = Counter(
+            "dynmig_plugin_instance_adoptions", "MIG instances adopted after a restart", registry=r
+        )
+        self.failures = Counter(
+            "dynmig_plugin_failures", "Failed operations by reason", ["op", "reason"], registry=r
+        )
+        self.reconcile_skipped = Counter(
+            "dynmig_plugin_reconcile_destroys_skipped",
+            "Reconcile passes whose destroys were skipped, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.reconcile_passes = Counter("dynmig_plugin_reconcile_passes", "Reconcile passes run", registry=r)
-        self.allocate_seconds = Histogram("dynmig_plugin_allocate_seconds", "Latency of kubelet Allocate calls",
-                                          ["result"], registry=r,
-                                          buckets=(.005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10))
-        self.registration_publishes = Counter("dynmig_plugin_node_register_publishes",
-                                              "Times hami.io/node-nvidia-register was written", registry=r)
-        self.journal_entries = Gauge("dynmig_plugin_journal_entries", "Instances the ownership journal records",
-                                     registry=r)
-        self.journal_writes = Counter("dynmig_plugin_journal_writes", "Atomic writes of the ownership journal",
-                                      registry=r)
-        self.journal_problems = Counter("dynmig_plugin_journal_problems",
-                                        "Ownership journal missing, corrupt or not writable, by reason", ["reason"],
-                                        registry=r)
-        self.journal_reclaims = Counter("dynmig_plugin_journal_reclaims",
-                                        "Instances reclaimed on the journal's proof (their pod is gone or ended)",
-                                        registry=r)
-        self.busy_handovers = Counter("dynmig_plugin_busy_handovers_refused",
-                                      "Allocate refused to hand over an existing instance a process still uses",
-                                      registry=r)
-        self.reclaims_stuck = Gauge("dynmig_plugin_reclaims_stuck",
-                                    "Instances whose destroy keeps failing (e.g. IN_USE) and is backing off",
-                                    registry=r)
-        self.unowned_placements = Gauge("dynmig_plugin_unowned_placements",
-                                        "Instances on this node no active reservation covers, published as "
-                                        "occupied for the scheduler, by reason", ["reason"], registry=r)
+        self.allocate_seconds = Histogram(
+            "dynmig_plugin_allocate_seconds",
+            "Latency of kubelet Allocate calls",
+            ["result"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.registration_publishes = Counter(
+            "dynmig_plugin_node_register_publishes",
+            "Times hami.io/node-nvidia-register was written",
+            registry=r,
+        )
+        self.journal_entries = Gauge(
+            "dynmig_plugin_journal_entries", "Instances the ownership journal records", registry=r
+        )
+        self.journal_writes = Counter(
+            "dynmig_plugin_journal_writes", "Atomic writes of the ownership journal", registry=r
+        )
+        self.journal_problems = Counter(
+            "dynmig_plugin_journal_problems",
+            "Ownership journal missing, corrupt or not writable, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.journal_reclaims = Counter(
+            "dynmig_plugin_journal_reclaims",
+            "Instances reclaimed on the journal's proof (their pod is gone or ended)",
+            registry=r,
+        )
+        self.busy_handovers = Counter(
+            "dynmig_plugin_busy_handovers_refused",
+            "Allocate refused to hand over an existing instance a process still uses",
+            registry=r,
+        )
+        self.reclaims_stuck = Gauge(
+            "dynmig_plugin_reclaims_stuck",
+            "Instances whose destroy keeps failing (e.g. IN_USE) and is backing off",
+            registry=r,
+        )
+        self.unowned_placements = Gauge(
+            "dynmig_plugin_unowned_placements",
+            "Instances on this node no active reservation covers, published as "
+            "occupied for the scheduler, by reason",
+            ["reason"],
+            registry=r,
+        )
 
     def fail(self, op: str, reason: str) -> None:
         self.failures.labels(op=op, reason=reason).inc()
@@ -78,8 +108,9 @@ class PluginMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def serve(self, address: str, healthz: Check | None = None,
-              readyz: Check | None = None) -> tuple[object, object] | None:
+    def serve(
+        self, address: str, healthz: Check | None = None, readyz: Check | None = None
+    ) -> tuple[object, object] | None:
         """Serve /metrics (and /healthz, /readyz when given) on host:port (port 0 = any); returns
         (server, thread) or None when off."""
         if not address:
@@ -98,9 +129,12 @@ def _with_checks(metrics: Callable[..., Iterable[bytes]], checks: dict[str, Chec
         if check is None:
             return metrics(environ, start_response)
         healthy, text = check()
-        start_response("200 OK" if healthy else "503 Service Unavailable",
-                       [("Content-Type", "text/plain; charset=utf-8")])
+        start_response(
+            "200 OK" if healthy else "503 Service Unavailable",
+            [("Content-Type", "text/plain; charset=utf-8")],
+        )
         return [f"{text}\n".encode()]
+
     return app
 
 

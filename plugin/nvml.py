@@ -143,14 +143,16 @@ class Nvml:
             handle = self._call("nvmlDeviceGetHandleByIndex", index)
             memory = self._call("nvmlDeviceGetMemoryInfo", handle)
             numa = self._optional((NOT_SUPPORTED, FUNCTION_NOT_FOUND), "nvmlDeviceGetNumaNodeId", handle)
-            out.append(GpuDevice(
-                index=index,
-                uuid=_text(self._call("nvmlDeviceGetUUID", handle)),
-                name=_text(self._call("nvmlDeviceGetName", handle)),
-                memory_mib=int(memory.total) // (1024 * 1024),
-                numa=int(numa) if isinstance(numa, int) and numa >= 0 else 0,
-                handle=handle,
-            ))
+            out.append(
+                GpuDevice(
+                    index=index,
+                    uuid=_text(self._call("nvmlDeviceGetUUID", handle)),
+                    name=_text(self._call("nvmlDeviceGetName", handle)),
+                    memory_mib=int(memory.total) // (1024 * 1024),
+                    numa=int(numa) if isinstance(numa, int) and numa >= 0 else 0,
+                    handle=handle,
+                )
+            )
         return out
 
     def mig_mode(self, handle: Any) -> tuple[int, int]:
@@ -169,24 +171,36 @@ class Nvml:
         """Every GI profile this GPU supports, with its full NVML name and possible placements."""
         out = []
         for enum in range(GI_PROFILE_COUNT):
-            info = self._optional((NOT_SUPPORTED, INVALID_ARGUMENT), "nvmlDeviceGetGpuInstanceProfileInfo",
-                                  handle, enum)
+            info = self._optional(
+                (NOT_SUPPORTED, INVALID_ARGUMENT), "nvmlDeviceGetGpuInstanceProfileInfo", handle, enum
+            )
             if info is None:
                 continue
-            out.append(GiProfile(
-                name=profile_name(info.name), enum=enum, id=int(info.id), memory_mib=int(info.memorySizeMB),
-                sm_count=int(info.multiprocessorCount), slice_count=int(info.sliceCount),
-                instance_count=int(info.instanceCount), placements=self.possible_placements(handle, int(info.id)),
-            ))
+            out.append(
+                GiProfile(
+                    name=profile_name(info.name),
+                    enum=enum,
+                    id=int(info.id),
+                    memory_mib=int(info.memorySizeMB),
+                    sm_count=int(info.multiprocessorCount),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    placements=self.possible_placements(handle, int(info.id)),
+                )
+            )
         return out
 
     def possible_placements(self, handle: Any, profile_id: int) -> tuple[Placement, ...]:
         count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, None, ctypes.byref(count))
+        self._call(
+            "nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, None, ctypes.byref(count)
+        )
         if count.value == 0:
             return ()
         array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        self._call("nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, array, ctypes.byref(count))
+        self._call(
+            "nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, array, ctypes.byref(count)
+        )
         return tuple(Placement(int(array[i].start), int(array[i].size)) for i in range(count.value))
 
     # ---- GPU and compute instances
@@ -196,20 +210,29 @@ class Nvml:
         c_placement.start, c_placement.size = placement.start, placement.size
         # why: this carves the reserved slices out of the GPU; only ever at the exact placement the
         # scheduler reserved (checked against NVML's possible placements by the caller).
-        gi = self._call("nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(c_placement))
+        gi = self._call(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(c_placement)
+        )
         return self.gi_record(gi)
 
     def gi_record(self, gi: Any) -> GiRecord:
         info = self._call("nvmlGpuInstanceGetInfo", gi)
-        return GiRecord(int(info.id), int(info.profileId),
-                        Placement(int(info.placement.start), int(info.placement.size)), gi)
+        return GiRecord(
+            int(info.id),
+            int(info.profileId),
+            Placement(int(info.placement.start), int(info.placement.size)),
+            gi,
+        )
 
     def create_ci(self, gi: Any, slice_count: int) -> CiRecord:
         """The full, shared-engine CI of a GI with `slice_count` compute slices."""
         enum = CI_ENUM_BY_SLICES.get(slice_count)
         if enum is None:
-            raise NvmlError("nvmlGpuInstanceCreateComputeInstance", NOT_SUPPORTED,
-                            f"no compute-instance profile for {slice_count} slices")
+            raise NvmlError(
+                "nvmlGpuInstanceCreateComputeInstance",
+                NOT_SUPPORTED,
+                f"no compute-instance profile for {slice_count} slices",
+            )
         info = self._call("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, enum, CI_ENGINE_SHARED)
         # why: a GI is usable by a container only through a compute instance (the MIG device).
         ci = self._call("nvmlGpuInstanceCreateComputeInstance", gi, int(info.id))
@@ -241,8 +264,13 @@ class Nvml:
     def list_cis(self, gi: Any) -> list[CiRecord]:
         out = []
         for enum in range(CI_PROFILE_COUNT):
-            info = self._optional((NOT_SUPPORTED, INVALID_ARGUMENT), "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-                                  gi, enum, CI_ENGINE_SHARED)
+            info = self._optional(
+                (NOT_SUPPORTED, INVALID_ARGUMENT),
+                "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                gi,
+                enum,
+                CI_ENGINE_SHARED,
+            )
             if info is None:
                 continue
             size = max(int(info.instanceCount), 1)
@@ -261,15 +289,19 @@ class Nvml:
     def mig_uuid(self, handle: Any, gi_id: int, ci_id: int) -> str | None:
         """The MIG device UUID of (GI, CI), found by walking the MIG device handles."""
         for migdev in self._mig_devices(handle):
-            if (self._call("nvmlDeviceGetGpuInstanceId", migdev) == gi_id
-                    and self._call("nvmlDeviceGetComputeInstanceId", migdev) == ci_id):
+            if (
+                self._call("nvmlDeviceGetGpuInstanceId", migdev) == gi_id
+                and self._call("nvmlDeviceGetComputeInstanceId", migdev) == ci_id
+            ):
                 return _text(self._call("nvmlDeviceGetUUID", migdev))
         return None
 
     def _mig_devices(self, handle: Any) -> list[Any]:
         out = []
         for i in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
-            migdev = self._optional((NOT_FOUND, INVALID_ARGUMENT), "nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
+            migdev = self._optional(
+                (NOT_FOUND, INVALID_ARGUMENT), "nvmlDeviceGetMigDeviceHandleByIndex", handle, i
+            )
             if migdev is not None:
                 out.append(migdev)
         return out
@@ -280,8 +312,10 @@ class Nvml:
         """PIDs of compute processes on the MIG device (GI, CI) of a GPU (queried on the MIG device
         handle, as NVML reports per MIG device); a GI without that MIG device has none."""
         for migdev in self._mig_devices(handle):
-            if (self._call("nvmlDeviceGetGpuInstanceId", migdev) == gi_id
-                    and self._call("nvmlDeviceGetComputeInstanceId", migdev) == ci_id):
+            if (
+                self._call("nvmlDeviceGetGpuInstanceId", migdev) == gi_id
+                and self._call("nvmlDeviceGetComputeInstanceId", migdev) == ci_id
+            ):
                 return [int(p.pid) for p in self._call("nvmlDeviceGetComputeRunningProcesses", migdev)]
         return []
 

@@ -70,6 +70,8 @@ class PodFinder:
                 return pod
         pod = pick_pending(self.kube.list_node_pods(), node_name)
         if pod is None:
-            raise PodNotFound(f"no binding pod found on node {node_name}: no pod in bind-phase allocating with "
-                              f"devices left in {DEVICES_TO_ALLOCATE}")
+            raise PodNotFound(
+                f"no binding pod found on node {node_name}: no pod in bind-phase allocating with "
+                f"devices left in {DEVICES_TO_ALLOCATE}"
+            )
         return pod

@@ -87,23 +87,32 @@ def active_reservations(pods: list[PodView], node_gpus: frozenset[str] | set[str
             continue
         for allocation in allocations:
             if allocation.gpuUUID not in node_gpus:
-                problems.append(("unknown-gpu", (f"{pod.ref}: reservation on {allocation.gpuUUID}, "
-                                                "which is not a GPU of this node")))
+                problems.append(
+                    (
+                        "unknown-gpu",
+                        (f"{pod.ref}: reservation on {allocation.gpuUUID}, which is not a GPU of this node"),
+                    )
+                )
             found.append(Reservation(pod, allocation))
     return NodeReservations(tuple(found), tuple(problems))
 
 
-def plan_reclaim(managed: list[ManagedInstance], desired: frozenset[InstanceKey],
-                 holders: Mapping[InstanceKey, frozenset[str]] | None = None) -> list[ManagedInstance]:
+def plan_reclaim(
+    managed: list[ManagedInstance],
+    desired: frozenset[InstanceKey],
+    holders: Mapping[InstanceKey, frozenset[str]] | None = None,
+) -> list[ManagedInstance]:
     """The managed instances no active reservation of their own pod backs (pure), in a stable order.
 
     Without `holders` (or for an instance whose pod is not known) the key alone decides."""
+
     def backed(m: ManagedInstance) -> bool:
         if m.key not in desired or not m.has_ci:  # a GI a crash left without its CI is recreated whole
             return False
         if holders is None or m.owner is None or m.key not in holders:
             return True
         return m.owner.pod_uid in holders[m.key]
+
     return sorted((m for m in managed if not backed(m)), key=lambda m: m.key)
 
 
@@ -152,8 +161,13 @@ class PassResult:
 class Reconciler:
     """Runs reconcile passes; `lock` serializes a pass against Allocate's creates and startup."""
 
-    def __init__(self, kube: Kube, manager: InstanceManager, metrics: PluginMetrics,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        kube: Kube,
+        manager: InstanceManager,
+        metrics: PluginMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.kube = kube
         self.manager = manager
         self.metrics = metrics
@@ -189,8 +203,12 @@ class Reconciler:
             except InstanceError as error:
                 result.failed.append((instance.key, error.reason))
                 owner = by_uid.get(instance.owner.pod_uid) if instance.owner else None
-                if error.reason == "in-use" and owner is not None and owner.deleting and owner.phase not in (
-                        "Succeeded", "Failed"):
+                if (
+                    error.reason == "in-use"
+                    and owner is not None
+                    and owner.deleting
+                    and owner.phase not in ("Succeeded", "Failed")
+                ):
                     log.info("reclaim of %s waits for pod %s's containers to stop", instance.key, owner.ref)
                 elif forced:
                     log.info("reclaim of %s (in Allocate's way) still fails: %s", instance.key, error)
@@ -208,9 +226,11 @@ class Reconciler:
     def _stuck(self, instance: ManagedInstance, error: InstanceError, now: float) -> None:
         retry = self.backoff.failed(instance.key, now)
         owner = _owner_text(instance.owner)
-        message = (f"MIG instance {instance.key} (GI {instance.gi_id}, {instance.mig_uuid or 'no MIG device'}) "
-                   f"of pod {owner} could not be destroyed ({error.reason}: {error}); attempt {retry.attempts}, "
-                   f"next in {retry.delay:.0f}s; its placement stays published as occupied")
+        message = (
+            f"MIG instance {instance.key} (GI {instance.gi_id}, {instance.mig_uuid or 'no MIG device'}) "
+            f"of pod {owner} could not be destroyed ({error.reason}: {error}); attempt {retry.attempts}, "
+            f"next in {retry.delay:.0f}s; its placement stays published as occupied"
+        )
         log.error("reclaim: %s", message)
         try:
             self.kube.node_event(STUCK_EVENT, message)

@@ -36,7 +36,8 @@ def replica_ids(inventory: Inventory) -> list[tuple[str, int]]:
 
 def to_response(found: ContainerAnswer) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
-        envs=found.envs, annotations=found.annotations,
+        envs=found.envs,
+        annotations=found.annotations,
         cdi_devices=[pb.CDIDevice(name=name) for name in found.cdi_devices],
     )
 
@@ -55,14 +56,20 @@ class DevicePluginService(rpc.DevicePluginServicer):
             self._changed.notify_all()
 
     def _device_list(self) -> pb.ListAndWatchResponse:
-        return pb.ListAndWatchResponse(devices=[
-            pb.Device(ID=device_id, health=HEALTHY) for device_id, _ in replica_ids(self.inventory())
-        ])
+        return pb.ListAndWatchResponse(
+            devices=[
+                pb.Device(ID=device_id, health=HEALTHY) for device_id, _ in replica_ids(self.inventory())
+            ]
+        )
 
-    def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
+    def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
-    def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
+    def ListAndWatch(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
         while not self.stopping.is_set() and context.is_active():
             with self._changed:
@@ -73,14 +80,23 @@ class DevicePluginService(rpc.DevicePluginServicer):
                 seen = self._version
             yield self._device_list()
 
-    def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
-                               context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
         reserved = self.allocator.reserved_gpus()
-        return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=preferred(
-                list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size, reserved))
-            for r in request.container_requests
-        ])
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(
+                    deviceIDs=preferred(
+                        list(r.available_deviceIDs),
+                        list(r.must_include_deviceIDs),
+                        r.allocation_size,
+                        reserved,
+                    )
+                )
+                for r in request.container_requests
+            ]
+        )
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         responses = []
@@ -94,8 +110,9 @@ class DevicePluginService(rpc.DevicePluginServicer):
                 context.abort(grpc.StatusCode.INTERNAL, f"dynmig: internal error: {error}")
         return pb.AllocateResponse(container_responses=responses)
 
-    def PreStartContainer(self, request: pb.PreStartContainerRequest,
-                          context: grpc.ServicerContext) -> pb.PreStartContainerResponse:
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
 
 
@@ -167,8 +184,11 @@ class PluginServer:
         if seen is None:
             return False
         request = pb.RegisterRequest(
-            version=VERSION, endpoint=self.config.socket_name, resource_name=self.config.resource_name,
-            options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True))
+            version=VERSION,
+            endpoint=self.config.socket_name,
+            resource_name=self.config.resource_name,
+            options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
+        )
         try:
             with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
                 rpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)

@@ -43,8 +43,9 @@ class StartupReport:
     untouched: list[str] = field(default_factory=list)  # excluded or not allowlisted GPUs
 
 
-def in_use(devices: list[GpuDevice], node: NodeReservations | None, nvml: Nvml,
-           excluded: DeviceFilter) -> dict[str, str]:
+def in_use(
+    devices: list[GpuDevice], node: NodeReservations | None, nvml: Nvml, excluded: DeviceFilter
+) -> dict[str, str]:
     """GPU UUID -> reason it is busy. `node` None = the pod list failed: everything is busy."""
     busy: dict[str, str] = {}
     for device in devices:
@@ -66,8 +67,9 @@ def in_use(devices: list[GpuDevice], node: NodeReservations | None, nvml: Nvml,
 
 
 class Startup:
-    def __init__(self, nvml: Nvml, kube: Kube, manager: InstanceManager, allowlist: Allowlist,
-                 excluded: DeviceFilter):
+    def __init__(
+        self, nvml: Nvml, kube: Kube, manager: InstanceManager, allowlist: Allowlist, excluded: DeviceFilter
+    ):
         self.nvml, self.kube, self.manager = nvml, kube, manager
         self.allowlist, self.excluded = allowlist, excluded
 
@@ -84,7 +86,10 @@ class Startup:
         report.complete = pods is not None
         report.busy = in_use(devices, node, self.nvml, self.excluded)
         for device in devices:
-            if self.excluded.excludes(device.uuid, device.index) or self.allowlist.entry_for(device.name) is None:
+            if (
+                self.excluded.excludes(device.uuid, device.index)
+                or self.allowlist.entry_for(device.name) is None
+            ):
                 report.untouched.append(device.uuid)
         idle = [d for d in devices if d.uuid not in report.busy and d.uuid not in report.untouched]
         if self._enable_mig(idle, report):
@@ -100,9 +105,16 @@ class Startup:
         self._report_unowned(inventory, report)
         for _ in report.unproven:
             self.manager.metrics.fail("startup", "unproven")
-        log.info("startup: busy=%s cleaned=%s adopted=%d journaled=%d protected=%d unproven=%d untouched=%s",
-                 report.busy, report.cleaned, len(report.adopted), len(report.journaled), len(report.protected),
-                 len(report.unproven), report.untouched)
+        log.info(
+            "startup: busy=%s cleaned=%s adopted=%d journaled=%d protected=%d unproven=%d untouched=%s",
+            report.busy,
+            report.cleaned,
+            len(report.adopted),
+            len(report.journaled),
+            len(report.protected),
+            len(report.unproven),
+            report.untouched,
+        )
         for line in report.unproven:
             log.warning("startup: left untouched: %s", line)
         return report
@@ -117,7 +129,9 @@ class Startup:
                 status = self.nvml.enable_mig(device.handle)
                 changed = True
                 if status != 0:
-                    report.unproven.append(f"{device.uuid}: MIG mode change pending (status {status}); needs a reset")
+                    report.unproven.append(
+                        f"{device.uuid}: MIG mode change pending (status {status}); needs a reset"
+                    )
             except NvmlError as error:
                 report.unproven.append(f"{device.uuid}: cannot enable MIG mode: {error}")
         return changed
@@ -151,8 +165,10 @@ class Startup:
                 profile = gpu.any_profile(gi.profile_id)
                 name = profile.name if profile else f"profile {gi.profile_id}"
                 if (gpu.uuid, name, gi.placement) not in owned:
-                    report.unproven.append(f"{gpu.uuid}: GI {gi.gi_id} {name} at {gi.placement} has no owner "
-                                           "dynmig can prove; left untouched")
+                    report.unproven.append(
+                        f"{gpu.uuid}: GI {gi.gi_id} {name} at {gi.placement} has no owner "
+                        "dynmig can prove; left untouched"
+                    )
 
     def _claim_journaled(self, report: StartupReport) -> None:
         """Manage again what the journal proves ours and nothing adopted (reclaim then decides)."""
@@ -166,8 +182,9 @@ class Startup:
             try:
                 instance = self.manager.claim(entry)
             except InstanceError as error:
-                report.unproven.append(f"journal entry {key} of pod {entry.namespace}/{entry.name}: "
-                                       f"{error.reason}: {error}")
+                report.unproven.append(
+                    f"journal entry {key} of pod {entry.namespace}/{entry.name}: {error.reason}: {error}"
+                )
                 continue
             if instance is not None:
                 self.manager.take(instance)
@@ -181,9 +198,13 @@ class Startup:
             owner = Owner(pod.uid, pod.namespace, pod.name, allocation.containerIndex, allocation.deviceIndex)
             try:
                 if allocation.runtime_ready:
-                    instance = self.manager.verify(key, allocation.gpuInstanceID or 0,
-                                                   allocation.computeInstanceID or 0, allocation.migUUID or "",
-                                                   owner)
+                    instance = self.manager.verify(
+                        key,
+                        allocation.gpuInstanceID or 0,
+                        allocation.computeInstanceID or 0,
+                        allocation.migUUID or "",
+                        owner,
+                    )
                     self.manager.adopt(instance)
                     report.adopted.append(instance)
                 elif pod.phase == "Pending":

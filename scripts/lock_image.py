@@ -15,22 +15,61 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "image" / "requirements.lock"
-PLATFORM = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-            *[arg for tag in ("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
-                              "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
-              for arg in ("--platform", tag)]]
+PLATFORM = [
+    "--only-binary=:all:",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+    *[
+        arg
+        for tag in (
+            "manylinux_2_36_x86_64",
+            "manylinux_2_28_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+            "manylinux_2_5_x86_64",
+            "manylinux1_x86_64",
+        )
+        for arg in ("--platform", tag)
+    ],
+]
 
 
 def resolve() -> list[tuple[str, str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp, "report.json")
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                        "--no-build-isolation", *PLATFORM, "--target", str(Path(tmp, "t")),
-                        "--report", str(report), str(ROOT)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--dry-run",
+                "--ignore-installed",
+                "--no-build-isolation",
+                *PLATFORM,
+                "--target",
+                str(Path(tmp, "t")),
+                "--report",
+                str(report),
+                str(ROOT),
+            ],
+            check=True,
+        )
         installs = json.loads(report.read_text())["install"]
-    return sorted((i["metadata"]["name"].lower(), i["metadata"]["version"],
-                   i["download_info"]["archive_info"]["hashes"]["sha256"])
-                  for i in installs if i["metadata"]["name"] != "dynmig")
+    return sorted(
+        (
+            i["metadata"]["name"].lower(),
+            i["metadata"]["version"],
+            i["download_info"]["archive_info"]["hashes"]["sha256"],
+        )
+        for i in installs
+        if i["metadata"]["name"] != "dynmig"
+    )
 
 
 def main() -> int:

@@ -86,8 +86,12 @@ def _name(key: str, i: int, container: Mapping[str, Any]) -> str:
 def _bad_request(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> str:
     """Why the container's GPU resources cannot be read (quantities, ranges), or ""."""
     try:
-        container_request(_name(key, i, container), _resources(container, "limits"),
-                          _resources(container, "requests"), names)
+        container_request(
+            _name(key, i, container),
+            _resources(container, "limits"),
+            _resources(container, "requests"),
+            names,
+        )
     except RequestError as error:
         return str(error)
     return ""
@@ -99,7 +103,11 @@ def _privileged(container: Mapping[str, Any]) -> bool:
 
 
 def _who(review: Review) -> str:
-    pod = f"{review.namespace}/{review.name}" if review.name else f"a pod in {review.namespace or 'the cluster'}"
+    pod = (
+        f"{review.namespace}/{review.name}"
+        if review.name
+        else f"a pod in {review.namespace or 'the cluster'}"
+    )
     return pod
 
 
@@ -122,7 +130,8 @@ def guard_reservation(review: Review, policy: AdmissionPolicy) -> Decision | Non
     return Decision.deny(
         f"annotation {MIG_ALLOCATIONS} is controller-owned: only the dynmig scheduler and device plugin "
         f"may write it, and {review.username or 'an anonymous user'} tried to {verb} it. "
-        f"Remove {MIG_ALLOCATIONS} from your manifest or patch; dynmig sets it when it schedules the pod.")
+        f"Remove {MIG_ALLOCATIONS} from your manifest or patch; dynmig sets it when it schedules the pod."
+    )
 
 
 def _allowed_values(allowlist: Allowlist) -> list[str]:
@@ -150,12 +159,16 @@ def check_preference(review: Review, policy: AdmissionPolicy) -> Decision | None
     allowed = ", ".join(_allowed_values(allowlist)) or "(the allowlist is empty)"
     entries = parse_preference(value if isinstance(value, str) else "")
     if not entries:
-        return Decision.deny(f"annotation {PROFILE_PREFERENCE} is empty; list profiles or slice keys such "
-                             f"as '3g,4g' or remove the annotation. Allowed values: {allowed}")
+        return Decision.deny(
+            f"annotation {PROFILE_PREFERENCE} is empty; list profiles or slice keys such "
+            f"as '3g,4g' or remove the annotation. Allowed values: {allowed}"
+        )
     unknown = unknown_entries(entries, allowlist.all_profiles())
     if unknown:
-        return Decision.deny(f"annotation {PROFILE_PREFERENCE}: {', '.join(repr(u) for u in unknown)} "
-                             f"matches no profile in the MIG allowlist. Allowed values: {allowed}")
+        return Decision.deny(
+            f"annotation {PROFILE_PREFERENCE}: {', '.join(repr(u) for u in unknown)} "
+            f"matches no profile in the MIG allowlist. Allowed values: {allowed}"
+        )
     return None
 
 
@@ -189,16 +202,20 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     if spec.get("nodeName"):
         return Decision.deny(
             f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
-            f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)")
+            f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)"
+        )
     bad = next((why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), "")
     if bad:
-        return Decision.deny(f"{bad}; fix the container's resources (see the README's section on pod resources)")
+        return Decision.deny(
+            f"{bad}; fix the container's resources (see the README's section on pod resources)"
+        )
     privileged = [_name(key, i, c) for key, i, c in containers if _privileged(c)]
     if privileged:
         return Decision.deny(
             f"container {', '.join(privileged)} is privileged in a pod that requests {names.count}: a "
             f"privileged container sees every GPU on the node, not just its MIG instance; remove "
-            f"securityContext.privileged or move the GPU request to another pod")
+            f"securityContext.privileged or move the GPU request to another pod"
+        )
     ops: list[dict[str, Any]] = []
     if current != policy.scheduler_name:
         ops.append({"op": "add", "path": pointer("spec", "schedulerName"), "value": policy.scheduler_name})
@@ -206,8 +223,10 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     for key, i, c in gpu:
         ops.extend(_default_count(key, i, c, names))
         if any(names.cores in _resources(c, k) for k in ("limits", "requests")):
-            warnings.append(f"container {_name(key, i, c)}: {names.cores} has no effect on a MIG device; "
-                            f"the MIG profile fixes the compute share")
+            warnings.append(
+                f"container {_name(key, i, c)}: {names.cores} has no effect on a MIG device; "
+                f"the MIG profile fixes the compute share"
+            )
     return Decision.patched(ops, tuple(warnings))
 
 
@@ -256,8 +275,10 @@ def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
     source = f"configmap {review.namespace}/{review.name or (cm.get('metadata') or {}).get('name', '')}"
     text = data.get(policy.config_key) if isinstance(data, dict) else None
     if not isinstance(text, str):
-        return Decision.deny(f"{source}: data.{policy.config_key} is missing; a ConfigMap labelled "
-                             f"{policy.config_label}=true carries the device config under that key")
+        return Decision.deny(
+            f"{source}: data.{policy.config_key} is missing; a ConfigMap labelled "
+            f"{policy.config_label}=true carries the device config under that key"
+        )
     _, issues = check_text(text)
     rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
     errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
@@ -277,8 +298,13 @@ def _first(lines: list[str], what: str) -> list[str]:
 
 def object_problem(review: Review) -> str:
     """Why the object (or old object) has fields of the wrong type or size for its kind, or ""."""
-    model = Pod if _is_pod(review) else ConfigMap if (review.kind == "ConfigMap" or
-                                                       review.resource == "configmaps") else None
+    model = (
+        Pod
+        if _is_pod(review)
+        else ConfigMap
+        if (review.kind == "ConfigMap" or review.resource == "configmaps")
+        else None
+    )
     if model is None:
         return ""
     try:
@@ -293,7 +319,7 @@ def decide(route: str, review: Review, policy: AdmissionPolicy) -> Decision:
     """The decision for one review; an object with wrong types is denied (400) naming the JSON path."""
     problem = object_problem(review)
     if problem:
-        return Decision.deny(f"{problem}; this is not a valid {review.kind or 'object'}", code=400,
-                             result="invalid")
+        return Decision.deny(
+            f"{problem}; this is not a valid {review.kind or 'object'}", code=400, result="invalid"
+        )
     return mutate(review, policy) if route == "mutate" else validate(review, policy)
-

@@ -84,8 +84,11 @@ def _admission_route(server: Server, route: str):
             decision = admission.decide(route, rev, server.policy)
         except Exception:  # a bug must deny one request, not take the server down
             log.exception("admission %s failed for %s %s/%s", route, rev.kind, rev.namespace, rev.name)
-            decision = review.Decision.deny("dynmig could not evaluate this request (internal error); "
-                                            "see the dynmig-scheduler logs", code=500, result="error")
+            decision = review.Decision.deny(
+                "dynmig could not evaluate this request (internal error); see the dynmig-scheduler logs",
+                code=500,
+                result="error",
+            )
         counter.labels(route, decision.result).inc()
         latency.observe(time.perf_counter() - started)
         return _json(review.response(rev, decision))
@@ -138,6 +141,7 @@ def create_app(server: Server) -> Starlette:
 def create_extender_app(server: Server) -> Starlette:
     """The scheduler extender (/filter, /bind), served on its own listener (loopback by default):
     only kube-scheduler may reach the verbs that change reservations."""
+
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok\n")
 

@@ -76,8 +76,10 @@ class Binder:
             return f"bind {ns}/{name}: pod not found"
         uid = (pod.get("metadata") or {}).get("uid") or ""
         if args.pod_uid != uid:
-            return (f"bind {ns}/{name}: the request names uid {args.pod_uid!r}, the cluster's pod has {uid!r}; "
-                    f"{_NOT_THEIRS}")
+            return (
+                f"bind {ns}/{name}: the request names uid {args.pod_uid!r}, the cluster's pod has {uid!r}; "
+                f"{_NOT_THEIRS}"
+            )
         locked = False
         try:
             gpu = pod_request(pod, self.resources()) is not None
@@ -89,7 +91,9 @@ class Binder:
                 raise RuntimeError(recorded)
             phase = None
             if gpu:
-                self.lock.acquire(node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None)
+                self.lock.acquire(
+                    node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None
+                )
                 locked = True
                 phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
             # bind-phase and bind-time ride on the Binding: the API server writes them onto the pod in
@@ -107,7 +111,9 @@ class Binder:
             self.fleet.release(uid)
             self.events.record(pod, "Warning", "BindingFailed", message)
             return message
-        self.events.record(pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}")
+        self.events.record(
+            pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}"
+        )
         return ""
 
 

@@ -42,9 +42,16 @@ def _lines(response) -> Iterator[bytes]:
 class Reflector:
     """List then watch one resource; calls `on_replace(items)` after each list and `on_event(type, obj)`."""
 
-    def __init__(self, name: str, call: Callable[..., Any], on_replace: Callable[[list[dict]], None],
-                 on_event: Callable[[str, dict], None], stop: threading.Event, watch_timeout: int = 240,
-                 on_synced: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        name: str,
+        call: Callable[..., Any],
+        on_replace: Callable[[list[dict]], None],
+        on_event: Callable[[str, dict], None],
+        stop: threading.Event,
+        watch_timeout: int = 240,
+        on_synced: Callable[[], None] = lambda: None,
+    ):
         self.name = name
         self._call = call
         self._on_replace = on_replace
@@ -84,7 +91,9 @@ class Reflector:
                 self._watch()
                 backoff = 0.2
             except Gone:
-                log.info("watch of %s expired at resourceVersion %s; relisting", self.name, self.resource_version)
+                log.info(
+                    "watch of %s expired at resourceVersion %s; relisting", self.name, self.resource_version
+                )
                 need_list = True
             except Exception as error:  # noqa: BLE001 - a watch must survive any failure and resume
                 if self._stop.is_set():
@@ -103,9 +112,14 @@ class Reflector:
         self._on_synced()
 
     def _watch(self) -> None:
-        response = self._call(watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
-                              timeout_seconds=self._timeout, _preload_content=False,
-                              _request_timeout=(10, self._timeout + 30))
+        response = self._call(
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._timeout,
+            _preload_content=False,
+            _request_timeout=(10, self._timeout + 30),
+        )
         self._response = response
         if self._stop.is_set():
             response.shutdown()
@@ -145,10 +159,24 @@ class ClusterCache:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.locks: dict[str, LockValue] = {}  # nodes carrying hami.io/mutex.lock
-        self.nodes_reflector = Reflector("nodes", kube.core.list_node, self._replace_nodes, self._node_event,
-                                         self._stop, watch_timeout, self._mark_synced)
-        self.pods_reflector = Reflector("pods", kube.core.list_pod_for_all_namespaces, self._replace_pods,
-                                        self._pod_event, self._stop, watch_timeout, self._mark_synced)
+        self.nodes_reflector = Reflector(
+            "nodes",
+            kube.core.list_node,
+            self._replace_nodes,
+            self._node_event,
+            self._stop,
+            watch_timeout,
+            self._mark_synced,
+        )
+        self.pods_reflector = Reflector(
+            "pods",
+            kube.core.list_pod_for_all_namespaces,
+            self._replace_pods,
+            self._pod_event,
+            self._stop,
+            watch_timeout,
+            self._mark_synced,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> ClusterCache:

@@ -82,69 +82,171 @@ def _validity(text: str) -> dt.timedelta:
     try:
         return parse_duration("validity", text)
     except UsageError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use a number and a unit, e.g. 90d, "
-                                         "2160h, 5y") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; use a number and a unit, e.g. 90d, 2160h, 5y"
+        ) from None
 
 
 def flags(environ: Mapping[str, str] | None = None) -> Flags:
     """Every `dynmig serve` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py)."""
     d = ServeConfig()
-    f = Flags("dynmig serve", "Admission webhooks and scheduler extender (HTTPS), metrics on a second port.",
-              environ)
+    f = Flags(
+        "dynmig serve",
+        "Admission webhooks and scheduler extender (HTTPS), metrics on a second port.",
+        environ,
+    )
     f.add("--scheduler-name", default=d.scheduler_name, help="schedulerName set on GPU pods")
-    f.add("--device-config", default=d.device_config, show_default="the packaged policies/default.yaml",
-          help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes")
-    f.add("--privileged-user", default=d.privileged_users, repeat=True, old_env=("DYNMIG_PRIVILEGED_USERS",),
-          help="username allowed to write hami.io/vgpu-mig-allocations (repeat, or a comma list)")
+    f.add(
+        "--device-config",
+        default=d.device_config,
+        show_default="the packaged policies/default.yaml",
+        help="device-config YAML with nvidia.migProfileAllowlist; reloaded when it changes",
+    )
+    f.add(
+        "--privileged-user",
+        default=d.privileged_users,
+        repeat=True,
+        old_env=("DYNMIG_PRIVILEGED_USERS",),
+        help="username allowed to write hami.io/vgpu-mig-allocations (repeat, or a comma list)",
+    )
     f.add("--bind-address", default=d.bind_address, help="address the webhook and metrics ports listen on")
-    f.add("--port", default=d.port, type=port,
-          help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service")
-    f.add("--extender-bind-address", default=d.extender_bind_address,
-          help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
-               "kube-scheduler runs in the same pod")
-    f.add("--extender-port", default=d.extender_port, type=port, help="HTTPS port of the scheduler-extender listener")
-    f.add("--extender-client-ca", default=d.extender_client_ca,
-          help="PEM CA file: the extender listener then requires a client certificate it signed "
-               "(for a kube-scheduler outside the pod)")
-    f.add("--metrics-port", default=d.metrics_port, type=port, help="plain-HTTP port for /metrics (HAMi uses 9395)")
+    f.add(
+        "--port",
+        default=d.port,
+        type=port,
+        help="HTTPS port of the admission webhooks (/mutate, /validate), reached through the Service",
+    )
+    f.add(
+        "--extender-bind-address",
+        default=d.extender_bind_address,
+        help="address of the scheduler-extender listener (/filter, /bind); loopback by default, as "
+        "kube-scheduler runs in the same pod",
+    )
+    f.add(
+        "--extender-port",
+        default=d.extender_port,
+        type=port,
+        help="HTTPS port of the scheduler-extender listener",
+    )
+    f.add(
+        "--extender-client-ca",
+        default=d.extender_client_ca,
+        help="PEM CA file: the extender listener then requires a client certificate it signed "
+        "(for a kube-scheduler outside the pod)",
+    )
+    f.add(
+        "--metrics-port",
+        default=d.metrics_port,
+        type=port,
+        help="plain-HTTP port for /metrics (HAMi uses 9395)",
+    )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
-    f.add("--tls-name", default=d.tls_names, repeat=True,
-          help="DNS name the serving certificate must carry (repeat, or a comma list)")
-    f.add("--tls-secret", default=d.tls_secret,
-          help="kubernetes.io/tls Secret in --namespace to serve from, watched through the API (reloaded "
-               "without a restart); when set it is used instead of --tls-cert/--tls-key, unless --cert-mode=files")
-    f.add("--cert-mode", default="", choices=CERT_MODES, show_default="self with --tls-secret, else files",
-          help="who renews the serving certificate: self (the Lease holder renews the Secret and injects the "
-               "CA bundle), cert-manager (someone else; serve only reloads), files (serve --tls-cert/--tls-key)")
-    f.add("--service", default=d.service, help="Service name the certificate is issued for (<service>.<namespace>.svc)")
-    f.add("--ca-secret", default=d.ca_secret, show_default="<service>-ca",
-          help="Secret holding the CA key, cert-mode self")
-    f.add("--mutating-webhook", default=d.mutating_webhook,
-          help="MutatingWebhookConfiguration to keep the CA bundle in, cert-mode self")
-    f.add("--validating-webhook", default=d.validating_webhook,
-          help="ValidatingWebhookConfiguration to keep the CA bundle in, cert-mode self")
-    f.add("--cert-key-type", default=d.cert_key_type, choices=CERT_KEY_TYPES,
-          help="key of renewed certificates: ecdsa (P-256) or rsa (2048)")
-    f.add("--cert-validity", default=d.cert_validity, type=_validity, show_default="90d",
-          help="validity of a renewed serving certificate, renewed at 2/3 of it")
-    f.add("--ca-validity", default=d.ca_validity, type=_validity, show_default="5y", help="validity of a new CA")
-    f.add("--kubeconfig", default=d.kubeconfig, quiet_env=("KUBECONFIG",), show_default="in-cluster",
-          help="kubeconfig file (also read from KUBECONFIG)")
-    f.add("--namespace", default=d.namespace, quiet_env=("POD_NAMESPACE",),
-          help="namespace of the Lease and the certificate Secrets (also read from POD_NAMESPACE)")
-    f.add("--leader-elect", default=d.leader_elect, type=boolean, metavar="{true,false}",
-          help="true: answer /filter and /bind and renew certificates only while this pod's kube-scheduler "
-               "holds the Lease --lease-name (its holder is <--identity>_<uuid>); serve takes no Lease itself")
-    f.add("--lease-name", default=d.lease_name,
-          help="kube-scheduler's leader-election Lease (its leaderElection.resourceName) in --namespace")
-    f.add("--identity", default=d.identity, quiet_env=("POD_NAME",), show_default="$POD_NAME, else the host name",
-          help="this pod's name, the hostname part of its kube-scheduler's holderIdentity")
-    f.add("--node-lock-expiry", default=d.node_lock_expiry, type=positive_seconds, old_env=("HAMI_NODELOCK_EXPIRE",),
-          show_default="5m", help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)")
+    f.add(
+        "--tls-name",
+        default=d.tls_names,
+        repeat=True,
+        help="DNS name the serving certificate must carry (repeat, or a comma list)",
+    )
+    f.add(
+        "--tls-secret",
+        default=d.tls_secret,
+        help="kubernetes.io/tls Secret in --namespace to serve from, watched through the API (reloaded "
+        "without a restart); when set it is used instead of --tls-cert/--tls-key, unless --cert-mode=files",
+    )
+    f.add(
+        "--cert-mode",
+        default="",
+        choices=CERT_MODES,
+        show_default="self with --tls-secret, else files",
+        help="who renews the serving certificate: self (the Lease holder renews the Secret and injects the "
+        "CA bundle), cert-manager (someone else; serve only reloads), files (serve --tls-cert/--tls-key)",
+    )
+    f.add(
+        "--service",
+        default=d.service,
+        help="Service name the certificate is issued for (<service>.<namespace>.svc)",
+    )
+    f.add(
+        "--ca-secret",
+        default=d.ca_secret,
+        show_default="<service>-ca",
+        help="Secret holding the CA key, cert-mode self",
+    )
+    f.add(
+        "--mutating-webhook",
+        default=d.mutating_webhook,
+        help="MutatingWebhookConfiguration to keep the CA bundle in, cert-mode self",
+    )
+    f.add(
+        "--validating-webhook",
+        default=d.validating_webhook,
+        help="ValidatingWebhookConfiguration to keep the CA bundle in, cert-mode self",
+    )
+    f.add(
+        "--cert-key-type",
+        default=d.cert_key_type,
+        choices=CERT_KEY_TYPES,
+        help="key of renewed certificates: ecdsa (P-256) or rsa (2048)",
+    )
+    f.add(
+        "--cert-validity",
+        default=d.cert_validity,
+        type=_validity,
+        show_default="90d",
+        help="validity of a renewed serving certificate, renewed at 2/3 of it",
+    )
+    f.add(
+        "--ca-validity", default=d.ca_validity, type=_validity, show_default="5y", help="validity of a new CA"
+    )
+    f.add(
+        "--kubeconfig",
+        default=d.kubeconfig,
+        quiet_env=("KUBECONFIG",),
+        show_default="in-cluster",
+        help="kubeconfig file (also read from KUBECONFIG)",
+    )
+    f.add(
+        "--namespace",
+        default=d.namespace,
+        quiet_env=("POD_NAMESPACE",),
+        help="namespace of the Lease and the certificate Secrets (also read from POD_NAMESPACE)",
+    )
+    f.add(
+        "--leader-elect",
+        default=d.leader_elect,
+        type=boolean,
+        metavar="{true,false}",
+        help="true: answer /filter and /bind and renew certificates only while this pod's kube-scheduler "
+        "holds the Lease --lease-name (its holder is <--identity>_<uuid>); serve takes no Lease itself",
+    )
+    f.add(
+        "--lease-name",
+        default=d.lease_name,
+        help="kube-scheduler's leader-election Lease (its leaderElection.resourceName) in --namespace",
+    )
+    f.add(
+        "--identity",
+        default=d.identity,
+        quiet_env=("POD_NAME",),
+        show_default="$POD_NAME, else the host name",
+        help="this pod's name, the hostname part of its kube-scheduler's holderIdentity",
+    )
+    f.add(
+        "--node-lock-expiry",
+        default=d.node_lock_expiry,
+        type=positive_seconds,
+        old_env=("HAMI_NODELOCK_EXPIRE",),
+        show_default="5m",
+        help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)",
+    )
     f.add("--log-level", default=d.log_level, choices=LEVELS, help="least severe log level written")
-    f.add("--log-format", default=d.log_format, choices=FORMATS,
-          help="text: one readable line per event; json: one JSON object per line (uvicorn's lines too)")
+    f.add(
+        "--log-format",
+        default=d.log_format,
+        choices=FORMATS,
+        help="text: one readable line per event; json: one JSON object per line (uvicorn's lines too)",
+    )
     return f
 
 
@@ -228,8 +330,9 @@ class DeviceConfigFile:
                 log.info("device config %s reloaded", self.path)
             except PolicyError as error:
                 self.last_error = str(error)
-                log.error("device config %s changed but is invalid; keeping the previous one:\n%s",
-                          self.path, error)
+                log.error(
+                    "device config %s changed but is invalid; keeping the previous one:\n%s", self.path, error
+                )
         return self._config
 
 

@@ -107,7 +107,8 @@ class ExtenderFilterResult:
         out: dict[str, Any] = {
             "NodeNames": None if full_nodes else self.node_names,
             "Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": self.nodes or []}
-            if full_nodes and self.nodes is not None else None,
+            if full_nodes and self.nodes is not None
+            else None,
             "FailedNodes": self.failed,
             "FailedAndUnresolvableNodes": self.unresolvable,
             "Error": self.error,

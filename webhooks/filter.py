@@ -76,8 +76,14 @@ def pod_request(pod: Mapping[str, Any] | Pod, names: ResourceNames) -> PodReques
     for i, c in enumerate(_containers(typed)):
         res = c.resources
         try:
-            requests.append(container_request(c.name or f"#{i}", (res.limits if res else None) or {},
-                                              (res.requests if res else None) or {}, names))
+            requests.append(
+                container_request(
+                    c.name or f"#{i}",
+                    (res.limits if res else None) or {},
+                    (res.requests if res else None) or {},
+                    names,
+                )
+            )
         except RequestError as error:
             raise BadArgs(str(error)) from None
     if not any(r.devices for r in requests):
@@ -107,7 +113,9 @@ def replan_problem(pod: Pod) -> str:
         held = decode_allocations((meta.annotations or {}).get(MIG_ALLOCATIONS))
     except AnnotationError:
         return ""  # an unreadable record on a pod without a node is replaced by the new plan
-    if any(a.migUUID is not None or a.gpuInstanceID is not None or a.computeInstanceID is not None for a in held):
+    if any(
+        a.migUUID is not None or a.gpuInstanceID is not None or a.computeInstanceID is not None for a in held
+    ):
         return "holds a MIG instance on its node (its reservation has a runtime identity)"
     return ""
 
@@ -119,8 +127,13 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
         per_container[d.container_index].append(ContainerDevice(d.gpu_uuid, DEVICE_TYPE, d.memory_mb, d.core))
     devices = encode_devices(per_container)
     allocations = encode_allocations(usage.allocations)
-    annotations = {VGPU_NODE: plan.node, VGPU_TIME: str(int(now)), DEVICES_TO_ALLOCATE: devices,
-                   DEVICES_ALLOCATED: devices, MIG_ALLOCATIONS: allocations}
+    annotations = {
+        VGPU_NODE: plan.node,
+        VGPU_TIME: str(int(now)),
+        DEVICES_TO_ALLOCATE: devices,
+        DEVICES_ALLOCATED: devices,
+        MIG_ALLOCATIONS: allocations,
+    }
     return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
 
 
@@ -138,7 +151,8 @@ class Filter:
     # Two filters of the same pod must not interleave: the later plan could be written first and the
     # earlier one last, leaving the pod's record and the in-memory reservation disagreeing.
     _pod_locks: tuple[threading.Lock, ...] = field(
-        default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES)))
+        default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES))
+    )
     # With a writer pool the pod patch runs after the reply (the reservation already holds the slices
     # in memory) and bind waits for it; without one the filter writes before it answers.
     writer: ThreadPoolExecutor | None = None
@@ -167,12 +181,16 @@ class Filter:
         meta = args.meta
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
         if pod_request(args.pod, self.resources()) is None:  # not a GPU pod: every candidate stays
-            return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+            return ExtenderFilterResult(
+                node_names=list(args.node_names), nodes=list(args.nodes or [])
+            ), "skipped"
         raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
         pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
         request = pod_request(pod, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
-            return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or [])), "skipped"
+            return ExtenderFilterResult(
+                node_names=list(args.node_names), nodes=list(args.nodes or [])
+            ), "skipped"
         problem = replan_problem(pod)
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
@@ -191,12 +209,22 @@ class Filter:
             raise BadArgs(f"pod {namespace}/{name} does not exist in the cluster")
         known = (pod.get("metadata") or {}).get("uid") or ""
         if not uid or known != uid:
-            raise BadArgs(f"pod {namespace}/{name} in the request has uid {uid!r}, the cluster's has {known!r}; "
-                          "dynmig filters only the pod the cluster has")
+            raise BadArgs(
+                f"pod {namespace}/{name} in the request has uid {uid!r}, the cluster's has {known!r}; "
+                "dynmig filters only the pod the cluster has"
+            )
         return pod
 
-    def _place(self, args: ExtenderArgs, pod: dict[str, Any], uid: str, namespace: str, name: str,
-               request: PodRequest, containers: int) -> tuple[ExtenderFilterResult, str]:
+    def _place(
+        self,
+        args: ExtenderArgs,
+        pod: dict[str, Any],
+        uid: str,
+        namespace: str,
+        name: str,
+        request: PodRequest,
+        containers: int,
+    ) -> tuple[ExtenderFilterResult, str]:
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
         blocked.update(self._awaiting_binds(uid))
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
@@ -249,8 +277,9 @@ class Filter:
             del self._writes[uid]  # a failure stays until the bind has seen it (see bind_done)
         return error
 
-    def reserve(self, request: PodRequest, candidates, uid: str, namespace: str,
-                name: str) -> tuple[Plan | Refusal, PodUsage | None]:
+    def reserve(
+        self, request: PodRequest, candidates, uid: str, namespace: str, name: str
+    ) -> tuple[Plan | Refusal, PodUsage | None]:
         """Plan the pod over the candidate nodes and hold the plan in memory, atomically."""
         self.fleet.sweep()
         with self.fleet.lock:
@@ -276,8 +305,11 @@ class Filter:
         try:
             if self.kube is None:
                 raise RuntimeError("no API client")
-            patched = self.kube.patch_pod(meta.get("namespace") or "", meta.get("name") or "",
-                                          reservation_patch(plan, usage, containers, time.time()))
+            patched = self.kube.patch_pod(
+                meta.get("namespace") or "",
+                meta.get("name") or "",
+                reservation_patch(plan, usage, containers, time.time()),
+            )
         except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
             self.fleet.release(usage.uid, usage)
             self.bind_done(usage.uid, plan.node, keep_write=True)  # no bind follows: free the node
@@ -287,21 +319,28 @@ class Filter:
             self.fleet.set_pod(patched)  # the API's reply confirms the record without waiting for the watch
         return ""
 
-    def _refuse(self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal,
-                blocked: dict[str, str]) -> ExtenderFilterResult:
+    def _refuse(
+        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]
+    ) -> ExtenderFilterResult:
         failed = {node: blocked.get(node) or self._node_text(refusal, node) for node in args.node_names}
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
         self.fleet.set_pending(uid, headline)
-        locked = (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they "
-                  "finish)") if blocked else ""
+        locked = (
+            (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
+            if blocked
+            else ""
+        )
         text = "; ".join(t for t in (locked, _event_text(refusal) if refusal.reasons else "") if t)
         self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
     def _node_text(self, refusal: Refusal, node: str) -> str:
-        return bounded_join([refusal.node_message(node) or "no MIG GPU", *_closed(self.fleet.occupancy(node))],
-                            MAX_NODE_TEXT, "unschedulable GPUs")
+        return bounded_join(
+            [refusal.node_message(node) or "no MIG GPU", *_closed(self.fleet.occupancy(node))],
+            MAX_NODE_TEXT,
+            "unschedulable GPUs",
+        )
 
 
 MAX_EVENT_TEXT = 2048
@@ -318,4 +357,4 @@ def _event_text(refusal: Refusal, examples: int = 3) -> str:
     details = "; ".join(str(r)[:MAX_NODE_TEXT] for r in refusal.reasons[:examples])
     more = len(refusal.reasons) - examples
     tail = f" (+{more} more)" if more > 0 else ""
-    return f"{refusal.summary()[:MAX_EVENT_TEXT // 2]}. {details}{tail}"
+    return f"{refusal.summary()[: MAX_EVENT_TEXT // 2]}. {details}{tail}"

@@ -47,12 +47,23 @@ class InFlight:
 
 def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage:
     allocations = tuple(
-        MigAllocation(containerIndex=d.container_index, deviceIndex=d.device_index, gpuUUID=d.gpu_uuid,
-                      profile=d.profile, placement={"start": d.placement.start, "size": d.placement.size})
+        MigAllocation(
+            containerIndex=d.container_index,
+            deviceIndex=d.device_index,
+            gpuUUID=d.gpu_uuid,
+            profile=d.profile,
+            placement={"start": d.placement.start, "size": d.placement.size},
+        )
         for d in plan.devices
     )
-    return PodUsage(uid=uid, namespace=namespace, name=name, node=plan.node, allocations=allocations,
-                    devices=tuple(d.gpu_uuid for d in plan.devices))
+    return PodUsage(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node=plan.node,
+        allocations=allocations,
+        devices=tuple(d.gpu_uuid for d in plan.devices),
+    )
 
 
 class Fleet:
@@ -212,11 +223,21 @@ class Fleet:
             instances, gpus = [], []
             for occ in self._occupancy.values():
                 for g in occ.gpus:
-                    for usage, a in occ.holders.get(g.uuid, ()):
+                    for _usage, a in occ.holders.get(g.uuid, ()):
                         if a.runtime_ready:
-                            instances.append((occ.node, a.gpuUUID, str(g.index), a.migUUID or "", a.profile,
-                                              str(a.gpuInstanceID), str(a.computeInstanceID),
-                                              str(a.placement.start), str(a.placement.size)))
+                            instances.append(
+                                (
+                                    occ.node,
+                                    a.gpuUUID,
+                                    str(g.index),
+                                    a.migUUID or "",
+                                    a.profile,
+                                    str(a.gpuInstanceID),
+                                    str(a.computeInstanceID),
+                                    str(a.placement.start),
+                                    str(a.placement.size),
+                                )
+                            )
                     gpus.append(_gpu_sample(g))
             pending = tuple(sorted(Counter(self._pending.values()).items()))
             return Snapshot(tuple(instances), tuple(gpus), pending, self.synced)

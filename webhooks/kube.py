@@ -62,12 +62,23 @@ class Kube:
         self.timeout = timeout
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return _json(self.core.patch_namespaced_pod(name, namespace, patch, _content_type=MERGE,
-                                                    _preload_content=False, _request_timeout=self.timeout))
+        return _json(
+            self.core.patch_namespaced_pod(
+                name,
+                namespace,
+                patch,
+                _content_type=MERGE,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                   _request_timeout=self.timeout))
+        return _json(
+            self.core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
 
     def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when the API server has no such pod."""
@@ -82,10 +93,15 @@ class Kube:
         return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return _json(self.core.patch_node(name, patch, _content_type=MERGE, _preload_content=False,
-                                          _request_timeout=self.timeout))
+        return _json(
+            self.core.patch_node(
+                name, patch, _content_type=MERGE, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
 
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None) -> None:
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None
+    ) -> None:
         """Create the pod's Binding. The API server copies the Binding's annotations onto the pod in
         the same write that sets spec.nodeName (pods/binding storage, setPodHostAndAnnotations)."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
@@ -93,14 +109,24 @@ class Kube:
             meta["uid"] = uid
         if annotations:
             meta["annotations"] = annotations
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        _drain(self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False,
-                                                       _request_timeout=self.timeout))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        _drain(
+            self.core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        _drain(self.core.create_namespaced_event(namespace, body, _preload_content=False,
-                                                 _request_timeout=self.timeout))
+        _drain(
+            self.core.create_namespaced_event(
+                namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
 
 
 class EventRecorder:
@@ -125,23 +151,45 @@ class EventRecorder:
         """Queue an event; the body is built on the events thread, off the filter and bind path."""
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        item = (namespace, meta.get("name", ""), meta.get("uid", ""), event_type, reason, message, time.time())
+        item = (
+            namespace,
+            meta.get("name", ""),
+            meta.get("uid", ""),
+            event_type,
+            reason,
+            message,
+            time.time(),
+        )
         try:
             self._queue.put_nowait(item)
         except queue.Full:
-            log.warning("event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name"))
+            log.warning(
+                "event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name")
+            )
 
-    def _body(self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str,
-              when: float) -> dict[str, Any]:
+    def _body(
+        self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str, when: float
+    ) -> dict[str, Any]:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
         return {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{name or 'pod'}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name,
-                               "uid": uid},
-            "reason": reason, "message": message[:1024], "type": event_type,
-            "source": {"component": self.component}, "reportingComponent": self.component,
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }
 
     def _run(self) -> None:

@@ -81,9 +81,17 @@ class LeaseFollower:
     its extender leading on its first call. A failed read changes nothing: the known lease runs out.
     """
 
-    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, poll: float = 1.0,
-                 min_refresh: float = 0.2, clock: Callable[[], float] = time.time,
-                 on_change: Callable[[bool], None] = lambda leader: None):
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        poll: float = 1.0,
+        min_refresh: float = 0.2,
+        clock: Callable[[], float] = time.time,
+        on_change: Callable[[bool], None] = lambda leader: None,
+    ):
         self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
         self.poll, self.min_refresh, self.clock, self.on_change = poll, min_refresh, clock, on_change
         self._until = 0.0
@@ -120,8 +128,9 @@ class LeaseFollower:
         with self._lock:
             self._read_at = time.monotonic()
             try:
-                reply = self.kube.coordination.read_namespaced_lease(self.name, self.namespace,
-                                                                     _preload_content=False)
+                reply = self.kube.coordination.read_namespaced_lease(
+                    self.name, self.namespace, _preload_content=False
+                )
                 body = json.loads(reply.data)
                 spec = body.get("spec") if isinstance(body, dict) else None
                 self._until = leading_until(spec, self.identity, self.clock())
@@ -129,15 +138,25 @@ class LeaseFollower:
                 if error.status == NOT_FOUND:
                     self._until = 0.0
                 else:
-                    log.warning("leader election: reading Lease %s/%s: %s %s", self.namespace, self.name,
-                                error.status, error.reason)
+                    log.warning(
+                        "leader election: reading Lease %s/%s: %s %s",
+                        self.namespace,
+                        self.name,
+                        error.status,
+                        error.reason,
+                    )
             except Exception as error:  # noqa: BLE001 - API unreachable or a garbled body: the lease runs out
                 log.warning("leader election: reading Lease %s/%s: %s", self.namespace, self.name, error)
             now = self.is_leader()
             changed, self._was = now != self._was, now
         if changed:
-            log.info("leader election: pod %s is %s (Lease %s/%s)", self.identity,
-                     "the leader" if now else "a follower", self.namespace, self.name)
+            log.info(
+                "leader election: pod %s is %s (Lease %s/%s)",
+                self.identity,
+                "the leader" if now else "a follower",
+                self.namespace,
+                self.name,
+            )
             self.on_change(now)
 
 

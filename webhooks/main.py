@@ -34,8 +34,10 @@ from webhooks.runner import Extender, Listeners
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
-NOT_LEADER = ("not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
-              "replica does not schedule")
+NOT_LEADER = (
+    "not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
+    "replica does not schedule"
+)
 
 
 class Scheduler:
@@ -46,8 +48,13 @@ class Scheduler:
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
         if not self.leader.is_leader() and not self.leader.refresh():
-            return {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-                    "Error": NOT_LEADER}
+            return {
+                "NodeNames": None,
+                "Nodes": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": NOT_LEADER,
+            }
         return self._filter(args)
 
     def bind(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -67,24 +74,46 @@ class Service:
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         self.cache = ClusterCache(self.kube, self.fleet)
         self.events = EventRecorder(self.kube, cfg.scheduler_name)
-        resources = lambda: self.device_config.get().resources  # read per request: the file reloads
+
+        def resources():
+            return self.device_config.get().resources  # read per request: the file reloads
+
         # one leadership for the pod: follow kube-scheduler's Lease (webhooks/leader.py)
-        self.leader = (LeaseFollower(self.kube, cfg.namespace, cfg.lease_name, cfg.identity,
-                                     on_change=self._leadership_changed)
-                       if cfg.leader_elect else AlwaysLeader())
+        self.leader = (
+            LeaseFollower(
+                self.kube, cfg.namespace, cfg.lease_name, cfg.identity, on_change=self._leadership_changed
+            )
+            if cfg.leader_elect
+            else AlwaysLeader()
+        )
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
-        self.filter = Filter(self.fleet, self.kube, resources, self.events, self.metrics,
-                             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
-                             writer=self.writer, lookup=self.cache.find_pod)
-        self.binder = Binder(self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics,
-                             filter=self.filter)
+        self.filter = Filter(
+            self.fleet,
+            self.kube,
+            resources,
+            self.events,
+            self.metrics,
+            blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
+            writer=self.writer,
+            lookup=self.cache.find_pod,
+        )
+        self.binder = Binder(
+            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, filter=self.filter
+        )
         self.tls = tls
         self.certificates: ServingCertificates | None = None
-        policy = AdmissionPolicy(device_config=self.device_config.get, scheduler_name=cfg.scheduler_name,
-                                 privileged_users=frozenset(cfg.privileged_users))
-        self.server = Server(policy=policy, metrics=self.metrics,
-                             extender=Scheduler(self.filter, self.binder, self.leader), ready=self.ready)
+        policy = AdmissionPolicy(
+            device_config=self.device_config.get,
+            scheduler_name=cfg.scheduler_name,
+            privileged_users=frozenset(cfg.privileged_users),
+        )
+        self.server = Server(
+            policy=policy,
+            metrics=self.metrics,
+            extender=Scheduler(self.filter, self.binder, self.leader),
+            ready=self.ready,
+        )
         self.app = create_app(self.server)  # admission webhooks and health: the Service's port
         self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
@@ -93,8 +122,9 @@ class Service:
         """Serve and (cert-mode self, as Lease holder) renew the certificate `cfg` names; its metrics
         join this server's registry. Started and stopped with the service. `timing`: see
         ServingCertificates (tests shorten intervals)."""
-        self.certificates = ServingCertificates(self.cfg, self.kube.api_client, self.metrics.registry,
-                                                self.leader.is_leader, **timing)
+        self.certificates = ServingCertificates(
+            self.cfg, self.kube.api_client, self.metrics.registry, self.leader.is_leader, **timing
+        )
         self.tls = self.certificates.reloader
         return self.certificates
 
@@ -146,10 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     service = Service(cfg, device_config=device_config)
     service.use_certificates()
     service.start(wait=None)
-    listeners = Listeners(service.app, service.metrics_app, cfg.bind_address, cfg.port, cfg.metrics_port,
-                          service.tls, cfg.log_level,
-                          extender=Extender(service.extender_app, cfg.extender_bind_address, cfg.extender_port,
-                                            extender_tls(service.tls, cfg.extender_client_ca)))
+    listeners = Listeners(
+        service.app,
+        service.metrics_app,
+        cfg.bind_address,
+        cfg.port,
+        cfg.metrics_port,
+        service.tls,
+        cfg.log_level,
+        extender=Extender(
+            service.extender_app,
+            cfg.extender_bind_address,
+            cfg.extender_port,
+            extender_tls(service.tls, cfg.extender_client_ca),
+        ),
+    )
     try:
         listeners.run()
     finally:
@@ -164,10 +205,11 @@ STOP_DEADLINE = 15.0  # seconds, within the pod's default terminationGracePeriod
 def _exit_if_stop_hangs(seconds: float) -> None:
     """A graceful stop that blocks (e.g. a watch on an API server that is gone) must not keep the
     process alive: after `seconds` exit anyway. Reservations live in pod annotations, so nothing is lost."""
+
     def give_up() -> None:
         log.error("graceful stop took longer than %.0fs; exiting", seconds)
         os._exit(1)
+
     timer = threading.Timer(seconds, give_up)
     timer.daemon = True
     timer.start()
-

@@ -65,9 +65,15 @@ def _version(node: Mapping[str, Any]) -> str:
 
 
 class NodeLock:
-    def __init__(self, kube: Kube, expiry: float = 300.0, retries: int = 5, base_delay: float = 0.05,
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        kube: Kube,
+        expiry: float = 300.0,
+        retries: int = 5,
+        base_delay: float = 0.05,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.kube = kube
         self.expiry = expiry
         self.retries = retries
@@ -75,8 +81,14 @@ class NodeLock:
         self.clock = clock
         self.sleep = sleep
 
-    def acquire(self, node: str, namespace: str, name: str, owner_exists: Callable[[str, str], bool],
-                cached: Mapping[str, Any] | None = None) -> None:
+    def acquire(
+        self,
+        node: str,
+        namespace: str,
+        name: str,
+        owner_exists: Callable[[str, str], bool],
+        cached: Mapping[str, Any] | None = None,
+    ) -> None:
         """Take the lock for pod namespace/name (idempotent for the same pod); raise NodeLocked."""
         current = cached
         for attempt in range(self.retries):
@@ -88,14 +100,17 @@ class NodeLock:
                 if (value.namespace, value.name) == (namespace, name):
                     return
                 if not self._takeable(value, owner_exists):
-                    raise NodeLocked(f"node {node} has been locked within {self._expiry_text()} by "
-                                     f"{value.namespace}/{value.name}: node lock contention")
+                    raise NodeLocked(
+                        f"node {node} has been locked within {self._expiry_text()} by "
+                        f"{value.namespace}/{value.name}: node lock contention"
+                    )
             if self._write(node, current, format_lock(self.clock(), namespace, name)):
                 return
             current = None
-            self.sleep(self.base_delay * (2 ** attempt) * (0.5 + random.random()))
-        raise NodeLocked(f"node {node}: could not take the node lock after {self.retries} attempts "
-                         "(concurrent updates)")
+            self.sleep(self.base_delay * (2**attempt) * (0.5 + random.random()))
+        raise NodeLocked(
+            f"node {node}: could not take the node lock after {self.retries} attempts (concurrent updates)"
+        )
 
     def release(self, node: str, namespace: str, name: str) -> None:
         """Remove the lock if this pod holds it (never someone else's)."""
@@ -124,8 +139,13 @@ class NodeLock:
             return True
         return bool(value.name) and not owner_exists(value.namespace, value.name)
 
-    def blocked(self, locks: Mapping[str, LockValue], namespace: str, name: str,
-                owner_exists: Callable[[str, str], bool]) -> dict[str, str]:
+    def blocked(
+        self,
+        locks: Mapping[str, LockValue],
+        namespace: str,
+        name: str,
+        owner_exists: Callable[[str, str], bool],
+    ) -> dict[str, str]:
         """Nodes a bind of pod namespace/name would fail on right now, with the reason (for filter).
 
         Runs on every filter over every locked node, so the clock is read once and the expiry is
@@ -139,8 +159,10 @@ class NodeLock:
                 continue
             if value.name and not owner_exists(value.namespace, value.name):
                 continue
-            out[node] = (f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
-                         f"plugin releases it after Allocate, or it expires after {expiry})")
+            out[node] = (
+                f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
+                f"plugin releases it after Allocate, or it expires after {expiry})"
+            )
         return out
 
     def _expiry_text(self) -> str:

@@ -32,11 +32,16 @@ MAX_TEXT = 64 * 1024
 Name = Annotated[StrictStr, Field(max_length=MAX_NAME)]
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 QuantityValue = StrictStr | StrictInt | StrictFloat  # the API sends strings; clients may send numbers
-ResourceList = Annotated[dict[Annotated[StrictStr, Field(max_length=MAX_NAME)], QuantityValue],
-                         Field(max_length=MAX_MAP_ENTRIES)]
-StringMap = Annotated[dict[Annotated[StrictStr, Field(max_length=MAX_NAME)],
-                           Annotated[StrictStr, Field(max_length=MAX_ANNOTATION_VALUE)]],
-                      Field(max_length=MAX_MAP_ENTRIES)]
+ResourceList = Annotated[
+    dict[Annotated[StrictStr, Field(max_length=MAX_NAME)], QuantityValue], Field(max_length=MAX_MAP_ENTRIES)
+]
+StringMap = Annotated[
+    dict[
+        Annotated[StrictStr, Field(max_length=MAX_NAME)],
+        Annotated[StrictStr, Field(max_length=MAX_ANNOTATION_VALUE)],
+    ],
+    Field(max_length=MAX_MAP_ENTRIES),
+]
 
 
 class _Model(BaseModel):
@@ -120,9 +125,15 @@ def json_path(where: str, loc: tuple[int | str, ...]) -> str:
 
 
 _PROBLEMS = {
-    "string_type": "must be a string", "bool_type": "must be true or false", "dict_type": "must be an object",
-    "list_type": "must be a list", "model_type": "must be an object", "int_type": "must be a number",
-    "float_type": "must be a number", "too_long": "is too long", "string_too_long": "is too long",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "dict_type": "must be an object",
+    "list_type": "must be a list",
+    "model_type": "must be an object",
+    "int_type": "must be a number",
+    "float_type": "must be a number",
+    "too_long": "is too long",
+    "string_too_long": "is too long",
     "model_attributes_type": "must be an object",
 }
 

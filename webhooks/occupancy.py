@@ -72,7 +72,9 @@ def _is_mig(device: DeviceInfo) -> bool:
     return device.mode == MIG_MODE or (not device.mode and bool(device.migProfiles))
 
 
-def node_gpus(name: str, register: str | None, leftovers: str | None = None, cordon: object = None) -> NodeGpus:
+def node_gpus(
+    name: str, register: str | None, leftovers: str | None = None, cordon: object = None
+) -> NodeGpus:
     """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours), with
     the placements its plugin publishes as left over and the GPUs its cordon list closes."""
     try:
@@ -81,9 +83,18 @@ def node_gpus(name: str, register: str | None, leftovers: str | None = None, cor
         return NodeGpus(name, (), str(error))
     closed = _cordon(cordon)
     gpus = tuple(
-        GpuState(node=name, uuid=d.id, type=d.type, profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
-                 healthy=d.health, index=d.index, memory_mb=d.devmem, cordoned=closed(d.id))
-        for d in devices if _is_mig(d)
+        GpuState(
+            node=name,
+            uuid=d.id,
+            type=d.type,
+            profiles=tuple(from_mig_profile(p) for p in d.migProfiles),
+            healthy=d.health,
+            index=d.index,
+            memory_mb=d.devmem,
+            cordoned=closed(d.id),
+        )
+        for d in devices
+        if _is_mig(d)
     )
     try:
         return NodeGpus(name, gpus, blocked=by_gpu(decode_leftovers(leftovers)))
@@ -98,8 +109,10 @@ def _cordon(value: object):
     except AnnotationError as error:
         why = f"node cordon list unreadable, so no GPU of this node takes new pods: {error}"
         return lambda uuid: why
-    why = (f"GPU is cordoned: the node lists it in {DEVICE_CORDON}; pods already on it keep running "
-           "(remove the UUID from that list to uncordon)")
+    why = (
+        f"GPU is cordoned: the node lists it in {DEVICE_CORDON}; pods already on it keep running "
+        "(remove the UUID from that list to uncordon)"
+    )
     return lambda uuid: why if uuid in listed else ""
 
 
@@ -145,13 +158,21 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
         allocations = ()  # HAMi treats an undecodable reservation as absent: the devices then fail closed
         problems.append(str(error))
     try:
-        devices = tuple(d.uuid for c in decode_devices(ann.get(DEVICES_ALLOCATED), DEVICES_ALLOCATED) for d in c)
+        devices = tuple(
+            d.uuid for c in decode_devices(ann.get(DEVICES_ALLOCATED), DEVICES_ALLOCATED) for d in c
+        )
     except AnnotationError as error:
         devices = ()
         problems.append(str(error))
-    return PodUsage(uid=meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}",
-                    namespace=meta.get("namespace") or "", name=meta.get("name") or "", node=node,
-                    allocations=allocations, devices=devices, problem="; ".join(problems))
+    return PodUsage(
+        uid=meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}",
+        namespace=meta.get("namespace") or "",
+        name=meta.get("name") or "",
+        node=node,
+        allocations=allocations,
+        devices=devices,
+        problem="; ".join(problems),
+    )
 
 
 # ---------------------------------------------------------------- reconstruction
@@ -190,16 +211,19 @@ def reconstruct(published: NodeGpus, usages: Iterable[PodUsage]) -> NodeOccupanc
                 continue  # a device on a GPU this node does not publish as MIG is not ours
             queue = pending.get(uuid)
             if not queue:
-                occ.unhealthy = occ.unhealthy or (f"pod {usage.namespace}/{usage.name} has a device on this "
-                                                  "MIG GPU without a reservation")
+                occ.unhealthy = occ.unhealthy or (
+                    f"pod {usage.namespace}/{usage.name} has a device on this MIG GPU without a reservation"
+                )
                 continue
             _hold(occ, usage, queue.pop(0))
         for uuid, rest in pending.items():
             occ = by_uuid.get(uuid)
             if occ is None:
                 if rest:
-                    all_closed = (f"pod {usage.namespace}/{usage.name} reserves GPU {uuid}, which the node "
-                                  "does not publish")
+                    all_closed = (
+                        f"pod {usage.namespace}/{usage.name} reserves GPU {uuid}, which the node "
+                        "does not publish"
+                    )
                 continue
             for a in rest:
                 _hold(occ, usage, a)

@@ -128,7 +128,9 @@ def parse_review(body: bytes) -> Review:
     except ObjectError as error:
         raise BadReview(f"{error.path.lstrip('.')}: {error.problem}") from None
     if env.apiVersion not in API_VERSIONS:
-        raise BadReview(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {str(env.apiVersion)[:64]!r}")
+        raise BadReview(
+            f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {str(env.apiVersion)[:64]!r}"
+        )
     if env.kind != "AdmissionReview":
         raise BadReview(f"kind must be AdmissionReview, got {str(env.kind)[:64]!r}")
     request = env.request
@@ -161,9 +163,12 @@ def response(review: Review, decision: Decision) -> dict[str, Any]:
     """The reply envelope, in the caller's API version with its uid."""
     body: dict[str, Any] = {"uid": review.uid, "allowed": decision.allowed}
     if not decision.allowed:
-        body["status"] = {"code": decision.code, "message": decision.message,
-                          "reason": "Forbidden" if decision.code == 403 else "BadRequest",
-                          "status": "Failure"}
+        body["status"] = {
+            "code": decision.code,
+            "message": decision.message,
+            "reason": "Forbidden" if decision.code == 403 else "BadRequest",
+            "status": "Failure",
+        }
     if decision.patch:
         body["patch"] = encode_patch(decision.patch)
         body["patchType"] = "JSONPatch"

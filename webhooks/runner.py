@@ -30,14 +30,30 @@ class Extender:
 
 def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: float) -> uvicorn.Config:
     # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, lifespan="off",
-                          ssl_context_factory=tls.ssl_context_factory if tls else None,
-                          timeout_graceful_shutdown=graceful, access_log=False)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=None,
+        lifespan="off",
+        ssl_context_factory=tls.ssl_context_factory if tls else None,
+        timeout_graceful_shutdown=graceful,
+        access_log=False,
+    )
 
 
-def _configs(app: Starlette, metrics_app: Starlette | None, host: str, port: int, metrics_port: int,
-             tls: TLSReloader | None, log_level: str, graceful: float,
-             extender: Extender | None) -> list[uvicorn.Config]:
+def _configs(
+    app: Starlette,
+    metrics_app: Starlette | None,
+    host: str,
+    port: int,
+    metrics_port: int,
+    tls: TLSReloader | None,
+    log_level: str,
+    graceful: float,
+    extender: Extender | None,
+) -> list[uvicorn.Config]:
     configs = [_config(app, host, port, tls, log_level, graceful)]
     if metrics_app is not None:
         configs.append(_config(metrics_app, host, metrics_port, None, log_level, graceful))
@@ -77,7 +93,11 @@ class _Server(uvicorn.Server):
         for connection in list(self.server_state.connections):
             transport = getattr(connection, "transport", None)
             try:
-                idle = transport is not None and transport.is_closing() and transport.get_write_buffer_size() == 0
+                idle = (
+                    transport is not None
+                    and transport.is_closing()
+                    and transport.get_write_buffer_size() == 0
+                )
             except AttributeError:  # a TLS transport closed twice: nothing left to reach
                 continue
             if idle:
@@ -98,11 +118,24 @@ class Listeners:
     """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics, and
     optionally the scheduler extender on its own address."""
 
-    def __init__(self, app: Starlette, metrics_app: Starlette | None = None, host: str = "127.0.0.1",
-                 port: int = 0, metrics_port: int = 0, tls: TLSReloader | None = None, log_level: str = "warning",
-                 graceful_shutdown: float = GRACEFUL_SHUTDOWN, extender: Extender | None = None):
-        self.servers = [_Server(c) for c in _configs(app, metrics_app, host, port, metrics_port, tls, log_level,
-                                                     graceful_shutdown, extender)]
+    def __init__(
+        self,
+        app: Starlette,
+        metrics_app: Starlette | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        metrics_port: int = 0,
+        tls: TLSReloader | None = None,
+        log_level: str = "warning",
+        graceful_shutdown: float = GRACEFUL_SHUTDOWN,
+        extender: Extender | None = None,
+    ):
+        self.servers = [
+            _Server(c)
+            for c in _configs(
+                app, metrics_app, host, port, metrics_port, tls, log_level, graceful_shutdown, extender
+            )
+        ]
         self.tls = tls
         self._metrics = metrics_app is not None
         self._extender = extender
@@ -114,8 +147,9 @@ class Listeners:
 
     def start(self, timeout: float = 10.0) -> Listeners:
         """Background thread; returns once every server listens."""
-        self._thread = threading.Thread(target=lambda: asyncio.run(serve_forever(self.servers, False)),
-                                        name="dynmig-serve", daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(serve_forever(self.servers, False)), name="dynmig-serve", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not all(s.started for s in self.servers):

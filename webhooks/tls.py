@@ -29,16 +29,22 @@ def settings_problem(cfg: ServeConfig) -> str | None:
     """Why these TLS settings cannot serve (None when they can); the message names the flags."""
     if cfg.cert_mode == "files":
         if not cfg.tls_cert or not cfg.tls_key:
-            return ("--tls-cert and --tls-key are required with --cert-mode=files (the apiserver and "
-                    "kube-scheduler call us over HTTPS); or serve from a Secret with --tls-secret")
+            return (
+                "--tls-cert and --tls-key are required with --cert-mode=files (the apiserver and "
+                "kube-scheduler call us over HTTPS); or serve from a Secret with --tls-secret"
+            )
         return None
     if not cfg.tls_secret:
-        return (f"--cert-mode={cfg.cert_mode} serves the Secret named by --tls-secret (env DYNMIG_TLS_SECRET); "
-                "set it, or serve files with --cert-mode=files --tls-cert=... --tls-key=...")
+        return (
+            f"--cert-mode={cfg.cert_mode} serves the Secret named by --tls-secret (env DYNMIG_TLS_SECRET); "
+            "set it, or serve files with --cert-mode=files --tls-cert=... --tls-key=..."
+        )
     if cfg.cert_mode == "self":
         if ca_secret(cfg) == cfg.tls_secret:
-            return (f"--ca-secret must differ from --tls-secret ({cfg.tls_secret}): the CA key must not sit "
-                    "beside the serving pair")
+            return (
+                f"--ca-secret must differ from --tls-secret ({cfg.tls_secret}): the CA key must not sit "
+                "beside the serving pair"
+            )
         try:
             lifetimes(cfg)
         except ValueError:
@@ -85,14 +91,18 @@ class ServingCertificates:
             raise ValueError(problem)
         self.mode = cfg.cert_mode
         self.source = self._source(cfg, api_client, watch_backoff, watch_timeout)
-        self.reloader = TLSReloader(self.source, required_names=list(cfg.tls_names), registry=registry, clock=clock)
+        self.reloader = TLSReloader(
+            self.source, required_names=list(cfg.tls_names), registry=registry, clock=clock
+        )
         self.renewer: CertRenewer | None = None
         if cfg.cert_mode == "self":
             from kubernetes import client
 
             if not (cfg.mutating_webhook or cfg.validating_webhook):
-                log.warning("--cert-mode=self without --mutating-webhook/--validating-webhook: renewed "
-                            "certificates are served, but no CA bundle is kept in the webhook configurations")
+                log.warning(
+                    "--cert-mode=self without --mutating-webhook/--validating-webhook: renewed "
+                    "certificates are served, but no CA bundle is kept in the webhook configurations"
+                )
             self.renewer = CertRenewer(
                 SecretStore(client.CoreV1Api(api_client), cfg.namespace, cfg.tls_secret, ca_secret(cfg)),
                 policy(cfg),
@@ -114,10 +124,20 @@ class ServingCertificates:
         from kubernetes import client
 
         ignored = " (--tls-cert/--tls-key not used)" if cfg.tls_cert or cfg.tls_key else ""
-        log.info("serving certificate from Secret %s/%s, watched through the API%s; cert-mode %s",
-                 cfg.namespace, cfg.tls_secret, ignored, cfg.cert_mode)
-        return SecretSource(client.CoreV1Api(api_client), cfg.namespace, cfg.tls_secret,
-                            watch_timeout=watch_timeout, backoff=backoff)
+        log.info(
+            "serving certificate from Secret %s/%s, watched through the API%s; cert-mode %s",
+            cfg.namespace,
+            cfg.tls_secret,
+            ignored,
+            cfg.cert_mode,
+        )
+        return SecretSource(
+            client.CoreV1Api(api_client),
+            cfg.namespace,
+            cfg.tls_secret,
+            watch_timeout=watch_timeout,
+            backoff=backoff,
+        )
 
     def leadership_changed(self, leader: bool) -> None:
         """The Lease changed hands: a new leader renews and injects now, not at the next check."""

@@ -115,4 +115,6 @@ class HamiOrder(Baseline):
 
     def gpu_order(self, node: BNode, masks: dict[int, int]) -> list[BGpu]:
         # A GPU revisited for a later slot of the same pod counts its tentative slices too.
-        return sorted(node.gpus, key=lambda g: g.usage_score() + (masks[id(g)] & ~g.mask).bit_count() / g.axis)
+        return sorted(
+            node.gpus, key=lambda g: g.usage_score() + (masks[id(g)] & ~g.mask).bit_count() / g.axis
+        )

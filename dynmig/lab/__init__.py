@@ -1,9 +1,9 @@
 """`dynmig lab`: the whole system on one machine, with simulated GPUs and a simulated cluster.
 
-    dynmig lab                                 # start, show progress, run until Ctrl-C
-    dynmig lab --scenario tour                 # a scripted scenario; exit 1 if a check fails
-    dynmig lab --scenario list                 # the scenarios
-    dynmig lab --serve --kubeconfig-out kc     # run until interrupted; kubectl --kubeconfig kc ...
+dynmig lab                                 # start, show progress, run until Ctrl-C
+dynmig lab --scenario tour                 # a scripted scenario; exit 1 if a check fails
+dynmig lab --scenario list                 # the scenarios
+dynmig lab --serve --kubeconfig-out kc     # run until interrupted; kubectl --kubeconfig kc ...
 """
 
 from __future__ import annotations
@@ -20,21 +20,39 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dynmig lab", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.splitlines()[2:]))
-    p.add_argument("--nodes", default=DEFAULT_NODES,
-                   help=f"simulated GPU nodes, NAME=COUNTxMODEL[+COUNTxMODEL];... (default {DEFAULT_NODES!r})")
+    p = argparse.ArgumentParser(
+        prog="dynmig lab",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    p.add_argument(
+        "--nodes",
+        default=DEFAULT_NODES,
+        help=f"simulated GPU nodes, NAME=COUNTxMODEL[+COUNTxMODEL];... (default {DEFAULT_NODES!r})",
+    )
     p.add_argument("--scenario", help="run a scripted scenario and exit (`list` shows them)")
-    p.add_argument("--serve", action="store_true", help="keep running until interrupted (the default "
-                                                        "without --scenario)")
+    p.add_argument(
+        "--serve", action="store_true", help="keep running until interrupted (the default without --scenario)"
+    )
     p.add_argument("--kubeconfig-out", type=Path, help="write an admin kubeconfig here once the lab is ready")
-    p.add_argument("--policy", type=Path, help="device-config file (allowlist) instead of the chart's default, "
-                                               "e.g. policies/examples/with-4g.yaml")
-    p.add_argument("--workdir", type=Path, help="keep state files, configs and logs here (default: a temp dir, "
-                                                "removed at exit)")
-    p.add_argument("--reconcile-interval", type=float, default=1.0,
-                   help="device plugin reclaim period in seconds (default 1; HAMi uses 5)")
+    p.add_argument(
+        "--policy",
+        type=Path,
+        help="device-config file (allowlist) instead of the chart's default, "
+        "e.g. policies/examples/with-4g.yaml",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep state files, configs and logs here (default: a temp dir, removed at exit)",
+    )
+    p.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=1.0,
+        help="device plugin reclaim period in seconds (default 1; HAMi uses 5)",
+    )
     return p
 
 
@@ -66,15 +84,23 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     from dynmig.lab.scenarios import SCENARIOS
 
     if args.scenario and args.scenario not in SCENARIOS:
-        print(f"dynmig lab: --scenario {args.scenario!r}: unknown; one of: list, {', '.join(SCENARIOS)}",
-              file=sys.stderr)
+        print(
+            f"dynmig lab: --scenario {args.scenario!r}: unknown; one of: list, {', '.join(SCENARIOS)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if args.scenario:
-        missing = [m for m in SCENARIOS[args.scenario].needs
-                   if not any(m.lower() in g.model.nvml_name.lower() for n in nodes for g in n.gpus)]
+        missing = [
+            m
+            for m in SCENARIOS[args.scenario].needs
+            if not any(m.lower() in g.model.nvml_name.lower() for n in nodes for g in n.gpus)
+        ]
         if missing:
-            print(f"dynmig lab: --scenario {args.scenario} needs a node with {', '.join(missing)} GPUs; "
-                  f"--nodes {args.nodes!r} has none (the default nodes have them)", file=sys.stderr)
+            print(
+                f"dynmig lab: --scenario {args.scenario} needs a node with {', '.join(missing)} GPUs; "
+                f"--nodes {args.nodes!r} has none (the default nodes have them)",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
     return _run(args, nodes)
 
@@ -100,7 +126,9 @@ def _run(args: argparse.Namespace, nodes) -> int:
 
     stop = _SignalFlag()
     previous = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)}
-    lab = Lab(nodes, args.workdir, policy=args.policy, echo=_print, reconcile_interval=args.reconcile_interval)
+    lab = Lab(
+        nodes, args.workdir, policy=args.policy, echo=_print, reconcile_interval=args.reconcile_interval
+    )
     _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))
     try:
         try:
@@ -115,8 +143,10 @@ def _run(args: argparse.Namespace, nodes) -> int:
             _print(f"kubeconfig written: {path}  (kubectl --kubeconfig {path} get nodes)")
         if args.scenario:
             return _scenario(lab, args.scenario)
-        _print("lab running; Ctrl-C stops it. Finish a pod's workload with: "
-               "kubectl annotate pod NAME lab.dynmig.io/exit-code=0")
+        _print(
+            "lab running; Ctrl-C stops it. Finish a pod's workload with: "
+            "kubectl annotate pod NAME lab.dynmig.io/exit-code=0"
+        )
         while not stop.is_set():
             time.sleep(0.2)
         _print("stopping")
@@ -143,11 +173,15 @@ def _scenario(lab, name: str) -> int:
     except ScenarioFailed:
         pass
     except Exception as error:  # noqa: BLE001 - a scenario step that breaks is a failed check, not a traceback
-        run.check(False, "the scenario ran to its end", f"{type(error).__name__}: {report.shorten(str(error), 300)}")
+        run.check(
+            False, "the scenario ran to its end", f"{type(error).__name__}: {report.shorten(str(error), 300)}"
+        )
     passed = len(run.checks) - len(run.failed)
     _print("")
     verdict = "PASSED" if not run.failed and run.checks else "FAILED"
-    _print(f"### {name}: {verdict} — {passed}/{len(run.checks)} checks passed in {time.monotonic() - started:.1f}s")
+    _print(
+        f"### {name}: {verdict} — {passed}/{len(run.checks)} checks passed in {time.monotonic() - started:.1f}s"
+    )
     for check in run.failed:
         _print(f"    FAIL  {check.text} — {check.detail}")
     return EXIT_OK if verdict == "PASSED" else EXIT_FAILED

@@ -41,7 +41,9 @@ def helm_binary() -> str:
     tools = os.environ.get("DYNMIG_TOOLS", str(ROOT / ".cache" / "tools"))
     found = shutil.which("helm", path=f"{tools}{os.pathsep}{os.environ.get('PATH', '')}")
     if not found:
-        raise ChartError(f"helm not found in {tools} or PATH: run `make tools` (the lab renders charts/dynmig with it)")
+        raise ChartError(
+            f"helm not found in {tools} or PATH: run `make tools` (the lab renders charts/dynmig with it)"
+        )
     return found
 
 
@@ -66,8 +68,11 @@ class Rendered:
 
     @property
     def webhook_configurations(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for o in self.objects
-                if o.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")]
+        return [
+            copy.deepcopy(o)
+            for o in self.objects
+            if o.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        ]
 
     @property
     def node_config_text(self) -> str:
@@ -88,7 +93,9 @@ class Rendered:
     def container_env(self, kind: str, container: str) -> dict[str, str]:
         """The container's environment with literal values (those from the downward API, such as
         POD_NAME, are left out: the lab passes their flags itself)."""
-        return {e["name"]: str(e["value"]) for e in self._pod(kind, container)[1].get("env") or [] if "value" in e}
+        return {
+            e["name"]: str(e["value"]) for e in self._pod(kind, container)[1].get("env") or [] if "value" in e
+        }
 
     def secret_files(self, kind: str, container: str) -> dict[str, tuple[str, str]]:
         """Files the container sees from Secret volumes: path in the container -> (Secret, key)."""
@@ -100,7 +107,10 @@ class Rendered:
             if secret is None:
                 continue
             for item in secret.get("items") or []:
-                files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = (secret["secretName"], item["key"])
+                files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = (
+                    secret["secretName"],
+                    item["key"],
+                )
         return files
 
     @property
@@ -128,8 +138,9 @@ def render(policy: Path | None = None, mig_nodes: tuple[str, ...] = ()) -> Rende
     return Rendered(objects)
 
 
-def laptop_scheduler_config(doc: dict[str, Any], extender_host: str, extender_port: int,
-                            ca_file: Path) -> dict[str, Any]:
+def laptop_scheduler_config(
+    doc: dict[str, Any], extender_host: str, extender_port: int, ca_file: Path
+) -> dict[str, Any]:
     """The chart's KubeSchedulerConfiguration with the two laptop differences: the extender is at
     host:port of the `dynmig serve` child (not 127.0.0.1:8443 in the pod), and its CA file is where
     the lab wrote the Secret key the chart mounts there (not /etc/dynmig/ca/ca.crt). Leader election

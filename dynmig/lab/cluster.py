@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -91,16 +91,22 @@ class NodeRuntime:
 
 class Lab:
     """Args:
-        nodes: the simulated GPU nodes (`dynmig.lab.nodes.parse_nodes`).
-        workdir: where state files, configs, kubeconfigs and child logs go (a temp dir if None).
-        policy: a device-config file to use instead of the chart's default allowlist.
-        echo: where progress lines go (one line per call).
-        reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    nodes: the simulated GPU nodes (`dynmig.lab.nodes.parse_nodes`).
+    workdir: where state files, configs, kubeconfigs and child logs go (a temp dir if None).
+    policy: a device-config file to use instead of the chart's default allowlist.
+    echo: where progress lines go (one line per call).
+    reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     """
 
-    def __init__(self, nodes: tuple[LabNode, ...], workdir: Path | None = None, policy: Path | None = None,
-                 echo: Callable[[str], None] | None = None, reconcile_interval: float = 1.0,
-                 scheduler_backoff: tuple[float, float] = (0.5, 2.0)):
+    def __init__(
+        self,
+        nodes: tuple[LabNode, ...],
+        workdir: Path | None = None,
+        policy: Path | None = None,
+        echo: Callable[[str], None] | None = None,
+        reconcile_interval: float = 1.0,
+        scheduler_backoff: tuple[float, float] = (0.5, 2.0),
+    ):
         self.specs = nodes
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dynmig-lab-")
         self.workdir = Path(workdir or self._tmp.name)
@@ -147,8 +153,10 @@ class Lab:
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         self.rendered = chart.render(self.policy, tuple(n.name for n in self.specs))
         self._write_configs()
-        self._say(f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
-                  + (f" (policy {self.policy})" if self.policy else ""))
+        self._say(
+            f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
+            + (f" (policy {self.policy})" if self.policy else "")
+        )
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
         self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
@@ -163,8 +171,11 @@ class Lab:
         for runtime in self.nodes.values():
             self._wait_plugin(runtime)
         self._wait_serve()
-        self._say("kubelets (simulated) admitting pods on " + ", ".join(self.nodes)
-                  + f" (device-plugin sockets under {self._sockets.name})")
+        self._say(
+            "kubelets (simulated) admitting pods on "
+            + ", ".join(self.nodes)
+            + f" (device-plugin sockets under {self._sockets.name})"
+        )
 
     def stop(self) -> None:
         """Stop everything this lab started; safe to call twice and after a failed start."""
@@ -226,8 +237,11 @@ class Lab:
 
     def plugin_pod(self, node: str) -> str:
         """The name of the device-plugin DaemonSet's pod on `node` (not one being deleted)."""
-        pods = self.core().list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}",
-                                               label_selector=chart.component_selector("device-plugin"))
+        pods = self.core().list_namespaced_pod(
+            NAMESPACE,
+            field_selector=f"spec.nodeName={node}",
+            label_selector=chart.component_selector("device-plugin"),
+        )
         live = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
         if len(live) != 1:
             raise LabError(f"{node}: expected one device-plugin pod, found {live}")
@@ -235,7 +249,9 @@ class Lab:
 
     def finish(self, name: str, namespace: str = "default", exit_code: int = 0) -> None:
         """Tell a running pod's workload to exit (0 -> Succeeded)."""
-        self.core().patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {EXIT_CODE: str(exit_code)}}})
+        self.core().patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": {EXIT_CODE: str(exit_code)}}}
+        )
 
     def plugin_log(self, node: str) -> str:
         return (self.workdir / "logs" / f"device-plugin-{node}.log").read_text()
@@ -267,8 +283,16 @@ class Lab:
 
     def _certs(self, *args: str) -> None:
         """`dynmig certs ...` against the lab, in this process (the same code the console script runs)."""
-        argv = [args[0], "--namespace", NAMESPACE, "--service", chart.RELEASE,
-                "--kubeconfig", str(self.kubeconfig("certs")), *args[1:]]
+        argv = [
+            args[0],
+            "--namespace",
+            NAMESPACE,
+            "--service",
+            chart.RELEASE,
+            "--kubeconfig",
+            str(self.kubeconfig("certs")),
+            *args[1:],
+        ]
         out, err = StringIO(), StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             code = certs_main.main(argv)
@@ -295,15 +319,25 @@ class Lab:
         Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
         args = chart.laptop_args(
             self.rendered.container_args("Deployment", "server"),
-            replace={"--port": str(self.serve_port), "--metrics-port": str(self.metrics_port),
-                     "--extender-port": str(self.extender_port),
-                     "--device-config": str(self.device_config_file),
-                     # one kube-scheduler without leader election (chart.laptop_scheduler_config)
-                     "--leader-elect": "false"},
-            add={"--bind-address": "127.0.0.1", "--kubeconfig": str(self.kubeconfig("scheduler")),
-                 "--namespace": NAMESPACE, "--identity": "lab-serve"})
+            replace={
+                "--port": str(self.serve_port),
+                "--metrics-port": str(self.metrics_port),
+                "--extender-port": str(self.extender_port),
+                "--device-config": str(self.device_config_file),
+                # one kube-scheduler without leader election (chart.laptop_scheduler_config)
+                "--leader-elect": "false",
+            },
+            add={
+                "--bind-address": "127.0.0.1",
+                "--kubeconfig": str(self.kubeconfig("scheduler")),
+                "--namespace": NAMESPACE,
+                "--identity": "lab-serve",
+            },
+        )
         argv = python_argv("-m", "dynmig.cli", *args)
-        return self.supervisor.start("serve", argv, env=self.rendered.container_env("Deployment", "server"), tee=tee)
+        return self.supervisor.start(
+            "serve", argv, env=self.rendered.container_env("Deployment", "server"), tee=tee
+        )
 
     def _serve_started(self, child: Child) -> None:
         self.serve = child
@@ -313,8 +347,9 @@ class Lab:
         """The chart's readinessProbe of the server container: GET /readyz over HTTPS."""
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.serve_port}/readyz", context=ctx,
-                                        timeout=1) as resp:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{self.serve_port}/readyz", context=ctx, timeout=1
+            ) as resp:
                 return resp.status == 200
         except Exception:  # noqa: BLE001 - not listening or not ready yet
             return False
@@ -328,13 +363,17 @@ class Lab:
             time.sleep(0.05)
         while time.monotonic() < deadline and self.serve is not None:
             if self.serve.process.poll() is not None:
-                raise ChildFailed(f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail()}")
+                raise ChildFailed(
+                    f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail()}"
+                )
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
                     if resp.status == 200:
-                        self._say(f"dynmig serve ready on https://127.0.0.1:{self.serve_port} "
-                                  f"(TLS from Secret {NAMESPACE}/{self.tls_secret} through the API; "
-                                  f"metrics on :{self.metrics_port})")
+                        self._say(
+                            f"dynmig serve ready on https://127.0.0.1:{self.serve_port} "
+                            f"(TLS from Secret {NAMESPACE}/{self.tls_secret} through the API; "
+                            f"metrics on :{self.metrics_port})"
+                        )
                         return
             except Exception as error:  # noqa: BLE001 - not listening or not ready yet
                 last = str(error)
@@ -353,22 +392,31 @@ class Lab:
         names = {o["kind"]: o["metadata"]["name"] for o in self.rendered.webhook_configurations}
         mutating, validating = names["MutatingWebhookConfiguration"], names["ValidatingWebhookConfiguration"]
         self._certs("inject", "--mutating-webhook", mutating, "--validating-webhook", validating)
-        self._say(f"webhooks {mutating}, {validating} registered; service {namespace}/{name} -> "
-                  f"127.0.0.1:{self.serve_port}")
+        self._say(
+            f"webhooks {mutating}, {validating} registered; service {namespace}/{name} -> "
+            f"127.0.0.1:{self.serve_port}"
+        )
 
     def _start_scheduler(self) -> None:
-        doc = chart.laptop_scheduler_config(self.rendered.scheduler_config, "127.0.0.1", self.extender_port,
-                                            self.ca_file)
+        doc = chart.laptop_scheduler_config(
+            self.rendered.scheduler_config, "127.0.0.1", self.extender_port, self.ca_file
+        )
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         initial, maximum = self.scheduler_backoff
-        self.scheduler = Scheduler(parse_scheduler_config(doc), self.api_client("kube-scheduler"),
-                                   initial_backoff=initial, max_backoff=maximum).start()
+        self.scheduler = Scheduler(
+            parse_scheduler_config(doc),
+            self.api_client("kube-scheduler"),
+            initial_backoff=initial,
+            max_backoff=maximum,
+        ).start()
         if not self.scheduler.wait_synced(30):
             raise LabError("the simulated kube-scheduler did not sync its caches in 30s")
         ext = doc["extenders"][0]["urlPrefix"] if doc.get("extenders") else "(none)"
-        self._say(f"kube-scheduler (simulated) ready: profile {doc['profiles'][0]['schedulerName']}, "
-                  f"extender {ext}, config {path}")
+        self._say(
+            f"kube-scheduler (simulated) ready: profile {doc['profiles'][0]['schedulerName']}, "
+            f"extender {ext}, config {path}"
+        )
 
     def _create_node(self, spec: LabNode) -> None:
         base = self.workdir / "nodes" / spec.name
@@ -380,66 +428,109 @@ class Lab:
         kubelet = SimulatedKubelet(plugin_dir).start()
         self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.apiserver.create({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": spec.name, "labels": {"kubernetes.io/hostname": spec.name, "gpu": "on",
-                                                       "kubernetes.io/os": "linux"}},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "kubelet is posting ready status (simulated)",
-                                       "lastHeartbeatTime": now, "lastTransitionTime": now}],
-                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                       "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}},
-        })
+        self.apiserver.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": spec.name,
+                    "labels": {"kubernetes.io/hostname": spec.name, "gpu": "on", "kubernetes.io/os": "linux"},
+                },
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status (simulated)",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                },
+            }
+        )
 
     def _start_kubelets(self) -> None:
         """The pod side of each node's kubelet: GPU pods get the simulated workload, the device-plugin
         DaemonSet's pods get a real `dynmig device-plugin` process."""
         for runtime in self.nodes.values():
-            runtime.agent = SimulatedPods(runtime.name, self.api_client("kubelet"), runtime.kubelet, runtime.nvml,
-                                          self.resource, runtime=self._pod_runtime(runtime),
-                                          backoff=RESTART_BACKOFF, echo=self._say,
-                                          log_path=self.apiserver.log_path).start()
+            runtime.agent = SimulatedPods(
+                runtime.name,
+                self.api_client("kubelet"),
+                runtime.kubelet,
+                runtime.nvml,
+                self.resource,
+                runtime=self._pod_runtime(runtime),
+                backoff=RESTART_BACKOFF,
+                echo=self._say,
+                log_path=self.apiserver.log_path,
+            ).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
         plugin) and Deployment's (dynmig serve; its kube-scheduler container is the lab's simulated
         kube-scheduler). Every other pod gets the simulated workload."""
+
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
             owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {})
             if pod["metadata"].get("namespace") != NAMESPACE:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
                 tee = self._container_log(pod, "device-plugin")
-                return ProcessContainers(self.supervisor, "device-plugin", lambda: self._spawn_plugin(runtime, tee),
-                                         on_start=lambda child: self._plugin_started(runtime, child),
-                                         on_ready=lambda child: self._plugin_ready(runtime, child))
+                return ProcessContainers(
+                    self.supervisor,
+                    "device-plugin",
+                    lambda: self._spawn_plugin(runtime, tee),
+                    on_start=lambda child: self._plugin_started(runtime, child),
+                    on_ready=lambda child: self._plugin_ready(runtime, child),
+                )
             if (owner.get("kind"), owner.get("name")) == ("Deployment", SERVE_DEPLOYMENT):
                 tee = self._container_log(pod, "server")
-                return ProcessContainers(self.supervisor, "server", lambda: self._spawn_serve(tee),
-                                         on_start=self._serve_started,
-                                         probe=self.serve_ready)
+                return ProcessContainers(
+                    self.supervisor,
+                    "server",
+                    lambda: self._spawn_serve(tee),
+                    on_start=self._serve_started,
+                    probe=self.serve_ready,
+                )
             return None
+
         return containers
 
     def _start_controllers(self) -> None:
         if "controller-manager" not in self.apiserver.identities:
-            self.apiserver.add_identity(Identity("controller-manager", "system:kube-controller-manager",
-                                                 ("system:authenticated",)))
+            self.apiserver.add_identity(
+                Identity("controller-manager", "system:kube-controller-manager", ("system:authenticated",))
+            )
         self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
 
     def _start_default_scheduler(self) -> None:
         """kube-scheduler's default profile, which places the chart's Deployment pod (no extender)."""
-        doc = {"apiVersion": SCHEDULER_API, "kind": "KubeSchedulerConfiguration",
-               "leaderElection": {"leaderElect": False}}
-        self.default_scheduler = Scheduler(parse_scheduler_config(doc), self.api_client("kube-scheduler"),
-                                           initial_backoff=0.2, max_backoff=1.0).start()
+        doc = {
+            "apiVersion": SCHEDULER_API,
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+        }
+        self.default_scheduler = Scheduler(
+            parse_scheduler_config(doc),
+            self.api_client("kube-scheduler"),
+            initial_backoff=0.2,
+            max_backoff=1.0,
+        ).start()
 
     def _create_workloads(self) -> None:
         """The chart's Deployment and DaemonSet, as `helm install` creates them; the controllers make
         their pods and the kubelets run them."""
         apps = client.AppsV1Api(self.api_client())
-        apps.create_namespaced_deployment(NAMESPACE, copy.deepcopy(self.rendered.find("Deployment", SERVE_DEPLOYMENT)))
-        apps.create_namespaced_daemon_set(NAMESPACE, copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET)))
+        apps.create_namespaced_deployment(
+            NAMESPACE, copy.deepcopy(self.rendered.find("Deployment", SERVE_DEPLOYMENT))
+        )
+        apps.create_namespaced_daemon_set(
+            NAMESPACE, copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET))
+        )
 
     def _container_log(self, pod: dict[str, Any], container: str) -> Path:
         meta = pod["metadata"]
@@ -448,21 +539,31 @@ class Lab:
     def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
         args = chart.laptop_args(
             self.rendered.container_args("DaemonSet", "device-plugin"),
-            replace={"--config-file": str(self.device_config_file), "--node-config": str(self.node_config_file),
-                     "--kubelet-dir": str(runtime.plugin_dir), "--metrics-address": "127.0.0.1:0",
-                     "--state-dir": str(runtime.state_file.parent / "plugin-state")},
-            add={"--node-name": runtime.name, "--kubeconfig": str(self.kubeconfig("device-plugin")),
-                 "--reconcile-interval": str(self.reconcile_interval)})
+            replace={
+                "--config-file": str(self.device_config_file),
+                "--node-config": str(self.node_config_file),
+                "--kubelet-dir": str(runtime.plugin_dir),
+                "--metrics-address": "127.0.0.1:0",
+                "--state-dir": str(runtime.state_file.parent / "plugin-state"),
+            },
+            add={
+                "--node-name": runtime.name,
+                "--kubeconfig": str(self.kubeconfig("device-plugin")),
+                "--reconcile-interval": str(self.reconcile_interval),
+            },
+        )
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
-        return self.supervisor.start(f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False,
-                                     tee=tee)
+        return self.supervisor.start(
+            f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False, tee=tee
+        )
 
     def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:
         runtime.plugin = child
         runtime.plugin_starts += 1
 
-    def _wait_plugin(self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0,
-                     started_after: int = 0) -> None:
+    def _wait_plugin(
+        self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0, started_after: int = 0
+    ) -> None:
         deadline = time.monotonic() + timeout
         while runtime.plugin_starts <= started_after:
             if time.monotonic() > deadline:
@@ -470,17 +571,24 @@ class Lab:
             time.sleep(0.05)
         self.supervisor.wait_ready(runtime.plugin, max(1.0, deadline - time.monotonic()))
         view = runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
-        view = runtime.kubelet.wait_for_resource(self.resource, lambda v: v.connected and v.healthy > 0,
-                                                 timeout, f"{self.resource} devices")
+        view = runtime.kubelet.wait_for_resource(
+            self.resource, lambda v: v.connected and v.healthy > 0, timeout, f"{self.resource} devices"
+        )
         self._set_allocatable(runtime.name, view.healthy)
 
     def _plugin_ready(self, runtime: NodeRuntime, child: Child) -> None:
-        startup = next((report.startup_summary(line) for line in list(child.lines) if "startup: busy=" in line), "")
-        self._say(f"{runtime.name}: dynmig device-plugin registered {self.resource} "
-                  f"({runtime.spec.describe()}); {startup}")
+        startup = next(
+            (report.startup_summary(line) for line in list(child.lines) if "startup: busy=" in line), ""
+        )
+        self._say(
+            f"{runtime.name}: dynmig device-plugin registered {self.resource} "
+            f"({runtime.spec.describe()}); {startup}"
+        )
 
     def _set_allocatable(self, node: str, count: int) -> None:
-        patch = {"status": {"capacity": {self.resource: str(count)}, "allocatable": {self.resource: str(count)}}}
+        patch = {
+            "status": {"capacity": {self.resource: str(count)}, "allocatable": {self.resource: str(count)}}
+        }
         try:
             self.core("kubelet").patch_node_status(node, patch, _request_timeout=5)
         except Exception as error:  # noqa: BLE001 - the API may be down on purpose; the node keeps its count
@@ -488,10 +596,8 @@ class Lab:
 
 
 def _signal_child(child: Child, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(child.process.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def write_admin_kubeconfig(lab: Lab, path: Path) -> Path:
@@ -499,4 +605,3 @@ def write_admin_kubeconfig(lab: Lab, path: Path) -> Path:
     shutil.copyfile(lab.kubeconfig("admin"), path)
     path.chmod(0o600)
     return path
-

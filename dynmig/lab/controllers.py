@@ -55,8 +55,14 @@ def template_hash(template: dict[str, Any]) -> str:
 
 
 def _owner_ref(owner: dict[str, Any], kind: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": kind, "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _quantities_as_strings(spec: dict[str, Any]) -> None:
@@ -71,47 +77,77 @@ def _quantities_as_strings(spec: dict[str, Any]) -> None:
                         values[name] = str(value)
 
 
-def _from_template(owner: dict[str, Any], kind: str, generate_name: str,
-                   labels: dict[str, str]) -> dict[str, Any]:
+def _from_template(
+    owner: dict[str, Any], kind: str, generate_name: str, labels: dict[str, str]
+) -> dict[str, Any]:
     template = copy.deepcopy(owner["spec"]["template"])
     meta = template.get("metadata") or {}
     _quantities_as_strings(template.get("spec") or {})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "generateName": generate_name, "namespace": owner["metadata"]["namespace"],
-        "labels": {**(meta.get("labels") or {}), **labels}, "annotations": meta.get("annotations") or {},
-        "ownerReferences": [_owner_ref(owner, kind)]}, "spec": template.get("spec") or {}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": generate_name,
+            "namespace": owner["metadata"]["namespace"],
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": meta.get("annotations") or {},
+            "ownerReferences": [_owner_ref(owner, kind)],
+        },
+        "spec": template.get("spec") or {},
+    }
 
 
 def daemon_pod(ds: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes for `node` from the DaemonSet's template."""
-    pod = _from_template(ds, "DaemonSet", f"{ds['metadata']['name']}-", {
-        "controller-revision-hash": template_hash(ds["spec"]["template"]),
-        "pod-template-generation": str(ds["metadata"].get("generation", 1))})
+    pod = _from_template(
+        ds,
+        "DaemonSet",
+        f"{ds['metadata']['name']}-",
+        {
+            "controller-revision-hash": template_hash(ds["spec"]["template"]),
+            "pod-template-generation": str(ds["metadata"].get("generation", 1)),
+        },
+    )
     spec = pod["spec"]
-    spec["affinity"] = {**(spec.get("affinity") or {}), "nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    spec["affinity"] = {
+        **(spec.get("affinity") or {}),
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        },
+    }
     spec["nodeName"] = node
     return pod
 
 
 def deployment_pod(deploy: dict[str, Any]) -> dict[str, Any]:
     digest = template_hash(deploy["spec"]["template"])
-    return _from_template(deploy, "Deployment", f"{deploy['metadata']['name']}-{digest}-",
-                          {"pod-template-hash": digest})
+    return _from_template(
+        deploy, "Deployment", f"{deploy['metadata']['name']}-{digest}-", {"pod-template-hash": digest}
+    )
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _active(pod: dict[str, Any]) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
+    return (
+        not pod["metadata"].get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") not in TERMINAL
+    )
 
 
 class ControllerManager:
-    def __init__(self, api_client: Any, echo: Callable[[str], None] | None = None, interval: float = 0.2) -> None:
+    def __init__(
+        self, api_client: Any, echo: Callable[[str], None] | None = None, interval: float = 0.2
+    ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.echo = echo or (lambda text: None)
@@ -141,15 +177,20 @@ class ControllerManager:
         return json.loads(resp.data).get("items") or []
 
     def sync(self) -> None:
-        sets = self._items(self.apps.list_daemon_set_for_all_namespaces(_preload_content=False, _request_timeout=5))
-        deploys = self._items(self.apps.list_deployment_for_all_namespaces(_preload_content=False,
-                                                                           _request_timeout=5))
+        sets = self._items(
+            self.apps.list_daemon_set_for_all_namespaces(_preload_content=False, _request_timeout=5)
+        )
+        deploys = self._items(
+            self.apps.list_deployment_for_all_namespaces(_preload_content=False, _request_timeout=5)
+        )
         pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5))
         nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5)) if sets else []
         for ds in sets:
             self._guarded("DaemonSet", ds, self._daemonset, ds, nodes, [p for p in pods if owned_by(p, ds)])
         for deploy in deploys:
-            self._guarded("Deployment", deploy, self._deployment, deploy, [p for p in pods if owned_by(p, deploy)])
+            self._guarded(
+                "Deployment", deploy, self._deployment, deploy, [p for p in pods if owned_by(p, deploy)]
+            )
         self._collect_garbage(pods, {o["metadata"]["uid"] for o in sets + deploys})
 
     def _guarded(self, kind: str, owner: dict[str, Any], step: Callable[..., None], *args: Any) -> None:
@@ -162,8 +203,10 @@ class ControllerManager:
             key = (meta.get("uid"), type(error).__name__, str(error)[:200])
             if self._failures.get(meta.get("uid")) != key:
                 self._failures[meta.get("uid")] = key
-                self.echo(f"{kind} {meta.get('namespace')}/{meta.get('name')}: "
-                          f"not reconciled: {type(error).__name__}: {str(error)[:200]}")
+                self.echo(
+                    f"{kind} {meta.get('namespace')}/{meta.get('name')}: "
+                    f"not reconciled: {type(error).__name__}: {str(error)[:200]}"
+                )
 
     # ---- DaemonSet ------------------------------------------------------------------------------
 
@@ -175,13 +218,27 @@ class ControllerManager:
             on_node.setdefault(pod["spec"].get("nodeName"), []).append(pod)
         for node in wanted:
             if node not in on_node:
-                on_node[node] = [self._create(daemon_pod(ds, node), f"daemonset {ds['metadata']['name']}", node)]
-        live = [p for node in wanted for p in on_node.get(node, []) if not p["metadata"].get("deletionTimestamp")]
+                on_node[node] = [
+                    self._create(daemon_pod(ds, node), f"daemonset {ds['metadata']['name']}", node)
+                ]
+        live = [
+            p for node in wanted for p in on_node.get(node, []) if not p["metadata"].get("deletionTimestamp")
+        ]
         ready = sum(1 for p in live if _ready(p))
-        self._write_status(ds, "daemonset", {
-            "desiredNumberScheduled": len(wanted), "currentNumberScheduled": len(live), "numberReady": ready,
-            "numberAvailable": ready, "numberUnavailable": len(wanted) - ready, "updatedNumberScheduled": len(live),
-            "numberMisscheduled": 0, "observedGeneration": ds["metadata"].get("generation", 1)})
+        self._write_status(
+            ds,
+            "daemonset",
+            {
+                "desiredNumberScheduled": len(wanted),
+                "currentNumberScheduled": len(live),
+                "numberReady": ready,
+                "numberAvailable": ready,
+                "numberUnavailable": len(wanted) - ready,
+                "updatedNumberScheduled": len(live),
+                "numberMisscheduled": 0,
+                "observedGeneration": ds["metadata"].get("generation", 1),
+            },
+        )
 
     # ---- Deployment -----------------------------------------------------------------------------
 
@@ -194,48 +251,76 @@ class ControllerManager:
         active = [p for p in pods if _active(p)]
         stale = [p for p in active if (p["metadata"].get("labels") or {}).get("pod-template-hash") != digest]
         current = [p for p in active if p not in stale]
-        for pod in stale + sorted(current, key=lambda p: p["metadata"].get("creationTimestamp") or "")[replicas:]:
+        for pod in (
+            stale + sorted(current, key=lambda p: p["metadata"].get("creationTimestamp") or "")[replicas:]
+        ):
             self._delete(pod)
         current = current[:replicas]
         for _ in range(min(CREATE_BATCH, replicas - len(current))):  # the rest in the next passes
             current.append(self._create(deployment_pod(deploy), f"deployment {meta['name']}"))
         ready = sum(1 for p in current if _ready(p))
         available = ready >= replicas
-        self._write_status(deploy, "deployment", {
-            "observedGeneration": meta.get("generation", 1), "replicas": len(current), "updatedReplicas": len(current),
-            "readyReplicas": ready, "availableReplicas": ready, "unavailableReplicas": max(0, replicas - ready),
-            "conditions": [
-                {"type": "Available", "status": "True" if available else "False",
-                 "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-                 "message": "Deployment has minimum availability." if available
-                 else "Deployment does not have minimum availability."},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable" if available
-                 else "ReplicaSetUpdated", "message": f"Deployment {meta['name']} is progressing."}]})
+        self._write_status(
+            deploy,
+            "deployment",
+            {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": len(current),
+                "updatedReplicas": len(current),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "unavailableReplicas": max(0, replicas - ready),
+                "conditions": [
+                    {
+                        "type": "Available",
+                        "status": "True" if available else "False",
+                        "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+                        "message": "Deployment has minimum availability."
+                        if available
+                        else "Deployment does not have minimum availability.",
+                    },
+                    {
+                        "type": "Progressing",
+                        "status": "True",
+                        "reason": "NewReplicaSetAvailable" if available else "ReplicaSetUpdated",
+                        "message": f"Deployment {meta['name']} is progressing.",
+                    },
+                ],
+            },
+        )
 
     # ---- garbage collector ----------------------------------------------------------------------
 
     def _collect_garbage(self, pods: list[dict[str, Any]], owners: set[str]) -> None:
         for pod in pods:
             ref = controller_of(pod)
-            if ref and ref.get("kind") in OWNER_KINDS and ref.get("uid") not in owners \
-                    and not pod["metadata"].get("deletionTimestamp"):
+            if (
+                ref
+                and ref.get("kind") in OWNER_KINDS
+                and ref.get("uid") not in owners
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
                 self._delete(pod)
 
     # ---- API writes -----------------------------------------------------------------------------
 
     def _create(self, pod: dict[str, Any], who: str, node: str = "") -> dict[str, Any]:
-        resp = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False,
-                                               _request_timeout=5)
+        resp = self.core.create_namespaced_pod(
+            pod["metadata"]["namespace"], pod, _preload_content=False, _request_timeout=5
+        )
         made = json.loads(resp.data)
-        self.echo(f"{who}: created pod {made['metadata']['namespace']}/{made['metadata']['name']}"
-                  + (f" on {node}" if node else ""))
+        self.echo(
+            f"{who}: created pod {made['metadata']['namespace']}/{made['metadata']['name']}"
+            + (f" on {node}" if node else "")
+        )
         return made
 
     def _delete(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], _preload_content=False,
-                                            _request_timeout=5)
+            self.core.delete_namespaced_pod(
+                meta["name"], meta["namespace"], _preload_content=False, _request_timeout=5
+            )
         except client.ApiException as error:
             if error.status != 404:
                 raise

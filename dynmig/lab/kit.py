@@ -24,9 +24,15 @@ class WaitTimeout(AssertionError):
     pass
 
 
-def gpu_pod(name: str, memory_mib: int | None = None, gpus: int = 1, annotations: dict[str, str] | None = None,
-            namespace: str = "default", node: str | None = None,
-            containers: list[tuple[str, int, int | None]] | None = None) -> dict[str, Any]:
+def gpu_pod(
+    name: str,
+    memory_mib: int | None = None,
+    gpus: int = 1,
+    annotations: dict[str, str] | None = None,
+    namespace: str = "default",
+    node: str | None = None,
+    containers: list[tuple[str, int, int | None]] | None = None,
+) -> dict[str, Any]:
     """A pod asking for `gpus` MIG devices of at least `memory_mib` each (or per-container
     (name, gpus, memory) tuples)."""
     wanted = containers or [("main", gpus, memory_mib)]
@@ -35,11 +41,20 @@ def gpu_pod(name: str, memory_mib: int | None = None, gpus: int = 1, annotations
         limits = {GPU: str(count)}
         if mem is not None:
             limits[GPUMEM] = str(mem)
-        spec_containers.append({"name": cname, "image": "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
-                                "command": ["sleep", "infinity"], "resources": {"limits": limits}})
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
-                           "spec": {"containers": spec_containers, "terminationGracePeriodSeconds": 5}}
+        spec_containers.append(
+            {
+                "name": cname,
+                "image": "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
+                "command": ["sleep", "infinity"],
+                "resources": {"limits": limits},
+            }
+        )
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+        "spec": {"containers": spec_containers, "terminationGracePeriodSeconds": 5},
+    }
     if node:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return pod
@@ -70,8 +85,9 @@ class Kit:
     # ---- pods -----------------------------------------------------------------------------------
 
     def create(self, pod: dict[str, Any]) -> dict[str, Any]:
-        resp = self.core.create_namespaced_pod(pod["metadata"].get("namespace", self.namespace), pod,
-                                               _preload_content=False)
+        resp = self.core.create_namespaced_pod(
+            pod["metadata"].get("namespace", self.namespace), pod, _preload_content=False
+        )
         return json.loads(resp.data)
 
     def pod(self, name: str) -> dict[str, Any] | None:
@@ -127,19 +143,28 @@ class Kit:
         def reached() -> dict[str, Any] | None:
             pod = self.pod(name)
             return pod if pod is not None and (pod.get("status") or {}).get("phase") == phase else None
+
         try:
             return self.wait(reached, timeout, f"pod {name} to be {phase}")
         except WaitTimeout:
-            raise WaitTimeout(f"pod {name} is {self.phase(name)}, not {phase}, after {timeout:.0f}s; events: "
-                              + " | ".join(f"{e['reason']}: {e['message']}" for e in self.events(name))) from None
+            raise WaitTimeout(
+                f"pod {name} is {self.phase(name)}, not {phase}, after {timeout:.0f}s; events: "
+                + " | ".join(f"{e['reason']}: {e['message']}" for e in self.events(name))
+            ) from None
 
     def wait_event(self, name: str, reason: str, timeout: float = 30.0, contains: str = "") -> dict[str, Any]:
         """The pod's first event with this reason (and text in its message); events are written in
         the background, so they may come a moment after the state they describe."""
+
         def seen() -> dict[str, Any] | None:
-            return next((e for e in self.events(name) if e["reason"] == reason and contains in e.get("message", "")),
-                        None)
-        return self.wait(seen, timeout, f"a {reason} event{f' saying {contains!r}' if contains else ''} for pod {name}")
+            return next(
+                (e for e in self.events(name) if e["reason"] == reason and contains in e.get("message", "")),
+                None,
+            )
+
+        return self.wait(
+            seen, timeout, f"a {reason} event{f' saying {contains!r}' if contains else ''} for pod {name}"
+        )
 
     # ---- what dynmig recorded -------------------------------------------------------------------
 
@@ -156,9 +181,18 @@ class Kit:
         uid = (pod or {}).get("metadata", {}).get("uid")
         resp = self.core.list_namespaced_event(self.namespace, _preload_content=False)
         items = json.loads(resp.data).get("items") or []
-        out = [e for e in items if name is None or (
-            e.get("involvedObject", {}).get("name") == name and (uid is None or e["involvedObject"].get("uid") == uid))]
-        return sorted(out, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("resourceVersion", "0")))
+        out = [
+            e
+            for e in items
+            if name is None
+            or (
+                e.get("involvedObject", {}).get("name") == name
+                and (uid is None or e["involvedObject"].get("uid") == uid)
+            )
+        ]
+        return sorted(
+            out, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("resourceVersion", "0"))
+        )
 
     # ---- what the GPUs hold -----------------------------------------------------------------------
 
@@ -171,15 +205,31 @@ class Kit:
                 busy = {(p.gi_id, p.ci_id) for p in gpu.processes}
                 for gi in gpu.gpu_instances:
                     for ci in gi.compute_instances:
-                        out.append(Instance(runtime.name, gpu.index, gpu.uuid, gi.profile, gi.placement.start,
-                                            gi.placement.size, gi.gi_id, ci.ci_id, ci.mig_uuid,
-                                            (gi.gi_id, ci.ci_id) in busy))
+                        out.append(
+                            Instance(
+                                runtime.name,
+                                gpu.index,
+                                gpu.uuid,
+                                gi.profile,
+                                gi.placement.start,
+                                gi.placement.size,
+                                gi.gi_id,
+                                ci.ci_id,
+                                ci.mig_uuid,
+                                (gi.gi_id, ci.ci_id) in busy,
+                            )
+                        )
         return out
 
     def bare_gpu_instances(self) -> list[tuple[str, str, int]]:
         """GPU instances without a compute instance: a create or destroy half done (CI goes first)."""
-        return [(runtime.name, gpu.uuid, gi.gi_id) for runtime in self.lab.nodes.values()
-                for gpu in runtime.nvml.gpus() for gi in gpu.gpu_instances if not gi.compute_instances]
+        return [
+            (runtime.name, gpu.uuid, gi.gi_id)
+            for runtime in self.lab.nodes.values()
+            for gpu in runtime.nvml.gpus()
+            for gi in gpu.gpu_instances
+            if not gi.compute_instances
+        ]
 
     def nvml_events(self, node: str) -> list[dict[str, Any]]:
         return self.lab.nodes[node].nvml.events()
@@ -193,4 +243,9 @@ class Kit:
         raise KeyError(f"no simulated GPU {uuid}")
 
     def gpus_of_model(self, text: str) -> list[tuple[str, Any]]:
-        return [(r.name, g) for r in self.lab.nodes.values() for g in r.nvml.gpus() if text.lower() in g.name.lower()]
+        return [
+            (r.name, g)
+            for r in self.lab.nodes.values()
+            for g in r.nvml.gpus()
+            if text.lower() in g.name.lower()
+        ]

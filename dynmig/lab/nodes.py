@@ -59,8 +59,10 @@ def parse_nodes(text: str) -> tuple[LabNode, ...]:
     for part in filter(None, (p.strip() for p in text.split(";"))):
         match = _NODE.match(part)
         if not match:
-            raise NodeSpecError(f"--nodes: {part!r}: expected NAME=COUNTxMODEL[+COUNTxMODEL], "
-                                f"e.g. {DEFAULT_NODES.split(';')[0]} (NAME is a lower-case DNS label)")
+            raise NodeSpecError(
+                f"--nodes: {part!r}: expected NAME=COUNTxMODEL[+COUNTxMODEL], "
+                f"e.g. {DEFAULT_NODES.split(';')[0]} (NAME is a lower-case DNS label)"
+            )
         name = match.group("name")
         groups = tuple(_group(g, name) for g in match.group("gpus").split("+"))
         nodes.append(LabNode(name, groups))

@@ -3,6 +3,7 @@ restarts it through this object, so the pod's lifecycle in the API drives the pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -16,9 +17,16 @@ class ProcessContainers:
 
     restartable = True  # DaemonSet and Deployment pods have restartPolicy Always
 
-    def __init__(self, supervisor: Supervisor, container: str, spawn: Callable[[], Child],
-                 on_start: Callable[[Child], None] | None = None, probe: Callable[[], bool] | None = None,
-                 probe_period: float = 1.0, on_ready: Callable[[Child], None] | None = None) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        container: str,
+        spawn: Callable[[], Child],
+        on_start: Callable[[Child], None] | None = None,
+        probe: Callable[[], bool] | None = None,
+        probe_period: float = 1.0,
+        on_ready: Callable[[Child], None] | None = None,
+    ) -> None:
         """probe: the readiness probe (else: the child printed its readiness line), run at most
         every `probe_period` seconds; on_ready: called once per process when it is first ready."""
         self.supervisor = supervisor
@@ -39,10 +47,8 @@ class ProcessContainers:
 
     def signal(self, sig: int) -> None:
         if self.child.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.child.process.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def exit_code(self) -> int | None:
         return self.child.process.poll()

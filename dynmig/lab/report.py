@@ -12,8 +12,8 @@ ALLOCATION_HEADER = ("POD", "PARENT_GPU", "PROFILE", "START", "SIZE", "MIG_UUID"
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  ") -> str:
     rows = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
+    lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(lines)
 
 
@@ -29,8 +29,18 @@ def allocations(kit: Kit, names: Iterable[str]) -> str:
         if not entries:
             rows.append((name, "(no allocation)", "", "", "", "", "", ""))
         for a in entries:
-            rows.append((name, a.gpuUUID, a.profile, a.placement.start, a.placement.size, _opt(a.migUUID),
-                         _opt(a.gpuInstanceID), _opt(a.computeInstanceID)))
+            rows.append(
+                (
+                    name,
+                    a.gpuUUID,
+                    a.profile,
+                    a.placement.start,
+                    a.placement.size,
+                    _opt(a.migUUID),
+                    _opt(a.gpuInstanceID),
+                    _opt(a.computeInstanceID),
+                )
+            )
     return table(ALLOCATION_HEADER, rows)
 
 
@@ -44,8 +54,14 @@ def pods(kit: Kit, names: Iterable[str]) -> str:
         status = pod.get("status") or {}
         reason = status.get("reason", "")
         if not reason:
-            cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
-                         and c.get("status") == "False"), None)
+            cond = next(
+                (
+                    c
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                ),
+                None,
+            )
             reason = cond.get("reason", "") if cond else ""
         rows.append((name, status.get("phase", "Pending"), pod["spec"].get("nodeName") or "<none>", reason))
     return table(("NAME", "PHASE", "NODE", "REASON"), rows)
@@ -73,9 +89,11 @@ def startup_summary(line: str) -> str:
     unproven = re.search(r"unproven=(\d+)", line)
     if not (busy and cleaned and adopted):
         return line
-    return (f"startup: {busy.group(1).count('GPU-')} busy GPU(s) left alone, {cleaned.group(1).count('GPU-')} idle "
-            f"GPU(s) cleaned, {adopted.group(1)} MIG instance(s) adopted"
-            + (f", {unproven.group(1)} unproven" if unproven and unproven.group(1) != "0" else ""))
+    return (
+        f"startup: {busy.group(1).count('GPU-')} busy GPU(s) left alone, {cleaned.group(1).count('GPU-')} idle "
+        f"GPU(s) cleaned, {adopted.group(1)} MIG instance(s) adopted"
+        + (f", {unproven.group(1)} unproven" if unproven and unproven.group(1) != "0" else "")
+    )
 
 
 def events(kit: Kit, names: Iterable[str], limit: int = 200, width: int = 160) -> str:
@@ -84,8 +102,14 @@ def events(kit: Kit, names: Iterable[str], limit: int = 200, width: int = 160) -
         for e in kit.events(name):
             count = e.get("count") or 1
             message = shorten(e.get("message", ""), width)
-            rows.append((e.get("type", ""), e.get("reason", ""), f"pod/{name}",
-                         (f"(x{count}) " if count > 1 else "") + message))
+            rows.append(
+                (
+                    e.get("type", ""),
+                    e.get("reason", ""),
+                    f"pod/{name}",
+                    (f"(x{count}) " if count > 1 else "") + message,
+                )
+            )
     return table(("TYPE", "REASON", "OBJECT", "MESSAGE"), rows[-limit:])
 
 

@@ -53,7 +53,9 @@ class Run:
         return bool(ok)
 
     def expect(self, value: Any, want: Any, text: str, detail: str = "") -> bool:
-        return self.check(value == want, text, detail or (f"got {value}" if value == want else f"got {value}, want {want}"))
+        return self.check(
+            value == want, text, detail or (f"got {value}" if value == want else f"got {value}, want {want}")
+        )
 
     def wait(self, what: Callable[[], Any], text: str) -> Any:
         """Run a wait; a timeout is a FAIL and stops the scenario."""

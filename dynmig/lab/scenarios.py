@@ -38,6 +38,7 @@ def scenario(name: str, title: str, needs: tuple[str, ...] = (RTX,)):
     def register(fn: Callable[[Run], None]) -> Callable[[Run], None]:
         SCENARIOS[name] = Scenario(name, title, needs, fn)
         return fn
+
     return register
 
 
@@ -78,8 +79,12 @@ def _instance_of(run: Run, mig_uuid: str | None):
 def _reclaimed(run: Run, mig_uuid: str | None, text: str, what: str = "reclaim") -> None:
     """Wait until the device plugin has destroyed this MIG instance, its GPU instance included (the
     CI goes first, so the MIG device vanishes before the GI does); a timeout fails the scenario."""
-    run.wait(lambda: run.kit.wait(
-        lambda: _instance_of(run, mig_uuid) is None and not run.kit.bare_gpu_instances(), 30, what), text)
+    run.wait(
+        lambda: run.kit.wait(
+            lambda: _instance_of(run, mig_uuid) is None and not run.kit.bare_gpu_instances(), 30, what
+        ),
+        text,
+    )
 
 
 def _identities(run: Run, node: str) -> set[tuple]:
@@ -90,23 +95,34 @@ def _identities(run: Run, node: str) -> set[tuple]:
 def _check_realized(run: Run, name: str, profile: str, model: str) -> object:
     """The pod got one MIG device of `profile` on a `model` GPU, realized on the hardware as recorded."""
     a = _one(run, name)
-    if not run.check(a is not None, f"{name} has one reservation in {MIG_ALLOCATIONS}",
-                     f"got {len(run.kit.allocations(name))} entries"):
+    if not run.check(
+        a is not None,
+        f"{name} has one reservation in {MIG_ALLOCATIONS}",
+        f"got {len(run.kit.allocations(name))} entries",
+    ):
         return None
     node, gpu = run.kit.gpu(a.gpuUUID)
-    run.check(a.profile == profile and model.lower() in gpu.name.lower(),
-              f"{name} gets a {profile} on an {model}", f"{a.profile} at start {a.placement.start} on {gpu.name} "
-              f"GPU {gpu.index} of {node}")
+    run.check(
+        a.profile == profile and model.lower() in gpu.name.lower(),
+        f"{name} gets a {profile} on an {model}",
+        f"{a.profile} at start {a.placement.start} on {gpu.name} GPU {gpu.index} of {node}",
+    )
     inst = _instance_of(run, a.migUUID)
-    run.check(inst is not None and (inst.gpu_uuid, inst.profile, inst.start, inst.size, inst.gi, inst.ci)
-              == (a.gpuUUID, a.profile, a.placement.start, a.placement.size, a.gpuInstanceID, a.computeInstanceID),
-              f"{name}'s MIG instance exists exactly as recorded",
-              f"{a.migUUID} GI {a.gpuInstanceID} CI {a.computeInstanceID} at ({a.placement.start},{a.placement.size})"
-              if inst else f"NVML has no instance {a.migUUID}")
+    run.check(
+        inst is not None
+        and (inst.gpu_uuid, inst.profile, inst.start, inst.size, inst.gi, inst.ci)
+        == (a.gpuUUID, a.profile, a.placement.start, a.placement.size, a.gpuInstanceID, a.computeInstanceID),
+        f"{name}'s MIG instance exists exactly as recorded",
+        f"{a.migUUID} GI {a.gpuInstanceID} CI {a.computeInstanceID} at ({a.placement.start},{a.placement.size})"
+        if inst
+        else f"NVML has no instance {a.migUUID}",
+    )
     return a
 
 
-def _show(run: Run, names: list[str], nodes: list[str] | None = None, events: list[str] | None = None) -> None:
+def _show(
+    run: Run, names: list[str], nodes: list[str] | None = None, events: list[str] | None = None
+) -> None:
     run.show("allocations (hami.io/vgpu-mig-allocations)", report.allocations(run.kit, names))
     run.show("pods", report.pods(run.kit, names))
     if events is None or events:
@@ -137,13 +153,20 @@ def tour(run: Run) -> None:
 
     run.step("3. A fifth pod pinned to the full GPU stays Pending, and the event says why in MIG terms")
     k.create(gpu_pod("tour-5", 8000, annotations={USE_GPU_UUID: gpu_uuid}))
-    event = run.wait(lambda: k.wait_event("tour-5", "FailedScheduling", contains="free slices"),
-                     "tour-5 gets a FailedScheduling event")
-    run.check(k.phase("tour-5") == "Pending" and not k.allocations("tour-5"),
-              "tour-5 is Pending with no reservation")
+    event = run.wait(
+        lambda: k.wait_event("tour-5", "FailedScheduling", contains="free slices"),
+        "tour-5 gets a FailedScheduling event",
+    )
+    run.check(
+        k.phase("tour-5") == "Pending" and not k.allocations("tour-5"),
+        "tour-5 is Pending with no reservation",
+    )
     why = report.gpu_reason(event["message"], gpu_uuid)
-    run.check("free slices" in why, "the reason for the full GPU speaks MIG (free slices), "
-              "not CardTimeSlicingExhausted", why)
+    run.check(
+        "free slices" in why,
+        "the reason for the full GPU speaks MIG (free slices), not CardTimeSlicingExhausted",
+        why,
+    )
     summary = _event(run, "tour-5", "FilteringFailed")
     if summary is not None:
         run.say(f"FilteringFailed (dynmig): {summary['message'].split('. ')[0]}")
@@ -153,16 +176,22 @@ def tour(run: Run) -> None:
     k.annotate("tour-5", {USE_GPU_UUID: None, USE_GPU_TYPE: RTX})
     _running(run, "tour-5")
     fifth = _check_realized(run, "tour-5", "1g.24gb", RTX)
-    run.check(fifth is not None and fifth.gpuUUID != gpu_uuid, "tour-5 is on a different GPU than the full one",
-              fifth.gpuUUID if fifth else "")
+    run.check(
+        fifth is not None and fifth.gpuUUID != gpu_uuid,
+        "tour-5 is on a different GPU than the full one",
+        fifth.gpuUUID if fifth else "",
+    )
 
     run.step("5. A 30000 MiB pod on tour-5's card: 1g.24gb and 2g.48gb mixed on one GPU")
     k.create(gpu_pod("tour-6", 30000, annotations={USE_GPU_UUID: fifth.gpuUUID}))
     _running(run, "tour-6")
     _check_realized(run, "tour-6", "2g.48gb", RTX)
     _, card = k.gpu(fifth.gpuUUID)
-    run.expect(sorted(gi.profile for gi in card.gpu_instances), ["1g.24gb", "2g.48gb"],
-               "that GPU now holds a 1g.24gb and a 2g.48gb")
+    run.expect(
+        sorted(gi.profile for gi in card.gpu_instances),
+        ["1g.24gb", "2g.48gb"],
+        "that GPU now holds a 1g.24gb and a 2g.48gb",
+    )
     names = [f"tour-{i}" for i in range(1, 7)]
     _show(run, names, [node], events=["tour-5", "tour-6"])
 
@@ -182,8 +211,11 @@ def tour(run: Run) -> None:
     after = _identities(run, node)
     run.expect(after, before, "same MIG UUIDs, GI and CI IDs after the restart", f"{len(after)} instances")
     mutations = [e for e in k.nvml_events(node)[events_before:] if e["op"].startswith(("destroy", "create"))]
-    run.check(not mutations, "the restart created and destroyed nothing",
-              f"{len(mutations)} NVML create/destroy calls during the restart")
+    run.check(
+        not mutations,
+        "the restart created and destroyed nothing",
+        f"{len(mutations)} NVML create/destroy calls during the restart",
+    )
     run.check(all(i.busy for i in k.instances(node)), "every workload process still runs on its instance")
     names = [n for n in names if n != "tour-2"]
     for n in names:
@@ -209,7 +241,11 @@ def _pinned(name: str, memory: int, gpu_uuid: str, **extra) -> dict:
 
 
 def _ops(run: Run, node: str, since: int, prefix: str = "") -> list[str]:
-    return [e["op"] for e in run.kit.nvml_events(node)[since:] if e["op"].startswith(prefix or ("create", "destroy"))]
+    return [
+        e["op"]
+        for e in run.kit.nvml_events(node)[since:]
+        if e["op"].startswith(prefix or ("create", "destroy"))
+    ]
 
 
 @scenario("create-delete", "1. a 1g is created for a pod and destroyed when the pod is deleted")
@@ -221,7 +257,9 @@ def create_delete(run: Run) -> None:
     k.create(_pinned("one-1g", 8000, gpu_uuid))
     _running(run, "one-1g")
     a = _check_realized(run, "one-1g", "1g.24gb", RTX)
-    run.expect(_ops(run, node, since), ["create_gi", "create_ci"], "the plugin created one GI and one CI in NVML")
+    run.expect(
+        _ops(run, node, since), ["create_gi", "create_ci"], "the plugin created one GI and one CI in NVML"
+    )
     env = run.lab.nodes[node].agent.pods_by_name("default", "one-1g").env.get("main")
     run.expect(env, a.migUUID if a else None, "the container gets NVIDIA_VISIBLE_DEVICES=<its MIG UUID>")
     run.check(_instance_of(run, a.migUUID).busy, "the workload's process runs on that MIG instance")
@@ -229,9 +267,15 @@ def create_delete(run: Run) -> None:
     run.step("Delete the pod")
     since = len(k.nvml_events(node))
     k.delete("one-1g")
-    run.wait(lambda: k.wait(lambda: not k.instances(node), 30, "the instance to be destroyed"),
-             "the MIG instance is destroyed after the delete")
-    run.expect(_ops(run, node, since), ["destroy_ci", "destroy_gi"], "the plugin destroyed exactly that CI, then its GI")
+    run.wait(
+        lambda: k.wait(lambda: not k.instances(node), 30, "the instance to be destroyed"),
+        "the MIG instance is destroyed after the delete",
+    )
+    run.expect(
+        _ops(run, node, since),
+        ["destroy_ci", "destroy_gi"],
+        "the plugin destroyed exactly that CI, then its GI",
+    )
     run.show("simulated GPUs", report.nvidia_smi(run.kit, [node], only_used=True))
 
 
@@ -242,13 +286,20 @@ def several_1g(run: Run) -> None:
     run.step(f"Four 8000 MiB pods pinned to {gpu_uuid}")
     names = _fill(run, gpu_uuid, "share")
     got = [_one(run, n) for n in names]
-    run.check(all(a is not None and a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
-              "every pod has one 1g.24gb on that GPU")
-    run.expect(sorted(a.placement.start for a in got), [0, 3, 6, 9], "placements do not overlap: starts 0, 3, 6, 9")
+    run.check(
+        all(a is not None and a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
+        "every pod has one 1g.24gb on that GPU",
+    )
+    run.expect(
+        sorted(a.placement.start for a in got), [0, 3, 6, 9], "placements do not overlap: starts 0, 3, 6, 9"
+    )
     run.expect(len({a.migUUID for a in got}), 4, "four distinct MIG UUIDs")
     _, gpu = k.gpu(gpu_uuid)
-    run.expect(sorted((gi.placement.start, gi.placement.size) for gi in gpu.gpu_instances),
-               [(0, 3), (3, 3), (6, 3), (9, 3)], "NVML holds the same four placements")
+    run.expect(
+        sorted((gi.placement.start, gi.placement.size) for gi in gpu.gpu_instances),
+        [(0, 3), (3, 3), (6, 3), (9, 3)],
+        "NVML holds the same four placements",
+    )
     _show(run, names, [node], events=[])
     k.delete_all()
 
@@ -260,12 +311,15 @@ def mixed(run: Run) -> None:
     wanted = [("mix-1g", 4000, "1g.5gb"), ("mix-2g", 9000, "2g.10gb"), ("mix-3g", 19000, "3g.20gb")]
     run.step(f"Pods asking for 4000, 9000 and 19000 MiB, pinned to one A100 ({gpu_uuid})")
     _start(run, *(_pinned(name, memory, gpu_uuid) for name, memory, _ in wanted))
-    for name, memory, profile in wanted:
+    for name, _memory, profile in wanted:
         _check_realized(run, name, profile, A100)
     _, gpu = k.gpu(gpu_uuid)
     spans = sorted((gi.placement.start, gi.placement.start + gi.placement.size) for gi in gpu.gpu_instances)
-    run.check(len(spans) == 3 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)),
-              "three GPU instances on one GPU, none overlapping", f"slices {spans}")
+    run.check(
+        len(spans) == 3 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)),
+        "three GPU instances on one GPU, none overlapping",
+        f"slices {spans}",
+    )
     _show(run, [n for n, _, _ in wanted], [node], events=[])
     k.delete_all()
 
@@ -284,20 +338,31 @@ def exhausted(run: Run) -> None:
     since = len(k.nvml_events(node))
     run.step("A fifth pod pinned to that GPU")
     k.create(_pinned("full-5", 8000, gpu_uuid))
-    event = run.wait(lambda: k.wait_event("full-5", "FailedScheduling", contains="free slices"),
-                     "full-5 gets a FailedScheduling event")
+    event = run.wait(
+        lambda: k.wait_event("full-5", "FailedScheduling", contains="free slices"),
+        "full-5 gets a FailedScheduling event",
+    )
     why = report.gpu_reason(event["message"], gpu_uuid)
     run.check("free slices" in why and "1g.24gb" in why, "the event names the MIG reason for that GPU", why)
     run.check("CardTimeSlicingExhausted" not in event["message"], "no HAMi CardTimeSlicingExhausted")
     filtering = _event(run, "full-5", "FilteringFailed")
-    run.check(filtering is not None, "dynmig's own FilteringFailed event summarises the refusal",
-              report.shorten(filtering["message"], 120) if filtering else "no FilteringFailed event")
-    run.check(k.phase("full-5") == "Pending" and not k.allocations("full-5") and not k.pod("full-5")["spec"].get("nodeName"),
-              "full-5 is Pending, unbound, with no reservation")
+    run.check(
+        filtering is not None,
+        "dynmig's own FilteringFailed event summarises the refusal",
+        report.shorten(filtering["message"], 120) if filtering else "no FilteringFailed event",
+    )
+    run.check(
+        k.phase("full-5") == "Pending"
+        and not k.allocations("full-5")
+        and not k.pod("full-5")["spec"].get("nodeName"),
+        "full-5 is Pending, unbound, with no reservation",
+    )
     run.expect(_ops(run, node, since), [], "nothing was created or destroyed for it")
-    cond = next((c for c in k.pod("full-5")["status"].get("conditions") or [] if c["type"] == "PodScheduled"), {})
+    cond = next(
+        (c for c in k.pod("full-5")["status"].get("conditions") or [] if c["type"] == "PodScheduled"), {}
+    )
     run.expect(cond.get("reason"), "Unschedulable", "PodScheduled=False, reason Unschedulable")
-    _show(run, names + ["full-5"], [node], events=["full-5"])
+    _show(run, [*names, "full-5"], [node], events=["full-5"])
     k.delete_all()
 
 
@@ -314,10 +379,20 @@ def reuse(run: Run) -> None:
     k.create(_pinned("reuse-5", 8000, gpu_uuid))
     _running(run, "reuse-5")
     new = _check_realized(run, "reuse-5", "1g.24gb", RTX)
-    run.expect((new.gpuUUID, new.placement.start), (gpu_uuid, freed.placement.start),
-               "it takes the freed placement", f"start {new.placement.start}")
-    run.say("MIG UUID " + ("reappeared (same GI at the same placement, as on real hardware)"
-                           if new.migUUID == freed.migUUID else f"is new: {new.migUUID}"))
+    run.expect(
+        (new.gpuUUID, new.placement.start),
+        (gpu_uuid, freed.placement.start),
+        "it takes the freed placement",
+        f"start {new.placement.start}",
+    )
+    run.say(
+        "MIG UUID "
+        + (
+            "reappeared (same GI at the same placement, as on real hardware)"
+            if new.migUUID == freed.migUUID
+            else f"is new: {new.migUUID}"
+        )
+    )
     _, gpu = k.gpu(gpu_uuid)
     run.expect(len(gpu.gpu_instances), 4, "the GPU holds four instances again")
     _show(run, [n for n in names if n != "reuse-2"] + ["reuse-5"], [node], events=[])
@@ -329,18 +404,31 @@ def plugin_restart(run: Run) -> None:
     k = run.kit
     node, gpu_uuid = _gpu_of(run, RTX)
     run.step("Two workloads on one GPU and one on another")
-    _start(run, _pinned("work-1", 8000, gpu_uuid), _pinned("work-2", 30000, gpu_uuid),
-           _pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]))
+    _start(
+        run,
+        _pinned("work-1", 8000, gpu_uuid),
+        _pinned("work-2", 30000, gpu_uuid),
+        _pinned("work-3", 8000, _gpu_of(run, RTX, 1)[1]),
+    )
     before = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
     since = len(k.nvml_events(node))
     run.step(f"Restart dynmig device-plugin on {node}: delete its DaemonSet pod (kubectl delete pod)")
     run.lab.restart_plugin(node)
     after = {(i.gpu_uuid, i.profile, i.start, i.gi, i.ci, i.mig_uuid) for i in k.instances(node)}
-    run.expect(after, before, "every MIG instance is still there with the same UUID, GI and CI", f"{len(after)} instances")
+    run.expect(
+        after,
+        before,
+        "every MIG instance is still there with the same UUID, GI and CI",
+        f"{len(after)} instances",
+    )
     run.expect(_ops(run, node, since), [], "the restart created and destroyed nothing")
     run.check(all(i.busy for i in k.instances(node)), "every workload process still runs")
     log = run.lab.plugin_log(node).split("startup: busy=")[-1]
-    run.check("adopted=3" in log, "the new plugin adopted the three instances", "startup: busy=" + log.split("\n")[0][:160])
+    run.check(
+        "adopted=3" in log,
+        "the new plugin adopted the three instances",
+        "startup: busy=" + log.split("\n")[0][:160],
+    )
     run.step("After the restart: a new pod is served, a deleted pod is reclaimed")
     k.create(_pinned("work-4", 8000, gpu_uuid))
     _running(run, "work-4")
@@ -348,7 +436,9 @@ def plugin_restart(run: Run) -> None:
     gone = _one(run, "work-1").migUUID
     k.delete("work-1")
     _reclaimed(run, gone, "the adopted instance of a deleted pod is reclaimed")
-    run.check(_instance_of(run, gone) is None, "work-1's adopted instance is reclaimed after its pod is deleted")
+    run.check(
+        _instance_of(run, gone) is None, "work-1's adopted instance is reclaimed after its pod is deleted"
+    )
     _show(run, ["work-2", "work-3", "work-4"], [node], events=[])
     k.delete_all()
 
@@ -366,15 +456,24 @@ def bad_annotation(run: Run) -> None:
         denied = ""
     except client.ApiException as error:
         denied = json.loads(error.body or "{}").get("message", str(error))
-    run.check("spec.nodeName" in denied, "admission denies it: dynmig must choose the node and placement",
-              report.shorten(denied, 140))
-    run.step("... and if the webhook is bypassed (label hami.io/webhook=ignore), the device plugin refuses it")
+    run.check(
+        "spec.nodeName" in denied,
+        "admission denies it: dynmig must choose the node and placement",
+        report.shorten(denied, 140),
+    )
+    run.step(
+        "... and if the webhook is bypassed (label hami.io/webhook=ignore), the device plugin refuses it"
+    )
     pod["metadata"]["labels"] = {WEBHOOK_IGNORE_LABEL: "ignore"}
     k.create(pod)
     run.wait(lambda: k.wait_phase("no-reservation", "Failed"), "no-reservation fails admission on the node")
     status = k.pod("no-reservation")["status"]
-    run.expect(status.get("reason"), "UnexpectedAdmissionError", "kubelet fails the pod: UnexpectedAdmissionError",
-               report.shorten(status.get("message", ""), 140))
+    run.expect(
+        status.get("reason"),
+        "UnexpectedAdmissionError",
+        "kubelet fails the pod: UnexpectedAdmissionError",
+        report.shorten(status.get("message", ""), 140),
+    )
     warning = _event(run, "no-reservation", "UnexpectedAdmissionError")
     run.check(warning is not None and warning["type"] == "Warning", "a Warning event says so")
     run.expect(_ops(run, node, since), [], "no MIG instance was created for it")
@@ -390,19 +489,29 @@ def bad_annotation(run: Run) -> None:
     partial = json.dumps(entries, separators=(",", ":"))
     scheduler = Kit(run.lab, identity="scheduler")  # only dynmig's controllers may write it
     scheduler.annotate("keeper", {MIG_ALLOCATIONS: partial})
-    run.check(not k.allocations("keeper"), "keeper's annotation no longer decodes (partial runtime identity)",
-              report.shorten(partial, 140))
+    run.check(
+        not k.allocations("keeper"),
+        "keeper's annotation no longer decodes (partial runtime identity)",
+        report.shorten(partial, 140),
+    )
     since = len(k.nvml_events(node))
     k.delete("leaver")
     waited = _wait_log(run, node, "skipping every destroy")
-    run.check(waited, "the device plugin skips every destroy while an annotation is unreadable",
-              "log: reconcile: skipping every destroy this pass (...)")
-    run.check(_instance_of(run, leaver.migUUID) is not None and _instance_of(run, keeper.migUUID) is not None,
-              "both instances are still there (the deleted pod's too: fail closed)")
+    run.check(
+        waited,
+        "the device plugin skips every destroy while an annotation is unreadable",
+        "log: reconcile: skipping every destroy this pass (...)",
+    )
+    run.check(
+        _instance_of(run, leaver.migUUID) is not None and _instance_of(run, keeper.migUUID) is not None,
+        "both instances are still there (the deleted pod's too: fail closed)",
+    )
     run.expect(_ops(run, node, since), [], "nothing was destroyed")
     run.step("Repair the annotation: reclaim resumes")
     scheduler.annotate("keeper", {MIG_ALLOCATIONS: good})
-    _reclaimed(run, leaver.migUUID, "the deleted pod's instance is reclaimed once the annotation is whole again")
+    _reclaimed(
+        run, leaver.migUUID, "the deleted pod's instance is reclaimed once the annotation is whole again"
+    )
     run.check(_instance_of(run, keeper.migUUID) is not None, "keeper's instance is untouched")
     _show(run, ["keeper"], [node], events=[])
     k.delete_all()
@@ -434,15 +543,21 @@ def api_down(run: Run) -> None:
         run.lab.restart_plugin(node, delete_pod=False)  # no API: kubelet restarts the process in its pod
         time.sleep(3 * run.lab.reconcile_interval + 0.5)
         run.expect(_ops(run, node, since), [], "nothing was created or destroyed while the API was down")
-        run.expect(_identities(run, node), before, "every MIG instance is still there", f"{len(before)} instances")
+        run.expect(
+            _identities(run, node), before, "every MIG instance is still there", f"{len(before)} instances"
+        )
         tail = run.lab.plugin_log(node)[log_size:]
-        run.check("skipping every destroy" in tail or "busy=" in tail,
-                  "the plugin said it held back (reconcile skipped / startup treated GPUs as busy)")
+        run.check(
+            "skipping every destroy" in tail or "busy=" in tail,
+            "the plugin said it held back (reconcile skipped / startup treated GPUs as busy)",
+        )
     finally:
         run.lab.apiserver.up()
     run.step("The API server is back")
-    run.wait(lambda: k.wait(lambda: "adopted=2" in run.lab.plugin_log(node)[log_size:], 30, "adoption"),
-             "the restarted plugin adopts both instances once it can list pods")
+    run.wait(
+        lambda: k.wait(lambda: "adopted=2" in run.lab.plugin_log(node)[log_size:], 30, "adoption"),
+        "the restarted plugin adopts both instances once it can list pods",
+    )
     run.expect(_identities(run, node), before, "after the outage: same instances, same UUIDs")
     for n in ("steady-1", "steady-2"):
         run.expect(k.phase(n), "Running", f"{n} is still Running")

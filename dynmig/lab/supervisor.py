@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,19 +41,34 @@ class Supervisor:
         self.children: list[Child] = []
         self.echo = echo
 
-    def start(self, name: str, argv: list[str], env: dict | None = None, ready_text: str | None = None,
-              timeout: float = 30.0, wait: bool = True, tee: Path | None = None) -> Child:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict | None = None,
+        ready_text: str | None = None,
+        timeout: float = 30.0,
+        wait: bool = True,
+        tee: Path | None = None,
+    ) -> Child:
         """Start `argv`; with `ready_text`, wait for that line unless `wait` is False (then call
         `wait_ready` later, e.g. after starting several children at once). Its output goes to
         `<log_dir>/<name>.log` and, with `tee`, is appended to that file too (a pod's container log)."""
         log_path = self.log_dir / f"{name}.log"
         process = subprocess.Popen(
-            _die_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, **(env or {})}, start_new_session=True,
+            _die_with_parent(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
         child = Child(name, process, log_path)
         self.children.append(child)
-        threading.Thread(target=self._pump, args=(child, ready_text, tee), daemon=True, name=f"log-{name}").start()
+        threading.Thread(
+            target=self._pump, args=(child, ready_text, tee), daemon=True, name=f"log-{name}"
+        ).start()
         if ready_text is not None and wait:
             self.wait_ready(child, timeout)
         return child
@@ -110,10 +126,8 @@ def _die_with_parent(argv: list[str]) -> list[str]:
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def python_argv(*args: str) -> list[str]:

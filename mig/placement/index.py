@@ -48,7 +48,16 @@ class _Gpu:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
 
     def snapshot(self) -> tuple:
-        return (self.index, self.uuid, self.type, self.pset, self.mask, self.healthy, self.total, self.cordoned)
+        return (
+            self.index,
+            self.uuid,
+            self.type,
+            self.pset,
+            self.mask,
+            self.healthy,
+            self.total,
+            self.cordoned,
+        )
 
 
 def _pickiness(device: Device, total_mb: int = 0) -> tuple:
@@ -228,24 +237,33 @@ class PlacementIndex:
                 key = rank_key(pod, cand.rank, cand.choice.loss, fill, used, start)
                 buckets.setdefault(key, []).append((cand, members))
         for key in sorted(buckets):
-            found = [(g.order, g.uuid, cand) for cand, members in buckets[key] for g in members.values()
-                     if (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))]
+            found = [
+                (g.order, g.uuid, cand)
+                for cand, members in buckets[key]
+                for g in members.values()
+                if (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
+            ]
             found.sort()
             for _, uuid, cand in found:
                 yield self._gpus[uuid], cand
 
     def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:
         prof = g.pset.profiles[cand.profile]
-        return DevicePlacement(device[0], device[1], g.node, g.uuid, prof.name, cand.choice.placement,
-                               prof.memory_mb, prof.core)
+        return DevicePlacement(
+            device[0], device[1], g.node, g.uuid, prof.name, cand.choice.placement, prof.memory_mb, prof.core
+        )
 
     def _plan_node(
         self, pod: PodRequest, devices: list[Device], node: str, memo: dict[tuple, _Candidate | None]
     ) -> Plan | None:
         """All devices of the pod on one node, largest request first, or None if they do not all fit."""
         filtered = _has_filters(pod)
-        gpus = [g for g in self._nodes[node].values() if g.schedulable and (
-            not filtered or (self._eligible(pod, g) and pod.type_exclusion(g.type) is None))]
+        gpus = [
+            g
+            for g in self._nodes[node].values()
+            if g.schedulable
+            and (not filtered or (self._eligible(pod, g) and pod.type_exclusion(g.type) is None))
+        ]
         masks = {g.uuid: g.mask for g in gpus}
         fill = self._fill[node]
         placed: list[DevicePlacement] = []
@@ -263,8 +281,10 @@ class PlacementIndex:
                 if cand is None:
                     continue
                 used = (mask & g.pset.full_mask).bit_count() / g.pset.axis
-                key = (*rank_key(pod, cand.rank, cand.choice.loss, fill, used, cand.choice.placement.start),
-                       *g.order)
+                key = (
+                    *rank_key(pod, cand.rank, cand.choice.loss, fill, used, cand.choice.placement.start),
+                    *g.order,
+                )
                 if best is None or key < best[0]:
                     best = (key, g, cand)
             if best is None:
@@ -277,7 +297,11 @@ class PlacementIndex:
 
     # ---- refusal -----------------------------------------------------------------------------
     def _refusal(
-        self, pod: PodRequest, devices: list[Device], lead: Device, allowed: set[str] | None,
+        self,
+        pod: PodRequest,
+        devices: list[Device],
+        lead: Device,
+        allowed: set[str] | None,
         tried: set[str],
     ) -> R.Refusal:
         """A refusal over an immutable snapshot of the nodes; its texts are built on first read."""
@@ -296,26 +320,42 @@ class PlacementIndex:
                     if reason is not None:
                         out.append(reason)
                 if node in tried:
-                    free = "; ".join(f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
-                                     for _, uuid, _, pset, mask, healthy, _, cordoned in gpus
-                                     if healthy and not cordoned and pset)
-                    out.append(R.Reason(
-                        R.DEVICES_DO_NOT_FIT_TOGETHER,
-                        f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
-                        f"on this node together; free slices: {free}", node))
+                    free = "; ".join(
+                        f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
+                        for _, uuid, _, pset, mask, healthy, _, cordoned in gpus
+                        if healthy and not cordoned and pset
+                    )
+                    out.append(
+                        R.Reason(
+                            R.DEVICES_DO_NOT_FIT_TOGETHER,
+                            f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
+                            f"on this node together; free slices: {free}",
+                            node,
+                        )
+                    )
             return out
 
         return R.Refusal(build)
 
 
 def _requests_text(devices: list[Device]) -> str:
-    return ", ".join("a whole GPU" if m is None else (str(m) if isinstance(m, Percent) else f"{m} MiB")
-                     for _, _, m in devices)
+    return ", ".join(
+        "a whole GPU" if m is None else (str(m) if isinstance(m, Percent) else f"{m} MiB")
+        for _, _, m in devices
+    )
 
 
 def gpu_reason(
-    pod: PodRequest, node: str, uuid: str, gpu_type: str, pset: ProfileSet | None, mask: int, healthy: bool,
-    ask: Memory, total_mb: int = 0, cordoned: str = "",
+    pod: PodRequest,
+    node: str,
+    uuid: str,
+    gpu_type: str,
+    pset: ProfileSet | None,
+    mask: int,
+    healthy: bool,
+    ask: Memory,
+    total_mb: int = 0,
+    cordoned: str = "",
 ) -> R.Reason | None:
     """Why this GPU (of `total_mb` published memory) cannot take a device asking `ask` now, or None if it can."""
     if not healthy:
@@ -323,21 +363,33 @@ def gpu_reason(
     if cordoned:
         return R.Reason(R.CORDONED, cordoned, node, uuid)
     if pset is None or not pset.profiles:
-        return R.Reason(R.NO_PROFILES, f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the "
-                        "allowlist?)", node, uuid)
+        return R.Reason(
+            R.NO_PROFILES,
+            f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the allowlist?)",
+            node,
+            uuid,
+        )
     why = pod.type_exclusion(gpu_type) or pod.uuid_exclusion(uuid)
     if why:
         return R.Reason(R.EXCLUDED, f"excluded by annotation: {why}", node, uuid)
     if isinstance(ask, Percent) and total_mb <= 0:
-        return R.Reason(R.NOT_ENOUGH_MEMORY, f"GPU publishes no total memory (devmem), so {ask} cannot be "
-                        "sized on it", node, uuid)
+        return R.Reason(
+            R.NOT_ENOUGH_MEMORY,
+            f"GPU publishes no total memory (devmem), so {ask} cannot be sized on it",
+            node,
+            uuid,
+        )
     mem = memory_on(ask, total_mb)
     order = pset.order(mem, pod.preference)
     if not order:
         largest = pset.profiles[-1]
         asked = f"{mem} MiB ({ask} of {total_mb} MiB)" if isinstance(ask, Percent) else f"{mem} MiB"
-        return R.Reason(R.NOT_ENOUGH_MEMORY, f"no allowlisted profile has {asked}; the largest is "
-                        f"{largest.name} with {largest.memory_mb} MiB", node, uuid)
+        return R.Reason(
+            R.NOT_ENOUGH_MEMORY,
+            f"no allowlisted profile has {asked}; the largest is {largest.name} with {largest.memory_mb} MiB",
+            node,
+            uuid,
+        )
     if any(pset.best(mask, idx) for _, idx in order):
         return None
     smallest = pset.profiles[min(idx for _, idx in order)]
@@ -345,10 +397,19 @@ def gpu_reason(
     usable = [s for s in free if any(p.start <= s < p.end for p in smallest.placements)]
     needs = R.placements_text(sorted(smallest.placements))
     if len(usable) >= smallest.size:
-        return R.Reason(R.FRAGMENTED, f"fragmented: free slices {R.slices_text(free)} but {smallest.name} "
-                        f"needs one of {needs}", node, uuid)
-    return R.Reason(R.NOT_ENOUGH_SLICES, f"not enough free slices: free {R.slices_text(free)}, "
-                    f"{smallest.name} needs {smallest.size} at one of {needs}", node, uuid)
+        return R.Reason(
+            R.FRAGMENTED,
+            f"fragmented: free slices {R.slices_text(free)} but {smallest.name} needs one of {needs}",
+            node,
+            uuid,
+        )
+    return R.Reason(
+        R.NOT_ENOUGH_SLICES,
+        f"not enough free slices: free {R.slices_text(free)}, "
+        f"{smallest.name} needs {smallest.size} at one of {needs}",
+        node,
+        uuid,
+    )
 
 
 def plan_pod(pod: PodRequest, gpus: Iterable[GpuState]) -> Plan | R.Refusal:

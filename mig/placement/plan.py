@@ -49,7 +49,11 @@ class Plan:
 
 
 def rank_key(
-    pod: PodRequest, rank: tuple[int, int], loss: tuple[int, int], node_used: float, gpu_used: float,
+    pod: PodRequest,
+    rank: tuple[int, int],
+    loss: tuple[int, int],
+    node_used: float,
+    gpu_used: float,
     start: int,
 ) -> tuple:
     """The comparison key of one candidate up to the GPU-order and node-name tie-breaks (lower is better).

@@ -13,7 +13,10 @@ from mig.types import Placement
 def from_mig_profile(profile: Any) -> PublishedProfile:
     """From a `mig.annotations.MigProfile` (HAMi's `{name, memoryMB, core, sliceCount, placements}`)."""
     return PublishedProfile(
-        name=profile.name, memory_mb=profile.memoryMB, core=profile.core, slice_count=profile.sliceCount,
+        name=profile.name,
+        memory_mb=profile.memoryMB,
+        core=profile.core,
+        slice_count=profile.sliceCount,
         placements=tuple(Placement(p.start, p.size) for p in profile.placements),
     )
 
@@ -27,6 +30,9 @@ def from_catalog(model: GpuModel, names: Iterable[str]) -> tuple[PublishedProfil
     for name in names:
         spec = model.profile(name)
         if spec is not None:
-            out.append(PublishedProfile(spec.name, spec.memory_mib, core_percent(model, spec), spec.slice_count,
-                                        spec.placements))
+            out.append(
+                PublishedProfile(
+                    spec.name, spec.memory_mib, core_percent(model, spec), spec.slice_count, spec.placements
+                )
+            )
     return tuple(out)

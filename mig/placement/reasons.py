@@ -21,8 +21,15 @@ MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
 
 # When a node has several GPU reasons, its headline is the one closest to fitting.
 _CLOSEST_FIRST = (
-    DEVICES_DO_NOT_FIT_TOGETHER, FRAGMENTED, NOT_ENOUGH_SLICES, NOT_ENOUGH_MEMORY, EXCLUDED, NO_PROFILES,
-    CORDONED, UNHEALTHY, NO_GPUS,
+    DEVICES_DO_NOT_FIT_TOGETHER,
+    FRAGMENTED,
+    NOT_ENOUGH_SLICES,
+    NOT_ENOUGH_MEMORY,
+    EXCLUDED,
+    NO_PROFILES,
+    CORDONED,
+    UNHEALTHY,
+    NO_GPUS,
 )
 
 

@@ -127,8 +127,10 @@ def devices_problem(containers: Iterable[ContainerRequest], resource: str = "nvi
     """Why the pod's devices together can never be placed (more than MAX_DEVICES), or ""."""
     total = sum(c.devices for c in containers)
     if total > MAX_DEVICES:
-        return (f"the pod's containers ask for {total} {resource} devices together, more than {MAX_DEVICES}, "
-                "the most dynmig places for one pod")
+        return (
+            f"the pod's containers ask for {total} {resource} devices together, more than {MAX_DEVICES}, "
+            "the most dynmig places for one pod"
+        )
     return ""
 
 
@@ -141,8 +143,10 @@ MAX_DEVICES = 128
 def _resource(container: str, resource: str, value: Any) -> int:
     """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise RequestError(f"container {container}: {resource} must be a quantity string such as \"1\" or "
-                           f"\"8k\", not {type(value).__name__}")
+        raise RequestError(
+            f'container {container}: {resource} must be a quantity string such as "1" or '
+            f'"8k", not {type(value).__name__}'
+        )
     try:
         number = parse_quantity(value if isinstance(value, str) else str(value)).as_int64()
     except QuantityError as error:
@@ -162,8 +166,9 @@ def _first(kinds: tuple[Mapping[str, Any], Mapping[str, Any]], resource: str) ->
     return None
 
 
-def container_request(container: str, limits: Mapping[str, Any], requests: Mapping[str, Any],
-                      names: ResourceNames) -> ContainerRequest:
+def container_request(
+    container: str, limits: Mapping[str, Any], requests: Mapping[str, Any], names: ResourceNames
+) -> ContainerRequest:
     """A container's request from its resources, combined as HAMi combines them.
 
     `gpumem` (MiB, above 0) wins; otherwise `gpumem-percentage` 1..99 asks for that share of each
@@ -175,13 +180,16 @@ def container_request(container: str, limits: Mapping[str, Any], requests: Mappi
     if memory is not None and memory > INT32_MAX:
         raise RequestError(f"container {container}: {names.memory} {memory} MiB is beyond {INT32_MAX}")
     if percent is not None and percent > 100:
-        raise RequestError(f"container {container}: {names.memory_percentage} {percent} must be an integer "
-                           "between 0 and 100")
+        raise RequestError(
+            f"container {container}: {names.memory_percentage} {percent} must be an integer between 0 and 100"
+        )
     if not count:
         return ContainerRequest(0)
     if count > MAX_DEVICES:
-        raise RequestError(f"container {container}: {names.count} {count} is more than {MAX_DEVICES} devices, "
-                           f"the most dynmig places for one pod (no node has more MIG instances)")
+        raise RequestError(
+            f"container {container}: {names.count} {count} is more than {MAX_DEVICES} devices, "
+            f"the most dynmig places for one pod (no node has more MIG instances)"
+        )
     if memory:
         return ContainerRequest(count, memory)
     return ContainerRequest(count, None, percent if percent and percent < 100 else None)
@@ -200,8 +208,10 @@ def annotation_problem(annotations: Mapping[str, str] | None) -> str:
     for key in (PREFERENCE, NODE_POLICY, GPU_POLICY, USE_UUID, NOUSE_UUID, USE_TYPE, NOUSE_TYPE):
         value = (annotations or {}).get(key)
         if value is not None and len(value) > MAX_ANNOTATION_TEXT:
-            return (f"annotation {key} is {len(value)} characters; the limit is {MAX_ANNOTATION_TEXT} "
-                    "(list fewer entries)")
+            return (
+                f"annotation {key} is {len(value)} characters; the limit is {MAX_ANNOTATION_TEXT} "
+                "(list fewer entries)"
+            )
     return ""
 
 
@@ -232,7 +242,9 @@ class PodRequest:
 
     @classmethod
     def from_annotations(
-        cls, containers: Iterable[ContainerRequest], annotations: Mapping[str, str] | None = None,
+        cls,
+        containers: Iterable[ContainerRequest],
+        annotations: Mapping[str, str] | None = None,
         name: str = "",
     ) -> PodRequest:
         a = annotations or {}

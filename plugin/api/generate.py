@@ -22,15 +22,24 @@ def generate(out_dir: Path) -> list[Path]:
     from grpc_tools import protoc  # build-time tool (extra "test"), not a runtime dependency
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    code = protoc.main([
-        "grpc_tools.protoc", f"-I{HERE}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}",
-        str(HERE / PROTO),
-    ])
+    code = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{HERE}",
+            f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            str(HERE / PROTO),
+        ]
+    )
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code} on {HERE / PROTO}")
     grpc_module = out_dir / "deviceplugin_pb2_grpc.py"
-    text = re.sub(r"^import deviceplugin_pb2 as", "from plugin.api import deviceplugin_pb2 as",
-                  grpc_module.read_text(), flags=re.MULTILINE)
+    text = re.sub(
+        r"^import deviceplugin_pb2 as",
+        "from plugin.api import deviceplugin_pb2 as",
+        grpc_module.read_text(),
+        flags=re.MULTILINE,
+    )
     grpc_module.write_text(text)
     return [out_dir / name for name in OUTPUTS]
 

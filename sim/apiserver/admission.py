@@ -43,9 +43,12 @@ class CallFailed(Exception):
 
 
 class Admission:
-    def __init__(self, list_configs: Callable[[str], list[dict[str, Any]]],
-                 namespace_labels: Callable[[str], dict[str, str] | None],
-                 namespace_object: Callable[[str], dict[str, Any] | None] | None = None):
+    def __init__(
+        self,
+        list_configs: Callable[[str], list[dict[str, Any]]],
+        namespace_labels: Callable[[str], dict[str, str] | None],
+        namespace_object: Callable[[str], dict[str, Any] | None] | None = None,
+    ):
         self._list_configs = list_configs
         self._namespace_labels = namespace_labels
         self.policies = Policies(list_configs, namespace_object or (lambda ns: None), self._namespace_matches)
@@ -114,8 +117,12 @@ class Admission:
             return True
         if (hook.get("failurePolicy") or "Fail") == "Ignore":
             return False
-        raise forbidden(a.rt.plural, a.rt.group, a.name or _name_of(a),
-                        errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+        raise forbidden(
+            a.rt.plural,
+            a.rt.group,
+            a.name or _name_of(a),
+            errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]",
+        )
 
     def _run(self, hook: dict[str, Any], a: Attributes, warnings: list[str], mutating: bool) -> None:
         name = hook.get("name", "")
@@ -125,8 +132,9 @@ class Admission:
         except CallFailed as exc:
             if (hook.get("failurePolicy") or "Fail") == "Ignore":
                 return
-            raise ApiError(500, f'Internal error occurred: failed calling webhook "{name}": {exc}',
-                           "InternalError") from exc
+            raise ApiError(
+                500, f'Internal error occurred: failed calling webhook "{name}": {exc}', "InternalError"
+            ) from exc
         warnings.extend(str(w) for w in response.get("warnings") or [])
         if not response.get("allowed"):
             raise _denial(name, response.get("status") or {})
@@ -135,8 +143,11 @@ class Admission:
                 ops = json.loads(base64.b64decode(response["patch"]))
                 a.obj = apply_json_patch(a.obj, ops)
             except (ValueError, PatchError) as exc:
-                raise ApiError(500, f'Internal error occurred: JSON patch from webhook "{name}" could '
-                                    f"not be applied: {exc}", "InternalError") from exc
+                raise ApiError(
+                    500,
+                    f'Internal error occurred: JSON patch from webhook "{name}" could not be applied: {exc}',
+                    "InternalError",
+                ) from exc
 
     @staticmethod
     def _check(version: str, response: dict[str, Any], mutating: bool) -> None:
@@ -145,11 +156,15 @@ class Admission:
         if mutating and version == "v1":
             has_patch, has_type = bool(response.get("patch")), "patchType" in response
             if has_patch != has_type:
-                raise CallFailed("received invalid webhook response: webhook returned "
-                                 "patch without patchType or patchType without patch")
+                raise CallFailed(
+                    "received invalid webhook response: webhook returned "
+                    "patch without patchType or patchType without patch"
+                )
             if has_type and response["patchType"] != "JSONPatch":
-                raise CallFailed("received invalid webhook response: webhook returned invalid "
-                                 f"patchType: {response['patchType']!r}")
+                raise CallFailed(
+                    "received invalid webhook response: webhook returned invalid "
+                    f"patchType: {response['patchType']!r}"
+                )
 
     def _review(self, version: str, a: Attributes) -> dict[str, Any]:
         request = {"uid": str(uuid.uuid4()), **request_attributes(a), "object": a.obj, "oldObject": a.old}
@@ -168,8 +183,9 @@ class Admission:
         try:
             status, body = self._post(host, port, path, sni, ctx, json.dumps(review).encode(), timeout)
         except (OSError, http.client.HTTPException) as exc:
-            raise CallFailed(f'failed to call webhook: Post "{url}?timeout={int(timeout)}s": '
-                             f"{_describe(exc)}") from exc
+            raise CallFailed(
+                f'failed to call webhook: Post "{url}?timeout={int(timeout)}s": {_describe(exc)}'
+            ) from exc
         if status < 200 or status >= 300:
             raise CallFailed(f"failed to call webhook: the server responded with HTTP {status}")
         try:
@@ -181,12 +197,16 @@ class Admission:
             raise CallFailed("received invalid webhook response: response was absent")
         if version == "v1":
             if reply.get("apiVersion") != "admission.k8s.io/v1" or reply.get("kind") != "AdmissionReview":
-                raise CallFailed("received invalid webhook response: expected webhook response of "
-                                 "admission.k8s.io/v1, Kind=AdmissionReview, got "
-                                 f"{reply.get('apiVersion')}, Kind={reply.get('kind')}")
+                raise CallFailed(
+                    "received invalid webhook response: expected webhook response of "
+                    "admission.k8s.io/v1, Kind=AdmissionReview, got "
+                    f"{reply.get('apiVersion')}, Kind={reply.get('kind')}"
+                )
             if response.get("uid") != review["request"]["uid"]:
-                raise CallFailed(f"received invalid webhook response: expected response.uid="
-                                 f"{review['request']['uid']}, got {response.get('uid')}")
+                raise CallFailed(
+                    f"received invalid webhook response: expected response.uid="
+                    f"{review['request']['uid']}, got {response.get('uid')}"
+                )
         return version, response
 
     def _endpoint(self, cc: dict[str, Any]) -> tuple[str, int, str, str, str]:
@@ -203,12 +223,15 @@ class Admission:
         url = f"https://{dns}:{port}{path}"
         target = self.services.get((ns, name))
         if target is None:
-            raise CallFailed(f'failed to call webhook: Post "{url}": service "{ns}/{name}" is not '
-                             "registered with the simulated API server (register_service)")
+            raise CallFailed(
+                f'failed to call webhook: Post "{url}": service "{ns}/{name}" is not '
+                "registered with the simulated API server (register_service)"
+            )
         return target[0], target[1], path, dns, url
 
-    def _post(self, host: str, port: int, path: str, sni: str, ctx: ssl.SSLContext, body: bytes,
-              timeout: float) -> tuple[int, bytes]:
+    def _post(
+        self, host: str, port: int, path: str, sni: str, ctx: ssl.SSLContext, body: bytes, timeout: float
+    ) -> tuple[int, bytes]:
         key = (host, port, sni, id(ctx))
         for attempt in (0, 1):
             conn = self._take(key) if attempt == 0 else None
@@ -227,8 +250,12 @@ class Admission:
                 conn.sock = tls
             try:
                 conn.sock.settimeout(timeout)
-                conn.request("POST", f"{path}?timeout={int(timeout)}s", body,
-                             {"Content-Type": "application/json", "Accept": "application/json"})
+                conn.request(
+                    "POST",
+                    f"{path}?timeout={int(timeout)}s",
+                    body,
+                    {"Content-Type": "application/json", "Accept": "application/json"},
+                )
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
@@ -266,9 +293,15 @@ def request_attributes(a: Attributes) -> dict[str, Any]:
     gvr = {"group": a.rt.group, "version": a.rt.version, "resource": a.rt.plural}
     kind = a.kind or {"group": a.rt.group, "version": a.rt.version, "kind": a.rt.kind}
     request: dict[str, Any] = {
-        "kind": kind, "resource": gvr, "requestKind": kind, "requestResource": gvr,
-        "name": a.name, "namespace": a.namespace, "operation": a.operation,
-        "userInfo": a.user.user_info(), "dryRun": a.dry_run,
+        "kind": kind,
+        "resource": gvr,
+        "requestKind": kind,
+        "requestResource": gvr,
+        "name": a.name,
+        "namespace": a.namespace,
+        "operation": a.operation,
+        "userInfo": a.user.user_info(),
+        "dryRun": a.dry_run,
         "options": {"kind": OPTIONS_KIND[a.operation], "apiVersion": "meta.k8s.io/v1"},
     }
     if a.subresource:

@@ -38,7 +38,7 @@ def rule_matches(rule: dict[str, Any], a: Attributes) -> bool:
     if "*" not in versions and a.rt.version not in versions:
         return False
     scope = rule.get("scope") or "*"
-    if scope == "Cluster" and a.rt.namespaced or scope == "Namespaced" and not a.rt.namespaced:
+    if (scope == "Cluster" and a.rt.namespaced) or (scope == "Namespaced" and not a.rt.namespaced):
         return False
     wanted = f"{a.rt.plural}/{a.subresource}" if a.subresource else a.rt.plural
     for res in rule.get("resources") or []:
@@ -47,8 +47,12 @@ def rule_matches(rule: dict[str, Any], a: Attributes) -> bool:
         if res == "*" and not a.subresource:
             return True
         main, _, sub = res.partition("/")
-        if sub and (main == "*" or main == a.rt.plural) and (sub == "*" or sub == a.subresource) \
-                and a.subresource:
+        if (
+            sub
+            and (main == "*" or main == a.rt.plural)
+            and (sub == "*" or sub == a.subresource)
+            and a.subresource
+        ):
             return True
     return False
 
@@ -56,5 +60,6 @@ def rule_matches(rule: dict[str, Any], a: Attributes) -> bool:
 def object_selector_matches(selector: dict[str, Any] | None, a: Attributes) -> bool:
     """An objectSelector (webhooks and policy bindings alike) matches when the new or the old
     object's labels match; no selector matches everything."""
-    return not selector or any(o is not None and match_label_selector(selector, labels_of(o))
-                               for o in (a.obj, a.old))
+    return not selector or any(
+        o is not None and match_label_selector(selector, labels_of(o)) for o in (a.obj, a.old)
+    )

@@ -36,8 +36,10 @@ def _cel() -> Any:
     try:
         import cel  # the `common-expression-language` package (test/simulation dependency)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise CelError("CEL needs the `common-expression-language` package, a dependency of dynmig: "
-                       "reinstall it (pip install -e .)") from exc
+        raise CelError(
+            "CEL needs the `common-expression-language` package, a dependency of dynmig: "
+            "reinstall it (pip install -e .)"
+        ) from exc
     return cel
 
 
@@ -87,8 +89,10 @@ def evaluate(expression: str, activation: dict[str, Any]) -> Any:
 def evaluate_bool(expression: str, activation: dict[str, Any]) -> bool:
     value = evaluate(expression, activation)
     if not isinstance(value, bool):
-        raise CelError(f"expression '{expression}' resulted in error: it must evaluate to bool, "
-                       f"got {type(value).__name__}")
+        raise CelError(
+            f"expression '{expression}' resulted in error: it must evaluate to bool, "
+            f"got {type(value).__name__}"
+        )
     return value
 
 
@@ -100,8 +104,16 @@ def request_of(attrs: dict[str, Any]) -> dict[str, Any]:
     user.setdefault("uid", "")
     user.setdefault("groups", [])
     user.setdefault("extra", {})
-    out = {"uid": "", "name": "", "namespace": "", "operation": "", "subResource": "",
-           "requestSubResource": "", "dryRun": False, "options": None}
+    out = {
+        "uid": "",
+        "name": "",
+        "namespace": "",
+        "operation": "",
+        "subResource": "",
+        "requestSubResource": "",
+        "dryRun": False,
+        "options": None,
+    }
     out.update({k: v for k, v in attrs.items() if k not in ("object", "oldObject")})
     out["userInfo"] = user
     return out
@@ -142,7 +154,7 @@ class Variables:
             return
         expr = self._exprs[name]
         # a variable may use only the variables declared before it
-        earlier = set(self._order[:self._order.index(name)])
+        earlier = set(self._order[: self._order.index(name)])
         act = dict(self._base())
         act["variables"] = {}
         for dep in dict.fromkeys(_VARIABLE_REF.findall(expr)):

@@ -9,14 +9,25 @@ from sim.apiserver.resources import RESOURCES, ResourceType, groups
 
 
 def version() -> dict[str, Any]:
-    return {"major": "1", "minor": "35", "gitVersion": "v1.35.0-dynmig-sim", "gitCommit": "sim",
-            "gitTreeState": "clean", "buildDate": "2025-12-01T00:00:00Z", "goVersion": "go1.25",
-            "compiler": "gc", "platform": "linux/amd64"}
+    return {
+        "major": "1",
+        "minor": "35",
+        "gitVersion": "v1.35.0-dynmig-sim",
+        "gitCommit": "sim",
+        "gitTreeState": "clean",
+        "buildDate": "2025-12-01T00:00:00Z",
+        "goVersion": "go1.25",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
 
 
 def api_group_list() -> dict[str, Any]:
@@ -36,8 +47,13 @@ def api_group(group: str) -> dict[str, Any] | None:
 
 
 def _resource_entry(rt: ResourceType) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": rt.plural, "singularName": rt.singular_name, "namespaced": rt.namespaced,
-                             "kind": rt.kind, "verbs": list(rt.verbs)}
+    entry: dict[str, Any] = {
+        "name": rt.plural,
+        "singularName": rt.singular_name,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
+        "verbs": list(rt.verbs),
+    }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
     if rt.categories:
@@ -55,22 +71,37 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
         for sub in rt.subresources:
             kind = "Binding" if sub == "binding" else rt.kind
             verbs = {"binding": ["create"], "log": ["get"]}.get(sub, ["get", "patch", "update"])
-            out.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                        "kind": kind, "verbs": verbs})
+            out.append(
+                {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": kind,
+                    "verbs": verbs,
+                }
+            )
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 
 
-def table(rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any],
-          headers: bool = True) -> dict[str, Any]:
+def table(
+    rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any], headers: bool = True
+) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table, as kubectl asks for with `Accept: ...;as=Table`. A watch sends the
     column definitions with its first row only (headers=False after that), as kube-apiserver does."""
     cols = printers.columns(rt)
-    defs = [{"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": p}
-            for n, t, p, _ in cols]
+    defs = [
+        {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": p}
+        for n, t, p, _ in cols
+    ]
     rows = []
     for o in items:
         partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
         rows.append({"cells": [f(o) for _, _, _, f in cols], "object": partial})
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
-            "columnDefinitions": defs if headers else [], "rows": rows}
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": defs if headers else [],
+        "rows": rows,
+    }

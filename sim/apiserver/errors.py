@@ -5,17 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
-    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
 class ApiError(Exception):
     """An error answered to the client as a `Status` with `code`, `reason` and `message`."""
 
-    def __init__(self, code: int, message: str, reason: str | None = None,
-                 details: dict[str, Any] | None = None):
+    def __init__(
+        self, code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
@@ -26,11 +38,15 @@ class ApiError(Exception):
         return status_object(self.code, self.message, self.reason, self.details)
 
 
-def status_object(code: int, message: str, reason: str, details: dict[str, Any] | None = None,
-                  ok: bool = False) -> dict[str, Any]:
+def status_object(
+    code: int, message: str, reason: str, details: dict[str, Any] | None = None, ok: bool = False
+) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Success" if ok else "Failure", "code": code,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if ok else "Failure",
+        "code": code,
     }
     if message:
         out["message"] = message
@@ -46,17 +62,26 @@ def _what(plural: str, group: str) -> str:
 
 
 def not_found(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(404, f'{_what(plural, group)} "{name}" not found', "NotFound",
-                    {"name": name, "group": group, "kind": plural})
+    return ApiError(
+        404,
+        f'{_what(plural, group)} "{name}" not found',
+        "NotFound",
+        {"name": name, "group": group, "kind": plural},
+    )
 
 
 def already_exists(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(409, f'{_what(plural, group)} "{name}" already exists', "AlreadyExists",
-                    {"name": name, "group": group, "kind": plural})
+    return ApiError(
+        409,
+        f'{_what(plural, group)} "{name}" already exists',
+        "AlreadyExists",
+        {"name": name, "group": group, "kind": plural},
+    )
 
 
-def forbidden(plural: str, group: str, name: str, message: str, reason: str = "Forbidden",
-              code: int = 403) -> ApiError:
+def forbidden(
+    plural: str, group: str, name: str, message: str, reason: str = "Forbidden", code: int = 403
+) -> ApiError:
     """`<resource> "<name>" is forbidden: <message>`, as apierrors.NewForbidden words it."""
     what = _what(plural, group)
     text = f'{what} "{name}" is forbidden: {message}' if name else f"{what} is forbidden: {message}"
@@ -68,14 +93,24 @@ def conflict(plural: str, group: str, name: str) -> ApiError:
         409,
         f'Operation cannot be fulfilled on {_what(plural, group)} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
-        "Conflict", {"name": name, "group": group, "kind": plural})
+        "Conflict",
+        {"name": name, "group": group, "kind": plural},
+    )
 
 
 def invalid(kind: str, group: str, name: str, field: str, message: str) -> ApiError:
     what = f"{kind}.{group}" if group else kind
-    return ApiError(422, f'{what} "{name}" is invalid: {field}: {message}', "Invalid",
-                    {"name": name, "group": group, "kind": kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]})
+    return ApiError(
+        422,
+        f'{what} "{name}" is invalid: {field}: {message}',
+        "Invalid",
+        {
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}],
+        },
+    )
 
 
 def gone(message: str) -> ApiError:

@@ -41,12 +41,21 @@ class Faults:
         self._latencies: list[_Latency] = []
         self.watch_generation = 0  # bumped to cut every open watch
 
-    def fail_next(self, n: int = 1, *, verb: str | None = None, resource: str | None = None,
-                  code: int = 500, message: str = "", namespace: str | None = None) -> None:
+    def fail_next(
+        self,
+        n: int = 1,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        code: int = 500,
+        message: str = "",
+        namespace: str | None = None,
+    ) -> None:
         """Answer the next `n` matching requests with HTTP `code` (a Status with that code)."""
         with self._lock:
-            self._failures.append(_Failure(n, code, message or f"injected fault: HTTP {code}", verb,
-                                           resource, namespace))
+            self._failures.append(
+                _Failure(n, code, message or f"injected fault: HTTP {code}", verb, resource, namespace)
+            )
 
     def add_latency(self, seconds: float, *, verb: str | None = None, resource: str | None = None) -> None:
         """Delay every matching request by `seconds` before it is served."""
@@ -72,8 +81,12 @@ class Faults:
                 if _matches(lat.verb, verb) and _matches(lat.resource, resource):
                     delay += lat.seconds
             for f in self._failures:
-                if f.remaining > 0 and _matches(f.verb, verb) and _matches(f.resource, resource) \
-                        and _matches(f.namespace, namespace):
+                if (
+                    f.remaining > 0
+                    and _matches(f.verb, verb)
+                    and _matches(f.resource, resource)
+                    and _matches(f.namespace, namespace)
+                ):
                     f.remaining -= 1
                     failure = f
                     break

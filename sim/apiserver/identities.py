@@ -56,8 +56,9 @@ def default_identities() -> list[Identity]:
 ANONYMOUS = Identity("anonymous", "system:anonymous", ("system:unauthenticated",), token="")
 
 
-def kubeconfig(server_url: str, identity: Identity, ca_pem: bytes | None = None,
-               namespace: str = "default") -> dict[str, Any]:
+def kubeconfig(
+    server_url: str, identity: Identity, ca_pem: bytes | None = None, namespace: str = "default"
+) -> dict[str, Any]:
     cluster: dict[str, Any] = {"server": server_url}
     if ca_pem:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
@@ -66,15 +67,20 @@ def kubeconfig(server_url: str, identity: Identity, ca_pem: bytes | None = None,
         "kind": "Config",
         "clusters": [{"name": "sim", "cluster": cluster}],
         "users": [{"name": identity.name, "user": {"token": identity.token}}],
-        "contexts": [{"name": identity.name,
-                      "context": {"cluster": "sim", "user": identity.name, "namespace": namespace}}],
+        "contexts": [
+            {
+                "name": identity.name,
+                "context": {"cluster": "sim", "user": identity.name, "namespace": namespace},
+            }
+        ],
         "current-context": identity.name,
         "preferences": {},
     }
 
 
-def write_kubeconfig(path: str | Path, server_url: str, identity: Identity,
-                     ca_pem: bytes | None = None) -> Path:
+def write_kubeconfig(
+    path: str | Path, server_url: str, identity: Identity, ca_pem: bytes | None = None
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(kubeconfig(server_url, identity, ca_pem), sort_keys=False))

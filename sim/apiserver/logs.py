@@ -33,10 +33,17 @@ _PART = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 def log_path(root: Path, namespace: str, pod: str, uid: str, container: str) -> Path:
     """The log file of one container; names that are not Kubernetes names never make a path."""
-    if not (_LABEL.fullmatch(container) and _PART.fullmatch(namespace) and _PART.fullmatch(pod)
-            and re.fullmatch(r"[-0-9a-f]{1,64}", uid)):
-        raise ApiError(400, f"container {container[:64]!r} of pod {pod[:64]!r}: not a valid container name "
-                            "(a lowercase RFC 1123 label)")
+    if not (
+        _LABEL.fullmatch(container)
+        and _PART.fullmatch(namespace)
+        and _PART.fullmatch(pod)
+        and re.fullmatch(r"[-0-9a-f]{1,64}", uid)
+    ):
+        raise ApiError(
+            400,
+            f"container {container[:64]!r} of pod {pod[:64]!r}: not a valid container name "
+            "(a lowercase RFC 1123 label)",
+        )
     return root / f"{namespace}_{pod}_{uid}" / container / "0.log"
 
 
@@ -49,8 +56,9 @@ def choose_container(pod: dict[str, Any], asked: str) -> str:
         regular = [c.get("name", "") for c in spec.get("containers") or []]
         if len(regular) == 1:
             return regular[0]
-        raise ApiError(400, f"a container name must be specified for pod {name}, choose one of: "
-                            f"[{' '.join(regular)}]")
+        raise ApiError(
+            400, f"a container name must be specified for pod {name}, choose one of: [{' '.join(regular)}]"
+        )
     if asked not in names:
         raise ApiError(400, f"container {asked} is not valid for pod {name}")
     return asked
@@ -64,8 +72,12 @@ def _whole(query: dict[str, str], key: str) -> int | None:
     except ValueError:
         value = -1
     if value < 0 or (key == "limitBytes" and value == 0):
-        raise ApiError(422, f'PodLogOptions "" is invalid: {key}: Invalid value: {query[key][:32]!r}: must be '
-                            "a whole number" + (" greater than 0" if key == "limitBytes" else ""), "Invalid")
+        raise ApiError(
+            422,
+            f'PodLogOptions "" is invalid: {key}: Invalid value: {query[key][:32]!r}: must be '
+            "a whole number" + (" greater than 0" if key == "limitBytes" else ""),
+            "Invalid",
+        )
     return value
 
 
@@ -94,8 +106,9 @@ def _tail_offset(path: Path, lines: int) -> int:
     return 0
 
 
-def stream(path: Path, pod: dict[str, Any], container: str, query: dict[str, str],
-           still_running: Callable[[], bool]) -> Iterator[bytes]:
+def stream(
+    path: Path, pod: dict[str, Any], container: str, query: dict[str, str], still_running: Callable[[], bool]
+) -> Iterator[bytes]:
     """The log bytes to send, in chunks; with follow, keeps yielding until not still_running()."""
     phase = (pod.get("status") or {}).get("phase", "Pending")
     name = pod["metadata"]["name"]
@@ -103,7 +116,9 @@ def stream(path: Path, pod: dict[str, Any], container: str, query: dict[str, str
     follow = query.get("follow") in ("true", "1", "True")
     if not path.is_file():
         if phase == "Pending":
-            raise ApiError(400, f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+            raise ApiError(
+                400, f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
+            )
         return
     offset = _tail_offset(path, tail) if tail is not None else 0
     sent = 0

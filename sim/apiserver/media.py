@@ -34,8 +34,12 @@ def body_media_type(content_type: str) -> str:
     """The media type of a request body, or 415 when it is not one this server decodes."""
     kind = (content_type.split(";")[0].strip().lower()) or JSON
     if kind not in DECODABLE:
-        raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
-                            f"include: {', '.join(DECODABLE)}", "UnsupportedMediaType")
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types "
+            f"include: {', '.join(DECODABLE)}",
+            "UnsupportedMediaType",
+        )
     return kind
 
 
@@ -50,8 +54,9 @@ def accepts_json(accept: str) -> bool:
 def check_accept(accept: str) -> None:
     """406 when the Accept header names only media types this server cannot produce."""
     if not accepts_json(accept):
-        raise ApiError(406, f"only the following media types are accepted: {', '.join(ENCODABLE)}",
-                       "NotAcceptable")
+        raise ApiError(
+            406, f"only the following media types are accepted: {', '.join(ENCODABLE)}", "NotAcceptable"
+        )
 
 
 def wants_table(accept: str) -> bool:

@@ -35,10 +35,15 @@ def check_name(rt: ResourceType, name: str) -> None:
     pattern = _LABEL_NAME_RE if rt.plural == "namespaces" else _NAME_RE
     limit = 63 if rt.plural == "namespaces" else 253
     if not name or len(name) > limit or not pattern.match(name):
-        raise invalid(rt.kind, rt.group, name, "metadata.name",
-                      f"Invalid value: {name!r}: a lowercase RFC 1123 name must consist of lower case "
-                      "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
-                      "character")
+        raise invalid(
+            rt.kind,
+            rt.group,
+            name,
+            "metadata.name",
+            f"Invalid value: {name!r}: a lowercase RFC 1123 name must consist of lower case "
+            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+            "character",
+        )
 
 
 def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -72,8 +77,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
 def _pod_defaults(rt: ResourceType, pod: dict[str, Any]) -> None:
     spec = pod.setdefault("spec", {})
     if not spec.get("containers"):
-        raise invalid(rt.kind, rt.group, pod["metadata"].get("name", ""), "spec.containers",
-                      "Required value")
+        raise invalid(rt.kind, rt.group, pod["metadata"].get("name", ""), "spec.containers", "Required value")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -84,8 +88,12 @@ def _pod_defaults(rt: ResourceType, pod: dict[str, Any]) -> None:
     pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
 
 
-_POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds",
-                     "schedulingGates")
+_POD_MUTABLE_SPEC = (
+    "activeDeadlineSeconds",
+    "tolerations",
+    "terminationGracePeriodSeconds",
+    "schedulingGates",
+)
 
 
 def _pod_spec_shape(spec: dict[str, Any]) -> dict[str, Any]:
@@ -96,13 +104,21 @@ def _pod_spec_shape(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prepare_update(rt: ResourceType, new: dict[str, Any], old: dict[str, Any],
-                   subresource: str) -> dict[str, Any]:
+def prepare_update(
+    rt: ResourceType, new: dict[str, Any], old: dict[str, Any], subresource: str
+) -> dict[str, Any]:
     """Carry over what an update may not change, as the type's update strategy does."""
     new = copy.deepcopy(new)
     meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
-    for key in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "generateName"):
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "name",
+        "namespace",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generateName",
+    ):
         if key in old_meta:
             meta[key] = old_meta[key]
         else:
@@ -118,13 +134,20 @@ def prepare_update(rt: ResourceType, new: dict[str, Any], old: dict[str, Any],
     if rt.status_via_subresource and "status" in old:
         new["status"] = copy.deepcopy(old["status"])
     canonicalize_quantities(rt, new)
-    if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(old.get("spec", {})):
-        raise invalid(rt.kind, rt.group, old_meta["name"], "spec",
-                      "Forbidden: pod updates may not change fields other than `spec.containers[*]."
-                      "image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
-                      "`spec.tolerations` (only additions to existing tolerations), "
-                      "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
-                      "previously negative)")
+    if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(
+        old.get("spec", {})
+    ):
+        raise invalid(
+            rt.kind,
+            rt.group,
+            old_meta["name"],
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers[*]."
+            "image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
+            "`spec.tolerations` (only additions to existing tolerations), "
+            "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+            "previously negative)",
+        )
     if rt.key == ("", "namespaces"):
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = old_meta["name"]
     return new
@@ -132,9 +155,11 @@ def prepare_update(rt: ResourceType, new: dict[str, Any], old: dict[str, Any],
 
 def same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """True when two versions differ at most in resourceVersion/managedFields (a no-op write)."""
+
     def strip(o: dict[str, Any]) -> dict[str, Any]:
         m = {k: v for k, v in o.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
         return {**o, "metadata": m}
+
     return strip(a) == strip(b)
 
 
@@ -196,11 +221,20 @@ def canonicalize_quantities(rt: ResourceType, obj: dict[str, Any]) -> None:
             try:
                 text = quantity.canonical(raw)
             except quantity.QuantityError as exc:
-                raise ApiError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                                    f"{where}: {str(raw)[:64]!r}: {exc}", "BadRequest") from exc
+                raise ApiError(
+                    400,
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                    f"{where}: {str(raw)[:64]!r}: {exc}",
+                    "BadRequest",
+                ) from exc
             if container and text.startswith("-"):
-                raise invalid(rt.kind, rt.group, name, where,
-                              f'Invalid value: "{text}": must be greater than or equal to 0')
+                raise invalid(
+                    rt.kind,
+                    rt.group,
+                    name,
+                    where,
+                    f'Invalid value: "{text}": must be greater than or equal to 0',
+                )
             if container and _is_integer_resource(resource) and quantity.parse(text)[0].denominator != 1:
                 raise invalid(rt.kind, rt.group, name, where, f'Invalid value: "{text}": must be an integer')
             values[resource] = text

@@ -42,8 +42,9 @@ def root() -> dict[str, Any]:
     paths = {}
     for group, version in group_versions():
         digest = hashlib.sha512(_encoded(group, version)).hexdigest().upper()
-        paths[_gv_path(group, version)] = {"serverRelativeURL": f"/openapi/v3/{_gv_path(group, version)}"
-                                                                f"?hash={digest}"}
+        paths[_gv_path(group, version)] = {
+            "serverRelativeURL": f"/openapi/v3/{_gv_path(group, version)}?hash={digest}"
+        }
     return {"paths": paths}
 
 
@@ -61,37 +62,50 @@ def _encoded(group: str, version: str) -> bytes:
 
 
 def _param(name: str, where: str = "query") -> dict[str, Any]:
-    return {"name": name, "in": where, "schema": {"type": "string", "uniqueItems": True},
-            **({"required": True} if where == "path" else {})}
+    return {
+        "name": name,
+        "in": where,
+        "schema": {"type": "string", "uniqueItems": True},
+        **({"required": True} if where == "path" else {}),
+    }
 
 
-def _operation(rt: ResourceType, action: str, verb: str, body: str | None, model: str,
-               params: tuple[str, ...] = ()) -> dict[str, Any]:
+def _operation(
+    rt: ResourceType, action: str, verb: str, body: str | None, model: str, params: tuple[str, ...] = ()
+) -> dict[str, Any]:
     op: dict[str, Any] = {
         "operationId": f"{verb}{rt.kind}",
         "parameters": [_param(p) for p in params],
-        "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": schemas.ref(model)}}}},
+        "responses": {
+            "200": {"description": "OK", "content": {"application/json": {"schema": schemas.ref(model)}}}
+        },
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
     }
     if body == "object":
-        op["requestBody"] = {"content": {"application/json": {"schema": schemas.ref(model)}}, "required": True}
+        op["requestBody"] = {
+            "content": {"application/json": {"schema": schemas.ref(model)}},
+            "required": True,
+        }
     elif body == "patch":
         patch = {"schema": {"type": "object"}}
-        op["requestBody"] = {"content": {"application/json-patch+json": patch,
-                                         "application/merge-patch+json": patch}, "required": True}
+        op["requestBody"] = {
+            "content": {"application/json-patch+json": patch, "application/merge-patch+json": patch},
+            "required": True,
+        }
     return op
 
 
 def _paths(rt: ResourceType, model: str) -> dict[str, Any]:
     base = "/" + _gv_path(rt.group, rt.version) + ("/namespaces/{namespace}" if rt.namespaced else "")
     scope = [_param("namespace", "path")] if rt.namespaced else []
-    named = scope + [_param("name", "path")]
+    named = [*scope, _param("name", "path")]
     collection: dict[str, Any] = {"parameters": scope}
     item: dict[str, Any] = {"parameters": named}
     if "list" in rt.verbs:
-        collection["get"] = _operation(rt, "list", "list", None, model, ("labelSelector", "fieldSelector",
-                                                                          "resourceVersion", "watch"))
+        collection["get"] = _operation(
+            rt, "list", "list", None, model, ("labelSelector", "fieldSelector", "resourceVersion", "watch")
+        )
     if "create" in rt.verbs:
         collection["post"] = _operation(rt, "post", "create", "object", model, WRITE_PARAMS)
     if "get" in rt.verbs:
@@ -107,9 +121,11 @@ def _paths(rt: ResourceType, model: str) -> dict[str, Any]:
         out[f"{base}/{rt.plural}/{{name}}"] = item
     if "status" in rt.subresources:
         out[f"{base}/{rt.plural}/{{name}}/status"] = {
-            "parameters": named, "get": _operation(rt, "get", "read", None, model),
+            "parameters": named,
+            "get": _operation(rt, "get", "read", None, model),
             "put": _operation(rt, "put", "replace", "object", model, WRITE_PARAMS),
-            "patch": _operation(rt, "patch", "patch", "patch", model, (*WRITE_PARAMS, "force"))}
+            "patch": _operation(rt, "patch", "patch", "patch", model, (*WRITE_PARAMS, "force")),
+        }
     return out
 
 
@@ -123,5 +139,9 @@ def _document(group: str, version: str) -> dict[str, Any]:
         roots[model] = (rt.group, rt.version, rt.kind)
         paths.update(_paths(rt, model))
     title = "Kubernetes" if not group else f"Kubernetes {group}"
-    return {"openapi": "3.0.0", "info": {"title": title, "version": "v1.35.0-dynmig-sim"}, "paths": paths,
-            "components": {"schemas": schemas.component_schemas(roots)}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": title, "version": "v1.35.0-dynmig-sim"},
+        "paths": paths,
+        "components": {"schemas": schemas.component_schemas(roots)},
+    }

@@ -132,8 +132,10 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
             except PatchError as exc:
                 raise PatchError(f"test operation failed: {exc}", test_failed=True) from exc
             if current != op["value"]:
-                raise PatchError(f"testing value {op['path']} failed: value is {current!r}, "
-                                 f"expected {op['value']!r}", test_failed=True)
+                raise PatchError(
+                    f"testing value {op['path']} failed: value is {current!r}, expected {op['value']!r}",
+                    test_failed=True,
+                )
         else:
             raise PatchError(f"unknown JSON patch operation {kind!r}")
     return out
@@ -154,10 +156,21 @@ def apply_merge_patch(doc: Any, patch: Any) -> Any:
 
 # Lists Kubernetes declares with patchStrategy "merge" and their merge keys (by field name).
 MERGE_KEYS = {
-    "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
-    "volumes": "name", "volumeMounts": "mountPath", "conditions": "type", "ports": "containerPort",
-    "imagePullSecrets": "name", "webhooks": "name", "ownerReferences": "uid", "taints": "key",
-    "addresses": "type", "hostAliases": "ip", "containerStatuses": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "conditions": "type",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "webhooks": "name",
+    "ownerReferences": "uid",
+    "taints": "key",
+    "addresses": "type",
+    "hostAliases": "ip",
+    "containerStatuses": "name",
     "initContainerStatuses": "name",
 }
 MERGE_PRIMITIVE_LISTS = {"finalizers"}

@@ -42,9 +42,12 @@ class Failure:
 class Policies:
     """Evaluates the stored policies and bindings for one admission request at a time."""
 
-    def __init__(self, list_objects: Callable[[str], list[dict[str, Any]]],
-                 namespace_object: Callable[[str], dict[str, Any] | None],
-                 namespace_matches: Callable[[dict[str, Any], Attributes], bool]):
+    def __init__(
+        self,
+        list_objects: Callable[[str], list[dict[str, Any]]],
+        namespace_object: Callable[[str], dict[str, Any] | None],
+        namespace_matches: Callable[[dict[str, Any], Attributes], bool],
+    ):
         self._list = list_objects
         self._namespace_object = namespace_object
         self._namespace_matches = namespace_matches
@@ -67,14 +70,24 @@ class Policies:
                 if "Deny" in actions:
                     denied.append((pname, bname, failure))
                 if "Warn" in actions:
-                    warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{pname}' with "
-                                    f"binding '{bname}': {failure.message}")
+                    warnings.append(
+                        f"Validation failed for ValidatingAdmissionPolicy '{pname}' with "
+                        f"binding '{bname}': {failure.message}"
+                    )
         if denied:
             pname, bname, failure = denied[0]
-            message = (f"ValidatingAdmissionPolicy '{pname}' with binding '{bname}' denied request: "
-                       f"{failure.message}")
-            err = forbidden(a.rt.plural, a.rt.group, _name(a), message, failure.reason,
-                            REASON_CODES.get(failure.reason, 422))
+            message = (
+                f"ValidatingAdmissionPolicy '{pname}' with binding '{bname}' denied request: "
+                f"{failure.message}"
+            )
+            err = forbidden(
+                a.rt.plural,
+                a.rt.group,
+                _name(a),
+                message,
+                failure.reason,
+                REASON_CODES.get(failure.reason, 422),
+            )
             err.details = {**(err.details or {}), "causes": [{"message": message}]}
             raise err
         return warnings
@@ -105,8 +118,13 @@ class Policies:
             why = "paramKind is not supported by the simulated API server"
             return [Failure(why)] if fail else []
         ns_obj = self._namespace_object(a.namespace) if a.rt.namespaced and a.namespace else None
-        base = {"object": a.obj, "oldObject": a.old, "request": cel.request_of(request), "params": None,
-                "namespaceObject": ns_obj}
+        base = {
+            "object": a.obj,
+            "oldObject": a.old,
+            "request": cel.request_of(request),
+            "params": None,
+            "namespaceObject": ns_obj,
+        }
         variables = cel.Variables(spec.get("variables") or [], lambda: base)
         matched, error = _conditions(spec.get("matchConditions") or [], variables)
         if error is not None:
@@ -209,12 +227,22 @@ def _check_binding(rt: ResourceType, name: str, spec: dict[str, Any]) -> None:
         raise invalid(rt.kind, rt.group, name, "spec.validationActions", "Required value")
     unknown = [x for x in actions if x not in ("Deny", "Warn", "Audit")]
     if unknown:
-        raise invalid(rt.kind, rt.group, name, "spec.validationActions",
-                      f'Unsupported value: "{unknown[0]}": supported values: "Audit", "Deny", "Warn"')
+        raise invalid(
+            rt.kind,
+            rt.group,
+            name,
+            "spec.validationActions",
+            f'Unsupported value: "{unknown[0]}": supported values: "Audit", "Deny", "Warn"',
+        )
     if "Deny" in actions and "Warn" in actions:
-        raise invalid(rt.kind, rt.group, name, "spec.validationActions",
-                      "Invalid value: [Deny Warn]: must not contain both Deny and Warn (repeating the same "
-                      "validation failure information in the API response and headers serves no purpose)")
+        raise invalid(
+            rt.kind,
+            rt.group,
+            name,
+            "spec.validationActions",
+            "Invalid value: [Deny Warn]: must not contain both Deny and Warn (repeating the same "
+            "validation failure information in the API response and headers serves no purpose)",
+        )
 
 
 __all__ = ["Policies", "check_config"]

@@ -64,8 +64,9 @@ def pod_status(pod: dict[str, Any]) -> str:
                 reason = state["waiting"]["reason"]
             elif state.get("terminated"):
                 t = state["terminated"]
-                reason = t.get("reason") or (f"Signal:{t['signal']}" if t.get("signal") else
-                                             f"ExitCode:{t.get('exitCode', 0)}")
+                reason = t.get("reason") or (
+                    f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode', 0)}"
+                )
             elif state.get("running") and c.get("ready"):
                 running = True
         if reason == "Completed" and running:
@@ -77,8 +78,11 @@ def pod_status(pod: dict[str, Any]) -> str:
 
 def _pod_ready(pod: dict[str, Any]) -> str:
     total = len((pod.get("spec") or {}).get("containers") or [])
-    ready = sum(1 for c in _status(pod).get("containerStatuses") or []
-                if c.get("ready") and (c.get("state") or {}).get("running"))
+    ready = sum(
+        1
+        for c in _status(pod).get("containerStatuses") or []
+        if c.get("ready") and (c.get("state") or {}).get("running")
+    )
     return f"{ready}/{total}"
 
 
@@ -90,7 +94,9 @@ def _node_status(node: dict[str, Any]) -> str:
 
 def _node_roles(node: dict[str, Any]) -> str:
     labels = (node.get("metadata") or {}).get("labels") or {}
-    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
+    roles = sorted(
+        k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k
+    )
     return ",".join(r for r in roles if r) or "<none>"
 
 
@@ -104,28 +110,52 @@ def _age(o: dict[str, Any]) -> str:
 
 def columns(rt: ResourceType) -> list[Column]:
     if rt.key == ("", "pods"):
-        return [("Name", "string", 0, _name), ("Ready", "string", 0, _pod_ready),
-                ("Status", "string", 0, pod_status),
-                ("Restarts", "string", 0, lambda o: str(sum(int(c.get("restartCount") or 0) for c in
-                                                            _status(o).get("containerStatuses") or []))),
-                ("Age", "string", 0, _age),
-                ("IP", "string", 1, lambda o: _status(o).get("podIP") or "<none>"),
-                ("Node", "string", 1, lambda o: (o.get("spec") or {}).get("nodeName") or "<none>"),
-                ("Nominated Node", "string", 1, lambda o: _status(o).get("nominatedNodeName") or "<none>"),
-                ("Readiness Gates", "string", 1, lambda o: "<none>")]
+        return [
+            ("Name", "string", 0, _name),
+            ("Ready", "string", 0, _pod_ready),
+            ("Status", "string", 0, pod_status),
+            (
+                "Restarts",
+                "string",
+                0,
+                lambda o: str(
+                    sum(int(c.get("restartCount") or 0) for c in _status(o).get("containerStatuses") or [])
+                ),
+            ),
+            ("Age", "string", 0, _age),
+            ("IP", "string", 1, lambda o: _status(o).get("podIP") or "<none>"),
+            ("Node", "string", 1, lambda o: (o.get("spec") or {}).get("nodeName") or "<none>"),
+            ("Nominated Node", "string", 1, lambda o: _status(o).get("nominatedNodeName") or "<none>"),
+            ("Readiness Gates", "string", 1, lambda o: "<none>"),
+        ]
     if rt.key == ("", "nodes"):
-        return [("Name", "string", 0, _name), ("Status", "string", 0, _node_status),
-                ("Roles", "string", 0, _node_roles), ("Age", "string", 0, _age),
-                ("Version", "string", 0, lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", ""))]
+        return [
+            ("Name", "string", 0, _name),
+            ("Status", "string", 0, _node_status),
+            ("Roles", "string", 0, _node_roles),
+            ("Age", "string", 0, _age),
+            ("Version", "string", 0, lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", "")),
+        ]
     if rt.key == ("", "namespaces"):
-        return [("Name", "string", 0, _name), ("Status", "string", 0, lambda o: _status(o).get("phase", "")),
-                ("Age", "string", 0, _age)]
+        return [
+            ("Name", "string", 0, _name),
+            ("Status", "string", 0, lambda o: _status(o).get("phase", "")),
+            ("Age", "string", 0, _age),
+        ]
     if rt.key == ("", "events"):
-        return [("Last Seen", "string", 0, lambda o: age(o.get("lastTimestamp") or o.get("eventTime"))),
-                ("Type", "string", 0, lambda o: o.get("type", "")),
-                ("Reason", "string", 0, lambda o: o.get("reason", "")),
-                ("Object", "string", 0, lambda o: "{}/{}".format(
+        return [
+            ("Last Seen", "string", 0, lambda o: age(o.get("lastTimestamp") or o.get("eventTime"))),
+            ("Type", "string", 0, lambda o: o.get("type", "")),
+            ("Reason", "string", 0, lambda o: o.get("reason", "")),
+            (
+                "Object",
+                "string",
+                0,
+                lambda o: "{}/{}".format(
                     str((o.get("involvedObject") or {}).get("kind", "")).lower(),
-                    (o.get("involvedObject") or {}).get("name", ""))),
-                ("Message", "string", 0, lambda o: o.get("message", ""))]
+                    (o.get("involvedObject") or {}).get("name", ""),
+                ),
+            ),
+            ("Message", "string", 0, lambda o: o.get("message", "")),
+        ]
     return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]

@@ -27,9 +27,15 @@ MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
 
 # The envelope; the objects' own messages come from protobuf_schema.json (protobuf_schema_gen.py).
-ENVELOPE = {"Unknown": {"1": ["typeMeta", "optional", "TypeMeta"], "2": ["raw", "optional", "raw"],
-                        "3": ["contentEncoding", "optional", "string"], "4": ["contentType", "optional", "string"]},
-            "TypeMeta": {"1": ["apiVersion", "optional", "string"], "2": ["kind", "optional", "string"]}}
+ENVELOPE = {
+    "Unknown": {
+        "1": ["typeMeta", "optional", "TypeMeta"],
+        "2": ["raw", "optional", "raw"],
+        "3": ["contentEncoding", "optional", "string"],
+        "4": ["contentType", "optional", "string"],
+    },
+    "TypeMeta": {"1": ["apiVersion", "optional", "string"], "2": ["kind", "optional", "string"]},
+}
 _SCHEMA = json.loads((Path(__file__).parent / "protobuf_schema.json").read_text())
 MESSAGES: dict[str, dict[str, list[str]]] = {**_SCHEMA["messages"], **ENVELOPE}
 KINDS: dict[str, str] = _SCHEMA["kinds"]  # "apps/v1/Deployment" -> message
@@ -68,12 +74,12 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
             length, pos = _varint(buf, pos)
             if length > len(buf) - pos:
                 raise ProtobufError(f"field {number}: length {length} runs past the end of the message")
-            value, pos = buf[pos:pos + length], pos + length
+            value, pos = buf[pos : pos + length], pos + length
         elif wire in (1, 5):
             size = 8 if wire == 1 else 4
             if pos + size > len(buf):
                 raise ProtobufError(f"field {number}: truncated fixed-size value")
-            value, pos = int.from_bytes(buf[pos:pos + size], "little"), pos + size
+            value, pos = int.from_bytes(buf[pos : pos + size], "little"), pos + size
         else:
             raise ProtobufError(f"field {number}: unsupported wire type {wire}")
         out.append((number, wire, value))
@@ -171,18 +177,22 @@ def decode(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
     """The JSON form of a protobuf request body for `kind`; 415 for a kind this server cannot decode,
     400 for a body that is not a well-formed Kubernetes protobuf message."""
     if not body.startswith(MAGIC):
-        raise ApiError(400, "the protobuf request body does not start with the Kubernetes magic prefix "
-                            "'k8s\\x00'")
+        raise ApiError(
+            400, "the protobuf request body does not start with the Kubernetes magic prefix 'k8s\\x00'"
+        )
     try:
-        envelope = decode_message("Unknown", body[len(MAGIC):])
+        envelope = decode_message("Unknown", body[len(MAGIC) :])
         meta = envelope.get("typeMeta") or {}
         sent = (meta.get("apiVersion", ""), meta.get("kind", ""))
         message = KINDS.get(f"{sent[0]}/{sent[1]}")
         if message is None or sent != (api_version, kind):
-            raise ApiError(415, f"the simulated API server decodes protobuf bodies only for "
-                                f"{', '.join(k.rpartition('/')[2] for k in KINDS)} (this one is "
-                                f"{sent[1] or 'untyped'} {sent[0]}); send it as application/json",
-                           "UnsupportedMediaType")
+            raise ApiError(
+                415,
+                f"the simulated API server decodes protobuf bodies only for "
+                f"{', '.join(k.rpartition('/')[2] for k in KINDS)} (this one is "
+                f"{sent[1] or 'untyped'} {sent[0]}); send it as application/json",
+                "UnsupportedMediaType",
+            )
         obj = decode_message(message, envelope.get("raw", b""))
     except ProtobufError as exc:
         raise ApiError(400, f"the protobuf request body is malformed: {exc}") from exc

@@ -16,21 +16,30 @@ import sys
 from pathlib import Path
 
 ROOTS = {
-    "v1/Namespace": "k8s.io.api.core.v1.Namespace", "v1/ConfigMap": "k8s.io.api.core.v1.ConfigMap",
-    "v1/Secret": "k8s.io.api.core.v1.Secret", "v1/ServiceAccount": "k8s.io.api.core.v1.ServiceAccount",
-    "v1/Pod": "k8s.io.api.core.v1.Pod", "v1/Service": "k8s.io.api.core.v1.Service",
-    "apps/v1/Deployment": "k8s.io.api.apps.v1.Deployment", "apps/v1/DaemonSet": "k8s.io.api.apps.v1.DaemonSet",
+    "v1/Namespace": "k8s.io.api.core.v1.Namespace",
+    "v1/ConfigMap": "k8s.io.api.core.v1.ConfigMap",
+    "v1/Secret": "k8s.io.api.core.v1.Secret",
+    "v1/ServiceAccount": "k8s.io.api.core.v1.ServiceAccount",
+    "v1/Pod": "k8s.io.api.core.v1.Pod",
+    "v1/Service": "k8s.io.api.core.v1.Service",
+    "apps/v1/Deployment": "k8s.io.api.apps.v1.Deployment",
+    "apps/v1/DaemonSet": "k8s.io.api.apps.v1.DaemonSet",
 }
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"
 # Messages whose JSON form is not their fields (custom marshallers in Go).
 SPECIAL = {
-    f"{META}.Time": "time", f"{META}.MicroTime": "time", f"{META}.Duration": "duration",
-    f"{META}.FieldsV1": "json", "k8s.io.apimachinery.pkg.runtime.RawExtension": "json",
+    f"{META}.Time": "time",
+    f"{META}.MicroTime": "time",
+    f"{META}.Duration": "duration",
+    f"{META}.FieldsV1": "json",
+    "k8s.io.apimachinery.pkg.runtime.RawExtension": "json",
     "k8s.io.apimachinery.pkg.api.resource.Quantity": "quantity",
     "k8s.io.apimachinery.pkg.util.intstr.IntOrString": "intorstring",
 }
 SCALARS = ("string", "bool", "int32", "int64", "bytes")
-_FIELD = re.compile(r"^\s*(optional|repeated)?\s*(map<\s*([\w.]+)\s*,\s*([\w.]+)\s*>|[\w.]+)\s+(\w+)\s*=\s*(\d+)\s*;")
+_FIELD = re.compile(
+    r"^\s*(optional|repeated)?\s*(map<\s*([\w.]+)\s*,\s*([\w.]+)\s*>|[\w.]+)\s+(\w+)\s*=\s*(\d+)\s*;"
+)
 
 
 def _resolve(name: str, package: str) -> str:

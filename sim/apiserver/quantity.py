@@ -32,7 +32,7 @@ BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _DECIMAL_SUFFIX = {v: k for k, v in DECIMAL.items()}
 _BINARY_SUFFIX = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
-MAX_DIGITS = 64   # longer numbers than any resource needs are refused, not computed
+MAX_DIGITS = 64  # longer numbers than any resource needs are refused, not computed
 MAX_EXPONENT = 64
 
 
@@ -71,19 +71,19 @@ def parse(text: Any) -> tuple[Fraction, str]:
 
 def _round_up_to_nano(value: Fraction) -> Fraction:
     """Round away from zero to a whole number of nanos, as Quantity does."""
-    nanos = math.ceil(abs(value) * 10 ** 9)
-    return Fraction(nanos if value >= 0 else -nanos, 10 ** 9)
+    nanos = math.ceil(abs(value) * 10**9)
+    return Fraction(nanos if value >= 0 else -nanos, 10**9)
 
 
 def _decimal(value: Fraction, fmt: str) -> str:
     # value is a whole number of nanos: mantissa * 10^exponent with the largest exponent (a
     # multiple of 3) that keeps the mantissa whole.
-    mantissa, exponent = int(value * 10 ** 9), -9
+    mantissa, exponent = int(value * 10**9), -9
     while mantissa and mantissa % 10 == 0:
         mantissa //= 10
         exponent += 1
     shift = exponent % 3
-    mantissa, exponent = mantissa * 10 ** shift, exponent - shift
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
     if fmt == "DecimalExponent":
         return f"{mantissa}" + (f"e{exponent}" if exponent else "")
     if exponent > 18:

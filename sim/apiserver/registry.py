@@ -51,8 +51,12 @@ class Request:
             return
         if self.field_validation == "Strict":
             kind, version = self.rt.kind, self.rt.version
-            raise ApiError(400, f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding '
-                                f"error: {', '.join(problems)}", "BadRequest")
+            raise ApiError(
+                400,
+                f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding '
+                f"error: {', '.join(problems)}",
+                "BadRequest",
+            )
         warnings.extend(problems)
 
 
@@ -74,21 +78,44 @@ class WatchOptions:
         problems = []
         match = self.resource_version_match
         if self.send_initial_events is not None and match != "NotOlderThan":
-            problems.append(("resourceVersionMatch", ("Forbidden: sendInitialEvents requires setting "
-                                                     "resourceVersionMatch to NotOlderThan")))
+            problems.append(
+                (
+                    "resourceVersionMatch",
+                    ("Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+                )
+            )
         if match:
             if self.send_initial_events is None:
-                problems.append(("resourceVersionMatch", ("Forbidden: resourceVersionMatch is forbidden for "
-                                                         "watch unless sendInitialEvents is provided")))
+                problems.append(
+                    (
+                        "resourceVersionMatch",
+                        (
+                            "Forbidden: resourceVersionMatch is forbidden for "
+                            "watch unless sendInitialEvents is provided"
+                        ),
+                    )
+                )
             if match != "NotOlderThan":
-                problems.append(("resourceVersionMatch", (f'Unsupported value: "{match}": supported values: '
-                                                         '"NotOlderThan"')))
+                problems.append(
+                    (
+                        "resourceVersionMatch",
+                        (f'Unsupported value: "{match}": supported values: "NotOlderThan"'),
+                    )
+                )
         if problems:
             text = ", ".join(f"{f}: {m}" for f, m in problems)
-            raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: {text}', "Invalid",
-                           {"group": "meta.k8s.io", "kind": "ListOptions",
-                            "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
-                                       for f, m in problems]})
+            raise ApiError(
+                422,
+                f'ListOptions.meta.k8s.io "" is invalid: {text}',
+                "Invalid",
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "ListOptions",
+                    "causes": [
+                        {"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in problems
+                    ],
+                },
+            )
 
 
 @dataclass
@@ -114,8 +141,9 @@ class Registry:
             raise errors.not_found(req.rt.plural, req.rt.group, req.name)
         return obj
 
-    def _matcher(self, rt: ResourceType, label_selector: str | None,
-                 field_selector: str | None) -> Callable[[dict[str, Any] | None], bool]:
+    def _matcher(
+        self, rt: ResourceType, label_selector: str | None, field_selector: str | None
+    ) -> Callable[[dict[str, Any] | None], bool]:
         labels = parse_labels(label_selector)
         fields = parse_fields(field_selector, rt.field_labels)
 
@@ -128,10 +156,18 @@ class Registry:
 
         return match
 
-    def list(self, req: Request, label_selector: str | None = None, field_selector: str | None = None,
-             limit: int = 0, cont: str = "") -> dict[str, Any]:
+    def list(
+        self,
+        req: Request,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 0,
+        cont: str = "",
+    ) -> dict[str, Any]:
         match = self._matcher(req.rt, label_selector, field_selector)
-        ns = req.namespace or (exact_field(field_selector, "metadata.namespace") if req.rt.namespaced else None)
+        ns = req.namespace or (
+            exact_field(field_selector, "metadata.namespace") if req.rt.namespaced else None
+        )
         with self.store.lock:
             items = self.store.table(req.rt).items(ns if req.rt.namespaced else None)
             rv = self.store.rv
@@ -139,19 +175,27 @@ class Registry:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if cont:
             after = _continue_key(cont)
-            items = [o for o in items
-                     if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
+            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
         if limit and len(items) > limit:
             last = items[limit - 1]["metadata"]
             meta["continue"] = json.dumps([last.get("namespace", ""), last["name"]])
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
-        return {"kind": req.rt.list_kind, "apiVersion": req.rt.group_version, "metadata": meta,
-                "items": items}
+        return {
+            "kind": req.rt.list_kind,
+            "apiVersion": req.rt.group_version,
+            "metadata": meta,
+            "items": items,
+        }
 
     # ---- watch ---------------------------------------------------------------------------------
-    def watch(self, req: Request, send: Callable[[list[dict[str, Any]]], None], opts: WatchOptions,
-              stopped: Callable[[], bool]) -> None:
+    def watch(
+        self,
+        req: Request,
+        send: Callable[[list[dict[str, Any]]], None],
+        opts: WatchOptions,
+        stopped: Callable[[], bool],
+    ) -> None:
         """Stream watch events to `send` until timeout, stop, or the client goes away (send raises).
 
         resourceVersion semantics are kube-apiserver's: unset or "0" starts at the current state
@@ -166,7 +210,10 @@ class Registry:
         match = self._matcher(req.rt, opts.label_selector, opts.field_selector)
         if req.name:
             base = match
-            match = lambda o: base(o) and o["metadata"]["name"] == req.name
+
+            def match(o):
+                return base(o) and o["metadata"]["name"] == req.name
+
         ns = req.namespace if req.rt.namespaced and req.namespace else None
         table = self.store.table(req.rt)
         initial: list[dict[str, Any]] = []
@@ -174,10 +221,17 @@ class Registry:
         with self.store.lock:
             if opts.send_initial_events is True:
                 if rv not in ("", "0") and _parse_rv(rv) > self.store.rv:
-                    raise ApiError(504, f"Too large resource version: {rv}, current: {self.store.rv}",
-                                   "Timeout", {"causes": [{"reason": "ResourceVersionTooLarge",
-                                                           "message": "Too large resource version"}],
-                                               "retryAfterSeconds": 1})
+                    raise ApiError(
+                        504,
+                        f"Too large resource version: {rv}, current: {self.store.rv}",
+                        "Timeout",
+                        {
+                            "causes": [
+                                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                            ],
+                            "retryAfterSeconds": 1,
+                        },
+                    )
                 cursor = self.store.rv
                 initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
                 if opts.bookmarks:
@@ -218,8 +272,11 @@ class Registry:
                     cursor = max(cursor, self.store.rv)  # nothing of this type happened up to here
             out = [e for e in (_translate(ev, match, ns) for ev in events) if e]
             now = time.monotonic()
-            if opts.bookmarks and not events and (
-                    now >= next_bookmark or (last_bookmark_due is not None and now >= last_bookmark_due)):
+            if (
+                opts.bookmarks
+                and not events
+                and (now >= next_bookmark or (last_bookmark_due is not None and now >= last_bookmark_due))
+            ):
                 out.append(_bookmark(req.rt, cursor))
                 next_bookmark = now + opts.bookmark_interval
                 if last_bookmark_due is not None and now >= last_bookmark_due:
@@ -237,17 +294,41 @@ class Registry:
         if ns is None:
             raise errors.not_found("namespaces", "", req.namespace)
         if ns["metadata"].get("deletionTimestamp"):
-            message = f"unable to create new content in namespace {req.namespace} because it is being terminated"
+            message = (
+                f"unable to create new content in namespace {req.namespace} because it is being terminated"
+            )
             err = errors.forbidden(req.rt.plural, req.rt.group, name, message)
-            err.details = {**(err.details or {}), "causes": [
-                {"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}]}
+            err.details = {
+                **(err.details or {}),
+                "causes": [
+                    {"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}
+                ],
+            }
             raise err
 
-    def _admit(self, req: Request, operation: str, obj: dict[str, Any] | None,
-               old: dict[str, Any] | None, name: str, warnings: list[str],
-               kind: dict[str, str] | None = None, phase: str = "both") -> dict[str, Any] | None:
-        attrs = Attributes(operation, req.rt, req.subresource, name, req.namespace, obj, old, req.user,
-                           req.dry_run, kind or {})
+    def _admit(
+        self,
+        req: Request,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        name: str,
+        warnings: list[str],
+        kind: dict[str, str] | None = None,
+        phase: str = "both",
+    ) -> dict[str, Any] | None:
+        attrs = Attributes(
+            operation,
+            req.rt,
+            req.subresource,
+            name,
+            req.namespace,
+            obj,
+            old,
+            req.user,
+            req.dry_run,
+            kind or {},
+        )
         out, warns = self.admission.admit(attrs, phase)
         warnings.extend(warns)
         return out
@@ -263,8 +344,9 @@ class Registry:
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
         if rt.namespaced and meta.get("namespace") and meta["namespace"] != req.namespace:
-            raise ApiError(400, "the namespace of the provided object does not match the namespace sent "
-                                "on the request")
+            raise ApiError(
+                400, "the namespace of the provided object does not match the namespace sent on the request"
+            )
         if not meta.get("name") and not meta.get("generateName"):
             raise invalid_name(rt)
         requested_name = meta.get("name", "")
@@ -293,8 +375,10 @@ class Registry:
             raise ApiError(400, f"the body of a {req.rt.kind} update must be a JSON object")
         meta = body.get("metadata") or {}
         if meta.get("name") and meta["name"] != req.name:
-            raise ApiError(400, f"the name of the object ({meta['name']}) does not match the name on "
-                                f"the URL ({req.name})")
+            raise ApiError(
+                400,
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({req.name})",
+            )
         return self._write(req, lambda current: body, str(meta.get("resourceVersion") or ""))
 
     def patch(self, req: Request, content_type: str, raw: bytes) -> Result:
@@ -304,12 +388,18 @@ class Registry:
             raise ApiError(400, f"the patch body is not valid JSON: {exc}") from exc
         ctype = content_type.split(";")[0].strip()
         if ctype == patches.APPLY_PATCH:
-            raise ApiError(415, "server-side apply is not supported by the simulated API server; use a "
-                                "JSON, merge or strategic merge patch")
+            raise ApiError(
+                415,
+                "server-side apply is not supported by the simulated API server; use a "
+                "JSON, merge or strategic merge patch",
+            )
         if ctype not in (patches.JSON_PATCH, patches.MERGE_PATCH, patches.STRATEGIC_PATCH):
-            raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
-                                f"include: {patches.JSON_PATCH}, {patches.MERGE_PATCH}, "
-                                f"{patches.STRATEGIC_PATCH}")
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {patches.JSON_PATCH}, {patches.MERGE_PATCH}, "
+                f"{patches.STRATEGIC_PATCH}",
+            )
         if ctype != patches.JSON_PATCH and not isinstance(doc, dict):
             raise ApiError(400, "a merge patch must be a JSON object")
 
@@ -325,8 +415,9 @@ class Registry:
 
         return self._write(req, apply, None)
 
-    def _write(self, req: Request, make: Callable[[dict[str, Any]], dict[str, Any]],
-               expected_rv: str | None) -> Result:
+    def _write(
+        self, req: Request, make: Callable[[dict[str, Any]], dict[str, Any]], expected_rv: str | None
+    ) -> Result:
         """Read-modify-write with optimistic concurrency, retried when someone else wrote between
         our read and our commit (unless the client pinned a resourceVersion: then 409)."""
         rt = req.rt
@@ -359,8 +450,11 @@ class Registry:
                 if req.dry_run:
                     return Result(new, 200, tuple(warnings))
                 meta = new["metadata"]
-                if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
-                        not meta.get("deletionGracePeriodSeconds"):
+                if (
+                    meta.get("deletionTimestamp")
+                    and not meta.get("finalizers")
+                    and not meta.get("deletionGracePeriodSeconds")
+                ):
                     gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
                     return Result(gone or new, 200, tuple(warnings))
                 stored = self.store.commit(rt, req.namespace, req.name, new, "MODIFIED")
@@ -370,38 +464,60 @@ class Registry:
     def bind(self, req: Request, body: Any) -> Result:
         """pods/binding: set spec.nodeName once, as the scheduler's Binding does."""
         if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
-            raise ApiError(400 if not isinstance(body, dict) else 422,
-                           'Binding is invalid: target.name: Required value: a Binding needs target.name '
-                           "(the node)")
+            raise ApiError(
+                400 if not isinstance(body, dict) else 422,
+                "Binding is invalid: target.name: Required value: a Binding needs target.name (the node)",
+            )
         pod_name = req.name or (body.get("metadata") or {}).get("name", "")
         preq = Request(req.user, PODS, req.namespace, pod_name, "binding", req.dry_run)
         warnings: list[str] = []
         binding = {"apiVersion": "v1", "kind": "Binding", **body}
         binding.setdefault("metadata", {}).setdefault("name", pod_name)
         binding["metadata"]["namespace"] = req.namespace
-        self._admit(preq, "CREATE", binding, None, pod_name, warnings,
-                    {"group": "", "version": "v1", "kind": "Binding"})
+        self._admit(
+            preq,
+            "CREATE",
+            binding,
+            None,
+            pod_name,
+            warnings,
+            {"group": "", "version": "v1", "kind": "Binding"},
+        )
         node = body["target"]["name"]
         with self.store.lock:
             pod = self.get(preq)
             want_uid = (body.get("metadata") or {}).get("uid")
             if want_uid and want_uid != pod["metadata"]["uid"]:
-                raise ApiError(409, f"Precondition failed: UID in precondition: {want_uid}, UID in object "
-                                    f"meta: {pod['metadata']['uid']}", "Conflict")
+                raise ApiError(
+                    409,
+                    f"Precondition failed: UID in precondition: {want_uid}, UID in object "
+                    f"meta: {pod['metadata']['uid']}",
+                    "Conflict",
+                )
             if pod["metadata"].get("deletionTimestamp"):
-                raise ApiError(409, f"pod {pod_name} is being deleted, cannot be assigned to a host",
-                               "Conflict")
+                raise ApiError(
+                    409, f"pod {pod_name} is being deleted, cannot be assigned to a host", "Conflict"
+                )
             if pod.get("spec", {}).get("nodeName"):
-                raise ApiError(409, f"pod {pod_name} is already assigned to node "
-                                    f'"{pod["spec"]["nodeName"]}"', "Conflict")
+                raise ApiError(
+                    409, f'pod {pod_name} is already assigned to node "{pod["spec"]["nodeName"]}"', "Conflict"
+                )
             new = copy.deepcopy(pod)
             new["spec"]["nodeName"] = node
             annotations = (body.get("metadata") or {}).get("annotations")
             if annotations:
                 new["metadata"].setdefault("annotations", {}).update(annotations)
-            conds = [c for c in new.setdefault("status", {}).get("conditions", []) if c["type"] != "PodScheduled"]
-            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                          "lastTransitionTime": objects.now()})
+            conds = [
+                c for c in new.setdefault("status", {}).get("conditions", []) if c["type"] != "PodScheduled"
+            ]
+            conds.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": objects.now(),
+                }
+            )
             new["status"]["conditions"] = conds
             if not req.dry_run:
                 self.store.commit(PODS, req.namespace, pod_name, new, "MODIFIED")
@@ -412,12 +528,20 @@ class Registry:
         current = self.get(req)
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
-            raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                                f"meta: {current['metadata']['uid']}", "Conflict")
+            raise ApiError(
+                409,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                f"meta: {current['metadata']['uid']}",
+                "Conflict",
+            )
         if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Precondition failed: ResourceVersion in precondition: "
-                                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                                f"{current['metadata']['resourceVersion']}", "Conflict")
+            raise ApiError(
+                409,
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                f"{current['metadata']['resourceVersion']}",
+                "Conflict",
+            )
         if rt.key == NAMESPACES.key and req.name in IMMORTAL_NAMESPACES:
             raise errors.forbidden("namespaces", "", req.name, "this namespace may not be deleted")
         warnings: list[str] = []
@@ -434,7 +558,9 @@ class Registry:
                 new = copy.deepcopy(current)
                 nmeta = new["metadata"]
                 deadline = time.time() + grace
-                if not nmeta.get("deletionTimestamp") or grace < (nmeta.get("deletionGracePeriodSeconds") or 0):
+                if not nmeta.get("deletionTimestamp") or grace < (
+                    nmeta.get("deletionGracePeriodSeconds") or 0
+                ):
                     nmeta["deletionTimestamp"] = objects.rfc3339(deadline)
                     if rt.key == PODS.key:
                         nmeta["deletionGracePeriodSeconds"] = grace
@@ -458,10 +584,14 @@ class Registry:
             new.setdefault("status", {})["phase"] = "Terminating"
             return self.store.commit(NAMESPACES, "", name, new, "MODIFIED") or new
         if spec_finalizers:
-            raise ApiError(409, f'Operation cannot be fulfilled on namespaces "{name}": The system is ensuring '
-                                "all content is removed from this namespace.  Upon completion, this namespace "
-                                "will automatically be purged by the system.", "Conflict",
-                           {"name": name, "kind": "namespaces"})
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on namespaces "{name}": The system is ensuring '
+                "all content is removed from this namespace.  Upon completion, this namespace "
+                "will automatically be purged by the system.",
+                "Conflict",
+                {"name": name, "kind": "namespaces"},
+            )
         if meta.get("finalizers"):
             return ns
         gone = self.store.commit(NAMESPACES, "", name, None, "DELETED")
@@ -472,15 +602,20 @@ class Registry:
         """The namespace controller's pass: in each Terminating namespace delete every object
         (pods gracefully, with their own grace period), and remove the namespace once it is empty."""
         with self.store.lock:
-            terminating = [n["metadata"]["name"] for n in self.store.table(NAMESPACES).items(None)
-                           if n["metadata"].get("deletionTimestamp")]
+            terminating = [
+                n["metadata"]["name"]
+                for n in self.store.table(NAMESPACES).items(None)
+                if n["metadata"].get("deletionTimestamp")
+            ]
         for ns in terminating:
             for rt, name in self._contents(ns, only_live=True):
                 try:
                     self.delete(Request(controller, rt, ns, name), {})
                 except ApiError as err:
                     if err.code != 404:
-                        log.info("namespace %s: cannot delete %s %s yet: %s", ns, rt.plural, name, err.message)
+                        log.info(
+                            "namespace %s: cannot delete %s %s yet: %s", ns, rt.plural, name, err.message
+                        )
             with self.store.lock:
                 current = self.store.table(NAMESPACES).get("", ns)
                 if current is None or self._contents(ns) or current["metadata"].get("finalizers"):
@@ -492,8 +627,13 @@ class Registry:
 
     def _contents(self, ns: str, only_live: bool = False) -> list[tuple[ResourceType, str]]:
         with self.store.lock:
-            return [(t.rt, o["metadata"]["name"]) for t in self.store.tables.values() if t.rt.namespaced
-                    for o in t.items(ns) if not (only_live and o["metadata"].get("deletionTimestamp"))]
+            return [
+                (t.rt, o["metadata"]["name"])
+                for t in self.store.tables.values()
+                if t.rt.namespaced
+                for o in t.items(ns)
+                if not (only_live and o["metadata"].get("deletionTimestamp"))
+            ]
 
     def _grace(self, rt: ResourceType, obj: dict[str, Any], options: dict[str, Any]) -> int:
         """The pod strategy's grace period: the one asked for, else the pod's own; 0 for a pod not
@@ -503,8 +643,10 @@ class Registry:
             raise ApiError(400, f"gracePeriodSeconds={str(asked)[:32]!r}: a whole number of seconds")
         if rt.key != PODS.key:
             return 0
-        if not obj.get("spec", {}).get("nodeName") or \
-                obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        if not obj.get("spec", {}).get("nodeName") or obj.get("status", {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
             return 0
         grace = options.get("gracePeriodSeconds")
         if grace is None:
@@ -539,8 +681,9 @@ class Registry:
 
 
 def invalid_name(rt: ResourceType) -> ApiError:
-    return errors.invalid(rt.kind, rt.group, "", "metadata.name",
-                          "Required value: name or generateName is required")
+    return errors.invalid(
+        rt.kind, rt.group, "", "metadata.name", "Required value: name or generateName is required"
+    )
 
 
 def _continue_key(token: str) -> tuple[str, str]:
@@ -573,12 +716,15 @@ def _bookmark(rt: ResourceType, rv: int, initial_events_end: bool = False) -> di
 
 
 def _expired(cursor: int, compacted: int) -> dict[str, Any]:
-    return {"type": "ERROR", "object": errors.gone(
-        f"too old resource version: {cursor} ({compacted})").status()}
+    return {
+        "type": "ERROR",
+        "object": errors.gone(f"too old resource version: {cursor} ({compacted})").status(),
+    }
 
 
-def _translate(ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool],
-               ns: str | None) -> dict[str, Any] | None:
+def _translate(
+    ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool], ns: str | None
+) -> dict[str, Any] | None:
     if ns is not None and ev.obj["metadata"].get("namespace", "") != ns:
         return None
     if ev.type == "DELETED":
@@ -592,6 +738,9 @@ def _translate(ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool],
     if now_ok:
         return {"type": "ADDED", "object": ev.obj}
     if was_ok:
-        old = {**ev.old, "metadata": {**ev.old["metadata"], "resourceVersion": ev.obj["metadata"]["resourceVersion"]}}
+        old = {
+            **ev.old,
+            "metadata": {**ev.old["metadata"], "resourceVersion": ev.obj["metadata"]["resourceVersion"]},
+        }
         return {"type": "DELETED", "object": old}
     return None

@@ -21,7 +21,16 @@ class ResourceType:
     field_labels: tuple[str, ...] = ()
     # Resources whose main endpoint ignores status changes (status is written via /status).
     status_via_subresource: bool = False
-    verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    verbs: tuple[str, ...] = (
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    )
     singular: str = ""
     categories: tuple[str, ...] = field(default=())
 
@@ -43,22 +52,63 @@ class ResourceType:
 
 
 POD_FIELDS = (
-    "spec.nodeName", "spec.schedulerName", "status.phase", "spec.serviceAccountName",
-    "spec.restartPolicy", "status.podIP", "status.nominatedNodeName",
+    "spec.nodeName",
+    "spec.schedulerName",
+    "status.phase",
+    "spec.serviceAccountName",
+    "spec.restartPolicy",
+    "status.podIP",
+    "status.nominatedNodeName",
 )
 EVENT_FIELDS = (
-    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-    "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-    "reason", "reportingComponent", "source", "type",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
 )
 
 RESOURCES: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",), ("status.phase",),
-                 status_via_subresource=True),
-    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("binding", "status", "log"), POD_FIELDS,
-                 status_via_subresource=True, categories=("all",)),
-    ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",), ("spec.unschedulable",),
-                 status_via_subresource=True),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        ("ns",),
+        ("status",),
+        ("status.phase",),
+        status_via_subresource=True,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        ("po",),
+        ("binding", "status", "log"),
+        POD_FIELDS,
+        status_via_subresource=True,
+        categories=("all",),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        ("no",),
+        ("status",),
+        ("spec.unschedulable",),
+        status_via_subresource=True,
+    ),
     ResourceType("", "v1", "events", "Event", True, ("ev",), (), EVENT_FIELDS),
     ResourceType("", "v1", "secrets", "Secret", True, (), (), ("type",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
@@ -67,17 +117,40 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "bindings", "Binding", True, verbs=("create",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
-    ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",),
-                 categories=("all",)),
+    ResourceType(
+        "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)
+    ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
-    ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-                 "MutatingWebhookConfiguration", False),
-    ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-                 "ValidatingWebhookConfiguration", False),
-    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
-                 "ValidatingAdmissionPolicy", False, (), ("status",)),
-    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
-                 "ValidatingAdmissionPolicyBinding", False),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        (),
+        ("status",),
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+    ),
 )
 
 BY_KEY: dict[tuple[str, str], ResourceType] = {r.key: r for r in RESOURCES}

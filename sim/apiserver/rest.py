@@ -91,8 +91,12 @@ def _route(path: str) -> tuple[str, Any]:
     if not rest:
         return "resourcelist", (group, version)
     ns = ""
-    if rest[0] == "namespaces" and len(rest) >= 3 and (group, rest[2]) in BY_KEY and \
-            BY_KEY[(group, rest[2])].namespaced:
+    if (
+        rest[0] == "namespaces"
+        and len(rest) >= 3
+        and (group, rest[2]) in BY_KEY
+        and BY_KEY[(group, rest[2])].namespaced
+    ):
         ns, rest = rest[1], rest[2:]
     rt = lookup(group, version, rest[0])
     if rt is None or len(rest) > 3:
@@ -152,8 +156,9 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> bytes:
         length = self._content_length()
         if length > MAX_BODY:
-            raise ApiError(413, f"request body too large: {length} bytes (limit {MAX_BODY})",
-                           "RequestEntityTooLarge")
+            raise ApiError(
+                413, f"request body too large: {length} bytes (limit {MAX_BODY})", "RequestEntityTooLarge"
+            )
         raw = self.rfile.read(length) if length else b""
         self._body_read = True  # read once: an error reply must not wait for it again
         return raw
@@ -236,9 +241,15 @@ class Handler(BaseHTTPRequestHandler):
         verb = self._verb(route, query)
         resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
         self.api.faults.check(verb, resource, route.namespace)
-        req = Request(user, route.rt, route.namespace, route.name, route.subresource,
-                      dry_run="All" in query.get("dryRun", ""),
-                      field_validation=_field_validation(query.get("fieldValidation", "")))
+        req = Request(
+            user,
+            route.rt,
+            route.namespace,
+            route.name,
+            route.subresource,
+            dry_run="All" in query.get("dryRun", ""),
+            field_validation=_field_validation(query.get("fieldValidation", "")),
+        )
         getattr(self, f"_verb_{verb}")(req, query)
 
     def _verb(self, route: Route, query: dict[str, str]) -> str:
@@ -293,7 +304,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "public, immutable" if "hash=" in self.path else "no-cache, private")
+        self.send_header(
+            "Cache-Control", "public, immutable" if "hash=" in self.path else "no-cache, private"
+        )
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -310,8 +323,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         obj = self.api.registry.get(req)
         if self._wants_table() and not req.subresource:
-            self._send_json(200, discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"]
-                                                               .get("resourceVersion", "")}))
+            self._send_json(
+                200,
+                discovery.table(
+                    req.rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                ),
+            )
             return
         self._send_json(200, obj)
 
@@ -325,8 +342,11 @@ class Handler(BaseHTTPRequestHandler):
             if self.api._stopping or self.api._unavailable:
                 return False
             now = self.api.get("pods", meta["name"], meta["namespace"])
-            return bool(now and now["metadata"]["uid"] == meta["uid"] and
-                        (now.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+            return bool(
+                now
+                and now["metadata"]["uid"] == meta["uid"]
+                and (now.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            )
 
         chunks = logs.stream(path, pod, container, query, still_running)
         first = next(chunks, None)  # refusals (waiting to start, bad options) are raised here
@@ -346,8 +366,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
     def _verb_list(self, req: Request, query: dict[str, str]) -> None:
-        doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"),
-                                     _limit(query.get("limit")), query.get("continue", ""))
+        doc = self.api.registry.list(
+            req,
+            query.get("labelSelector"),
+            query.get("fieldSelector"),
+            _limit(query.get("limit")),
+            query.get("continue", ""),
+        )
         if self._wants_table():
             doc = discovery.table(req.rt, doc["items"], doc["metadata"])
         self._send_json(200, doc)
@@ -372,8 +397,9 @@ class Handler(BaseHTTPRequestHandler):
         options: dict[str, Any] = {}
         if raw.strip():
             if media.body_media_type(self.headers.get("Content-Type", "")) != media.JSON:
-                raise ApiError(415, "DeleteOptions are decoded from application/json only",
-                               "UnsupportedMediaType")
+                raise ApiError(
+                    415, "DeleteOptions are decoded from application/json only", "UnsupportedMediaType"
+                )
             try:
                 options = json.loads(raw)
             except ValueError as exc:
@@ -382,8 +408,9 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
             except ValueError as exc:
-                raise ApiError(400, f"gracePeriodSeconds={query['gracePeriodSeconds'][:32]!r}: a whole "
-                                    "number of seconds") from exc
+                raise ApiError(
+                    400, f"gracePeriodSeconds={query['gracePeriodSeconds'][:32]!r}: a whole number of seconds"
+                ) from exc
         return options if isinstance(options, dict) else {}
 
     def _verb_delete(self, req: Request, query: dict[str, str]) -> None:
@@ -393,8 +420,14 @@ class Handler(BaseHTTPRequestHandler):
         options = self._delete_options(query)
         doc = self.api.registry.list(req, query.get("labelSelector"), query.get("fieldSelector"))
         for item in doc["items"]:
-            one = Request(req.user, req.rt, item["metadata"].get("namespace", ""), item["metadata"]["name"],
-                          "", req.dry_run)
+            one = Request(
+                req.user,
+                req.rt,
+                item["metadata"].get("namespace", ""),
+                item["metadata"]["name"],
+                "",
+                req.dry_run,
+            )
             try:
                 self.api.registry.delete(one, options)
             except ApiError as err:
@@ -408,9 +441,11 @@ class Handler(BaseHTTPRequestHandler):
             resource_version_match=query.get("resourceVersionMatch", ""),
             send_initial_events=_flag(query, "sendInitialEvents"),
             bookmarks=bool(_flag(query, "allowWatchBookmarks")),
-            label_selector=query.get("labelSelector"), field_selector=query.get("fieldSelector"),
+            label_selector=query.get("labelSelector"),
+            field_selector=query.get("fieldSelector"),
             timeout=_seconds(query.get("timeoutSeconds"), DEFAULT_WATCH_TIMEOUT),
-            bookmark_interval=self.api.bookmark_interval)
+            bookmark_interval=self.api.bookmark_interval,
+        )
         generation = self.api.faults.watch_generation
         started = [False]
         as_table = [self._wants_table()]  # the first Table carries the column definitions
@@ -426,8 +461,12 @@ class Handler(BaseHTTPRequestHandler):
             if not as_table[0] or event["type"] in ("BOOKMARK", "ERROR"):
                 return event
             obj = event["object"]
-            doc = discovery.table(req.rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                                  headers=as_table[0] == "first")
+            doc = discovery.table(
+                req.rt,
+                [obj],
+                {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                headers=as_table[0] == "first",
+            )
             as_table[0] = "later"
             return {"type": event["type"], "object": doc}
 
@@ -444,8 +483,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         def stopped() -> bool:
-            return self.api._stopping or self.api._unavailable or \
-                self.api.faults.watch_generation != generation
+            return (
+                self.api._stopping or self.api._unavailable or self.api.faults.watch_generation != generation
+            )
 
         try:
             self.api.registry.watch(req, send, opts, stopped)
@@ -460,4 +500,3 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         if self.api.faults.watch_generation != generation or self.api._unavailable:
             self.close_connection = True
-

@@ -19,15 +19,26 @@ from sim.apiserver.resources import ResourceType
 
 # (group, kind) -> the client's model class for that kind
 MODELS = {
-    ("", "Pod"): "V1Pod", ("", "Namespace"): "V1Namespace", ("", "Node"): "V1Node",
-    ("", "Event"): "CoreV1Event", ("", "Secret"): "V1Secret", ("", "ConfigMap"): "V1ConfigMap",
-    ("", "Service"): "V1Service", ("", "ServiceAccount"): "V1ServiceAccount", ("", "Binding"): "V1Binding",
-    ("coordination.k8s.io", "Lease"): "V1Lease", ("events.k8s.io", "Event"): "EventsV1Event",
-    ("apps", "Deployment"): "V1Deployment", ("apps", "DaemonSet"): "V1DaemonSet",
+    ("", "Pod"): "V1Pod",
+    ("", "Namespace"): "V1Namespace",
+    ("", "Node"): "V1Node",
+    ("", "Event"): "CoreV1Event",
+    ("", "Secret"): "V1Secret",
+    ("", "ConfigMap"): "V1ConfigMap",
+    ("", "Service"): "V1Service",
+    ("", "ServiceAccount"): "V1ServiceAccount",
+    ("", "Binding"): "V1Binding",
+    ("coordination.k8s.io", "Lease"): "V1Lease",
+    ("events.k8s.io", "Event"): "EventsV1Event",
+    ("apps", "Deployment"): "V1Deployment",
+    ("apps", "DaemonSet"): "V1DaemonSet",
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): "V1MutatingWebhookConfiguration",
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): "V1ValidatingWebhookConfiguration",
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"): "V1ValidatingAdmissionPolicy",
-    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"): "V1ValidatingAdmissionPolicyBinding",
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ): "V1ValidatingAdmissionPolicyBinding",
 }
 _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
@@ -88,6 +99,7 @@ def describe_unknown(paths: list[str]) -> list[str]:
 
 def duplicate_fields_hook(found: list[str]) -> Any:
     """A json.loads object_pairs_hook that records duplicated keys (strict decoding refuses them)."""
+
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in pairs:
@@ -95,15 +107,19 @@ def duplicate_fields_hook(found: list[str]) -> Any:
                 found.append(key)
             out[key] = value
         return out
+
     return hook
 
 
 # ---- OpenAPI v3 component schemas ------------------------------------------------------------------
 
 _SCALARS: dict[str, dict[str, Any]] = {
-    "str": {"type": "string"}, "int": {"type": "integer", "format": "int64"},
-    "float": {"type": "number", "format": "double"}, "bool": {"type": "boolean"},
-    "bytes": {"type": "string", "format": "byte"}, "datetime": {"type": "string", "format": "date-time"},
+    "str": {"type": "string"},
+    "int": {"type": "integer", "format": "int64"},
+    "float": {"type": "number", "format": "double"},
+    "bool": {"type": "boolean"},
+    "bytes": {"type": "string", "format": "byte"},
+    "datetime": {"type": "string", "format": "date-time"},
     "object": {"x-kubernetes-preserve-unknown-fields": True},
 }
 

@@ -40,8 +40,11 @@ def _label_term(term: str) -> Callable[[dict[str, str]], bool]:
         return lambda labels: labels.get(key) == value
     m = _SET_RE.match(term)
     if not m:
-        raise ApiError(400, f"unable to parse requirement: {term.strip()!r}: use key=value, key!=value, "
-                            "key in (a,b), key notin (a,b), key or !key")
+        raise ApiError(
+            400,
+            f"unable to parse requirement: {term.strip()!r}: use key=value, key!=value, "
+            "key in (a,b), key notin (a,b), key or !key",
+        )
     neg, key, op, values = m.groups()
     if op:
         if neg:
@@ -116,7 +119,7 @@ def parse_fields(text: str | None, supported: tuple[str, ...]) -> Matcher | None
             raise ApiError(400, f"invalid field selector: {term!r}: use field=value or field!=value")
         path, op, value = m.groups()
         if path not in allowed:
-            raise ApiError(400, f'field label not supported: {path}')
+            raise ApiError(400, f"field label not supported: {path}")
         checks.append((path, op == "!=", value))
 
     def match(obj: dict[str, Any]) -> bool:

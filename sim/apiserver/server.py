@@ -11,6 +11,7 @@ see that identity as `userInfo`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import ssl
@@ -83,9 +84,18 @@ class ApiServer:
             (kube-apiserver: about a minute).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, https: bool = False,
-                 identities: list[Identity] | None = None, workdir: str | Path | None = None,
-                 reap_after_grace: bool = True, history: int = 50_000, bookmark_interval: float = 60.0):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        https: bool = False,
+        identities: list[Identity] | None = None,
+        workdir: str | Path | None = None,
+        reap_after_grace: bool = True,
+        history: int = 50_000,
+        bookmark_interval: float = 60.0,
+    ):
         self.host = host
         self.port = port
         self.https = https
@@ -130,8 +140,12 @@ class ApiServer:
         handler = type("BoundHandler", (Handler,), {"api": self})
         self._listener = _Listener((self.host, self.port), handler, ctx)
         self.port = self._listener.server_address[1]
-        self._thread = threading.Thread(target=self._listener.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"apiserver-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._listener.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"apiserver-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
 
     def _close_listener(self) -> None:
@@ -142,10 +156,8 @@ class ApiServer:
         with self._conns_lock:
             conns = list(self._conns)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -159,7 +171,7 @@ class ApiServer:
             self._reaper = None
         self.admission.close()
 
-    def __enter__(self) -> ApiServer:  # noqa: PYI034
+    def __enter__(self) -> ApiServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -216,8 +228,9 @@ class ApiServer:
         try:
             return self.identities[name]
         except KeyError:
-            raise KeyError(f"unknown identity {name!r}: known are {sorted(self.identities)}; "
-                           "add one with add_identity()") from None
+            raise KeyError(
+                f"unknown identity {name!r}: known are {sorted(self.identities)}; add one with add_identity()"
+            ) from None
 
     def _authenticate(self, header: str) -> Identity:
         if not header:
@@ -271,8 +284,10 @@ class ApiServer:
 
     def get(self, kind_or_plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """Read an object in-process (None if absent)."""
-        found = sorted((r for r in STORED if kind_or_plural in (r.kind, r.plural, f"{r.plural}.{r.group}")),
-                       key=lambda r: r.group != "")
+        found = sorted(
+            (r for r in STORED if kind_or_plural in (r.kind, r.plural, f"{r.plural}.{r.group}")),
+            key=lambda r: r.group != "",
+        )
         rt = found[0] if found else None
         if rt is None:
             raise KeyError(f"unknown resource {kind_or_plural!r}")

@@ -58,9 +58,7 @@ class Store:
     def __init__(self, history: int = 50_000):
         self.lock = threading.RLock()
         self.rv = 0
-        self.tables: dict[tuple[str, str], Table] = {
-            rt.key: Table(rt, self.lock, history) for rt in STORED
-        }
+        self.tables: dict[tuple[str, str], Table] = {rt.key: Table(rt, self.lock, history) for rt in STORED}
 
     def table(self, rt: ResourceType) -> Table:
         return self.tables[rt.key]
@@ -69,8 +67,9 @@ class Store:
         self.rv += 1
         return self.rv
 
-    def commit(self, rt: ResourceType, ns: str, name: str, obj: dict[str, Any] | None,
-               event: str) -> dict[str, Any] | None:
+    def commit(
+        self, rt: ResourceType, ns: str, name: str, obj: dict[str, Any] | None, event: str
+    ) -> dict[str, Any] | None:
         """Store (or remove, obj None) an object, stamp a fresh resourceVersion, record the event.
 
         Caller holds `self.lock` and has already checked preconditions.

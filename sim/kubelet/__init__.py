@@ -13,5 +13,17 @@ from sim.kubelet.kubelet import (
 from sim.kubelet.pods import EXIT_CODE, IGNORE_SIGTERM, PodRecord, SimulatedPods
 from sim.kubelet.runtime import Containers, SimulatedWorkload
 
-__all__ = ["EXIT_CODE", "IGNORE_SIGTERM", "ContainerAllocation", "Containers", "Options", "PodAllocation",
-           "PodRecord", "RegisterRecord", "ResourceView", "SimulatedKubelet", "SimulatedPods", "SimulatedWorkload"]
+__all__ = [
+    "EXIT_CODE",
+    "IGNORE_SIGTERM",
+    "ContainerAllocation",
+    "Containers",
+    "Options",
+    "PodAllocation",
+    "PodRecord",
+    "RegisterRecord",
+    "ResourceView",
+    "SimulatedKubelet",
+    "SimulatedPods",
+    "SimulatedWorkload",
+]

@@ -16,14 +16,22 @@ DIAL_TIMEOUT_S = 10.0
 
 
 class PluginEndpoint:
-    def __init__(self, resource: str, socket_path: Path, on_devices: Callable[[PluginEndpoint, list], None],
-                 on_closed: Callable[[PluginEndpoint, str], None], dial_timeout: float = DIAL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        resource: str,
+        socket_path: Path,
+        on_devices: Callable[[PluginEndpoint, list], None],
+        on_closed: Callable[[PluginEndpoint, str], None],
+        dial_timeout: float = DIAL_TIMEOUT_S,
+    ) -> None:
         self.dial_timeout = dial_timeout
         self.resource = resource
         self.socket_path = socket_path
         self._on_devices = on_devices
         self._on_closed = on_closed
-        self.channel = grpc.insecure_channel(f"unix://{socket_path}", options=[("grpc.default_authority", "localhost")])
+        self.channel = grpc.insecure_channel(
+            f"unix://{socket_path}", options=[("grpc.default_authority", "localhost")]
+        )
         self.stub = rpc.DevicePluginStub(self.channel)
         self.options = pb.DevicePluginOptions()
         self._stream: grpc.Future | None = None

@@ -1,11 +1,11 @@
 """`SimulatedKubelet`: the device-plugin half of kubelet, on unix sockets in a directory.
 
-    kubelet = SimulatedKubelet(plugin_dir).start()      # serves Registration on kubelet.sock
-    ...  plugin registers ...
-    kubelet.wait_for_devices("nvidia.com/gpu", healthy=4)
-    result = kubelet.allocate("nvidia.com/gpu", [1, 2], pod_uid="pod-a")   # one Allocate per container
-    kubelet.restart()                                   # sockets deleted, kubelet.sock recreated
-    kubelet.stop()
+kubelet = SimulatedKubelet(plugin_dir).start()      # serves Registration on kubelet.sock
+...  plugin registers ...
+kubelet.wait_for_devices("nvidia.com/gpu", healthy=4)
+result = kubelet.allocate("nvidia.com/gpu", [1, 2], pod_uid="pod-a")   # one Allocate per container
+kubelet.restart()                                   # sockets deleted, kubelet.sock recreated
+kubelet.stop()
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ class SimulatedKubelet:
         self.dial_timeout = dial_timeout
         self.socket_path = self.plugin_dir / KUBELET_SOCKET_NAME
         if len(str(self.socket_path)) > MAX_UNIX_PATH:
-            raise ValueError(f"device-plugin dir {self.plugin_dir} is too long for a unix socket path; use a shorter one")
+            raise ValueError(
+                f"device-plugin dir {self.plugin_dir} is too long for a unix socket path; use a shorter one"
+            )
         self.register_log: list[RegisterRecord] = []
         self.allocations: list[PodAllocation] = []
         self._resources: dict[str, _Resource] = {}
@@ -175,8 +177,13 @@ class SimulatedKubelet:
             error = f"endpoint {request.endpoint!r} must be a socket file name in {self.plugin_dir}"
         endpoint = None
         if error is None:
-            endpoint = PluginEndpoint(request.resource_name, self.plugin_dir / request.endpoint,
-                                      self._devices_changed, self._stream_closed, self.dial_timeout)
+            endpoint = PluginEndpoint(
+                request.resource_name,
+                self.plugin_dir / request.endpoint,
+                self._devices_changed,
+                self._stream_closed,
+                self.dial_timeout,
+            )
             try:
                 endpoint.dial()
             except (grpc.RpcError, grpc.FutureTimeoutError) as failure:
@@ -234,20 +241,35 @@ class SimulatedKubelet:
         r = self._resources.get(name)
         if r is None:
             return None
-        opts = Options(r.endpoint.options.pre_start_required, r.endpoint.options.get_preferred_allocation_available)
-        return ResourceView(name, r.endpoint.socket_path.name, r.connected, r.registrations, opts,
-                            dict(r.devices), dict(r.numa), r.updates)
+        opts = Options(
+            r.endpoint.options.pre_start_required, r.endpoint.options.get_preferred_allocation_available
+        )
+        return ResourceView(
+            name,
+            r.endpoint.socket_path.name,
+            r.connected,
+            r.registrations,
+            opts,
+            dict(r.devices),
+            dict(r.numa),
+            r.updates,
+        )
 
-    def wait_for(self, condition: Callable[[SimulatedKubelet], bool], timeout: float = 10.0, what: str = "") -> None:
+    def wait_for(
+        self, condition: Callable[[SimulatedKubelet], bool], timeout: float = 10.0, what: str = ""
+    ) -> None:
         """Block until `condition(kubelet)` holds; TimeoutError says what was awaited and what is."""
         with self._cond:
             if not self._cond.wait_for(lambda: condition(self), timeout=timeout):
                 seen = {n: self._view(n) for n in self._resources}
-                raise TimeoutError(f"kubelet: timed out after {timeout}s waiting for {what or condition}; "
-                                   f"resources now: {seen}; registrations: {self.register_log}")
+                raise TimeoutError(
+                    f"kubelet: timed out after {timeout}s waiting for {what or condition}; "
+                    f"resources now: {seen}; registrations: {self.register_log}"
+                )
 
-    def wait_for_resource(self, name: str, predicate: Callable[[ResourceView], bool], timeout: float = 10.0,
-                          what: str = "") -> ResourceView:
+    def wait_for_resource(
+        self, name: str, predicate: Callable[[ResourceView], bool], timeout: float = 10.0, what: str = ""
+    ) -> ResourceView:
         def check(k: SimulatedKubelet) -> bool:
             view = k._view(name)
             return view is not None and predicate(view)
@@ -255,22 +277,34 @@ class SimulatedKubelet:
         self.wait_for(check, timeout, what or f"{name} to satisfy {predicate}")
         return self.resource(name)
 
-    def wait_for_devices(self, name: str, healthy: int, unhealthy: int | None = None,
-                         timeout: float = 10.0) -> ResourceView:
+    def wait_for_devices(
+        self, name: str, healthy: int, unhealthy: int | None = None, timeout: float = 10.0
+    ) -> ResourceView:
         return self.wait_for_resource(
             name,
-            lambda v: v.connected and v.healthy == healthy and (unhealthy is None or v.unhealthy == unhealthy),
-            timeout, f"{name} with {healthy} healthy" + ("" if unhealthy is None else f", {unhealthy} unhealthy"),
+            lambda v: (
+                v.connected and v.healthy == healthy and (unhealthy is None or v.unhealthy == unhealthy)
+            ),
+            timeout,
+            f"{name} with {healthy} healthy" + ("" if unhealthy is None else f", {unhealthy} unhealthy"),
         )
 
     def wait_for_registration(self, name: str, count: int = 1, timeout: float = 10.0) -> ResourceView:
-        return self.wait_for_resource(name, lambda v: v.registrations >= count and v.connected, timeout,
-                                      f"{name} registered {count} time(s)")
+        return self.wait_for_resource(
+            name,
+            lambda v: v.registrations >= count and v.connected,
+            timeout,
+            f"{name} registered {count} time(s)",
+        )
 
     # ---- allocation -----------------------------------------------------------------------------
 
-    def allocate(self, resource: str, containers: Iterable[int] | Iterable[tuple[str, int]] | dict[str, int],
-                 pod_uid: str = "pod") -> PodAllocation:
+    def allocate(
+        self,
+        resource: str,
+        containers: Iterable[int] | Iterable[tuple[str, int]] | dict[str, int],
+        pod_uid: str = "pod",
+    ) -> PodAllocation:
         """Admit a pod as kubelet does: per container that requests `resource`, choose healthy free
         devices (GetPreferredAllocation first when offered), call Allocate once, then
         PreStartContainer when the plugin asks for it. Failures are recorded, never raised."""
@@ -284,7 +318,9 @@ class SimulatedKubelet:
         try:
             for name, count in _containers(containers):
                 if count > 0:
-                    result.containers.append(self._allocate_container(endpoint, resource, pod_uid, name, count))
+                    result.containers.append(
+                        self._allocate_container(endpoint, resource, pod_uid, name, count)
+                    )
         except _AdmissionError as failure:
             result.error = str(failure)
             self.release(pod_uid)
@@ -295,19 +331,29 @@ class SimulatedKubelet:
         with self._cond:
             self._in_use.pop(pod_uid, None)
 
-    def _allocate_container(self, endpoint: PluginEndpoint, resource: str, pod_uid: str, name: str,
-                            count: int) -> ContainerAllocation:
+    def _allocate_container(
+        self, endpoint: PluginEndpoint, resource: str, pod_uid: str, name: str, count: int
+    ) -> ContainerAllocation:
         entry = ContainerAllocation(name, count)
         available = self._free_healthy(resource)
         if count > len(available):
-            raise _AdmissionError(f"requested number of devices unavailable for {resource}. "
-                                  f"Requested: {count}, Available: {len(available)}")
+            raise _AdmissionError(
+                f"requested number of devices unavailable for {resource}. "
+                f"Requested: {count}, Available: {len(available)}"
+            )
         chosen: list[str] = []
         if endpoint.options.get_preferred_allocation_available:
-            request = pb.PreferredAllocationRequest(container_requests=[pb.ContainerPreferredAllocationRequest(
-                available_deviceIDs=available, must_include_deviceIDs=[], allocation_size=count)])
+            request = pb.PreferredAllocationRequest(
+                container_requests=[
+                    pb.ContainerPreferredAllocationRequest(
+                        available_deviceIDs=available, must_include_deviceIDs=[], allocation_size=count
+                    )
+                ]
+            )
             response = _call(endpoint.stub.GetPreferredAllocation, request, "GetPreferredAllocation")
-            entry.preferred = list(response.container_responses[0].deviceIDs) if response.container_responses else []
+            entry.preferred = (
+                list(response.container_responses[0].deviceIDs) if response.container_responses else []
+            )
             chosen = [d for d in entry.preferred if d in available][:count]
         chosen += [d for d in available if d not in chosen][: count - len(chosen)]
         entry.devices = chosen
@@ -319,7 +365,11 @@ class SimulatedKubelet:
             raise _AdmissionError("Allocate returned no container responses")
         entry.response = response.container_responses[0]
         if endpoint.options.pre_start_required:
-            _call(endpoint.stub.PreStartContainer, pb.PreStartContainerRequest(devices_ids=chosen), "PreStartContainer")
+            _call(
+                endpoint.stub.PreStartContainer,
+                pb.PreStartContainerRequest(devices_ids=chosen),
+                "PreStartContainer",
+            )
             entry.pre_started = True
         return entry
 
@@ -360,4 +410,7 @@ def _describe(error: BaseException) -> str:
 
 def _containers(spec: Iterable[int] | Iterable[tuple[str, int]] | dict[str, int]) -> list[tuple[str, int]]:
     items = list(spec.items()) if isinstance(spec, dict) else list(spec)
-    return [(f"c{i}", item) if isinstance(item, int) else (str(item[0]), int(item[1])) for i, item in enumerate(items)]
+    return [
+        (f"c{i}", item) if isinstance(item, int) else (str(item[0]), int(item[1]))
+        for i, item in enumerate(items)
+    ]

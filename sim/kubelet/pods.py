@@ -99,17 +99,37 @@ def gpu_containers(pod: dict[str, Any], resource: str) -> list[tuple[str, int]]:
     return out
 
 
-_QUANTITY = re.compile(r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?)(?P<suffix>[KMGTPE]i|[numkMGTPE]?)$")
-_SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
-           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-           "Pi": 2**50, "Ei": 2**60}
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?)(?P<suffix>[KMGTPE]i|[numkMGTPE]?)$"
+)
+_SUFFIX = {
+    "": 1,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 MAX_DEVICES = 1024
 
 
 def device_count(value: Any) -> int:
     """A device count as kubelet reads the quantity (its Value(), rounded up): `1`, `"2"`, `"1e0"`."""
-    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int) and not isinstance(value, bool) \
+    match = (
+        _QUANTITY.match(str(value).strip())
+        if isinstance(value, str | int) and not isinstance(value, bool)
         else None
+    )
     if match is None or ("e" in match["number"].lower() and match["suffix"]):
         raise ValueError(f"{str(value)[:40]!r} is not a quantity")
     amount = Decimal(match["number"]) * _SUFFIX[match["suffix"]]
@@ -140,10 +160,20 @@ Runtime = Callable[[dict[str, Any]], Containers | None]
 
 
 class SimulatedPods:
-    def __init__(self, node: str, api_client: Any, kubelet: Any, nvml: Any, resource: str, *,
-                 runtime: Runtime | None = None, backoff: tuple[float, float] = KUBELET_BACKOFF,
-                 echo: Callable[[str], None] | None = None, interval: float = 0.2,
-                 log_path: Callable[[str, str, str, str], Path] | None = None):
+    def __init__(
+        self,
+        node: str,
+        api_client: Any,
+        kubelet: Any,
+        nvml: Any,
+        resource: str,
+        *,
+        runtime: Runtime | None = None,
+        backoff: tuple[float, float] = KUBELET_BACKOFF,
+        echo: Callable[[str], None] | None = None,
+        interval: float = 0.2,
+        log_path: Callable[[str, str, str, str], Path] | None = None,
+    ):
         """log_path(namespace, pod, uid, container): the file a container's output is appended to."""
         self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
         self.core = client.CoreV1Api(api_client)
@@ -180,7 +210,10 @@ class SimulatedPods:
                 with self.log_path(meta["namespace"], meta["name"], meta["uid"], container).open("a") as out:
                     out.write(line.rstrip("\n") + "\n")
             except OSError as error:
-                log.debug("kubelet %s: log of %s/%s not written: %s", self.node, meta["name"], container, error)
+                log.debug(
+                    "kubelet %s: log of %s/%s not written: %s", self.node, meta["name"], container, error
+                )
+
         return write
 
     def logs(self, namespace: str, name: str) -> str | None:
@@ -197,8 +230,9 @@ class SimulatedPods:
                 log.debug("kubelet %s: %s", self.node, error)
 
     def _list(self) -> list[dict[str, Any]]:
-        resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}",
-                                                     _preload_content=False, _request_timeout=5)
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.node}", _preload_content=False, _request_timeout=5
+        )
         return json.loads(resp.data).get("items") or []
 
     def sync(self) -> None:
@@ -208,7 +242,11 @@ class SimulatedPods:
             # No complete list: nothing is admitted or stopped, but containers that exit are still
             # restarted, as a kubelet that lost the API server does from its own pod cache.
             for record in list(self.pods.values()):
-                if record.containers is not None and record.stop_deadline is None and record.phase == "Running":
+                if (
+                    record.containers is not None
+                    and record.stop_deadline is None
+                    and record.phase == "Running"
+                ):
                     self._watch_containers(record)
             raise
         present = set()
@@ -260,8 +298,9 @@ class SimulatedPods:
                 except ValueError as error:
                     self._admission_failed(record, "", f"cannot admit the pod: {error}")
                     return
-                record.allocation = self.kubelet.allocate(self.resource, wanted, pod_uid=record.uid) if wanted \
-                    else False
+                record.allocation = (
+                    self.kubelet.allocate(self.resource, wanted, pod_uid=record.uid) if wanted else False
+                )
                 if record.allocation and not record.allocation.ok:
                     self._admission_failed(record, record.allocation.error)
                     return
@@ -280,26 +319,49 @@ class SimulatedPods:
         now = _now()
         record.ready = record.containers.ready()
         ready = "True" if record.ready else "False"
-        conditions = [{"type": t, "status": "True", "lastTransitionTime": now}
-                      for t in ("PodScheduled", "Initialized")]
-        conditions += [{"type": t, "status": ready, "lastTransitionTime": now} for t in ("ContainersReady", "Ready")]
-        status = {"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "conditions": conditions,
-                  "containerStatuses": [{"name": n, "ready": record.ready, "restartCount": record.restarts,
-                                         "image": image, "imageID": "", "started": True,
-                                         "state": {"running": {"startedAt": now}}}
-                                        for n, image in _containers(record.pod)]}
+        conditions = [
+            {"type": t, "status": "True", "lastTransitionTime": now} for t in ("PodScheduled", "Initialized")
+        ]
+        conditions += [
+            {"type": t, "status": ready, "lastTransitionTime": now} for t in ("ContainersReady", "Ready")
+        ]
+        status = {
+            "phase": "Running",
+            "hostIP": "10.0.0.1",
+            "podIP": "10.1.0.1",
+            "conditions": conditions,
+            "containerStatuses": [
+                {
+                    "name": n,
+                    "ready": record.ready,
+                    "restartCount": record.restarts,
+                    "image": image,
+                    "imageID": "",
+                    "started": True,
+                    "state": {"running": {"startedAt": now}},
+                }
+                for n, image in _containers(record.pod)
+            ],
+        }
         if record.phase != "Running":
             status["startTime"] = now
         record.stale = not self._patch_status(record.pod, status)
         first = record.phase != "Running"
         record.phase = "Running"
         if first:
-            self.echo(f"{self.node}: {record.namespace}/{record.name} Running"
-                      + "".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items()))
+            self.echo(
+                f"{self.node}: {record.namespace}/{record.name} Running"
+                + "".join(f" [{c}: NVIDIA_VISIBLE_DEVICES={v}]" for c, v in record.env.items())
+            )
 
     def _admission_failed(self, record: PodRecord, error: str, message: str = "") -> None:
-        message = message or f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
-        self._patch_status(record.pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message})
+        message = (
+            message
+            or f"Allocate failed due to {error.removeprefix('Allocate failed: ')}, which is unexpected"
+        )
+        self._patch_status(
+            record.pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+        )
         record.phase, record.failed_reason = "Failed", "UnexpectedAdmissionError"
         self._event(record.pod, "Warning", "UnexpectedAdmissionError", message)
         self.kubelet.release(record.uid)
@@ -310,7 +372,11 @@ class SimulatedPods:
     def _watch_containers(self, record: PodRecord) -> None:
         containers = record.containers
         annotations = record.pod["metadata"].get("annotations") or {}
-        if EXIT_CODE in annotations and isinstance(containers, SimulatedWorkload) and containers.exit_code() is None:
+        if (
+            EXIT_CODE in annotations
+            and isinstance(containers, SimulatedWorkload)
+            and containers.exit_code() is None
+        ):
             containers.finish(_int(annotations[EXIT_CODE]))
         code = containers.exit_code()
         if code is None:
@@ -340,17 +406,39 @@ class SimulatedPods:
         record.restart_at = time.monotonic() + delay
         record.ready = False
         names = getattr(record.containers, "container", "") or _container_names(record.pod)
-        self.echo(f"{self.node}: {names} of {record.namespace}/{record.name} exited "
-                  f"({describe_exit(code)}); restarting in {delay:g}s")
+        self.echo(
+            f"{self.node}: {names} of {record.namespace}/{record.name} exited "
+            f"({describe_exit(code)}); restarting in {delay:g}s"
+        )
         message = f"back-off {delay:g}s restarting failed container"
-        self._patch_status(record.pod, {"conditions": [
-            {"type": t, "status": "False", "lastTransitionTime": _now()} for t in ("ContainersReady", "Ready")],
-            "containerStatuses": [
-                {"name": n, "ready": False, "restartCount": record.restarts, "image": image, "imageID": "",
-                 "started": False, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
-                 "lastState": {"terminated": {"exitCode": container_exit_code(code), "finishedAt": _now(),
-                                              "reason": "Error"}}}
-                for n, image in _containers(record.pod)]})
+        self._patch_status(
+            record.pod,
+            {
+                "conditions": [
+                    {"type": t, "status": "False", "lastTransitionTime": _now()}
+                    for t in ("ContainersReady", "Ready")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": n,
+                        "ready": False,
+                        "restartCount": record.restarts,
+                        "image": image,
+                        "imageID": "",
+                        "started": False,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                        "lastState": {
+                            "terminated": {
+                                "exitCode": container_exit_code(code),
+                                "finishedAt": _now(),
+                                "reason": "Error",
+                            }
+                        },
+                    }
+                    for n, image in _containers(record.pod)
+                ],
+            },
+        )
         self._event(record.pod, "Warning", "BackOff", message)
 
     def _ended(self, record: PodRecord, code: int) -> None:
@@ -371,8 +459,10 @@ class SimulatedPods:
         running = record.containers is not None and record.containers.exit_code() is None
         if running:
             record.containers.signal(signal.SIGTERM)
-            self.echo(f"{self.node}: {record.namespace}/{record.name} {why}: stopping its containers "
-                      f"(SIGTERM, {grace:g}s grace period)")
+            self.echo(
+                f"{self.node}: {record.namespace}/{record.name} {why}: stopping its containers "
+                f"(SIGTERM, {grace:g}s grace period)"
+            )
 
     def _progress_stop(self, record: PodRecord, exists: bool) -> None:
         containers = record.containers
@@ -395,10 +485,13 @@ class SimulatedPods:
 
     def _delete(self, record: PodRecord) -> None:
         """What kubelet's status manager does once the containers of a deleted pod stopped."""
-        body = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=record.uid))
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=record.uid)
+        )
         try:
-            self.core.delete_namespaced_pod(record.name, record.namespace, body=body, _preload_content=False,
-                                            _request_timeout=5)
+            self.core.delete_namespaced_pod(
+                record.name, record.namespace, body=body, _preload_content=False, _request_timeout=5
+            )
         except client.ApiException as error:
             if error.status not in (404, 409):
                 raise
@@ -406,12 +499,28 @@ class SimulatedPods:
     def _terminated_status(self, record: PodRecord, phase: str, code: int) -> None:
         now = _now()
         reason = "Completed" if code == 0 else "Error"
-        self._patch_status(record.pod, {"phase": phase, "conditions": [
-            {"type": t, "status": "False", "lastTransitionTime": now} for t in ("ContainersReady", "Ready")],
-            "containerStatuses": [
-                {"name": n, "ready": False, "restartCount": record.restarts, "image": image, "imageID": "",
-                 "started": False, "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now}}}
-                for n, image in _containers(record.pod)]})
+        self._patch_status(
+            record.pod,
+            {
+                "phase": phase,
+                "conditions": [
+                    {"type": t, "status": "False", "lastTransitionTime": now}
+                    for t in ("ContainersReady", "Ready")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": n,
+                        "ready": False,
+                        "restartCount": record.restarts,
+                        "image": image,
+                        "imageID": "",
+                        "started": False,
+                        "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now}},
+                    }
+                    for n, image in _containers(record.pod)
+                ],
+            },
+        )
         record.phase = phase
 
     # ---- API writes -----------------------------------------------------------------------------------
@@ -421,8 +530,13 @@ class SimulatedPods:
         pass stops it; the API unavailable: the running status is written again later)."""
         meta = pod["metadata"]
         try:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status},
-                                                  _preload_content=False, _request_timeout=5)
+            self.core.patch_namespaced_pod_status(
+                meta["name"],
+                meta["namespace"],
+                {"status": status},
+                _preload_content=False,
+                _request_timeout=5,
+            )
         except Exception as error:  # noqa: BLE001 - any API failure: see above
             log.debug("kubelet %s: status of %s not written: %s", self.node, meta["name"], error)
             return False
@@ -431,15 +545,31 @@ class SimulatedPods:
     def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = pod["metadata"]
         now = _now()
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
-                "involvedObject": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                                   "uid": meta["uid"], "apiVersion": "v1"},
-                "reason": reason, "message": message, "type": type_,
-                "source": {"component": "kubelet", "host": self.node}, "reportingComponent": "kubelet",
-                "reportingInstance": self.node, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "kubelet", "host": self.node},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False, _request_timeout=5)
+            self.core.create_namespaced_event(
+                meta["namespace"], body, _preload_content=False, _request_timeout=5
+            )
         except Exception as error:  # noqa: BLE001 - events are best effort, as kubelet's recorder
             log.debug("kubelet %s: event %s not written: %s", self.node, reason, error)
 

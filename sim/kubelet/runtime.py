@@ -56,7 +56,11 @@ def mig_uuids(answers: Iterable[Any]) -> list[str]:
     for answer in answers:
         if answer is None:
             continue
-        texts = [*dict(answer.envs).values(), *(d.name for d in answer.cdi_devices), *dict(answer.annotations).values()]
+        texts = [
+            *dict(answer.envs).values(),
+            *(d.name for d in answer.cdi_devices),
+            *dict(answer.annotations).values(),
+        ]
         for text in texts:
             found += [u for u in MIG_UUID.findall(text) if u not in found]
     return found
@@ -70,8 +74,14 @@ class SimulatedWorkload:
 
     restartable = False
 
-    def __init__(self, nvml: Any, devices: dict[str, list[str]], *, ignore_sigterm: bool = False,
-                 sink: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        devices: dict[str, list[str]],
+        *,
+        ignore_sigterm: bool = False,
+        sink: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.nvml = nvml
         self.devices = devices  # container -> MIG UUIDs
         self.ignore_sigterm = ignore_sigterm
@@ -91,8 +101,12 @@ class SimulatedWorkload:
         self._sink(container, line)
 
     def _start(self) -> None:
-        where = {ci.mig_uuid: (gpu.uuid, gi.gi_id, ci.ci_id) for gpu in self.nvml.gpus()
-                 for gi in gpu.gpu_instances for ci in gi.compute_instances}
+        where = {
+            ci.mig_uuid: (gpu.uuid, gi.gi_id, ci.ci_id)
+            for gpu in self.nvml.gpus()
+            for gi in gpu.gpu_instances
+            for ci in gi.compute_instances
+        }
         for container, devices in self.devices.items():
             for device in devices:
                 if device not in where:

@@ -34,6 +34,7 @@ _NO_ME = {ENUM_1_SLICE_NO_ME, ENUM_2_SLICE_NO_ME}
 
 # ---- MIG mode -----------------------------------------------------------------------------------
 
+
 def require_mig(gpu: Gpu) -> None:
     if gpu.mig_current != codes.MIG_ENABLE:
         raise NvmlFault(codes.NOT_SUPPORTED, f"MIG mode is disabled on {gpu.uuid}")
@@ -67,6 +68,7 @@ def reset_gpu(state: State, gpu: Gpu) -> None:
 
 
 # ---- GPU-instance profiles ----------------------------------------------------------------------
+
 
 def gi_profile_by_enum(gpu: Gpu, enum: int) -> ProfileSpec:
     if not 0 <= enum < GPU_INSTANCE_PROFILE_COUNT:
@@ -107,6 +109,7 @@ def remaining_capacity(gpu: Gpu, profile_id: int) -> int:
 
 # ---- GPU instances ------------------------------------------------------------------------------
 
+
 def reported_gi_id(gpu: Gpu, placement: Placement) -> int:
     tree = tree_gi_id(gpu.model, placement, gpu.gi_numbering)
     return gpu.gi_id_map[tree] if gpu.gi_id_map else tree
@@ -134,9 +137,13 @@ def create_gi(state: State, gpu: Gpu, profile_id: int, placement: Placement | No
 def _check_room(gpu: Gpu, spec: ProfileSpec) -> None:
     existing = sum(1 for g in gpu.gis if g.profile_id == spec.profile_id)
     if existing >= spec.instance_count:
-        raise NvmlFault(codes.INSUFFICIENT_RESOURCES, f"{spec.name}: instanceCount {spec.instance_count} reached")
+        raise NvmlFault(
+            codes.INSUFFICIENT_RESOURCES, f"{spec.name}: instanceCount {spec.instance_count} reached"
+        )
     if _all_me_blocks(gpu, spec):
-        raise NvmlFault(codes.INSUFFICIENT_RESOURCES, f"{spec.name}: excluded by an all-media-engine instance")
+        raise NvmlFault(
+            codes.INSUFFICIENT_RESOURCES, f"{spec.name}: excluded by an all-media-engine instance"
+        )
 
 
 def _all_me_blocks(gpu: Gpu, spec: ProfileSpec) -> bool:
@@ -185,11 +192,17 @@ def destroy_gi(state: State, gpu: Gpu, gi: GpuInstance) -> None:
     if processes_of(gpu, gi, None):
         raise NvmlFault(codes.IN_USE, f"processes run on GPU instance {gi.gi_id}")
     gpu.gis.remove(gi)
-    state.record("destroy_gi", gpu=gpu.uuid, gi_id=gi.gi_id, placement=str(gi.placement),
-                 profile=gpu.model.profile_by_id(gi.profile_id).name)
+    state.record(
+        "destroy_gi",
+        gpu=gpu.uuid,
+        gi_id=gi.gi_id,
+        placement=str(gi.placement),
+        profile=gpu.model.profile_by_id(gi.profile_id).name,
+    )
 
 
 # ---- compute-instance profiles and compute instances --------------------------------------------
+
 
 @dataclass(frozen=True)
 class CiProfile:
@@ -248,7 +261,9 @@ def ci_remaining_capacity(gpu: Gpu, gi: GpuInstance, profile_id: int) -> int:
     return free
 
 
-def create_ci(state: State, gpu: Gpu, gi: GpuInstance, profile_id: int, placement: Placement | None) -> ComputeInstance:
+def create_ci(
+    state: State, gpu: Gpu, gi: GpuInstance, profile_id: int, placement: Placement | None
+) -> ComputeInstance:
     profile = ci_profile_by_id(gpu, gi, profile_id)
     if placement is not None and placement not in profile.placements:
         raise NvmlFault(codes.INVALID_ARGUMENT, f"CI placement {placement} is not legal for {profile.name}")
@@ -257,7 +272,9 @@ def create_ci(state: State, gpu: Gpu, gi: GpuInstance, profile_id: int, placemen
     candidates = [placement] if placement else list(profile.placements)
     chosen = next((p for p in candidates if not any(p.overlaps(t) for t in taken)), None)
     if chosen is None:
-        raise NvmlFault(codes.INSUFFICIENT_RESOURCES, f"no room for {profile.name} in GPU instance {gi.gi_id}")
+        raise NvmlFault(
+            codes.INSUFFICIENT_RESOURCES, f"no room for {profile.name} in GPU instance {gi.gi_id}"
+        )
     ci_id = min(set(range(len(gi.cis) + 1)) - {c.ci_id for c in gi.cis})
     serial = state.take_serial()
     generation = serial if state.mig_uuids == FRESH else 0
@@ -289,6 +306,7 @@ def destroy_ci(state: State, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> 
 
 # ---- MIG devices and processes ------------------------------------------------------------------
 
+
 def mig_devices(gpu: Gpu) -> list[tuple[GpuInstance, ComputeInstance]]:
     """One MIG device per CI, indexed in (GI ID, CI ID) order as the driver does."""
     if gpu.mig_current != codes.MIG_ENABLE:
@@ -302,6 +320,7 @@ def processes_of(gpu: Gpu, gi: GpuInstance | None, ci: ComputeInstance | None) -
     if gi is None:
         return list(gpu.processes)
     return [
-        p for p in gpu.processes
+        p
+        for p in gpu.processes
         if p.gi_id == gi.gi_id and (ci is None or p.ci_id is None or p.ci_id == ci.ci_id)
     ]

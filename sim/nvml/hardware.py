@@ -128,6 +128,7 @@ class UnknownRelease(LookupError):
 
 # ---- lookup -------------------------------------------------------------------------------------
 
+
 def model_keys() -> tuple[str, ...]:
     return tuple(_raw_models())
 
@@ -161,7 +162,9 @@ def find_model(name: str) -> str:
     hits = [k for k, d in raw.items() if any(name in n for n in d["names"])]
     if not hits:
         wanted = _norm(name)
-        hits = [k for k, d in raw.items() if wanted in _norm(k) or any(wanted in _norm(n) for n in d["names"])]
+        hits = [
+            k for k, d in raw.items() if wanted in _norm(k) or any(wanted in _norm(n) for n in d["names"])
+        ]
     exact = [k for k in hits if _norm(k) == _norm(name) or _norm(raw[k]["names"][0]) == _norm(name)]
     if len(hits) == 1 or len(exact) == 1:
         return hits[0] if len(hits) == 1 else exact[0]
@@ -175,6 +178,7 @@ def _norm(text: str) -> str:
 
 
 # ---- loading ------------------------------------------------------------------------------------
+
 
 @functools.cache
 def _raw_models() -> dict[str, dict[str, Any]]:
@@ -195,19 +199,23 @@ def _resolve(key: str, release: str) -> GpuModel:
     memory = {**default.get("memory", {}), **rel.get("memory", {})}
     names = rel.get("names", {})
     without = set(rel.get("without", ()))
-    profiles = tuple(
-        _profile(row, memory, names, key) for row in raw["profiles"] if row[0] not in without
-    )
+    profiles = tuple(_profile(row, memory, names, key) for row in raw["profiles"] if row[0] not in without)
     axis = max(p.end for prof in profiles for p in prof.placements)
     numberings = tuple(raw["gi_ids"])
     if not numberings or any(n not in NUMBERINGS for n in numberings):
         raise ValueError(f"{key}: gi_ids must list some of {NUMBERINGS}, got {numberings}")
     others = [k for k in raw["releases"] if k != raw["default_release"]]
     return GpuModel(
-        key=key, nvml_names=tuple(raw["names"]), pci_device_id=int(raw["pci_device_id"]),
-        memory_mib=int(raw["memory_mib"]), max_mig_devices=int(raw["max_mig_devices"]), axis_length=axis,
-        gi_numberings=numberings, release=Release(release, str(rel["version"])),
-        releases=(raw["default_release"], *others), profiles=profiles,
+        key=key,
+        nvml_names=tuple(raw["names"]),
+        pci_device_id=int(raw["pci_device_id"]),
+        memory_mib=int(raw["memory_mib"]),
+        max_mig_devices=int(raw["max_mig_devices"]),
+        axis_length=axis,
+        gi_numberings=numberings,
+        release=Release(release, str(rel["version"])),
+        releases=(raw["default_release"], *others),
+        profiles=profiles,
     )
 
 
@@ -216,9 +224,15 @@ def _profile(row: list[Any], memory: dict[str, int], names: dict[str, str], key:
     if name not in memory:
         raise ValueError(f"{key}: no release gives the memory of {name}")
     return GiProfile(
-        name=names.get(name, name), enum=int(enum), profile_id=int(profile_id), memory_mib=int(memory[name]),
-        sm_count=int(sm), slice_count=int(slices), instance_count=int(count),
-        placements=_placements(placements, f"{key} {name}"), engines=Engines(*(int(e) for e in engines)),
+        name=names.get(name, name),
+        enum=int(enum),
+        profile_id=int(profile_id),
+        memory_mib=int(memory[name]),
+        sm_count=int(sm),
+        slice_count=int(slices),
+        instance_count=int(count),
+        placements=_placements(placements, f"{key} {name}"),
+        engines=Engines(*(int(e) for e in engines)),
     )
 
 

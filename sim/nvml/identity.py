@@ -32,8 +32,14 @@ def gpu_uuid(seed: str, index: int) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def mig_uuid(parent_uuid: str, placement: Placement, profile_id: int, ci_start: int, ci_profile_id: int,
-             generation: int = 0) -> str:
+def mig_uuid(
+    parent_uuid: str,
+    placement: Placement,
+    profile_id: int,
+    ci_start: int,
+    ci_profile_id: int,
+    generation: int = 0,
+) -> str:
     """R470+ MIG UUID (v5-like: version nibble 5, RFC-4122 variant).
 
     Derived from the parent GPU, the GI placement and profile and the CI slot; `generation` 0

@@ -35,12 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
         split = args.index("--")
-        ours, target = args[:split], args[split + 1:]
+        ours, target = args[:split], args[split + 1 :]
     else:
         ours, target = args, []
     parser = argparse.ArgumentParser(prog="python -m sim.nvml.launch")
     parser.add_argument("--state", required=True, help="JSON state file shared with observers")
-    parser.add_argument("--spec", help="node spec JSON (or @file) used when the state file does not exist yet")
+    parser.add_argument(
+        "--spec", help="node spec JSON (or @file) used when the state file does not exist yet"
+    )
     opts = parser.parse_args(ours)
     if not target:
         parser.error("give the program after `--`: dynmig arguments or module:function")

@@ -121,7 +121,9 @@ class SimulatedLibrary:
             raise NvmlFault(codes.INVALID_ARGUMENT, f"unknown handle 0x{addr:x}")
         return key
 
-    def _resolve(self, state: State, handle: Any) -> tuple[str, Gpu, GpuInstance | None, ComputeInstance | None]:
+    def _resolve(
+        self, state: State, handle: Any
+    ) -> tuple[str, Gpu, GpuInstance | None, ComputeInstance | None]:
         """Handle -> (kind, gpu, gi, ci); stale handles (destroyed instances) are INVALID_ARGUMENT."""
         key = self._key(handle)
         gpu = state.gpu(key[1])
@@ -212,7 +214,9 @@ class SimulatedLibrary:
         legacy = _LEGACY_MIG_ID.match(text)
         with self.store.read() as state:
             if legacy:
-                return self._legacy_mig_handle(state, legacy.group(1), int(legacy.group(2)), int(legacy.group(3)), out)
+                return self._legacy_mig_handle(
+                    state, legacy.group(1), int(legacy.group(2)), int(legacy.group(3)), out
+                )
             for gpu in state.gpus:
                 if gpu.uuid == text:
                     return _put_handle(out, self.gpu_addr(gpu))
@@ -269,7 +273,9 @@ class SimulatedLibrary:
         with self.store.read() as state:
             gpu, gi, ci = self._device(state, handle)
             procs = driver.processes_of(gpu, gi, ci)
-            return _fill_array(count, infos, len(procs), lambda i, item: _set_process(item, procs[i]), probe=False)
+            return _fill_array(
+                count, infos, len(procs), lambda i, item: _set_process(item, procs[i]), probe=False
+            )
 
     _nvmlDeviceGetComputeRunningProcesses_v2 = _nvmlDeviceGetComputeRunningProcesses_v3
 
@@ -362,7 +368,9 @@ class SimulatedLibrary:
             gpu = self._parent(state, handle)
             _out(out).value = driver.remaining_capacity(gpu, _int(profile_id))
 
-    def _nvmlDeviceGetGpuInstancePossiblePlacements_v2(self, handle: Any, profile_id: Any, arr: Any, count: Any) -> int:
+    def _nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+        self, handle: Any, profile_id: Any, arr: Any, count: Any
+    ) -> int:
         with self.store.read() as state:
             gpu = self._parent(state, handle)
             places = driver.possible_placements(gpu, _int(profile_id))
@@ -377,7 +385,9 @@ class SimulatedLibrary:
             gi = driver.create_gi(state, gpu, _int(profile_id), None)
             _put_handle(out, self.gi_addr(gpu, gi))
 
-    def _nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: Any, profile_id: Any, placement: Any, out: Any) -> None:
+    def _nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profile_id: Any, placement: Any, out: Any
+    ) -> None:
         wanted = self._placement_arg(placement, "nvmlDeviceCreateGpuInstanceWithPlacement")
         with self.store.mutate() as state:
             gpu = self._parent(state, handle)
@@ -416,23 +426,31 @@ class SimulatedLibrary:
 
     # ---- compute instances ----------------------------------------------------------------------
 
-    def _nvmlGpuInstanceGetComputeInstanceProfileInfo(self, handle: Any, profile: Any, eng: Any, out: Any) -> None:
+    def _nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, handle: Any, profile: Any, eng: Any, out: Any
+    ) -> None:
         with self.store.read() as state:
             gpu, gi = self._gi(state, handle)
             _fill_ci_profile(_out(out), gpu, gi, driver.ci_profile_by_enum(gpu, gi, _int(profile), _int(eng)))
 
-    def _nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, handle: Any, profile: Any, eng: Any, out: Any) -> None:
+    def _nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+        self, handle: Any, profile: Any, eng: Any, out: Any
+    ) -> None:
         info = _versioned(out, CI_PROFILE_INFO_V2)
         with self.store.read() as state:
             gpu, gi = self._gi(state, handle)
             _fill_ci_profile(info, gpu, gi, driver.ci_profile_by_enum(gpu, gi, _int(profile), _int(eng)))
 
-    def _nvmlGpuInstanceGetComputeInstanceRemainingCapacity(self, handle: Any, profile_id: Any, out: Any) -> None:
+    def _nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+        self, handle: Any, profile_id: Any, out: Any
+    ) -> None:
         with self.store.read() as state:
             gpu, gi = self._gi(state, handle)
             _out(out).value = driver.ci_remaining_capacity(gpu, gi, _int(profile_id))
 
-    def _nvmlGpuInstanceGetComputeInstancePossiblePlacements(self, handle: Any, profile_id: Any, arr: Any, count: Any) -> int:
+    def _nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+        self, handle: Any, profile_id: Any, arr: Any, count: Any
+    ) -> int:
         with self.store.read() as state:
             gpu, gi = self._gi(state, handle)
             places = driver.ci_profile_by_id(gpu, gi, _int(profile_id)).placements
@@ -444,7 +462,9 @@ class SimulatedLibrary:
             ci = driver.create_ci(state, gpu, gi, _int(profile_id), None)
             _put_handle(out, self.ci_addr(gpu, gi, ci))
 
-    def _nvmlGpuInstanceCreateComputeInstanceWithPlacement(self, handle: Any, profile_id: Any, placement: Any, out: Any) -> None:
+    def _nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+        self, handle: Any, profile_id: Any, placement: Any, out: Any
+    ) -> None:
         wanted = self._placement_arg(placement, "nvmlGpuInstanceCreateComputeInstanceWithPlacement")
         with self.store.mutate() as state:
             gpu, gi = self._gi(state, handle)
@@ -493,6 +513,7 @@ _EXPORTS = [name[1:] for name in vars(SimulatedLibrary) if name.startswith("_nvm
 
 
 # ---- ctypes helpers -----------------------------------------------------------------------------
+
 
 def _int(value: Any) -> int:
     return int(getattr(value, "value", value))
@@ -609,11 +630,18 @@ def _set_process(item: Any, proc: Any) -> None:
 
 def _fill_gi_profile(info: Any, model: GpuModel, spec: Any) -> None:
     values = {
-        "id": spec.profile_id, "isP2pSupported": 0, "sliceCount": spec.slice_count,
-        "instanceCount": spec.instance_count, "multiprocessorCount": spec.sm_count,
-        "copyEngineCount": spec.engines.copy, "decoderCount": spec.engines.decoder,
-        "encoderCount": spec.engines.encoder, "jpegCount": spec.engines.jpeg, "ofaCount": spec.engines.ofa,
-        "memorySizeMB": spec.memory_mib, "name": f"MIG {spec.name}".encode(),
+        "id": spec.profile_id,
+        "isP2pSupported": 0,
+        "sliceCount": spec.slice_count,
+        "instanceCount": spec.instance_count,
+        "multiprocessorCount": spec.sm_count,
+        "copyEngineCount": spec.engines.copy,
+        "decoderCount": spec.engines.decoder,
+        "encoderCount": spec.engines.encoder,
+        "jpegCount": spec.engines.jpeg,
+        "ofaCount": spec.engines.ofa,
+        "memorySizeMB": spec.memory_mib,
+        "name": f"MIG {spec.name}".encode(),
     }
     _assign(info, values)
 
@@ -621,10 +649,15 @@ def _fill_gi_profile(info: Any, model: GpuModel, spec: Any) -> None:
 def _fill_ci_profile(info: Any, gpu: Gpu, gi: GpuInstance, profile: driver.CiProfile) -> None:
     spec = driver.gi_spec(gpu, gi)
     values = {
-        "id": profile.profile_id, "sliceCount": profile.slice_count, "instanceCount": profile.instance_count,
-        "multiprocessorCount": profile.sm_count, "sharedCopyEngineCount": spec.engines.copy,
-        "sharedDecoderCount": spec.engines.decoder, "sharedEncoderCount": spec.engines.encoder,
-        "sharedJpegCount": spec.engines.jpeg, "sharedOfaCount": spec.engines.ofa,
+        "id": profile.profile_id,
+        "sliceCount": profile.slice_count,
+        "instanceCount": profile.instance_count,
+        "multiprocessorCount": profile.sm_count,
+        "sharedCopyEngineCount": spec.engines.copy,
+        "sharedDecoderCount": spec.engines.decoder,
+        "sharedEncoderCount": spec.engines.encoder,
+        "sharedJpegCount": spec.engines.jpeg,
+        "sharedOfaCount": spec.engines.ofa,
         "name": profile.name.encode(),
     }
     _assign(info, values)

@@ -111,8 +111,13 @@ class SimulatedNvml:
             state.faults.destroy_delay_s = 0.0
 
     def set_busy(
-        self, gpu_uuid: str, pids: tuple[int, ...] | list[int] = (4242,), *,
-        gi_id: int | None = None, ci_id: int | None = None, used_mib: int = 1024,
+        self,
+        gpu_uuid: str,
+        pids: tuple[int, ...] | list[int] = (4242,),
+        *,
+        gi_id: int | None = None,
+        ci_id: int | None = None,
+        used_mib: int = 1024,
     ) -> None:
         """Processes appear on the GPU: on the whole GPU (gi_id None), on a GI, or on one CI."""
         with self.store.mutate() as state:

@@ -109,7 +109,9 @@ def _count(entry: Any, n: int) -> int:
         raise SpecError(f'node spec: gpus[{n}] must be an object with a "model" field')
     unknown = set(entry) - _ENTRY_KEYS
     if unknown:
-        raise SpecError(f"node spec: gpus[{n}] has unknown fields {sorted(unknown)}; allowed: {sorted(_ENTRY_KEYS)}")
+        raise SpecError(
+            f"node spec: gpus[{n}] has unknown fields {sorted(unknown)}; allowed: {sorted(_ENTRY_KEYS)}"
+        )
     count = entry.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _MAX_GPUS:
         raise SpecError(f"node spec: gpus[{n}].count must be an integer from 1 to {_MAX_GPUS}, got {count!r}")
@@ -129,8 +131,17 @@ def _gpu(entry: dict[str, Any], n: int, index: int, seed: str, node_driver: str 
         raise SpecError(f"node spec: gpus[{n}].driver: {error}") from None
     uuid = entry.get("uuid") or gpu_uuid(seed, index)
     if not isinstance(uuid, str) or not _GPU_UUID.match(uuid):
-        raise SpecError(f"node spec: gpus[{n}].uuid {uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+        raise SpecError(
+            f"node spec: gpus[{n}].uuid {uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+        )
     mig = 1 if entry.get("mig", True) else 0
     numberings = hardware.model(key, release).gi_numberings
-    return Gpu(index=index, uuid=uuid, model_key=key, mig_current=mig, mig_pending=mig, release=release,
-               gi_numbering=numberings[index % len(numberings)])
+    return Gpu(
+        index=index,
+        uuid=uuid,
+        model_key=key,
+        mig_current=mig,
+        mig_pending=mig,
+        release=release,
+        gi_numbering=numberings[index % len(numberings)],
+    )

@@ -51,7 +51,9 @@ class FileStore:
                 if not self.path.exists():
                     self._write(initial)
         elif not self.path.exists():
-            raise FileNotFoundError(f"NVML state file {self.path} does not exist; pass a node spec to create it")
+            raise FileNotFoundError(
+                f"NVML state file {self.path} does not exist; pass a node spec to create it"
+            )
 
     @contextlib.contextmanager
     def read(self) -> Iterator[State]:

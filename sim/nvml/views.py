@@ -68,15 +68,27 @@ def _gpu_view(gpu: Gpu) -> SimGpu:
         spec = driver.gi_spec(gpu, gi)
         cis = tuple(
             SimComputeInstance(
-                ci.ci_id, ci.profile_id, Placement(ci.start, ci.size), ci.uuid, index.get(ci.serial, -1),
+                ci.ci_id,
+                ci.profile_id,
+                Placement(ci.start, ci.size),
+                ci.uuid,
+                index.get(ci.serial, -1),
                 driver.ci_profile_by_id(gpu, gi, ci.profile_id).name.removeprefix("MIG "),
             )
             for ci in sorted(gi.cis, key=lambda c: c.ci_id)
         )
         gis.append(SimGpuInstance(gi.gi_id, spec.name, gi.profile_id, gi.placement, cis))
     procs = tuple(SimProcess(p.pid, p.used_mib, p.gi_id, p.ci_id) for p in gpu.processes)
-    return SimGpu(gpu.index, gpu.uuid, gpu.model.key, gpu.model.nvml_name, gpu.mig_current, gpu.mig_pending,
-                  tuple(gis), procs)
+    return SimGpu(
+        gpu.index,
+        gpu.uuid,
+        gpu.model.key,
+        gpu.model.nvml_name,
+        gpu.mig_current,
+        gpu.mig_pending,
+        tuple(gis),
+        procs,
+    )
 
 
 def nvidia_smi_list(state: State) -> str:

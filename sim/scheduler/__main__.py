@@ -22,14 +22,22 @@ from sim.scheduler.scheduler import Scheduler
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.scheduler", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.scheduler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", required=True, help="KubeSchedulerConfiguration YAML file")
     parser.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server to use")
-    parser.add_argument("--initial-backoff", type=float, default=None, help="seconds (default from config: 1)")
+    parser.add_argument(
+        "--initial-backoff", type=float, default=None, help="seconds (default from config: 1)"
+    )
     parser.add_argument("--max-backoff", type=float, default=None, help="seconds (default from config: 10)")
-    parser.add_argument("--hostname", default=None,
-                        help="hostname part of the leader-election identity (default: this machine's)")
+    parser.add_argument(
+        "--hostname",
+        default=None,
+        help="hostname part of the leader-election identity (default: this machine's)",
+    )
     args = parser.parse_args(argv)
     try:
         cfg = load(args.config)
@@ -37,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --config {args.config}: {exc}", file=sys.stderr)
         return 2
     api = kubeconfig.new_client_from_config(config_file=args.kubeconfig)
-    sched = Scheduler(cfg, api, initial_backoff=args.initial_backoff, max_backoff=args.max_backoff,
-                      hostname=args.hostname).start()
+    sched = Scheduler(
+        cfg, api, initial_backoff=args.initial_backoff, max_backoff=args.max_backoff, hostname=args.hostname
+    ).start()
     received: list[int] = []  # appended by the handler: Event.set from a handler can deadlock
     signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))

@@ -92,7 +92,7 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
 def parse_duration(text: Any, where: str) -> float:
     """A Go duration string ("30s", "1m30s", "500ms") in seconds."""
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{where}: expected a duration string such as \"30s\", got {text!r}")
+        raise ConfigError(f'{where}: expected a duration string such as "30s", got {text!r}')
     s = text.strip()
     if s == "0":
         return 0.0
@@ -103,7 +103,7 @@ def parse_duration(text: Any, where: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(s):
-        raise ConfigError(f"{where}: {text!r} is not a duration: use forms like \"500ms\", \"30s\", \"1m30s\"")
+        raise ConfigError(f'{where}: {text!r} is not a duration: use forms like "500ms", "30s", "1m30s"')
     return total
 
 
@@ -122,11 +122,14 @@ def _tls(raw: Any, where: str) -> TLSConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping")
     return TLSConfig(
-        insecure=bool(raw.get("insecure", False)), server_name=str(raw.get("serverName") or ""),
-        ca_data=_bytes(raw.get("caData"), f"{where}.caData"), ca_file=str(raw.get("caFile") or ""),
+        insecure=bool(raw.get("insecure", False)),
+        server_name=str(raw.get("serverName") or ""),
+        ca_data=_bytes(raw.get("caData"), f"{where}.caData"),
+        ca_file=str(raw.get("caFile") or ""),
         cert_data=_bytes(raw.get("certData"), f"{where}.certData"),
         key_data=_bytes(raw.get("keyData"), f"{where}.keyData"),
-        cert_file=str(raw.get("certFile") or ""), key_file=str(raw.get("keyFile") or ""),
+        cert_file=str(raw.get("certFile") or ""),
+        key_file=str(raw.get("keyFile") or ""),
     )
 
 
@@ -148,11 +151,17 @@ def _extender(raw: Any, i: int) -> ExtenderConfig:
     if raw.get("prioritizeVerb") and weight <= 0:
         raise ConfigError(f"{where}.weight: must be positive when prioritizeVerb is set")
     return ExtenderConfig(
-        url_prefix=url, filter_verb=str(raw.get("filterVerb") or ""), bind_verb=str(raw.get("bindVerb") or ""),
-        prioritize_verb=str(raw.get("prioritizeVerb") or ""), weight=weight,
-        node_cache_capable=bool(raw.get("nodeCacheCapable", False)), managed_resources=tuple(managed),
-        http_timeout=http_timeout or DEFAULT_EXTENDER_TIMEOUT, enable_https=bool(raw.get("enableHTTPS", False)),
-        tls=_tls(raw.get("tlsConfig"), f"{where}.tlsConfig"), ignorable=bool(raw.get("ignorable", False)),
+        url_prefix=url,
+        filter_verb=str(raw.get("filterVerb") or ""),
+        bind_verb=str(raw.get("bindVerb") or ""),
+        prioritize_verb=str(raw.get("prioritizeVerb") or ""),
+        weight=weight,
+        node_cache_capable=bool(raw.get("nodeCacheCapable", False)),
+        managed_resources=tuple(managed),
+        http_timeout=http_timeout or DEFAULT_EXTENDER_TIMEOUT,
+        enable_https=bool(raw.get("enableHTTPS", False)),
+        tls=_tls(raw.get("tlsConfig"), f"{where}.tlsConfig"),
+        ignorable=bool(raw.get("ignorable", False)),
     )
 
 
@@ -179,7 +188,9 @@ def _leader_election(raw: Any) -> LeaderElection:
     if not cfg.leader_elect:
         return cfg
     if cfg.resource_lock != "leases":
-        raise ConfigError(f"leaderElection.resourceLock: {cfg.resource_lock!r} is not supported; use \"leases\"")
+        raise ConfigError(
+            f'leaderElection.resourceLock: {cfg.resource_lock!r} is not supported; use "leases"'
+        )
     # client-go's rules (leaderelection.NewLeaderElector)
     if not cfg.lease_duration > cfg.renew_deadline:
         raise ConfigError("leaderElection.leaseDuration: must be greater than renewDeadline")
@@ -194,8 +205,10 @@ def parse(doc: Any) -> SchedulerConfig:
     if not isinstance(doc, dict):
         raise ConfigError("the file must hold one KubeSchedulerConfiguration mapping")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != "KubeSchedulerConfiguration":
-        raise ConfigError(f"apiVersion/kind: expected {API_VERSION} KubeSchedulerConfiguration, got "
-                          f"{doc.get('apiVersion')!r} {doc.get('kind')!r}")
+        raise ConfigError(
+            f"apiVersion/kind: expected {API_VERSION} KubeSchedulerConfiguration, got "
+            f"{doc.get('apiVersion')!r} {doc.get('kind')!r}"
+        )
     profiles = doc.get("profiles") or [{}]
     names = tuple(str((p or {}).get("schedulerName") or "default-scheduler") for p in profiles)
     if len(set(names)) != len(names):
@@ -213,7 +226,9 @@ def parse(doc: Any) -> SchedulerConfig:
     if not 0 <= pct <= 100:
         raise ConfigError("percentageOfNodesToScore: must be between 0 and 100")
     return SchedulerConfig(
-        scheduler_names=names, extenders=extenders, percentage_of_nodes_to_score=pct,
+        scheduler_names=names,
+        extenders=extenders,
+        percentage_of_nodes_to_score=pct,
         initial_backoff=float(doc.get("podInitialBackoffSeconds") or 1),
         max_backoff=float(doc.get("podMaxBackoffSeconds") or 10),
         leader_election=_leader_election(doc.get("leaderElection")),

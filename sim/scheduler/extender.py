@@ -36,8 +36,9 @@ def _ssl_context(cfg: ExtenderConfig) -> ssl.SSLContext:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     elif tls.has_ca:
-        ctx = ssl.create_default_context(cadata=tls.ca_data.decode() if tls.ca_data else None,
-                                         cafile=tls.ca_file or None)
+        ctx = ssl.create_default_context(
+            cadata=tls.ca_data.decode() if tls.ca_data else None, cafile=tls.ca_file or None
+        )
     if tls.cert_data or tls.cert_file:
         with tempfile.TemporaryDirectory() as d:
             cert, key = tls.cert_file, tls.key_file
@@ -70,8 +71,11 @@ class Extender:
     def __init__(self, cfg: ExtenderConfig):
         self.cfg = cfg
         self.url = cfg.url_prefix.rstrip("/")
-        kwargs: dict[str, Any] = {"maxsize": 8, "retries": False,
-                                  "timeout": urllib3.Timeout(total=cfg.http_timeout)}
+        kwargs: dict[str, Any] = {
+            "maxsize": 8,
+            "retries": False,
+            "timeout": urllib3.Timeout(total=cfg.http_timeout),
+        }
         if self.url.startswith("https://"):
             kwargs["ssl_context"] = _ssl_context(cfg)
             if cfg.tls.server_name:
@@ -90,8 +94,9 @@ class Extender:
     def _post(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.url}/{verb}"
         try:
-            resp = self._http.request("POST", url, body=json.dumps(args).encode(),
-                                      headers={"Content-Type": "application/json"})
+            resp = self._http.request(
+                "POST", url, body=json.dumps(args).encode(), headers={"Content-Type": "application/json"}
+            )
         except urllib3.exceptions.HTTPError as exc:
             raise ExtenderError(f'Post "{url}": {exc}') from exc
         if resp.status != 200:
@@ -116,23 +121,32 @@ class Extender:
         if self.cfg.node_cache_capable and result.get("nodenames") is not None:
             for name in result["nodenames"]:
                 if name not in known:
-                    raise ExtenderError(f'extender "{self.url}" claims a filtered node "{name}" which is not '
-                                        "found in the input node list")
+                    raise ExtenderError(
+                        f'extender "{self.url}" claims a filtered node "{name}" which is not '
+                        "found in the input node list"
+                    )
                 out.append(name)
         elif result.get("nodes") is not None:
             for item in (result["nodes"] or {}).get("items") or []:
                 name = (item.get("metadata") or {}).get("name", "")
                 if name not in known:
-                    raise ExtenderError(f'extender "{self.url}" claims a filtered node "{name}" which is not '
-                                        "found in the input node list")
+                    raise ExtenderError(
+                        f'extender "{self.url}" claims a filtered node "{name}" which is not '
+                        "found in the input node list"
+                    )
                 out.append(name)
-        return FilterResult(out, dict(result.get("failednodes") or {}),
-                            dict(result.get("failedandunresolvablenodes") or {}))
+        return FilterResult(
+            out, dict(result.get("failednodes") or {}), dict(result.get("failedandunresolvablenodes") or {})
+        )
 
     def bind(self, pod: dict[str, Any], node: str) -> None:
         meta = pod["metadata"]
-        args = {"PodName": meta["name"], "PodNamespace": meta.get("namespace", ""), "PodUID": meta.get("uid", ""),
-                "Node": node}
+        args = {
+            "PodName": meta["name"],
+            "PodNamespace": meta.get("namespace", ""),
+            "PodUID": meta.get("uid", ""),
+            "Node": node,
+        }
         self.bind_calls += 1
         result = self._post(self.cfg.bind_verb, args)
         if result.get("error"):

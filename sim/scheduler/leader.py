@@ -35,8 +35,14 @@ def _micro(now: dt.datetime) -> str:
 
 
 class LeaderElector:
-    def __init__(self, api_client: Any, cfg: LeaderElection, hostname: str,
-                 on_started: Callable[[], None], on_lost: Callable[[], None]):
+    def __init__(
+        self,
+        api_client: Any,
+        cfg: LeaderElection,
+        hostname: str,
+        on_started: Callable[[], None],
+        on_lost: Callable[[], None],
+    ):
         self.api = client.CoordinationV1Api(api_client)
         self.cfg = cfg
         self.identity = f"{hostname}_{uuid.uuid4()}"
@@ -68,7 +74,9 @@ class LeaderElector:
             self._stopping.wait(self.cfg.retry_period * (1 + random.random() * JITTER))
         else:
             return
-        log.info("%s acquired Lease %s/%s", self.identity, self.cfg.resource_namespace, self.cfg.resource_name)
+        log.info(
+            "%s acquired Lease %s/%s", self.identity, self.cfg.resource_namespace, self.cfg.resource_name
+        )
         self.leading.set()
         self.on_started()
         while not self._stopping.wait(self.cfg.retry_period):  # renew
@@ -80,7 +88,9 @@ class LeaderElector:
                 continue
             if self._stopping.is_set():
                 return
-            log.error("%s: leaderelection lost (no renew within %.1fs)", self.identity, self.cfg.renew_deadline)
+            log.error(
+                "%s: leaderelection lost (no renew within %.1fs)", self.identity, self.cfg.renew_deadline
+            )
             self.leading.clear()
             self.lost = True
             self.on_lost()
@@ -96,15 +106,24 @@ class LeaderElector:
     def _try_acquire_or_renew(self) -> bool:
         ns, name = self.cfg.resource_namespace, self.cfg.resource_name
         now = dt.datetime.now(dt.UTC)
-        record = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.cfg.lease_duration),
-                  "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}
+        record = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.cfg.lease_duration),
+            "acquireTime": _micro(now),
+            "renewTime": _micro(now),
+            "leaseTransitions": 0,
+        }
         try:
             body = json.loads(self.api.read_namespaced_lease(name, ns, _preload_content=False).data)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": name, "namespace": ns}, "spec": record}
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": record,
+            }
             self._drain(self.api.create_namespaced_lease(ns, lease, _preload_content=False))
             self._seen(json.dumps(record, sort_keys=True))
             return True
@@ -139,8 +158,13 @@ class LeaderElector:
             if spec.get("holderIdentity") != self.identity:
                 return
             now = _micro(dt.datetime.now(dt.UTC))
-            body["spec"] = {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now,
-                            "leaseTransitions": int(spec.get("leaseTransitions") or 0)}
+            body["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+            }
             self._drain(self.api.replace_namespaced_lease(name, ns, body, _preload_content=False))
             log.info("%s released Lease %s/%s", self.identity, ns, name)
         except Exception as exc:  # noqa: BLE001 - best effort, as client-go's release

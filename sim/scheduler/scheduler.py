@@ -65,9 +65,15 @@ def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
 class _Informer:
     """List then watch one resource with the official client, as raw JSON, relisting on errors."""
 
-    def __init__(self, name: str, list_fn: Callable[..., Any], field_selector: str,
-                 on_sync: Callable[[list[dict[str, Any]]], None],
-                 on_event: Callable[[str, dict[str, Any]], None], stopping: threading.Event):
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        field_selector: str,
+        on_sync: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        stopping: threading.Event,
+    ):
         self.name, self.list_fn, self.field_selector = name, list_fn, field_selector
         self.on_sync, self.on_event, self.stopping = on_sync, on_event, stopping
         self.synced = threading.Event()
@@ -83,9 +89,14 @@ class _Informer:
                 self.on_sync(doc.get("items") or [])
                 self.synced.set()
                 self._watch = watch.Watch()
-                for ev in self._watch.stream(self.list_fn, field_selector=self.field_selector,
-                                             resource_version=rv, timeout_seconds=30,
-                                             allow_watch_bookmarks=True, deserialize=False):
+                for ev in self._watch.stream(
+                    self.list_fn,
+                    field_selector=self.field_selector,
+                    resource_version=rv,
+                    timeout_seconds=30,
+                    allow_watch_bookmarks=True,
+                    deserialize=False,
+                ):
                     if self.stopping.is_set():
                         break
                     obj = ev.get("object") or {}
@@ -110,18 +121,26 @@ class _Informer:
 
 class Scheduler:
     """Args:
-        config: parsed KubeSchedulerConfiguration (sim.scheduler.config.load / parse).
-        api_client: an official-client ApiClient (e.g. ApiServer.api_client("kube-scheduler")).
-        initial_backoff, max_backoff: override the config's pod backoff (seconds), e.g. 0.05 in tests.
-        bind_workers: how many bindings may run at once.
-        seed: seed for breaking ties between feasible nodes.
-        hostname: the first part of the leader-election identity `<hostname>_<uuid>` (in a pod, kube-
-            scheduler's hostname is the pod's name); default this machine's.
+    config: parsed KubeSchedulerConfiguration (sim.scheduler.config.load / parse).
+    api_client: an official-client ApiClient (e.g. ApiServer.api_client("kube-scheduler")).
+    initial_backoff, max_backoff: override the config's pod backoff (seconds), e.g. 0.05 in tests.
+    bind_workers: how many bindings may run at once.
+    seed: seed for breaking ties between feasible nodes.
+    hostname: the first part of the leader-election identity `<hostname>_<uuid>` (in a pod, kube-
+        scheduler's hostname is the pod's name); default this machine's.
     """
 
-    def __init__(self, config: SchedulerConfig, api_client: Any, *, initial_backoff: float | None = None,
-                 max_backoff: float | None = None, bind_workers: int = 8, seed: int | None = None,
-                 hostname: str | None = None):
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        api_client: Any,
+        *,
+        initial_backoff: float | None = None,
+        max_backoff: float | None = None,
+        bind_workers: int = 8,
+        seed: int | None = None,
+        hostname: str | None = None,
+    ):
         self.config = config
         self.core = client.CoreV1Api(api_client)
         self.extenders = [Extender(e) for e in sorted(config.extenders, key=lambda e: e.ignorable)]
@@ -145,15 +164,29 @@ class Scheduler:
         self._stopping = threading.Event()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
         self._informers = [
-            _Informer("pods", self.core.list_pod_for_all_namespaces, "spec.nodeName=", self._sync_pods,
-                      self._pod_event, self._stopping),
+            _Informer(
+                "pods",
+                self.core.list_pod_for_all_namespaces,
+                "spec.nodeName=",
+                self._sync_pods,
+                self._pod_event,
+                self._stopping,
+            ),
             _Informer("nodes", self.core.list_node, "", self._sync_nodes, self._node_event, self._stopping),
         ]
         self._worker = threading.Thread(target=self._run, name="sched-worker", daemon=True)
         election = config.leader_election
-        self.elector = (LeaderElector(api_client, election, hostname or socket.gethostname(),
-                                      on_started=self._worker.start, on_lost=self._lost)
-                        if election.leader_elect else None)
+        self.elector = (
+            LeaderElector(
+                api_client,
+                election,
+                hostname or socket.gethostname(),
+                on_started=self._worker.start,
+                on_lost=self._lost,
+            )
+            if election.leader_elect
+            else None
+        )
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -196,7 +229,7 @@ class Scheduler:
         for ext in self.extenders:
             ext.close()
 
-    def __enter__(self) -> Scheduler:  # noqa: PYI034
+    def __enter__(self) -> Scheduler:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -205,9 +238,12 @@ class Scheduler:
     # ---- informer callbacks --------------------------------------------------------------------
     def _eligible(self, pod: dict[str, Any]) -> bool:
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-        return (spec.get("schedulerName", "default-scheduler") in self.config.scheduler_names
-                and not spec.get("nodeName") and not meta.get("deletionTimestamp")
-                and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+        return (
+            spec.get("schedulerName", "default-scheduler") in self.config.scheduler_names
+            and not spec.get("nodeName")
+            and not meta.get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
 
     def _enqueue(self, key: str) -> None:
         if key not in self._queued and key not in self._backing_off and key not in self._in_flight:
@@ -315,8 +351,10 @@ class Scheduler:
             if not ext.cfg.filter_verb or not ext.interested(pod):
                 continue
             try:
-                result = ext.filter(wire_pod, feasible if ext.cfg.node_cache_capable
-                                    else [_strip_type_meta(n) for n in feasible])
+                result = ext.filter(
+                    wire_pod,
+                    feasible if ext.cfg.node_cache_capable else [_strip_type_meta(n) for n in feasible],
+                )
             except ExtenderError:
                 if ext.cfg.ignorable:
                     continue
@@ -344,11 +382,17 @@ class Scheduler:
                         raise
             if not bound:
                 meta = pod["metadata"]
-                body = {"apiVersion": "v1", "kind": "Binding",
-                        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-                _drain(self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body,
-                                                               _preload_content=False))
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                }
+                _drain(
+                    self.core.create_namespaced_pod_binding(
+                        meta["name"], meta["namespace"], body, _preload_content=False
+                    )
+                )
         except ExtenderError as exc:
             self._failed(key, pod, str(exc), error=True)
             return
@@ -364,8 +408,12 @@ class Scheduler:
             self._in_flight.discard(key)
             self._pods.pop(key, None)
             self._failures.pop(key, None)
-        self._event(pod, "Normal", "Scheduled", messages.scheduled(pod["metadata"]["namespace"],
-                                                                  pod["metadata"]["name"], node))
+        self._event(
+            pod,
+            "Normal",
+            "Scheduled",
+            messages.scheduled(pod["metadata"]["namespace"], pod["metadata"]["name"], node),
+        )
 
     def _failed(self, key: str, pod: dict[str, Any], message: str, error: bool = False) -> None:
         with self._lock:
@@ -391,12 +439,26 @@ class Scheduler:
             if cond.get("type") == "PodScheduled" and cond.get("message") == message:
                 return
         meta = pod["metadata"]
-        patch = {"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
-            "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": reason,
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": _now(),
+                    }
+                ]
+            }
+        }
         try:
-            _drain(self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], patch,
-                                                         _preload_content=False))
+            _drain(
+                self.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], patch, _preload_content=False
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - a condition is informative only
             log.debug("pod condition for %s: %s", _key(pod), exc)
 
@@ -411,19 +473,37 @@ class Scheduler:
                 seen = self._events.get(ident)
             if seen:
                 name, count = seen
-                _drain(self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": now},
-                                                        _preload_content=False))
+                _drain(
+                    self.core.patch_namespaced_event(
+                        name, ns, {"count": count + 1, "lastTimestamp": now}, _preload_content=False
+                    )
+                )
                 with self._lock:
                     self._events[ident] = (name, count + 1)
                 return
             name = f"{meta['name']}.{time.time_ns():x}"
-            body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
-                    "involvedObject": {"kind": "Pod", "namespace": ns, "name": meta["name"],
-                                       "uid": meta.get("uid", ""), "apiVersion": "v1",
-                                       "resourceVersion": meta.get("resourceVersion", "")},
-                    "reason": reason, "message": message, "type": type_,
-                    "source": {"component": component}, "reportingComponent": component,
-                    "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": ns,
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "apiVersion": "v1",
+                    "resourceVersion": meta.get("resourceVersion", ""),
+                },
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "source": {"component": component},
+                "reportingComponent": component,
+                "reportingInstance": component,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
             _drain(self.core.create_namespaced_event(ns, body, _preload_content=False))
             with self._lock:
                 if len(self._events) > 10_000:

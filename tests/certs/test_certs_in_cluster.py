@@ -36,12 +36,19 @@ def webhook_config(kind: str, name: str, hooks: list[str], path: str) -> dict:
             "sideEffects": "None",
             "failurePolicy": "Fail",
             "clientConfig": {"service": {"namespace": NS, "name": SERVICE, "path": path, "port": 443}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "rules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+            ],
             "namespaceSelector": {"matchLabels": {"webhook-test": "on"}},
         }
         for hook in hooks
     ]
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name}, "webhooks": entries}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": entries,
+    }
 
 
 @pytest.fixture
@@ -49,24 +56,34 @@ def cluster(apiserver):
     for ns in (NS, "apps"):
         if apiserver.get("namespaces", ns) is None:
             labels = {"webhook-test": "on"} if ns == "apps" else {}
-            apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})
+            apiserver.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+            )
     return apiserver
 
 
 @pytest.fixture
 def with_webhooks(cluster):
-    cluster.create(webhook_config("MutatingWebhookConfiguration", "dynmig-mutating", ["pods.mutate.dynmig.io"], "/mutate"))
     cluster.create(
         webhook_config(
-            "ValidatingWebhookConfiguration", "dynmig-validating",
-            ["pods.validate.dynmig.io", "device-config.validate.dynmig.io"], "/validate",
+            "MutatingWebhookConfiguration", "dynmig-mutating", ["pods.mutate.dynmig.io"], "/mutate"
+        )
+    )
+    cluster.create(
+        webhook_config(
+            "ValidatingWebhookConfiguration",
+            "dynmig-validating",
+            ["pods.validate.dynmig.io", "device-config.validate.dynmig.io"],
+            "/validate",
         )
     )
     return cluster
 
 
 def certs_cli(apiserver, *args: str) -> int:
-    return main([*args, "--kubeconfig", str(apiserver.kubeconfig("certs")), "--namespace", NS, "--service", SERVICE])
+    return main(
+        [*args, "--kubeconfig", str(apiserver.kubeconfig("certs")), "--namespace", NS, "--service", SERVICE]
+    )
 
 
 def secret_data(apiserver, name: str) -> tuple[str, dict[str, bytes]]:
@@ -76,9 +93,13 @@ def secret_data(apiserver, name: str) -> tuple[str, dict[str, bytes]]:
 
 def ca_bundles(apiserver) -> list[bytes]:
     out = []
-    for plural, name in (("mutatingwebhookconfigurations", "dynmig-mutating"),
-                         ("validatingwebhookconfigurations", "dynmig-validating")):
-        out += [base64.b64decode(w["clientConfig"]["caBundle"]) for w in apiserver.get(plural, name)["webhooks"]]
+    for plural, name in (
+        ("mutatingwebhookconfigurations", "dynmig-mutating"),
+        ("validatingwebhookconfigurations", "dynmig-validating"),
+    ):
+        out += [
+            base64.b64decode(w["clientConfig"]["caBundle"]) for w in apiserver.get(plural, name)["webhooks"]
+        ]
     return out
 
 
@@ -114,7 +135,11 @@ def test_rotate_force_issues_a_new_serving_certificate_under_the_same_ca(with_we
 
 
 def test_inject_tolerates_one_absent_configuration_with_a_message(cluster, capsys):
-    cluster.create(webhook_config("MutatingWebhookConfiguration", "dynmig-mutating", ["pods.mutate.dynmig.io"], "/mutate"))
+    cluster.create(
+        webhook_config(
+            "MutatingWebhookConfiguration", "dynmig-mutating", ["pods.mutate.dynmig.io"], "/mutate"
+        )
+    )
     assert certs_cli(cluster, "init") == 0
     assert certs_cli(cluster, "inject", *WEBHOOK_FLAGS) == 0
     out = capsys.readouterr().out
@@ -129,8 +154,15 @@ def test_inject_fails_when_no_named_configuration_exists(cluster, capsys):
 
 
 def test_a_secret_not_made_by_dynmig_is_never_overwritten(cluster, capsys):
-    cluster.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dynmig-tls", "namespace": NS},
-                    "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}})
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "dynmig-tls", "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "", "tls.key": ""},
+        }
+    )
     assert certs_cli(cluster, "init") == 1
     assert "Secret dynmig/dynmig-tls exists but is not managed by dynmig certs" in capsys.readouterr().err
 
@@ -148,18 +180,32 @@ def _mutating_app() -> Starlette:
     async def mutate(request: Request):
         review = await request.json()
         patch = [{"op": "add", "path": "/metadata/labels", "value": {"mutated-by": "dynmig"}}]
-        return JSONResponse({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
-                         "patch": base64.b64encode(json.dumps(patch).encode()).decode()},
-        })
+        return JSONResponse(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": review["request"]["uid"],
+                    "allowed": True,
+                    "patchType": "JSONPatch",
+                    "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+                },
+            }
+        )
 
     async def validate(request: Request):
         review = await request.json()
-        return JSONResponse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                             "response": {"uid": review["request"]["uid"], "allowed": True}})
+        return JSONResponse(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": True},
+            }
+        )
 
-    return Starlette(routes=[Route("/mutate", mutate, methods=["POST"]), Route("/validate", validate, methods=["POST"])])
+    return Starlette(
+        routes=[Route("/mutate", mutate, methods=["POST"]), Route("/validate", validate, methods=["POST"])]
+    )
 
 
 def wait_for(predicate, timeout: float = 15.0) -> None:
@@ -170,11 +216,15 @@ def wait_for(predicate, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_api_server_verifies_the_webhook_with_the_injected_bundle_before_and_after_a_live_rotation(with_webhooks):
+def test_the_api_server_verifies_the_webhook_with_the_injected_bundle_before_and_after_a_live_rotation(
+    with_webhooks,
+):
     assert certs_cli(with_webhooks, "init", *WEBHOOK_FLAGS) == 0
     core = kubernetes.client.CoreV1Api(with_webhooks.api_client("scheduler"))
-    reloader = TLSReloader(SecretSource(core, NS, "dynmig-tls", watch_timeout=5, backoff=(0.05, 0.5)),
-                           required_names=[f"{SERVICE}.{NS}.svc"])
+    reloader = TLSReloader(
+        SecretSource(core, NS, "dynmig-tls", watch_timeout=5, backoff=(0.05, 0.5)),
+        required_names=[f"{SERVICE}.{NS}.svc"],
+    )
     reloader.start()
     assert reloader.ready()  # read from the Secret before start() returned
     server = RunningServer(reloader, app=_mutating_app())
@@ -205,10 +255,15 @@ def test_the_renewer_retries_with_backoff_while_the_api_is_down_and_recovers(wit
     registry = CollectorRegistry()
     later = {"now": utcnow() + (first.not_valid_after_utc - first.not_valid_before_utc) * 0.7}  # renewal due
     renewer = CertRenewer(
-        store, Policy(ServiceIdentity(SERVICE, NS)),
+        store,
+        Policy(ServiceIdentity(SERVICE, NS)),
         admission_api=kubernetes.client.AdmissionregistrationV1Api(api),
-        mutating="dynmig-mutating", validating="dynmig-validating",
-        registry=registry, interval=0.05, backoff=(0.05, 0.2), clock=lambda: later["now"],
+        mutating="dynmig-mutating",
+        validating="dynmig-validating",
+        registry=registry,
+        interval=0.05,
+        backoff=(0.05, 0.2),
+        clock=lambda: later["now"],
     )
     with_webhooks.down("503")
     renewer.start()
@@ -229,8 +284,13 @@ def test_a_renewer_that_is_not_the_leader_writes_nothing(with_webhooks):
     before = with_webhooks.get("secrets", "dynmig-tls", NS)["metadata"]["resourceVersion"]
     api = with_webhooks.api_client("scheduler")
     store = SecretStore(kubernetes.client.CoreV1Api(api), NS, "dynmig-tls", "dynmig-ca")
-    renewer = CertRenewer(store, Policy(ServiceIdentity(SERVICE, NS)), is_leader=lambda: False, interval=0.01,
-                          clock=lambda: utcnow() + dt.timedelta(days=80))
+    renewer = CertRenewer(
+        store,
+        Policy(ServiceIdentity(SERVICE, NS)),
+        is_leader=lambda: False,
+        interval=0.01,
+        clock=lambda: utcnow() + dt.timedelta(days=80),
+    )
     renewer.start()
     wait_for(lambda: renewer.passes >= 3)
     renewer.stop()

@@ -33,14 +33,21 @@ def fresh(now):
 @pytest.mark.parametrize(
     "key_type, key_class", [(KeyType.ECDSA, ec.EllipticCurvePublicKey), (KeyType.RSA, rsa.RSAPublicKey)]
 )
-def test_the_serving_certificate_names_the_service_and_loopback_and_uses_the_chosen_key_type(key_type, key_class):
+def test_the_serving_certificate_names_the_service_and_loopback_and_uses_the_chosen_key_type(
+    key_type, key_class
+):
     now = utcnow().replace(microsecond=0)
     ca = make_ca(now, key_type=key_type)
     identity = ServiceIdentity("dynmig", "gpu", ("dynmig.example.com", "10.0.0.7"))
     pair = make_serving(ca, identity, now, key_type=key_type)
     assert set(san_names(pair.cert)) == {
-        "dynmig.gpu.svc", "dynmig.gpu.svc.cluster.local", "dynmig", "dynmig.gpu",
-        "dynmig.example.com", "127.0.0.1", "10.0.0.7",
+        "dynmig.gpu.svc",
+        "dynmig.gpu.svc.cluster.local",
+        "dynmig",
+        "dynmig.gpu",
+        "dynmig.example.com",
+        "127.0.0.1",
+        "10.0.0.7",
     }
     assert isinstance(pair.cert.public_key(), key_class)
     assert signed_by(pair.cert, ca.cert)
@@ -95,12 +102,18 @@ def test_force_reissues_the_serving_certificate_even_when_not_due():
     "breakage, expected",
     [
         (lambda s, now: CertState(s.ca, s.bundle, None), "no serving certificate"),
-        (lambda s, now: CertState(s.ca, s.bundle, type(s.serving)(s.serving.cert, make_ca(now).key)),
-         "does not match"),
-        (lambda s, now: CertState(s.ca, s.bundle, make_serving(s.ca, ServiceIdentity("old", "name"), now)),
-         "lacks names"),
-        (lambda s, now: CertState(s.ca, s.bundle, make_serving(make_ca(now), IDENTITY, now)),
-         "not signed by any CA in the bundle"),
+        (
+            lambda s, now: CertState(s.ca, s.bundle, type(s.serving)(s.serving.cert, make_ca(now).key)),
+            "does not match",
+        ),
+        (
+            lambda s, now: CertState(s.ca, s.bundle, make_serving(s.ca, ServiceIdentity("old", "name"), now)),
+            "lacks names",
+        ),
+        (
+            lambda s, now: CertState(s.ca, s.bundle, make_serving(make_ca(now), IDENTITY, now)),
+            "not signed by any CA in the bundle",
+        ),
     ],
 )
 def test_an_unusable_serving_certificate_is_replaced_at_once(breakage, expected):

@@ -50,7 +50,9 @@ def of_kind(docs: list[dict], kind: str) -> list[dict]:
 
 def one(docs: list[dict], kind: str, name_suffix: str = "") -> dict:
     found = [d for d in of_kind(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]
-    assert len(found) == 1, f"expected one {kind} *{name_suffix}, found {[d['metadata']['name'] for d in found]}"
+    assert len(found) == 1, (
+        f"expected one {kind} *{name_suffix}, found {[d['metadata']['name'] for d in found]}"
+    )
     return found[0]
 
 
@@ -64,7 +66,7 @@ def container(workload: dict, name: str) -> dict:
 
 def arg(c: dict, flag: str) -> str:
     prefix = f"--{flag}="
-    values = [a[len(prefix):] for a in c.get("args", []) + c.get("command", []) if a.startswith(prefix)]
+    values = [a[len(prefix) :] for a in c.get("args", []) + c.get("command", []) if a.startswith(prefix)]
     assert len(values) == 1, f"{flag}: {values}"
     return values[0]
 

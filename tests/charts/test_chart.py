@@ -39,13 +39,20 @@ def test_chart_version_app_version_and_image_tag_equal_the_package_version():
     package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["version"] == chart["appVersion"] == package
-    images = {c["image"] for d in render() if d["kind"] in ("Deployment", "DaemonSet", "Job")
-              for c in d["spec"]["template"]["spec"]["containers"] if "dynmig" in c["image"]}
+    images = {
+        c["image"]
+        for d in render()
+        if d["kind"] in ("Deployment", "DaemonSet", "Job")
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if "dynmig" in c["image"]
+    }
     assert images == {f"ghcr.io/dynmig/dynmig:{package}"}
 
 
 def test_the_charts_default_device_config_is_the_projects_default_policy():
-    assert (CHART / "files" / "device-config.yaml").read_text() == (ROOT / "policies" / "default.yaml").read_text()
+    assert (CHART / "files" / "device-config.yaml").read_text() == (
+        ROOT / "policies" / "default.yaml"
+    ).read_text()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -55,7 +62,10 @@ def test_renders_for_every_supported_kubernetes_version_with_both_webhooks(kube_
     mutating = one(docs, "MutatingWebhookConfiguration")
     validating = one(docs, "ValidatingWebhookConfiguration")
     assert [w["rules"][0]["operations"] for w in mutating["webhooks"]] == [["CREATE"]]
-    assert {w["name"] for w in validating["webhooks"]} == {"pods.validate.dynmig.io", "device-config.validate.dynmig.io"}
+    assert {w["name"] for w in validating["webhooks"]} == {
+        "pods.validate.dynmig.io",
+        "device-config.validate.dynmig.io",
+    }
     minor = int(kube_version.split(".")[1])
     assert len(of_kind(docs, "ValidatingAdmissionPolicy")) == (1 if minor >= 30 else 0)
     assert len(of_kind(docs, "ValidatingAdmissionPolicyBinding")) == (1 if minor >= 30 else 0)
@@ -79,19 +89,27 @@ def test_the_mutating_webhook_has_the_documented_defaults_and_skips_ignored_obje
     assert ignore in hook["namespaceSelector"]["matchExpressions"]
     assert ignore in hook["objectSelector"]["matchExpressions"]
     assert hook["clientConfig"]["service"]["path"] == "/mutate"
-    assert one(render("1.35", "webhook.mutating.failurePolicy=Fail"), "MutatingWebhookConfiguration")[
-        "webhooks"][0]["failurePolicy"] == "Fail"
+    assert (
+        one(render("1.35", "webhook.mutating.failurePolicy=Fail"), "MutatingWebhookConfiguration")[
+            "webhooks"
+        ][0]["failurePolicy"]
+        == "Fail"
+    )
 
 
 def controller_users(docs) -> list[str]:
     deployment, daemonset = one(docs, "Deployment"), one(docs, "DaemonSet")
-    return [f"system:serviceaccount:{NAMESPACE}:{w['spec']['template']['spec']['serviceAccountName']}"
-            for w in (deployment, daemonset)]
+    return [
+        f"system:serviceaccount:{NAMESPACE}:{w['spec']['template']['spec']['serviceAccountName']}"
+        for w in (deployment, daemonset)
+    ]
 
 
 def test_the_pod_validating_webhook_sees_only_pods_with_the_allocation_annotation_from_non_controllers():
     docs = render()
-    hook = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods."))
+    hook = next(
+        w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods.")
+    )
     assert hook["failurePolicy"] == "Fail"
     assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
@@ -101,7 +119,11 @@ def test_the_pod_validating_webhook_sees_only_pods_with_the_allocation_annotatio
     users = re.findall(r"'(system:serviceaccount:[^']+)'", conditions["not-a-dynmig-controller"])
     assert users == controller_users(docs)
     assert "objectSelector" not in hook  # a label on the pod must not switch protection off
-    configmaps = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("device-config"))
+    configmaps = next(
+        w
+        for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+        if w["name"].startswith("device-config")
+    )
     device_config = one(docs, "ConfigMap", "-device-config")
     assert configmaps["objectSelector"]["matchLabels"].items() <= device_config["metadata"]["labels"].items()
 
@@ -120,7 +142,10 @@ def test_the_admission_policy_lets_only_the_two_controllers_touch_the_allocation
     validation = policy["spec"]["validations"][0]["expression"]
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert "oldObject != null" in variables["hasOld"]  # absent on CREATE
-    assert f"object.metadata.annotations['{ALLOCATIONS}'] == oldObject.metadata.annotations['{ALLOCATIONS}']" in validation
+    assert (
+        f"object.metadata.annotations['{ALLOCATIONS}'] == oldObject.metadata.annotations['{ALLOCATIONS}']"
+        in validation
+    )
     assert not of_kind(render("1.35", "admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
 
 
@@ -139,25 +164,33 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     assert extender["enableHTTPS"] is True
     assert "insecure" not in extender["tlsConfig"]
     assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")
-    assert extender["nodeCacheCapable"] is True and extender["weight"] == 1 and extender["httpTimeout"] == "5s"
+    assert (
+        extender["nodeCacheCapable"] is True and extender["weight"] == 1 and extender["httpTimeout"] == "5s"
+    )
     assert extender["managedResources"] == [
         {"name": "nvidia.com/gpu", "ignoredByScheduler": True},
         {"name": "nvidia.com/gpumem", "ignoredByScheduler": True},
     ]
     # the caFile is the ca.crt of the serving Secret, mounted into the kube-scheduler container
     ca_dir, ca_name = extender["tlsConfig"]["caFile"].rsplit("/", 1)
-    mount = next(m for m in container(deployment, "kube-scheduler")["volumeMounts"] if m["mountPath"] == ca_dir)
+    mount = next(
+        m for m in container(deployment, "kube-scheduler")["volumeMounts"] if m["mountPath"] == ca_dir
+    )
     volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
     assert volume["secret"]["secretName"] == env(server, "DYNMIG_TLS_SECRET")
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_name}]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_server_reads_its_certificate_from_the_secret_and_only_kube_scheduler_mounts_the_ca(mode, monkeypatch):
+def test_the_server_reads_its_certificate_from_the_secret_and_only_kube_scheduler_mounts_the_ca(
+    mode, monkeypatch
+):
     docs = render("1.35", f"certs.mode={mode}")
     deployment = one(docs, "Deployment")
     server, scheduler = container(deployment, "server"), container(deployment, "kube-scheduler")
-    secrets = {v["name"]: v["secret"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    secrets = {
+        v["name"]: v["secret"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v
+    }
     assert [s["items"] for s in secrets.values()] == [[{"key": "ca.crt", "path": "ca.crt"}]]  # never the key
     assert not {m["name"] for m in server["volumeMounts"]} & set(secrets)
     assert {m["name"] for m in scheduler["volumeMounts"]} >= set(secrets)
@@ -169,12 +202,18 @@ def test_the_server_reads_its_certificate_from_the_secret_and_only_kube_schedule
     assert server["args"][0] == "serve"
     cfg = parse_args(server["args"][1:])
     assert settings_problem(cfg) is None
-    assert (cfg.cert_mode, cfg.tls_secret, cfg.tls_cert, cfg.tls_key) == (mode, env(server, "DYNMIG_TLS_SECRET"), "", "")
+    assert (cfg.cert_mode, cfg.tls_secret, cfg.tls_cert, cfg.tls_key) == (
+        mode,
+        env(server, "DYNMIG_TLS_SECRET"),
+        "",
+        "",
+    )
     assert cfg.leader_elect is True and cfg.lease_name == arg(server, "lease-name")
     if mode == "self":
         assert (cfg.mutating_webhook, cfg.validating_webhook) == (
             one(docs, "MutatingWebhookConfiguration")["metadata"]["name"],
-            one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"])
+            one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"],
+        )
 
 
 def rules_of(docs, kind):
@@ -191,7 +230,9 @@ def test_rbac_grants_no_wildcards_and_no_secrets_cluster_wide(mode):
     for name, rule in rules_of(docs, "ClusterRole"):
         assert "secrets" not in rule["resources"], f"ClusterRole {name} grants secrets cluster-wide"
         if any(r.endswith("webhookconfigurations") for r in rule["resources"]):
-            assert rule.get("resourceNames"), f"ClusterRole {name}: webhook configurations without resourceNames"
+            assert rule.get("resourceNames"), (
+                f"ClusterRole {name}: webhook configurations without resourceNames"
+            )
             assert set(rule["verbs"]) <= {"get", "patch"}
     for name, rule in rules_of(docs, "Role"):
         if "secrets" in rule["resources"] and rule["verbs"] != ["create"]:
@@ -225,8 +266,11 @@ def test_each_component_gets_exactly_the_cluster_permissions_it_needs():
         "events": {"create"},
     }
     scheduler_sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-    upstream = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")
-                if b["roleRef"]["name"].startswith("system:")}
+    upstream = {
+        b["roleRef"]["name"]
+        for b in of_kind(docs, "ClusterRoleBinding")
+        if b["roleRef"]["name"].startswith("system:")
+    }
     assert upstream == {"system:kube-scheduler", "system:volume-scheduler"}
     for b in of_kind(docs, "ClusterRoleBinding"):
         if b["roleRef"]["name"].startswith("system:"):
@@ -238,11 +282,17 @@ def test_the_server_may_touch_only_its_own_secrets_and_leases():
     role = one(docs, "Role", "-server")
     server = container(one(docs, "Deployment"), "server")
     secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
-    assert set(secrets["resourceNames"]) == {env(server, "DYNMIG_TLS_SECRET"), env(server, "DYNMIG_CA_SECRET")}
+    assert set(secrets["resourceNames"]) == {
+        env(server, "DYNMIG_TLS_SECRET"),
+        env(server, "DYNMIG_CA_SECRET"),
+    }
     assert "create" not in secrets["verbs"]
     leases = next(r for r in role["rules"] if r["resources"] == ["leases"] and "resourceNames" in r)
     config = scheduler_config(docs)
-    assert set(leases["resourceNames"]) == {arg(server, "lease-name"), config["leaderElection"]["resourceName"]}
+    assert set(leases["resourceNames"]) == {
+        arg(server, "lease-name"),
+        config["leaderElection"]["resourceName"],
+    }
     cm_role = one(render("1.35", "certs.mode=cert-manager"), "Role", "-server")
     cm_secrets = next(r for r in cm_role["rules"] if r["resources"] == ["secrets"])
     assert set(cm_secrets["verbs"]) == {"get", "list", "watch"}
@@ -250,34 +300,53 @@ def test_the_server_may_touch_only_its_own_secrets_and_leases():
 
 def test_every_workload_rolls_when_one_of_its_configmaps_changes():
     base = render()
-    changed = render("1.35", "deviceConfig.allowlist[0].models[0]=A30",
-                     "deviceConfig.allowlist[0].profiles[0]=1g.6gb")
+    changed = render(
+        "1.35", "deviceConfig.allowlist[0].models[0]=A30", "deviceConfig.allowlist[0].profiles[0]=1g.6gb"
+    )
     for kind in ("Deployment", "DaemonSet"):
         workload = one(base, kind)
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
-        mounted = {v["configMap"]["name"] for v in workload["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+        mounted = {
+            v["configMap"]["name"]
+            for v in workload["spec"]["template"]["spec"]["volumes"]
+            if "configMap" in v
+        }
         checksums = {k for k in annotations if k.startswith("checksum/")}
         assert len(checksums) == len(mounted) >= 2, (kind, checksums, mounted)
         after = one(changed, kind)["spec"]["template"]["metadata"]["annotations"]
         assert after["checksum/device-config"] != annotations["checksum/device-config"]
-    assert (one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"]
-            == one(base, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"])
+    assert (
+        one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"]
+        == one(base, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-config"]
+    )
 
 
 def test_a_user_allowlist_replaces_only_the_allowlist_of_the_default_device_config():
-    docs = render("1.35", "deviceConfig.allowlist[0].models[0]=H100",
-                  "deviceConfig.allowlist[0].profiles[0]=1g.10gb", "deviceConfig.allowlist[0].profiles[1]=7g.80gb")
+    docs = render(
+        "1.35",
+        "deviceConfig.allowlist[0].models[0]=H100",
+        "deviceConfig.allowlist[0].profiles[0]=1g.10gb",
+        "deviceConfig.allowlist[0].profiles[1]=7g.80gb",
+    )
     config = yaml.safe_load(one(docs, "ConfigMap", "-device-config")["data"]["device-config.yaml"])
-    assert config["nvidia"]["migProfileAllowlist"] == [{"models": ["H100"], "profiles": ["1g.10gb", "7g.80gb"]}]
+    assert config["nvidia"]["migProfileAllowlist"] == [
+        {"models": ["H100"], "profiles": ["1g.10gb", "7g.80gb"]}
+    ]
     default = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
     assert config["nvidia"]["resourceMemoryName"] == default["nvidia"]["resourceMemoryName"]
-    assert yaml.safe_load(one(render(), "ConfigMap", "-device-config")["data"]["device-config.yaml"]) == default
+    assert (
+        yaml.safe_load(one(render(), "ConfigMap", "-device-config")["data"]["device-config.yaml"]) == default
+    )
 
 
 def test_the_node_config_lists_mig_nodes_and_their_excluded_gpus():
-    docs = render("1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3")
+    docs = render(
+        "1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3"
+    )
     config = json.loads(one(docs, "ConfigMap", "-node-config")["data"]["config.json"])
-    assert config == {"nodeconfig": [{"name": "gpu-1", "operatingmode": "mig", "filterdevices": {"uuid": [], "index": [3]}}]}
+    assert config == {
+        "nodeconfig": [{"name": "gpu-1", "operatingmode": "mig", "filterdevices": {"uuid": [], "index": [3]}}]
+    }
 
 
 def test_the_device_plugin_runs_privileged_with_the_kubelet_socket_dir_and_its_node_name():
@@ -318,8 +387,14 @@ def test_self_managed_certificates_are_made_before_install_and_injected_after():
     assert arg(init, "secret") == env(server, "DYNMIG_TLS_SECRET")
     assert arg(init, "ca-secret") == env(server, "DYNMIG_CA_SECRET")
     assert arg(init, "mutating-webhook") == one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
-    assert arg(inject, "validating-webhook") == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
-    assert arg(init, "service") == one(docs, "Service", "dynmig")["metadata"]["name"] == env(server, "DYNMIG_SERVICE")
+    assert (
+        arg(inject, "validating-webhook") == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    )
+    assert (
+        arg(init, "service")
+        == one(docs, "Service", "dynmig")["metadata"]["name"]
+        == env(server, "DYNMIG_SERVICE")
+    )
 
 
 def test_optional_objects_appear_only_when_asked_for():
@@ -337,7 +412,10 @@ def test_optional_objects_appear_only_when_asked_for():
         ("server.replica=2", "replica"),
         ("certs.mode=vault", "mode"),
         ("webhook.mutating.failurePolicy=ignore", "failurePolicy"),
-        ("devicePlugin.nodeConfig[0].name=n1,devicePlugin.nodeConfig[0].operatingmode=hami-core", "operatingmode"),
+        (
+            "devicePlugin.nodeConfig[0].name=n1,devicePlugin.nodeConfig[0].operatingmode=hami-core",
+            "operatingmode",
+        ),
         ("schedulerNmae=x", "schedulerNmae"),
     ],
 )
@@ -376,8 +454,12 @@ def test_the_device_plugin_gets_nvml_through_the_nvidia_runtime_class_with_mig_v
         assert env(plugin, name) == "all"
     assert "utility" in env(plugin, "NVIDIA_DRIVER_CAPABILITIES")
     assert "initContainers" not in spec and "LD_LIBRARY_PATH" not in {e["name"] for e in plugin["env"]}
-    created = render("1.35", "devicePlugin.runtimeClassName=nvidia-cdi", "devicePlugin.createRuntimeClass=true",
-                     "devicePlugin.runtimeClassHandler=nvidia-cdi")
+    created = render(
+        "1.35",
+        "devicePlugin.runtimeClassName=nvidia-cdi",
+        "devicePlugin.createRuntimeClass=true",
+        "devicePlugin.runtimeClassHandler=nvidia-cdi",
+    )
     runtime_class = one(created, "RuntimeClass")
     assert (runtime_class["metadata"]["name"], runtime_class["handler"]) == ("nvidia-cdi", "nvidia-cdi")
     assert one(created, "DaemonSet")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
@@ -406,7 +488,10 @@ def test_every_container_has_a_read_only_root_filesystem():
     for workload in of_kind(docs, "Deployment") + of_kind(docs, "DaemonSet") + of_kind(docs, "Job"):
         spec = workload["spec"]["template"]["spec"]
         for c in spec.get("initContainers", []) + spec["containers"]:
-            assert c["securityContext"]["readOnlyRootFilesystem"] is True, (workload["metadata"]["name"], c["name"])
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, (
+                workload["metadata"]["name"],
+                c["name"],
+            )
 
 
 def test_on_gpu_operator_nodes_the_plugin_waits_for_the_toolkit_validation_marker():
@@ -421,8 +506,10 @@ def test_on_gpu_operator_nodes_the_plugin_waits_for_the_toolkit_validation_marke
 
 
 def test_without_a_runtime_class_the_plugin_loads_nvml_from_the_drivers_root():
-    daemonset = one(render("1.35", "devicePlugin.runtimeClassName=", "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver"),
-                    "DaemonSet")
+    daemonset = one(
+        render("1.35", "devicePlugin.runtimeClassName=", "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver"),
+        "DaemonSet",
+    )
     plugin = container(daemonset, "device-plugin")
     mount = next(m for m in plugin["volumeMounts"] if m["mountPath"] == "/driver-root")
     assert mount["readOnly"] is True
@@ -433,10 +520,19 @@ def test_without_a_runtime_class_the_plugin_loads_nvml_from_the_drivers_root():
 
 def test_an_image_digest_pins_every_dynmig_container_and_kube_scheduler():
     digest = "sha256:" + "ab" * 32
-    docs = render("1.35", f"image.digest={digest}", f"kubeScheduler.image.digest={digest}",
-                  "devicePlugin.gpuOperatorToolkitReady.enabled=true")
-    images = {c["image"] for d in docs if d["kind"] in ("Deployment", "DaemonSet", "Job")
-              for c in d["spec"]["template"]["spec"]["containers"] + d["spec"]["template"]["spec"].get("initContainers", [])}
+    docs = render(
+        "1.35",
+        f"image.digest={digest}",
+        f"kubeScheduler.image.digest={digest}",
+        "devicePlugin.gpuOperatorToolkitReady.enabled=true",
+    )
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet", "Job")
+        for c in d["spec"]["template"]["spec"]["containers"]
+        + d["spec"]["template"]["spec"].get("initContainers", [])
+    }
     assert images == {f"ghcr.io/dynmig/dynmig@{digest}", f"registry.k8s.io/kube-scheduler@{digest}"}
     done = helm("template", "dynmig", str(CHART), "--set", "image.digest=latest")
     assert done.returncode != 0 and "digest" in done.stderr
@@ -456,22 +552,41 @@ def test_serve_follows_the_lease_of_kube_scheduler_in_its_own_pod():
     spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
-    assert term["labelSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    assert "affinity" not in one(render(), "Deployment")["spec"]["template"]["spec"]  # one replica: nothing to spread
-    single = container(one(render("1.35", "kubeScheduler.leaderElection.enabled=false"), "Deployment"), "server")
+    assert (
+        term["labelSelector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert (
+        "affinity" not in one(render(), "Deployment")["spec"]["template"]["spec"]
+    )  # one replica: nothing to spread
+    single = container(
+        one(render("1.35", "kubeScheduler.leaderElection.enabled=false"), "Deployment"), "server"
+    )
     assert arg(single, "leader-elect") == "false"
-    done = helm("template", "dynmig", str(CHART), "--set", "server.replicas=2",
-                "--set", "kubeScheduler.leaderElection.enabled=false")
+    done = helm(
+        "template",
+        "dynmig",
+        str(CHART),
+        "--set",
+        "server.replicas=2",
+        "--set",
+        "kubeScheduler.leaderElection.enabled=false",
+    )
     assert done.returncode != 0 and "kubeScheduler.leaderElection.enabled" in done.stderr
 
 
-HAMI_WRITERS = ("system:serviceaccount:kube-system:hami-scheduler", "system:serviceaccount:kube-system:hami-device-plugin")
+HAMI_WRITERS = (
+    "system:serviceaccount:kube-system:hami-scheduler",
+    "system:serviceaccount:kube-system:hami-device-plugin",
+)
 
 
 def test_a_handover_lets_hamis_service_accounts_write_allocations_everywhere_the_rule_is_enforced():
     docs = render("1.35", f"allocationWriters={{{','.join(HAMI_WRITERS)}}}")
     expected = controller_users(docs) + list(HAMI_WRITERS)
-    hook = next(w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods."))
+    hook = next(
+        w for w in one(docs, "ValidatingWebhookConfiguration")["webhooks"] if w["name"].startswith("pods.")
+    )
     in_webhook = {c["name"]: c["expression"] for c in hook["matchConditions"]}["not-a-dynmig-controller"]
     in_policy = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"][0]["expression"]
     for expression in (in_webhook, in_policy):

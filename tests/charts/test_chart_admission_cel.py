@@ -26,8 +26,11 @@ POD = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", 
 
 def allow_all(path: str, review: dict) -> dict:
     """A validating webhook that admits everything (the tests count what it is sent)."""
-    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": True}}
+    return {
+        "apiVersion": review["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": True},
+    }
 
 
 def reviews(server: JsonServer) -> list[dict]:
@@ -74,8 +77,9 @@ def change(core: client.CoreV1Api, name: str, method: str, annotations: dict) ->
     current = core.read_namespaced_pod(name, "default")
     before = dict(current.metadata.annotations or {})
     if method == "merge":
-        body = {"metadata": {"annotations": {**{k: None for k in before if k not in annotations},
-                                             **annotations}}}
+        body = {
+            "metadata": {"annotations": {**{k: None for k in before if k not in annotations}, **annotations}}
+        }
         core.patch_namespaced_pod(name, "default", body, _content_type=MERGE_PATCH)
     elif method == "json":
         ops = [{"op": "add", "path": "/metadata/annotations", "value": annotations}]
@@ -99,7 +103,8 @@ def test_alice_cannot_create_a_pod_that_carries_the_allocation_annotation(protec
     assert denied.value.status == 403 and status["reason"] == "Forbidden"
     assert status["message"].startswith(
         "pods \"forged\" is forbidden: ValidatingAdmissionPolicy 'dynmig-allocations' with binding "
-        f"'dynmig-allocations' denied request: {KEY} is written only by the dynmig scheduler")
+        f"'dynmig-allocations' denied request: {KEY} is written only by the dynmig scheduler"
+    )
     assert protected("admin").list_namespaced_pod("default").items == []
 
 
@@ -118,7 +123,9 @@ def test_alice_cannot_add_change_or_remove_the_allocation_annotation(protected, 
 @pytest.mark.parametrize("who", ["chart-scheduler", "chart-device-plugin"])
 @pytest.mark.parametrize("method", ["merge", "json", "update"])
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_the_scheduler_and_the_device_plugin_may_write_the_allocation_annotation(protected, who, edit, method):
+def test_the_scheduler_and_the_device_plugin_may_write_the_allocation_annotation(
+    protected, who, edit, method
+):
     before, after = EDITS[edit]
     protected(who).create_namespaced_pod("default", pod("p", before))
     change(protected(who), "p", method, after)
@@ -132,8 +139,10 @@ def test_alice_may_create_plain_pods_and_edit_other_annotations_of_an_allocated_
     protected("chart-scheduler").create_namespaced_pod("default", pod("allocated", {KEY: "real"}))
     change(alice, "allocated", "json", {KEY: "real", OTHER: "y"})
     change(alice, "allocated", "update", {KEY: "real", OTHER: "z"})
-    assert protected("admin").read_namespaced_pod("allocated", "default").metadata.annotations == \
-        {KEY: "real", OTHER: "z"}
+    assert protected("admin").read_namespaced_pod("allocated", "default").metadata.annotations == {
+        KEY: "real",
+        OTHER: "z",
+    }
 
 
 @pytest.fixture
@@ -153,10 +162,15 @@ def validating_webhook(apiserver, chart, tmp_path) -> Iterator[JsonServer]:
     server.stop()
 
 
-def test_only_pods_that_carry_or_gain_the_annotation_are_sent_to_the_pod_webhook(apiserver, validating_webhook):
+def test_only_pods_that_carry_or_gain_the_annotation_are_sent_to_the_pod_webhook(
+    apiserver, validating_webhook
+):
     alice = client.CoreV1Api(apiserver.api_client("alice"))
     scheduler = client.CoreV1Api(apiserver.api_client("chart-scheduler"))
-    sent = lambda: [(r["request"]["operation"], r["request"]["name"]) for r in reviews(validating_webhook)]
+
+    def sent():
+        return [(r["request"]["operation"], r["request"]["name"]) for r in reviews(validating_webhook)]
+
     alice.create_namespaced_pod("default", pod("plain"))
     change(alice, "plain", "merge", {OTHER: "x"})
     scheduler.create_namespaced_pod("default", pod("by-scheduler"))
@@ -166,7 +180,6 @@ def test_only_pods_that_carry_or_gain_the_annotation_are_sent_to_the_pod_webhook
     alice.create_namespaced_pod("default", pod("born-with-it", {KEY: "forged"}))
     change(alice, "by-scheduler", "json", {})  # removing it: only oldObject carries it
     assert sent() == [("UPDATE", "plain"), ("CREATE", "born-with-it"), ("UPDATE", "by-scheduler")]
-
 
 
 def test_during_a_handover_hamis_scheduler_may_write_the_annotation_and_alice_still_may_not(apiserver):

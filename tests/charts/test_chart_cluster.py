@@ -25,11 +25,24 @@ from certs.reload import SecretSource, TLSReloader
 from sim.scheduler import Scheduler, parse
 from sim.scheduler.extender import Extender, ExtenderError
 
-GPU_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "canary", "namespace": "default"},
-           "spec": {"schedulerName": "dynmig-scheduler",
-                    "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}]}}
-NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"}, "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+GPU_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "canary", "namespace": "default"},
+    "spec": {
+        "schedulerName": "dynmig-scheduler",
+        "containers": [
+            {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}
+        ],
+    },
+}
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "gpu-node-1"},
+    "spec": {},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+}
 
 
 def wait_for(predicate, timeout: float = 15.0):
@@ -77,10 +90,14 @@ def test_the_chart_hook_jobs_fill_the_ca_bundle_of_every_rendered_webhook(instal
     secret = apiserver.get("secrets", secret_name, NAMESPACE)
     assert secret["type"] == "kubernetes.io/tls"
     ca = base64.b64decode(secret["data"]["ca.crt"])
-    for plural, kind in (("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
-                         ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration")):
+    for plural, kind in (
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+    ):
         live = apiserver.get(plural, one(docs, kind)["metadata"]["name"])
-        assert [base64.b64decode(w["clientConfig"]["caBundle"]) for w in live["webhooks"]] == [ca] * len(live["webhooks"])
+        assert [base64.b64decode(w["clientConfig"]["caBundle"]) for w in live["webhooks"]] == [ca] * len(
+            live["webhooks"]
+        )
 
 
 def free_port() -> int:
@@ -98,8 +115,13 @@ def extender_app(apiserver, seen: list) -> Starlette:
         return JSONResponse({"NodeNames": args["NodeNames"], "FailedNodes": {}, "Error": ""})
 
     def bind(args: dict) -> None:
-        body = {"metadata": {"name": args["PodName"], "uid": args["PodUID"]}, "target": {"kind": "Node", "name": args["Node"]}}
-        core.create_namespaced_pod_binding(args["PodName"], args["PodNamespace"], body, _preload_content=False)
+        body = {
+            "metadata": {"name": args["PodName"], "uid": args["PodUID"]},
+            "target": {"kind": "Node", "name": args["Node"]},
+        }
+        core.create_namespaced_pod_binding(
+            args["PodName"], args["PodNamespace"], body, _preload_content=False
+        )
 
     async def bind_(request: Request):
         args = await request.json()
@@ -107,7 +129,9 @@ def extender_app(apiserver, seen: list) -> Starlette:
         await run_in_threadpool(bind, args)
         return JSONResponse({"Error": ""})
 
-    return Starlette(routes=[Route("/filter", filter_, methods=["POST"]), Route("/bind", bind_, methods=["POST"])])
+    return Starlette(
+        routes=[Route("/filter", filter_, methods=["POST"]), Route("/bind", bind_, methods=["POST"])]
+    )
 
 
 def test_the_rendered_scheduler_configuration_drives_kube_scheduler_over_verified_https(certs_made, tmp_path):
@@ -130,15 +154,18 @@ def test_the_rendered_scheduler_configuration_drives_kube_scheduler_over_verifie
     server = RunningServer(reloader, app=extender_app(apiserver, seen), port=port)
     server.start()
     apiserver.create(NODE)
-    scheduler = Scheduler(parse(config), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
-                          max_backoff=0.2, seed=1).start()
+    scheduler = Scheduler(
+        parse(config), apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.2, seed=1
+    ).start()
     try:
         assert scheduler.wait_synced()
         admin = kubernetes.client.CoreV1Api(apiserver.api_client("admin"))
         admin.create_namespaced_pod("default", GPU_POD)
         wait_for(lambda: admin.read_namespaced_pod("canary", "default").spec.node_name == "gpu-node-1")
         (verb, filter_args), (bind_verb, bind_args) = seen[0], seen[-1]
-        assert verb == "filter" and filter_args["Nodes"] is None and filter_args["NodeNames"] == ["gpu-node-1"]
+        assert (
+            verb == "filter" and filter_args["Nodes"] is None and filter_args["NodeNames"] == ["gpu-node-1"]
+        )
         assert bind_verb == "bind" and bind_args["Node"] == "gpu-node-1"
 
         # verification is real: a kube-scheduler trusting another CA cannot reach the extender

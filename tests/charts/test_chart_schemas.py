@@ -9,12 +9,20 @@ import pytest
 from chart_testkit import CHART, KUBE_VERSIONS, helm, render
 
 # Custom resources of cert-manager and the Prometheus Operator: no schema ships for them.
-CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
-                ("monitoring.coreos.com/v1", "ServiceMonitor")}
-EVERYTHING_ON = ("metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true",
-                 "devicePlugin.createRuntimeClass=true", "devicePlugin.gpuOperatorToolkitReady.enabled=true",
-                 "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver", "server.replicas=2",
-                 "image.digest=sha256:" + "0" * 64)
+CUSTOM_KINDS = {
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+}
+EVERYTHING_ON = (
+    "metrics.serviceMonitor.enabled=true",
+    "networkPolicy.enabled=true",
+    "devicePlugin.createRuntimeClass=true",
+    "devicePlugin.gpuOperatorToolkitReady.enabled=true",
+    "devicePlugin.nvidiaDriverRoot=/run/nvidia/driver",
+    "server.replicas=2",
+    "image.digest=sha256:" + "0" * 64,
+)
 SETS = {"defaults": (), "everything-on": EVERYTHING_ON}
 
 
@@ -40,7 +48,12 @@ def test_every_rendered_object_is_valid_for_the_kubernetes_release(kube_version,
     docs = render(kube_version, f"certs.mode={mode}", *SETS[values])
     assert not problems(kube_version, docs)
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
+    assert {
+        "Deployment",
+        "DaemonSet",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    } <= kinds
 
 
 @pytest.mark.parametrize("values", SETS)

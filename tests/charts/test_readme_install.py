@@ -19,7 +19,7 @@ FENCE = re.compile(r"^ *```(\w+)\n(.*?)^ *```", re.DOTALL | re.MULTILINE)
 def section(title: str) -> str:
     text = (ROOT / "README.md").read_text()
     start = text.index(f"## {title}\n")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def blocks(kind: str, title: str = "Installing on a cluster") -> list[str]:
@@ -73,14 +73,18 @@ def render_documented(command: list[str], kube_version: str, workdir) -> list[di
 
 @pytest.mark.parametrize("kube_version", ["1.28", "1.35"])
 @pytest.mark.parametrize("step", range(len(COMMANDS)))
-def test_each_documented_install_renders_valid_objects_that_do_what_the_step_says(step, kube_version, tmp_path):
+def test_each_documented_install_renders_valid_objects_that_do_what_the_step_says(
+    step, kube_version, tmp_path
+):
     command = COMMANDS[step]
     docs = render_documented(command, kube_version, tmp_path)
     assert not problems(kube_version, docs)
     daemonset = one(docs, "DaemonSet")
     spec = daemonset["spec"]["template"]["spec"]
-    nodes = {n["name"]: n for n in yaml.safe_load(one(docs, "ConfigMap", "-node-config")["data"]["config.json"])
-             ["nodeconfig"]}
+    nodes = {
+        n["name"]: n
+        for n in yaml.safe_load(one(docs, "ConfigMap", "-node-config")["data"]["config.json"])["nodeconfig"]
+    }
     assert {n["operatingmode"] for n in nodes.values()} == {"mig"}
     assert nodes["gpu-node-2"]["filterdevices"]["index"] == [3]
     flags = shlex.join(command)

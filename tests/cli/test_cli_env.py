@@ -18,8 +18,15 @@ EXPLAIN = ["policy", "explain", "--model", "A100-SXM4-40GB", "--json"]
 
 def _dynmig(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DYNMIG_")}
-    return subprocess.run([sys.executable, "-m", "dynmig.cli", *args], capture_output=True, text=True,
-                          timeout=60, check=False, cwd=ROOT, env={**clean, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "dynmig.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env={**clean, **env},
+    )
 
 
 def _profile(done: subprocess.CompletedProcess) -> str:
@@ -58,8 +65,10 @@ def test_a_bad_value_in_a_variable_is_a_usage_error_naming_the_flag_and_the_vari
 
 def test_a_repeatable_certs_flag_reads_a_comma_list_and_a_subcommand_switch_its_variable():
     parser = certs_parser()
-    apply_environment(parser, {"DYNMIG_EXTRA_HOST": "a.example, b.example", "DYNMIG_FORCE": "true",
-                               "DYNMIG_VALIDITY": "30d"})
+    apply_environment(
+        parser,
+        {"DYNMIG_EXTRA_HOST": "a.example, b.example", "DYNMIG_FORCE": "true", "DYNMIG_VALIDITY": "30d"},
+    )
     args = parser.parse_args(["rotate", "--namespace", "dynmig"])
     assert (args.extra_host, args.force, args.validity) == (["a.example", "b.example"], True, "30d")
     assert parser.parse_args(["rotate", "--namespace", "dynmig", "--validity", "7d"]).validity == "7d"

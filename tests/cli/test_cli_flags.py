@@ -31,8 +31,15 @@ DYNMIG = [sys.executable, "-m", "dynmig.cli"]
 
 
 def _dynmig(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*DYNMIG, *args], capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*DYNMIG, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_dynmig_version_prints_the_package_version():
@@ -99,8 +106,15 @@ def test_serve_takes_a_repeated_flag_from_a_comma_list_in_the_environment(monkey
 def root_logger():
     """logs.setup configures the process's root logger; put pytest's handlers back afterwards."""
     names = ("", "uvicorn", "uvicorn.error", "uvicorn.access")
-    saved = [(logging.getLogger(n), list(logging.getLogger(n).handlers), logging.getLogger(n).level,
-              logging.getLogger(n).propagate) for n in names]
+    saved = [
+        (
+            logging.getLogger(n),
+            list(logging.getLogger(n).handlers),
+            logging.getLogger(n).level,
+            logging.getLogger(n).propagate,
+        )
+        for n in names
+    ]
     yield
     for logger, handlers, level, propagate in saved:
         logger.handlers[:] = handlers
@@ -114,9 +128,16 @@ def test_json_logs_carry_the_pod_and_node_and_uvicorns_lines_share_the_format(ro
     logging.getLogger("dynmig.plugin").info("created 1g.24gb", extra=logs.about(pod="ns/p", node="gpu-1"))
     Listeners(Starlette(), log_level="info").start().stop()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert {"level": "info", "logger": "dynmig.plugin", "msg": "created 1g.24gb", "pod": "ns/p",
-            "node": "gpu-1"}.items() <= lines[0].items()
-    assert any(line["logger"].startswith("uvicorn") and "running on" in line["msg"].lower() for line in lines), lines
+    assert {
+        "level": "info",
+        "logger": "dynmig.plugin",
+        "msg": "created 1g.24gb",
+        "pod": "ns/p",
+        "node": "gpu-1",
+    }.items() <= lines[0].items()
+    assert any(
+        line["logger"].startswith("uvicorn") and "running on" in line["msg"].lower() for line in lines
+    ), lines
 
 
 def test_text_logs_end_with_what_the_line_is_about(root_logger):

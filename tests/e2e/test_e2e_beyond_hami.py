@@ -29,17 +29,26 @@ def realized(kit, name):
     for a in kit.allocations(name):
         inst = next(i for i in kit.instances() if i.mig_uuid == a.migUUID)
         assert (inst.gpu_uuid, inst.profile, inst.start, inst.gi, inst.ci) == (
-            a.gpuUUID, a.profile, a.placement.start, a.gpuInstanceID, a.computeInstanceID)
+            a.gpuUUID,
+            a.profile,
+            a.placement.start,
+            a.gpuInstanceID,
+            a.computeInstanceID,
+        )
         out.append((a.profile, kit.gpu(a.gpuUUID)[1].name))
     return out
 
 
-@pytest.mark.parametrize(("model", "memory", "default", "preferred"), [
-    ("A100", 10000, "3g.20gb", "4g.20gb"),
-    ("RTX PRO 6000", 8000, "1g.24gb", "4g.96gb"),
-])
+@pytest.mark.parametrize(
+    ("model", "memory", "default", "preferred"),
+    [
+        ("A100", 10000, "3g.20gb", "4g.20gb"),
+        ("RTX PRO 6000", 8000, "1g.24gb", "4g.96gb"),
+    ],
+)
 def test_a_4g_preference_is_honoured_and_without_it_the_smallest_fitting_profile_wins(
-        kit, model, memory, default, preferred):
+    kit, model, memory, default, preferred
+):
     kit.create(gpu_pod("plain", memory, annotations={USE_GPU_TYPE: model}))
     kit.create(gpu_pod("prefers-4g", memory, annotations={USE_GPU_TYPE: model, PROFILE_PREFERENCE: "4g"}))
     kit.wait_phase("plain")
@@ -57,8 +66,21 @@ def test_a_user_editing_the_allocation_annotation_with_kubectl_is_denied(lab, ki
     kit.wait_phase("guarded")
     before = kit.pod("guarded")["metadata"]["annotations"][MIG_ALLOCATIONS]
     done = subprocess.run(
-        [kubectl, "--kubeconfig", str(lab.kubeconfig("alice")), "annotate", "--overwrite", "pod", "guarded",
-         f"{MIG_ALLOCATIONS}=[]"], check=False, capture_output=True, text=True, timeout=30)
+        [
+            kubectl,
+            "--kubeconfig",
+            str(lab.kubeconfig("alice")),
+            "annotate",
+            "--overwrite",
+            "pod",
+            "guarded",
+            f"{MIG_ALLOCATIONS}=[]",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode != 0
     assert "controller-owned" in done.stderr
     assert kit.pod("guarded")["metadata"]["annotations"][MIG_ALLOCATIONS] == before
@@ -73,7 +95,9 @@ def test_a_pod_whose_devices_do_not_fit_on_one_gpu_spills_to_a_second(kit):
     gpus = {a.gpuUUID for a in entries}
     assert len(gpus) >= 2
     for uuid in gpus:
-        spans = sorted((a.placement.start, a.placement.start + a.placement.size) for a in entries if a.gpuUUID == uuid)
+        spans = sorted(
+            (a.placement.start, a.placement.start + a.placement.size) for a in entries if a.gpuUUID == uuid
+        )
         assert all(x[1] <= y[0] for x, y in itertools.pairwise(spans))
     assert sorted(i.mig_uuid for i in kit.instances()) == sorted(a.migUUID for a in entries)
     assert "gpu-rtx" in kit.wait_event("spill", "BindingSucceed")["message"]
@@ -83,21 +107,29 @@ def test_a_pod_whose_devices_do_not_fit_on_one_gpu_spills_to_a_second(kit):
 
 def _served_cert_digest(lab) -> str:
     ctx = ssl.create_default_context(cafile=str(lab.ca_file))  # what kube-scheduler trusts
-    with socket.create_connection(("127.0.0.1", lab.serve_port), timeout=5) as raw, \
-            ctx.wrap_socket(raw, server_hostname="dynmig.dynmig.svc") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", lab.serve_port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname="dynmig.dynmig.svc") as tls,
+    ):
         return hashlib.sha256(tls.getpeercert(binary_form=True)).hexdigest()
 
 
 def _secret_cert_digest(lab) -> str:
     """The certificate in the Secret dynmig serve serves from (read through the API, as serve does)."""
-    pem = base64.b64decode(lab.core().read_namespaced_secret(lab.tls_secret, "dynmig").data["tls.crt"]).decode()
+    pem = base64.b64decode(
+        lab.core().read_namespaced_secret(lab.tls_secret, "dynmig").data["tls.crt"]
+    ).decode()
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
 
 
-def test_a_certificate_rotation_while_pods_are_scheduled_loses_no_pod_and_serve_picks_up_the_new_cert(lab, kit):
+def test_a_certificate_rotation_while_pods_are_scheduled_loses_no_pod_and_serve_picks_up_the_new_cert(
+    lab, kit
+):
     old = _served_cert_digest(lab)
     assert old == _secret_cert_digest(lab)
-    assert f"serving certificate from Secret dynmig/{lab.tls_secret}, watched through the API" in lab.serve_log()
+    assert (
+        f"serving certificate from Secret dynmig/{lab.tls_secret}, watched through the API" in lab.serve_log()
+    )
     names = [f"rot-{i}" for i in range(8)]
     errors: list[Exception] = []
 
@@ -111,10 +143,32 @@ def test_a_certificate_rotation_while_pods_are_scheduled_loses_no_pod_and_serve_
     creator = threading.Thread(target=create_all)
     creator.start()
     rotated = subprocess.run(
-        [sys.executable, "-m", "dynmig.cli", "certs", "rotate", "--force", "--namespace", "dynmig",
-         "--service", "dynmig", "--kubeconfig", str(lab.kubeconfig("certs")), "--extra-host", "127.0.0.1",
-         "--mutating-webhook", "dynmig-mutating", "--validating-webhook", "dynmig-validating"],
-        check=False, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "dynmig.cli",
+            "certs",
+            "rotate",
+            "--force",
+            "--namespace",
+            "dynmig",
+            "--service",
+            "dynmig",
+            "--kubeconfig",
+            str(lab.kubeconfig("certs")),
+            "--extra-host",
+            "127.0.0.1",
+            "--mutating-webhook",
+            "dynmig-mutating",
+            "--validating-webhook",
+            "dynmig-validating",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     creator.join(60)
     assert rotated.returncode == 0, rotated.stderr
     assert not errors

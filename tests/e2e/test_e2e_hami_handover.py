@@ -31,11 +31,24 @@ from mig.annotations import (
 def hami_reservation(node: str, gpu_uuid: str, profile: str, start: int, size: int) -> dict[str, str]:
     """The annotations HAMi v2.10's scheduler writes at filter and bind time for one MIG device."""
     devices = encode_devices([[ContainerDevice(gpu_uuid, "NVIDIA", 4864, 14)]])
-    allocation = MigAllocation.model_validate({"containerIndex": 0, "deviceIndex": 0, "gpuUUID": gpu_uuid,
-                                               "profile": profile, "placement": {"start": start, "size": size}})
-    return {VGPU_NODE: node, VGPU_TIME: "1767225600", DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: devices,
-            MIG_ALLOCATIONS: encode_allocations([allocation]) or "", BIND_PHASE: "allocating",
-            BIND_TIME: "1767225600"}
+    allocation = MigAllocation.model_validate(
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": gpu_uuid,
+            "profile": profile,
+            "placement": {"start": start, "size": size},
+        }
+    )
+    return {
+        VGPU_NODE: node,
+        VGPU_TIME: "1767225600",
+        DEVICES_TO_ALLOCATE: devices,
+        DEVICES_ALLOCATED: devices,
+        MIG_ALLOCATIONS: encode_allocations([allocation]) or "",
+        BIND_PHASE: "allocating",
+        BIND_TIME: "1767225600",
+    }
 
 
 def test_a_pod_scheduled_by_hami_is_run_by_dynmigs_device_plugin_at_hamis_placement(lab, kit):
@@ -49,15 +62,24 @@ def test_a_pod_scheduled_by_hami_is_run_by_dynmigs_device_plugin_at_hamis_placem
 
     hami = Kit(lab, identity="scheduler")
     hami.annotate("from-hami", hami_reservation(node, gpu.uuid, "1g.5gb", start=6, size=1))
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "from-hami", "namespace": "default", "uid": created["metadata"]["uid"]},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    lab.core("scheduler").create_namespaced_pod_binding("from-hami", "default", binding, _preload_content=False)
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "from-hami", "namespace": "default", "uid": created["metadata"]["uid"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    lab.core("scheduler").create_namespaced_pod_binding(
+        "from-hami", "default", binding, _preload_content=False
+    )
 
     kit.wait_phase("from-hami", "Running", timeout=60)
     (done,) = kit.allocations("from-hami")
     assert (done.gpuUUID, done.profile, done.placement_value.start, done.placement_value.size) == (
-        gpu.uuid, "1g.5gb", 6, 1)
+        gpu.uuid,
+        "1g.5gb",
+        6,
+        1,
+    )
     assert done.migUUID and done.gpuInstanceID is not None and done.computeInstanceID is not None
     (instance,) = [i for i in kit.instances(node) if i.mig_uuid == done.migUUID]
     assert (instance.gpu_uuid, instance.profile, instance.start, instance.size) == (gpu.uuid, "1g.5gb", 6, 1)

@@ -31,9 +31,23 @@ class LabProcess:
         self.workdir = workdir
         self.kubeconfig = workdir / "kubeconfig"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dynmig.cli", "lab", "--serve", "--kubeconfig-out", str(self.kubeconfig),
-             "--workdir", str(workdir / "lab")], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, env={k: v for k, v in os.environ.items() if not k.startswith("KUBECTL_")})
+            [
+                sys.executable,
+                "-m",
+                "dynmig.cli",
+                "lab",
+                "--serve",
+                "--kubeconfig-out",
+                str(self.kubeconfig),
+                "--workdir",
+                str(workdir / "lab"),
+            ],
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("KUBECTL_")},
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
         self._reader.start()
@@ -49,9 +63,12 @@ class LabProcess:
             found = re.search(pattern, self.output)
             if found:
                 return found
-            assert self.proc.poll() is None, f"dynmig lab exited with {self.proc.returncode}:\n{self.output[-4000:]}"
-            assert time.monotonic() < deadline, f"no {pattern!r} in the lab's output after {timeout}s:\n" \
-                                                f"{self.output[-4000:]}"
+            assert self.proc.poll() is None, (
+                f"dynmig lab exited with {self.proc.returncode}:\n{self.output[-4000:]}"
+            )
+            assert time.monotonic() < deadline, (
+                f"no {pattern!r} in the lab's output after {timeout}s:\n{self.output[-4000:]}"
+            )
             time.sleep(0.1)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess:
@@ -67,7 +84,9 @@ class LabProcess:
         return json.loads(self.kubectl("get", "-n", namespace, "pod", name, "-o", "json").stdout)
 
     def allocations(self, name: str, namespace: str = "default") -> list[dict]:
-        text = (self.pod(name, namespace)["metadata"].get("annotations") or {}).get("hami.io/vgpu-mig-allocations")
+        text = (self.pod(name, namespace)["metadata"].get("annotations") or {}).get(
+            "hami.io/vgpu-mig-allocations"
+        )
         return json.loads(text) if text else []
 
     def instances(self) -> dict[str, tuple[str, int, int, bool]]:
@@ -78,7 +97,12 @@ class LabProcess:
                 busy = {(p.gi_id, p.ci_id) for p in gpu.processes}
                 for gi in gpu.gpu_instances:
                     for ci in gi.compute_instances:
-                        out[ci.mig_uuid] = (state.parent.name, gi.gi_id, ci.ci_id, (gi.gi_id, ci.ci_id) in busy)
+                        out[ci.mig_uuid] = (
+                            state.parent.name,
+                            gi.gi_id,
+                            ci.ci_id,
+                            (gi.gi_id, ci.ci_id) in busy,
+                        )
         return out
 
     def stop(self) -> None:
@@ -136,12 +160,19 @@ def test_kubectl_creates_the_example_pods_and_waits_until_they_are_ready(kc):
     create(kc, "pod-1g.yaml")  # first, on an empty lab: the profile below does not hang on ordering
     kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
     create(kc, "mixed-pair.yaml", "preference-pod.yaml")
-    kc.kubectl("wait", "--for=condition=Ready", "pod/pair-small", "pod/pair-large", "pod/prefers-3g",
-               "--timeout=90s")
-    profiles = {name: [a["profile"] for a in kc.allocations(name)]
-                for name in ("one-1g", "pair-small", "pair-large", "prefers-3g")}
-    assert profiles == {"one-1g": ["1g.24gb"], "pair-small": ["1g.5gb"], "pair-large": ["3g.20gb"],
-                        "prefers-3g": ["3g.20gb"]}
+    kc.kubectl(
+        "wait", "--for=condition=Ready", "pod/pair-small", "pod/pair-large", "pod/prefers-3g", "--timeout=90s"
+    )
+    profiles = {
+        name: [a["profile"] for a in kc.allocations(name)]
+        for name in ("one-1g", "pair-small", "pair-large", "prefers-3g")
+    }
+    assert profiles == {
+        "one-1g": ["1g.24gb"],
+        "pair-small": ["1g.5gb"],
+        "pair-large": ["3g.20gb"],
+        "prefers-3g": ["3g.20gb"],
+    }
     running = kc.instances()
     for name in profiles:
         uuid = kc.allocations(name)[0]["migUUID"]
@@ -168,9 +199,20 @@ def test_kubectl_force_delete_stops_the_workload_and_its_instance_is_destroyed(k
 
 
 def test_kubectl_get_watch_shows_the_pod_become_running(kc):
-    watch = subprocess.Popen([*kc.k, "get", "pods", "-w", "--no-headers",
-                              "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watch = subprocess.Popen(
+        [
+            *kc.k,
+            "get",
+            "pods",
+            "-w",
+            "--no-headers",
+            "-o",
+            "custom-columns=NAME:.metadata.name,PHASE:.status.phase",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen: list[list[str]] = []
     reader = threading.Thread(target=lambda: seen.extend(line.split() for line in watch.stdout), daemon=True)
     reader.start()
@@ -193,15 +235,26 @@ def test_kubectl_creates_the_example_deployment_and_deleting_it_frees_its_instan
     uuids = {kc.allocations(n)[0]["migUUID"] for n in inference}
     assert len(uuids) == 2 and uuids <= set(kc.instances())
     kc.kubectl("delete", "deployment", "inference")
-    wait(lambda: not kc.jsonpath("pods", "{.items[*].metadata.name}").strip(), "the Deployment's pods to be gone")
+    wait(
+        lambda: not kc.jsonpath("pods", "{.items[*].metadata.name}").strip(),
+        "the Deployment's pods to be gone",
+    )
     wait(lambda: not uuids & set(kc.instances()), "the Deployment's instances to be destroyed")
 
 
 def test_deleting_a_namespace_with_gpu_pods_destroys_their_instances(kc):
     kc.kubectl("create", "namespace", "team")
     create(kc, "pod-1g.yaml", "mixed-pair.yaml", namespace="team")
-    kc.kubectl("wait", "-n", "team", "--for=condition=Ready", "pod/one-1g", "pod/pair-small", "pod/pair-large",
-               "--timeout=90s")
+    kc.kubectl(
+        "wait",
+        "-n",
+        "team",
+        "--for=condition=Ready",
+        "pod/one-1g",
+        "pod/pair-small",
+        "pod/pair-large",
+        "--timeout=90s",
+    )
     uuids = {kc.allocations(n, "team")[0]["migUUID"] for n in ("one-1g", "pair-small", "pair-large")}
     assert uuids <= set(kc.instances())
     kc.kubectl("delete", "namespace", "team", timeout=90)
@@ -212,18 +265,28 @@ def test_deleting_a_namespace_with_gpu_pods_destroys_their_instances(kc):
 def _plugin_pods(kc) -> dict[str, str]:
     """node -> name of the device-plugin pod there, for pods that are Ready and not being deleted."""
     pods = json.loads(kc.kubectl("get", "pods", "-n", "dynmig", "-l", PLUGINS, "-o", "json").stdout)["items"]
-    return {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))}
+    return {
+        p["spec"]["nodeName"]: p["metadata"]["name"]
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    }
 
 
 def test_kubectl_delete_pod_restarts_the_device_plugins_which_adopt_the_running_instances(kc):
     create(kc, "pod-1g.yaml", "mixed-pair.yaml")
-    kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "pod/pair-small", "pod/pair-large", "--timeout=90s")
+    kc.kubectl(
+        "wait", "--for=condition=Ready", "pod/one-1g", "pod/pair-small", "pod/pair-large", "--timeout=90s"
+    )
     before = kc.instances()
-    old = wait(lambda: _plugin_pods(kc) if len(_plugin_pods(kc)) == 2 else None, "two Ready device-plugin pods")
+    old = wait(
+        lambda: _plugin_pods(kc) if len(_plugin_pods(kc)) == 2 else None, "two Ready device-plugin pods"
+    )
     kc.kubectl("delete", "pod", "-n", "dynmig", "-l", PLUGINS, timeout=90)
-    new = wait(lambda: (p := _plugin_pods(kc)) and len(p) == 2 and not set(p.values()) & set(old.values()) and p,
-               "new device-plugin pods (new names) to be Ready")
+    new = wait(
+        lambda: (p := _plugin_pods(kc)) and len(p) == 2 and not set(p.values()) & set(old.values()) and p,
+        "new device-plugin pods (new names) to be Ready",
+    )
     assert set(new) == set(old) == {"gpu-a100", "gpu-rtx"}
     assert kc.instances() == before  # same MIG UUIDs, GI and CI IDs, workloads still running
     for node in new:
@@ -244,8 +307,11 @@ def _plugin_pid(kc, node: str) -> int:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"device-plugin" in argv and f"--node-name={node}".encode() in argv and \
-                    str(kc.workdir).encode() in b" ".join(argv):
+            if (
+                b"device-plugin" in argv
+                and f"--node-name={node}".encode() in argv
+                and str(kc.workdir).encode() in b" ".join(argv)
+            ):
                 return int(entry.name)
     raise AssertionError(f"no device-plugin process for {node}")
 
@@ -258,8 +324,10 @@ def test_a_device_plugin_killed_with_sigkill_is_restarted_in_its_pod_and_the_lab
     os.kill(_plugin_pid(kc, "gpu-rtx"), signal.SIGKILL)
     kc.wait_output(rf"gpu-rtx: device-plugin of dynmig/{pod} exited \(signal 9\); restarting in \d")
     kc.kubectl("wait", "-n", "dynmig", "--for=condition=Ready", f"pod/{pod}", "--timeout=90s")
-    wait(lambda: kc.jsonpath(f"pod/{pod}", "{.status.containerStatuses[0].restartCount}", "dynmig") == "1",
-         "restartCount 1")
+    wait(
+        lambda: kc.jsonpath(f"pod/{pod}", "{.status.containerStatuses[0].restartCount}", "dynmig") == "1",
+        "restartCount 1",
+    )
     wait(lambda: _plugin_pods(kc).get("gpu-rtx") == pod, "the same pod Ready again")
     assert kc.instances() == before
 
@@ -281,10 +349,20 @@ def test_kubectl_delete_pod_restarts_dynmig_serve_from_its_deployment_and_pods_a
     kc.kubectl("delete", "pod", "-n", "dynmig", "-l", selector, timeout=90)
 
     def ready_replacement() -> str | None:
-        pods = json.loads(kc.kubectl("get", "pods", "-n", "dynmig", "-l", selector, "-o", "json").stdout)["items"]
-        return next((p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in old
-                     and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))),
-                    None)
+        pods = json.loads(kc.kubectl("get", "pods", "-n", "dynmig", "-l", selector, "-o", "json").stdout)[
+            "items"
+        ]
+        return next(
+            (
+                p["metadata"]["name"]
+                for p in pods
+                if p["metadata"]["name"] not in old
+                and any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])
+                )
+            ),
+            None,
+        )
 
     new = wait(ready_replacement, "a new dynmig serve pod (new name) to be Ready", 90)
     kc.kubectl("rollout", "status", "-n", "dynmig", "deployment/dynmig-scheduler", "--timeout=90s")

@@ -19,8 +19,9 @@ LAB = [sys.executable, "-m", "dynmig.cli", "lab"]
 
 
 def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
-    done = subprocess.run([*LAB, "--scenario", "tour"], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          check=False)
+    done = subprocess.run(
+        [*LAB, "--scenario", "tour"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
     assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", out, re.MULTILINE)
@@ -30,7 +31,9 @@ def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
     assert "PASS  four 1g.24gb fill the RTX PRO 6000 at starts 0, 3, 6, 9" in out
     assert re.search(r"PASS  the reason for the full GPU speaks MIG .*not enough free slices", out)
     assert "PASS  same MIG UUIDs, GI and CI IDs after the restart" in out
-    assert re.search(r"^  GPU \d: NVIDIA RTX PRO 6000 Blackwell Server Edition \(UUID: GPU-", out, re.MULTILINE)
+    assert re.search(
+        r"^  GPU \d: NVIDIA RTX PRO 6000 Blackwell Server Edition \(UUID: GPU-", out, re.MULTILINE
+    )
     assert re.search(r"^    MIG 2g\.48gb +Device +\d: \(UUID: MIG-", out, re.MULTILINE)
     assert "lab stopped" in out
 
@@ -60,7 +63,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{pid}").exists() else "X"
+    state = (
+        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if Path(f"/proc/{pid}").exists()
+        else "X"
+    )
     return state != "Z"
 
 
@@ -79,7 +86,9 @@ class Output:
     def wait_for(self, text: str, timeout: float = 90.0) -> str:
         deadline = time.monotonic() + timeout
         while text not in self.text:
-            assert self.proc.poll() is None or text in self.text, f"dynmig lab exited with {self.proc.returncode}:\n{self.text}"
+            assert self.proc.poll() is None or text in self.text, (
+                f"dynmig lab exited with {self.proc.returncode}:\n{self.text}"
+            )
             assert time.monotonic() < deadline, f"no {text!r} after {timeout}s:\n{self.text}"
             time.sleep(0.1)
         return self.text
@@ -98,8 +107,13 @@ spec:
 
 def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_behind(tmp_path, kubectl):
     kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([*LAB, "--serve", "--kubeconfig-out", str(kubeconfig)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*LAB, "--serve", "--kubeconfig-out", str(kubeconfig)],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         output = Output(proc)
         seen = output.wait_for("lab running")
@@ -111,18 +125,31 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
         k = [kubectl, "--kubeconfig", str(kubeconfig)]
         nodes = subprocess.run([*k, "get", "nodes", "-o", "name"], capture_output=True, text=True, check=True)
         assert nodes.stdout.split() == ["node/gpu-a100", "node/gpu-rtx"]
-        subprocess.run([*k, "create", "-f", "-"], input=POD, text=True, check=True,
-                       capture_output=True)
+        subprocess.run([*k, "create", "-f", "-"], input=POD, text=True, check=True, capture_output=True)
         deadline = time.monotonic() + 30
         phase = ""
         while phase != "Running" and time.monotonic() < deadline:
-            phase = subprocess.run([*k, "get", "pod", "from-kubectl", "-o", "jsonpath={.status.phase}"],
-                                   capture_output=True, text=True, check=True).stdout
+            phase = subprocess.run(
+                [*k, "get", "pod", "from-kubectl", "-o", "jsonpath={.status.phase}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             time.sleep(0.2)
         assert phase == "Running"
-        profile = subprocess.run([*k, "get", "pod", "from-kubectl", "-o",
-                                  r"jsonpath={.metadata.annotations.hami\.io/vgpu-mig-allocations}"],
-                                 capture_output=True, text=True, check=True).stdout
+        profile = subprocess.run(
+            [
+                *k,
+                "get",
+                "pod",
+                "from-kubectl",
+                "-o",
+                r"jsonpath={.metadata.annotations.hami\.io/vgpu-mig-allocations}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert '"profile":"1g.24gb"' in profile and '"migUUID":"MIG-' in profile
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
@@ -146,8 +173,14 @@ def test_serve_mode_takes_kubectl_and_ctrl_c_leaves_no_process_socket_or_port_be
 
 def test_a_lab_killed_with_sigkill_takes_its_child_processes_with_it():
     tmp = tempfile.mkdtemp(prefix="lk-")  # a killed lab cannot remove its temp dirs; keep them here
-    proc = subprocess.Popen([*LAB, "--serve"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": tmp})
+    proc = subprocess.Popen(
+        [*LAB, "--serve"],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "TMPDIR": tmp},
+    )
     output = Output(proc)
     try:
         output.wait_for("lab running")

@@ -7,22 +7,30 @@ create/destroy calls, processes). A failed check fails the test with the check's
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from dynmig.lab.scenario import Run, ScenarioFailed
 from dynmig.lab.scenarios import SCENARIOS
 
-GUIDE = ["create-delete", "several-1g", "mixed-1g-2g-3g", "exhausted", "reuse-after-delete", "plugin-restart",
-         "bad-annotation", "api-down"]
+GUIDE = [
+    "create-delete",
+    "several-1g",
+    "mixed-1g-2g-3g",
+    "exhausted",
+    "reuse-after-delete",
+    "plugin-restart",
+    "bad-annotation",
+    "api-down",
+]
 
 
 def run_scenario(lab, name: str) -> Run:
     lines: list[str] = []
     run = Run(lab, echo=lines.append)
-    try:
+    with contextlib.suppress(ScenarioFailed):
         SCENARIOS[name].run(run)
-    except ScenarioFailed:
-        pass
     run.transcript = "\n".join(lines)  # type: ignore[attr-defined]
     return run
 

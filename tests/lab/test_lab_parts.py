@@ -11,13 +11,16 @@ from dynmig.lab.report import gpu_reason, startup_summary, table
 from sim.kubelet.pods import gpu_containers
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--nodes", "gpu=2xNOPE"], "--nodes: gpu:"),
-    (["--nodes", "Bad_Name=1xA30"], "NAME is a lower-case DNS label"),
-    (["--scenario", "nope"], "--scenario 'nope': unknown; one of: list, tour"),
-    (["--policy", "/nonexistent/policy.yaml"], "--policy /nonexistent/policy.yaml: no such file"),
-    (["--scenario", "mixed-1g-2g-3g", "--nodes", "solo=1xRTX-PRO-6000"], "needs a node with A100 GPUs"),
-])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--nodes", "gpu=2xNOPE"], "--nodes: gpu:"),
+        (["--nodes", "Bad_Name=1xA30"], "NAME is a lower-case DNS label"),
+        (["--scenario", "nope"], "--scenario 'nope': unknown; one of: list, tour"),
+        (["--policy", "/nonexistent/policy.yaml"], "--policy /nonexistent/policy.yaml: no such file"),
+        (["--scenario", "mixed-1g-2g-3g", "--nodes", "solo=1xRTX-PRO-6000"], "needs a node with A100 GPUs"),
+    ],
+)
 def test_a_bad_command_line_exits_2_naming_the_flag_and_starts_nothing(capsys, argv, says):
     assert main(argv) == 2
     assert says in capsys.readouterr().err
@@ -40,30 +43,48 @@ def test_the_laptop_scheduler_config_changes_only_the_extender_address_its_ca_fi
     assert ext["urlPrefix"] == "https://127.0.0.1:40123"
     assert ext["tlsConfig"] == {"caFile": "/tmp/lab/ca.crt"}
     assert laptop["leaderElection"]["leaderElect"] is False
-    for key in ("filterVerb", "bindVerb", "nodeCacheCapable", "managedResources", "enableHTTPS", "httpTimeout"):
+    for key in (
+        "filterVerb",
+        "bindVerb",
+        "nodeCacheCapable",
+        "managedResources",
+        "enableHTTPS",
+        "httpTimeout",
+    ):
         assert ext[key] == chart["extenders"][0][key]
     assert laptop["profiles"] == chart["profiles"]
     assert chart["extenders"][0]["urlPrefix"] == "https://127.0.0.1:8444"  # the chart itself is not modified
 
 
 def test_the_reason_for_one_gpu_is_picked_out_of_a_message_about_every_gpu():
-    message = ("0/2 nodes are available: 1 GPU GPU-a: excluded by annotation: nvidia.com/use-gpuuuid does not "
-               "list GPU-a, 1 GPU GPU-b: not enough free slices: free none, 1g.24gb needs 3 at one of 0:3; "
-               "GPU GPU-c: excluded by annotation: nvidia.com/use-gpuuuid does not list GPU-c.")
+    message = (
+        "0/2 nodes are available: 1 GPU GPU-a: excluded by annotation: nvidia.com/use-gpuuuid does not "
+        "list GPU-a, 1 GPU GPU-b: not enough free slices: free none, 1g.24gb needs 3 at one of 0:3; "
+        "GPU GPU-c: excluded by annotation: nvidia.com/use-gpuuuid does not list GPU-c."
+    )
     assert gpu_reason(message, "GPU-b") == "not enough free slices: free none, 1g.24gb needs 3 at one of 0:3"
 
 
 def test_the_device_plugin_startup_line_is_counted_for_the_progress_output():
-    line = ("INFO dynmig.plugin: startup: busy={'GPU-1': 'active reservation'} cleaned=['GPU-2', 'GPU-3'] "
-            "adopted=5 protected=0 unproven=0 untouched=[]")
-    assert startup_summary(line) == ("startup: 1 busy GPU(s) left alone, 2 idle GPU(s) cleaned, "
-                                     "5 MIG instance(s) adopted")
+    line = (
+        "INFO dynmig.plugin: startup: busy={'GPU-1': 'active reservation'} cleaned=['GPU-2', 'GPU-3'] "
+        "adopted=5 protected=0 unproven=0 untouched=[]"
+    )
+    assert startup_summary(line) == (
+        "startup: 1 busy GPU(s) left alone, 2 idle GPU(s) cleaned, 5 MIG instance(s) adopted"
+    )
 
 
 def test_kubelet_allocates_per_container_that_asks_for_the_resource_init_containers_first():
-    pod = {"spec": {"initContainers": [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-                    "containers": [{"name": "side"},
-                                   {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "2"}}}]}}
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "containers": [
+                {"name": "side"},
+                {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "2"}}},
+            ],
+        }
+    }
     assert gpu_containers(pod, "nvidia.com/gpu") == [("warm", 1), ("main", 2)]
 
 
@@ -74,12 +95,25 @@ def test_tables_align_columns_under_their_headers():
 
 
 def test_a_charts_container_args_keep_every_flag_but_the_laptop_paths_and_ports():
-    chart = ["serve", "--scheduler-name=dynmig-scheduler", "--port=8443",
-             "--device-config=/etc/dynmig/device-config/device-config.yaml"]
-    args = laptop_args(chart, {"--port": "40123", "--device-config": "/tmp/lab/dc.yaml", "--metrics-port": "40124"},
-                       add={"--kubeconfig": "/tmp/lab/kc"})
-    assert args == ["serve", "--scheduler-name=dynmig-scheduler", "--port=40123", "--device-config=/tmp/lab/dc.yaml",
-                    "--metrics-port=40124", "--kubeconfig=/tmp/lab/kc"]
+    chart = [
+        "serve",
+        "--scheduler-name=dynmig-scheduler",
+        "--port=8443",
+        "--device-config=/etc/dynmig/device-config/device-config.yaml",
+    ]
+    args = laptop_args(
+        chart,
+        {"--port": "40123", "--device-config": "/tmp/lab/dc.yaml", "--metrics-port": "40124"},
+        add={"--kubeconfig": "/tmp/lab/kc"},
+    )
+    assert args == [
+        "serve",
+        "--scheduler-name=dynmig-scheduler",
+        "--port=40123",
+        "--device-config=/tmp/lab/dc.yaml",
+        "--metrics-port=40124",
+        "--kubeconfig=/tmp/lab/kc",
+    ]
 
 
 def test_the_lab_takes_serves_secret_settings_and_kube_schedulers_ca_file_from_the_rendered_chart():
@@ -93,4 +127,6 @@ def test_the_lab_takes_serves_secret_settings_and_kube_schedulers_ca_file_from_t
     assert "POD_NAME" not in env  # from the downward API in a pod: the lab passes --identity itself
     assert rendered.secret_files("Deployment", "server") == {}  # serve reads the Secret through the API
     ca_file = rendered.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]
-    assert rendered.secret_files("Deployment", "kube-scheduler") == {ca_file: (env["DYNMIG_TLS_SECRET"], "ca.crt")}
+    assert rendered.secret_files("Deployment", "kube-scheduler") == {
+        ca_file: (env["DYNMIG_TLS_SECRET"], "ca.crt")
+    }

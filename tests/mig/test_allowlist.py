@@ -33,45 +33,61 @@ def test_the_default_policy_and_the_4g_example_pass_the_check_without_findings()
 
 
 def test_the_first_entry_whose_model_is_a_substring_of_the_nvml_name_wins():
-    allow, _ = al.parse_allowlist([
-        {"models": ["H20"], "profiles": ["1g.12gb"]},
-        {"models": ["H200"], "profiles": ["1g.18gb"]},
-    ])
+    allow, _ = al.parse_allowlist(
+        [
+            {"models": ["H20"], "profiles": ["1g.12gb"]},
+            {"models": ["H200"], "profiles": ["1g.18gb"]},
+        ]
+    )
     assert allow.profiles_for("NVIDIA H200") == ("1g.12gb",)
     assert allow.profiles_for("NVIDIA H20") == ("1g.12gb",)
     assert allow.entry_for("NVIDIA A30") is None
 
 
 def test_hamis_valid_example_is_valid(tmp_path):
-    assert errors(issues_of("""
+    assert (
+        errors(
+            issues_of(
+                """
         nvidia:
           migProfileAllowlist:
             - models: [A100]
               profiles: [1g.5gb, 2g.10gb]
-    """, tmp_path)) == []
+    """,
+                tmp_path,
+            )
+        )
+        == []
+    )
 
 
-@pytest.mark.parametrize("entry,path,problem", [
-    ("{models: [A100], profiles: []}", "nvidia.migProfileAllowlist[0].profiles", "non-empty list"),
-    ("{models: [], profiles: [1g.5gb]}", "nvidia.migProfileAllowlist[0].models", "non-empty list"),
-    ("{models: [A100], profiles: [7g]}", "nvidia.migProfileAllowlist[0].profiles[0]", "has no '.'"),
-    ("{models: [A100], profiles: [g.5gb]}", "nvidia.migProfileAllowlist[0].profiles[0]", "slice key"),
-    ("{models: [A100], profiles: [1x.5gb]}", "nvidia.migProfileAllowlist[0].profiles[0]", "slice key"),
-    ("{models: [A100], profile: [1g.5gb]}", "nvidia.migProfileAllowlist[0].profile", "unknown key"),
-    ("[A100]", "nvidia.migProfileAllowlist[0]", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "entry,path,problem",
+    [
+        ("{models: [A100], profiles: []}", "nvidia.migProfileAllowlist[0].profiles", "non-empty list"),
+        ("{models: [], profiles: [1g.5gb]}", "nvidia.migProfileAllowlist[0].models", "non-empty list"),
+        ("{models: [A100], profiles: [7g]}", "nvidia.migProfileAllowlist[0].profiles[0]", "has no '.'"),
+        ("{models: [A100], profiles: [g.5gb]}", "nvidia.migProfileAllowlist[0].profiles[0]", "slice key"),
+        ("{models: [A100], profiles: [1x.5gb]}", "nvidia.migProfileAllowlist[0].profiles[0]", "slice key"),
+        ("{models: [A100], profile: [1g.5gb]}", "nvidia.migProfileAllowlist[0].profile", "unknown key"),
+        ("[A100]", "nvidia.migProfileAllowlist[0]", "must be a mapping"),
+    ],
+)
 def test_a_broken_entry_is_an_error_that_names_the_field(entry, path, problem, tmp_path):
     found = errors(issues_of(f"nvidia:\n  migProfileAllowlist:\n    - {entry}\n", tmp_path))
     assert any(i.path == path and problem in i.problem for i in found), found
 
 
 def test_a_profile_the_matched_gpu_lacks_is_a_warning_naming_its_real_profiles(tmp_path):
-    found = issues_of("""
+    found = issues_of(
+        """
         nvidia:
           migProfileAllowlist:
             - models: ["H100 80GB HBM3"]
               profiles: [1g.5gb, 2g.20gb]
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert errors(found) == []
     (warning,) = found
     assert warning.path == "nvidia.migProfileAllowlist[0].profiles"
@@ -80,25 +96,31 @@ def test_a_profile_the_matched_gpu_lacks_is_a_warning_naming_its_real_profiles(t
 
 
 def test_a_model_string_no_real_gpu_reports_is_a_warning(tmp_path):
-    found = issues_of("""
+    found = issues_of(
+        """
         nvidia:
           migProfileAllowlist:
             - models: ["H100-SXM5-80GB"]
               profiles: [1g.10gb]
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert [i.path for i in found] == ["nvidia.migProfileAllowlist[0].models[0]"]
     assert found[0].severity == al.WARNING
 
 
 def test_a_broader_model_string_that_shadows_a_later_entry_is_reported(tmp_path):
-    found = issues_of("""
+    found = issues_of(
+        """
         nvidia:
           migProfileAllowlist:
             - models: ["H20"]
               profiles: [1g.12gb]
             - models: ["H200"]
               profiles: [1g.18gb]
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert any("NVIDIA H200" in i.problem and "'H20'" in i.problem for i in found), found
 
 

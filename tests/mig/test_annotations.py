@@ -6,21 +6,30 @@ import pytest
 
 from mig import annotations as ann
 
-A = {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-a", "profile": "1g.5gb",
-     "placement": {"start": 6, "size": 1}}
+A = {
+    "containerIndex": 0,
+    "deviceIndex": 0,
+    "gpuUUID": "GPU-a",
+    "profile": "1g.5gb",
+    "placement": {"start": 6, "size": 1},
+}
 
 
 def test_a_profile_encodes_exactly_as_hami_does():
-    profile = ann.MigProfile(name="1g.5gb", memoryMB=4864, core=15, sliceCount=1,
-                             placements=[{"start": 6, "size": 1}])
-    assert profile.encode() == ('{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,'
-                                '"placements":[{"start":6,"size":1}]}')
+    profile = ann.MigProfile(
+        name="1g.5gb", memoryMB=4864, core=15, sliceCount=1, placements=[{"start": 6, "size": 1}]
+    )
+    assert profile.encode() == (
+        '{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":6,"size":1}]}'
+    )
 
 
 def test_a_node_registration_with_unknown_keys_decodes_to_its_devices_and_profiles():
-    text = ('[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","numa":0,'
-            '"health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":5120,"core":14,"sliceCount":1,'
-            '"instanceCount":7,"multiprocessorCount":14,"placements":[{"start":6,"size":1}]}]}]')
+    text = (
+        '[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","numa":0,'
+        '"health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":5120,"core":14,"sliceCount":1,'
+        '"instanceCount":7,"multiprocessorCount":14,"placements":[{"start":6,"size":1}]}]}]'
+    )
     (device,) = ann.decode_node_register(text)
     assert device.id == "GPU-0" and device.health and device.mode == "mig"
     (profile,) = device.migProfiles
@@ -28,26 +37,47 @@ def test_a_node_registration_with_unknown_keys_decodes_to_its_devices_and_profil
 
 
 def test_node_registration_leaves_zero_values_out_like_go_omitempty():
-    device = ann.DeviceInfo(id="GPU-0", index=0, count=4, devmem=97887, devcore=100,
-                            type="NVIDIA-RTX", numa=0, health=True, mode="mig")
+    device = ann.DeviceInfo(
+        id="GPU-0",
+        index=0,
+        count=4,
+        devmem=97887,
+        devcore=100,
+        type="NVIDIA-RTX",
+        numa=0,
+        health=True,
+        mode="mig",
+    )
     encoded = json.loads(ann.encode_node_register([device]))
-    assert encoded == [{"id": "GPU-0", "count": 4, "devmem": 97887, "devcore": 100, "type": "NVIDIA-RTX",
-                        "health": True, "mode": "mig"}]
+    assert encoded == [
+        {
+            "id": "GPU-0",
+            "count": 4,
+            "devmem": 97887,
+            "devcore": 100,
+            "type": "NVIDIA-RTX",
+            "health": True,
+            "mode": "mig",
+        }
+    ]
     assert ann.decode_node_register(ann.encode_node_register([device])) == (device,)
 
 
 def test_a_logical_reservation_round_trips_without_runtime_fields():
     entry = ann.MigAllocation.model_validate(A)
     text = ann.encode_allocations([entry])
-    assert text == ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
-                    '"placement":{"start":6,"size":1}}]')
+    assert text == (
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":6,"size":1}}]'
+    )
     (back,) = ann.decode_allocations(text)
     assert back == entry and not back.runtime_ready
 
 
 def test_zero_is_a_valid_instance_id():
-    (entry,) = ann.decode_allocations(json.dumps([{**A, "migUUID": "MIG-a", "gpuInstanceID": 0,
-                                                   "computeInstanceID": 0}]))
+    (entry,) = ann.decode_allocations(
+        json.dumps([{**A, "migUUID": "MIG-a", "gpuInstanceID": 0, "computeInstanceID": 0}])
+    )
     assert entry.runtime_ready and entry.gpuInstanceID == 0 and entry.computeInstanceID == 0
 
 
@@ -56,18 +86,21 @@ def test_runtime_identity_is_written_back_complete():
     assert json.loads(ann.encode_allocations([entry]))[0]["gpuInstanceID"] == 4
 
 
-@pytest.mark.parametrize("entries,field", [
-    ([A, {**A, "placement": {"start": 5, "size": 1}}], "duplicate reservation"),
-    ([{**A, "migUUID": "MIG-a"}], "partial runtime identity"),
-    ([{**A, "gpuInstanceID": 3, "computeInstanceID": 0}], "partial runtime identity"),
-    ([{**A, "placement": {"start": 0, "size": 0}}], "placement.size"),
-    ([{**A, "containerIndex": -1}], "containerIndex"),
-    ([{**A, "deviceIndex": -2}], "deviceIndex"),
-    ([{**A, "gpuUUID": ""}], "gpuUUID"),
-    ([{**A, "profile": ""}], "profile"),
-    ([{**A, "containerIndex": "0"}], "containerIndex"),
-    ([A, "nonsense"], "[1]"),
-])
+@pytest.mark.parametrize(
+    "entries,field",
+    [
+        ([A, {**A, "placement": {"start": 5, "size": 1}}], "duplicate reservation"),
+        ([{**A, "migUUID": "MIG-a"}], "partial runtime identity"),
+        ([{**A, "gpuInstanceID": 3, "computeInstanceID": 0}], "partial runtime identity"),
+        ([{**A, "placement": {"start": 0, "size": 0}}], "placement.size"),
+        ([{**A, "containerIndex": -1}], "containerIndex"),
+        ([{**A, "deviceIndex": -2}], "deviceIndex"),
+        ([{**A, "gpuUUID": ""}], "gpuUUID"),
+        ([{**A, "profile": ""}], "profile"),
+        ([{**A, "containerIndex": "0"}], "containerIndex"),
+        ([A, "nonsense"], "[1]"),
+    ],
+)
 def test_any_invalid_entry_rejects_the_whole_annotation(entries, field):
     with pytest.raises(ann.AnnotationError, match=field.replace("[", r"\[").replace("]", r"\]")):
         ann.decode_allocations(json.dumps(entries))

@@ -13,7 +13,7 @@ def test_every_placement_of_every_profile_lies_on_the_models_axis(model):
     for profile in model.profiles:
         assert profile.placements, profile.name
         for placement in profile.placements:
-            assert 0 <= placement.start and placement.end <= model.axis_length, (profile.name, placement)
+            assert placement.start >= 0 and placement.end <= model.axis_length, (profile.name, placement)
         assert len({p.size for p in profile.placements}) == 1, profile.name
 
 
@@ -37,26 +37,37 @@ def test_the_placement_axis_is_as_long_as_the_largest_placement_reaches(key, axi
     assert max(p.end for prof in model.profiles for p in prof.placements) == axis
 
 
-@pytest.mark.parametrize("key,profile,placements,slices", [
-    ("A100-SXM4-40GB", "3g.20gb", [(0, 4), (4, 4)], 3),
-    ("A100-SXM4-40GB", "1g.10gb", [(0, 2), (2, 2), (4, 2), (6, 2)], 1),
-    ("A100-SXM4-40GB", "7g.40gb", [(0, 8)], 7),
-    ("RTX-PRO-6000", "1g.24gb", [(0, 3), (3, 3), (6, 3), (9, 3)], 1),
-    ("RTX-PRO-6000", "2g.48gb", [(0, 6), (6, 6)], 2),
-    ("A30", "2g.12gb", [(0, 2), (2, 2)], 2),
-    ("H100-SXM5-80GB", "1g.20gb", [(0, 2), (2, 2), (4, 2), (6, 2)], 1),
-])
+@pytest.mark.parametrize(
+    "key,profile,placements,slices",
+    [
+        ("A100-SXM4-40GB", "3g.20gb", [(0, 4), (4, 4)], 3),
+        ("A100-SXM4-40GB", "1g.10gb", [(0, 2), (2, 2), (4, 2), (6, 2)], 1),
+        ("A100-SXM4-40GB", "7g.40gb", [(0, 8)], 7),
+        ("RTX-PRO-6000", "1g.24gb", [(0, 3), (3, 3), (6, 3), (9, 3)], 1),
+        ("RTX-PRO-6000", "2g.48gb", [(0, 6), (6, 6)], 2),
+        ("A30", "2g.12gb", [(0, 2), (2, 2)], 2),
+        ("H100-SXM5-80GB", "1g.20gb", [(0, 2), (2, 2), (4, 2), (6, 2)], 1),
+    ],
+)
 def test_placement_size_differs_from_slice_count_as_nvidia_smi_shows(key, profile, placements, slices):
     spec = catalog.find_model(key).profile(profile)
     assert spec.placements == tuple(Placement(*p) for p in placements)
     assert spec.slice_count == slices
 
 
-@pytest.mark.parametrize("key,profile,core", [
-    ("A100-SXM4-40GB", "1g.5gb", 15), ("A100-SXM4-40GB", "2g.10gb", 29), ("A100-SXM4-40GB", "3g.20gb", 43),
-    ("A100-SXM4-40GB", "4g.20gb", 58), ("A100-SXM4-40GB", "7g.40gb", 100),
-    ("RTX-PRO-6000", "1g.24gb", 25), ("RTX-PRO-6000", "2g.48gb", 50), ("RTX-PRO-6000", "4g.96gb", 100),
-])
+@pytest.mark.parametrize(
+    "key,profile,core",
+    [
+        ("A100-SXM4-40GB", "1g.5gb", 15),
+        ("A100-SXM4-40GB", "2g.10gb", 29),
+        ("A100-SXM4-40GB", "3g.20gb", 43),
+        ("A100-SXM4-40GB", "4g.20gb", 58),
+        ("A100-SXM4-40GB", "7g.40gb", 100),
+        ("RTX-PRO-6000", "1g.24gb", 25),
+        ("RTX-PRO-6000", "2g.48gb", 50),
+        ("RTX-PRO-6000", "4g.96gb", 100),
+    ],
+)
 def test_core_share_is_computed_like_hami(key, profile, core):
     model = catalog.find_model(key)
     assert catalog.core_percent(model, model.profile(profile)) == core
@@ -91,12 +102,18 @@ def test_facts_without_a_source_are_marked_unknown():
     assert b200.profile("1g.23gb").confidence == catalog.INFERRED
 
 
-@pytest.mark.parametrize("key, profile, engines", [
-    ("H100-SXM5-80GB", "7g.80gb", (8, 7, 0, 7, 1)), ("H100-SXM5-80GB", "1g.10gb", (1, 1, 0, 1, 0)),
-    ("H200", "3g.71gb", (3, 3, 0, 3, 0)), ("A100-SXM4-40GB", "7g.40gb", (7, 5, 0, 1, 1)),
-    ("A100-SXM4-40GB", "1g.5gb+me", (1, 1, 0, 1, 1)), ("B200", "2g.45gb", (4, 2, 0, 2, 0)),
-    ("GB200", "1g.23gb", (2, 1, 0, 1, 0)),
-])
+@pytest.mark.parametrize(
+    "key, profile, engines",
+    [
+        ("H100-SXM5-80GB", "7g.80gb", (8, 7, 0, 7, 1)),
+        ("H100-SXM5-80GB", "1g.10gb", (1, 1, 0, 1, 0)),
+        ("H200", "3g.71gb", (3, 3, 0, 3, 0)),
+        ("A100-SXM4-40GB", "7g.40gb", (7, 5, 0, 1, 1)),
+        ("A100-SXM4-40GB", "1g.5gb+me", (1, 1, 0, 1, 1)),
+        ("B200", "2g.45gb", (4, 2, 0, 2, 0)),
+        ("GB200", "1g.23gb", (2, 1, 0, 1, 0)),
+    ],
+)
 def test_engine_counts_on_8_slice_gpus_are_what_lgip_shows(key, profile, engines):
     e = catalog.find_model(key).profile(profile).engines
     assert (e.copy, e.decoder, e.encoder, e.jpeg, e.ofa) == engines
@@ -109,11 +126,14 @@ def test_a_name_an_early_driver_prints_finds_the_same_gb200_profile():
     assert "1g.24gb" in catalog.all_profile_names() and "1g.24gb" not in gb200.profile_names
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-WS"),
-    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-MAXQ"),
-    ("RTX PRO 6000", "RTX-PRO-6000"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-WS"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-MAXQ"),
+        ("RTX PRO 6000", "RTX-PRO-6000"),
+    ],
+)
 def test_every_rtx_pro_6000_blackwell_edition_is_known_with_the_12_slice_profiles(name, key):
     model = catalog.find_model(name)
     assert model.key == key and model.axis_length == 12

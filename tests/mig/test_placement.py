@@ -26,8 +26,15 @@ ALLOW = default_allowlist()
 
 def gpu(model: str, node: str = "node-a", uuid: str = "GPU-0", index: int = 0, occupied=(), healthy=True):
     m = find_model(model)
-    return GpuState(node, uuid, m.nvml_name, from_catalog(m, ALLOW.profiles_for(m.nvml_name)),
-                    tuple(occupied), healthy, index)
+    return GpuState(
+        node,
+        uuid,
+        m.nvml_name,
+        from_catalog(m, ALLOW.profiles_for(m.nvml_name)),
+        tuple(occupied),
+        healthy,
+        index,
+    )
 
 
 def pod(*containers: tuple[int, int | None], **annotations: str) -> PodRequest:
@@ -40,19 +47,22 @@ def only(result) -> tuple[str, Placement]:
     return d.profile, d.placement
 
 
-@pytest.mark.parametrize(("model", "mib", "profile"), [
-    ("RTX-PRO-6000", 8000, "1g.24gb"),
-    ("RTX-PRO-6000", 30000, "2g.48gb"),
-    ("RTX-PRO-6000", 90000, "4g.96gb"),
-    ("A100-SXM4-40GB", 4000, "1g.5gb"),
-    ("A100-SXM4-40GB", 5000, "2g.10gb"),  # 1g.10gb is not in the default allowlist
-    ("A100-SXM4-40GB", 15000, "3g.20gb"),
-    ("A100-SXM4-40GB", 30000, "7g.40gb"),
-    ("H100-SXM5-80GB", 9000, "1g.10gb"),
-    ("H100-SXM5-80GB", 30000, "3g.40gb"),
-    ("A30", 6000, "2g.12gb"),
-    ("A30", 5000, "1g.6gb"),
-])
+@pytest.mark.parametrize(
+    ("model", "mib", "profile"),
+    [
+        ("RTX-PRO-6000", 8000, "1g.24gb"),
+        ("RTX-PRO-6000", 30000, "2g.48gb"),
+        ("RTX-PRO-6000", 90000, "4g.96gb"),
+        ("A100-SXM4-40GB", 4000, "1g.5gb"),
+        ("A100-SXM4-40GB", 5000, "2g.10gb"),  # 1g.10gb is not in the default allowlist
+        ("A100-SXM4-40GB", 15000, "3g.20gb"),
+        ("A100-SXM4-40GB", 30000, "7g.40gb"),
+        ("H100-SXM5-80GB", 9000, "1g.10gb"),
+        ("H100-SXM5-80GB", 30000, "3g.40gb"),
+        ("A30", 6000, "2g.12gb"),
+        ("A30", 5000, "1g.6gb"),
+    ],
+)
 def test_a_request_gets_the_smallest_allowlisted_profile_that_covers_its_memory(model, mib, profile):
     chosen, placement = only(plan_pod(pod((1, mib)), [gpu(model)]))
     assert chosen == profile
@@ -72,18 +82,23 @@ def test_a_30000_mib_pod_on_an_rtx_pro_6000_gets_2g_48gb_at_start_0_as_on_real_h
     assert only(plan_pod(pod((1, 30000)), [gpu("RTX-PRO-6000")])) == ("2g.48gb", Placement(0, 6))
 
 
-@pytest.mark.parametrize(("model", "mib", "keeps"), [
-    ("A100-SXM4-40GB", 4000, Placement(4, 4)),   # a 1g lands in the lower half: 3g at 4:4 stays free
-    ("H100-SXM5-80GB", 9000, Placement(4, 4)),
-    ("RTX-PRO-6000", 8000, Placement(6, 6)),    # a 1g leaves one 2g.48gb placement whole
-])
+@pytest.mark.parametrize(
+    ("model", "mib", "keeps"),
+    [
+        ("A100-SXM4-40GB", 4000, Placement(4, 4)),  # a 1g lands in the lower half: 3g at 4:4 stays free
+        ("H100-SXM5-80GB", 9000, Placement(4, 4)),
+        ("RTX-PRO-6000", 8000, Placement(6, 6)),  # a 1g leaves one 2g.48gb placement whole
+    ],
+)
 def test_a_small_instance_on_an_empty_gpu_keeps_a_large_placement_free(model, mib, keeps):
     _, placement = only(plan_pod(pod((1, mib)), [gpu(model)]))
     assert not placement.overlaps(keeps)
 
 
 def test_the_second_small_pod_joins_the_partly_used_gpu_so_a_whole_gpu_stays_free():
-    index = PlacementIndex([gpu("A100-SXM4-40GB", uuid="GPU-0"), gpu("A100-SXM4-40GB", uuid="GPU-1", index=1)])
+    index = PlacementIndex(
+        [gpu("A100-SXM4-40GB", uuid="GPU-0"), gpu("A100-SXM4-40GB", uuid="GPU-1", index=1)]
+    )
     first = index.plan(pod((1, 4000)))
     index.apply(first)
     second = index.plan(pod((1, 4000)))
@@ -101,8 +116,11 @@ def test_two_devices_of_one_container_may_land_on_the_same_gpu_without_overlappi
 
 
 def test_all_devices_of_all_containers_land_on_one_node_in_hami_container_order():
-    gpus = [gpu("A100-SXM4-40GB", node="node-a", occupied=[Placement(0, 8)]),
-            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0"), gpu("A30", node="node-b", uuid="GPU-b1", index=1)]
+    gpus = [
+        gpu("A100-SXM4-40GB", node="node-a", occupied=[Placement(0, 8)]),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0"),
+        gpu("A30", node="node-b", uuid="GPU-b1", index=1),
+    ]
     result = plan_pod(pod((1, 4000), (2, 15000)), gpus)
     assert isinstance(result, Plan)
     assert {d.node for d in result.devices} == {"node-b"}
@@ -132,41 +150,57 @@ def test_another_gpu_with_room_for_the_smallest_profile_beats_an_upgrade():
     assert (d.gpu_uuid, d.profile) == ("GPU-1", "1g.5gb")
 
 
-@pytest.mark.parametrize(("annotations", "expected_gpu"), [
-    ({}, "GPU-1"),  # default binpack: the partly used GPU
-    ({"hami.io/gpu-scheduler-policy": "spread"}, "GPU-0"),
-])
+@pytest.mark.parametrize(
+    ("annotations", "expected_gpu"),
+    [
+        ({}, "GPU-1"),  # default binpack: the partly used GPU
+        ({"hami.io/gpu-scheduler-policy": "spread"}, "GPU-0"),
+    ],
+)
 def test_the_gpu_scheduler_policy_chooses_between_a_used_and_an_empty_gpu(annotations, expected_gpu):
-    gpus = [gpu("A100-SXM4-40GB", uuid="GPU-0"),
-            gpu("A100-SXM4-40GB", uuid="GPU-1", index=1, occupied=[Placement(6, 1)])]
+    gpus = [
+        gpu("A100-SXM4-40GB", uuid="GPU-0"),
+        gpu("A100-SXM4-40GB", uuid="GPU-1", index=1, occupied=[Placement(6, 1)]),
+    ]
     assert plan_pod(pod((1, 4000), **annotations), gpus).devices[0].gpu_uuid == expected_gpu
 
 
 @pytest.mark.parametrize(("policy", "expected_node"), [("binpack", "node-b"), ("spread", "node-a")])
 def test_the_node_scheduler_policy_chooses_between_a_busy_and_an_idle_node(policy, expected_node):
-    gpus = [gpu("A100-SXM4-40GB", node="node-a", uuid="GPU-a"),
-            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0", occupied=[Placement(0, 8)]),
-            gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b1", index=1)]
+    gpus = [
+        gpu("A100-SXM4-40GB", node="node-a", uuid="GPU-a"),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b0", occupied=[Placement(0, 8)]),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-b1", index=1),
+    ]
     result = plan_pod(pod((1, None), **{"hami.io/node-scheduler-policy": policy}), gpus)
     assert result.devices[0].node == expected_node
 
 
 def test_ties_go_to_the_lower_gpu_index_then_the_node_name():
-    gpus = [gpu("A30", node="node-b", uuid="GPU-b0"), gpu("A30", node="node-a", uuid="GPU-a1", index=1),
-            gpu("A30", node="node-a", uuid="GPU-a0", index=0)]
+    gpus = [
+        gpu("A30", node="node-b", uuid="GPU-b0"),
+        gpu("A30", node="node-a", uuid="GPU-a1", index=1),
+        gpu("A30", node="node-a", uuid="GPU-a0", index=0),
+    ]
     assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-a0"
     assert plan_pod(pod((1, None)), list(reversed(gpus))).devices[0].gpu_uuid == "GPU-a0"
 
 
-@pytest.mark.parametrize(("annotations", "allowed"), [
-    ({"nvidia.com/use-gputype": "a30"}, {"GPU-a30"}),
-    ({"nvidia.com/nouse-gputype": "A100,H100"}, {"GPU-a30"}),
-    ({"nvidia.com/use-gpuuuid": "GPU-h100"}, {"GPU-h100"}),
-    ({"nvidia.com/nouse-gpuuuid": "GPU-a30, GPU-a100"}, {"GPU-h100"}),
-])
+@pytest.mark.parametrize(
+    ("annotations", "allowed"),
+    [
+        ({"nvidia.com/use-gputype": "a30"}, {"GPU-a30"}),
+        ({"nvidia.com/nouse-gputype": "A100,H100"}, {"GPU-a30"}),
+        ({"nvidia.com/use-gpuuuid": "GPU-h100"}, {"GPU-h100"}),
+        ({"nvidia.com/nouse-gpuuuid": "GPU-a30, GPU-a100"}, {"GPU-h100"}),
+    ],
+)
 def test_gpu_annotations_restrict_where_a_pod_may_land(annotations, allowed):
-    gpus = [gpu("A100-SXM4-40GB", uuid="GPU-a100", occupied=[Placement(6, 1)]), gpu("A30", uuid="GPU-a30", index=1),
-            gpu("H100-SXM5-80GB", uuid="GPU-h100", index=2)]
+    gpus = [
+        gpu("A100-SXM4-40GB", uuid="GPU-a100", occupied=[Placement(6, 1)]),
+        gpu("A30", uuid="GPU-a30", index=1),
+        gpu("H100-SXM5-80GB", uuid="GPU-h100", index=2),
+    ]
     assert plan_pod(pod((1, 4000), **annotations), gpus).devices[0].gpu_uuid in allowed
 
 
@@ -225,7 +259,9 @@ def test_a_fragmented_gpu_names_its_free_slices_and_the_placements_they_miss():
 
 
 def test_a_full_gpu_says_there_are_not_enough_free_slices():
-    r = _reasons(plan_pod(pod((1, 15000)), [gpu("A100-SXM4-40GB", occupied=[Placement(0, 4), Placement(4, 2)])]))
+    r = _reasons(
+        plan_pod(pod((1, 15000)), [gpu("A100-SXM4-40GB", occupied=[Placement(0, 4), Placement(4, 2)])])
+    )
     assert r["GPU-0"].code == R.NOT_ENOUGH_SLICES and "3g.20gb needs 4" in r["GPU-0"].message
 
 
@@ -237,20 +273,27 @@ def test_devices_that_fit_one_by_one_but_not_together_get_a_node_reason():
 
 
 def test_a_refusal_counts_nodes_per_headline_reason():
-    gpus = [gpu("A30", node="node-a", healthy=False),
-            gpu("A30", node="node-b", uuid="GPU-b", occupied=[Placement(0, 1), Placement(2, 1)]),
-            gpu("A30", node="node-c", uuid="GPU-c", occupied=[Placement(0, 1), Placement(2, 1)])]
+    gpus = [
+        gpu("A30", node="node-a", healthy=False),
+        gpu("A30", node="node-b", uuid="GPU-b", occupied=[Placement(0, 1), Placement(2, 1)]),
+        gpu("A30", node="node-c", uuid="GPU-c", occupied=[Placement(0, 1), Placement(2, 1)]),
+    ]
     result = plan_pod(pod((1, 6000)), gpus)
     assert result.counts() == {R.UNHEALTHY: 1, R.FRAGMENTED: 2}
     assert result.summary() == "0/3 nodes can place the pod's MIG devices: 2 fragmented, 1 unhealthy"
     assert "free slices 1,3" in result.node_message("node-b")
 
 
-@pytest.mark.parametrize(("model", "small", "half", "half_profile"), [
-    ("A100-SXM4-40GB", 4000, 15000, "3g.20gb"),
-    ("H100-SXM5-80GB", 9000, 30000, "3g.40gb"),
-])
-def test_small_instances_fill_the_lower_half_so_slice_7_stays_usable_by_a_half_at_4(model, small, half, half_profile):
+@pytest.mark.parametrize(
+    ("model", "small", "half", "half_profile"),
+    [
+        ("A100-SXM4-40GB", 4000, 15000, "3g.20gb"),
+        ("H100-SXM5-80GB", 9000, 30000, "3g.40gb"),
+    ],
+)
+def test_small_instances_fill_the_lower_half_so_slice_7_stays_usable_by_a_half_at_4(
+    model, small, half, half_profile
+):
     # Slice 7 of these GPUs is covered only by the half at 4:4 and the whole GPU; a 1g in the upper
     # half would strand it, and the GPU could never be fully used.
     index = PlacementIndex([gpu(model)])
@@ -260,23 +303,29 @@ def test_small_instances_fill_the_lower_half_so_slice_7_stays_usable_by_a_half_a
     assert only(index.plan(pod((1, half)))) == (half_profile, Placement(4, 4))
 
 
-@pytest.mark.parametrize(("mib", "models", "expected"), [
-    (9000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 1 of 8 slices, not 2 of 8
-    (4000, ("RTX-PRO-6000", "A100-SXM4-40GB"), "A100-SXM4-40GB"),    # 1 of 8 slices, not 3 of 12
-    (18000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 2 of 8 slices, not 4 of 8
-])
+@pytest.mark.parametrize(
+    ("mib", "models", "expected"),
+    [
+        (9000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 1 of 8 slices, not 2 of 8
+        (4000, ("RTX-PRO-6000", "A100-SXM4-40GB"), "A100-SXM4-40GB"),  # 1 of 8 slices, not 3 of 12
+        (18000, ("A100-SXM4-40GB", "H100-SXM5-80GB"), "H100-SXM5-80GB"),  # 2 of 8 slices, not 4 of 8
+    ],
+)
 def test_a_request_goes_to_the_gpu_model_where_it_takes_the_smallest_share(mib, models, expected):
     gpus = [gpu(m, node=f"node-{i}", uuid=f"GPU-{i}") for i, m in enumerate(models)]
     d = plan_pod(pod((1, mib)), gpus).devices[0]
     assert d.gpu_uuid == f"GPU-{models.index(expected)}"
 
 
-@pytest.mark.parametrize(("model", "mib", "held"), [
-    ("A100-SXM4-40GB", 4000, Placement(0, 1)),
-    ("H100-SXM5-80GB", 9000, Placement(2, 2)),
-    ("RTX-PRO-6000", 8000, Placement(0, 3)),
-    ("A30", 5000, Placement(0, 1)),
-])
+@pytest.mark.parametrize(
+    ("model", "mib", "held"),
+    [
+        ("A100-SXM4-40GB", 4000, Placement(0, 1)),
+        ("H100-SXM5-80GB", 9000, Placement(2, 2)),
+        ("RTX-PRO-6000", 8000, Placement(0, 3)),
+        ("A30", 5000, Placement(0, 1)),
+    ],
+)
 def test_a_small_pod_joins_a_gpu_that_holds_instances_so_an_empty_gpu_stays_whole(model, mib, held):
     gpus = [gpu(model, uuid="GPU-0"), gpu(model, uuid="GPU-1", index=1, occupied=[held])]
     index = PlacementIndex(gpus)
@@ -287,9 +336,14 @@ def test_a_small_pod_joins_a_gpu_that_holds_instances_so_an_empty_gpu_stays_whol
     assert whole.devices[0].gpu_uuid == "GPU-0" and whole.devices[0].placement.start == 0
 
 
-@pytest.mark.parametrize(("model", "axis"), [("A100-SXM4-40GB", 8), ("H100-SXM5-80GB", 8), ("RTX-PRO-6000", 12)])
+@pytest.mark.parametrize(
+    ("model", "axis"), [("A100-SXM4-40GB", 8), ("H100-SXM5-80GB", 8), ("RTX-PRO-6000", 12)]
+)
 def test_between_equally_good_gpus_the_one_on_the_fuller_node_wins(model, axis):
-    gpus = [gpu(model, node="node-a", uuid="GPU-a0"), gpu(model, node="node-a", uuid="GPU-a1", index=1),
-            gpu(model, node="node-b", uuid="GPU-b0"),
-            gpu(model, node="node-b", uuid="GPU-b1", index=1, occupied=[Placement(0, axis)])]
+    gpus = [
+        gpu(model, node="node-a", uuid="GPU-a0"),
+        gpu(model, node="node-a", uuid="GPU-a1", index=1),
+        gpu(model, node="node-b", uuid="GPU-b0"),
+        gpu(model, node="node-b", uuid="GPU-b1", index=1, occupied=[Placement(0, axis)]),
+    ]
     assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-b0"

@@ -32,19 +32,31 @@ def fleets(draw) -> list[GpuState]:
                 if not p.mask & mask:
                     occupied.append(p)
                     mask |= p.mask
-            out.append(GpuState(f"node-{n}", f"GPU-{n}-{i}", find_model(model).nvml_name, profiles,
-                                tuple(occupied), draw(st.booleans()) or draw(st.booleans()), i))
+            out.append(
+                GpuState(
+                    f"node-{n}",
+                    f"GPU-{n}-{i}",
+                    find_model(model).nvml_name,
+                    profiles,
+                    tuple(occupied),
+                    draw(st.booleans()) or draw(st.booleans()),
+                    i,
+                )
+            )
     return out
 
 
 memories = st.one_of(st.none(), st.integers(1, 100000))
-annotations = st.fixed_dictionaries({}, optional={
-    "nvidia.com/mig-profile-preference": st.sampled_from(["4g", "1g,3g", "2g.10gb", "7g", "9g"]),
-    "hami.io/gpu-scheduler-policy": st.sampled_from(["binpack", "spread"]),
-    "hami.io/node-scheduler-policy": st.sampled_from(["binpack", "spread"]),
-    "nvidia.com/nouse-gpuuuid": st.sampled_from(["GPU-0-0", "GPU-1-0,GPU-0-1"]),
-    "nvidia.com/use-gputype": st.sampled_from(["a100", "H100,RTX"]),
-})
+annotations = st.fixed_dictionaries(
+    {},
+    optional={
+        "nvidia.com/mig-profile-preference": st.sampled_from(["4g", "1g,3g", "2g.10gb", "7g", "9g"]),
+        "hami.io/gpu-scheduler-policy": st.sampled_from(["binpack", "spread"]),
+        "hami.io/node-scheduler-policy": st.sampled_from(["binpack", "spread"]),
+        "nvidia.com/nouse-gpuuuid": st.sampled_from(["GPU-0-0", "GPU-1-0,GPU-0-1"]),
+        "nvidia.com/use-gputype": st.sampled_from(["a100", "H100,RTX"]),
+    },
+)
 
 
 @st.composite

@@ -29,8 +29,9 @@ def read(limits=None, requests=None) -> ContainerRequest:
 
 def gpu(model: str, uuid: str = "GPU-0", node: str = "node-a") -> GpuState:
     m = find_model(model)
-    return GpuState(node, uuid, m.nvml_name, from_catalog(m, ALLOW.profiles_for(m.nvml_name)),
-                    memory_mb=m.memory_mib)
+    return GpuState(
+        node, uuid, m.nvml_name, from_catalog(m, ALLOW.profiles_for(m.nvml_name)), memory_mb=m.memory_mib
+    )
 
 
 def profile_on(model: str, request: ContainerRequest) -> str:
@@ -63,7 +64,7 @@ def test_percentage_25_on_an_a100_40gb_gets_a_3g_20gb():
 
 def test_the_same_percentage_covers_a_different_profile_on_another_model():
     request = read({GPU: "1", PCT: "10"})
-    assert profile_on("A100-SXM4-40GB", request) == "1g.5gb"   # 4,096 MiB
+    assert profile_on("A100-SXM4-40GB", request) == "1g.5gb"  # 4,096 MiB
     assert profile_on("A100-SXM4-80GB", request) == "1g.10gb"  # 8,192 MiB
 
 
@@ -75,14 +76,17 @@ def test_a_pod_over_two_models_gets_the_profile_its_gpu_needs():
     assert device.profile == {"GPU-40": "3g.20gb", "GPU-80": "3g.40gb"}[device.gpu_uuid]
 
 
-@pytest.mark.parametrize(("limits", "expected"), [
-    ({GPU: "1", MEM: "8k", PCT: "50"}, ContainerRequest(1, 8000)),      # gpumem wins, as in HAMi
-    ({GPU: "1", MEM: "0", PCT: "50"}, ContainerRequest(1, None, 50)),   # gpumem 0 counts as unset
-    ({GPU: "1", PCT: "100"}, ContainerRequest(1)),                      # 100 % is a whole GPU
-    ({GPU: "1", PCT: "0"}, ContainerRequest(1)),                        # 0 is ignored: a whole GPU
-    ({GPU: "1"}, ContainerRequest(1)),
-    ({MEM: "8k"}, ContainerRequest(0)),                                 # no device count: no devices here
-])
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({GPU: "1", MEM: "8k", PCT: "50"}, ContainerRequest(1, 8000)),  # gpumem wins, as in HAMi
+        ({GPU: "1", MEM: "0", PCT: "50"}, ContainerRequest(1, None, 50)),  # gpumem 0 counts as unset
+        ({GPU: "1", PCT: "100"}, ContainerRequest(1)),  # 100 % is a whole GPU
+        ({GPU: "1", PCT: "0"}, ContainerRequest(1)),  # 0 is ignored: a whole GPU
+        ({GPU: "1"}, ContainerRequest(1)),
+        ({MEM: "8k"}, ContainerRequest(0)),  # no device count: no devices here
+    ],
+)
 def test_gpumem_and_percentage_combine_as_hami_combines_them(limits, expected):
     assert read(limits) == expected
 
@@ -95,18 +99,27 @@ def test_a_percentage_on_a_gpu_that_publishes_no_memory_is_refused_with_the_reas
     assert "publishes no total memory" in refusal.node_message("node-a")
 
 
-@pytest.mark.parametrize(("limits", "message"), [
-    ({GPU: "1.5"}, "container main: nvidia.com/gpu '1.5' is not a whole number"),
-    ({GPU: "-1"}, "container main: nvidia.com/gpu must not be negative"),
-    ({GPU: "1", MEM: "8 k"}, "container main: nvidia.com/gpumem: '8 k' is not a quantity"),
-    ({GPU: "1", MEM: "8K"}, "container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'"),
-    ({GPU: "1", MEM: "100m"}, "container main: nvidia.com/gpumem '100m' is not a whole number"),
-    ({GPU: "1", MEM: "3Gi"}, "container main: nvidia.com/gpumem 3221225472 MiB is beyond 2147483647"),
-    ({GPU: "1", PCT: "101"}, "container main: nvidia.com/gpumem-percentage 101 must be an integer between 0 and 100"),
-    ({GPU: "1", PCT: "12.5"}, "container main: nvidia.com/gpumem-percentage '12.5' is not a whole number"),
-    ({GPU: ["1"]}, "container main: nvidia.com/gpu must be a quantity string"),
-    ({GPU: True}, "container main: nvidia.com/gpu must be a quantity string"),
-])
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({GPU: "1.5"}, "container main: nvidia.com/gpu '1.5' is not a whole number"),
+        ({GPU: "-1"}, "container main: nvidia.com/gpu must not be negative"),
+        ({GPU: "1", MEM: "8 k"}, "container main: nvidia.com/gpumem: '8 k' is not a quantity"),
+        ({GPU: "1", MEM: "8K"}, "container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'"),
+        ({GPU: "1", MEM: "100m"}, "container main: nvidia.com/gpumem '100m' is not a whole number"),
+        ({GPU: "1", MEM: "3Gi"}, "container main: nvidia.com/gpumem 3221225472 MiB is beyond 2147483647"),
+        (
+            {GPU: "1", PCT: "101"},
+            "container main: nvidia.com/gpumem-percentage 101 must be an integer between 0 and 100",
+        ),
+        (
+            {GPU: "1", PCT: "12.5"},
+            "container main: nvidia.com/gpumem-percentage '12.5' is not a whole number",
+        ),
+        ({GPU: ["1"]}, "container main: nvidia.com/gpu must be a quantity string"),
+        ({GPU: True}, "container main: nvidia.com/gpu must be a quantity string"),
+    ],
+)
 def test_a_bad_quantity_is_refused_naming_the_container_and_the_resource(limits, message):
     with pytest.raises(RequestError) as caught:
         read(limits)

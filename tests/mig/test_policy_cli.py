@@ -43,20 +43,24 @@ def test_check_rejects_an_entry_without_profiles_naming_the_file_and_field(tmp_p
 
 
 def test_check_prints_warnings_and_still_passes(tmp_path, capsys):
-    path = write(tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n"
-                           "      profiles: [1g.6gb, 3g.40gb]\n")
+    path = write(
+        tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.40gb]\n"
+    )
     code, out, _ = run(capsys, "check", path)
     assert code == 0
     assert f"{path}: nvidia.migProfileAllowlist[0].profiles" in out and "warning" in out
 
 
-@pytest.mark.parametrize(("model", "memory", "profile", "start"), [
-    ("RTX PRO 6000", "8000", "1g.24gb", None),
-    ("RTX-PRO-6000", "30000", "2g.48gb", 0),
-    ("A100-SXM4-40GB", "5000", "2g.10gb", None),
-    ("NVIDIA H100 80GB HBM3", "30000", "3g.40gb", None),
-    ("A30", "20000", "4g.24gb", 0),
-])
+@pytest.mark.parametrize(
+    ("model", "memory", "profile", "start"),
+    [
+        ("RTX PRO 6000", "8000", "1g.24gb", None),
+        ("RTX-PRO-6000", "30000", "2g.48gb", 0),
+        ("A100-SXM4-40GB", "5000", "2g.10gb", None),
+        ("NVIDIA H100 80GB HBM3", "30000", "3g.40gb", None),
+        ("A30", "20000", "4g.24gb", 0),
+    ],
+)
 def test_explain_json_says_which_profile_and_placement_a_request_gets(capsys, model, memory, profile, start):
     code, out, _ = run(capsys, "explain", "--model", model, "--memory", memory, "--json")
     assert code == 0
@@ -72,8 +76,19 @@ def test_explain_json_says_which_profile_and_placement_a_request_gets(capsys, mo
 
 
 def test_explain_places_several_devices_around_the_occupied_slices(capsys):
-    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "4000", "--gpus", "2",
-                       "--occupied", "0:4,6:1", "--json")
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "--model",
+        "A100-SXM4-40GB",
+        "--memory",
+        "4000",
+        "--gpus",
+        "2",
+        "--occupied",
+        "0:4,6:1",
+        "--json",
+    )
     doc = json.loads(out)
     assert code == 0 and doc["profiles"] == ["1g.5gb", "1g.5gb"]
     starts = {p["start"] for p in doc["placements"]}
@@ -81,14 +96,34 @@ def test_explain_places_several_devices_around_the_occupied_slices(capsys):
 
 
 def test_explain_honours_a_preference_from_the_given_policy(capsys):
-    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "15000",
-                       "--preference", "4g", "--policy", WITH_4G, "--json")
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "--model",
+        "A100-SXM4-40GB",
+        "--memory",
+        "15000",
+        "--preference",
+        "4g",
+        "--policy",
+        WITH_4G,
+        "--json",
+    )
     assert code == 0 and json.loads(out)["profiles"] == ["4g.20gb"]
 
 
 def test_explain_json_for_a_request_that_does_not_fit_has_empty_lists_and_a_reason(capsys):
-    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "9000",
-                       "--occupied", "0:1,3:1,4:1,6:1", "--json")
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "--model",
+        "A100-SXM4-40GB",
+        "--memory",
+        "9000",
+        "--occupied",
+        "0:1,3:1,4:1,6:1",
+        "--json",
+    )
     doc = json.loads(out)
     assert code == 0
     assert doc == {"fits": False, "profiles": [], "placements": [], "reason": doc["reason"]}
@@ -107,17 +142,20 @@ def test_an_unknown_model_lists_the_known_ones(capsys):
     assert "--model" in err and all(m.key in err for m in MODELS)
 
 
-@pytest.mark.parametrize(("args", "flag", "fix"), [
-    (["--memory", "lots"], "--memory", "--memory 8000"),
-    (["--memory", "0"], "--memory", "positive"),
-    (["--memory", "100", "--gpus", "0"], "--gpus", "--gpus 2"),
-    (["--memory", "100", "--occupied", "3"], "--occupied", "START:SIZE"),
-    (["--memory", "100", "--occupied", "0:2,1:1"], "--occupied", "overlap"),
-    (["--memory", "100", "--occupied", "6:4"], "--occupied", "axis"),
-    (["--memory", "100", "--gpus", "100000000"], "--gpus", "from 1 to 128"),
-    (["--memory", "100", "--occupied", "0:1000000000"], "--occupied", "START:SIZE"),
-    (["--memory", "1e400"], "--memory", "--memory 8000"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag", "fix"),
+    [
+        (["--memory", "lots"], "--memory", "--memory 8000"),
+        (["--memory", "0"], "--memory", "positive"),
+        (["--memory", "100", "--gpus", "0"], "--gpus", "--gpus 2"),
+        (["--memory", "100", "--occupied", "3"], "--occupied", "START:SIZE"),
+        (["--memory", "100", "--occupied", "0:2,1:1"], "--occupied", "overlap"),
+        (["--memory", "100", "--occupied", "6:4"], "--occupied", "axis"),
+        (["--memory", "100", "--gpus", "100000000"], "--gpus", "from 1 to 128"),
+        (["--memory", "100", "--occupied", "0:1000000000"], "--occupied", "START:SIZE"),
+        (["--memory", "1e400"], "--memory", "--memory 8000"),
+    ],
+)
 def test_a_bad_argument_names_the_flag_and_the_fix(capsys, args, flag, fix):
     code, _, err = run(capsys, "explain", "--model", "A100-SXM4-40GB", *args)
     assert code == 2
@@ -125,8 +163,9 @@ def test_a_bad_argument_names_the_flag_and_the_fix(capsys, args, flag, fix):
 
 
 def test_diff_prints_only_what_changes_between_two_policies(tmp_path, capsys):
-    narrower = write(tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n"
-                               "      profiles: [2g.12gb, 4g.24gb]\n")
+    narrower = write(
+        tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [2g.12gb, 4g.24gb]\n"
+    )
     code, out, _ = run(capsys, "diff", DEFAULT, narrower)
     assert code == 0
     lines = out.strip().splitlines()
@@ -140,12 +179,15 @@ def test_diff_of_a_policy_with_itself_has_no_changes(capsys):
     assert code == 0 and out.startswith("0 change(s)")
 
 
-@pytest.mark.parametrize(("body", "why"), [
-    ("- " * 500 + "x", "nests deeper than 32 levels"),
-    ("a: " + "[" * 2000, "not valid YAML"),
-    ("a: &x [1, 2]\nb: [*x, *x, *x]", "uses an alias"),
-    ("x: " + "y" * 300_000, "the limit is 262144"),
-])
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("- " * 500 + "x", "nests deeper than 32 levels"),
+        ("a: " + "[" * 2000, "not valid YAML"),
+        ("a: &x [1, 2]\nb: [*x, *x, *x]", "uses an alias"),
+        ("x: " + "y" * 300_000, "the limit is 262144"),
+    ],
+)
 def test_check_refuses_a_hostile_file_with_a_message_not_a_traceback(tmp_path, capsys, body, why):
     code, _, err = run(capsys, "check", write(tmp_path, body))
     assert code != 0 and why in err

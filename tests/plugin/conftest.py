@@ -66,12 +66,20 @@ class Node:
 
     # ---- the plugin
 
-    def config(self, strategy: str = "envvar", excluded: DeviceFilter | None = None,
-               device_config: DeviceConfig | None = None) -> PluginConfig:
+    def config(
+        self,
+        strategy: str = "envvar",
+        excluded: DeviceFilter | None = None,
+        device_config: DeviceConfig | None = None,
+    ) -> PluginConfig:
         return PluginConfig(
-            node_name=NODE, device_config=device_config or DeviceConfig(default_allowlist()),
-            node=NodeConfig("mig", excluded or DeviceFilter()), kubelet_dir=self.plugin_dir,
-            strategy=strategy, reconcile_interval=3600.0, state_dir=self.plugin_dir / "state",
+            node_name=NODE,
+            device_config=device_config or DeviceConfig(default_allowlist()),
+            node=NodeConfig("mig", excluded or DeviceFilter()),
+            kubelet_dir=self.plugin_dir,
+            strategy=strategy,
+            reconcile_interval=3600.0,
+            state_dir=self.plugin_dir / "state",
         )
 
     def start_plugin(self, **kwargs: Any) -> DevicePluginApp:
@@ -79,8 +87,9 @@ class Node:
         self.app = DevicePluginApp(self.config(**kwargs), kube).start()
         # kubelet can allocate only after the first ListAndWatch message has arrived
         replicas = sum(g.count for g in self.app.inventory.managed)
-        self.kubelet.wait_for_resource(RESOURCE, lambda v: v.connected and v.healthy == replicas,
-                                       what=f"{replicas} healthy replicas")
+        self.kubelet.wait_for_resource(
+            RESOURCE, lambda v: v.connected and v.healthy == replicas, what=f"{replicas} healthy replicas"
+        )
         return self.app
 
     @property
@@ -98,33 +107,60 @@ class Node:
 
     # ---- pods as the scheduler writes them
 
-    def add_pod(self, name: str, containers: list[list[Want]], phase: str | None = None,
-                lock: bool = True, allocations: str | None = None) -> dict[str, Any]:
+    def add_pod(
+        self,
+        name: str,
+        containers: list[list[Want]],
+        phase: str | None = None,
+        lock: bool = True,
+        allocations: str | None = None,
+    ) -> dict[str, Any]:
         devices, reservations = [], []
         for c, wants in enumerate(containers):
             devices.append([ContainerDevice(self.uuids[w.gpu], "NVIDIA", 1000, 10) for w in wants])
-            reservations += [MigAllocation.model_validate({
-                "containerIndex": c, "deviceIndex": d, "gpuUUID": self.uuids[w.gpu], "profile": w.profile,
-                "placement": {"start": w.start, "size": w.size}}) for d, w in enumerate(wants)]
+            reservations += [
+                MigAllocation.model_validate(
+                    {
+                        "containerIndex": c,
+                        "deviceIndex": d,
+                        "gpuUUID": self.uuids[w.gpu],
+                        "profile": w.profile,
+                        "placement": {"start": w.start, "size": w.size},
+                    }
+                )
+                for d, w in enumerate(wants)
+            ]
         text = encode_devices(devices)
         annotations = {
-            VGPU_NODE: NODE, VGPU_TIME: "1700000000", DEVICES_TO_ALLOCATE: text, DEVICES_ALLOCATED: text,
-            MIG_ALLOCATIONS: allocations if allocations is not None else (encode_allocations(reservations) or ""),
-            BIND_PHASE: "allocating", BIND_TIME: "1700000000",
+            VGPU_NODE: NODE,
+            VGPU_TIME: "1700000000",
+            DEVICES_TO_ALLOCATE: text,
+            DEVICES_ALLOCATED: text,
+            MIG_ALLOCATIONS: allocations
+            if allocations is not None
+            else (encode_allocations(reservations) or ""),
+            BIND_PHASE: "allocating",
+            BIND_TIME: "1700000000",
         }
         pod = {
-            "apiVersion": "v1", "kind": "Pod",
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-            "spec": {"nodeName": NODE, "containers": [
-                {"name": f"c{c}", "image": "cuda", "resources": {"limits": {RESOURCE: str(len(w))}}}
-                for c, w in enumerate(containers)]},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": f"c{c}", "image": "cuda", "resources": {"limits": {RESOURCE: str(len(w))}}}
+                    for c, w in enumerate(containers)
+                ],
+            },
         }
         created = self.core.create_namespaced_pod("default", pod)
         if phase:
             self.set_phase(name, phase)
         if lock:
-            self.core.patch_node(NODE, {"metadata": {"annotations": {
-                NODE_LOCK: f"2026-01-01T00:00:00Z,default,{name}"}}})
+            self.core.patch_node(
+                NODE, {"metadata": {"annotations": {NODE_LOCK: f"2026-01-01T00:00:00Z,default,{name}"}}}
+            )
         return {"uid": created.metadata.uid, "containers": [len(w) for w in containers]}
 
     def admit(self, name: str) -> Any:
@@ -156,9 +192,18 @@ class Node:
 
     def instances(self, gpu: int = 0) -> list[tuple[str, int, int, str]]:
         """(profile, start, size, MIG UUID) of every GI+CI on a GPU, sorted by placement."""
-        return sorted(((gi.profile, gi.placement.start, gi.placement.size,
-                        gi.compute_instances[0].mig_uuid if gi.compute_instances else "")
-                       for gi in self.sim.gpu(gpu).gpu_instances), key=lambda t: t[1])
+        return sorted(
+            (
+                (
+                    gi.profile,
+                    gi.placement.start,
+                    gi.placement.size,
+                    gi.compute_instances[0].mig_uuid if gi.compute_instances else "",
+                )
+                for gi in self.sim.gpu(gpu).gpu_instances
+            ),
+            key=lambda t: t[1],
+        )
 
     def destroys(self) -> list[dict[str, Any]]:
         return [e for e in self.sim.events() if e["op"].startswith("destroy")]

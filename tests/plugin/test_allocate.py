@@ -25,7 +25,10 @@ def test_one_1g_is_created_at_its_placement_answered_recorded_and_destroyed_when
     [reservation] = node.reservations("train")
     gi = node.sim.gpu(0).gpu_instances[0]
     assert (reservation.migUUID, reservation.gpuInstanceID, reservation.computeInstanceID) == (
-        mig_uuid, gi.gi_id, gi.compute_instances[0].ci_id)
+        mig_uuid,
+        gi.gi_id,
+        gi.compute_instances[0].ci_id,
+    )
     annotations = node.annotations("train")
     assert annotations[BIND_PHASE] == "success"
     assert not any(decode_devices(annotations[DEVICES_TO_ALLOCATE]))
@@ -55,14 +58,18 @@ def test_several_non_overlapping_1g_instances_share_one_gpu(make_node):
 MIXED = [
     ("A100-SXM4-40GB", [Want(0, "3g.20gb", 0, 4), Want(0, "2g.10gb", 4, 2), Want(0, "1g.5gb", 6, 1)]),
     ("H100 80GB HBM3", [Want(0, "3g.40gb", 4, 4), Want(0, "2g.20gb", 0, 2), Want(0, "1g.10gb", 2, 1)]),
-    ("RTX PRO 6000 Blackwell Server Edition",
-     [Want(0, "2g.48gb", 0, 6), Want(0, "1g.24gb", 6, 3), Want(0, "1g.24gb", 9, 3)]),
+    (
+        "RTX PRO 6000 Blackwell Server Edition",
+        [Want(0, "2g.48gb", 0, 6), Want(0, "1g.24gb", 6, 3), Want(0, "1g.24gb", 9, 3)],
+    ),
 ]
 
 
 @pytest.mark.parametrize("shuffle", [None, 11], ids=["heap-gi-ids", "shuffled-gi-ids"])
 @pytest.mark.parametrize(("model", "wants"), MIXED, ids=[m for m, _ in MIXED])
-def test_mixed_profiles_on_one_gpu_land_exactly_where_reserved_whatever_the_gi_ids(make_node, model, wants, shuffle):
+def test_mixed_profiles_on_one_gpu_land_exactly_where_reserved_whatever_the_gi_ids(
+    make_node, model, wants, shuffle
+):
     node = make_node({"gpus": [{"model": model}]}, shuffle_gi_ids=shuffle)
     node.start_plugin()
     for i, want in enumerate(wants):
@@ -175,7 +182,10 @@ def test_init_and_app_containers_are_realized_in_order_and_bind_phase_succeeds_a
 
     assert result.ok, result.error
     by_start = {s: u for _, s, _, u in node.instances(0)}
-    assert [c.response.envs["NVIDIA_VISIBLE_DEVICES"] for c in result.containers] == [by_start[0], by_start[2]]
+    assert [c.response.envs["NVIDIA_VISIBLE_DEVICES"] for c in result.containers] == [
+        by_start[0],
+        by_start[2],
+    ]
     assert node.annotations("multi")[BIND_PHASE] == "success"
 
 
@@ -209,12 +219,16 @@ def test_the_node_registration_is_hami_format_and_written_only_when_it_changes(m
     app = node.start_plugin()
 
     import json
+
     published = json.loads(node.node_annotations()["hami.io/node-nvidia-register"])
     assert [d["id"] for d in published] == node.uuids
     rtx = published[1]
     assert rtx["count"] == 4 and rtx["mode"] == "mig" and rtx["devcore"] == 100
     assert [(p["name"], p["memoryMB"], p["core"]) for p in rtx["migProfiles"]] == [
-        ("1g.24gb", 24192, 25), ("2g.48gb", 48512, 50), ("4g.96gb", 97408, 100)]
+        ("1g.24gb", 24192, 25),
+        ("2g.48gb", 48512, 50),
+        ("4g.96gb", 97408, 100),
+    ]
     assert "instanceCount" not in rtx["migProfiles"][0]
     node.tick()
     node.tick()
@@ -226,7 +240,9 @@ def test_the_node_lock_is_released_only_by_the_pod_that_holds_it(make_node):
     node = make_node(A100)
     app = node.start_plugin()
     node.add_pod("p", [[Want(0, "1g.5gb", 1, 1)]], lock=False)
-    node.core.patch_node("gpu-node-1", {"metadata": {"annotations": {NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}}})
+    node.core.patch_node(
+        "gpu-node-1", {"metadata": {"annotations": {NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}}}
+    )
 
     assert node.admit("p").ok
 

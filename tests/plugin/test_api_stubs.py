@@ -18,8 +18,12 @@ S, B, I32, I64, MSG, MAP = F.TYPE_STRING, F.TYPE_BOOL, F.TYPE_INT32, F.TYPE_INT6
 # message -> {field: (number, type, label)} from k8s-contracts §3.2
 CONTRACT = {
     "DevicePluginOptions": {"pre_start_required": (1, B, O), "get_preferred_allocation_available": (2, B, O)},
-    "RegisterRequest": {"version": (1, S, O), "endpoint": (2, S, O), "resource_name": (3, S, O),
-                        "options": (4, MSG, O)},
+    "RegisterRequest": {
+        "version": (1, S, O),
+        "endpoint": (2, S, O),
+        "resource_name": (3, S, O),
+        "options": (4, MSG, O),
+    },
     "Empty": {},
     "ListAndWatchResponse": {"devices": (1, MSG, R)},
     "TopologyInfo": {"nodes": (1, MSG, R)},
@@ -28,16 +32,24 @@ CONTRACT = {
     "PreStartContainerRequest": {"devices_ids": (1, S, R)},
     "PreStartContainerResponse": {},
     "PreferredAllocationRequest": {"container_requests": (1, MSG, R)},
-    "ContainerPreferredAllocationRequest": {"available_deviceIDs": (1, S, R), "must_include_deviceIDs": (2, S, R),
-                                            "allocation_size": (3, I32, O)},
+    "ContainerPreferredAllocationRequest": {
+        "available_deviceIDs": (1, S, R),
+        "must_include_deviceIDs": (2, S, R),
+        "allocation_size": (3, I32, O),
+    },
     "PreferredAllocationResponse": {"container_responses": (1, MSG, R)},
     "ContainerPreferredAllocationResponse": {"deviceIDs": (1, S, R)},
     "AllocateRequest": {"container_requests": (1, MSG, R)},
     "ContainerAllocateRequest": {"devices_ids": (1, S, R)},
     "CDIDevice": {"name": (1, S, O)},
     "AllocateResponse": {"container_responses": (1, MSG, R)},
-    "ContainerAllocateResponse": {"envs": (1, MAP, R), "mounts": (2, MSG, R), "devices": (3, MSG, R),
-                                  "annotations": (4, MAP, R), "cdi_devices": (5, MSG, R)},
+    "ContainerAllocateResponse": {
+        "envs": (1, MAP, R),
+        "mounts": (2, MSG, R),
+        "devices": (3, MSG, R),
+        "annotations": (4, MAP, R),
+        "cdi_devices": (5, MSG, R),
+    },
     "Mount": {"container_path": (1, S, O), "host_path": (2, S, O), "read_only": (3, B, O)},
     "DeviceSpec": {"container_path": (1, S, O), "host_path": (2, S, O), "permissions": (3, S, O)},
 }
@@ -57,7 +69,8 @@ def test_the_committed_stubs_are_what_the_proto_generates_today(tmp_path: Path):
     generate(tmp_path)
     for name in OUTPUTS:
         assert (tmp_path / name).read_text() == (HERE / name).read_text(), (
-            f"plugin/api/{name} drifted from deviceplugin.proto: run `make proto` and commit the result")
+            f"plugin/api/{name} drifted from deviceplugin.proto: run `make proto` and commit the result"
+        )
 
 
 def test_the_grpc_module_imports_its_messages_from_the_package():

@@ -19,10 +19,22 @@ from mig.leftovers import LEFTOVERS
 def test_kill_9_of_the_plugin_during_a_pod_stream_leaks_nothing_and_breaks_no_running_pod():
     # long-running pods keep the GPU busy across restarts, where only the journal can prove an
     # instance ours (with its proof switched off this run leaked 4 instances)
-    report = run("chaos-a=1xA100-SXM4-40GB", pods=40, kills=4, concurrency=6, seed=7, echo=lambda line: None,
-                 long_hold=(15.0, 40.0))
+    report = run(
+        "chaos-a=1xA100-SXM4-40GB",
+        pods=40,
+        kills=4,
+        concurrency=6,
+        seed=7,
+        echo=lambda line: None,
+        long_hold=(15.0, 40.0),
+    )
 
-    assert report.kills == 4 and set(report.kills_by_mode) == {"anywhere", "allocate", "after-delete", "startup"}
+    assert report.kills == 4 and set(report.kills_by_mode) == {
+        "anywhere",
+        "allocate",
+        "after-delete",
+        "startup",
+    }
     assert (report.overlaps, report.lost_instances, report.leftover_failures) == (0, 0, 0), report.details
     assert (report.leaked_instances, report.journal_entries_left) == (0, 0), report.details
 
@@ -47,8 +59,11 @@ def test_a_pod_deleted_while_its_plugin_is_stopped_never_blocks_the_next_pod_at_
         kit.delete("a")
         lab._wait_plugin(runtime, registrations + 1, started_after=starts)
         if journal == "lost":  # the plugin may not destroy it (GPU busy, no proof), so it tells the scheduler
-            kit.wait(lambda: LEFTOVERS in (lab.core().read_node("solo").metadata.annotations or {}), 10,
-                     "the leftover to be published")
+            kit.wait(
+                lambda: LEFTOVERS in (lab.core().read_node("solo").metadata.annotations or {}),
+                10,
+                "the leftover to be published",
+            )
 
         kit.create(gpu_pod("c", 4000))
         kit.wait_phase("c", "Running")

@@ -20,10 +20,12 @@ def policy(tmp_path):
 
 
 def test_a_node_config_entry_is_picked_by_node_name_with_its_filter():
-    doc = {"nodeconfig": [
-        {"name": "other", "operatingmode": "hami-core"},
-        {"name": "n1", "operatingmode": "mig", "filterdevices": {"uuid": ["GPU-a"], "index": [3]}},
-    ]}
+    doc = {
+        "nodeconfig": [
+            {"name": "other", "operatingmode": "hami-core"},
+            {"name": "n1", "operatingmode": "mig", "filterdevices": {"uuid": ["GPU-a"], "index": [3]}},
+        ]
+    }
 
     node = parse_node_config(doc, "n1", "config.json")
 
@@ -33,12 +35,21 @@ def test_a_node_config_entry_is_picked_by_node_name_with_its_filter():
     assert not node.filter.excludes("GPU-b", 0)
 
 
-@pytest.mark.parametrize(("doc", "field"), [
-    ({"nodeconfig": [{"name": "n1", "operatingmode": "turbo"}]}, "nodeconfig[0].operatingmode"),
-    ({"nodeconfig": [{"name": "n1", "filterdevices": {"index": ["0"]}}]}, "nodeconfig[0].filterdevices.index"),
-    ({"nodeconfig": [{"name": "n1", "filterdevices": {"uuid": "GPU-a"}}]}, "nodeconfig[0].filterdevices.uuid"),
-    ({"nodeconfig": {"name": "n1"}}, "nodeconfig must be a list"),
-])
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"nodeconfig": [{"name": "n1", "operatingmode": "turbo"}]}, "nodeconfig[0].operatingmode"),
+        (
+            {"nodeconfig": [{"name": "n1", "filterdevices": {"index": ["0"]}}]},
+            "nodeconfig[0].filterdevices.index",
+        ),
+        (
+            {"nodeconfig": [{"name": "n1", "filterdevices": {"uuid": "GPU-a"}}]},
+            "nodeconfig[0].filterdevices.uuid",
+        ),
+        ({"nodeconfig": {"name": "n1"}}, "nodeconfig must be a list"),
+    ],
+)
 def test_a_bad_node_config_names_the_file_and_field(doc, field):
     with pytest.raises(ConfigError) as error:
         parse_node_config(doc, "n1", "/config/config.json")
@@ -49,12 +60,26 @@ def test_a_bad_node_config_names_the_file_and_field(doc, field):
 
 def test_flags_and_files_make_a_complete_config(policy, tmp_path):
     node_config = tmp_path / "config.json"
-    node_config.write_text(json.dumps({"nodeconfig": [{"name": "n1", "operatingmode": "mig",
-                                                       "filterdevices": {"index": [1]}}]}))
+    node_config.write_text(
+        json.dumps({"nodeconfig": [{"name": "n1", "operatingmode": "mig", "filterdevices": {"index": [1]}}]})
+    )
 
-    config = load_config(["--node-name", "n1", "--config-file", str(policy), "--node-config", str(node_config),
-                          "--kubelet-dir", str(tmp_path), "--device-list-strategy", "cdi-cri",
-                          "--reconcile-interval", "2.5"])
+    config = load_config(
+        [
+            "--node-name",
+            "n1",
+            "--config-file",
+            str(policy),
+            "--node-config",
+            str(node_config),
+            "--kubelet-dir",
+            str(tmp_path),
+            "--device-list-strategy",
+            "cdi-cri",
+            "--reconcile-interval",
+            "2.5",
+        ]
+    )
 
     assert config.node.mig and config.node.filter.indexes == {1}
     assert config.strategy == "cdi-cri" and config.reconcile_interval == 2.5
@@ -63,11 +88,14 @@ def test_flags_and_files_make_a_complete_config(policy, tmp_path):
     assert config.allowlist.profiles_for("NVIDIA A100-SXM4-40GB") == ("1g.5gb",)
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--device-list-strategy", "volume-mounts"], "--device-list-strategy"),
-    (["--reconcile-interval", "0"], "--reconcile-interval"),
-    (["--socket-name", "a/b.sock"], "--socket-name"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--device-list-strategy", "volume-mounts"], "--device-list-strategy"),
+        (["--reconcile-interval", "0"], "--reconcile-interval"),
+        (["--socket-name", "a/b.sock"], "--socket-name"),
+    ],
+)
 def test_a_bad_flag_is_named(policy, args, field):
     with pytest.raises(ConfigError) as error:
         load_config(["--node-name", "n1", "--config-file", str(policy), *args])

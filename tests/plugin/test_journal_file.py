@@ -20,24 +20,30 @@ def entry(**changes) -> dict:
 
 
 def test_a_journal_round_trips_through_its_text():
-    entries = [Entry.intent(KEY, OWNER), Entry.intent(("GPU-1", "2g.10gb", 2, 2), OWNER).with_runtime(1, 0, "MIG-2")]
+    entries = [
+        Entry.intent(KEY, OWNER),
+        Entry.intent(("GPU-1", "2g.10gb", 2, 2), OWNER).with_runtime(1, 0, "MIG-2"),
+    ]
     assert decode(encode(entries)) == sorted(entries, key=lambda e: e.key)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("", "not JSON"),
-    ("{", "not JSON"),
-    ("[" * 600_000 + "]" * 600_000, "larger than"),
-    ("[" * 50_000 + "]" * 50_000, "not JSON"),
-    (json.dumps({"version": 2, "entries": []}), "version"),
-    (json.dumps({"version": 1}), "entries"),
-    (json.dumps({"version": 1, "entries": [entry(start="0")]}), "start"),
-    (json.dumps({"version": 1, "entries": [entry(size=0)]}), "size"),
-    (json.dumps({"version": 1, "entries": [entry(extra=1)]}), "extra"),
-    (json.dumps({"version": 1, "entries": [entry(podUID="x" * 300)]}), "podUID"),
-    (json.dumps({"version": 1, "entries": [entry(), entry(gpuInstanceID=4)]}), "same GPU"),
-    (json.dumps({"version": 1, "entries": [entry(start=i) for i in range(MAX_ENTRIES + 1)]}), "entries"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "not JSON"),
+        ("{", "not JSON"),
+        ("[" * 600_000 + "]" * 600_000, "larger than"),
+        ("[" * 50_000 + "]" * 50_000, "not JSON"),
+        (json.dumps({"version": 2, "entries": []}), "version"),
+        (json.dumps({"version": 1}), "entries"),
+        (json.dumps({"version": 1, "entries": [entry(start="0")]}), "start"),
+        (json.dumps({"version": 1, "entries": [entry(size=0)]}), "size"),
+        (json.dumps({"version": 1, "entries": [entry(extra=1)]}), "extra"),
+        (json.dumps({"version": 1, "entries": [entry(podUID="x" * 300)]}), "podUID"),
+        (json.dumps({"version": 1, "entries": [entry(), entry(gpuInstanceID=4)]}), "same GPU"),
+        (json.dumps({"version": 1, "entries": [entry(start=i) for i in range(MAX_ENTRIES + 1)]}), "entries"),
+    ],
+)
 def test_a_journal_that_is_not_fully_understood_is_rejected_whole(text, problem):
     with pytest.raises(ValueError, match=problem):
         decode(text)

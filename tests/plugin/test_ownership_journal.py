@@ -68,7 +68,10 @@ def test_every_create_is_journaled_before_the_gpu_instance_exists_and_forgotten_
     [entry] = json.loads(node.journal_path.read_text())["entries"]
     assert (entry["start"], entry["size"], entry["profile"], entry["name"]) == (4, 4, "3g.20gb", "a")
     assert (entry["gpuInstanceID"], entry["computeInstanceID"], entry["migUUID"]) == (
-        r.gpuInstanceID, r.computeInstanceID, r.migUUID)
+        r.gpuInstanceID,
+        r.computeInstanceID,
+        r.migUUID,
+    )
     assert app.metrics.value("dynmig_plugin_journal_entries") == 1
 
     node.core.delete_namespaced_pod("a", "default")
@@ -184,7 +187,9 @@ def test_a_terminating_pods_instance_is_retried_quietly_while_its_containers_sto
 
     assert [r for _, r in first.failed] == [r for _, r in second.failed] == ["in-use"]  # no back-off
     assert app.metrics.value("dynmig_plugin_reclaims_stuck") == 0
-    assert not [e for e in node.core.list_namespaced_event("default").items if e.reason == "MigInstanceReclaimStuck"]
+    assert not [
+        e for e in node.core.list_namespaced_event("default").items if e.reason == "MigInstanceReclaimStuck"
+    ]
     node.sim.clear_busy(node.uuids[0])
     assert node.tick().destroyed and node.instances(0) == []
 
@@ -219,8 +224,12 @@ def test_an_existing_instance_with_a_process_on_it_is_refused_until_the_process_
     node = make_node(A100)
     mig_uuid = leftover(0, "2g.10gb", 0, 2)  # there before the plugin, at the pending pod's placement
     node.add_pod("waiting", [[Want(0, "2g.10gb", 0, 2)]], phase="Pending")
-    node.sim.set_busy(node.uuids[0], pids=(4242,), gi_id=node.sim.gpu(0).gpu_instances[0].gi_id,
-                      ci_id=node.sim.gpu(0).gpu_instances[0].compute_instances[0].ci_id)
+    node.sim.set_busy(
+        node.uuids[0],
+        pids=(4242,),
+        gi_id=node.sim.gpu(0).gpu_instances[0].gi_id,
+        ci_id=node.sim.gpu(0).gpu_instances[0].compute_instances[0].ci_id,
+    )
     app = node.start_plugin()
     app.allocator.busy_wait = 0.2
 
@@ -251,7 +260,11 @@ def test_without_a_journal_an_unowned_instance_on_a_busy_gpu_is_kept_and_publish
     assert app.metrics.value("dynmig_plugin_journal_problems_total", reason="missing") == 1
     [published] = decode_leftovers(node.node_annotations()[LEFTOVERS])
     assert (published.gpuUUID, published.profile, published.placement_value.start, published.reason) == (
-        node.uuids[0], "1g.5gb", 0, "unowned")
+        node.uuids[0],
+        "1g.5gb",
+        0,
+        "unowned",
+    )
     assert app.metrics.value("dynmig_plugin_unowned_placements", reason="unowned") == 1
 
 

@@ -37,14 +37,35 @@ def test_the_console_script_serves_allocates_and_reclaims_in_its_own_process(api
     node.kubelet = SimulatedKubelet(plugin_dir).start()
     node.app, node.uuids = None, sim.gpu_uuids
     node.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    argv = [sys.executable, "-m", "sim.nvml.launch", "--state", str(state), "--", "device-plugin",
-            "--node-name", NODE, "--config-file", str(DEFAULT_POLICY), "--kubelet-dir", str(plugin_dir),
-            "--kubeconfig", str(apiserver.kubeconfig("device-plugin")), "--reconcile-interval", "0.2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "sim.nvml.launch",
+        "--state",
+        str(state),
+        "--",
+        "device-plugin",
+        "--node-name",
+        NODE,
+        "--config-file",
+        str(DEFAULT_POLICY),
+        "--kubelet-dir",
+        str(plugin_dir),
+        "--kubeconfig",
+        str(apiserver.kubeconfig("device-plugin")),
+        "--reconcile-interval",
+        "0.2",
+    ]
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         node.kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=30)
         published = json.loads(node.node_annotations()["hami.io/node-nvidia-register"])
-        assert [p["name"] for p in published[0]["migProfiles"]] == ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]
+        assert [p["name"] for p in published[0]["migProfiles"]] == [
+            "1g.10gb",
+            "2g.20gb",
+            "3g.40gb",
+            "7g.80gb",
+        ]
 
         node.add_pod("job", [[Want(0, "3g.40gb", 4, 4)]])
         result = node.admit("job")
@@ -72,9 +93,23 @@ def test_a_burst_of_stop_signals_still_stops_the_plugin(apiserver, plugin_dir, t
     state = tmp_path / "node.json"
     SimulatedNvml({"node": NODE, "gpus": [{"model": "A100-SXM4-40GB"}]}, state_path=state)
     kubelet = SimulatedKubelet(plugin_dir).start()
-    argv = [sys.executable, "-m", "sim.nvml.launch", "--state", str(state), "--", "device-plugin",
-            "--node-name", NODE, "--config-file", str(DEFAULT_POLICY), "--kubelet-dir", str(plugin_dir),
-            "--kubeconfig", str(apiserver.kubeconfig("device-plugin"))]
+    argv = [
+        sys.executable,
+        "-m",
+        "sim.nvml.launch",
+        "--state",
+        str(state),
+        "--",
+        "device-plugin",
+        "--node-name",
+        NODE,
+        "--config-file",
+        str(DEFAULT_POLICY),
+        "--kubelet-dir",
+        str(plugin_dir),
+        "--kubeconfig",
+        str(apiserver.kubeconfig("device-plugin")),
+    ]
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=30)

@@ -34,7 +34,9 @@ from plugin.reconcile import active_reservations, plan_reclaim
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 
 
-def gi(name: str, pid: int, sm: int, mem: int, slices: int, count: int, placements: list[tuple[int, int]]) -> GiProfile:
+def gi(
+    name: str, pid: int, sm: int, mem: int, slices: int, count: int, placements: list[tuple[int, int]]
+) -> GiProfile:
     return GiProfile(name, 0, pid, mem, sm, slices, count, tuple(Placement(*p) for p in placements))
 
 
@@ -47,16 +49,23 @@ A100_80 = (
 )
 
 
-@pytest.mark.parametrize(("raw", "name"), [
-    (b"1g.10gb", "1g.10gb"), (b"MIG 1g.10gb\x00\x00", "1g.10gb"), (b"MIG 1g.10gb+me", "1g.10gb+me"),
-    ("2g.48gb", "2g.48gb"),
-])
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        (b"1g.10gb", "1g.10gb"),
+        (b"MIG 1g.10gb\x00\x00", "1g.10gb"),
+        (b"MIG 1g.10gb+me", "1g.10gb+me"),
+        ("2g.48gb", "2g.48gb"),
+    ],
+)
 def test_profile_names_come_from_nvml_without_the_mig_prefix(raw, name):
     assert profile_name(raw) == name
 
 
 def test_profiles_resolve_by_full_name_so_me_and_double_memory_variants_stay_distinct():
-    allowlist = Allowlist((AllowlistEntry(("A100-SXM4-80GB",), ("1g.20gb", "1g.10gb+me", "1g.10gb", "3g.40gb")),))
+    allowlist = Allowlist(
+        (AllowlistEntry(("A100-SXM4-80GB",), ("1g.20gb", "1g.10gb+me", "1g.10gb", "3g.40gb")),)
+    )
 
     allowed = resolve_allowed(allowlist, "NVIDIA A100-SXM4-80GB", A100_80)
 
@@ -80,7 +89,8 @@ def test_registration_is_hami_json_with_omitempty_and_no_instance_count():
         f'[{{"id":"{GPU}","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100-SXM4-80GB",'
         '"numa":1,"mode":"mig","migProfiles":[{"name":"1g.10gb","memoryMB":9728,"core":15,'
         '"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},'
-        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}],"health":true}]')
+        '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]}],"health":true}]'
+    )
 
 
 def test_excluded_gpus_and_gpus_without_allowed_profiles_are_not_registered():
@@ -89,22 +99,42 @@ def test_excluded_gpus_and_gpus_without_allowed_profiles_are_not_registered():
     assert device_info(inventory().gpus[0]).type == "NVIDIA A100-SXM4-80GB"
 
 
-def pod(name: str, allocations: str = "", phase: str = "Running", deleting: bool = False, **annotations: str) -> PodView:
-    return PodView("default", name, uid=f"uid-{name}", phase=phase, deleting=deleting,
-                   annotations={MIG_ALLOCATIONS: allocations, **annotations})
+def pod(
+    name: str, allocations: str = "", phase: str = "Running", deleting: bool = False, **annotations: str
+) -> PodView:
+    return PodView(
+        "default",
+        name,
+        uid=f"uid-{name}",
+        phase=phase,
+        deleting=deleting,
+        annotations={MIG_ALLOCATIONS: allocations, **annotations},
+    )
 
 
-def alloc(c: int, d: int, profile: str = "1g.10gb", start: int = 0, size: int = 1, gpu: str = GPU, **rt) -> str:
-    return MigAllocation.model_validate({"containerIndex": c, "deviceIndex": d, "gpuUUID": gpu, "profile": profile,
-                                         "placement": {"start": start, "size": size}, **rt}).model_dump_json(
-        exclude_none=True)
+def alloc(
+    c: int, d: int, profile: str = "1g.10gb", start: int = 0, size: int = 1, gpu: str = GPU, **rt
+) -> str:
+    return MigAllocation.model_validate(
+        {
+            "containerIndex": c,
+            "deviceIndex": d,
+            "gpuUUID": gpu,
+            "profile": profile,
+            "placement": {"start": start, "size": size},
+            **rt,
+        }
+    ).model_dump_json(exclude_none=True)
 
 
 def test_only_active_pods_back_instances():
-    pods = [pod("run", f"[{alloc(0, 0, start=1)}]"), pod("pend", f"[{alloc(0, 0, start=2)}]", phase="Pending"),
-            pod("done", f"[{alloc(0, 0, start=3)}]", phase="Succeeded"),
-            pod("fail", f"[{alloc(0, 0, start=4)}]", phase="Failed"),
-            pod("bye", f"[{alloc(0, 0, start=5)}]", deleting=True)]
+    pods = [
+        pod("run", f"[{alloc(0, 0, start=1)}]"),
+        pod("pend", f"[{alloc(0, 0, start=2)}]", phase="Pending"),
+        pod("done", f"[{alloc(0, 0, start=3)}]", phase="Succeeded"),
+        pod("fail", f"[{alloc(0, 0, start=4)}]", phase="Failed"),
+        pod("bye", f"[{alloc(0, 0, start=5)}]", deleting=True),
+    ]
 
     node = active_reservations(pods, {GPU})
 
@@ -112,11 +142,14 @@ def test_only_active_pods_back_instances():
     assert node.problems == ()
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("not json", "malformed-annotation"),
-    (f'[{alloc(0, 0, migUUID="MIG-a")}]', "malformed-annotation"),
-    (f"[{alloc(0, 0, gpu='GPU-elsewhere')}]", "unknown-gpu"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("not json", "malformed-annotation"),
+        (f"[{alloc(0, 0, migUUID='MIG-a')}]", "malformed-annotation"),
+        (f"[{alloc(0, 0, gpu='GPU-elsewhere')}]", "unknown-gpu"),
+    ],
+)
 def test_anything_not_fully_understood_is_a_reason_to_skip_destroys(text, reason):
     node = active_reservations([pod("ok", f"[{alloc(0, 0)}]"), pod("bad", text)], {GPU})
 
@@ -133,7 +166,9 @@ def test_reclaim_plans_exactly_the_instances_no_reservation_backs():
 def test_a_container_takes_its_own_reservations_in_device_order():
     from mig.annotations import decode_allocations
 
-    allocations = decode_allocations(f"[{alloc(1, 1, start=4)},{alloc(0, 0, start=0)},{alloc(1, 0, start=2)}]")
+    allocations = decode_allocations(
+        f"[{alloc(1, 1, start=4)},{alloc(0, 0, start=0)},{alloc(1, 0, start=2)}]"
+    )
     devices = [ContainerDevice(GPU, "NVIDIA", 1, 1), ContainerDevice(GPU, "NVIDIA", 1, 1)]
 
     assert [a.placement.start for a in container_reservations(allocations, 1, devices)] == [2, 4]
@@ -161,15 +196,20 @@ def test_the_node_lock_names_the_pod_and_the_legacy_form_names_none():
 
 def test_without_a_lock_the_pending_allocating_pod_for_this_node_is_chosen():
     ready = {VGPU_NODE: "n1", BIND_PHASE: "allocating", DEVICES_TO_ALLOCATE: f"{GPU},NVIDIA,1,1:;"}
-    pods = [pod("running", phase="Running", **ready), pod("other-node", phase="Pending", **{**ready, VGPU_NODE: "n2"}),
-            pod("done-allocating", phase="Pending", **{**ready, DEVICES_TO_ALLOCATE: ";"}),
-            pod("mine", phase="Pending", **ready)]
+    pods = [
+        pod("running", phase="Running", **ready),
+        pod("other-node", phase="Pending", **{**ready, VGPU_NODE: "n2"}),
+        pod("done-allocating", phase="Pending", **{**ready, DEVICES_TO_ALLOCATE: ";"}),
+        pod("mine", phase="Pending", **ready),
+    ]
 
     assert pick_pending(pods, "n1").name == "mine"
 
 
-@pytest.mark.parametrize(("device_id", "gpu"), [
-    (f"{GPU}-0", GPU), (f"{GPU}-10", GPU), (f"{GPU}::3", GPU), (GPU, GPU), ("MIG-abc", "MIG-abc")])
+@pytest.mark.parametrize(
+    ("device_id", "gpu"),
+    [(f"{GPU}-0", GPU), (f"{GPU}-10", GPU), (f"{GPU}::3", GPU), (GPU, GPU), ("MIG-abc", "MIG-abc")],
+)
 def test_replica_ids_map_back_to_their_physical_gpu(device_id, gpu):
     assert physical_id(device_id) == gpu
 
@@ -186,4 +226,5 @@ def test_answers_follow_the_device_list_strategy():
     assert answer("envvar", ["MIG-a", "MIG-b"], "u").envs == {"NVIDIA_VISIBLE_DEVICES": "MIG-a,MIG-b"}
     assert answer("cdi-cri", ["MIG-a"], "u").cdi_devices == ("nvidia.com/gpu=MIG-a",)
     assert answer("cdi-annotations", ["MIG-a"], "u").annotations == {
-        "cdi.k8s.io/dynmig-device-plugin_u": "nvidia.com/gpu=MIG-a"}
+        "cdi.k8s.io/dynmig-device-plugin_u": "nvidia.com/gpu=MIG-a"
+    }

@@ -43,7 +43,11 @@ def test_a_restarted_plugin_adopts_a_running_workload_and_destroys_nothing(make_
     assert node.destroys() == []
     assert [p.pid for p in node.sim.gpu(0).processes] == [777]
     [adopted] = app.manager.managed()
-    assert (adopted.mig_uuid, adopted.gi_id, adopted.ci_id) == (r.migUUID, r.gpuInstanceID, r.computeInstanceID)
+    assert (adopted.mig_uuid, adopted.gi_id, adopted.ci_id) == (
+        r.migUUID,
+        r.gpuInstanceID,
+        r.computeInstanceID,
+    )
     assert app.report.unproven == []
 
     node.sim.clear_busy(node.uuids[0])
@@ -72,7 +76,11 @@ def test_an_excluded_gpu_is_never_touched_not_even_at_startup(make_node, how):
     node = make_node(TWO_A100)
     mig_uuid = leftover(1, "1g.5gb", 6, 1)
     leftover(0, "1g.5gb", 6, 1)
-    excluded = DeviceFilter(uuids=frozenset({node.uuids[1]})) if how == "uuid" else DeviceFilter(indexes=frozenset({1}))
+    excluded = (
+        DeviceFilter(uuids=frozenset({node.uuids[1]}))
+        if how == "uuid"
+        else DeviceFilter(indexes=frozenset({1}))
+    )
 
     app = node.start_plugin(excluded=excluded)
 
@@ -92,15 +100,22 @@ def test_an_unreadable_reservation_on_any_active_pod_skips_every_destroy_of_the_
     node.add_pod("done", [[Want(0, "1g.5gb", 0, 1)]])
     assert node.admit("done").ok
     node.set_phase("done", "Succeeded")
-    node.add_pod("garbled", [[Want(0, "1g.5gb", 2, 1)]], lock=False,
-                 allocations=f'[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"{node.uuids[0]}","profile":"1g.5gb",'
-                             '"placement":{"start":2,"size":1},"migUUID":"MIG-x"}]')
+    node.add_pod(
+        "garbled",
+        [[Want(0, "1g.5gb", 2, 1)]],
+        lock=False,
+        allocations=f'[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"{node.uuids[0]}","profile":"1g.5gb",'
+        '"placement":{"start":2,"size":1},"migUUID":"MIG-x"}]',
+    )
 
     result = node.tick()
 
     assert result.skipped == "malformed-annotation"
     assert [s for _, s, _, _ in node.instances(0)] == [0]
-    assert app.metrics.value("dynmig_plugin_reconcile_destroys_skipped_total", reason="malformed-annotation") == 1
+    assert (
+        app.metrics.value("dynmig_plugin_reconcile_destroys_skipped_total", reason="malformed-annotation")
+        == 1
+    )
 
     node.patch_annotations("garbled", {MIG_ALLOCATIONS: None})
     node.tick()
@@ -196,8 +211,14 @@ def test_a_running_pod_whose_recorded_identity_nvml_does_not_confirm_is_left_alo
     assert node.admit("serve").ok
     node.set_phase("serve", "Running")
     [r] = node.reservations("serve")
-    node.patch_annotations("serve", {MIG_ALLOCATIONS: node.annotations("serve")[MIG_ALLOCATIONS].replace(
-        r.migUUID, "MIG-00000000-0000-5000-8000-000000000000")})
+    node.patch_annotations(
+        "serve",
+        {
+            MIG_ALLOCATIONS: node.annotations("serve")[MIG_ALLOCATIONS].replace(
+                r.migUUID, "MIG-00000000-0000-5000-8000-000000000000"
+            )
+        },
+    )
     node.stop_plugin()
     node.lose_journal()
 

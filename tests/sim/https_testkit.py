@@ -22,13 +22,16 @@ Reply = Callable[[str, dict], dict]
 
 def _cert(subject: str, key, issuer_name, issuer_key, ca: bool, sans: list[x509.GeneralName]):
     now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer_name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=1))
-               .not_valid_after(now + datetime.timedelta(hours=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
@@ -40,12 +43,21 @@ def make_pki(tmp: Path, dns: str) -> tuple[bytes, Path, Path]:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     ca = _cert("test-ca", ca_key, ca_name, ca_key, True, [])
     key = ec.generate_private_key(ec.SECP256R1())
-    leaf = _cert("webhook", key, ca_name, ca_key, False,
-                 [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(dns)])
+    leaf = _cert(
+        "webhook",
+        key,
+        ca_name,
+        ca_key,
+        False,
+        [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(dns)],
+    )
     crt, kf = tmp / "tls.crt", tmp / "tls.key"
     crt.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    kf.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()))
+    kf.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return ca.public_bytes(serialization.Encoding.PEM), crt, kf
 
 

@@ -18,12 +18,27 @@ class TinyPlugin(rpc.DevicePluginServicer):
     """Serves a fixed device list (`ids`, else dev-0 ... dev-N); prefers devices from the end of the
     list; answers Allocate with NVIDIA_VISIBLE_DEVICES; re-registers when kubelet.sock is recreated (as HAMi does)."""
 
-    def __init__(self, directory: Path, resource: str = "example.com/gpu", count: int = 4, *,
-                 preferred: bool = True, pre_start: bool = True, socket_name: str = "tiny.sock",
-                 version: str = VERSION, ids: list[str] | None = None) -> None:
-        self.directory, self.resource, self.socket_name, self.version = directory, resource, socket_name, version
-        self.options = pb.DevicePluginOptions(pre_start_required=pre_start,
-                                              get_preferred_allocation_available=preferred)
+    def __init__(
+        self,
+        directory: Path,
+        resource: str = "example.com/gpu",
+        count: int = 4,
+        *,
+        preferred: bool = True,
+        pre_start: bool = True,
+        socket_name: str = "tiny.sock",
+        version: str = VERSION,
+        ids: list[str] | None = None,
+    ) -> None:
+        self.directory, self.resource, self.socket_name, self.version = (
+            directory,
+            resource,
+            socket_name,
+            version,
+        )
+        self.options = pb.DevicePluginOptions(
+            pre_start_required=pre_start, get_preferred_allocation_available=preferred
+        )
         self.health = {d: HEALTHY for d in (ids or [f"dev-{i}" for i in range(count)])}
         self.allocate_requests: list[pb.AllocateRequest] = []
         self.preferred_requests: list[pb.PreferredAllocationRequest] = []
@@ -53,18 +68,25 @@ class TinyPlugin(rpc.DevicePluginServicer):
 
     def GetPreferredAllocation(self, request, context):
         self.preferred_requests.append(request)
-        return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=sorted(r.available_deviceIDs, reverse=True)
-                                                    [: r.allocation_size])
-            for r in request.container_requests])
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(
+                    deviceIDs=sorted(r.available_deviceIDs, reverse=True)[: r.allocation_size]
+                )
+                for r in request.container_requests
+            ]
+        )
 
     def Allocate(self, request, context):
         self.allocate_requests.append(request)
         if self.fail_allocate:
             context.abort(grpc.StatusCode.INTERNAL, self.fail_allocate)
-        return pb.AllocateResponse(container_responses=[
-            pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(r.devices_ids)})
-            for r in request.container_requests])
+        return pb.AllocateResponse(
+            container_responses=[
+                pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(r.devices_ids)})
+                for r in request.container_requests
+            ]
+        )
 
     def PreStartContainer(self, request, context):
         self.pre_start_requests.append(request)
@@ -86,9 +108,15 @@ class TinyPlugin(rpc.DevicePluginServicer):
 
     def register(self) -> None:
         with grpc.insecure_channel(f"unix://{self.directory / KUBELET_SOCKET_NAME}") as channel:
-            rpc.RegistrationStub(channel).Register(pb.RegisterRequest(
-                version=self.version, endpoint=self.socket_name, resource_name=self.resource,
-                options=self.options), timeout=10)
+            rpc.RegistrationStub(channel).Register(
+                pb.RegisterRequest(
+                    version=self.version,
+                    endpoint=self.socket_name,
+                    resource_name=self.resource,
+                    options=self.options,
+                ),
+                timeout=10,
+            )
         self.registrations += 1
 
     def start(self, watch: bool = True) -> TinyPlugin:

@@ -42,7 +42,8 @@ def create_gi(handle: Any, profile_id: int, start: int, size: int) -> Any:
 
 def full_ci(gi: Any, slice_count: int) -> Any:
     info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-        gi, CI_ENUM_BY_SLICES[slice_count], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        gi, CI_ENUM_BY_SLICES[slice_count], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    )
     return pynvml.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
 
 
@@ -68,8 +69,13 @@ def mig_uuids_by_index(handle: Any) -> list[tuple[int, int, str]]:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
         except pynvml.NVMLError_NotFound:
             continue
-        out.append((pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig),
-                    pynvml.nvmlDeviceGetUUID(mig)))
+        out.append(
+            (
+                pynvml.nvmlDeviceGetGpuInstanceId(mig),
+                pynvml.nvmlDeviceGetComputeInstanceId(mig),
+                pynvml.nvmlDeviceGetUUID(mig),
+            )
+        )
     return out
 
 

@@ -16,7 +16,12 @@ def pod(name: str, labels: dict | None = None, scheduler: str = "default-schedul
     spec: dict = {"containers": [{"name": "c", "image": "busybox"}], "schedulerName": scheduler}
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 @pytest.fixture
@@ -66,10 +71,12 @@ def test_field_selectors_find_pods_by_node_scheduler_and_phase(core):
     core.create_namespaced_pod("default", pod("b", node="node-1"))
     assert names(core.list_pod_for_all_namespaces(field_selector="spec.nodeName=node-1").items) == ["b"]
     assert names(core.list_pod_for_all_namespaces(field_selector="spec.nodeName=").items) == ["a"]
-    assert names(core.list_namespaced_pod("default", field_selector="spec.schedulerName=dynmig-scheduler")
-                 .items) == ["a"]
-    assert names(core.list_namespaced_pod(
-        "default", field_selector="status.phase!=Running,metadata.name=b").items) == ["b"]
+    assert names(
+        core.list_namespaced_pod("default", field_selector="spec.schedulerName=dynmig-scheduler").items
+    ) == ["a"]
+    assert names(
+        core.list_namespaced_pod("default", field_selector="status.phase!=Running,metadata.name=b").items
+    ) == ["b"]
     with pytest.raises(ApiException) as bad:
         core.list_namespaced_pod("default", field_selector="spec.priority=1")
     assert bad.value.status == 400 and "field label not supported" in json.loads(bad.value.body)["message"]
@@ -77,18 +84,28 @@ def test_field_selectors_find_pods_by_node_scheduler_and_phase(core):
 
 def test_all_three_patch_types_change_metadata_and_json_patch_test_failures_are_422(core):
     core.create_namespaced_pod("default", pod("a", {"app": "x"}))
-    merged = core.patch_namespaced_pod("a", "default", {"metadata": {"annotations": {"k": "v"}}},
-                                       _content_type="application/merge-patch+json")
+    merged = core.patch_namespaced_pod(
+        "a",
+        "default",
+        {"metadata": {"annotations": {"k": "v"}}},
+        _content_type="application/merge-patch+json",
+    )
     assert merged.metadata.annotations == {"k": "v"}
     strategic = core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"app": None, "b": "1"}}})
     assert strategic.metadata.labels == {"b": "1"}
-    patched = core.patch_namespaced_pod("a", "default", [
-        {"op": "test", "path": "/metadata/annotations/k", "value": "v"},
-        {"op": "add", "path": "/metadata/annotations/hami.io~1vgpu-node", "value": "node-1"}])
+    patched = core.patch_namespaced_pod(
+        "a",
+        "default",
+        [
+            {"op": "test", "path": "/metadata/annotations/k", "value": "v"},
+            {"op": "add", "path": "/metadata/annotations/hami.io~1vgpu-node", "value": "node-1"},
+        ],
+    )
     assert patched.metadata.annotations == {"k": "v", "hami.io/vgpu-node": "node-1"}
     with pytest.raises(ApiException) as failed:
-        core.patch_namespaced_pod("a", "default", [{"op": "test", "path": "/metadata/annotations/k",
-                                                    "value": "other"}])
+        core.patch_namespaced_pod(
+            "a", "default", [{"op": "test", "path": "/metadata/annotations/k", "value": "other"}]
+        )
     assert failed.value.status == 422
     assert core.read_namespaced_pod("a", "default").metadata.annotations["k"] == "v"
 
@@ -97,7 +114,9 @@ def test_strategic_merge_patch_merges_container_lists_by_name(core):
     body = pod("a")
     body["spec"]["containers"].append({"name": "side", "image": "old"})
     core.create_namespaced_pod("default", body)
-    patched = core.patch_namespaced_pod("a", "default", {"spec": {"containers": [{"name": "side", "image": "new"}]}})
+    patched = core.patch_namespaced_pod(
+        "a", "default", {"spec": {"containers": [{"name": "side", "image": "new"}]}}
+    )
     assert [(c.name, c.image) for c in patched.spec.containers] == [("c", "busybox"), ("side", "new")]
 
 
@@ -110,9 +129,12 @@ def test_stale_resource_versions_get_409_on_update_and_on_patch(core):
         core.replace_namespaced_pod("a", "default", body)
     assert put.value.status == 409 and json.loads(put.value.body)["reason"] == "Conflict"
     with pytest.raises(ApiException) as patch:
-        core.patch_namespaced_pod("a", "default", {"metadata": {"resourceVersion": created.metadata.resource_version,
-                                                                "labels": {"x": "3"}}},
-                                  _content_type="application/merge-patch+json")
+        core.patch_namespaced_pod(
+            "a",
+            "default",
+            {"metadata": {"resourceVersion": created.metadata.resource_version, "labels": {"x": "3"}}},
+            _content_type="application/merge-patch+json",
+        )
     assert patch.value.status == 409
     current = core.read_namespaced_pod("a", "default")
     body = core.api_client.sanitize_for_serialization(current)
@@ -129,8 +151,12 @@ def test_a_no_op_patch_does_not_bump_the_resource_version(core):
 
 def test_binding_sets_the_node_once_and_a_second_binding_conflicts(core):
     created = core.create_namespaced_pod("default", pod("a"))
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "a", "uid": created.metadata.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "a", "uid": created.metadata.uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+    }
     # The client cannot decode the Status reply into V1Binding (kubernetes-client/python#547).
     resp = core.create_namespaced_pod_binding("a", "default", body, _preload_content=False)
     assert resp.status == 201 and json.loads(resp.data)["status"] == "Success"
@@ -146,8 +172,9 @@ def test_status_is_written_through_the_status_subresource_only(core):
     core.create_namespaced_pod("default", pod("a"))
     core.patch_namespaced_pod("a", "default", {"status": {"phase": "Running"}})
     assert core.read_namespaced_pod("a", "default").status.phase == "Pending"
-    core.patch_namespaced_pod_status("a", "default", {"status": {"phase": "Running"},
-                                                      "metadata": {"labels": {"ignored": "yes"}}})
+    core.patch_namespaced_pod_status(
+        "a", "default", {"status": {"phase": "Running"}, "metadata": {"labels": {"ignored": "yes"}}}
+    )
     now = core.read_namespaced_pod("a", "default")
     assert now.status.phase == "Running" and not now.metadata.labels
 
@@ -174,8 +201,13 @@ def test_watch_streams_changes_from_a_resource_version_with_selector_transitions
     core.create_namespaced_pod("default", pod("b"))
     core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"gpu": None}}})
     seen = []
-    for ev in watch.Watch().stream(core.list_namespaced_pod, "default", label_selector="gpu=yes",
-                                   resource_version=start, timeout_seconds=1):
+    for ev in watch.Watch().stream(
+        core.list_namespaced_pod,
+        "default",
+        label_selector="gpu=yes",
+        resource_version=start,
+        timeout_seconds=1,
+    ):
         seen.append((ev["type"], ev["object"].metadata.name))
     assert seen == [("ADDED", "a"), ("DELETED", "a")]
 
@@ -204,8 +236,9 @@ def test_a_watch_from_a_compacted_resource_version_gets_410_gone(apiserver, core
     core.create_namespaced_pod("default", pod("a"))
     apiserver.compact()
     with pytest.raises(ApiException) as gone:
-        for _ in watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=start,
-                                      timeout_seconds=1):
+        for _ in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1
+        ):
             pass
     assert gone.value.status == 410
 
@@ -238,8 +271,9 @@ def test_the_api_can_go_down_and_come_back(apiserver):
 
 def test_leases_and_configmaps_round_trip_with_conflicts(apiserver):
     coord = client.CoordinationV1Api(apiserver.api_client("scheduler"))
-    lease = coord.create_namespaced_lease("kube-system", {"metadata": {"name": "dynmig"},
-                                                          "spec": {"holderIdentity": "a"}})
+    lease = coord.create_namespaced_lease(
+        "kube-system", {"metadata": {"name": "dynmig"}, "spec": {"holderIdentity": "a"}}
+    )
     lease.spec.holder_identity = "b"
     assert coord.replace_namespaced_lease("dynmig", "kube-system", lease).spec.holder_identity == "b"
     lease.spec.holder_identity = "c"

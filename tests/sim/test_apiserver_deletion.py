@@ -64,13 +64,21 @@ def test_a_bound_pod_with_no_kubelet_goes_once_its_grace_period_is_over(core):
     assert eventually(lambda: not core.list_namespaced_pod("default").items)
 
 
-@pytest.mark.parametrize(("body", "query"), [(b'{"gracePeriodSeconds": "soon"}', ""), (b"", "?gracePeriodSeconds=x")])
+@pytest.mark.parametrize(
+    ("body", "query"), [(b'{"gracePeriodSeconds": "soon"}', ""), (b"", "?gracePeriodSeconds=x")]
+)
 def test_a_malformed_grace_period_is_a_400_and_the_pod_stays(apiserver, core, body, query):
     core.create_namespaced_pod("default", pod("a", node="n1"))
     conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=10)
-    conn.request("DELETE", f"/api/v1/namespaces/default/pods/a{query}", body=body,
-                 headers={"Authorization": f"Bearer {apiserver.identity('admin').token}",
-                          "Content-Type": "application/json"})
+    conn.request(
+        "DELETE",
+        f"/api/v1/namespaces/default/pods/a{query}",
+        body=body,
+        headers={
+            "Authorization": f"Bearer {apiserver.identity('admin').token}",
+            "Content-Type": "application/json",
+        },
+    )
     resp = conn.getresponse()
     assert resp.status == 400 and "gracePeriodSeconds" in json.loads(resp.read())["message"]
     conn.close()
@@ -105,12 +113,17 @@ def test_creating_in_a_terminating_namespace_is_forbidden_and_deleting_it_again_
         core.create_namespaced_pod("ml", pod("late"))
     status = json.loads(refused.value.body)
     assert refused.value.status == 403 and status["reason"] == "Forbidden"
-    assert status["message"] == ('pods "late" is forbidden: unable to create new content in namespace ml '
-                                 "because it is being terminated")
+    assert status["message"] == (
+        'pods "late" is forbidden: unable to create new content in namespace ml '
+        "because it is being terminated"
+    )
     assert status["details"]["causes"][0]["reason"] == "NamespaceTerminating"
     with pytest.raises(ApiException) as again:
         core.delete_namespace("ml")
-    assert again.value.status == 409 and "ensuring all content is removed" in json.loads(again.value.body)["message"]
+    assert (
+        again.value.status == 409
+        and "ensuring all content is removed" in json.loads(again.value.body)["message"]
+    )
 
 
 def test_the_default_namespaces_may_not_be_deleted(core):
@@ -118,5 +131,7 @@ def test_the_default_namespaces_may_not_be_deleted(core):
         with pytest.raises(ApiException) as refused:
             core.delete_namespace(name)
         assert refused.value.status == 403
-        assert json.loads(refused.value.body)["message"] == f'namespaces "{name}" is forbidden: this namespace ' \
-                                                            "may not be deleted"
+        assert (
+            json.loads(refused.value.body)["message"] == f'namespaces "{name}" is forbidden: this namespace '
+            "may not be deleted"
+        )

@@ -37,8 +37,13 @@ def _configmap(name: str, data: dict[str, str]) -> bytes:
 def call(apiserver):
     token = apiserver.identity("admin").token
 
-    def request(method: str, path: str, body: bytes = b"", content_type: str = "application/json",
-                accept: str = "application/json") -> tuple[int, dict]:
+    def request(
+        method: str,
+        path: str,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        accept: str = "application/json",
+    ) -> tuple[int, dict]:
         conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=10)
         headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": accept}
         conn.request(method, path, body=body, headers=headers)
@@ -54,8 +59,13 @@ PB = "application/vnd.kubernetes.protobuf"
 
 
 def test_a_protobuf_configmap_is_stored_as_its_json_form(call, apiserver):
-    code, created = call("POST", "/api/v1/namespaces/default/configmaps", _configmap("cm", {"a": "1"}), PB,
-                         f"{PB},application/json")
+    code, created = call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        _configmap("cm", {"a": "1"}),
+        PB,
+        f"{PB},application/json",
+    )
     assert code == 201 and created["data"] == {"a": "1"}
     assert apiserver.get("configmaps", "cm", "default")["metadata"]["labels"] == {"team": "ml"}
 
@@ -67,12 +77,16 @@ def test_a_protobuf_body_of_a_kind_the_server_cannot_decode_gets_415_naming_json
     assert "application/json" in status["message"]
 
 
-@pytest.mark.parametrize("body", [
-    b"not protobuf at all",                       # no magic prefix
-    b"k8s\x00" + _varint(1 << 3 | 2) + _varint(10**9),  # a length past the end
-    b"k8s\x00" + b"\xff" * 20,                    # a varint that never ends
-    b"k8s\x00" + _field(1, b"\x0a\x02\xff\xfe"),  # apiVersion that is not UTF-8
-], ids=["no-magic", "length-past-end", "endless-varint", "not-utf8"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not protobuf at all",  # no magic prefix
+        b"k8s\x00" + _varint(1 << 3 | 2) + _varint(10**9),  # a length past the end
+        b"k8s\x00" + b"\xff" * 20,  # a varint that never ends
+        b"k8s\x00" + _field(1, b"\x0a\x02\xff\xfe"),  # apiVersion that is not UTF-8
+    ],
+    ids=["no-magic", "length-past-end", "endless-varint", "not-utf8"],
+)
 def test_a_malformed_protobuf_body_is_a_400_and_the_connection_keeps_serving(call, body):
     code, status = call("POST", "/api/v1/namespaces", body, PB)
     assert code == 400 and "protobuf" in status["message"]
@@ -103,11 +117,15 @@ def test_a_bad_json_body_is_a_400_and_the_next_request_on_the_connection_is_serv
 POD_TYPO = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","imagee":"x"}]}}'
 
 
-def test_strict_field_validation_refuses_unknown_and_duplicate_fields_and_ignore_accepts_them(call, apiserver):
+def test_strict_field_validation_refuses_unknown_and_duplicate_fields_and_ignore_accepts_them(
+    call, apiserver
+):
     code, status = call("POST", "/api/v1/namespaces/default/pods?fieldValidation=Strict", POD_TYPO)
     assert (code, status["reason"]) == (400, "BadRequest")
-    assert status["message"] == ('Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
-                                 'unknown field "spec.containers[0].imagee"')
+    assert status["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.containers[0].imagee"'
+    )
     dup = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","name":"d"}}'
     code, status = call("POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict", dup)
     assert code == 400 and 'duplicate field "name"' in status["message"]
@@ -118,8 +136,12 @@ def test_strict_field_validation_refuses_unknown_and_duplicate_fields_and_ignore
 
 def test_strict_field_validation_applies_to_the_result_of_a_merge_patch(call, apiserver):
     apiserver.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
-    code, status = call("PATCH", "/api/v1/namespaces/default/configmaps/c?fieldValidation=Strict",
-                        b'{"dta":{"a":"b"}}', "application/merge-patch+json")
+    code, status = call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c?fieldValidation=Strict",
+        b'{"dta":{"a":"b"}}',
+        "application/merge-patch+json",
+    )
     assert code == 400 and 'unknown field "dta"' in status["message"]
 
 
@@ -134,8 +156,17 @@ def test_the_openapi_v3_root_points_at_a_document_whose_pod_patch_takes_field_va
     assert call("GET", "/openapi/v3/apis/nothing/v1")[0] == 404
 
 
-@pytest.mark.parametrize("query", ["limit=ten", "limit=-1", "continue=%7Bnot", "continue=%5B1%2C2%5D",
-                                   "watch=maybe", "watch=1&timeoutSeconds=soon"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=ten",
+        "limit=-1",
+        "continue=%7Bnot",
+        "continue=%5B1%2C2%5D",
+        "watch=maybe",
+        "watch=1&timeoutSeconds=soon",
+    ],
+)
 def test_malformed_list_and_watch_options_are_a_400(call, query):
     code, status = call("GET", f"/api/v1/namespaces/default/pods?{query}")
     assert (code, status["reason"]) == (400, "BadRequest")
@@ -151,6 +182,14 @@ def test_an_object_nested_just_under_the_parser_limit_is_refused_or_stored_never
     value: dict = {}
     for _ in range(900):
         value = {"x": value}
-    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deep"},
-                       "binaryData": {}, "data": {}, "extra": value}).encode()
+    body = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "deep"},
+            "binaryData": {},
+            "data": {},
+            "extra": value,
+        }
+    ).encode()
     assert call("POST", "/api/v1/namespaces/default/configmaps", body)[0] in (201, 400)

@@ -10,8 +10,11 @@ from kubernetes import client, config
 
 
 def test_the_process_prints_readiness_and_serves_https_to_the_official_client(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "sim.apiserver", "--port", "0", "--https",
-                             "--kubeconfig-out", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim.apiserver", "--port", "0", "--https", "--kubeconfig-out", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         ready = json.loads(proc.stdout.readline())
         assert ready["ready"] and ready["url"].startswith("https://127.0.0.1:")

@@ -12,8 +12,12 @@ import pytest
 
 
 def pod(name: str, labels: dict | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
 
 
 @pytest.fixture
@@ -25,8 +29,11 @@ def watch(apiserver):
     def run(until: int = 0, **query: str) -> tuple[int, list[dict]]:
         conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=30)
         params = {"watch": "true", "timeoutSeconds": "1", **query}
-        conn.request("GET", f"/api/v1/namespaces/default/pods?{urlencode(params)}",
-                     headers={"Authorization": f"Bearer {token}"})
+        conn.request(
+            "GET",
+            f"/api/v1/namespaces/default/pods?{urlencode(params)}",
+            headers={"Authorization": f"Bearer {token}"},
+        )
         resp = conn.getresponse()
         if resp.status != 200:
             out = resp.status, [json.loads(resp.read())]
@@ -51,14 +58,21 @@ def kinds(events: list[dict]) -> list[tuple[str, str]]:
 def test_send_initial_events_streams_the_state_then_a_bookmark_marking_its_end(apiserver, watch):
     apiserver.create(pod("a"))
     apiserver.create(pod("b"))
-    code, events = watch(until=3, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
-                         allowWatchBookmarks="true", resourceVersion="")
+    code, events = watch(
+        until=3,
+        sendInitialEvents="true",
+        resourceVersionMatch="NotOlderThan",
+        allowWatchBookmarks="true",
+        resourceVersion="",
+    )
     assert code == 200
     assert kinds(events) == [("ADDED", "a"), ("ADDED", "b"), ("BOOKMARK", "")]
     bookmark = events[2]["object"]
     assert bookmark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
-    assert bookmark["metadata"]["resourceVersion"] == apiserver.get("pods", "b", "default")["metadata"][
-        "resourceVersion"]
+    assert (
+        bookmark["metadata"]["resourceVersion"]
+        == apiserver.get("pods", "b", "default")["metadata"]["resourceVersion"]
+    )
     assert bookmark["kind"] == "Pod"
 
 
@@ -78,7 +92,9 @@ def test_watch_list_options_kube_apiserver_refuses_are_refused_with_its_words(wa
     assert code == 400
 
 
-def test_resource_version_unset_or_zero_replays_the_state_and_a_specific_one_only_what_follows(apiserver, watch):
+def test_resource_version_unset_or_zero_replays_the_state_and_a_specific_one_only_what_follows(
+    apiserver, watch
+):
     first = apiserver.create(pod("a"))["metadata"]["resourceVersion"]
     apiserver.create(pod("b"))
     assert kinds(watch()[1]) == [("ADDED", "a"), ("ADDED", "b")]

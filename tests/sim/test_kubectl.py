@@ -24,8 +24,14 @@ def run(apiserver, kubectl, tmp_path):
     kubeconfig = str(apiserver.kubeconfig("admin"))
 
     def kubectl_run(*args: str, ok: bool = True, stdin: str | None = None) -> str:
-        out = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"),
-                              *args], capture_output=True, text=True, timeout=60, check=False, input=stdin)
+        out = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            input=stdin,
+        )
         assert (out.returncode == 0) == ok, out.stderr
         return out.stdout if ok else out.stderr
 
@@ -39,8 +45,12 @@ def start(apiserver, kubectl, tmp_path):
     procs: list[subprocess.Popen] = []
 
     def kubectl_start(*args: str) -> subprocess.Popen:
-        proc = subprocess.Popen([kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"),
-                                 *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         return proc
 
@@ -74,10 +84,27 @@ def fake_kubelet(apiserver):
 def _ready(apiserver, name: str) -> None:
     core = client.CoreV1Api(apiserver.api_client("kubelet"))
     containers = [c["name"] for c in apiserver.get("pods", name, "default")["spec"]["containers"]]
-    core.patch_namespaced_pod_status(name, "default", {"status": {
-        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [{"name": c, "ready": True, "restartCount": 0, "image": "busybox", "imageID": "",
-                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}} for c in containers]}})
+    core.patch_namespaced_pod_status(
+        name,
+        "default",
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": c,
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": "busybox",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                    for c in containers
+                ],
+            }
+        },
+    )
 
 
 BOUND_POD = """apiVersion: v1
@@ -124,7 +151,9 @@ def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_pat
         killer.cancel()
 
 
-def test_kubectl_delete_of_a_bound_pod_returns_once_the_kubelet_confirms(run, fake_kubelet, apiserver, tmp_path):
+def test_kubectl_delete_of_a_bound_pod_returns_once_the_kubelet_confirms(
+    run, fake_kubelet, apiserver, tmp_path
+):
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(BOUND_POD)
     run("create", "-f", str(manifest))
@@ -150,15 +179,23 @@ def test_kubectl_creates_annotates_labels_reads_and_deletes_a_pod(run, tmp_path,
 
 
 def test_kubectl_lists_nodes_and_namespaces_as_tables(run, apiserver):
-    apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"},
-                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    apiserver.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-node-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
     nodes = run("get", "nodes")
     assert "gpu-node-1" in nodes and "Ready" in nodes
     listed = json.loads(run("get", "namespaces", "-o", "json"))
     assert {"default", "kube-system"} <= {n["metadata"]["name"] for n in listed["items"]}
 
 
-def test_kubectl_creates_a_namespace_configmap_secret_and_serviceaccount_with_its_protobuf_bodies(run, apiserver):
+def test_kubectl_creates_a_namespace_configmap_secret_and_serviceaccount_with_its_protobuf_bodies(
+    run, apiserver
+):
     assert "namespace/ml created" in run("create", "namespace", "ml")
     assert apiserver.get("namespaces", "ml")["status"]["phase"] == "Active"
     run("create", "configmap", "settings", "-n", "ml", "--from-literal=profile=1g.10gb")
@@ -183,9 +220,17 @@ def test_kubectl_create_refuses_a_typoed_field_by_default_naming_it(run, apiserv
     assert apiserver.get("pods", "typo", "default") is None
 
 
-def test_kubectl_create_with_validate_warn_creates_and_prints_the_unknown_field(run, apiserver, kubectl, tmp_path):
-    out = subprocess.run([kubectl, "--kubeconfig", str(apiserver.kubeconfig("admin")), "create", "-f", "-",
-                          "--validate=warn"], input=TYPO_POD, capture_output=True, text=True, timeout=60, check=True)
+def test_kubectl_create_with_validate_warn_creates_and_prints_the_unknown_field(
+    run, apiserver, kubectl, tmp_path
+):
+    out = subprocess.run(
+        [kubectl, "--kubeconfig", str(apiserver.kubeconfig("admin")), "create", "-f", "-", "--validate=warn"],
+        input=TYPO_POD,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert 'Warning: unknown field "spec.containers[0].imagee"' in out.stderr
     assert apiserver.get("pods", "typo", "default") is not None
 
@@ -265,8 +310,10 @@ def test_kubectl_logs_follow_streams_appended_output_until_the_pod_finishes(run,
 
 
 def test_kubectl_logs_of_a_pod_with_two_containers_names_the_one_it_shows(run, apiserver):
-    two = BOUND_POD.replace("containers: [{name: c, image: busybox}]",
-                            "containers: [{name: main, image: busybox}, {name: sidecar, image: busybox}]")
+    two = BOUND_POD.replace(
+        "containers: [{name: c, image: busybox}]",
+        "containers: [{name: main, image: busybox}, {name: sidecar, image: busybox}]",
+    )
     run("create", "-f", "-", stdin=two)
     _ready(apiserver, "worker")
     _write_log(apiserver, "worker", "sidecar", "sidecar up\n")
@@ -287,9 +334,25 @@ def test_kubectl_get_pods_prints_kubernetes_columns_with_wide_ones_on_request(ru
     assert wide[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
     assert wide[1].split()[6] == "gpu-node-1"
     core = client.CoreV1Api(apiserver.api_client("kubelet"))
-    core.patch_namespaced_pod_status("worker", "default", {"status": {"phase": "Pending", "containerStatuses": [
-        {"name": "c", "ready": False, "restartCount": 2, "image": "busybox", "imageID": "",
-         "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
+    core.patch_namespaced_pod_status(
+        "worker",
+        "default",
+        {
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "c",
+                        "ready": False,
+                        "restartCount": 2,
+                        "image": "busybox",
+                        "imageID": "",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    }
+                ],
+            }
+        },
+    )
     assert run("get", "pods", "--no-headers").split()[:4] == ["worker", "0/1", "CrashLoopBackOff", "2"]
 
 
@@ -301,12 +364,16 @@ def test_kubectl_logs_never_reads_outside_the_log_folder(run, apiserver):
 
 
 def test_kubectl_create_deployment_and_service_work_with_their_protobuf_bodies(run, apiserver):
-    assert "deployment.apps/web created" in run("create", "deployment", "web", "--image=nginx", "--replicas=3",
-                                                "--port=8080", "--", "sleep", "10")
+    assert "deployment.apps/web created" in run(
+        "create", "deployment", "web", "--image=nginx", "--replicas=3", "--port=8080", "--", "sleep", "10"
+    )
     spec = apiserver.get("deployments", "web", "default")["spec"]
     assert spec["replicas"] == 3 and spec["selector"] == {"matchLabels": {"app": "web"}}
     (container,) = spec["template"]["spec"]["containers"]
-    assert (container["image"], container["command"], container["ports"]) == \
-        ("nginx", ["sleep", "10"], [{"containerPort": 8080}])
+    assert (container["image"], container["command"], container["ports"]) == (
+        "nginx",
+        ["sleep", "10"],
+        [{"containerPort": 8080}],
+    )
     run("create", "service", "clusterip", "web", "--tcp=80:8080")
     assert apiserver.get("services", "web", "default")["spec"]["ports"][0]["targetPort"] == 8080

@@ -50,7 +50,8 @@ def test_an_unhealthy_device_lowers_allocatable_but_not_capacity(kubelet, plugin
 
 
 def test_allocate_asks_for_a_preference_then_calls_allocate_once_per_container_and_pre_starts(
-        kubelet, plugin_factory):
+    kubelet, plugin_factory
+):
     plugin = plugin_factory(count=4).start()
     kubelet.wait_for_devices(RESOURCE, healthy=4)
     result = kubelet.allocate(RESOURCE, [("main", 1), ("sidecar", 0), ("worker", 2)], pod_uid="pod-a")
@@ -95,11 +96,14 @@ def test_a_failing_allocate_is_recorded_with_the_plugins_message(kubelet, plugin
     assert kubelet.allocate(RESOURCE, [2], pod_uid="pod-y").ok  # the failed pod's devices were freed
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"version": "v1alpha"}, "not supported by kubelet"),
-    ({"resource": "gpu"}, "is invalid"),
-    ({"resource": "kubernetes.io/gpu"}, "is invalid"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"version": "v1alpha"}, "not supported by kubelet"),
+        ({"resource": "gpu"}, "is invalid"),
+        ({"resource": "kubernetes.io/gpu"}, "is invalid"),
+    ],
+)
 def test_kubelet_refuses_a_bad_version_or_resource_name(kubelet, plugin_factory, kwargs, message):
     plugin = plugin_factory(**kwargs)
     with pytest.raises(grpc.RpcError) as failure:
@@ -124,7 +128,9 @@ def test_when_the_plugin_goes_away_its_devices_turn_unhealthy(kubelet, plugin_fa
     assert (view.capacity, view.allocatable) == (2, 0)
 
 
-def test_after_a_kubelet_restart_the_plugin_re_registers_and_serves_again(kubelet, plugin_factory, socket_dir):
+def test_after_a_kubelet_restart_the_plugin_re_registers_and_serves_again(
+    kubelet, plugin_factory, socket_dir
+):
     plugin = plugin_factory(count=3).start()
     kubelet.wait_for_devices(RESOURCE, healthy=3)
     kubelet.restart()

@@ -51,23 +51,40 @@ def world(node, socket_dir):
     plugin = TinyPlugin(socket_dir, RESOURCE, ids=migs).start()
     kubelet.wait_for_devices(RESOURCE, healthy=3)
     lines: list[str] = []
-    pods = SimulatedPods(NODE, api.api_client("kubelet"), kubelet, nvml, RESOURCE, echo=lines.append,
-                         interval=0.05, log_path=api.log_path).start()
-    yield SimpleNamespace(nvml=nvml, api=api, core=client.CoreV1Api(api.api_client()), pods=pods, lines=lines,
-                          migs=migs)
+    pods = SimulatedPods(
+        NODE,
+        api.api_client("kubelet"),
+        kubelet,
+        nvml,
+        RESOURCE,
+        echo=lines.append,
+        interval=0.05,
+        log_path=api.log_path,
+    ).start()
+    yield SimpleNamespace(
+        nvml=nvml, api=api, core=client.CoreV1Api(api.api_client()), pods=pods, lines=lines, migs=migs
+    )
     pods.stop()
     plugin.stop()
     kubelet.stop()
     api.stop()
 
 
-def _pod(name: str, namespace: str = "default", grace: int | None = 30, annotations: dict | None = None) -> dict:
-    spec = {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda",
-                                              "resources": {"limits": {RESOURCE: "1"}}}]}
+def _pod(
+    name: str, namespace: str = "default", grace: int | None = 30, annotations: dict | None = None
+) -> dict:
+    spec = {
+        "nodeName": NODE,
+        "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {RESOURCE: "1"}}}],
+    }
     if grace is not None:
         spec["terminationGracePeriodSeconds"] = grace
-    return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": spec,
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+    }
 
 
 def _busy(world) -> set[int]:
@@ -83,7 +100,9 @@ def _gone(world, name: str, namespace: str = "default") -> bool:
 
 
 def _running(world, name: str, namespace: str = "default"):
-    _wait(lambda: world.core.read_namespaced_pod(name, namespace).status.phase == "Running", f"{name} Running")
+    _wait(
+        lambda: world.core.read_namespaced_pod(name, namespace).status.phase == "Running", f"{name} Running"
+    )
     record = world.pods.pods_by_name(namespace, name)
     assert record.processes, f"{name} has no workload process on its MIG device"
     return record
@@ -93,8 +112,14 @@ def test_a_running_pods_workload_runs_on_the_mig_device_the_plugin_handed_it(wor
     world.core.create_namespaced_pod("default", _pod("train"))
     record = _running(world, "train")
     device = record.env["main"]
-    on = [(gpu.uuid, ci.mig_uuid) for gpu in world.nvml.gpus() for gi in gpu.gpu_instances
-          for ci in gi.compute_instances for p in gpu.processes if (p.gi_id, p.ci_id) == (gi.gi_id, ci.ci_id)]
+    on = [
+        (gpu.uuid, ci.mig_uuid)
+        for gpu in world.nvml.gpus()
+        for gi in gpu.gpu_instances
+        for ci in gi.compute_instances
+        for p in gpu.processes
+        if (p.gi_id, p.ci_id) == (gi.gi_id, ci.ci_id)
+    ]
     assert [m for _, m in on] == [device]
 
 
@@ -104,8 +129,10 @@ def test_a_containers_output_goes_to_the_log_file_the_api_server_serves(world):
     world.core.delete_namespaced_pod("train", "default")
     _wait(lambda: _gone(world, "train"), "the pod to be gone")
     text = world.api.log_path("default", "train", record.uid, "main").read_text()
-    assert text.splitlines()[-2:] == [f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
-                                      "SIGTERM: shut down cleanly"]
+    assert text.splitlines()[-2:] == [
+        f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
+        "SIGTERM: shut down cleanly",
+    ]
 
 
 def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(world):
@@ -114,8 +141,10 @@ def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(worl
     world.core.delete_namespaced_pod("train", "default")  # graceful: 30 s, and the API server never reaps
     _wait(lambda: _gone(world, "train"), "the kubelet to delete the pod once its workload stopped")
     assert _busy(world) == set()
-    assert any("default/train was deleted: stopping its containers (SIGTERM, 30s grace period)" in line
-               for line in world.lines)
+    assert any(
+        "default/train was deleted: stopping its containers (SIGTERM, 30s grace period)" in line
+        for line in world.lines
+    )
 
 
 @pytest.mark.parametrize("how", ["force-deleted", "namespace deleted"])
@@ -131,8 +160,10 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
     _wait(lambda: world.pods.pods_by_name("team", "train") is None, "the kubelet to be done with the pod")
     # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
     # namespace controller deletes pods) marked for deletion first
-    assert any(line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
-               for line in world.lines), world.lines
+    assert any(
+        line.startswith(f"{NODE}: team/train ") and "stopping its containers (SIGTERM" in line
+        for line in world.lines
+    ), world.lines
 
 
 def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
@@ -148,7 +179,9 @@ def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
 
 
 def test_a_workload_that_ignores_sigterm_is_killed_once_the_grace_period_is_over(world):
-    world.core.create_namespaced_pod("default", _pod("stubborn", grace=2, annotations={IGNORE_SIGTERM: "true"}))
+    world.core.create_namespaced_pod(
+        "default", _pod("stubborn", grace=2, annotations={IGNORE_SIGTERM: "true"})
+    )
     record = _running(world, "stubborn")
     world.core.delete_namespaced_pod("stubborn", "default")
     _wait(lambda: _gone(world, "stubborn"), "the kubelet to delete the pod after SIGKILL")
@@ -189,13 +222,24 @@ class Crashy:
 
 def _daemon(world, crashy: Crashy, backoff=(0.1, 0.4)) -> SimulatedPods:
     world.pods.stop()
-    world.pods = SimulatedPods(NODE, world.api.api_client("kubelet"), world.pods.kubelet, world.nvml, RESOURCE,
-                               runtime=lambda pod: crashy if pod["metadata"]["name"] == "daemon" else None,
-                               backoff=backoff, echo=world.lines.append, interval=0.05).start()
+    world.pods = SimulatedPods(
+        NODE,
+        world.api.api_client("kubelet"),
+        world.pods.kubelet,
+        world.nvml,
+        RESOURCE,
+        runtime=lambda pod: crashy if pod["metadata"]["name"] == "daemon" else None,
+        backoff=backoff,
+        echo=world.lines.append,
+        interval=0.05,
+    ).start()
     daemon = _pod("daemon")
     del daemon["spec"]["containers"][0]["resources"]
     world.core.create_namespaced_pod("default", daemon)
-    _wait(lambda: world.core.read_namespaced_pod("daemon", "default").status.phase == "Running", "daemon Running")
+    _wait(
+        lambda: world.core.read_namespaced_pod("daemon", "default").status.phase == "Running",
+        "daemon Running",
+    )
     return world.pods
 
 
@@ -208,8 +252,13 @@ def test_a_container_that_dies_is_restarted_after_a_back_off_that_doubles_up_to_
     restarts = [line.split("restarting in ")[1] for line in world.lines if "restarting in" in line]
     assert restarts == ["0.1s", "0.2s", "0.4s", "0.4s"]
     assert any("main of default/daemon exited (signal 9); restarting in 0.1s" in line for line in world.lines)
-    _wait(lambda: world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count == 4,
-          "restartCount 4 in the pod's status")
+    _wait(
+        lambda: (
+            world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count
+            == 4
+        ),
+        "restartCount 4 in the pod's status",
+    )
 
 
 def test_with_the_api_server_down_a_dead_container_is_still_restarted(world):
@@ -221,16 +270,28 @@ def test_with_the_api_server_down_a_dead_container_is_still_restarted(world):
         _wait(lambda: crashy.starts == 2, "the restart without the API")
     finally:
         world.api.up()
-    _wait(lambda: world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count == 1,
-          "the restart to reach the pod's status once the API is back")
+    _wait(
+        lambda: (
+            world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count
+            == 1
+        ),
+        "the restart to reach the pod's status once the API is back",
+    )
 
 
-@pytest.mark.parametrize(("meta", "spec", "seconds"), [
-    ({}, {}, 30.0),                                               # terminationGracePeriodSeconds defaults to 30
-    ({}, {"terminationGracePeriodSeconds": 5}, 5.0),
-    ({"deletionGracePeriodSeconds": 7}, {"terminationGracePeriodSeconds": 60}, 7.0),  # the deletion's wins
-    ({"deletionGracePeriodSeconds": 0}, {}, 2.0),                 # kubelet's 2 s minimum
-])
+@pytest.mark.parametrize(
+    ("meta", "spec", "seconds"),
+    [
+        ({}, {}, 30.0),  # terminationGracePeriodSeconds defaults to 30
+        ({}, {"terminationGracePeriodSeconds": 5}, 5.0),
+        (
+            {"deletionGracePeriodSeconds": 7},
+            {"terminationGracePeriodSeconds": 60},
+            7.0,
+        ),  # the deletion's wins
+        ({"deletionGracePeriodSeconds": 0}, {}, 2.0),  # kubelet's 2 s minimum
+    ],
+)
 def test_the_grace_period_is_the_deletions_else_the_pods_and_at_least_two_seconds(meta, spec, seconds):
     assert grace_period({"metadata": meta, "spec": spec}) == seconds
 
@@ -246,7 +307,9 @@ def test_the_mig_devices_are_read_from_the_env_var_cdi_names_or_cdi_annotations(
     assert mig_uuids([env, cdi, notes, None]) == ["MIG-aaa", "MIG-bbb", "MIG-ccc", "MIG-ddd"]
 
 
-@pytest.mark.parametrize(("value", "count"), [(1, 1), ("2", 2), ("1e0", 1), ("0.5", 1), ("1k", 1000), ("0", 0)])
+@pytest.mark.parametrize(
+    ("value", "count"), [(1, 1), ("2", 2), ("1e0", 1), ("0.5", 1), ("1k", 1000), ("0", 0)]
+)
 def test_a_device_count_is_read_as_a_kubernetes_quantity_rounded_up(value, count):
     assert device_count(value) == count
 
@@ -266,5 +329,6 @@ def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(w
     _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
     message = world.core.read_namespaced_pod("bad", "default").status.message
     # the API server may store 5000 in canonical form (5k): the same quantity either way
-    assert re.search(r"container 'main': example.com/gpu: '(5000|5k)' is not a device count between 0 and 1024",
-                     message), message
+    assert re.search(
+        r"container 'main': example.com/gpu: '(5000|5k)' is not a device count between 0 and 1024", message
+    ), message

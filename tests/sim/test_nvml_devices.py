@@ -24,7 +24,9 @@ def test_gpu_uuids_are_deterministic_per_node_name_and_well_formed():
     again = SimulatedNvml({"node": "n1", "gpus": [{"model": H100, "count": 2}]}).gpu_uuids
     other = SimulatedNvml({"node": "n2", "gpus": [{"model": H100, "count": 2}]}).gpu_uuids
     assert first == again and first != other and len(set(first)) == 2
-    assert all(re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in first)
+    assert all(
+        re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in first
+    )
 
 
 def test_an_explicit_gpu_uuid_is_what_nvml_reports_and_finds(node):
@@ -35,32 +37,38 @@ def test_an_explicit_gpu_uuid_is_what_nvml_reports_and_finds(node):
     assert pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0)) == uuid
 
 
-@pytest.mark.parametrize("spec, field", [
-    ({"gpus": "A100"}, "gpus"),
-    ({"gpus": [{"model": "Z9000"}]}, "gpus[0].model"),
-    ({"gpus": [{"model": A100, "count": 0}]}, "gpus[0].count"),
-    ({"gpus": [{"model": A100, "uuid": "gpu-1"}]}, "gpus[0].uuid"),
-    ({"gpus": [{"model": A100, "colour": "red"}]}, "gpus[0]"),
-    ({"gpus": [{"model": A100, "count": 10**9}]}, "gpus[0].count"),
-    ({"gpus": [{"model": A100, "driver": "R999"}]}, "gpus[0].driver"),
-    ({"gpus": [{"model": A100, "driver": ["R570"]}]}, "gpus[0].driver"),
-    ({"gpus": [{"model": A100}], "driver": "x" * 10_000}, "driver"),
-    ({"gpus": [{"model": A100}], "gi_ids": "random"}, "gi_ids"),
-    ({"gpus": [{"model": A100}], "shuffle_gi_ids": "seven"}, "shuffle_gi_ids"),
-    ({"gpus": [{"model": A100}], "mig_uuids": "sometimes"}, "mig_uuids"),
-    ({"gpus": [{"model": A100}], "gpu": []}, "unknown fields ['gpu']"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ({"gpus": "A100"}, "gpus"),
+        ({"gpus": [{"model": "Z9000"}]}, "gpus[0].model"),
+        ({"gpus": [{"model": A100, "count": 0}]}, "gpus[0].count"),
+        ({"gpus": [{"model": A100, "uuid": "gpu-1"}]}, "gpus[0].uuid"),
+        ({"gpus": [{"model": A100, "colour": "red"}]}, "gpus[0]"),
+        ({"gpus": [{"model": A100, "count": 10**9}]}, "gpus[0].count"),
+        ({"gpus": [{"model": A100, "driver": "R999"}]}, "gpus[0].driver"),
+        ({"gpus": [{"model": A100, "driver": ["R570"]}]}, "gpus[0].driver"),
+        ({"gpus": [{"model": A100}], "driver": "x" * 10_000}, "driver"),
+        ({"gpus": [{"model": A100}], "gi_ids": "random"}, "gi_ids"),
+        ({"gpus": [{"model": A100}], "shuffle_gi_ids": "seven"}, "shuffle_gi_ids"),
+        ({"gpus": [{"model": A100}], "mig_uuids": "sometimes"}, "mig_uuids"),
+        ({"gpus": [{"model": A100}], "gpu": []}, "unknown fields ['gpu']"),
+    ],
+)
 def test_a_bad_node_spec_names_the_field_to_fix(spec, field):
     with pytest.raises(SpecError, match=re.escape(field)):
         SimulatedNvml(spec)
 
 
-@pytest.mark.parametrize("spec, version", [
-    ({"gpus": [{"model": A100}]}, "550.127.05"),
-    ({"gpus": [{"model": A100}], "driver": "R470"}, "470.256.02"),
-    ({"gpus": [{"model": "B200"}], "driver": "570.86"}, "570.86.15"),
-    ({"gpus": [{"model": A100, "driver": "R450"}], "driver": "R470"}, "450.216.04"),
-])
+@pytest.mark.parametrize(
+    "spec, version",
+    [
+        ({"gpus": [{"model": A100}]}, "550.127.05"),
+        ({"gpus": [{"model": A100}], "driver": "R470"}, "470.256.02"),
+        ({"gpus": [{"model": "B200"}], "driver": "570.86"}, "570.86.15"),
+        ({"gpus": [{"model": A100, "driver": "R450"}], "driver": "R470"}, "450.216.04"),
+    ],
+)
 def test_the_driver_version_is_the_node_release_of_its_first_gpu(node, spec, version):
     node(spec)
     assert pynvml.nvmlSystemGetDriverVersion() == version
@@ -71,23 +79,30 @@ def test_an_older_driver_release_reports_its_own_memory_and_lacks_later_profiles
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     two_g = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE)
     assert two_g.memorySizeMB == 9856
-    for enum in (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2):
+    for enum in (
+        pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+        pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2,
+    ):
         with pytest.raises(pynvml.NVMLError_NotSupported):
             pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
 
 
 def test_an_early_gb200_driver_names_its_1g_profile_1g_24gb(node):
     node({"gpus": [{"model": "GB200"}], "driver": "R570"})
-    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(pynvml.nvmlDeviceGetHandleByIndex(0),
-                                                      pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(
+        pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    )
     assert (info.name, info.id, info.memorySizeMB) == ("MIG 1g.24gb", 19, 20480)
 
 
-@pytest.mark.parametrize("model, name", [
-    ("RTX-PRO-6000-WS", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"),
-    ("RTX PRO 6000 Blackwell Max-Q", "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"),
-    ("RTX PRO 6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
-])
+@pytest.mark.parametrize(
+    "model, name",
+    [
+        ("RTX-PRO-6000-WS", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"),
+        ("RTX PRO 6000 Blackwell Max-Q", "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"),
+        ("RTX PRO 6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    ],
+)
 def test_every_rtx_pro_6000_blackwell_edition_is_a_mig_gpu_with_a_12_slice_axis(node, model, name):
     node(model)
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -22,13 +22,22 @@ def disagreements(cat: catalog.GpuModel) -> list[str]:
         sim = hardware.model(cat.key, cat.driver or None)
     except hardware.UnknownRelease as error:
         return [f"{cat.key}: catalog pins driver {cat.driver!r}: {error}"]
-    out = [f"{cat.key}.{field}: catalog {mine!r}, driver {theirs!r}" for field, mine, theirs in (
-        ("nvml_names", cat.nvml_names, sim.nvml_names), ("pci_device_id", cat.pci_device_id, sim.pci_device_id),
-        ("memory_mib", cat.memory_mib, sim.memory_mib), ("axis_length", cat.axis_length, sim.axis_length),
-        ("max_mig_devices", cat.max_mig_devices, sim.max_mig_devices),
-    ) if mine != theirs]
+    out = [
+        f"{cat.key}.{field}: catalog {mine!r}, driver {theirs!r}"
+        for field, mine, theirs in (
+            ("nvml_names", cat.nvml_names, sim.nvml_names),
+            ("pci_device_id", cat.pci_device_id, sim.pci_device_id),
+            ("memory_mib", cat.memory_mib, sim.memory_mib),
+            ("axis_length", cat.axis_length, sim.axis_length),
+            ("max_mig_devices", cat.max_mig_devices, sim.max_mig_devices),
+        )
+        if mine != theirs
+    ]
     missing = sorted({p.name for p in sim.profiles} - set(cat.profile_names))
-    out += [f"{cat.key} {name}: the driver ({sim.release.key}) offers it, the catalog does not" for name in missing]
+    out += [
+        f"{cat.key} {name}: the driver ({sim.release.key}) offers it, the catalog does not"
+        for name in missing
+    ]
     for profile in cat.profiles:
         out += _profile_disagreements(cat.key, sim, profile)
     out += _driver_name_disagreements(cat)
@@ -41,19 +50,34 @@ def _profile_disagreements(key: str, sim: hardware.GpuModel, mine: catalog.Profi
     if theirs is None:
         return [f"{where}: the driver does not offer this profile"]
     pairs = (
-        ("enum", mine.enum, theirs.enum), ("id", mine.profile_id, theirs.profile_id),
-        ("memory MiB", mine.memory_mib, theirs.memory_mib), ("SMs", mine.sm_count, theirs.sm_count),
-        ("slices", mine.slice_count, theirs.slice_count), ("instances", mine.instance_count, theirs.instance_count),
-        ("placements", [(p.start, p.size) for p in mine.placements], [(p.start, p.size) for p in theirs.placements]),
+        ("enum", mine.enum, theirs.enum),
+        ("id", mine.profile_id, theirs.profile_id),
+        ("memory MiB", mine.memory_mib, theirs.memory_mib),
+        ("SMs", mine.sm_count, theirs.sm_count),
+        ("slices", mine.slice_count, theirs.slice_count),
+        ("instances", mine.instance_count, theirs.instance_count),
+        (
+            "placements",
+            [(p.start, p.size) for p in mine.placements],
+            [(p.start, p.size) for p in theirs.placements],
+        ),
         ("engines CE/DEC/ENC/JPEG/OFA", _engines(mine.engines), _engines(theirs.engines)),
     )
     return [f"{where} {field}: catalog {a}, driver {b}" for field, a, b in pairs if a != b]
 
 
 def _driver_name_disagreements(cat: catalog.GpuModel) -> list[str]:
-    printed = {p.name for release in hardware.model(cat.key).releases for p in hardware.model(cat.key, release).profiles}
-    return [f"{cat.key} {p.name}: catalog says a driver prints {alias!r}; no known release does"
-            for p in cat.profiles for alias in p.driver_names if alias not in printed]
+    printed = {
+        p.name
+        for release in hardware.model(cat.key).releases
+        for p in hardware.model(cat.key, release).profiles
+    }
+    return [
+        f"{cat.key} {p.name}: catalog says a driver prints {alias!r}; no known release does"
+        for p in cat.profiles
+        for alias in p.driver_names
+        if alias not in printed
+    ]
 
 
 def _engines(engines) -> tuple[int, ...]:
@@ -71,8 +95,9 @@ def test_every_simulated_gpu_model_is_in_the_catalog():
 
 def test_a_wrong_catalog_fact_is_named_with_both_values():
     h100 = catalog.find_model("H100-SXM5-80GB")
-    wrong = replace(h100, profiles=tuple(replace(p, memory_mib=4096) if p.name == "3g.40gb" else p
-                                         for p in h100.profiles))
+    wrong = replace(
+        h100, profiles=tuple(replace(p, memory_mib=4096) if p.name == "3g.40gb" else p for p in h100.profiles)
+    )
     assert disagreements(wrong) == ["H100-SXM5-80GB 3g.40gb (R580) memory MiB: catalog 4096, driver 40448"]
 
 
@@ -82,11 +107,18 @@ def test_a_catalog_missing_a_profile_the_driver_offers_is_named():
     assert disagreements(wrong) == ["A30 2g.12gb+me: the driver (R535) offers it, the catalog does not"]
 
 
-@pytest.mark.parametrize("key, release, profile, mib", [
-    ("H100-NVL-94GB", "R550", "3g.47gb", 47488), ("H100-NVL-94GB", "R570", "3g.47gb", 47232),
-    ("B200", "R570", "1g.23gb", 20992), ("B200", "R570-early", "1g.23gb", 22528),
-    ("H200", "R550", "7g.141gb", 143104), ("H20", "R550", "1g.12gb", 12032), ("A30", "R535", "4g.24gb", 24000),
-])
+@pytest.mark.parametrize(
+    "key, release, profile, mib",
+    [
+        ("H100-NVL-94GB", "R550", "3g.47gb", 47488),
+        ("H100-NVL-94GB", "R570", "3g.47gb", 47232),
+        ("B200", "R570", "1g.23gb", 20992),
+        ("B200", "R570-early", "1g.23gb", 22528),
+        ("H200", "R550", "7g.141gb", 143104),
+        ("H20", "R550", "1g.12gb", 12032),
+        ("A30", "R535", "4g.24gb", 24000),
+    ],
+)
 def test_memory_is_reported_per_driver_release(key, release, profile, mib):
     assert hardware.model(key, release).profile(profile).memory_mib == mib
 

@@ -18,10 +18,13 @@ def test_an_injected_error_fails_the_next_calls_of_that_function_only(node):
     assert len(sim.gpus()[0].gpu_instances) == 1
 
 
-@pytest.mark.parametrize("wrapper", [
-    "nvmlDeviceGetComputeRunningProcesses",  # calls the _v3 symbol
-    "nvmlDeviceGetGpuInstanceProfileInfo",   # calls the ...InfoV symbol
-])
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "nvmlDeviceGetComputeRunningProcesses",  # calls the _v3 symbol
+        "nvmlDeviceGetGpuInstanceProfileInfo",  # calls the ...InfoV symbol
+    ],
+)
 def test_an_error_injected_by_wrapper_name_hits_the_versioned_symbol_it_calls(node, wrapper):
     sim = node(A100)
     sim.inject_error(wrapper, pynvml.NVML_ERROR_GPU_IS_LOST)
@@ -45,8 +48,10 @@ def test_the_nth_create_fails_with_the_given_code_and_leaves_nothing_behind(node
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
         create_gi(gpu0(), 19, 1, 1)
     create_gi(gpu0(), 19, 1, 1)
-    assert sim.gpus()[0].placements == (find_model(H100).profile("1g.10gb").placements[0],
-                                        find_model(H100).profile("1g.10gb").placements[1])
+    assert sim.gpus()[0].placements == (
+        find_model(H100).profile("1g.10gb").placements[0],
+        find_model(H100).profile("1g.10gb").placements[1],
+    )
 
 
 def test_a_failed_compute_instance_create_can_be_injected_too(node):

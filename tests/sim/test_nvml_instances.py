@@ -34,7 +34,7 @@ def driver_defaults(monkeypatch):
     monkeypatch.delenv("DYNMIG_SIM_MIG_UUIDS", raising=False)
 
 
-@pytest.mark.parametrize("model", THREE_MODELS + (A30,))
+@pytest.mark.parametrize("model", (*THREE_MODELS, A30))
 def test_every_legal_placement_of_every_profile_can_be_created_and_reports_itself(node, model):
     node(model)
     handle = gpu0()
@@ -43,18 +43,24 @@ def test_every_legal_placement_of_every_profile_can_be_created_and_reports_itsel
             gi = create_gi(handle, spec.profile_id, placement.start, placement.size)
             info = pynvml.nvmlGpuInstanceGetInfo(gi)
             assert (info.profileId, info.placement.start, info.placement.size) == (
-                spec.profile_id, placement.start, placement.size)
+                spec.profile_id,
+                placement.start,
+                placement.size,
+            )
             assert pynvml.nvmlDeviceGetUUID(info.device) == pynvml.nvmlDeviceGetUUID(handle)
             pynvml.nvmlGpuInstanceDestroy(gi)
 
 
-@pytest.mark.parametrize("model, profile, start, size", [
-    (A100, "3g.20gb", 2, 4),   # not aligned
-    (A100, "1g.5gb", 7, 1),    # slot 7 is not offered to 1g
-    (H100, "2g.20gb", 0, 1),   # wrong size
-    (RTX, "1g.24gb", 1, 3),    # 12-slice axis: quarters only
-    (RTX, "1g.24gb", 0, 1),    # sliceCount is not the placement size
-])
+@pytest.mark.parametrize(
+    "model, profile, start, size",
+    [
+        (A100, "3g.20gb", 2, 4),  # not aligned
+        (A100, "1g.5gb", 7, 1),  # slot 7 is not offered to 1g
+        (H100, "2g.20gb", 0, 1),  # wrong size
+        (RTX, "1g.24gb", 1, 3),  # 12-slice axis: quarters only
+        (RTX, "1g.24gb", 0, 1),  # sliceCount is not the placement size
+    ],
+)
 def test_an_illegal_placement_is_an_invalid_argument(node, model, profile, start, size):
     node(model)
     spec = find_model(model).profile(profile)
@@ -68,12 +74,15 @@ def test_an_unknown_profile_id_is_an_invalid_argument(node):
         create_gi(gpu0(), 99, 0, 1)
 
 
-@pytest.mark.parametrize("model, first, second", [
-    (A100, ("3g.20gb", 4, 4), ("1g.5gb", 5, 1)),
-    (H100, ("2g.20gb", 2, 2), ("1g.20gb", 2, 2)),
-    (RTX, ("2g.48gb", 6, 6), ("1g.24gb", 9, 3)),
-    (RTX, ("1g.24gb", 0, 3), ("4g.96gb", 0, 12)),
-])
+@pytest.mark.parametrize(
+    "model, first, second",
+    [
+        (A100, ("3g.20gb", 4, 4), ("1g.5gb", 5, 1)),
+        (H100, ("2g.20gb", 2, 2), ("1g.20gb", 2, 2)),
+        (RTX, ("2g.48gb", 6, 6), ("1g.24gb", 9, 3)),
+        (RTX, ("1g.24gb", 0, 3), ("4g.96gb", 0, 12)),
+    ],
+)
 def test_an_overlapping_placement_is_insufficient_resources(node, model, first, second):
     node(model)
     catalog = find_model(model)
@@ -97,7 +106,9 @@ def test_an_all_media_engine_profile_admits_only_no_media_engine_neighbours(node
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
         create_gi(gpu0(), catalog.profile("1g.24gb").profile_id, 3, 3)
     create_gi(gpu0(), catalog.profile("1g.24gb-me").profile_id, 3, 3)
-    assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu0(), catalog.profile("2g.48gb").profile_id) == 0
+    assert (
+        pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu0(), catalog.profile("2g.48gb").profile_id) == 0
+    )
 
 
 def test_all_media_engine_profile_is_refused_beside_a_profile_with_media_engines(node):
@@ -108,12 +119,15 @@ def test_all_media_engine_profile_is_refused_beside_a_profile_with_media_engines
         create_gi(gpu0(), catalog.profile("2g.48gb+me.all").profile_id, 0, 6)
 
 
-@pytest.mark.parametrize("model, profile, expected_starts", [
-    (A100, "1g.5gb", [6, 4, 5, 0, 1, 2, 3]),
-    (H100, "1g.10gb", [6, 4, 5, 0, 1, 2, 3]),
-    (A100, "3g.20gb", [4, 0]),
-    (RTX, "1g.24gb", [0, 3, 6, 9]),
-])
+@pytest.mark.parametrize(
+    "model, profile, expected_starts",
+    [
+        (A100, "1g.5gb", [6, 4, 5, 0, 1, 2, 3]),
+        (H100, "1g.10gb", [6, 4, 5, 0, 1, 2, 3]),
+        (A100, "3g.20gb", [4, 0]),
+        (RTX, "1g.24gb", [0, 3, 6, 9]),
+    ],
+)
 def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, profile, expected_starts):
     node(model)
     spec = find_model(model).profile(profile)
@@ -126,17 +140,33 @@ def test_creating_without_a_placement_uses_the_drivers_slot_order(node, model, p
         pynvml.nvmlDeviceCreateGpuInstance(gpu0(), spec.profile_id)
 
 
-@pytest.mark.parametrize("model, profile, start, gi_id", [
-    # GPU 0 of an 8-slice node numbers the upper half first, as real drivers were seen to
-    (A100, "7g.40gb", 0, 0), (A100, "3g.20gb", 0, 2), (A100, "4g.20gb", 0, 2), (A100, "3g.20gb", 4, 1),
-    (A100, "2g.10gb", 2, 6), (A100, "1g.5gb", 0, 11), (A100, "1g.5gb", 1, 12),   # A100-PCIE, 510.47.03
-    (H100, "1g.10gb", 6, 9), (H100, "1g.10gb", 4, 7), (H100, "1g.10gb", 3, 14),  # H100 PCIe, 570.169
-    ("H20", "1g.12gb", 2, 13), ("H20", "1g.12gb", 3, 14),
-    # RTX PRO 6000 (walkthrough, HAMi fixture) and A30: the plain slice-tree order
-    (RTX, "4g.96gb", 0, 0), (RTX, "2g.48gb", 0, 1), (RTX, "2g.48gb", 6, 2),
-    (RTX, "1g.24gb", 0, 3), (RTX, "1g.24gb", 9, 6),
-    (A30, "4g.24gb", 0, 0), (A30, "2g.12gb", 2, 2), (A30, "1g.6gb", 1, 4),
-])
+@pytest.mark.parametrize(
+    "model, profile, start, gi_id",
+    [
+        # GPU 0 of an 8-slice node numbers the upper half first, as real drivers were seen to
+        (A100, "7g.40gb", 0, 0),
+        (A100, "3g.20gb", 0, 2),
+        (A100, "4g.20gb", 0, 2),
+        (A100, "3g.20gb", 4, 1),
+        (A100, "2g.10gb", 2, 6),
+        (A100, "1g.5gb", 0, 11),
+        (A100, "1g.5gb", 1, 12),  # A100-PCIE, 510.47.03
+        (H100, "1g.10gb", 6, 9),
+        (H100, "1g.10gb", 4, 7),
+        (H100, "1g.10gb", 3, 14),  # H100 PCIe, 570.169
+        ("H20", "1g.12gb", 2, 13),
+        ("H20", "1g.12gb", 3, 14),
+        # RTX PRO 6000 (walkthrough, HAMi fixture) and A30: the plain slice-tree order
+        (RTX, "4g.96gb", 0, 0),
+        (RTX, "2g.48gb", 0, 1),
+        (RTX, "2g.48gb", 6, 2),
+        (RTX, "1g.24gb", 0, 3),
+        (RTX, "1g.24gb", 9, 6),
+        (A30, "4g.24gb", 0, 0),
+        (A30, "2g.12gb", 2, 2),
+        (A30, "1g.6gb", 1, 4),
+    ],
+)
 def test_gi_ids_are_numbered_as_real_drivers_number_them(node, driver_defaults, model, profile, start, gi_id):
     node(model)
     spec = find_model(model).profile(profile)
@@ -144,17 +174,33 @@ def test_gi_ids_are_numbered_as_real_drivers_number_them(node, driver_defaults, 
     assert pynvml.nvmlGpuInstanceGetInfo(gi).id == gi_id
 
 
-@pytest.mark.parametrize("profile, start, gi_id", [
-    ("3g.20gb", 0, 1), ("3g.20gb", 4, 2), ("2g.10gb", 0, 3), ("2g.10gb", 2, 4), ("2g.10gb", 4, 5),
-    ("1g.10gb", 6, 6), ("1g.5gb", 0, 7), ("1g.5gb", 6, 13),  # MIG User Guide A100 walkthroughs
-])
+@pytest.mark.parametrize(
+    "profile, start, gi_id",
+    [
+        ("3g.20gb", 0, 1),
+        ("3g.20gb", 4, 2),
+        ("2g.10gb", 0, 3),
+        ("2g.10gb", 2, 4),
+        ("2g.10gb", 4, 5),
+        ("1g.10gb", 6, 6),
+        ("1g.5gb", 0, 7),
+        ("1g.5gb", 6, 13),  # MIG User Guide A100 walkthroughs
+    ],
+)
 def test_the_second_gpu_of_a_node_numbers_its_gis_the_other_way_seen_on_one_real_node(
-        node, driver_defaults, profile, start, gi_id):
+    node, driver_defaults, profile, start, gi_id
+):
     node({"gpus": [{"model": A100, "count": 2}]})
     spec = find_model(A100).profile(profile)
     gpu1 = pynvml.nvmlDeviceGetHandleByIndex(1)
-    assert pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu1, spec.profile_id, start, spec.placement_size)).id == gi_id
-    assert pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, start, spec.placement_size)).id != gi_id
+    assert (
+        pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu1, spec.profile_id, start, spec.placement_size)).id
+        == gi_id
+    )
+    assert (
+        pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, start, spec.placement_size)).id
+        != gi_id
+    )
 
 
 @pytest.mark.parametrize("numbering, gi_id", [("heap", 1), ("halves-swapped", 2)])
@@ -186,30 +232,38 @@ def test_shuffled_gi_ids_are_opaque_but_stable_and_placements_stay_true(node):
 def test_gpu_instances_are_listed_per_profile_and_found_by_id(node, model):
     node(model)
     spec = find_model(model).profiles[0]
-    created = [pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, p.start, p.size)).id
-               for p in spec.placements[:2]]
+    created = [
+        pynvml.nvmlGpuInstanceGetInfo(create_gi(gpu0(), spec.profile_id, p.start, p.size)).id
+        for p in spec.placements[:2]
+    ]
     listed = [pynvml.nvmlGpuInstanceGetInfo(gi).id for gi in gpu_instances(gpu0(), spec.profile_id)]
     assert sorted(listed) == sorted(created)
     other = find_model(model).profile_by_enum(pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE)
     assert gpu_instances(gpu0(), other.profile_id) == []
-    assert pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), created[1])).id == created[1]
+    assert (
+        pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), created[1])).id
+        == created[1]
+    )
     with pytest.raises(pynvml.NVMLError_NotFound):
         pynvml.nvmlDeviceGetGpuInstanceById(gpu0(), 14)
 
 
-@pytest.mark.parametrize("model, profile, start", [(A100, "3g.20gb", 4), (H100, "1g.10gb", 2), (RTX, "1g.24gb", 9)])
+@pytest.mark.parametrize(
+    "model, profile, start", [(A100, "3g.20gb", 4), (H100, "1g.10gb", 2), (RTX, "1g.24gb", 9)]
+)
 def test_a_full_compute_instance_gets_id_0_and_a_mig_device_with_an_r470_uuid(node, model, profile, start):
     sim = node(model)
     spec = find_model(model).profile(profile)
     gi = create_gi(gpu0(), spec.profile_id, start, spec.placement_size)
-    ci_profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, spec.slice_count - 1 if spec.slice_count < 4
-                                                                     else 3, 0)
+    ci_profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, spec.slice_count - 1 if spec.slice_count < 4 else 3, 0
+    )
     ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
     info = pynvml.nvmlComputeInstanceGetInfo(ci)
     gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
     assert info.id == 0 and info.profileId == ci_profile.id
     assert pynvml.nvmlGpuInstanceGetInfo(info.gpuInstance).id == gi_id
-    (found_gi, found_ci, uuid), = mig_uuids_by_index(gpu0())
+    ((found_gi, found_ci, uuid),) = mig_uuids_by_index(gpu0())
     assert (found_gi, found_ci) == (gi_id, 0) and MIG_UUID.fullmatch(uuid)
     assert pynvml.nvmlDeviceGetUUID(info.device) == uuid  # the DRA driver's path to the MIG UUID
     assert sim.gpus()[0].mig_uuids == (uuid,)
@@ -265,7 +319,9 @@ def test_mig_devices_are_indexed_by_gi_id_then_ci_id_and_named_after_their_profi
         full_ci(create_gi(gpu0(), spec.profile_id, start, spec.placement_size), spec.slice_count)
     order = mig_uuids_by_index(gpu0())
     assert [gi for gi, _, _ in order] == [2, 3, 9]  # 3g at 0:4, 2g at 4:2, 1g at 6:1 on GPU 0
-    names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), i)) for i in range(3)]
+    names = [
+        pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), i)) for i in range(3)
+    ]
     assert names == [f"NVIDIA A100-SXM4-40GB MIG {n}" for n in ("3g.20gb", "2g.10gb", "1g.5gb")]
     with pytest.raises(pynvml.NVMLError_NotFound):
         pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0(), 3)
@@ -279,7 +335,9 @@ def test_compute_instances_split_a_gi_and_are_listed_found_and_destroyed(node):
     sim = node(A100)
     spec = find_model(A100).profile("3g.20gb")
     gi = create_gi(gpu0(), spec.profile_id, 0, 4)
-    one_c = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
+    one_c = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0
+    )
     assert (one_c.instanceCount, one_c.name) == (3, "MIG 1c.3g.20gb")
     cis = [pynvml.nvmlGpuInstanceCreateComputeInstance(gi, one_c.id) for _ in range(3)]
     assert [pynvml.nvmlComputeInstanceGetInfo(c).id for c in cis] == [0, 1, 2]
@@ -308,7 +366,9 @@ def test_compute_instance_placements_use_the_two_call_pattern_and_create_with_pl
     ci = pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, 0, ctypes.byref(placement))
     assert pynvml.nvmlComputeInstanceGetInfo(ci).placement.start == 2
     with pytest.raises(pynvml.NVMLError_NotSupported):
-        pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE, 0)
+        pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE, 0
+        )
 
 
 @pytest.mark.parametrize("model", THREE_MODELS)
@@ -334,7 +394,9 @@ def test_a_placement_passed_by_value_is_refused_and_reported(node):
     assert "byref" in sim.misuse[0]
 
 
-def test_a_whole_test_run_can_switch_the_defaults_from_the_environment_and_a_spec_still_wins(node, monkeypatch):
+def test_a_whole_test_run_can_switch_the_defaults_from_the_environment_and_a_spec_still_wins(
+    node, monkeypatch
+):
     monkeypatch.setenv("DYNMIG_SIM_MIG_UUIDS", "stable")
     monkeypatch.setenv("DYNMIG_SIM_GI_IDS", "heap")
     node(H100)

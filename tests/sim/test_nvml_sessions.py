@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,8 +48,9 @@ def _launch(state: Path, *args: str, spec: dict | None = None) -> subprocess.Com
     command = [sys.executable, "-m", "sim.nvml.launch", "--state", str(state)]
     if spec is not None:
         command += ["--spec", json.dumps(spec)]
-    return subprocess.run([*command, "--", *args], check=False, capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=60)
+    return subprocess.run(
+        [*command, "--", *args], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+    )
 
 
 def test_a_separate_process_under_the_launcher_shares_the_state_file_with_an_observer(tmp_path):
@@ -100,7 +102,8 @@ def test_hami_allocate_release_reset_and_adopt_sequences_run_through_pynvml(node
     gi = create_gi(handle, info.id, wanted.start, wanted.size)
     gi_info = pynvml.nvmlGpuInstanceGetInfo(gi)
     ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-        gi, CI_ENUM_BY_SLICES[info.sliceCount], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        gi, CI_ENUM_BY_SLICES[info.sliceCount], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    )
     ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
     ci_id = pynvml.nvmlComputeInstanceGetInfo(ci).id
     uuid = next(u for g, _, u in mig_uuids_by_index(handle) if g == gi_info.id)  # HAMi's walk
@@ -124,10 +127,8 @@ def test_hami_allocate_release_reset_and_adopt_sequences_run_through_pynvml(node
     # Reset of an idle GPU: list every profile's GIs, destroy CIs then GIs
     for p in find_model(model).profiles[:3]:
         for placement in p.placements[:1]:
-            try:
+            with contextlib.suppress(pynvml.NVMLError_InsufficientResources):
                 full_ci(create_gi(handle, p.profile_id, placement.start, placement.size), p.slice_count)
-            except pynvml.NVMLError_InsufficientResources:
-                pass
     for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             p_info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)

@@ -12,24 +12,36 @@ from kubernetes import client
 
 from sim.scheduler import ConfigError, Scheduler, parse
 
-GPU_POD = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "train", "namespace": "default"},
-           "spec": {"schedulerName": "dynmig-scheduler",
-                    "containers": [{"name": "c", "image": "x",
-                                    "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}]}}
+GPU_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "default"},
+    "spec": {
+        "schedulerName": "dynmig-scheduler",
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}],
+    },
+}
 
 
 def node(name: str, ready: bool = True, unschedulable: bool = False) -> dict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"gpu": "h100"}},
-            "spec": {"unschedulable": unschedulable},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpu": "h100"}},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 class Extender(JsonServer):
     """A tiny extender: records each call's JSON body; `filter`/`bind` decide the replies."""
 
-    def __init__(self, filter_fn: Callable[[dict], dict], bind_fn: Callable[[dict], dict] | None = None,
-                 tls: tuple | None = None):
+    def __init__(
+        self,
+        filter_fn: Callable[[dict], dict],
+        bind_fn: Callable[[dict], dict] | None = None,
+        tls: tuple | None = None,
+    ):
         def answer(path: str, body: dict) -> dict:
             return filter_fn(body) if path == "/filter" else (bind_fn or (lambda b: {"Error": ""}))(body)
 
@@ -40,14 +52,27 @@ class Extender(JsonServer):
 
 
 def config(url: str, **extender) -> dict:
-    ext = {"urlPrefix": url, "filterVerb": "filter", "bindVerb": "bind", "nodeCacheCapable": True,
-           "weight": 1, "httpTimeout": "5s", "enableHTTPS": False,
-           "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True},
-                                {"name": "nvidia.com/gpumem", "ignoredByScheduler": True}]}
+    ext = {
+        "urlPrefix": url,
+        "filterVerb": "filter",
+        "bindVerb": "bind",
+        "nodeCacheCapable": True,
+        "weight": 1,
+        "httpTimeout": "5s",
+        "enableHTTPS": False,
+        "managedResources": [
+            {"name": "nvidia.com/gpu", "ignoredByScheduler": True},
+            {"name": "nvidia.com/gpumem", "ignoredByScheduler": True},
+        ],
+    }
     ext.update(extender)
-    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "leaderElection": {"leaderElect": False},
-            "profiles": [{"schedulerName": "dynmig-scheduler"}], "extenders": [ext]}
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "dynmig-scheduler"}],
+        "extenders": [ext],
+    }
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10) -> object:
@@ -72,8 +97,9 @@ def run_scheduler(apiserver) -> Iterator[Callable[[dict], Scheduler]]:
     started: list[Scheduler] = []
 
     def start(doc: dict) -> Scheduler:
-        sched = Scheduler(parse(doc), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
-                          max_backoff=0.2, seed=1).start()
+        sched = Scheduler(
+            parse(doc), apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.2, seed=1
+        ).start()
         started.append(sched)
         assert sched.wait_synced()
         return sched
@@ -101,8 +127,13 @@ def binder(apiserver) -> Callable[[dict], dict]:
     core = client.CoreV1Api(apiserver.api_client("scheduler"))
 
     def bind(args: dict) -> dict:
-        body = {"metadata": {"name": args["PodName"], "uid": args["PodUID"]}, "target": {"kind": "Node", "name": args["Node"]}}
-        core.create_namespaced_pod_binding(args["PodName"], args["PodNamespace"], body, _preload_content=False)
+        body = {
+            "metadata": {"name": args["PodName"], "uid": args["PodUID"]},
+            "target": {"kind": "Node", "name": args["Node"]},
+        }
+        core.create_namespaced_pod_binding(
+            args["PodName"], args["PodNamespace"], body, _preload_content=False
+        )
         return {"Error": ""}
 
     return bind
@@ -110,13 +141,25 @@ def binder(apiserver) -> Callable[[dict], dict]:
 
 def events(apiserver, reason: str) -> list[dict]:
     core = client.CoreV1Api(apiserver.api_client("admin"))
-    return [e for e in json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
-            if e["reason"] == reason]
+    return [
+        e
+        for e in json.loads(core.list_namespaced_event("default", _preload_content=False).data)["items"]
+        if e["reason"] == reason
+    ]
 
 
-def test_a_node_cache_capable_extender_gets_pascal_case_node_names_and_binds_the_pod(cluster, run_scheduler, extenders):
-    ext = extenders(lambda args: {"NodeNames": ["node-2"], "FailedNodes": {"node-1": "no free slice"},
-                                  "FailedAndUnresolvableNodes": None, "Error": ""}, binder(cluster))
+def test_a_node_cache_capable_extender_gets_pascal_case_node_names_and_binds_the_pod(
+    cluster, run_scheduler, extenders
+):
+    ext = extenders(
+        lambda args: {
+            "NodeNames": ["node-2"],
+            "FailedNodes": {"node-1": "no free slice"},
+            "FailedAndUnresolvableNodes": None,
+            "Error": "",
+        },
+        binder(cluster),
+    )
     run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
     core = client.CoreV1Api(cluster.api_client("admin"))
     created = core.create_namespaced_pod("default", GPU_POD)
@@ -128,11 +171,21 @@ def test_a_node_cache_capable_extender_gets_pascal_case_node_names_and_binds_the
     # The API server stored the quantity canonically (8000 -> 8k), so that is what the extender sees.
     assert filt["Pod"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpumem": "8k"}
     (bind,) = ext.bodies("/bind")
-    assert bind == {"PodName": "train", "PodNamespace": "default", "PodUID": created.metadata.uid, "Node": "node-2"}
-    assert wait_for(lambda: events(cluster, "Scheduled"))[0]["message"] == "Successfully assigned default/train to node-2"
+    assert bind == {
+        "PodName": "train",
+        "PodNamespace": "default",
+        "PodUID": created.metadata.uid,
+        "Node": "node-2",
+    }
+    assert (
+        wait_for(lambda: events(cluster, "Scheduled"))[0]["message"]
+        == "Successfully assigned default/train to node-2"
+    )
 
 
-def test_an_extender_without_node_cache_gets_a_full_node_list_and_answers_with_nodes(cluster, run_scheduler, extenders):
+def test_an_extender_without_node_cache_gets_a_full_node_list_and_answers_with_nodes(
+    cluster, run_scheduler, extenders
+):
     def keep_node_1(args: dict) -> dict:
         items = [n for n in args["Nodes"]["items"] if n["metadata"]["name"] == "node-1"]
         return {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": {}, "Error": ""}
@@ -153,7 +206,10 @@ def test_a_pod_without_managed_resources_never_reaches_the_extender(cluster, run
     ext = extenders(lambda args: {"Error": "should not be called"})
     run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
     core = client.CoreV1Api(cluster.api_client("admin"))
-    plain = {**GPU_POD, "spec": {"schedulerName": "dynmig-scheduler", "containers": [{"name": "c", "image": "x"}]}}
+    plain = {
+        **GPU_POD,
+        "spec": {"schedulerName": "dynmig-scheduler", "containers": [{"name": "c", "image": "x"}]},
+    }
     core.create_namespaced_pod("default", plain)
     wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name)
     assert ext.calls == []
@@ -163,16 +219,25 @@ def test_a_pod_for_another_scheduler_is_left_alone(cluster, run_scheduler, exten
     ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
     sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb=""))
     core = client.CoreV1Api(cluster.api_client("admin"))
-    core.create_namespaced_pod("default", {**GPU_POD, "spec": {**GPU_POD["spec"], "schedulerName": "default-scheduler"}})
+    core.create_namespaced_pod(
+        "default", {**GPU_POD, "spec": {**GPU_POD["spec"], "schedulerName": "default-scheduler"}}
+    )
     core.create_namespaced_pod("default", {**GPU_POD, "metadata": {"name": "mine"}})
     wait_for(lambda: core.read_namespaced_pod("mine", "default").spec.node_name)
     assert core.read_namespaced_pod("train", "default").spec.node_name is None
     assert sched.stats.scheduled == 1
 
 
-def test_no_fit_records_failed_scheduling_in_kube_scheduler_words_and_retries(cluster, run_scheduler, extenders):
-    ext = extenders(lambda args: {"NodeNames": None, "FailedNodes": {"node-1": "1g.24gb needs a free slice",
-                                                                      "node-2": "GPU cordoned"}, "Error": ""})
+def test_no_fit_records_failed_scheduling_in_kube_scheduler_words_and_retries(
+    cluster, run_scheduler, extenders
+):
+    ext = extenders(
+        lambda args: {
+            "NodeNames": None,
+            "FailedNodes": {"node-1": "1g.24gb needs a free slice", "node-2": "GPU cordoned"},
+            "Error": "",
+        }
+    )
     sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
     core = client.CoreV1Api(cluster.api_client("admin"))
     core.create_namespaced_pod("default", GPU_POD)
@@ -195,8 +260,10 @@ def test_in_tree_fit_reasons_count_nodes_that_are_not_ready_or_cordoned(apiserve
     run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
     client.CoreV1Api(apiserver.api_client("admin")).create_namespaced_pod("default", GPU_POD)
     failed = wait_for(lambda: events(apiserver, "FailedScheduling"))
-    assert failed[0]["message"] == ("0/2 nodes are available: 1 node(s) had untolerated taint "
-                                    "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable.")
+    assert failed[0]["message"] == (
+        "0/2 nodes are available: 1 node(s) had untolerated taint "
+        "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable."
+    )
     assert ext.calls == []
 
 
@@ -218,19 +285,28 @@ def test_an_https_extender_is_verified_against_the_configured_ca(cluster, run_sc
 
     ca, crt, key = make_pki(tmp_path, "dynmig.dynmig.svc")
     ext = extenders(lambda args: {"NodeNames": ["node-1"], "Error": ""}, tls=(crt, key))
-    run_scheduler(config(f"https://127.0.0.1:{ext.port}", enableHTTPS=True, bindVerb="",
-                         tlsConfig={"insecure": False, "caData": base64.b64encode(ca).decode()}))
+    run_scheduler(
+        config(
+            f"https://127.0.0.1:{ext.port}",
+            enableHTTPS=True,
+            bindVerb="",
+            tlsConfig={"insecure": False, "caData": base64.b64encode(ca).decode()},
+        )
+    )
     core = client.CoreV1Api(cluster.api_client("admin"))
     core.create_namespaced_pod("default", GPU_POD)
     wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name == "node-1")
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"httpTimeout": "thirty"}, "extenders[0].httpTimeout"),
-    ({"urlPrefix": ""}, "extenders[0].urlPrefix"),
-    ({"managedResources": [{"ignoredByScheduler": True}]}, "extenders[0].managedResources[0].name"),
-    ({"prioritizeVerb": "prioritize", "weight": 0}, "extenders[0].weight"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"httpTimeout": "thirty"}, "extenders[0].httpTimeout"),
+        ({"urlPrefix": ""}, "extenders[0].urlPrefix"),
+        ({"managedResources": [{"ignoredByScheduler": True}]}, "extenders[0].managedResources[0].name"),
+        ({"prioritizeVerb": "prioritize", "weight": 0}, "extenders[0].weight"),
+    ],
+)
 def test_a_bad_scheduler_configuration_is_refused_naming_the_field(change, field):
     with pytest.raises(ConfigError) as err:
         parse(config("http://x", **change))
@@ -238,8 +314,15 @@ def test_a_bad_scheduler_configuration_is_refused_naming_the_field(change, field
 
 
 def test_the_configuration_honours_timeouts_and_tls_settings():
-    cfg = parse(config("https://127.0.0.1:443", httpTimeout="1m30s", enableHTTPS=True,
-                       tlsConfig={"insecure": True}, ignorable=True))
+    cfg = parse(
+        config(
+            "https://127.0.0.1:443",
+            httpTimeout="1m30s",
+            enableHTTPS=True,
+            tlsConfig={"insecure": True},
+            ignorable=True,
+        )
+    )
     (ext,) = cfg.extenders
     assert ext.http_timeout == 90 and ext.tls.insecure and ext.ignorable and ext.node_cache_capable
     assert cfg.scheduler_names == ("dynmig-scheduler",)

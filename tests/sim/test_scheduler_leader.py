@@ -11,29 +11,55 @@ from kubernetes import client
 
 from sim.scheduler import ConfigError, Scheduler, parse
 
-ELECTION = {"leaderElect": True, "leaseDuration": "2s", "renewDeadline": "1500ms", "retryPeriod": "250ms",
-            "resourceLock": "leases", "resourceName": "gpu-sched", "resourceNamespace": "kube-system"}
+ELECTION = {
+    "leaderElect": True,
+    "leaseDuration": "2s",
+    "renewDeadline": "1500ms",
+    "retryPeriod": "250ms",
+    "resourceLock": "leases",
+    "resourceName": "gpu-sched",
+    "resourceNamespace": "kube-system",
+}
 
 
 def config(**election) -> dict:
-    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "leaderElection": {**ELECTION, **election}, "profiles": [{"schedulerName": "gpu-sched"}]}
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {**ELECTION, **election},
+        "profiles": [{"schedulerName": "gpu-sched"}],
+    }
 
 
 def plain_pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"schedulerName": "gpu-sched", "containers": [{"name": "c", "image": "x"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulerName": "gpu-sched", "containers": [{"name": "c", "image": "x"}]},
+    }
 
 
 @pytest.fixture
 def start(apiserver):
-    apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    apiserver.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
     started: list[Scheduler] = []
 
     def run(hostname: str, **election) -> Scheduler:
-        sched = Scheduler(parse(config(**election)), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
-                          max_backoff=0.2, hostname=hostname).start()
+        sched = Scheduler(
+            parse(config(**election)),
+            apiserver.api_client("kube-scheduler"),
+            initial_backoff=0.05,
+            max_backoff=0.2,
+            hostname=hostname,
+        ).start()
         started.append(sched)
         assert sched.wait_synced()
         return sched
@@ -103,12 +129,15 @@ def test_a_holder_that_cannot_renew_loses_leadership_and_stops_scheduling(apiser
     assert a.stats.attempts == 0 and scheduled(apiserver, "orphan") is None
 
 
-@pytest.mark.parametrize("election, named", [
-    ({"renewDeadline": "2s"}, "leaseDuration"),
-    ({"retryPeriod": "1400ms"}, "renewDeadline"),
-    ({"resourceLock": "configmaps"}, "resourceLock"),
-    ({"leaseDuration": "soon"}, "leaderElection.leaseDuration"),
-])
+@pytest.mark.parametrize(
+    "election, named",
+    [
+        ({"renewDeadline": "2s"}, "leaseDuration"),
+        ({"retryPeriod": "1400ms"}, "renewDeadline"),
+        ({"resourceLock": "configmaps"}, "resourceLock"),
+        ({"leaseDuration": "soon"}, "leaderElection.leaseDuration"),
+    ],
+)
 def test_unusable_leader_election_settings_are_refused_naming_the_field(election, named):
     with pytest.raises(ConfigError, match=named):
         parse(config(**election))
@@ -118,4 +147,8 @@ def test_leader_election_defaults_are_kube_schedulers():
     cfg = parse({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
     e = cfg.leader_election
     assert (e.leader_elect, e.lease_duration, e.renew_deadline, e.retry_period) == (True, 15, 10, 2)
-    assert (e.resource_lock, e.resource_name, e.resource_namespace) == ("leases", "kube-scheduler", "kube-system")
+    assert (e.resource_lock, e.resource_name, e.resource_namespace) == (
+        "leases",
+        "kube-scheduler",
+        "kube-system",
+    )

@@ -25,8 +25,11 @@ def device_config():
 
 @pytest.fixture
 def server(device_config) -> Server:
-    policy = AdmissionPolicy(device_config=device_config.get, scheduler_name="dynmig-scheduler",
-                             privileged_users=frozenset({SCHEDULER, PLUGIN}))
+    policy = AdmissionPolicy(
+        device_config=device_config.get,
+        scheduler_name="dynmig-scheduler",
+        privileged_users=frozenset({SCHEDULER, PLUGIN}),
+    )
     return Server(policy=policy, metrics=Metrics())
 
 
@@ -99,14 +102,19 @@ def cluster(apiserver, start_service, tmp_path):
     tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
     tls.start()
     service.tls = tls
-    listeners = Listeners(service.app, service.metrics_app, tls=tls,
-                          extender=Extender(service.extender_app, tls=tls)).start()
+    listeners = Listeners(
+        service.app, service.metrics_app, tls=tls, extender=Extender(service.extender_app, tls=tls)
+    ).start()
     apiserver.register_service("dynmig", "dynmig", "127.0.0.1", listeners.ports[0])
     for obj in webhook_configurations(ca.cert_pem()):
         apiserver.create(obj)
-    scheduler = Scheduler(parse(scheduler_configuration(listeners.extender_url, ca.cert_pem())),
-                          apiserver.api_client("kube-scheduler"), initial_backoff=0.05, max_backoff=0.5,
-                          seed=1).start()
+    scheduler = Scheduler(
+        parse(scheduler_configuration(listeners.extender_url, ca.cert_pem())),
+        apiserver.api_client("kube-scheduler"),
+        initial_backoff=0.05,
+        max_backoff=0.5,
+        seed=1,
+    ).start()
     assert scheduler.wait_synced()
     try:
         yield SimpleNamespace(service=service, listeners=listeners, scheduler=scheduler, ca=ca, tls=tls)

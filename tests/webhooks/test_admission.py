@@ -9,8 +9,17 @@ from webhooks_testkit import PLUGIN, SCHEDULER, apply_patch, decode_patch, pod, 
 
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE
 
-RESERVATION = json.dumps([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-a", "profile": "1g.10gb",
-                           "placement": {"start": 0, "size": 1}}])
+RESERVATION = json.dumps(
+    [
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": "GPU-a",
+            "profile": "1g.10gb",
+            "placement": {"start": 0, "size": 1},
+        }
+    ]
+)
 
 
 def post(client, route: str, body: dict) -> dict:
@@ -43,8 +52,9 @@ def test_a_pod_asking_only_for_memory_gets_one_gpu_in_limits_and_requests(client
 
 def test_a_memory_only_init_container_gets_its_gpu_count_too(client):
     obj = pod(limits={})
-    obj["spec"]["initContainers"] = [{"name": "warm", "image": "cuda",
-                                      "resources": {"limits": {"nvidia.com/gpumem": "4000"}}}]
+    obj["spec"]["initContainers"] = [
+        {"name": "warm", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": "4000"}}}
+    ]
     ops = decode_patch(post(client, "mutate", review(obj))["response"])
     patched = apply_patch(obj, ops)
     assert patched["spec"]["initContainers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -96,10 +106,18 @@ def test_a_pod_with_no_containers_is_denied(client):
 
 
 @pytest.mark.parametrize("route", ["mutate", "validate"])
-@pytest.mark.parametrize("value,allowed", [
-    ("3g.40gb", True), ("3g,1g", True), ("1g.10gb, 7g", True), ("", False), (" , ", False),
-    ("5g", False), ("3g.40gb,9g.1tb", False),
-])
+@pytest.mark.parametrize(
+    "value,allowed",
+    [
+        ("3g.40gb", True),
+        ("3g,1g", True),
+        ("1g.10gb, 7g", True),
+        ("", False),
+        (" , ", False),
+        ("5g", False),
+        ("3g.40gb,9g.1tb", False),
+    ],
+)
 def test_the_profile_preference_must_name_allowlisted_profiles(client, route, value, allowed):
     obj = pod(limits={"nvidia.com/gpu": "1"}, annotations={PROFILE_PREFERENCE: value})
     out = post(client, route, review(obj))["response"]
@@ -110,8 +128,15 @@ def test_the_profile_preference_must_name_allowlisted_profiles(client, route, va
 
 
 @pytest.mark.parametrize("route", ["mutate", "validate"])
-@pytest.mark.parametrize("user,allowed", [("alice", False), (SCHEDULER, True), (PLUGIN, True),
-                                          ("system:serviceaccount:kube-system:replicaset-controller", False)])
+@pytest.mark.parametrize(
+    "user,allowed",
+    [
+        ("alice", False),
+        (SCHEDULER, True),
+        (PLUGIN, True),
+        ("system:serviceaccount:kube-system:replicaset-controller", False),
+    ],
+)
 def test_only_dynmig_identities_may_create_a_pod_with_a_reservation(client, route, user, allowed):
     obj = pod(limits={"nvidia.com/gpu": "1"}, annotations={MIG_ALLOCATIONS: RESERVATION})
     out = post(client, route, review(obj, user=user))["response"]
@@ -121,9 +146,14 @@ def test_only_dynmig_identities_may_create_a_pod_with_a_reservation(client, rout
 
 
 @pytest.mark.parametrize("route", ["mutate", "validate"])
-@pytest.mark.parametrize("old_value,new_value,verb", [
-    (None, RESERVATION, "set"), (RESERVATION, None, "remove"), (RESERVATION, "[]", "change"),
-])
+@pytest.mark.parametrize(
+    "old_value,new_value,verb",
+    [
+        (None, RESERVATION, "set"),
+        (RESERVATION, None, "remove"),
+        (RESERVATION, "[]", "change"),
+    ],
+)
 def test_a_user_update_that_touches_the_reservation_is_denied(client, route, old_value, new_value, verb):
     old = pod(annotations={} if old_value is None else {MIG_ALLOCATIONS: old_value})
     new = pod(annotations={} if new_value is None else {MIG_ALLOCATIONS: new_value})
@@ -185,19 +215,29 @@ def test_a_device_config_with_catalog_warnings_is_allowed_with_warnings(client):
     assert any("3g.20gb" in w for w in out["warnings"])
 
 
-@pytest.mark.parametrize("headers,content,expected", [
-    ({"content-type": "text/plain"}, b"{}", "Content-Type must be application/json"),
-    ({"content-type": "application/json"}, b"{not json", "not JSON"),
-    ({"content-type": "application/json"}, b"[]", "must be a JSON object"),
-    ({"content-type": "application/json"}, b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}',
-     "request is missing"),
-    ({"content-type": "application/json"},
-     b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"x"}}',
-     "apiVersion must be one of"),
-    ({"content-type": "application/json"},
-     b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":{}}}',
-     "request.uid is missing"),
-])
+@pytest.mark.parametrize(
+    "headers,content,expected",
+    [
+        ({"content-type": "text/plain"}, b"{}", "Content-Type must be application/json"),
+        ({"content-type": "application/json"}, b"{not json", "not JSON"),
+        ({"content-type": "application/json"}, b"[]", "must be a JSON object"),
+        (
+            {"content-type": "application/json"},
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}',
+            "request is missing",
+        ),
+        (
+            {"content-type": "application/json"},
+            b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"x"}}',
+            "apiVersion must be one of",
+        ),
+        (
+            {"content-type": "application/json"},
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":{}}}',
+            "request.uid is missing",
+        ),
+    ],
+)
 @pytest.mark.parametrize("route", ["mutate", "validate"])
 def test_a_malformed_body_gets_http_400_with_a_message(client, route, headers, content, expected):
     reply = client.post(f"/{route}", content=content, headers=headers)
@@ -221,12 +261,20 @@ def test_admission_decisions_are_counted_by_result(client, metrics_client):
     assert 'dynmig_admission_decisions_total{result="bad-request",route="mutate"} 1.0' in text
 
 
-@pytest.mark.parametrize(("limits", "message"), [
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8K"}, "container main: nvidia.com/gpumem: '8K' has an unknown"),
-    ({"nvidia.com/gpu": "0.5"}, "container main: nvidia.com/gpu '0.5' is not a whole number"),
-    ({"nvidia.com/gpumem-percentage": "150"}, ("container main: nvidia.com/gpumem-percentage 150 must be an "
-                                              "integer between 0 and 100")),
-])
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8K"},
+            "container main: nvidia.com/gpumem: '8K' has an unknown",
+        ),
+        ({"nvidia.com/gpu": "0.5"}, "container main: nvidia.com/gpu '0.5' is not a whole number"),
+        (
+            {"nvidia.com/gpumem-percentage": "150"},
+            ("container main: nvidia.com/gpumem-percentage 150 must be an integer between 0 and 100"),
+        ),
+    ],
+)
 def test_a_gpu_pod_with_a_bad_quantity_is_denied_naming_container_and_resource(client, limits, message):
     response = post(client, "mutate", review(pod(limits=limits)))["response"]
     assert response["allowed"] is False
@@ -238,4 +286,7 @@ def test_a_gpu_pod_with_quantities_in_canonical_form_is_routed(client, memory):
     body = review(pod(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory}))
     out = post(client, "mutate", body)["response"]
     assert out["allowed"] is True
-    assert apply_patch(body["request"]["object"], decode_patch(out))["spec"]["schedulerName"] == "dynmig-scheduler"
+    assert (
+        apply_patch(body["request"]["object"], decode_patch(out))["spec"]["schedulerName"]
+        == "dynmig-scheduler"
+    )

@@ -15,8 +15,17 @@ from webhooks_testkit import PluginStandIn, eventually, node
 
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, VGPU_NODE, decode_allocations
 
-RESERVATION = json.dumps([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-n1-0", "profile": "1g.10gb",
-                           "placement": {"start": 6, "size": 1}}])
+RESERVATION = json.dumps(
+    [
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": "GPU-n1-0",
+            "profile": "1g.10gb",
+            "placement": {"start": 6, "size": 1},
+        }
+    ]
+)
 
 
 def core(apiserver, who: str = "alice") -> client.CoreV1Api:
@@ -25,10 +34,16 @@ def core(apiserver, who: str = "alice") -> client.CoreV1Api:
 
 def user_pod(name: str, memory: int = 8000, **annotations: str) -> dict:
     """A pod as a user writes it: default scheduler, only memory requested."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {"containers": [{"name": "main", "image": "cuda",
-                                     "resources": {"limits": {"nvidia.com/gpumem": str(memory)}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": str(memory)}}}
+            ]
+        },
+    }
 
 
 def read(apiserver, name: str) -> dict:
@@ -55,12 +70,16 @@ def plugin(apiserver):
     stand_in.stop()
 
 
-def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_a_reason(apiserver, cluster, plugin):
+def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_a_reason(
+    apiserver, cluster, plugin
+):
     apiserver.create(node("n1", gpus=1))
     api = core(apiserver)
     for i in range(9):  # an A100 80GB holds seven 1g.10gb
         api.create_namespaced_pod("team", user_pod(f"p{i}", memory=9000))
-    assert eventually(lambda: sum(1 for i in range(9) if read(apiserver, f"p{i}")["spec"].get("nodeName")) == 7)
+    assert eventually(
+        lambda: sum(1 for i in range(9) if read(apiserver, f"p{i}")["spec"].get("nodeName")) == 7
+    )
     placements = []
     for i in range(9):
         ann = read(apiserver, f"p{i}")["metadata"]["annotations"]
@@ -69,9 +88,14 @@ def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_
     assert sorted(p.start for p in placements) == list(range(7))
 
     def refusals() -> list[str]:
-        events = json.loads(core(apiserver, "admin").list_namespaced_event("team", _preload_content=False).data)
-        return [e["message"] for e in events["items"] if e["reason"] == "FilteringFailed"
-                and "not-enough-free-slices" in e["message"]]
+        events = json.loads(
+            core(apiserver, "admin").list_namespaced_event("team", _preload_content=False).data
+        )
+        return [
+            e["message"]
+            for e in events["items"]
+            if e["reason"] == "FilteringFailed" and "not-enough-free-slices" in e["message"]
+        ]
 
     assert eventually(refusals), "no FilteringFailed event names the missing slices"
     assert "1g.10gb needs 1 at one of" in refusals()[-1]
@@ -84,8 +108,9 @@ def admin_pod_with_reservation(apiserver, name: str = "held") -> None:
     core(apiserver, "scheduler").create_namespaced_pod("team", pod)
 
 
-@pytest.mark.parametrize("who,allowed", [("alice", False), ("admin", False), ("scheduler", True),
-                                         ("device-plugin", True)])
+@pytest.mark.parametrize(
+    "who,allowed", [("alice", False), ("admin", False), ("scheduler", True), ("device-plugin", True)]
+)
 def test_only_dynmig_identities_may_create_a_pod_carrying_a_reservation(apiserver, cluster, who, allowed):
     pod = user_pod("p")
     pod["metadata"]["annotations"] = {MIG_ALLOCATIONS: RESERVATION}
@@ -100,13 +125,19 @@ def test_only_dynmig_identities_may_create_a_pod_carrying_a_reservation(apiserve
 
 
 PATCHES = {
-    "json-patch": ([{"op": "replace", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations",
-                     "value": "[]"}], "application/json-patch+json"),
-    "json-patch-remove": ([{"op": "remove", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations"}],
-                          "application/json-patch+json"),
+    "json-patch": (
+        [{"op": "replace", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations", "value": "[]"}],
+        "application/json-patch+json",
+    ),
+    "json-patch-remove": (
+        [{"op": "remove", "path": "/metadata/annotations/hami.io~1vgpu-mig-allocations"}],
+        "application/json-patch+json",
+    ),
     "merge-patch": ({"metadata": {"annotations": {MIG_ALLOCATIONS: None}}}, "application/merge-patch+json"),
-    "strategic-merge-patch": ({"metadata": {"annotations": {MIG_ALLOCATIONS: "[]"}}},
-                              "application/strategic-merge-patch+json"),
+    "strategic-merge-patch": (
+        {"metadata": {"annotations": {MIG_ALLOCATIONS: "[]"}}},
+        "application/strategic-merge-patch+json",
+    ),
 }
 
 
@@ -139,23 +170,45 @@ def test_kubectl_annotate_of_the_reservation_is_denied(apiserver, cluster, kubec
     import subprocess
 
     admin_pod_with_reservation(apiserver)
-    out = subprocess.run([kubectl, "--kubeconfig", str(apiserver.kubeconfig("alice")), "-n", "team", "annotate",
-                          "--overwrite", "pod", "held", f"{MIG_ALLOCATIONS}=[]"], capture_output=True, text=True, check=False,
-                         timeout=60)
+    out = subprocess.run(
+        [
+            kubectl,
+            "--kubeconfig",
+            str(apiserver.kubeconfig("alice")),
+            "-n",
+            "team",
+            "annotate",
+            "--overwrite",
+            "pod",
+            "held",
+            f"{MIG_ALLOCATIONS}=[]",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert out.returncode != 0 and "controller-owned" in out.stderr
 
 
 def test_a_bad_preference_is_rejected_at_create_naming_the_allowed_values(apiserver, cluster):
     with pytest.raises(ApiException) as denied:
-        core(apiserver).create_namespaced_pod("team", user_pod("p", **{"nvidia.com/mig-profile-preference": "5g"}))
+        core(apiserver).create_namespaced_pod(
+            "team", user_pod("p", **{"nvidia.com/mig-profile-preference": "5g"})
+        )
     assert denied.value.status == 403
     assert "'5g' matches no profile" in denied.value.body and "3g.40gb" in denied.value.body
 
 
 def test_a_device_config_typo_is_rejected_with_the_policy_checks_message(apiserver, cluster):
-    cm = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": "dynmig-device-config", "labels": {"dynmig.io/device-config": "true"}},
-          "data": {"device-config.yaml": "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [x]\n"}}
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "dynmig-device-config", "labels": {"dynmig.io/device-config": "true"}},
+        "data": {
+            "device-config.yaml": "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [x]\n"
+        },
+    }
     with pytest.raises(ApiException) as denied:
         core(apiserver, "admin").create_namespaced_config_map("dynmig", cm)
     assert denied.value.status == 403 and "nvidia.migProfileAllowlist[0].profiles[0]" in denied.value.body
@@ -167,12 +220,17 @@ def test_metrics_report_realized_instances_with_hamis_labels_and_free_slices(api
     held["spec"]["schedulerName"] = "volcano"
     reservation = json.loads(RESERVATION)
     reservation[0].update(migUUID="MIG-abc", gpuInstanceID=13, computeInstanceID=0)
-    held["metadata"]["annotations"] = {MIG_ALLOCATIONS: json.dumps(reservation), VGPU_NODE: "n1",
-                                       "hami.io/vgpu-devices-allocated": "GPU-n1-0,NVIDIA,9728,15:;"}
+    held["metadata"]["annotations"] = {
+        MIG_ALLOCATIONS: json.dumps(reservation),
+        VGPU_NODE: "n1",
+        "hami.io/vgpu-devices-allocated": "GPU-n1-0,NVIDIA,9728,15:;",
+    }
     core(apiserver, "device-plugin").create_namespaced_pod("team", held)
-    expected = ('hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-n1-0",'
-                'gpu_instance_id="13",mig_uuid="MIG-abc",node="n1",placement_size="1",placement_start="6",'
-                'profile="1g.10gb"} 1.0')
+    expected = (
+        'hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-n1-0",'
+        'gpu_instance_id="13",mig_uuid="MIG-abc",node="n1",placement_size="1",placement_start="6",'
+        'profile="1g.10gb"} 1.0'
+    )
 
     def scrape() -> str:
         return urllib.request.urlopen(cluster.listeners.metrics_url, timeout=5).read().decode()

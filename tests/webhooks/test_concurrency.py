@@ -18,9 +18,16 @@ def test_concurrent_filters_never_get_overlapping_placements(apiserver, service,
     nodes = [node("a", gpus=2), node("b", "H100-SXM5-80GB", gpus=2), node("c", "A30", gpus=2)]
     for n in nodes:
         apiserver.create(n)
-    pods = [apiserver.create(gpu_pod(f"p{i}", memory=rng.choice([4000, 9000, 18000, 30000, 60000]),
-                                     devices=rng.choice([1, 1, 1, 2])))
-            for i in range(40)]
+    pods = [
+        apiserver.create(
+            gpu_pod(
+                f"p{i}",
+                memory=rng.choice([4000, 9000, 18000, 30000, 60000]),
+                devices=rng.choice([1, 1, 1, 2]),
+            )
+        )
+        for i in range(40)
+    ]
     assert eventually(lambda: all(service.cache.pod("team", p["metadata"]["name"]) for p in pods))
     assert eventually(lambda: all(service.cache.node(n) for n in "abc"))
 
@@ -40,6 +47,6 @@ def test_concurrent_filters_never_get_overlapping_placements(apiserver, service,
             recorded.setdefault(a.gpuUUID, []).append((p["metadata"]["uid"], a.placement_value))
     for uuid, held in recorded.items():
         placements = [pl for _, pl in held]
-        assert all(not x.overlaps(y) for i, x in enumerate(placements) for y in placements[i + 1:]), uuid
+        assert all(not x.overlaps(y) for i, x in enumerate(placements) for y in placements[i + 1 :]), uuid
     counted = {k: sorted(v) for k, v in service.fleet.placements().items() if v}
     assert counted == {k: sorted(v) for k, v in recorded.items()}

@@ -27,10 +27,23 @@ def plan_1g(fleet: Fleet):
 
 def holder_on(gpu: str, start: int) -> dict:
     pod = gpu_pod("holder")
-    reserved = [{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": gpu, "profile": "1g.5gb",
-                 "placement": {"start": start, "size": 1}}]
-    pod["metadata"].update(uid="holder-uid", annotations={
-        VGPU_NODE: "n1", MIG_ALLOCATIONS: json.dumps(reserved), DEVICES_ALLOCATED: f"{gpu},NVIDIA,4864,14:;"})
+    reserved = [
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": gpu,
+            "profile": "1g.5gb",
+            "placement": {"start": start, "size": 1},
+        }
+    ]
+    pod["metadata"].update(
+        uid="holder-uid",
+        annotations={
+            VGPU_NODE: "n1",
+            MIG_ALLOCATIONS: json.dumps(reserved),
+            DEVICES_ALLOCATED: f"{gpu},NVIDIA,4864,14:;",
+        },
+    )
     pod["status"] = {"phase": "Running"}
     return pod
 

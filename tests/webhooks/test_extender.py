@@ -54,13 +54,20 @@ def events(apiserver, reason: str, namespace: str = "team") -> list[dict]:
     return [e for e in json.loads(found.data)["items"] if e["reason"] == reason]
 
 
-def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod(apiserver, service, extender):
+def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod(
+    apiserver, service, extender
+):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=8000))
     out = post_filter(extender, service, pod, ["n1"])
     assert out["Error"] == "" and out["NodeNames"] == ["n1"]
     ann = stored_pod(apiserver, "p1")["metadata"]["annotations"]
     (alloc,) = decode_allocations(ann[MIG_ALLOCATIONS])
-    assert (alloc.containerIndex, alloc.deviceIndex, alloc.gpuUUID, alloc.profile) == (0, 0, "GPU-n1-0", "1g.10gb")
+    assert (alloc.containerIndex, alloc.deviceIndex, alloc.gpuUUID, alloc.profile) == (
+        0,
+        0,
+        "GPU-n1-0",
+        "1g.10gb",
+    )
     assert ann[VGPU_NODE] == "n1"
     assert stored_pod(apiserver, "p1")["metadata"]["labels"][VGPU_NODE] == "n1"
     assert ann[DEVICES_TO_ALLOCATE] == ann[DEVICES_ALLOCATED] == "GPU-n1-0,NVIDIA,9728,15:;"
@@ -70,7 +77,9 @@ def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service,
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
     uid = pod["metadata"]["uid"]
-    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}).json()
+    out = extender.post(
+        "/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}
+    ).json()
     assert out == {"Error": ""}
     stored = stored_pod(apiserver, "p1")
     assert stored["spec"]["nodeName"] == "n1"
@@ -81,8 +90,9 @@ def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service,
 
 
 def test_a_pod_that_fits_nowhere_gets_mig_reasons_per_node_and_a_warning_event(apiserver, service, extender):
-    _, _, pod = seed(apiserver, service, node("n1", "A30"), node("n2", "A100-SXM4-40GB"),
-                     gpu_pod("big", memory=60000))
+    _, _, pod = seed(
+        apiserver, service, node("n1", "A30"), node("n2", "A100-SXM4-40GB"), gpu_pod("big", memory=60000)
+    )
     out = post_filter(extender, service, pod, ["n1", "n2", "n3"])
     assert out["Error"] == "" and not out["NodeNames"]
     assert set(out["FailedNodes"]) == {"n1", "n2", "n3"}
@@ -93,11 +103,22 @@ def test_a_pod_that_fits_nowhere_gets_mig_reasons_per_node_and_a_warning_event(a
 
 
 def test_a_fragmented_gpu_names_its_free_slices(apiserver, service, extender):
-    reserved = [{"containerIndex": 0, "deviceIndex": i, "gpuUUID": "GPU-n1-0", "profile": "1g.10gb",
-                 "placement": {"start": s, "size": 1}} for i, s in enumerate((1, 3, 5))]
+    reserved = [
+        {
+            "containerIndex": 0,
+            "deviceIndex": i,
+            "gpuUUID": "GPU-n1-0",
+            "profile": "1g.10gb",
+            "placement": {"start": s, "size": 1},
+        }
+        for i, s in enumerate((1, 3, 5))
+    ]
     holder = gpu_pod("holder")
-    holder["metadata"]["annotations"] = {VGPU_NODE: "n1", MIG_ALLOCATIONS: json.dumps(reserved),
-                                         DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:" * 3 + ";"}
+    holder["metadata"]["annotations"] = {
+        VGPU_NODE: "n1",
+        MIG_ALLOCATIONS: json.dumps(reserved),
+        DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,9728,15:" * 3 + ";",
+    }
     _, _, pod = seed(apiserver, service, node("n1"), holder, gpu_pod("p", memory=19000))
     out = post_filter(extender, service, pod, ["n1"])
     assert "fragmented: free slices 0,2,4,6,7" in out["FailedNodes"]["n1"]
@@ -112,7 +133,10 @@ def test_full_node_objects_are_answered_with_node_objects(apiserver, service, ex
 
 
 def test_a_pod_without_gpus_keeps_every_candidate(apiserver, service, extender):
-    pod = {"metadata": {"name": "web", "namespace": "team", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}}
+    pod = {
+        "metadata": {"name": "web", "namespace": "team", "uid": "u1"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
     out = post_filter(extender, service, pod, ["a", "b"])
     assert out["NodeNames"] == ["a", "b"] and out["Error"] == ""
 
@@ -143,8 +167,10 @@ def test_a_pod_whose_reservation_cannot_be_written_is_not_bound(apiserver, servi
     apiserver.faults.fail_next(verb="patch", resource="pods", code=500)
     out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
     assert out["NodeNames"] == ["n1"]
-    bind = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
-                                        "Node": "n1"}).json()
+    bind = extender.post(
+        "/bind",
+        json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"], "Node": "n1"},
+    ).json()
     assert "could not record the MIG reservation" in bind["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
     assert service.fleet.placements()["GPU-n1-0"] == []
@@ -163,9 +189,13 @@ def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
     seed(apiserver, service, node("n1"))
     pod = apiserver.create(gpu_pod("p1"))
     with service.fleet.lock:
-        plan = service.fleet.index.plan(__import__("webhooks.filter", fromlist=["pod_request"]).pod_request(
-            pod, service.device_config.get().resources))
+        plan = service.fleet.index.plan(
+            __import__("webhooks.filter", fromlist=["pod_request"]).pod_request(
+                pod, service.device_config.get().resources
+            )
+        )
         from webhooks.fleet import usage_from_plan
+
         service.fleet.reserve(usage_from_plan(pod["metadata"]["uid"], "team", "p1", plan))
     assert service.fleet.placements()["GPU-n1-0"]
     time.sleep(0.3)
@@ -174,8 +204,9 @@ def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
 
 
 def test_a_finished_or_deleted_pod_frees_its_placement(apiserver, service, extender):
-    _, _, p1, p2 = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p1", memory=40000),
-                        gpu_pod("p2", memory=40000))
+    _, _, p1, p2 = seed(
+        apiserver, service, node("n1"), node("n2"), gpu_pod("p1", memory=40000), gpu_pod("p2", memory=40000)
+    )
 
     def held() -> int:
         return sum(len(v) for v in service.fleet.placements().values())
@@ -250,8 +281,10 @@ def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, servic
     n1["metadata"]["annotations"][NODE_LOCK] = format_lock(dt.datetime.now(dt.UTC), "team", "owner")
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
-    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
-                                       "Node": "n1"}).json()
+    out = extender.post(
+        "/bind",
+        json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"], "Node": "n1"},
+    ).json()
     assert "node lock contention" in out["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
     assert service.fleet.in_flight(pod["metadata"]["uid"]) is None
@@ -259,7 +292,9 @@ def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, servic
 
 
 @pytest.mark.parametrize("lock_age,owner", [(10, "owner"), (0, "gone")])
-def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, service, extender, lock_age, owner):
+def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(
+    apiserver, service, extender, lock_age, owner
+):
     import datetime as dt
 
     from webhooks.nodelock import format_lock
@@ -269,8 +304,10 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(apiserver, s
     n1["metadata"]["annotations"][NODE_LOCK] = format_lock(taken, "team", owner)
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
-    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"],
-                                       "Node": "n1"}).json()
+    out = extender.post(
+        "/bind",
+        json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"], "Node": "n1"},
+    ).json()
     assert out == {"Error": ""}
     assert apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK].endswith(",team,p1")
 
@@ -288,10 +325,15 @@ def test_a_follower_replica_refuses_to_schedule(apiserver, start_service):
         assert http.post("/bind", json={"PodName": "p", "PodNamespace": "team", "Node": "n1"}).json()["Error"]
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    (b"nope", "not JSON"), (b"[]", "must be a JSON object"), (b'{"Pod": 3}', "Pod: must be an object"),
-    (b'{"Pod": {"metadata": {"uid": ["x"]}}}', "Pod.metadata.uid: must be a string"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"nope", "not JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"Pod": 3}', "Pod: must be an object"),
+        (b'{"Pod": {"metadata": {"uid": ["x"]}}}', "Pod.metadata.uid: must be a string"),
+    ],
+)
 def test_a_body_that_is_not_extender_args_gets_http_400_naming_the_field(extender, body, message):
     reply = extender.post("/filter", content=body, headers={"content-type": "application/json"})
     assert reply.status_code == 400 and message in reply.text
@@ -315,7 +357,7 @@ def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, 
             by_gpu.setdefault(a.gpuUUID, []).append(a.placement_value)
     assert sum(map(len, by_gpu.values())) == 10  # 2 A100s × 7 one-slice placements hold 10 pods
     for placements in by_gpu.values():
-        assert all(not a.overlaps(b) for i, a in enumerate(placements) for b in placements[i + 1:])
+        assert all(not a.overlaps(b) for i, a in enumerate(placements) for b in placements[i + 1 :])
 
 
 def _profile_of(apiserver, name: str) -> str:

@@ -12,9 +12,17 @@ from hypothesis import strategies as st
 from test_extender import filter_args, seed
 from webhooks_testkit import gpu_pod, node
 
-FUZZ = settings(max_examples=int(os.environ.get("DYNMIG_FUZZ_EXAMPLES", "120")), deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=int(os.environ.get("DYNMIG_FUZZ_EXAMPLES", "120")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 JSON = {"content-type": "application/json"}
 
 
@@ -51,8 +59,9 @@ def test_no_malformed_body_gets_a_5xx(client, extender, raw, route):
 
 @FUZZ
 @given(data=st.data())
-def test_no_extender_call_gets_a_5xx_or_an_internal_error_and_scheduling_still_works(apiserver, service, extender,
-                                                                                      data):
+def test_no_extender_call_gets_a_5xx_or_an_internal_error_and_scheduling_still_works(
+    apiserver, service, extender, data
+):
     if not service.cache.node("n1"):
         seed(apiserver, service, node("n1"), node("n2", "A100-SXM4-40GB"))
     real = [p for p in (service.cache.pod("team", f"real-{i}") for i in range(3)) if p]
@@ -65,8 +74,9 @@ def test_no_extender_call_gets_a_5xx_or_an_internal_error_and_scheduling_still_w
     if data.draw(st.booleans()) and isinstance(args.get("Pod"), dict):
         args["Pod"]["metadata"] = data.draw(st.sampled_from(real))["metadata"]  # a pod the cluster has
     assert_extender_reply_is_sound(extender.post("/filter", content=hs.body(args), headers=JSON))
-    assert_extender_reply_is_sound(extender.post("/bind", content=hs.body(data.draw(hs.binding_args)),
-                                                 headers=JSON))
+    assert_extender_reply_is_sound(
+        extender.post("/bind", content=hs.body(data.draw(hs.binding_args)), headers=JSON)
+    )
 
 
 def test_a_valid_pod_schedules_after_a_storm(apiserver, service, extender):

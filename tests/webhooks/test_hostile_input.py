@@ -33,15 +33,25 @@ def test_a_deep_object_inside_a_valid_review_is_a_400(client):
     assert reply.status_code == 400 and "deeper than" in reply.text
 
 
-@pytest.mark.parametrize(("change", "path"), [
-    (lambda p: p["spec"]["containers"][0].update(name=7), "request.object.spec.containers[0].name: must be a string"),
-    (lambda p: p.update(spec=[]), "request.object.spec: must be an object"),
-    (lambda p: p["spec"]["containers"][0].update(resources=[]), ("request.object.spec.containers[0].resources: "
-                                                                "must be an object")),
-    (lambda p: p["metadata"].update(annotations={PROFILE_PREFERENCE: 7}),
-     f"request.object.metadata.annotations.{PROFILE_PREFERENCE}: must be a string"),
-    (lambda p: p["metadata"].update(uid=["a"]), "request.object.metadata.uid: must be a string"),
-])
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (
+            lambda p: p["spec"]["containers"][0].update(name=7),
+            "request.object.spec.containers[0].name: must be a string",
+        ),
+        (lambda p: p.update(spec=[]), "request.object.spec: must be an object"),
+        (
+            lambda p: p["spec"]["containers"][0].update(resources=[]),
+            ("request.object.spec.containers[0].resources: must be an object"),
+        ),
+        (
+            lambda p: p["metadata"].update(annotations={PROFILE_PREFERENCE: 7}),
+            f"request.object.metadata.annotations.{PROFILE_PREFERENCE}: must be a string",
+        ),
+        (lambda p: p["metadata"].update(uid=["a"]), "request.object.metadata.uid: must be a string"),
+    ],
+)
 @pytest.mark.parametrize("route", ["mutate", "validate"])
 def test_a_pod_with_a_field_of_the_wrong_type_is_denied_naming_its_json_path(client, route, change, path):
     obj = pod(limits={"nvidia.com/gpu": "1"})
@@ -52,18 +62,24 @@ def test_a_pod_with_a_field_of_the_wrong_type_is_denied_naming_its_json_path(cli
 
 
 def _device_config(text: str) -> dict:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": "dc", "namespace": "dynmig", "labels": {"dynmig.io/device-config": "true"}},
-          "data": {"device-config.yaml": text}}
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "dc", "namespace": "dynmig", "labels": {"dynmig.io/device-config": "true"}},
+        "data": {"device-config.yaml": text},
+    }
     return review(cm, kind="ConfigMap", resource="configmaps")
 
 
-@pytest.mark.parametrize(("text", "why"), [
-    ("- " * 500 + "x", "nests deeper than 32 levels"),
-    ("a: " + "[" * 2000, "not valid YAML"),
-    ("a: &x [1, 2]\nb: *x", "uses an alias"),
-    ("x" * 300_000, "the limit is 262144"),
-])
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("- " * 500 + "x", "nests deeper than 32 levels"),
+        ("a: " + "[" * 2000, "not valid YAML"),
+        ("a: &x [1, 2]\nb: *x", "uses an alias"),
+        ("x" * 300_000, "the limit is 262144"),
+    ],
+)
 def test_a_hostile_device_config_is_denied_quickly_and_says_why(client, text, why):
     response = admission(client, "validate", _device_config(text))
     assert response["allowed"] is False and why in response["status"]["message"]
@@ -80,23 +96,41 @@ def test_a_preference_annotation_of_a_quarter_megabyte_is_denied_with_the_limit(
 
 def test_a_non_gpu_pod_with_a_deeply_nested_node_item_is_a_400(extender):
     deep = "[" * 980 + "]" * 980
-    body = ('{"Pod": {"metadata": {"name": "web", "namespace": "team", "uid": "u"}}, "NodeNames": null, '
-            '"Nodes": {"items": [{"metadata": {"name": "n1"}, "x": ' + deep + '}]}}')
+    body = (
+        '{"Pod": {"metadata": {"name": "web", "namespace": "team", "uid": "u"}}, "NodeNames": null, '
+        '"Nodes": {"items": [{"metadata": {"name": "n1"}, "x": ' + deep + "}]}}"
+    )
     reply = extender.post("/filter", content=body.encode(), headers=JSON)
     assert reply.status_code == 400 and "deeper than 64 levels" in reply.text
 
 
-@pytest.mark.parametrize(("change", "path"), [
-    (lambda b: b["Pod"]["metadata"].update(annotations={PROFILE_PREFERENCE: 7}),
-     f"Pod.metadata.annotations.{PROFILE_PREFERENCE}: must be a string"),
-    (lambda b: b["Pod"]["spec"]["containers"][0].update(resources={"limits": []}),
-     "Pod.spec.containers[0].resources.limits: must be an object"),
-    (lambda b: b["Pod"]["metadata"].update(uid=["u"]), "Pod.metadata.uid: must be a string"),
-    (lambda b: b["Pod"]["metadata"].update(annotations=[]), "Pod.metadata.annotations: must be an object"),
-    (lambda b: b.update(Nodes={"items": [{"metadata": []}]}), "Nodes.items[0].metadata: must be an object"),
-    (lambda b: b.update(NodeNames=[7]), "NodeNames[0]: must be a string"),
-    (lambda b: b.update(NodeNames=[f"n{i}" for i in range(100_000)]), "NodeNames: is too long (the limit is 15000)"),
-])
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (
+            lambda b: b["Pod"]["metadata"].update(annotations={PROFILE_PREFERENCE: 7}),
+            f"Pod.metadata.annotations.{PROFILE_PREFERENCE}: must be a string",
+        ),
+        (
+            lambda b: b["Pod"]["spec"]["containers"][0].update(resources={"limits": []}),
+            "Pod.spec.containers[0].resources.limits: must be an object",
+        ),
+        (lambda b: b["Pod"]["metadata"].update(uid=["u"]), "Pod.metadata.uid: must be a string"),
+        (
+            lambda b: b["Pod"]["metadata"].update(annotations=[]),
+            "Pod.metadata.annotations: must be an object",
+        ),
+        (
+            lambda b: b.update(Nodes={"items": [{"metadata": []}]}),
+            "Nodes.items[0].metadata: must be an object",
+        ),
+        (lambda b: b.update(NodeNames=[7]), "NodeNames[0]: must be a string"),
+        (
+            lambda b: b.update(NodeNames=[f"n{i}" for i in range(100_000)]),
+            "NodeNames: is too long (the limit is 15000)",
+        ),
+    ],
+)
 def test_extender_args_with_a_wrong_type_or_size_are_a_400_naming_the_field(extender, change, path):
     body = filter_args(gpu_pod("p"), ["n1"])
     body["Pod"]["metadata"]["uid"] = "u"
@@ -121,8 +155,10 @@ def test_a_pod_asking_for_10_to_the_8_devices_is_refused_naming_the_cap(apiserve
     absurd["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "100000000"
     _, p = seed(apiserver, service, node("n1"), absurd)
     out = extender.post("/filter", json=filter_args(p, ["n1"])).json()
-    assert out["Error"] == ("container main: nvidia.com/gpu 100000000 is more than 128 devices, the most dynmig "
-                            "places for one pod (no node has more MIG instances)")
+    assert out["Error"] == (
+        "container main: nvidia.com/gpu 100000000 is more than 128 devices, the most dynmig "
+        "places for one pod (no node has more MIG instances)"
+    )
     assert service.fleet.placements()["GPU-n1-0"] == []
 
 
@@ -131,7 +167,9 @@ def test_devices_over_the_cap_across_containers_are_refused_too(apiserver, servi
     many["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "100"}}}]
     _, p = seed(apiserver, service, node("n1"), many)
     out = extender.post("/filter", json=filter_args(p, ["n1"])).json()
-    assert out["Error"].startswith("the pod's containers ask for 200 nvidia.com/gpu devices together, more than 128")
+    assert out["Error"].startswith(
+        "the pod's containers ask for 200 nvidia.com/gpu devices together, more than 128"
+    )
 
 
 # ---------------------------------------------------------------- only the scheduler changes a reservation
@@ -159,21 +197,33 @@ def _running(apiserver, service, extender, memory: int = 8000) -> dict:
     uid = p["metadata"]["uid"]
     extender.post("/filter", json=filter_args(p, ["n1"]))
     service.filter.wait_recorded(uid)
-    assert extender.post("/bind", json={"PodName": "run", "PodNamespace": "team", "PodUID": uid,
-                                        "Node": "n1"}).json() == {"Error": ""}
+    assert extender.post(
+        "/bind", json={"PodName": "run", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}
+    ).json() == {"Error": ""}
     stored = stored_pod(apiserver, "run")
     (alloc,) = decode_allocations(stored["metadata"]["annotations"][MIG_ALLOCATIONS])
-    running = [{**alloc.model_dump(exclude_none=True), "migUUID": "MIG-abc", "gpuInstanceID": 1,
-                "computeInstanceID": 0}]
+    running = [
+        {
+            **alloc.model_dump(exclude_none=True),
+            "migUUID": "MIG-abc",
+            "gpuInstanceID": 1,
+            "computeInstanceID": 0,
+        }
+    ]
     core = client.CoreV1Api(apiserver.api_client("device-plugin"))
-    core.patch_namespaced_pod("run", "team", {"metadata": {"annotations": {MIG_ALLOCATIONS: json.dumps(running)}}})
+    core.patch_namespaced_pod(
+        "run", "team", {"metadata": {"annotations": {MIG_ALLOCATIONS: json.dumps(running)}}}
+    )
     core.patch_namespaced_pod_status("run", "team", {"status": {"phase": "Running"}})
-    assert eventually(lambda: (service.cache.pod("team", "run") or {}).get("status", {}).get("phase") == "Running")
+    assert eventually(
+        lambda: (service.cache.pod("team", "run") or {}).get("status", {}).get("phase") == "Running"
+    )
     return stored_pod(apiserver, "run")
 
 
-def test_refiltering_a_running_pod_with_a_larger_request_never_changes_its_reservation(apiserver, service,
-                                                                                         extender):
+def test_refiltering_a_running_pod_with_a_larger_request_never_changes_its_reservation(
+    apiserver, service, extender
+):
     running = _running(apiserver, service, extender)
     before = running["metadata"]["annotations"][MIG_ALLOCATIONS]
     forged = json.loads(json.dumps(running))
@@ -186,8 +236,9 @@ def test_refiltering_a_running_pod_with_a_larger_request_never_changes_its_reser
 
 def test_a_bind_for_a_pod_the_request_misnames_is_refused(apiserver, service, extender):
     _, _p = seed(apiserver, service, node("n1"), gpu_pod("p1"))
-    out = extender.post("/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": "someone-else",
-                                       "Node": "n1"}).json()
+    out = extender.post(
+        "/bind", json={"PodName": "p1", "PodNamespace": "team", "PodUID": "someone-else", "Node": "n1"}
+    ).json()
     assert "dynmig binds only the pod the cluster has" in out["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
 

@@ -22,8 +22,15 @@ from webhooks.runner import Extender, Listeners
 
 LEASE = "dynmig-scheduler"
 # kube-scheduler's 15s/10s/2s, scaled down so a test waits seconds, not a quarter of a minute
-ELECTION = {"leaderElect": True, "leaseDuration": "5s", "renewDeadline": "3500ms", "retryPeriod": "500ms",
-            "resourceLock": "leases", "resourceName": LEASE, "resourceNamespace": "dynmig"}
+ELECTION = {
+    "leaderElect": True,
+    "leaseDuration": "5s",
+    "renewDeadline": "3500ms",
+    "retryPeriod": "500ms",
+    "resourceLock": "leases",
+    "resourceName": LEASE,
+    "resourceNamespace": "dynmig",
+}
 
 
 @pytest.fixture
@@ -42,14 +49,21 @@ def scheduler_pods(apiserver, start_service, tmp_path):
         tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
         tls.start()
         service.tls = tls
-        listeners = Listeners(service.app, service.metrics_app, tls=tls,
-                              extender=Extender(service.extender_app, tls=tls)).start()
+        listeners = Listeners(
+            service.app, service.metrics_app, tls=tls, extender=Extender(service.extender_app, tls=tls)
+        ).start()
         doc = {**scheduler_configuration(listeners.extender_url, ca.cert_pem()), "leaderElection": ELECTION}
-        scheduler = Scheduler(parse(doc), apiserver.api_client("kube-scheduler"), initial_backoff=0.05,
-                              max_backoff=0.5, hostname=name).start()
+        scheduler = Scheduler(
+            parse(doc),
+            apiserver.api_client("kube-scheduler"),
+            initial_backoff=0.05,
+            max_backoff=0.5,
+            hostname=name,
+        ).start()
         assert scheduler.wait_synced()
-        pod = SimpleNamespace(name=name, service=service, tls=tls, listeners=listeners, scheduler=scheduler,
-                              alive=True)
+        pod = SimpleNamespace(
+            name=name, service=service, tls=tls, listeners=listeners, scheduler=scheduler, alive=True
+        )
         running.append(pod)
         return pod
 
@@ -90,16 +104,20 @@ def pods_of(apiserver, names: list[str]) -> list[dict]:
 
 
 def bound_and_allocated(apiserver, names: list[str]) -> bool:
-    return all(p["spec"].get("nodeName") and (p["metadata"].get("annotations") or {}).get(BIND_PHASE) == "success"
-               for p in pods_of(apiserver, names))
+    return all(
+        p["spec"].get("nodeName") and (p["metadata"].get("annotations") or {}).get(BIND_PHASE) == "success"
+        for p in pods_of(apiserver, names)
+    )
 
 
 def slices(apiserver, names: list[str]) -> list[tuple[str, int, int]]:
     out = []
     for pod in pods_of(apiserver, names):
         for a in decode_allocations(pod["metadata"]["annotations"][MIG_ALLOCATIONS]):
-            out += [(a.gpuUUID, s, 0) for s in range(a.placement_value.start, a.placement_value.start
-                                                         + a.placement_value.size)]
+            out += [
+                (a.gpuUUID, s, 0)
+                for s in range(a.placement_value.start, a.placement_value.start + a.placement_value.size)
+            ]
     return out
 
 
@@ -111,12 +129,18 @@ def create(apiserver, names: list[str]) -> None:
 
 def filtered_by(pod: SimpleNamespace) -> float:
     """How many filter calls this pod's serve answered."""
-    return sum(s.value for m in pod.service.metrics.registry.collect() if m.name == "dynmig_filter_duration_seconds"
-               for s in m.samples if s.name.endswith("_count"))
+    return sum(
+        s.value
+        for m in pod.service.metrics.registry.collect()
+        if m.name == "dynmig_filter_duration_seconds"
+        for s in m.samples
+        if s.name.endswith("_count")
+    )
 
 
 def test_only_the_pod_holding_the_lease_schedules_and_the_other_takes_over_when_it_is_deleted(
-        apiserver, scheduler_pods, plugin):
+    apiserver, scheduler_pods, plugin
+):
     apiserver.create(node("n1", gpus=1))
     pods = [scheduler_pods("dynmig-scheduler-a"), scheduler_pods("dynmig-scheduler-b")]
     first = leader_of(apiserver, pods)
@@ -138,8 +162,10 @@ def test_only_the_pod_holding_the_lease_schedules_and_the_other_takes_over_when_
     assert eventually(lambda: bound_and_allocated(apiserver, after), timeout=60)
     scheduled = time.monotonic() - killed_at
     assert other.service.leader.is_leader() and filtered_by(other) >= 3
-    print(f"failover: the second pod took the Lease {took_over:.1f}s and had scheduled the 3 waiting pods "
-          f"{scheduled:.1f}s after the leader pod was deleted (leaseDuration {ELECTION['leaseDuration']})")
+    print(
+        f"failover: the second pod took the Lease {took_over:.1f}s and had scheduled the 3 waiting pods "
+        f"{scheduled:.1f}s after the leader pod was deleted (leaseDuration {ELECTION['leaseDuration']})"
+    )
 
     # the new leader knew every reservation from the annotations: no slice is used twice...
     used = slices(apiserver, before + after)
@@ -150,7 +176,9 @@ def test_only_the_pod_holding_the_lease_schedules_and_the_other_takes_over_when_
     assert not apiserver.get("pods", "one-too-many", "team")["spec"].get("nodeName")
 
 
-def test_a_gracefully_deleted_leader_hands_over_at_once_and_its_successor_schedules(apiserver, scheduler_pods, plugin):
+def test_a_gracefully_deleted_leader_hands_over_at_once_and_its_successor_schedules(
+    apiserver, scheduler_pods, plugin
+):
     apiserver.create(node("n1", gpus=1))
     pods = [scheduler_pods("dynmig-scheduler-a"), scheduler_pods("dynmig-scheduler-b")]
     first = leader_of(apiserver, pods)
@@ -166,23 +194,61 @@ def test_a_gracefully_deleted_leader_hands_over_at_once_and_its_successor_schedu
 
 
 def _refused(apiserver, name: str) -> bool:
-    events = json.loads(client.CoreV1Api(apiserver.api_client("admin")).list_namespaced_event(
-        "team", _preload_content=False).data)["items"]
-    return any(e["involvedObject"]["name"] == name and e["reason"] in ("FilteringFailed", "FailedScheduling")
-               for e in events)
+    events = json.loads(
+        client.CoreV1Api(apiserver.api_client("admin"))
+        .list_namespaced_event("team", _preload_content=False)
+        .data
+    )["items"]
+    return any(
+        e["involvedObject"]["name"] == name and e["reason"] in ("FilteringFailed", "FailedScheduling")
+        for e in events
+    )
 
 
-@pytest.mark.parametrize("spec, leads_for", [
-    ({"holderIdentity": "pod-a_3f2c", "renewTime": "2026-01-01T00:00:00.000000Z", "leaseDurationSeconds": 15}, 10.0),
-    ({"holderIdentity": "pod-a_3f2c", "acquireTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": 3}, 2.0),
-    ({"holderIdentity": "pod-b_3f2c", "renewTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": 15}, 0.0),
-    ({"holderIdentity": "pod-a-2_3f2c", "renewTime": "2026-01-01T00:00:00Z"}, 0.0),  # a pod with a longer name
-    ({"holderIdentity": "", "renewTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": 1}, 0.0),  # released
-    ({"holderIdentity": "pod-a_3f2c", "renewTime": "yesterday"}, 0.0),
-    ({"holderIdentity": ["pod-a"], "renewTime": "2026-01-01T00:00:00Z"}, 0.0),
-    ({"holderIdentity": "pod-a_3f2c", "renewTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": "15"}, 10.0),
-    ("not a spec", 0.0),
-])
+@pytest.mark.parametrize(
+    "spec, leads_for",
+    [
+        (
+            {
+                "holderIdentity": "pod-a_3f2c",
+                "renewTime": "2026-01-01T00:00:00.000000Z",
+                "leaseDurationSeconds": 15,
+            },
+            10.0,
+        ),
+        (
+            {
+                "holderIdentity": "pod-a_3f2c",
+                "acquireTime": "2026-01-01T00:00:00Z",
+                "leaseDurationSeconds": 3,
+            },
+            2.0,
+        ),
+        (
+            {"holderIdentity": "pod-b_3f2c", "renewTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": 15},
+            0.0,
+        ),
+        (
+            {"holderIdentity": "pod-a-2_3f2c", "renewTime": "2026-01-01T00:00:00Z"},
+            0.0,
+        ),  # a pod with a longer name
+        (
+            {"holderIdentity": "", "renewTime": "2026-01-01T00:00:00Z", "leaseDurationSeconds": 1},
+            0.0,
+        ),  # released
+        ({"holderIdentity": "pod-a_3f2c", "renewTime": "yesterday"}, 0.0),
+        ({"holderIdentity": ["pod-a"], "renewTime": "2026-01-01T00:00:00Z"}, 0.0),
+        (
+            {
+                "holderIdentity": "pod-a_3f2c",
+                "renewTime": "2026-01-01T00:00:00Z",
+                "leaseDurationSeconds": "15",
+            },
+            10.0,
+        ),
+        ("not a spec", 0.0),
+    ],
+)
 def test_serve_leads_for_two_thirds_of_the_lease_after_its_own_pods_renewal(spec, leads_for):
     from webhooks.leader import leading_until
 
@@ -205,20 +271,41 @@ def test_a_failed_lease_read_keeps_the_known_lease_which_then_runs_out_on_its_ow
 
     renewed = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dynmig"}})
-    apiserver.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                      "metadata": {"name": LEASE, "namespace": "dynmig"},
-                      "spec": {"holderIdentity": "pod-a_77", "leaseDurationSeconds": 3,
-                               "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
+    apiserver.create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE, "namespace": "dynmig"},
+            "spec": {
+                "holderIdentity": "pod-a_77",
+                "leaseDurationSeconds": 3,
+                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        }
+    )
     now = [renewed.timestamp() + 1]
     changes: list[bool] = []
-    follower = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-a", min_refresh=0,
-                             clock=lambda: now[0], on_change=changes.append)
+    follower = LeaseFollower(
+        Kube(apiserver.api_client("scheduler")),
+        "dynmig",
+        LEASE,
+        "pod-a",
+        min_refresh=0,
+        clock=lambda: now[0],
+        on_change=changes.append,
+    )
     assert follower.refresh() and changes == [True]
     apiserver.faults.fail_next(verb="get", resource="leases", code=500)
     assert follower.refresh()  # the API failed: what was known still holds...
     now[0] = renewed.timestamp() + 2.1
     assert not follower.is_leader()  # ...until 2/3 of the lease after its renewal, with no read at all
     assert not follower.refresh() and changes == [True, False]
-    other = LeaseFollower(Kube(apiserver.api_client("scheduler")), "dynmig", LEASE, "pod-b", min_refresh=0,
-                          clock=lambda: renewed.timestamp())
+    other = LeaseFollower(
+        Kube(apiserver.api_client("scheduler")),
+        "dynmig",
+        LEASE,
+        "pod-b",
+        min_refresh=0,
+        clock=lambda: renewed.timestamp(),
+    )
     assert not other.refresh()  # another pod's kube-scheduler holds it

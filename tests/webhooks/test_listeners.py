@@ -35,13 +35,17 @@ def absurd_pod(name: str = "absurd", skip_webhooks: bool = False) -> dict:
 
 
 def events(apiserver, reason: str) -> list[str]:
-    found = client.CoreV1Api(apiserver.api_client("admin")).list_namespaced_event("team", _preload_content=False)
+    found = client.CoreV1Api(apiserver.api_client("admin")).list_namespaced_event(
+        "team", _preload_content=False
+    )
     return [e["message"] for e in json.loads(found.data)["items"] if e["reason"] == reason]
 
 
 def test_a_pod_asking_for_an_absurd_device_count_is_pending_with_an_event_naming_the_cap(apiserver, cluster):
     apiserver.create(node("n1"))
-    client.CoreV1Api(apiserver.api_client("alice")).create_namespaced_pod("team", absurd_pod(skip_webhooks=True))
+    client.CoreV1Api(apiserver.api_client("alice")).create_namespaced_pod(
+        "team", absurd_pod(skip_webhooks=True)
+    )
     assert eventually(lambda: any(CAP in m for m in events(apiserver, "FailedScheduling")))
     assert apiserver.get("pods", "absurd", "team")["spec"].get("nodeName") is None
     assert cluster.service.fleet.placements()["GPU-n1-0"] == []
@@ -91,12 +95,17 @@ def test_the_extender_is_not_reachable_from_outside_the_pod(cluster):
 def _client_pair(ca, tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-scheduler")]))
-            .issuer_name(ca.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(hours=1))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca.key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-scheduler")]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
     crt, pem = tmp_path / "client.crt", tmp_path / "client.key"
     crt.write_bytes(cert.public_bytes(Encoding.PEM))
     pem.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
@@ -112,8 +121,12 @@ def test_with_a_client_ca_the_extender_requires_a_certificate_it_signed(cluster,
     ca_file = tmp_path / "client-ca.crt"
     ca_file.write_bytes(client_ca.cert_pem())
     service = cluster.service
-    listeners = Listeners(service.app, None, tls=cluster.tls,
-                          extender=Extender(service.extender_app, tls=extender_tls(cluster.tls, str(ca_file))))
+    listeners = Listeners(
+        service.app,
+        None,
+        tls=cluster.tls,
+        extender=Extender(service.extender_app, tls=extender_tls(cluster.tls, str(ca_file))),
+    )
     listeners.start()
     try:
         url = f"{listeners.extender_url}/bind"
@@ -127,6 +140,8 @@ def test_with_a_client_ca_the_extender_requires_a_certificate_it_signed(cluster,
         other.load_cert_chain(*_client_pair(make_ca(dt.datetime.now(dt.UTC)), tmp_path))
         with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
             _post(url, other)
-        assert _post(f"{listeners.url}/mutate", anonymous) == 400  # the webhook listener asks for no certificate
+        assert (
+            _post(f"{listeners.url}/mutate", anonymous) == 400
+        )  # the webhook listener asks for no certificate
     finally:
         listeners.stop()

@@ -61,7 +61,9 @@ def test_stop_ends_the_server_while_a_keep_alive_client_sits_idle(tls):
     try:
         listeners.stop()  # joins the serving thread for up to 10 s
         assert not listeners._thread.is_alive()
-        with pytest.raises((OSError, http.client.HTTPException)):  # the idle connection was closed by the server
+        with pytest.raises(
+            (OSError, http.client.HTTPException)
+        ):  # the idle connection was closed by the server
             idle.request("GET", "/slow")
             idle.getresponse()
     finally:

@@ -32,7 +32,12 @@ from webhooks.runner import Listeners
 from webhooks.tls import settings_problem
 
 NS, SERVICE, TLS_SECRET, CA_SECRET, WEBHOOKS = "dynmig", "dynmig", "dynmig-tls", "dynmig-ca", "dynmig"
-FAST = {"check_interval": 0.05, "retry_backoff": (0.05, 0.2), "watch_backoff": (0.05, 0.2), "watch_timeout": 5}
+FAST = {
+    "check_interval": 0.05,
+    "retry_backoff": (0.05, 0.2),
+    "watch_backoff": (0.05, 0.2),
+    "watch_timeout": 5,
+}
 THREADS = ("dynmig-cert-renewer", "dynmig-tls-reload", "dynmig-leader")
 
 
@@ -60,13 +65,29 @@ class Serve:
     """One `dynmig serve` replica: Service with its certificates, and its HTTPS + metrics listeners."""
 
     def __init__(self, apiserver, flags: list[str], identity: str, wait: float | None = 10, **timing):
-        argv = ["--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--namespace", NS, "--identity", identity,
-                "--service", SERVICE, "--mutating-webhook", WEBHOOKS, "--validating-webhook", WEBHOOKS, *flags]
+        argv = [
+            "--kubeconfig",
+            str(apiserver.kubeconfig("scheduler")),
+            "--namespace",
+            NS,
+            "--identity",
+            identity,
+            "--service",
+            SERVICE,
+            "--mutating-webhook",
+            WEBHOOKS,
+            "--validating-webhook",
+            WEBHOOKS,
+            *flags,
+        ]
         self.apiserver = apiserver
         self.cfg = parse_args(argv)
         assert settings_problem(self.cfg) is None
-        self.service = Service(self.cfg, api_client=apiserver.api_client("scheduler"),
-                               device_config=StaticDeviceConfig(load_device_config(DEFAULT_POLICY)))
+        self.service = Service(
+            self.cfg,
+            api_client=apiserver.api_client("scheduler"),
+            device_config=StaticDeviceConfig(load_device_config(DEFAULT_POLICY)),
+        )
         self.certificates = self.service.use_certificates(**{**FAST, **timing})
         self.service.start(wait=wait)
         self.listeners = Listeners(self.service.app, self.service.metrics_app, tls=self.service.tls).start()
@@ -91,6 +112,7 @@ def serve(cluster):
     """serve(*flags, identity=..., **timing) -> a running replica, stopped at teardown; checks no thread
     is left. `timing` overrides FAST (ServingCertificates' keyword arguments)."""
     with ExitStack() as stack:
+
         def start(*flags: str, identity: str = "serve-a", wait: float | None = 10, **timing) -> Serve:
             replica = Serve(cluster, list(flags), identity, wait, **timing)
             stack.callback(replica.stop)
@@ -131,7 +153,10 @@ def get(port: int, trust: ssl.SSLContext, path: str = "/healthz") -> tuple[int, 
 def bundles(apiserver) -> list[bytes]:
     out = []
     for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        out += [base64.b64decode(w["clientConfig"]["caBundle"]) for w in apiserver.get(plural, WEBHOOKS)["webhooks"]]
+        out += [
+            base64.b64decode(w["clientConfig"]["caBundle"])
+            for w in apiserver.get(plural, WEBHOOKS)["webhooks"]
+        ]
     return out
 
 
@@ -151,29 +176,64 @@ def store_nearly_expired(apiserver) -> tuple[bytes, int]:
 def hold_lease(apiserver, holder: str) -> None:
     """Another replica holds the scheduler's Lease (renewed just now)."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    apiserver.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                      "metadata": {"name": "dynmig-scheduler", "namespace": NS},
-                      "spec": {"holderIdentity": holder, "leaseDurationSeconds": 60, "renewTime": now,
-                               "acquireTime": now, "leaseTransitions": 0}})
+    apiserver.create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "dynmig-scheduler", "namespace": NS},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": 60,
+                "renewTime": now,
+                "acquireTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+    )
 
 
 def gpu_pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "main", "image": "cuda",
-                                     "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}
+            ]
+        },
+    }
 
 
 def certs(apiserver, *args: str) -> int:
     """`dynmig certs ...` in-process, as the chart's hook job or an operator runs it."""
-    return certs_main([*args, "--kubeconfig", str(apiserver.kubeconfig("certs")), "--namespace", NS,
-                       "--service", SERVICE, "--secret", TLS_SECRET, "--ca-secret", CA_SECRET,
-                       "--mutating-webhook", WEBHOOKS, "--validating-webhook", WEBHOOKS])
+    return certs_main(
+        [
+            *args,
+            "--kubeconfig",
+            str(apiserver.kubeconfig("certs")),
+            "--namespace",
+            NS,
+            "--service",
+            SERVICE,
+            "--secret",
+            TLS_SECRET,
+            "--ca-secret",
+            CA_SECRET,
+            "--mutating-webhook",
+            WEBHOOKS,
+            "--validating-webhook",
+            WEBHOOKS,
+        ]
+    )
 
 
 # ---- tests -----------------------------------------------------------------------------------
 
 
-def test_serve_with_tls_secret_picks_up_a_forced_rotation_without_restart_and_no_request_fails(cluster, serve):
+def test_serve_with_tls_secret_picks_up_a_forced_rotation_without_restart_and_no_request_fails(
+    cluster, serve
+):
     assert certs(cluster, "init") == 0
     old_serial = secret_serial(cluster)
     replica = serve("--tls-secret", TLS_SECRET, "--cert-mode", "cert-manager")
@@ -218,7 +278,9 @@ def test_serve_with_tls_secret_picks_up_a_forced_rotation_without_restart_and_no
     assert replica.metric('dynmig_tls_reloads_total{result="loaded"}') == 2
 
 
-def test_the_leader_in_cert_mode_self_renews_a_nearly_expired_certificate_and_injects_the_bundle(cluster, serve):
+def test_the_leader_in_cert_mode_self_renews_a_nearly_expired_certificate_and_injects_the_bundle(
+    cluster, serve
+):
     ca_pem, old_serial = store_nearly_expired(cluster)
     assert all(bundle != ca_pem for bundle in bundles(cluster))  # stale bundle before
     hold_lease(cluster, "serve-a_5d1e")  # the kube-scheduler of serve-a's pod leads
@@ -227,13 +289,19 @@ def test_the_leader_in_cert_mode_self_renews_a_nearly_expired_certificate_and_in
     eventually(lambda: secret_serial(cluster) != old_serial, what="the Secret renewed")
     new_serial = secret_serial(cluster)
     assert replica.service.leader.is_leader()
-    eventually(lambda: all(bundle == ca_pem for bundle in bundles(cluster)), what="both configurations injected")
+    eventually(
+        lambda: all(bundle == ca_pem for bundle in bundles(cluster)), what="both configurations injected"
+    )
     assert len(bundles(cluster)) == 3  # one mutating entry and two validating entries
 
     trust = trusting(ca_pem)
-    eventually(lambda: get(replica.listeners.ports[0], trust)[1] == new_serial, what="the renewed pair served")
+    eventually(
+        lambda: get(replica.listeners.ports[0], trust)[1] == new_serial, what="the renewed pair served"
+    )
     renewed = load_certs(secret(cluster)["tls.crt"])[0]
-    assert renewed.not_valid_after_utc - renewed.not_valid_before_utc > dt.timedelta(days=89)  # --cert-validity 90d
+    assert renewed.not_valid_after_utc - renewed.not_valid_before_utc > dt.timedelta(
+        days=89
+    )  # --cert-validity 90d
     assert replica.metric("dynmig_cert_renewals_total") >= 1
     assert replica.metric("dynmig_cert_renewal_failures_total") == 0
     assert replica.metric("dynmig_tls_certificate_expiry_seconds") > 89 * 86400
@@ -265,7 +333,9 @@ def test_a_replica_that_wins_the_lease_renews_and_injects_at_once_not_at_its_nex
     ca_pem, old_serial = store_nearly_expired(cluster)
     hold_lease(cluster, "serve-elsewhere")
     stale = bundles(cluster)
-    replica = serve("--tls-secret", TLS_SECRET, "--cert-mode", "self", identity="serve-b", check_interval=30.0)
+    replica = serve(
+        "--tls-secret", TLS_SECRET, "--cert-mode", "self", identity="serve-b", check_interval=30.0
+    )
     renewer = replica.certificates.renewer
     eventually(lambda: renewer.passes >= 1, what="the first renewer check")
     assert not replica.service.leader.is_leader()
@@ -274,9 +344,11 @@ def test_a_replica_that_wins_the_lease_renews_and_injects_at_once_not_at_its_nex
     client.CoordinationV1Api(cluster.api_client("admin")).delete_namespaced_lease("dynmig-scheduler", NS)
     hold_lease(cluster, "serve-b_8c0a")
     # the renewer publishes the bundle before it writes the Secret: wait for both
-    eventually(lambda: all(bundle == ca_pem for bundle in bundles(cluster))
-               and secret_serial(cluster) != old_serial, timeout=10,
-               what="the new leader injecting the bundle and renewing the Secret")
+    eventually(
+        lambda: all(bundle == ca_pem for bundle in bundles(cluster)) and secret_serial(cluster) != old_serial,
+        timeout=10,
+        what="the new leader injecting the bundle and renewing the Secret",
+    )
     assert replica.service.leader.is_leader()
     assert renewer.passes <= 3  # woken by leadership, not by the 30 s check interval
     assert replica.metric("dynmig_cert_renewal_failures_total") == 0
@@ -289,40 +361,53 @@ def test_renewal_while_the_api_is_down_is_retried_counted_and_succeeds_when_it_i
     ca_pem, old_serial = store_nearly_expired(cluster)
     cluster.down()
     replica = serve("--tls-secret", TLS_SECRET, "--leader-elect", "false", wait=None)
-    eventually(lambda: replica.metric("dynmig_cert_renewal_failures_total") >= 3, what="three failed renewals")
+    eventually(
+        lambda: replica.metric("dynmig_cert_renewal_failures_total") >= 3, what="three failed renewals"
+    )
     assert replica.service.ready()[0] is False and replica.metric("dynmig_tls_ready") == 0
     assert replica.certificates.renewer.last_error
     cluster.up()
-    eventually(lambda: secret_serial(cluster) != old_serial, what="the Secret renewed after the API came back")
+    eventually(
+        lambda: secret_serial(cluster) != old_serial, what="the Secret renewed after the API came back"
+    )
     new_serial = secret_serial(cluster)
     eventually(lambda: replica.certificates.reloader.ready() and replica.service.ready()[0], what="ready")
     trust = trusting(ca_pem)
-    eventually(lambda: get(replica.listeners.ports[0], trust, "/readyz") == (200, new_serial),
-               what="the renewed pair served and ready")
+    eventually(
+        lambda: get(replica.listeners.ports[0], trust, "/readyz") == (200, new_serial),
+        what="the renewed pair served and ready",
+    )
     assert replica.metric("dynmig_cert_renewals_total") >= 1
     assert replica.certificates.renewer.failures == 0  # consecutive failures reset by the success
     assert all(bundle == ca_pem for bundle in bundles(cluster))
 
 
-@pytest.mark.parametrize(("flags", "named"), [
-    (["--cert-mode", "self"], "--tls-secret"),
-    (["--cert-mode", "files"], "--tls-cert"),
-    (["--tls-secret", "s", "--ca-secret", "s"], "--ca-secret"),
-    (["--tls-secret", "s", "--cert-validity", "6y"], "--cert-validity"),
-])
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--cert-mode", "self"], "--tls-secret"),
+        (["--cert-mode", "files"], "--tls-cert"),
+        (["--tls-secret", "s", "--ca-secret", "s"], "--ca-secret"),
+        (["--tls-secret", "s", "--cert-validity", "6y"], "--cert-validity"),
+    ],
+)
 def test_tls_settings_that_cannot_serve_are_refused_naming_the_flag(flags, named):
     problem = settings_problem(parse_args(flags))
     assert problem and named in problem
 
 
-@pytest.mark.parametrize(("flags", "env", "named"), [
-    (["--cert-mode", "vault"], {}, "--cert-mode"),
-    ([], {"DYNMIG_CERT_MODE": "vault"}, "DYNMIG_CERT_MODE"),
-    ([], {"DYNMIG_CERT_KEY_TYPE": "dsa"}, "DYNMIG_CERT_KEY_TYPE"),
-    (["--cert-validity", "ninety days"], {}, "--cert-validity"),
-])
-def test_a_bad_certificate_flag_or_environment_value_is_a_usage_error_naming_it(flags, env, named, monkeypatch,
-                                                                                capsys):
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        (["--cert-mode", "vault"], {}, "--cert-mode"),
+        ([], {"DYNMIG_CERT_MODE": "vault"}, "DYNMIG_CERT_MODE"),
+        ([], {"DYNMIG_CERT_KEY_TYPE": "dsa"}, "DYNMIG_CERT_KEY_TYPE"),
+        (["--cert-validity", "ninety days"], {}, "--cert-validity"),
+    ],
+)
+def test_a_bad_certificate_flag_or_environment_value_is_a_usage_error_naming_it(
+    flags, env, named, monkeypatch, capsys
+):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(SystemExit) as exit_:
@@ -334,12 +419,22 @@ def test_a_bad_certificate_flag_or_environment_value_is_a_usage_error_naming_it(
 def test_the_chart_environment_selects_the_secret_and_self_renewal_and_files_stay_the_default(monkeypatch):
     files = parse_args(["--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"])
     assert (files.cert_mode, files.tls_secret, settings_problem(files)) == ("files", "", None)
-    for key, value in {"DYNMIG_CERT_MODE": "self", "DYNMIG_TLS_SECRET": "dynmig-tls", "DYNMIG_SERVICE": "dynmig",
-                       "DYNMIG_CA_SECRET": "dynmig-ca", "DYNMIG_CERT_KEY_TYPE": "rsa",
-                       "DYNMIG_CERT_VALIDITY": "30d", "DYNMIG_CA_VALIDITY": "2y"}.items():
+    for key, value in {
+        "DYNMIG_CERT_MODE": "self",
+        "DYNMIG_TLS_SECRET": "dynmig-tls",
+        "DYNMIG_SERVICE": "dynmig",
+        "DYNMIG_CA_SECRET": "dynmig-ca",
+        "DYNMIG_CERT_KEY_TYPE": "rsa",
+        "DYNMIG_CERT_VALIDITY": "30d",
+        "DYNMIG_CA_VALIDITY": "2y",
+    }.items():
         monkeypatch.setenv(key, value)
     cfg = parse_args(["--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"])
-    assert (cfg.cert_mode, cfg.tls_secret, cfg.ca_secret, cfg.cert_key_type) == ("self", "dynmig-tls", "dynmig-ca",
-                                                                                 "rsa")
+    assert (cfg.cert_mode, cfg.tls_secret, cfg.ca_secret, cfg.cert_key_type) == (
+        "self",
+        "dynmig-tls",
+        "dynmig-ca",
+        "rsa",
+    )
     assert (cfg.cert_validity, cfg.ca_validity) == (dt.timedelta(days=30), dt.timedelta(days=730))
     assert settings_problem(cfg) is None

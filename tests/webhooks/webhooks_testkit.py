@@ -24,9 +24,14 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
         time.sleep(0.02)
 
 
-def pod(name: str = "p", limits: dict[str, str] | None = None, requests: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-        **spec: Any) -> dict[str, Any]:
+def pod(
+    name: str = "p",
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if limits is not None:
         resources["limits"] = limits
@@ -38,12 +43,23 @@ def pod(name: str = "p", limits: dict[str, str] | None = None, requests: dict[st
         meta["annotations"] = annotations
     if labels is not None:
         meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"schedulerName": "default-scheduler", "containers": [container], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"schedulerName": "default-scheduler", "containers": [container], **spec},
+    }
 
 
-def review(obj: dict[str, Any] | None, old: dict[str, Any] | None = None, op: str = "CREATE",
-           user: str = "alice", version: str = "v1", kind: str = "Pod", resource: str = "pods") -> dict[str, Any]:
+def review(
+    obj: dict[str, Any] | None,
+    old: dict[str, Any] | None = None,
+    op: str = "CREATE",
+    user: str = "alice",
+    version: str = "v1",
+    kind: str = "Pod",
+    resource: str = "pods",
+) -> dict[str, Any]:
     return {
         "apiVersion": f"admission.k8s.io/{version}",
         "kind": "AdmissionReview",
@@ -91,6 +107,7 @@ def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
 
 # ---------------------------------------------------------------- nodes publishing MIG GPUs
 
+
 def registration(node: str, model_key: str, gpus: int, health: bool = True) -> str:
     """`hami.io/node-nvidia-register` as a device plugin publishes it for `gpus` GPUs of a model."""
     from mig import catalog
@@ -104,49 +121,92 @@ def registration(node: str, model_key: str, gpus: int, health: bool = True) -> s
         spec = model.profile(name)
         if spec is None:
             continue
-        profiles.append(MigProfile(name=spec.name, memoryMB=spec.memory_mib, core=catalog.core_percent(model, spec),
-                                   sliceCount=spec.slice_count,
-                                   placements=tuple({"start": p.start, "size": p.size} for p in spec.placements)))
-    devices = [DeviceInfo(id=f"GPU-{node}-{i}", index=i, count=7, devmem=model.memory_mib, devcore=100,
-                          type=model.nvml_name, health=health, mode="mig", migProfiles=tuple(profiles))
-               for i in range(gpus)]
+        profiles.append(
+            MigProfile(
+                name=spec.name,
+                memoryMB=spec.memory_mib,
+                core=catalog.core_percent(model, spec),
+                sliceCount=spec.slice_count,
+                placements=tuple({"start": p.start, "size": p.size} for p in spec.placements),
+            )
+        )
+    devices = [
+        DeviceInfo(
+            id=f"GPU-{node}-{i}",
+            index=i,
+            count=7,
+            devmem=model.memory_mib,
+            devcore=100,
+            type=model.nvml_name,
+            health=health,
+            mode="mig",
+            migProfiles=tuple(profiles),
+        )
+        for i in range(gpus)
+    ]
     return encode_node_register(devices)
 
 
 def node(name: str, model_key: str = "A100-SXM4-80GB", gpus: int = 1, **kw) -> dict:
     from mig.annotations import NODE_REGISTER
 
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": {NODE_REGISTER: registration(name, model_key, gpus, **kw)}},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {NODE_REGISTER: registration(name, model_key, gpus, **kw)}},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
-def gpu_pod(name: str, memory: int | None = 8000, devices: int = 1, namespace: str = "team",
-            annotations: dict | None = None) -> dict:
+def gpu_pod(
+    name: str,
+    memory: int | None = 8000,
+    devices: int = 1,
+    namespace: str = "team",
+    annotations: dict | None = None,
+) -> dict:
     limits = {"nvidia.com/gpu": str(devices)}
     if memory is not None:
         limits["nvidia.com/gpumem"] = str(memory)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
-            "spec": {"schedulerName": "dynmig-scheduler",
-                     "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": "dynmig-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+        },
+    }
 
 
 # ---------------------------------------------------------------- a whole cluster half over HTTPS
+
 
 def scheduler_configuration(url: str, ca_pem: bytes, scheduler: str = "dynmig-scheduler") -> dict:
     """The KubeSchedulerConfiguration the chart renders: dynmig as filter+bind extender over HTTPS."""
     managed = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"]
     return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},  # one scheduler; test_leadership.py elects
         "profiles": [{"schedulerName": scheduler}],
-        "extenders": [{"urlPrefix": url, "filterVerb": "filter", "bindVerb": "bind", "nodeCacheCapable": True,
-                       "enableHTTPS": True, "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
-                       "httpTimeout": "30s", "weight": 1,
-                       "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed]}],
+        "extenders": [
+            {
+                "urlPrefix": url,
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "enableHTTPS": True,
+                "tlsConfig": {"caData": base64.b64encode(ca_pem).decode()},
+                "httpTimeout": "30s",
+                "weight": 1,
+                "managedResources": [{"name": n, "ignoredByScheduler": True} for n in managed],
+            }
+        ],
     }
 
 
@@ -155,25 +215,57 @@ def webhook_configurations(ca_pem: bytes) -> tuple[dict, dict]:
     bundle = base64.b64encode(ca_pem).decode()
 
     def hook(name: str, path: str, rules: list[dict], **extra) -> dict:
-        return {"name": name, "clientConfig": {"service": {"namespace": "dynmig", "name": "dynmig", "path": path,
-                                                           "port": 443}, "caBundle": bundle},
-                "rules": rules, "failurePolicy": "Fail", "sideEffects": "None",
-                "admissionReviewVersions": ["v1", "v1beta1"], "timeoutSeconds": 10, **extra}
+        return {
+            "name": name,
+            "clientConfig": {
+                "service": {"namespace": "dynmig", "name": "dynmig", "path": path, "port": 443},
+                "caBundle": bundle,
+            },
+            "rules": rules,
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "timeoutSeconds": 10,
+            **extra,
+        }
 
     ignore = {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
-    mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "dynmig"},
-                "webhooks": [hook("pods.mutate.dynmig.io", "/mutate", [{**pods, "operations": ["CREATE"]}],
-                                  namespaceSelector=ignore, objectSelector=ignore)]}
-    validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                  "metadata": {"name": "dynmig"},
-                  "webhooks": [
-                      hook("pods.validate.dynmig.io", "/validate", [{**pods, "operations": ["CREATE", "UPDATE"]}]),
-                      hook("device-config.validate.dynmig.io", "/validate",
-                           [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
-                             "operations": ["CREATE", "UPDATE"]}],
-                           objectSelector={"matchLabels": {"dynmig.io/device-config": "true"}})]}
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "dynmig"},
+        "webhooks": [
+            hook(
+                "pods.mutate.dynmig.io",
+                "/mutate",
+                [{**pods, "operations": ["CREATE"]}],
+                namespaceSelector=ignore,
+                objectSelector=ignore,
+            )
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "dynmig"},
+        "webhooks": [
+            hook("pods.validate.dynmig.io", "/validate", [{**pods, "operations": ["CREATE", "UPDATE"]}]),
+            hook(
+                "device-config.validate.dynmig.io",
+                "/validate",
+                [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["configmaps"],
+                        "operations": ["CREATE", "UPDATE"],
+                    }
+                ],
+                objectSelector={"matchLabels": {"dynmig.io/device-config": "true"}},
+            ),
+        ],
+    }
     return mutating, validating
 
 
@@ -209,16 +301,25 @@ class PluginStandIn:
                 meta, node = pod["metadata"], pod["spec"].get("nodeName")
                 if not node or (meta.get("annotations") or {}).get(BIND_PHASE) != "allocating":
                     continue
-                self.core.patch_namespaced_pod(meta["name"], meta["namespace"],
-                                               {"metadata": {"annotations": {BIND_PHASE: "success"}}},
-                                               _content_type="application/merge-patch+json", _preload_content=False)
+                self.core.patch_namespaced_pod(
+                    meta["name"],
+                    meta["namespace"],
+                    {"metadata": {"annotations": {BIND_PHASE: "success"}}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
                 n = json.loads(self.core.read_node(node, _preload_content=False).data)
                 held = (n["metadata"].get("annotations") or {}).get(NODE_LOCK, "")
                 if held.endswith(f",{meta['namespace']},{meta['name']}"):
-                    patch = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"],
-                                          "annotations": {NODE_LOCK: None}}}
+                    patch = {
+                        "metadata": {
+                            "resourceVersion": n["metadata"]["resourceVersion"],
+                            "annotations": {NODE_LOCK: None},
+                        }
+                    }
                     try:
-                        self.core.patch_node(node, patch, _content_type="application/merge-patch+json",
-                                             _preload_content=False)
+                        self.core.patch_node(
+                            node, patch, _content_type="application/merge-patch+json", _preload_content=False
+                        )
                     except ApiException:
                         pass  # changed meanwhile: next round
