@@ -132,10 +132,12 @@ def fleet_view(
     usages: dict[str, list[PodUsage]] = {}
     unreadable: list[tuple[str, str]] = []
     terminating = {_name(p) for p in pods if _terminating(p)}
+    holding: set[str] = set()  # pods with a reservation: shown as segments, not as pending
     for pod in pods:
         usage = pod_usage(pod)
         if usage is None:
             continue
+        holding.add(_name(pod))
         if usage.problem:
             unreadable.append((_name(pod), usage.problem))
         usages.setdefault(usage.node, []).append(usage)
@@ -146,5 +148,6 @@ def fleet_view(
         states += gpus
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
-    pending = [v for p in pods if _is_waiting(p) and (v := pending_view(p, states, names)) is not None]
+    waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
+    pending = [v for p in waiting if (v := pending_view(p, states, names)) is not None]
     return fleet_map(maps, pending, unreadable)

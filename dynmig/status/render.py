@@ -57,7 +57,8 @@ def _cell_width(g: GpuMap, style: Style) -> int:
 def _segment_text(s: Segment, width: int, style: Style) -> str:
     inner = max(width - 2, 0)
     label = clean(s.profile) + (f" {clean(s.pod)}" if s.pod else "")
-    body = _fit(label, inner).ljust(inner, FILL[s.phase] if not style.color else " ")
+    mark = "" if style.color else FILL[s.phase]  # without colour the phase shows as its mark
+    body = _fit(mark + label, inner).ljust(inner, mark or " ")
     text = "[" + body + "]" if width >= 2 else FILL[s.phase] * width
     return style.paint(text, COLOUR[s.phase])
 
@@ -112,6 +113,10 @@ def gpu_lines(g: GpuMap, style: Style) -> list[str]:
     return lines
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _overlaps(segments: Iterable[Segment]) -> str:
     seen, out = 0, []
     for s in segments:
@@ -132,7 +137,9 @@ def node_lines(node: NodeMap, style: Style) -> list[str]:
     name = style.paint(f"NODE {clean(node.name)}", BOLD)
     if node.unreadable:
         return [f"{name}  " + style.paint(clean(node.unreadable, 1024), WARN_COLOUR)]
-    head = f"{name}  {len(node.gpus)} MIG GPUs  still fits: {_fits_text(node.fits, _profiles(node))}"
+    head = (
+        f"{name}  {_count(len(node.gpus), 'MIG GPU')}  still fits: {_fits_text(node.fits, _profiles(node))}"
+    )
     return [head, *(line for g in node.gpus for line in gpu_lines(g, style))]
 
 
@@ -159,7 +166,7 @@ def render(fleet: FleetMap, style: Style) -> str:
         lines += ["no node publishes MIG GPUs (is the dynmig device plugin running?)", ""]
     gpus = sum(len(n.gpus) for n in fleet.nodes)
     lines.append(
-        f"FLEET  {len(fleet.nodes)} nodes, {gpus} MIG GPUs  still fits: "
+        f"FLEET  {_count(len(fleet.nodes), 'node')}, {_count(gpus, 'MIG GPU')}  still fits: "
         f"{_fits_text(fleet.fits, [p for n in fleet.nodes for p in _profiles(n)])}"
     )
     lines += pending_lines(fleet, style)
