@@ -13,7 +13,8 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
-from mig.placement import GpuState, PodRequest
+from mig.placement import GpuState, PodRequest, RequestError
+from mig.pods import active_for_scheduler, gpu_request, is_terminating
 from mig.slicemap import (
     FleetMap,
     GpuMap,
@@ -26,12 +27,9 @@ from mig.slicemap import (
     gpu_map,
     node_map,
 )
-from webhooks.extender import BadArgs
-from webhooks.filter import pod_request
 from webhooks.occupancy import (
     NodeOccupancy,
     PodUsage,
-    is_active,
     node_cordon,
     node_gpus,
     node_leftovers,
@@ -52,10 +50,6 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _name(obj: Mapping[str, Any]) -> str:
     meta = _meta(obj)
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
-def _terminating(pod: Mapping[str, Any]) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
 
 
 def node_view(
@@ -99,7 +93,7 @@ def _reason(pod: Mapping[str, Any]) -> str:
 def _is_waiting(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return not node and is_active(pod) and not _terminating(pod)
+    return not node and active_for_scheduler(pod) and not is_terminating(pod)
 
 
 def pending_view(
@@ -109,8 +103,8 @@ def pending_view(
     meta = _meta(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
-        request: PodRequest | None = pod_request(pod, names)
-    except BadArgs as error:
+        request: PodRequest | None = gpu_request(pod, names)
+    except RequestError as error:
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
@@ -131,7 +125,7 @@ def fleet_view(
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
     unreadable: list[tuple[str, str]] = []
-    terminating = {_name(p) for p in pods if _terminating(p)}
+    terminating = {_name(p) for p in pods if is_terminating(p)}
     holding: set[str] = set()  # pods with a reservation: shown as segments, not as pending
     for pod in pods:
         usage = pod_usage(pod)
