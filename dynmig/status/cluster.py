@@ -8,7 +8,7 @@ the GPUs it touches), an unreadable pod spec leaves that pending pod's request a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mig.allowlist import ResourceNames
@@ -96,10 +96,19 @@ def _is_waiting(pod: Mapping[str, Any]) -> bool:
     return not node and active_for_scheduler(pod) and not is_terminating(pod)
 
 
+# The defrag hook: given a waiting pod, its request and the fleet's GPUs as the scheduler sees them,
+# the text of the advice ("" for none) shown under the pod's fix (`PendingPod.advice`).
+Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
+
+
 def pending_view(
-    pod: Mapping[str, Any], states: Sequence[GpuState], names: ResourceNames
+    pod: Mapping[str, Any],
+    states: Sequence[GpuState],
+    names: ResourceNames,
+    advisor: Advisor | None = None,
 ) -> PendingPod | None:
-    """A waiting pod that asks for MIG GPUs, with the scheduler's reason and the engine's fix now."""
+    """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
+    when an advisor is given and the pod does not fit, its advice."""
     meta = _meta(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
@@ -111,7 +120,8 @@ def pending_view(
     code, fix = diagnose(request, states)
     if not code:
         fix = "fits now: the scheduler places it at its next try"
-    return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=fix, code=code)
+    advice = advisor(pod, request, states) if advisor is not None and code else ""
+    return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=fix, advice=advice, code=code)
 
 
 def fleet_view(
@@ -119,8 +129,10 @@ def fleet_view(
     pods: Iterable[Mapping[str, Any]],
     names: ResourceNames | None = None,
     only_nodes: Sequence[str] = (),
+    advisor: Advisor | None = None,
 ) -> FleetMap:
-    """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods."""
+    """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods (with
+    `advisor`'s advice for those that do not fit)."""
     names = names or ResourceNames()
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
@@ -143,5 +155,5 @@ def fleet_view(
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
     waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
-    pending = [v for p in waiting if (v := pending_view(p, states, names)) is not None]
+    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor)) is not None]
     return fleet_map(maps, pending, unreadable)
