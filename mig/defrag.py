@@ -190,7 +190,7 @@ def _one_device(
                     best = (c, node, victims)
     if best is None:
         return _none(blocked, 0)
-    _, node, victims = best
+    node, victims = best[1], best[2]
     plan = _place(pod, _without(node.gpus, victims))
     return Advice(victims, node.name, plan, True, 1, "", tuple(sorted(blocked)))
 

@@ -18,11 +18,11 @@ import heapq
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mig.annotations import MigAllocation
+from mig.annotations import MigAllocation, PlacementModel
 from mig.placement import GpuState, PlacementIndex, Plan
 from mig.pods import active_for_scheduler
 from mig.types import Placement
@@ -53,7 +53,7 @@ def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage
             deviceIndex=d.device_index,
             gpuUUID=d.gpu_uuid,
             profile=d.profile,
-            placement={"start": d.placement.start, "size": d.placement.size},
+            placement=PlacementModel(start=d.placement.start, size=d.placement.size),
         )
         for d in plan.devices
     )
@@ -139,7 +139,7 @@ class Fleet:
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
 
-    def replace_pods(self, pods: list[Mapping[str, Any]]) -> None:
+    def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """A relist: forget pods that are gone, then apply every listed one."""
         uids = {(p.get("metadata") or {}).get("uid") for p in pods}
         with self.lock:
@@ -152,7 +152,7 @@ class Fleet:
             for pod in pods:
                 self.set_pod(pod)
 
-    def replace_nodes(self, nodes: list[Mapping[str, Any]]) -> None:
+    def replace_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         names = {(n.get("metadata") or {}).get("name") for n in nodes}
         with self.lock:
             for name in [n for n in self._register if n not in names]:
