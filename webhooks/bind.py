@@ -17,11 +17,12 @@ from mig.allowlist import ResourceNames
 from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
-from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
+from webhooks.filter import pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
 from webhooks.kube import ApiException, EventRecorder, Kube
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
+from webhooks.pending import PendingBinds
 
 log = logging.getLogger(__name__)
 _NOT_AGAIN = "dynmig does not bind it again"
@@ -37,7 +38,7 @@ class Binder:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
-    filter: Filter | None = None  # to wait for the filter's reservation write of this pod
+    pending: PendingBinds  # shared with the filter: its reservation write of this pod, the held node
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -50,8 +51,8 @@ class Binder:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
         error = self._bind(args)
-        if self.filter is not None and not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
-            self.filter.bind_done(args.pod_uid or "", args.node)
+        if not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
+            self.pending.done(args.pod_uid or "", args.node)
         self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
         return bind_result(error)
 
@@ -86,7 +87,7 @@ class Binder:
             problem = replan_problem(typed_pod(pod)) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
-            recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
+            recorded = self.pending.wait_recorded(uid)
             if recorded:
                 raise RuntimeError(recorded)
             phase = None

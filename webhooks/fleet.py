@@ -1,8 +1,8 @@
 """The scheduler's view of the fleet: published GPUs, what active pods hold, and in-flight reservations.
 
-One lock guards everything here, and the placement index is kept in step on every change, so a
-filter plans and reserves under that lock and two filters can never be handed overlapping
-placements.
+One lock guards everything here, and the placement index is kept in step on every change;
+`plan_and_reserve` plans and reserves under that lock, so two filters can never be handed
+overlapping placements.
 
 Two sources of occupancy per pod, never both at once:
 - *held*: what the cache shows in the pod's annotations (the durable record);
@@ -18,12 +18,12 @@ import heapq
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mig.annotations import MigAllocation
-from mig.placement import GpuState, PlacementIndex, Plan
+from mig.annotations import MigAllocation, PlacementModel
+from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
 from mig.pods import active_for_scheduler
 from mig.types import Placement
 from webhooks.metrics import GpuSample, Snapshot
@@ -53,7 +53,7 @@ def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage
             deviceIndex=d.device_index,
             gpuUUID=d.gpu_uuid,
             profile=d.profile,
-            placement={"start": d.placement.start, "size": d.placement.size},
+            placement=PlacementModel(start=d.placement.start, size=d.placement.size),
         )
         for d in plan.devices
     )
@@ -161,8 +161,24 @@ class Fleet:
                 self.set_node(node)
 
     # ---- reservations by the filter ----------------------------------------------------------
-    def reserve(self, usage: PodUsage) -> None:
-        """Hold a filter's plan in memory at once (caller holds the lock and planned under it)."""
+    def plan_and_reserve(
+        self, request: PodRequest, nodes: Collection[str] | None, uid: str, namespace: str, name: str
+    ) -> Refusal | tuple[Plan, PodUsage]:
+        """Plan the pod over `nodes` (None: every node) and hold the plan in memory, atomically: the
+        next plan already counts it, so two pods are never handed overlapping placements. A
+        re-filter never counts the pod's previous reservation (held or in flight)."""
+        self.sweep()
+        with self.lock:
+            self._forget_pod(uid)
+            outcome = self.index.plan(request, nodes=nodes)
+            if isinstance(outcome, Refusal):
+                return outcome
+            usage = usage_from_plan(uid, namespace, name, outcome)
+            self._reserve(usage)
+            return outcome, usage
+
+    def _reserve(self, usage: PodUsage) -> None:
+        """Hold a plan in memory (under the lock, planned under it)."""
         deadline = self.clock() + self.ttl
         self._drop_in_flight(usage.uid)
         self._in_flight[usage.uid] = InFlight(usage, deadline)
@@ -178,7 +194,7 @@ class Fleet:
             if flight is not None and (usage is None or flight.usage == usage):
                 self._refresh(*self._drop_in_flight(uid))
 
-    def forget_pod(self, uid: str) -> None:
+    def _forget_pod(self, uid: str) -> None:
         """Before a re-filter: the pod's previous reservation (held or in flight) is not counted."""
         nodes = self._drop_in_flight(uid)
         old = self._unhold(uid)

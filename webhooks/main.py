@@ -30,6 +30,7 @@ from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
+from webhooks.pending import PendingBinds
 from webhooks.runner import Extender, Listeners
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
@@ -88,18 +89,20 @@ class Service:
         )
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
+        pending = PendingBinds()  # what filter started and bind finishes
         self.filter = Filter(
             self.fleet,
             self.kube,
             resources,
             self.events,
             self.metrics,
+            pending,
             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
             writer=self.writer,
             lookup=self.cache.find_pod,
         )
         self.binder = Binder(
-            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, filter=self.filter
+            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, pending
         )
         self.tls = tls
         self.certificates: ServingCertificates | None = None
