@@ -19,7 +19,7 @@ from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
 from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
-from webhooks.kube import ApiException, EventRecorder, Kube
+from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 
@@ -101,7 +101,7 @@ class Binder:
             # the node without them (HAMi patches them first, one more pod write and watch event).
             self.kube.bind(ns, name, uid, node, phase)
         except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
-            message = f"binding {ns}/{name} to {node} failed: {_text(error)}"
+            message = f"binding {ns}/{name} to {node} failed: {error}"
             log.warning("%s", message)
             if locked:
                 try:
@@ -115,9 +115,3 @@ class Binder:
             pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}"
         )
         return ""
-
-
-def _text(error: Exception) -> str:
-    if isinstance(error, ApiException):
-        return f"API {error.status} {error.reason}: {(error.body or b'')[:300]!r}"
-    return str(error)

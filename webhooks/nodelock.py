@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kube.errors import Conflict
 from mig.annotations import NODE_LOCK
-from webhooks.kube import CONFLICT, ApiException, Kube
+from webhooks.kube import Kube
 
 
 class NodeLocked(RuntimeError):
@@ -129,10 +130,8 @@ class NodeLock:
         try:
             self.kube.patch_node(node, patch)
             return True
-        except ApiException as error:
-            if error.status != CONFLICT:
-                raise
-        return False
+        except Conflict:
+            return False
 
     def _takeable(self, value: LockValue, owner_exists: Callable[[str, str], bool]) -> bool:
         if value.taken is None or (self.clock() - value.taken).total_seconds() > self.expiry:
