@@ -12,7 +12,7 @@ from plugin.api import deviceplugin_pb2 as pb
 from plugin.api import deviceplugin_pb2_grpc as rpc
 from plugin.api.generate import HERE, OUTPUTS, generate
 
-R, O = "repeated", "optional"
+R, O = "repeated", "optional"  # noqa: E741 (O reads as "optional" in the field tables)
 S, B, I32, I64, MSG, MAP = F.TYPE_STRING, F.TYPE_BOOL, F.TYPE_INT32, F.TYPE_INT64, F.TYPE_MESSAGE, "map"
 
 # message -> {field: (number, type, label)} from k8s-contracts §3.2
