@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import threading
+import time
 from collections.abc import Iterator
 
 import urllib3
@@ -114,9 +116,19 @@ def from_api_exception(what: str, error: ApiException) -> KubeError:
 NO_ANSWER = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 
 
+_spent = threading.local()
+
+
+def api_seconds() -> float:
+    """Seconds this thread has spent inside API calls (in `translated`) since it started: a caller
+    subtracts two readings to tell its own work from the round trips it waited for."""
+    return float(getattr(_spent, "seconds", 0.0))
+
+
 @contextlib.contextmanager
 def translated(what: str) -> Iterator[None]:
     """Run an API call, turning whatever the client raises into a KubeError (`what` names it)."""
+    started = time.perf_counter()
     try:
         yield
     except KubeError:
@@ -127,3 +139,5 @@ def translated(what: str) -> Iterator[None]:
         raise Unavailable(f"{what}: {type(error).__name__}: {str(error)[:MESSAGE_CAP]}") from None
     except (ValueError, TypeError) as error:  # a body that is not JSON (or none at all)
         raise KubeError(f"{what}: unreadable answer ({str(error)[:MESSAGE_CAP]})") from None
+    finally:
+        _spent.seconds = api_seconds() + time.perf_counter() - started

@@ -1,5 +1,10 @@
 """Extender bind: node lock, then the Binding carrying `hami.io/bind-phase: allocating` and bind-time.
 
+Two API writes on the critical path, in HAMi's order: the node lock (`hami.io/mutex.lock`), then
+the Binding, which carries the bind-phase annotations (the API server sets them in the same update
+as spec.nodeName). The filter's reservation write, still in flight when kube-scheduler binds at
+once, overlaps the lock write; the Binding waits for it.
+
 A failed bind releases what it took (the node lock, the pod's in-memory reservation) and says why
 in a `BindingFailed` event; the pod's recorded reservation is replaced when kube-scheduler filters
 it again, and dropped if the pod goes away.
@@ -21,7 +26,7 @@ from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
-from webhooks.nodelock import NodeLock
+from webhooks.nodelock import LockValue, NodeLock
 
 log = logging.getLogger(__name__)
 _NOT_AGAIN = "dynmig does not bind it again"
@@ -86,16 +91,21 @@ class Binder:
             problem = replan_problem(typed_pod(pod)) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
-            recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
-            if recorded:
-                raise RuntimeError(recorded)
             phase = None
             if gpu:
+                # the node lock first: its write overlaps the filter's reservation write, which may
+                # still be in flight; both land before the Binding, the only write the device plugin
+                # acts on (a failed reservation releases the lock below)
                 self.lock.acquire(
                     node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None
                 )
                 locked = True
+                if self.cache is not None:
+                    self.cache.note_lock(node, LockValue(self.lock.clock(), ns, name))
                 phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
+            recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
+            if recorded:
+                raise RuntimeError(recorded)
             # bind-phase and bind-time ride on the Binding: the API server writes them onto the pod in
             # the same update that sets spec.nodeName, so the device plugin never sees the pod on
             # the node without them (HAMi patches them first, one more pod write and watch event).

@@ -90,6 +90,12 @@ class ClusterCache:
             return pod
         return self.kube.pod_or_none(namespace, name)  # the watch may lag the scheduler's own by a moment
 
+    def note_lock(self, node: str, value: LockValue) -> None:
+        """The node lock this process has just written, before its watch event arrives: the next
+        filter must already see the node as locked, or it sends another pod into a failing bind."""
+        with self._lock:
+            self.locks[node] = value
+
     def pod_exists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods
 
