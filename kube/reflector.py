@@ -68,7 +68,8 @@ def list_objects(what: str, call: Callable[..., Any], **kwargs: Any) -> tuple[li
         doc = json.loads(call(_preload_content=False, **kwargs).data)
     if not isinstance(doc, dict):
         raise KubeError(f"{what}: the answer is not an object list")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    found = doc.get("metadata")
+    meta: dict[str, Any] = found if isinstance(found, dict) else {}
     if meta.get("continue"):
         raise KubeError(f"{what}: partial list (continue token)")
     items = doc.get("items")

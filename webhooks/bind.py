@@ -54,11 +54,13 @@ class Binder:
         except BadArgs as error:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
-        error = self._bind(args)
-        if self.filter is not None and not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
+        failure = self._bind(args)
+        if self.filter is not None and not failure.endswith((_NOT_AGAIN, _NOT_THEIRS)):
             self.filter.bind_done(args.pod_uid or "", args.node)
-        self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
-        return bind_result(error)
+        self.metrics.bind_latency.labels("error" if failure else "bound").observe(
+            time.perf_counter() - started
+        )
+        return bind_result(failure)
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.cache.pod(namespace, name) if self.cache else None

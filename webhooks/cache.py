@@ -100,11 +100,12 @@ class ClusterCache:
         return (namespace, name) in self.pods
 
     # ---- feed --------------------------------------------------------------------------------
-    def _replace_nodes(self, items: list[dict]) -> None:
+    def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             self.nodes = {_key(n)[1]: n for n in items}
             self.locks = {name: v for name, n in self.nodes.items() if (v := node_lock_value(n)) is not None}
-        self.fleet.replace_nodes(items)
+        nodes: list[Mapping[str, Any]] = list(items)
+        self.fleet.replace_nodes(nodes)
 
     def _node_event(self, kind: str, node: dict) -> None:
         name = _key(node)[1]
@@ -123,10 +124,11 @@ class ClusterCache:
         else:
             self.fleet.set_node(node)
 
-    def _replace_pods(self, items: list[dict]) -> None:
+    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             self.pods = {_key(p): p for p in items}
-        self.fleet.replace_pods(items)
+        pods: list[Mapping[str, Any]] = list(items)
+        self.fleet.replace_pods(pods)
 
     def _pod_event(self, kind: str, pod: dict) -> None:
         key = _key(pod)
