@@ -8,7 +8,6 @@ field on error), starts the app and runs until SIGTERM/SIGINT.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -16,6 +15,7 @@ import time
 
 from dynmig import logs
 from dynmig.version import version
+from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
@@ -186,26 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     while not received:
         time.sleep(0.2)
-    _exit_if_stop_hangs(STOP_DEADLINE)
+    exit_if_stop_hangs(STOP_DEADLINE)
     app.stop()
     return 0
-
-
-STOP_DEADLINE = 15.0  # seconds; kubelet's default terminationGracePeriodSeconds is 30
-
-
-def _exit_if_stop_hangs(seconds: float) -> None:
-    """A graceful stop that blocks (e.g. on an API server that is gone) must not keep the process
-    alive: after `seconds` exit anyway. Nothing is mid-mutation then: Allocate and reconcile hold the
-    per-GPU locks only around NVML calls, which return."""
-
-    def give_up() -> None:
-        log.error("graceful stop took longer than %.0fs; exiting", seconds)
-        os._exit(1)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
 
 
 if __name__ == "__main__":

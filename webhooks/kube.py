@@ -3,7 +3,8 @@
 Every call passes `_preload_content=False`: we work on plain JSON, skip the client's model
 deserialisation (slow, and for `pods/binding` wrong — the apiserver answers a Binding POST with a
 `Status`, which the client fails to turn into a `V1Binding` although the bind succeeded, see
-kubernetes-client/python#547). Non-2xx replies still raise `ApiException`.
+kubernetes-client/python#547). Every failure raises a `kube.errors.KubeError` (`NotFound`,
+`Conflict`, `Unavailable`, ...).
 """
 
 from __future__ import annotations
@@ -17,35 +18,35 @@ import time
 import uuid
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
+
+from kube.client import api_client
+from kube.errors import NotFound, translated
 
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-CONFLICT, NOT_FOUND, GONE = 409, 404, 410
 
-__all__ = ["ApiException", "EventRecorder", "Kube", "load_api_client"]
+__all__ = ["EventRecorder", "Kube", "load_api_client"]
 
 
 def load_api_client(kubeconfig: str = "") -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or in-cluster when none is given."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
+    return api_client(kubeconfig or None, in_cluster=not kubeconfig)
 
 
-def _json(response) -> Any:
-    data = response.data
-    return json.loads(data) if data else None
+def _json(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the client without model deserialisation; the JSON answer, or KubeError."""
+    with translated(what):
+        data = call(*args, _preload_content=False, **kwargs).data
+        return json.loads(data) if data else None
 
 
-def _drain(response) -> None:
-    """Read a reply we do not need: an unread `_preload_content=False` response never goes back to
-    the connection pool, so every such call would open (and the server accept) a new connection."""
-    _ = response.data
+def _drain(what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    """Call and read a reply we do not need: an unread `_preload_content=False` response never goes
+    back to the connection pool, so every such call would open (and the server accept) a new connection."""
+    with translated(what):
+        _ = call(*args, _preload_content=False, **kwargs).data
 
 
 def now_rfc3339() -> str:
@@ -63,41 +64,56 @@ class Kube:
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _json(
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                patch,
-                _content_type=MERGE,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+            f"patch pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE,
+            _request_timeout=self.timeout,
         )
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return _json(
-            self.core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"read pod {namespace}/{name}",
+            self.core.read_namespaced_pod,
+            name,
+            namespace,
+            _request_timeout=self.timeout,
         )
 
     def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when the API server has no such pod."""
         try:
             return self.get_pod(namespace, name)
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
+        return _json(f"read node {name}", self.core.read_node, name, _request_timeout=self.timeout)
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _json(
-            self.core.patch_node(
-                name, patch, _content_type=MERGE, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"patch node {name}",
+            self.core.patch_node,
+            name,
+            patch,
+            _content_type=MERGE,
+            _request_timeout=self.timeout,
         )
+
+    def lease_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The coordination.k8s.io Lease, or None when the API server has none of that name."""
+        try:
+            return _json(
+                f"read lease {namespace}/{name}",
+                self.coordination.read_namespaced_lease,
+                name,
+                namespace,
+                _request_timeout=self.timeout,
+            )
+        except NotFound:
+            return None
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None
@@ -116,16 +132,21 @@ class Kube:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         _drain(
-            self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"bind pod {namespace}/{name} to {node}",
+            self.core.create_namespaced_pod_binding,
+            name,
+            namespace,
+            body,
+            _request_timeout=self.timeout,
         )
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         _drain(
-            self.core.create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"create event in {namespace}",
+            self.core.create_namespaced_event,
+            namespace,
+            body,
+            _request_timeout=self.timeout,
         )
 
 

@@ -9,15 +9,14 @@ and the metrics port.
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import TLSReloader
 from dynmig import logs
 from dynmig.version import version
+from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
@@ -197,22 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listeners.run()
     finally:
-        _exit_if_stop_hangs(STOP_DEADLINE)
+        exit_if_stop_hangs(STOP_DEADLINE)
         service.stop()
     return 0
-
-
-STOP_DEADLINE = 15.0  # seconds, within the pod's default terminationGracePeriodSeconds of 30
-
-
-def _exit_if_stop_hangs(seconds: float) -> None:
-    """A graceful stop that blocks (e.g. a watch on an API server that is gone) must not keep the
-    process alive: after `seconds` exit anyway. Reservations live in pod annotations, so nothing is lost."""
-
-    def give_up() -> None:
-        log.error("graceful stop took longer than %.0fs; exiting", seconds)
-        os._exit(1)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
