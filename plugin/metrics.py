@@ -94,6 +94,16 @@ class PluginMetrics:
             registry=r,
         )
 
+        self.events_dropped = Counter(
+            "dynmig_plugin_events_dropped",
+            "Kubernetes Events not posted (queue full, or the API server refused or was unreachable)",
+            ["reason"],
+            registry=r,
+        )
+
+    def event_dropped(self, reason: str) -> None:
+        self.events_dropped.labels(reason=reason).inc()
+
     def fail(self, op: str, reason: str) -> None:
         self.failures.labels(op=op, reason=reason).inc()
 

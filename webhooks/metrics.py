@@ -131,5 +131,14 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.events_dropped = Counter(
+            "dynmig_events_dropped",
+            "Kubernetes Events not posted (queue full, or the API server refused or was unreachable)",
+            ["reason"],
+            registry=self.registry,
+        )
         if snapshot is not None:
             self.registry.register(_StateCollector(snapshot))
+
+    def event_dropped(self, reason: str) -> None:
+        self.events_dropped.labels(reason).inc()

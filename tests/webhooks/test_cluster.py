@@ -94,7 +94,7 @@ def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_
         return [
             e["message"]
             for e in events["items"]
-            if e["reason"] == "FilteringFailed" and "not-enough-free-slices" in e["message"]
+            if e["reason"] == "FilteringFailed" and "not enough free slices" in e["message"]
         ]
 
     assert eventually(refusals), "no FilteringFailed event names the missing slices"
