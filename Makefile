@@ -64,10 +64,13 @@ proto: $(STAMP)
 	$(PY) -m plugin.api.generate
 
 lint: $(STAMP)
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: $(STAMP) tools image-tools
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 

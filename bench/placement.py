@@ -3,7 +3,8 @@
 Run by `make bench` as `python bench/placement.py`. Prints a table per policy and writes
 bench/results/placement.json. Seeded and deterministic apart from the timings.
 
-- Churn, at two offered loads (near capacity, which feeds the JSON, and overload): Poisson arrivals and exponential lifetimes of a mixed request mix (inference 1g-sized,
+- Churn, at two offered loads (near capacity, which feeds the JSON, and overload): Poisson arrivals
+  and exponential lifetimes of a mixed request mix (inference 1g-sized,
   notebooks 2g-sized, jobs 3g/4g/7g-sized, a few two-device pods) over a mixed fleet of A100-40GB,
   H100-80GB and RTX PRO 6000 nodes, offered above capacity so that refusals happen. A refused pod is
   dropped (not retried). "Fragmentation refusals" are refusals while the fleet had, in total, at least
