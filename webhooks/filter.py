@@ -294,12 +294,12 @@ class Filter:
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
         self.fleet.set_pending(uid, headline)
-        text = refusal_text(refusal, self._closed_texts(args.node_names)) if refusal.reasons else ""
+        closed = self._closed_texts(args.node_names)
+        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
         # The same text for every refused node: kube-scheduler counts identical reasons, so its
         # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
-        failed = {
-            node: blocked.get(node) or f"{NODES_PREFIX}{text or 'no MIG GPU'}" for node in args.node_names
-        }
+        per_node = refusal_text(refusal, closed) if refusal.reasons else f"{NODES_PREFIX}no MIG GPU"
+        failed = {node: blocked.get(node) or per_node for node in args.node_names}
         locked = (
             (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
             if blocked
