@@ -33,6 +33,7 @@ _CLOSEST_FIRST = (
     UNHEALTHY,
     NO_GPUS,
 )
+_RANK = {code: i for i, code in enumerate(_CLOSEST_FIRST)}
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,10 @@ class Refusal:
         return out
 
     def detail(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = ()) -> str:
-        """Every reason as `node/GPU: message`, cut before `limit` with "and N more GPUs"."""
-        return bounded_join([*(str(r) for r in self.reasons), *extra], limit, "GPUs")
+        """Every reason as `node/GPU: message`, those closest to fitting first (a GPU excluded by the
+        pod's own annotations says the least), cut before `limit` with "and N more GPUs"."""
+        ranked = sorted(self.reasons, key=lambda r: _RANK.get(r.code, len(_RANK)))
+        return bounded_join([*(str(r) for r in ranked), *extra], limit, "GPUs")
 
     def text(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = (), head: str = "") -> str:
         """`head` (default: the summary), DETAIL_MARK, the per-GPU detail: at most `limit` characters."""
