@@ -185,17 +185,18 @@ class EventRecorder:
 
     def _write(self, s: _Series) -> str:
         """Create or patch the series' Event; its name, or "" when the write failed (counted)."""
-        if self.core is None:
+        core = self.core
+        if core is None:
             return s.name or "unposted"
         try:
             if s.name:
                 try:
-                    self._patch(s)
+                    self._patch(core, s)
                     return s.name
                 except Exception as error:
                     if getattr(error, "status", None) != 404:
                         raise
-            return self._create(s)
+            return self._create(core, s)
         except Exception as error:  # noqa: BLE001 - events are best effort; never fail the caller
             self._dropped("api-error")
             log.warning(
@@ -207,7 +208,7 @@ class EventRecorder:
             )
             return s.name
 
-    def _create(self, s: _Series) -> str:
+    def _create(self, core: Any, s: _Series) -> str:
         name = f"{s.regarding.name or s.regarding.kind.lower()}.{uuid.uuid4().hex[:16]}"
         body = {
             "apiVersion": "v1",
@@ -225,16 +226,16 @@ class EventRecorder:
             "count": s.count,
         }
         _drain(
-            self.core.create_namespaced_event(
+            core.create_namespaced_event(
                 s.regarding.namespace, body, _preload_content=False, _request_timeout=TIMEOUT
             )
         )
         return name
 
-    def _patch(self, s: _Series) -> None:
+    def _patch(self, core: Any, s: _Series) -> None:
         patch = {"count": s.count, "lastTimestamp": _stamp(s.last), "message": s.message}
         _drain(
-            self.core.patch_namespaced_event(
+            core.patch_namespaced_event(
                 s.name,
                 s.regarding.namespace,
                 patch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -309,7 +309,7 @@ class Filter:
         self.events.record(pod, "Warning", "FilteringFailed", message)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
-    def _closed_texts(self, nodes: list[str]) -> list[str]:
+    def _closed_texts(self, nodes: Iterable[str]) -> list[str]:
         out: list[str] = []
         for node in nodes:
             out.extend(_closed(node, self.fleet.occupancy(node)))

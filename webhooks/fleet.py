@@ -221,7 +221,9 @@ class Fleet:
 
     def snapshot(self) -> Snapshot:
         with self.lock:
-            instances, gpus, devices = [], [], []
+            instances: list[tuple[str, ...]] = []
+            gpus: list[GpuSample] = []
+            devices: list[DeviceSample] = []
             for occ in self._occupancy.values():
                 for g in occ.gpus:
                     holders = occ.holders.get(g.uuid, ())
