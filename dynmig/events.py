@@ -27,7 +27,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE = 1024  # the API server's limit on a core/v1 Event's message (noteLengthLimit)
+MAX_MESSAGE = 1024  # bytes: the API server's limit on an Event's note (NoteLengthLimit)
 FINISH_AFTER = 6 * 60.0  # client-go's finishTime
 TIMEOUT = (3.0, 10.0)  # (connect, read) seconds for one write
 
@@ -132,7 +132,7 @@ class EventRecorder:
         now = self._clock()
         who = regarding.uid or f"{regarding.namespace}/{regarding.name}"
         key: Key = (who, event_type, reason, regarding.kind, distinct)
-        text = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+        text = cap(message)
         with self._cond:
             series = self._series.get(key)
             if series is not None and now - series.last > FINISH_AFTER:
@@ -244,6 +244,14 @@ class EventRecorder:
                 _request_timeout=TIMEOUT,
             )
         )
+
+
+def cap(message: str, limit: int = MAX_MESSAGE) -> str:
+    """At most `limit` bytes of UTF-8 (the API server counts bytes), cut with "…" on a character."""
+    data = message.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return message
+    return data[: limit - 3].decode("utf-8", "ignore") + "…"
 
 
 def _stamp(when: float) -> str:

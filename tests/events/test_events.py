@@ -103,7 +103,9 @@ def test_a_long_message_is_cut_to_what_the_api_server_accepts(core):
     recorder = EventRecorder(core, "dynmig-scheduler").start()
     try:
         recorder.record_about(Regarding("Pod", "default", "p", "u"), "Warning", "FilteringFailed", "x" * 5000)
+        recorder.record_about(Regarding("Pod", "default", "q", "v"), "Warning", "FilteringFailed", "é" * 5000)
     finally:
         recorder.stop()
-    (event,) = _events(core, "FilteringFailed")
-    assert len(event["message"]) == 1024 and event["message"].endswith("…")
+    messages = sorted(e["message"] for e in _events(core, "FilteringFailed"))
+    assert [len(m.encode()) <= 1024 and m.endswith("…") for m in messages] == [True, True]
+    assert messages[0].startswith("xxx") and messages[1].startswith("ééé")
