@@ -197,6 +197,11 @@ class TLSReloader:
             return None
         return (not_after - self._clock()).total_seconds()
 
+    def expiry_timestamp(self) -> float | None:
+        """The served certificate's notAfter as Unix time (None if none is loaded)."""
+        not_after = self._not_after
+        return None if not_after is None else not_after.timestamp()
+
     def ready(self) -> bool:
         """For /readyz: a pair is loaded and is valid right now."""
         if self._current is None or self._not_before is None or self._not_after is None:
@@ -248,12 +253,14 @@ class _Metrics:
     def __init__(self, registry, reloader: TLSReloader) -> None:
         from prometheus_client import Counter, Gauge
 
+        # A timestamp, not a countdown (Prometheus convention): alert on
+        # `dynmig_tls_certificate_expiry_timestamp_seconds - time() < 7 * 86400`.
         expiry = Gauge(
-            "dynmig_tls_certificate_expiry_seconds",
-            "Seconds until the served TLS certificate expires (negative: expired; absent: none loaded).",
+            "dynmig_tls_certificate_expiry_timestamp_seconds",
+            "Unix time at which the served TLS certificate expires (NaN while none is loaded).",
             registry=registry,
         )
-        expiry.set_function(lambda: _nan_if_none(reloader.seconds_to_expiry()))
+        expiry.set_function(lambda: _nan_if_none(reloader.expiry_timestamp()))
         ok = Gauge(
             "dynmig_tls_last_reload_success",
             "1 if the last certificate reload succeeded, 0 if the last new pair was refused.",

@@ -12,16 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import queue
-import threading
-import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
 from kube.client import api_client
 from kube.errors import NotFound, translated
+
+from dynmig import events
 
 log = logging.getLogger(__name__)
 
@@ -150,78 +149,16 @@ class Kube:
         )
 
 
-class EventRecorder:
-    """Posts events from a background thread so scheduling never waits on them (best effort)."""
+class EventRecorder(events.EventRecorder):
+    """The scheduler's events (dynmig.events: aggregated, posted off the filter and bind path)."""
 
-    def __init__(self, kube: Kube | None, component: str, capacity: int = 1000):
+    def __init__(
+        self,
+        kube: Kube | None,
+        component: str,
+        instance: str = "",
+        capacity: int = 1000,
+        dropped: Callable[[str], None] | None = None,
+    ):
+        super().__init__(kube.core if kube else None, component, instance, capacity=capacity, dropped=dropped)
         self.kube = kube
-        self.component = component
-        self._queue: queue.Queue[tuple[str, str, str, str, str, str, float] | None] = queue.Queue(capacity)
-        self._thread = threading.Thread(target=self._run, name="dynmig-events", daemon=True)
-
-    def start(self) -> EventRecorder:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=5)
-
-    def record(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Queue an event; the body is built on the events thread, off the filter and bind path."""
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        item = (
-            namespace,
-            meta.get("name", ""),
-            meta.get("uid", ""),
-            event_type,
-            reason,
-            message,
-            time.time(),
-        )
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            log.warning(
-                "event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name")
-            )
-
-    def _body(
-        self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str, when: float
-    ) -> dict[str, Any]:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name or 'pod'}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": event_type,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self.kube is None:
-                continue
-            body = self._body(*item)
-            try:
-                self.kube.create_event(item[0], body)
-            except Exception as error:  # noqa: BLE001 - events are best effort
-                log.warning("could not post event %s: %s", body["reason"], error)

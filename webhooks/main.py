@@ -73,7 +73,9 @@ class Service:
         self.fleet = Fleet(ttl=cfg.reservation_ttl)
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         self.cache = ClusterCache(self.kube, self.fleet)
-        self.events = EventRecorder(self.kube, cfg.scheduler_name)
+        self.events = EventRecorder(
+            self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
+        )
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads

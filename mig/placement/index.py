@@ -355,7 +355,7 @@ class PlacementIndex:
                     )
             return out
 
-        return R.Refusal(build)
+        return R.Refusal(build, gpus=sum(len(g) for g in sigs.values()))
 
 
 def _requests_text(devices: list[Device]) -> str:
@@ -422,6 +422,8 @@ def gpu_reason(
             f"fragmented: free slices {R.slices_text(free)} but {smallest.name} needs one of {needs}",
             node,
             uuid,
+            smallest.name,
+            tuple(free),
         )
     return R.Reason(
         R.NOT_ENOUGH_SLICES,
@@ -429,6 +431,8 @@ def gpu_reason(
         f"{smallest.name} needs {smallest.size} at one of {needs}",
         node,
         uuid,
+        smallest.name,
+        tuple(free),
     )
 
 
