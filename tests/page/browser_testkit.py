@@ -67,19 +67,10 @@ class Tab:
             time.sleep(0.1)
         raise BrowserError(f"waited {timeout:.0f}s for {what or expression}; last value {value!r}")
 
-    def screenshot(self) -> bytes:
-        return base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
-
-    def full_page_screenshot(self, width: int = 1200) -> bytes:
-        height = int(self.evaluate("document.documentElement.scrollHeight") or 800)
-        self.send(
-            "Emulation.setDeviceMetricsOverride",
-            width=width,
-            height=min(max(height, 200), 4000),
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        return self.screenshot()
+    def screenshot(self, width: int = 0, height: int = 0) -> bytes:
+        """PNG of the viewport, or of its top-left width × height."""
+        clip = {"clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}} if width else {}
+        return base64.b64decode(self.send("Page.captureScreenshot", format="png", **clip)["data"])
 
 
 class Chromium:

@@ -104,6 +104,10 @@ def test_the_page_shows_pods_as_they_come_and_go_and_a_pending_pod_with_its_reas
         assert row
         pending = pending_row(tab, "waits")
         assert pending["reason"] and pending["fix"]
+        png = tab.screenshot(1180, 560)  # the page's top as a person sees it now: three pods, one waiting
+        assert is_png(png) and len(png) > 1000
+        if os.environ.get("DYNMIG_PAGE_SCREENSHOT"):
+            Path(os.environ["DYNMIG_PAGE_SCREENSHOT"]).write_bytes(png)
 
         kit.delete("train")  # its GPU is free again: the segment goes, and the waiting pod gets it
         tab.wait_for(
@@ -117,10 +121,6 @@ def test_the_page_shows_pods_as_they_come_and_go_and_a_pending_pod_with_its_reas
             what="waits to move from the pending list onto a GPU",
         )
 
-        png = tab.full_page_screenshot()
-        assert is_png(png) and len(png) > 1000
-        if os.environ.get("DYNMIG_PAGE_SCREENSHOT"):
-            Path(os.environ["DYNMIG_PAGE_SCREENSHOT"]).write_bytes(png)
         assert tab.evaluate("window.dynmigSamePage === true")  # every change came without a reload
         errors = [e for e in tab.log if e.get("level") == "error"]
         assert errors == []  # no script error and no Content-Security-Policy violation

@@ -17,10 +17,10 @@ from mig.slicemap import FleetMap, GpuMap, NodeMap, PendingPod, Segment
 TITLE = "dynmig: MIG slices"
 MAX_TEXT = 300  # characters of any one cluster string shown (a Kubernetes name is at most 253)
 MAX_PENDING = 100  # pending pods listed; the rest are counted
-SLICE_W = 84  # SVG units per memory slice
-LANE_H = 58  # SVG units per lane of segments
-AXIS_H = 16  # the slice numbers under the lanes
-CHAR_W = 6.6  # about one character of the label font, to cut labels to their segment
+SLICE_W = 64  # SVG units per memory slice
+LANE_H = 48  # SVG units per lane of segments
+AXIS_H = 14  # the slice numbers under the lanes
+CHAR_W = 6.1  # about one character of the label font (page.css), to cut labels to their segment
 
 
 def _text(value: object, limit: int = MAX_TEXT) -> str:
@@ -80,9 +80,9 @@ def _segment(lane: int, s: Segment) -> str:
         f'data-profile="{_text(s.profile)}" data-phase="{_text(s.phase)}" data-placement="{where}">'
         f"<title>{_text(title, 2 * MAX_TEXT)}</title>"
         f'<rect x="{x}" y="{y}" width="{w}" height="{LANE_H - 2}" rx="4"></rect>'
-        f'<text class="profile" x="{x + 6}" y="{y + 16}">{_text(_label(s.profile, w))}</text>'
-        f'<text class="pod" x="{x + 6}" y="{y + 33}">{_text(_label(pod, w))}</text>'
-        f'<text class="phase" x="{x + 6}" y="{y + 49}">{_text(_label(s.phase, w))}</text>'
+        f'<text class="profile" x="{x + 5}" y="{y + 13}">{_text(_label(s.profile, w))}</text>'
+        f'<text class="pod" x="{x + 5}" y="{y + 27}">{_text(_label(pod, w))}</text>'
+        f'<text class="phase" x="{x + 5}" y="{y + 41}">{_text(_label(s.phase, w))}</text>'
         "</g>"
     )
 
@@ -92,7 +92,7 @@ def _free(slice_: int, lanes: int) -> str:
     return (
         f'<g class="free" data-slice="{slice_}"><title>slice {slice_} is free</title>'
         f'<rect x="{x}" y="1" width="{SLICE_W - 2}" height="{lanes * LANE_H - 2}" rx="4"></rect>'
-        f'<text x="{x + 6}" y="17">free</text></g>'
+        f'<text x="{x + 5}" y="14">free</text></g>'
     )
 
 
@@ -132,7 +132,10 @@ def _node(n: NodeMap) -> str:
         else "".join(_gpu(g) for g in n.gpus) or '<p class="empty">no MIG GPU</p>'
     )
     fits = "" if n.unreadable else _fits("node fits now", n.fits, profiles)
-    return f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}</h2>{fits}{body}</section>'
+    return (
+        f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}</h2>{fits}'
+        f'<div class="gpus">{body}</div></section>'
+    )
 
 
 # ---------------------------------------------------------------- pending pods
@@ -142,7 +145,7 @@ def _pending_row(p: PendingPod) -> str:
     fix = p.fix + (f" ({p.advice})" if p.advice else "")
     return (
         f'<tr class="pending-pod" data-pod="{_text(p.namespace)}/{_text(p.name)}" data-code="{_text(p.code)}">'
-        f"<td>{_text(p.namespace)}/{_text(p.name)}</td><td>{_text(p.asks)}</td>"
+        f'<td>{_text(p.namespace)}/{_text(p.name)}</td><td class="asks">{_text(p.asks)}</td>'
         f'<td class="reason">{_text(p.reason)}</td><td class="fix">{_text(fix)}</td></tr>'
     )
 
