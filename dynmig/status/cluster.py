@@ -8,12 +8,13 @@ the GPUs it touches), an unreadable pod spec leaves that pending pod's request a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
-from mig.placement import GpuState, PodRequest
+from mig.placement import GpuState, PodRequest, RequestError
+from mig.pods import active_for_scheduler, gpu_request, is_terminating
 from mig.slicemap import (
     FleetMap,
     GpuMap,
@@ -26,12 +27,9 @@ from mig.slicemap import (
     gpu_map,
     node_map,
 )
-from webhooks.extender import BadArgs
-from webhooks.filter import pod_request
 from webhooks.occupancy import (
     NodeOccupancy,
     PodUsage,
-    is_active,
     node_cordon,
     node_gpus,
     node_leftovers,
@@ -52,10 +50,6 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _name(obj: Mapping[str, Any]) -> str:
     meta = _meta(obj)
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
-def _terminating(pod: Mapping[str, Any]) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
 
 
 def node_view(
@@ -99,25 +93,35 @@ def _reason(pod: Mapping[str, Any]) -> str:
 def _is_waiting(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return not node and is_active(pod) and not _terminating(pod)
+    return not node and active_for_scheduler(pod) and not is_terminating(pod)
+
+
+# The defrag hook: given a waiting pod, its request and the fleet's GPUs as the scheduler sees them,
+# the text of the advice ("" for none) shown under the pod's fix (`PendingPod.advice`).
+Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
 
 
 def pending_view(
-    pod: Mapping[str, Any], states: Sequence[GpuState], names: ResourceNames
+    pod: Mapping[str, Any],
+    states: Sequence[GpuState],
+    names: ResourceNames,
+    advisor: Advisor | None = None,
 ) -> PendingPod | None:
-    """A waiting pod that asks for MIG GPUs, with the scheduler's reason and the engine's fix now."""
+    """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
+    when an advisor is given and the pod does not fit, its advice."""
     meta = _meta(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
-        request: PodRequest | None = pod_request(pod, names)
-    except BadArgs as error:
+        request: PodRequest | None = gpu_request(pod, names)
+    except RequestError as error:
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
     code, fix = diagnose(request, states)
     if not code:
         fix = "fits now: the scheduler places it at its next try"
-    return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=fix, code=code)
+    advice = advisor(pod, request, states) if advisor is not None and code else ""
+    return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=fix, advice=advice, code=code)
 
 
 def fleet_view(
@@ -125,13 +129,15 @@ def fleet_view(
     pods: Iterable[Mapping[str, Any]],
     names: ResourceNames | None = None,
     only_nodes: Sequence[str] = (),
+    advisor: Advisor | None = None,
 ) -> FleetMap:
-    """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods."""
+    """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods (with
+    `advisor`'s advice for those that do not fit)."""
     names = names or ResourceNames()
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
     unreadable: list[tuple[str, str]] = []
-    terminating = {_name(p) for p in pods if _terminating(p)}
+    terminating = {_name(p) for p in pods if is_terminating(p)}
     holding: set[str] = set()  # pods with a reservation: shown as segments, not as pending
     for pod in pods:
         usage = pod_usage(pod)
@@ -149,5 +155,5 @@ def fleet_view(
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
     waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
-    pending = [v for p in waiting if (v := pending_view(p, states, names)) is not None]
+    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor)) is not None]
     return fleet_map(maps, pending, unreadable)

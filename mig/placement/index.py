@@ -214,7 +214,23 @@ class PlacementIndex:
     def _lead_candidates(
         self, pod: PodRequest, lead: Device, allowed: set[str] | None
     ) -> Iterator[tuple[_Gpu, _Candidate]]:
-        """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted)."""
+        """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted).
+
+        The ranking rule, applied here and in `_plan_node` (first difference wins, lower is better):
+        `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
+        of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
+        its node, node name, GPU UUID. Each GPU contributes its best (profile, placement) only, which
+        is the same as ranking every placement because rank leads and, within one GPU, fill is fixed.
+
+        It is evaluated once per bucket, not per GPU: a bucket is the GPUs sharing the group key
+        (profile set, occupancy mask, NVML type, total memory) and their node's fill, and every
+        criterion above before the GPU-order tie-break is computed from the bucket's first GPU. So
+        any criterion that varies per GPU or per node beyond those five things (a label, a health
+        score, a node's other GPUs' types...) would silently be ranked per bucket, i.e. wrongly. A new
+        criterion must either join `_Gpu.group()` / the fill bucket or be applied per GPU below;
+        `mig.placement.reference` ranks every GPU and placement directly and
+        tests/mig/test_reference_planner.py holds the index to it.
+        """
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
         # bucket key (everything but GPU order and node name) -> [(candidate, members)]
@@ -256,7 +272,11 @@ class PlacementIndex:
     def _plan_node(
         self, pod: PodRequest, devices: list[Device], node: str, memo: dict[tuple, _Candidate | None]
     ) -> Plan | None:
-        """All devices of the pod on one node, largest request first, or None if they do not all fit."""
+        """All devices of the pod on one node, largest request first, or None if they do not all fit.
+
+        Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
+        against the node's tentative masks; node fill stays the node's fill before this pod.
+        """
         filtered = _has_filters(pod)
         gpus = [
             g

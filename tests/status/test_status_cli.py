@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dynmig.status.cluster import fleet_view
 from dynmig.status.main import main
 from mig.annotations import (
     DEVICES_ALLOCATED,
@@ -208,3 +209,18 @@ def test_watch_redraws_only_when_something_changed_and_stops_when_bounded(api, c
     code, out, _ = status(api, capsys, "--watch", "--interval", "0.2", "--watch-for", "0.6")
     assert code == 0
     assert out.count("NODE gpu-1") == 1  # nothing changed: drawn once
+
+
+def test_an_advisor_hook_gives_advice_only_to_pods_that_do_not_fit():
+    nodes = [node("gpu-1", {NODE_REGISTER: register("GPU-a")})]
+    pods = [waiting("big", "80000"), waiting("ok", "4000")]
+    seen: list[int] = []
+
+    def advisor(pod: dict[str, Any], request: Any, states: Any) -> str:
+        seen.append(len(states))
+        return f"advice for {pod['metadata']['name']}"
+
+    fleet = fleet_view(nodes, pods, advisor=advisor)
+    assert {p.name: p.advice for p in fleet.pending} == {"big": "advice for big", "ok": ""}
+    assert seen == [1]
+    assert {p.name: p.fix for p in fleet.pending}["ok"] == "fits now: the scheduler places it at its next try"
