@@ -49,7 +49,7 @@ def create_page_app(
     script, style = _asset("page.js"), _asset("page.css")
 
     async def index(_: Request) -> Response:
-        _, fragment = feed.current()
+        fragment = feed.current()[1]
         return Response(page(fragment), media_type="text/html; charset=utf-8", headers=HEADERS)
 
     async def asset_js(_: Request) -> Response:
