@@ -258,10 +258,12 @@ _FIXES = {
 }
 
 
-def diagnose(request: PodRequest, states: Iterable[GpuState]) -> tuple[str, str]:
+def diagnose(request: PodRequest, states: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
     """(headline reason code, fix) for a pending pod against the current fleet, by the engine itself;
-    ("", "") when the pod would fit now (the scheduler will place it at its next try)."""
-    result = PlacementIndex(states).plan(request)
+    ("", "") when the pod would fit now (the scheduler will place it at its next try). `states` may be
+    an index already built (the scheduler's own, in `dynmig serve`), which is then only read."""
+    index = states if isinstance(states, PlacementIndex) else PlacementIndex(states)
+    result = index.plan(request)
     if isinstance(result, Plan):
         return "", ""
     counts = result.counts()

@@ -31,7 +31,7 @@ from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 from webhooks.page.app import create_page_app
-from webhooks.page.view import renderer
+from webhooks.page.view import FleetPage
 from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
@@ -120,7 +120,17 @@ class Service:
         self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
         self.page_app = (  # the live slice-map page, on its own listener (off by default)
-            create_page_app(renderer(self.cache, resources, cfg.scheduler_name)) if cfg.page else None
+            create_page_app(
+                FleetPage(
+                    self.fleet,
+                    lambda: self.cache.objects()[1],
+                    lambda: self.cache.synced,
+                    resources,
+                    cfg.scheduler_name,
+                )
+            )
+            if cfg.page
+            else None
         )
 
     def use_certificates(self, **timing) -> ServingCertificates:

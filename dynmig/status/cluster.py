@@ -13,7 +13,7 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
-from mig.placement import GpuState, PodRequest, RequestError
+from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
 from mig.pods import active_for_scheduler, gpu_request, is_terminating
 from mig.slicemap import (
     FleetMap,
@@ -106,9 +106,11 @@ def pending_view(
     states: Sequence[GpuState],
     names: ResourceNames,
     advisor: Advisor | None = None,
+    index: PlacementIndex | None = None,
 ) -> PendingPod | None:
     """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
-    when an advisor is given and the pod does not fit, its advice."""
+    when an advisor is given and the pod does not fit, its advice. `index`: diagnose against this
+    index of `states` instead of building one (the live page passes the scheduler's own)."""
     meta = _meta(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
@@ -117,7 +119,7 @@ def pending_view(
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
-    code, fix = diagnose(request, states)
+    code, fix = diagnose(request, index if index is not None else states)
     if not code:
         fix = "fits now: the scheduler places it at its next try"
     advice = advisor(pod, request, states) if advisor is not None and code else ""

@@ -193,3 +193,65 @@ def test_the_chart_turns_the_page_on_with_its_port_in_the_pod_the_service_and_th
     assert service_ports(docs)["page"] == 9500
     policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
     assert 9500 in [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+
+
+def held_pod(name: str, node: str, gpu: str, start: int, realized: bool = False) -> dict[str, Any]:
+    """A pod on `node` holding a 1g.5gb at `start` of `gpu`, as the scheduler's annotations record it
+    (`realized`: with the MIG instance the device plugin created for it)."""
+    from mig.annotations import (
+        DEVICES_ALLOCATED,
+        MIG_ALLOCATIONS,
+        VGPU_NODE,
+        ContainerDevice,
+        MigAllocation,
+        encode_allocations,
+        encode_devices,
+    )
+
+    allocation = MigAllocation.model_validate(
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": gpu,
+            "profile": "1g.5gb",
+            "placement": {"start": start, "size": 1},
+            **({"migUUID": f"MIG-{name}", "gpuInstanceID": 7, "computeInstanceID": 0} if realized else {}),
+        }
+    )
+    pod = waiting_pod(name, 4000)
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["metadata"]["annotations"] = {
+        VGPU_NODE: node,
+        DEVICES_ALLOCATED: encode_devices([[ContainerDevice(gpu, "NVIDIA", 4000, 0)]]),
+        MIG_ALLOCATIONS: encode_allocations([allocation]) or "",
+    }
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_the_page_redraws_only_the_node_whose_pods_changed():
+    from mig.allowlist import ResourceNames
+    from webhooks.fleet import Fleet
+    from webhooks.page.view import FleetPage
+
+    fleet = Fleet()
+    fleet.replace_nodes([mig_node("n1", 1), mig_node("n2", 1)])
+    pods = [held_pod("a", "n1", "GPU-n1-0", 0, realized=True)]
+    fleet.replace_pods(pods)
+    page = FleetPage(fleet, lambda: pods, lambda: True, ResourceNames, "dynmig-scheduler")
+    first = Classes(page())
+    assert [a["data-pod"] for a in first.of("segment")] == ["team/a"]
+    assert page.nodes_drawn == 2
+    page()
+    assert page.nodes_drawn == 2  # nothing changed: both sections reused
+    pods.append(held_pod("b", "n2", "GPU-n2-0", 0))
+    fleet.set_pod(pods[-1])
+    shown = Classes(page())
+    assert page.nodes_drawn == 3  # only n2 was drawn again
+    assert sorted(a["data-pod"] for a in shown.of("segment")) == ["team/a", "team/b"]
+    pods[0] = {**pods[0], "metadata": {**pods[0]["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
+    shown = Classes(page())
+    assert page.nodes_drawn == 4  # a terminating pod's node is drawn again: its phase changes
+    phases = {a["data-pod"]: a["data-phase"] for a in shown.of("segment")}
+    assert phases == {"team/a": "reclaiming", "team/b": "reserved"}

@@ -110,6 +110,24 @@ def test_a_watcher_over_the_limit_is_refused_and_a_watcher_that_leaves_frees_its
         assert eventually(lambda: app.state.streams.open == 0)
 
 
+def test_a_slow_rendering_spaces_the_next_ones_out_so_the_page_never_takes_the_schedulers_cpu():
+    clock = [0.0]
+
+    def slow() -> str:
+        clock[0] += 2.0  # this rendering took 2 s
+        return "<p>big fleet</p>"
+
+    feed = Feed(slow, interval=1.0, clock=lambda: clock[0])
+    feed.current()
+    assert feed.renders == 1
+    clock[0] += 7.0  # 9 s after the rendering began: within 5 × its 2 s
+    feed.current()
+    assert feed.renders == 1
+    clock[0] += 1.0
+    feed.current()
+    assert feed.renders == 2
+
+
 def test_many_watchers_share_one_rendering_per_interval():
     clock = [0.0]
     calls = []

@@ -124,7 +124,8 @@ def _gpu(g: GpuMap) -> str:
     return f'<div class="gpu" data-gpu="{_text(g.uuid)}">{head}{gpu_svg(g)}{closed}{fits}</div>'
 
 
-def _node(n: NodeMap) -> str:
+def node_section(n: NodeMap) -> str:
+    """One node: what still fits on it, then each GPU's slice map (or why the node is unreadable)."""
     profiles = next((g.profiles for g in n.gpus if g.profiles), ())
     body = (
         f'<p class="closed">{_text(n.unreadable)}</p>'
@@ -173,13 +174,18 @@ def _unreadable(pods: Iterable[tuple[str, str]]) -> str:
 
 def fragment(fleet: FleetMap, note: str = "") -> str:
     """The live part of the page: what fits in the fleet, the pending pods, then each node's GPUs."""
+    return compose(fleet, [node_section(n) for n in fleet.nodes], note)
+
+
+def compose(fleet: FleetMap, sections: Sequence[str], note: str = "") -> str:
+    """`fragment` with the nodes' sections already drawn (`node_section` of each of `fleet.nodes`)."""
     profiles = next((g.profiles for n in fleet.nodes for g in n.gpus if g.profiles), ())
     parts = [f'<p class="note">{_text(note)}</p>' if note else ""]
     parts.append(f'<section class="summary">{_fits("fleet fits now", fleet.fits, profiles)}</section>')
     parts.append(_pending(fleet.pending))
     if fleet.unreadable_pods:
         parts.append(_unreadable(fleet.unreadable_pods))
-    parts.extend(_node(n) for n in fleet.nodes)
+    parts.extend(sections)
     if not fleet.nodes:
         parts.append('<p class="empty">no node publishes MIG GPUs yet</p>')
     return "".join(parts)
