@@ -157,5 +157,6 @@ def fleet_view(
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
     waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
-    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor)) is not None]
+    index = PlacementIndex(states) if waiting else None  # built once, read for every waiting pod
+    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor, index)) is not None]
     return fleet_map(maps, pending, unreadable)
