@@ -99,6 +99,12 @@ class ClusterCache:
     def pod_exists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods
 
+    def objects(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(nodes, pods) as the cache holds them now: lists copied under the lock, objects shared
+        (never modified in place: each watch event replaces a whole object)."""
+        with self._lock:
+            return list(self.nodes.values()), list(self.pods.values())
+
     # ---- feed --------------------------------------------------------------------------------
     def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -226,6 +226,12 @@ class Fleet:
         with self.lock:
             return self._occupancy.get(node)
 
+    def node_views(self) -> list[tuple[NodeGpus, NodeOccupancy, str | None]]:
+        """Per published node: what it publishes, its occupancy now, and its leftover list as text
+        (the live page draws them; each object is immutable and replaced, never changed, on a change)."""
+        with self.lock:
+            return [(self._published[n], occ, self._register[n][1]) for n, occ in self._occupancy.items()]
+
     def placements(self) -> dict[str, list[tuple[str, Placement]]]:
         """GPU UUID -> (pod uid, placement) for everything counted right now (tests check overlap)."""
         out: dict[str, list[tuple[str, Placement]]] = {}

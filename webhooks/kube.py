@@ -17,10 +17,9 @@ from typing import Any
 
 from kubernetes import client
 
+from dynmig import events
 from kube.client import api_client
 from kube.errors import NotFound, translated
-
-from dynmig import events
 
 log = logging.getLogger(__name__)
 

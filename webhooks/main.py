@@ -29,8 +29,10 @@ from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
+from webhooks.page.app import create_page_app
+from webhooks.page.view import FleetPage
 from webhooks.pending import PendingBinds
-from webhooks.runner import Extender, Listeners
+from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
@@ -121,6 +123,19 @@ class Service:
         self.app = create_app(self.server)  # admission webhooks and health: the Service's port
         self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
+        self.page_app = (  # the live slice-map page, on its own listener (off by default)
+            create_page_app(
+                FleetPage(
+                    self.fleet,
+                    lambda: self.cache.objects()[1],
+                    lambda: self.cache.synced,
+                    resources,
+                    cfg.scheduler_name,
+                )
+            )
+            if cfg.page
+            else None
+        )
 
     def use_certificates(self, **timing) -> ServingCertificates:
         """Serve and (cert-mode self, as Lease holder) renew the certificate `cfg` names; its metrics
@@ -194,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg.extender_port,
             extender_tls(service.tls, cfg.extender_client_ca),
         ),
+        page=Page(service.page_app, cfg.page_port) if service.page_app is not None else None,
     )
     try:
         listeners.run()

@@ -100,8 +100,9 @@ class Diagnoses:
     """`diagnose` for many pending pods against one fleet: one placement index (planning does not
     change it), and one answer per distinct request (pods of one workload ask alike)."""
 
-    def __init__(self, states: Sequence[GpuState]):
-        self.index = PlacementIndex(states)
+    def __init__(self, fleet: Sequence[GpuState] | PlacementIndex):
+        # an index already built (the scheduler's own, in `dynmig serve`) is only read
+        self.index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
         self._memo: dict[PodRequest, tuple[str, str]] = {}
 
     def __call__(self, request: PodRequest) -> tuple[str, str]:
