@@ -196,7 +196,7 @@ class TLSReloader:
 
     def ready(self) -> bool:
         """For /readyz: a pair is loaded and is valid right now."""
-        if self._current is None or self._not_after is None:
+        if self._current is None or self._not_before is None or self._not_after is None:
             return False
         now = self._clock()
         valid = self._not_before <= now < self._not_after
@@ -222,6 +222,8 @@ class TLSReloader:
         self._thread.start()
 
     def _run(self) -> None:
+        if self._source is None:  # start() runs this thread only with a source
+            return
         try:
             self._source.run(self.load, self._stop)
         except Exception:  # a source bug must not take the server down; the old pair stays served

@@ -175,7 +175,7 @@ def advise(
 def _one_device(
     pod: PodRequest, fleet: list[_Node], budgets: Mapping[str, int], now: float, _: int
 ) -> Advice:
-    (_, _, ask) = pod.devices()[0]
+    ask = pod.devices()[0][2]
     best: tuple[Cost, _Node, tuple[Holder, ...]] | None = None
     blocked: set[str] = set()
     for node in fleet:
@@ -194,9 +194,9 @@ def _one_device(
                     best = (c, node, victims)
     if best is None:
         return _none(blocked, 0)
-    _, node, victims = best
-    plan = _place(pod, _without(node.gpus, victims))
-    return Advice(victims, node.name, plan, True, 1, "", tuple(sorted(blocked)))
+    chosen, freed = best[1], best[2]
+    plan = _place(pod, _without(chosen.gpus, freed))
+    return Advice(freed, chosen.name, plan, True, 1, "", tuple(sorted(blocked)))
 
 
 def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
@@ -417,7 +417,7 @@ def selects(selector: Any, labels: Mapping[str, Any]) -> bool:
     for e in exprs:
         if not isinstance(e, Mapping) or e.get("operator") not in _OPERATORS:
             return False
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        key, op, values = str(e.get("key")), e.get("operator"), e.get("values") or []
         present = key in labels
         if (
             (op == "In" and labels.get(key) not in values)

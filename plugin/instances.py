@@ -453,13 +453,15 @@ class InstanceManager:
     ) -> ManagedInstance | None:
         gi = self.nvml.gi_by_id(gpu.device.handle, entry.gpuInstanceID or 0)
         if gi is None or gi.placement != key.placement or gi.profile_id != profile.id:
-            return self._gone(key, "its GI is gone (or its ID now names another instance)")
+            self._gone(key, "its GI is gone (or its ID now names another instance)")
+            return None
         owner = entry.owner
         if self.nvml.ci_by_id(gi.handle, entry.computeInstanceID or 0) is None:
             return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=owner)  # the GI is still ours
         found = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, entry.computeInstanceID or 0)
         if found != entry.migUUID:
-            return self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
+            self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
+            return None
         return ManagedInstance(
             key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner
         )
@@ -473,7 +475,8 @@ class InstanceManager:
             None,
         )
         if gi is None:
-            return self._gone(key, "no GI was created")
+            self._gone(key, "no GI was created")
+            return None
         cis = self.nvml.list_cis(gi.handle)
         if not cis:
             return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=entry.owner)

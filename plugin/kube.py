@@ -12,10 +12,13 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+
+from mig.pods import PodReservation, active_for_plugin
 
 TIMEOUT = (3.0, 10.0)  # (connect, read) seconds: an unreachable API must not hang Allocate
 
@@ -45,8 +48,14 @@ class PodView:
 
     @property
     def active(self) -> bool:
-        """Still owns its reservations: not being deleted and not terminal."""
-        return not self.deleting and self.phase not in ("Succeeded", "Failed")
+        """Still owns its reservations and instances: not being deleted and not terminal (the
+        plugin's rule, stricter than the scheduler's: see mig/pods.py)."""
+        return active_for_plugin(self.phase, self.deleting)
+
+    @cached_property
+    def reservation(self) -> PodReservation:
+        """Its reservation annotations, decoded at most once for this copy of the pod."""
+        return PodReservation(self.annotations)
 
     @property
     def ref(self) -> str:

@@ -56,7 +56,7 @@ class LeftoverPublisher:
 
     def publish(self, leftovers: list[Leftover]) -> bool:
         """Write the annotation when it changed (an empty list removes it); True when written."""
-        counts = Counter(x.reason for x in leftovers)
+        counts: Counter[str] = Counter(x.reason for x in leftovers)
         for reason in (UNOWNED, RECLAIMING):
             self.metrics.unowned_placements.labels(reason=reason).set(counts.get(reason, 0))
         text = encode_leftovers(leftovers) if leftovers else None

@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("dynmig %s device-plugin starting", version())
     for warning in config.warnings:
         log.warning("%s", warning)
-    for warning in config.device_config.warnings:
-        log.warning("%s", warning.render("device config"))
+    for issue in config.device_config.warnings:
+        log.warning("%s", issue.render("device config"))
     try:
         kube = Kube(api_client(config.kubeconfig), config.node_name)
     except Exception as error:  # noqa: BLE001 - a bad kubeconfig is a configuration error

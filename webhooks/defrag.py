@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,10 +45,12 @@ from mig.defrag import (
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
+from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
 from webhooks.fleet import Fleet
 from webhooks.kube import ApiException, EventRecorder, Kube
+from webhooks.occupancy import PodUsage, pod_usage
 
 log = logging.getLogger(__name__)
 TOO_MANY_REQUESTS, NOT_FOUND = 429, 404
@@ -80,21 +82,63 @@ def snapshot(fleet: Fleet, pod_of: Callable[[str, str], Mapping[str, Any] | None
     out = []
     for usage, placements in held.values():
         pod = pod_of(usage.namespace, usage.name)
-        meta = (pod or {}).get("metadata") or {}
-        if pod is None or meta.get("uid") != usage.uid or meta.get("deletionTimestamp"):
-            continue  # unknown or already going: its slices count as held, nobody to remove
-        if not (pod.get("spec") or {}).get("nodeName"):
-            continue  # reserved but not yet bound: not running
-        holder = Holder(
-            f"{usage.namespace}/{usage.name}",
-            usage.node,
-            tuple(placements),
-            pod_priority(pod),
-            pod_started(pod),
-            budgets.groups(pod),
-        )
-        out.append((holder, pod))
+        holder = holder_of(usage, placements, pod, budgets)
+        if holder is not None and pod is not None:
+            out.append((holder, pod))
     return World(tuple(gpus), tuple(out))
+
+
+def holder_of(
+    usage: PodUsage,
+    placements: Iterable[tuple[str, Placement]],
+    pod: Mapping[str, Any] | None,
+    budgets: Budgets,
+) -> Holder | None:
+    """The advisor's view of a pod holding MIG slices, or None when it is not a running pod to remove."""
+    meta = (pod or {}).get("metadata") or {}
+    if pod is None or meta.get("uid") != usage.uid or meta.get("deletionTimestamp"):
+        return None  # unknown or already going: its slices count as held, nobody to remove
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return None  # reserved but not yet bound: not running
+    return Holder(
+        f"{usage.namespace}/{usage.name}",
+        usage.node,
+        tuple(placements),
+        pod_priority(pod),
+        pod_started(pod),
+        budgets.groups(pod),
+    )
+
+
+Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
+
+
+def status_advisor(
+    pods: Iterable[Mapping[str, Any]], pdbs: Iterable[Mapping[str, Any]] = (), now: float | None = None
+) -> Advisor:
+    """For `dynmig status`: advice(pending pod, its request, the fleet's GPUs) -> one line, "" for none.
+
+    Read-only and the same rule as the scheduler's advice: running MIG pods of no higher priority than
+    the pending one, within the budgets `pdbs` report (none given: budgets are not known).
+    """
+    budgets = Budgets.from_objects(pdbs)
+    when = time.time() if now is None else now
+    holders: list[Holder] = []
+    for pod in pods:
+        usage = pod_usage(pod)
+        if usage is not None and not usage.problem:
+            placements = [(a.gpuUUID, a.placement_value) for a in usage.allocations]
+            holder = holder_of(usage, placements, pod, budgets)
+            if holder is not None:
+                holders.append(holder)
+
+    def advice(pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState]) -> str:
+        priority = pod_priority(pod)
+        candidates = [replace(h, candidate=h.priority <= priority) for h in holders]
+        found = advise(request, gpus, candidates, budgets.allowed, when)
+        return bounded(advice_text(found)) if found.found or "fits without" not in found.why_none else ""
+
+    return advice
 
 
 class TokenBucket:

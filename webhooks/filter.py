@@ -16,6 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from mig import pods
 from mig.allowlist import ResourceNames
 from mig.annotations import (
     DEVICES_ALLOCATED,
@@ -25,35 +26,21 @@ from mig.annotations import (
     VGPU_TIME,
     AnnotationError,
     ContainerDevice,
-    decode_allocations,
     encode_allocations,
     encode_devices,
 )
-from mig.placement import (
-    ContainerRequest,
-    Plan,
-    PodRequest,
-    Refusal,
-    RequestError,
-    annotation_problem,
-    container_request,
-    devices_problem,
-)
+from mig.placement import Plan, PodRequest, Refusal, RequestError
 from mig.placement.reasons import MAX_NODE_TEXT, bounded_join
+from mig.pods import PodReservation, gpu_request, is_terminal
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet, usage_from_plan
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
-from webhooks.objects import Container, ObjectError, ObjectMeta, Pod, check
+from webhooks.objects import ObjectError, ObjectMeta, Pod, check
 from webhooks.occupancy import PodUsage
 
 log = logging.getLogger(__name__)
 DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
-
-
-def _containers(pod: Pod) -> list[Container]:
-    spec = pod.spec
-    return [*(spec.initContainers or ()), *(spec.containers or ())] if spec else []
 
 
 def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
@@ -66,37 +53,21 @@ def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
         raise BadArgs(str(error)) from None
 
 
-def pod_request(pod: Mapping[str, Any] | Pod, names: ResourceNames) -> PodRequest | None:
+def pod_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
     """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU.
 
-    BadArgs names the container and resource (or annotation) that cannot be read or never fits.
-    """
-    typed = typed_pod(pod)
-    requests: list[ContainerRequest] = []
-    for i, c in enumerate(_containers(typed)):
-        res = c.resources
-        try:
-            requests.append(
-                container_request(
-                    c.name or f"#{i}",
-                    (res.limits if res else None) or {},
-                    (res.requests if res else None) or {},
-                    names,
-                )
-            )
-        except RequestError as error:
-            raise BadArgs(str(error)) from None
-    if not any(r.devices for r in requests):
-        return None
-    meta = typed.metadata or ObjectMeta()
-    annotations = meta.annotations or {}
-    problem = devices_problem(requests, names.count) or annotation_problem(annotations)
-    if problem:
-        raise BadArgs(problem)
-    return PodRequest.from_annotations(requests, annotations, name=f"{meta.namespace}/{meta.name}")
+    BadArgs names the field of the wrong type, or the container and resource (or annotation) that
+    cannot be read or never fits."""
+    typed_pod(pod)
+    return _read_request(pod, names)
 
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
+def _read_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
+    """`gpu_request` of a pod whose fields were type-checked (`typed_pod`), errors as BadArgs."""
+    try:
+        return gpu_request(pod, names)
+    except RequestError as error:
+        raise BadArgs(str(error)) from None
 
 
 def replan_problem(pod: Pod) -> str:
@@ -107,15 +78,13 @@ def replan_problem(pod: Pod) -> str:
     if pod.spec and pod.spec.nodeName:
         return f"is already bound to node {pod.spec.nodeName}"
     phase = pod.status.phase if pod.status else None
-    if phase in TERMINAL_PHASES:
+    if is_terminal(phase):
         return f"has ended ({phase})"
     try:
-        held = decode_allocations((meta.annotations or {}).get(MIG_ALLOCATIONS))
+        held = PodReservation(meta.annotations or {}).holds_instance
     except AnnotationError:
         return ""  # an unreadable record on a pod without a node is replaced by the new plan
-    if any(
-        a.migUUID is not None or a.gpuInstanceID is not None or a.computeInstanceID is not None for a in held
-    ):
+    if held:
         return "holds a MIG instance on its node (its reservation has a runtime identity)"
     return ""
 
@@ -188,7 +157,7 @@ class Filter:
             ), "skipped"
         raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
         pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
-        request = pod_request(pod, self.resources())
+        request = _read_request(raw, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(
                 node_names=list(args.node_names), nodes=list(args.nodes or [])
@@ -197,7 +166,7 @@ class Filter:
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
         with self._pod_locks[hash(uid) % _STRIPES]:
-            return self._place(args, raw, uid, namespace, name, request, len(_containers(pod)))
+            return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
 
     def _cluster_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         """The pod as the cluster has it, if it is the pod the request names (same UID)."""

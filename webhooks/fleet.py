@@ -24,6 +24,7 @@ from typing import Any
 
 from mig.annotations import MigAllocation
 from mig.placement import GpuState, PlacementIndex, Plan
+from mig.pods import active_for_scheduler
 from mig.types import Placement
 from webhooks.metrics import GpuSample, Snapshot
 from webhooks.occupancy import (
@@ -113,11 +114,11 @@ class Fleet:
                 if version < self._versions.get(uid, -1):
                     return  # an older copy (a lagging watch after we applied a patch reply)
                 self._versions[uid] = version
-            if (pod.get("spec") or {}).get("nodeName") or not _active(pod):
+            if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
                 self._pending.pop(uid, None)
             dirty: list[str] = []
             flight = self._in_flight.get(uid)
-            if flight is not None and (not _active(pod) or _same(usage, flight.usage)):
+            if flight is not None and (not active_for_scheduler(pod) or _same(usage, flight.usage)):
                 dirty = self._drop_in_flight(uid)
             old = self._held.get(uid)
             if old != usage:
@@ -290,10 +291,6 @@ def _version(meta: Mapping[str, Any]) -> int | None:
         return int(meta.get("resourceVersion") or "")
     except ValueError:
         return None
-
-
-def _active(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("status") or {}).get("phase") or "") not in ("Succeeded", "Failed")
 
 
 def _same(usage: PodUsage | None, planned: PodUsage) -> bool:

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,9 @@ from starlette.applications import Starlette
 
 from certs.reload import TLSReloader
 
-GRACEFUL_SHUTDOWN = 2.0  # seconds an in-flight request gets to finish after SIGTERM or stop()
+GRACEFUL_SHUTDOWN = (
+    2  # whole seconds (uvicorn takes an int) an in-flight request gets to finish after SIGTERM or stop()
+)
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Extender:
     tls: Any = None  # a TLSReloader or webhooks.tls.ClientCertificateTLS; None: plain HTTP
 
 
-def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: float) -> uvicorn.Config:
+def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: int) -> uvicorn.Config:
     # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
     return uvicorn.Config(
         app,
@@ -51,7 +54,7 @@ def _configs(
     metrics_port: int,
     tls: TLSReloader | None,
     log_level: str,
-    graceful: float,
+    graceful: int,
     extender: Extender | None,
 ) -> list[uvicorn.Config]:
     configs = [_config(app, host, port, tls, log_level, graceful)]
@@ -100,17 +103,22 @@ class _Server(uvicorn.Server):
                 )
             except AttributeError:  # a TLS transport closed twice: nothing left to reach
                 continue
-            if idle:
+            if idle and transport is not None:
                 transport.abort()
 
 
-async def serve_forever(servers: list[uvicorn.Server], handle_signals: bool = True) -> None:
+async def serve_forever(servers: Sequence[uvicorn.Server], handle_signals: bool = True) -> None:
     """Serve until every server exits. One signal handler stops all of them (uvicorn's own per-server
     handlers would leave all but the last-installed one running), so `_serve` skips uvicorn's."""
     if handle_signals:
+
+        def stop_all() -> None:
+            for s in servers:
+                s.should_exit = True
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: [setattr(s, "should_exit", True) for s in servers])
+            loop.add_signal_handler(sig, stop_all)
     await asyncio.gather(*(s._serve() for s in servers))
 
 
@@ -127,7 +135,7 @@ class Listeners:
         metrics_port: int = 0,
         tls: TLSReloader | None = None,
         log_level: str = "warning",
-        graceful_shutdown: float = GRACEFUL_SHUTDOWN,
+        graceful_shutdown: int = GRACEFUL_SHUTDOWN,
         extender: Extender | None = None,
     ):
         self.servers = [

@@ -64,7 +64,7 @@ class ProfileSet:
     def __init__(self, profiles: Sequence[PublishedProfile]):
         self.profiles: tuple[PublishedProfile, ...] = tuple(sorted(profiles, key=default_sort_key))
         self.axis: int = max((p.end for pr in self.profiles for p in pr.placements), default=0)
-        self._value: dict[int, int] = {}
+        self._value: dict[int, tuple[int, int]] = {}
         self._best: dict[tuple[int, int], Choice | None] = {}
         self._order: dict[tuple[int | None, tuple[str, ...]], tuple[tuple[Rank, int], ...]] = {}
 

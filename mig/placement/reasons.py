@@ -114,5 +114,5 @@ def slices_text(slices: list[int]) -> str:
     return ",".join(str(s) for s in slices) if slices else "none"
 
 
-def placements_text(placements) -> str:
+def placements_text(placements: Iterable[object]) -> str:
     return ",".join(str(p) for p in placements)

@@ -275,10 +275,10 @@ def test_the_cache_relists_after_its_watch_history_is_gone(apiserver, service):
 def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, service, extender):
     import datetime as dt
 
-    from webhooks.nodelock import format_lock
+    from mig.annotations import encode_node_lock
 
     n1 = node("n1")
-    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(dt.datetime.now(dt.UTC), "team", "owner")
+    n1["metadata"]["annotations"][NODE_LOCK] = encode_node_lock(dt.datetime.now(dt.UTC), "team", "owner")
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
     out = extender.post(
@@ -297,11 +297,11 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(
 ):
     import datetime as dt
 
-    from webhooks.nodelock import format_lock
+    from mig.annotations import encode_node_lock
 
     n1 = node("n1")
     taken = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=lock_age)
-    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(taken, "team", owner)
+    n1["metadata"]["annotations"][NODE_LOCK] = encode_node_lock(taken, "team", owner)
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
     out = extender.post(
