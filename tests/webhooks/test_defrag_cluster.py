@@ -140,6 +140,12 @@ def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_n
         ),
         timeout=30,
     ), "the scheduler's next refusal does not carry the advice"
+    assert eventually(
+        lambda: any(
+            "defrag: removing 1 pod(s)" in e["message"] for e in events(apiserver, "FailedScheduling")
+        ),
+        timeout=30,
+    ), "kube-scheduler's FailedScheduling does not carry the advice for the node it names"
     assert not events(apiserver, "DefragEvicted")
     assert read(apiserver, "loose")["metadata"].get("deletionTimestamp") is None
 
