@@ -157,13 +157,18 @@ def advise(
     now: float = 0.0,
     nodes: Collection[str] | None = None,
     max_checks: int = MAX_CHECKS,
+    known_unplaceable: bool = False,
 ) -> Advice:
-    """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc)."""
+    """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc).
+
+    `known_unplaceable`: the caller already asked the engine (e.g. its live index) and the pod does
+    not fit now, so the advisor does not build an index of the whole fleet to ask again.
+    """
     budgets = budgets or {}
     if not pod.devices():
         return Advice(why_none="the pod asks for no MIG device")
     fleet = _nodes(gpus, holders, nodes)
-    if _place(pod, [g for n in fleet for g in n.gpus]) is not None:
+    if not known_unplaceable and _place(pod, [g for n in fleet for g in n.gpus]) is not None:
         return Advice(why_none="the pod fits without removing anything")
     search = _one_device if pod.device_count == 1 else _many_devices
     return search(pod, fleet, budgets, now, max_checks)
@@ -178,13 +183,16 @@ def _one_device(
     ask = pod.devices()[0][2]
     best: tuple[Cost, _Node, tuple[Holder, ...]] | None = None
     blocked: set[str] = set()
+    usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
     for node in fleet:
         owners = _owners(node.holders)
         for g in node.gpus:
-            for p in _usable_placements(pod, g, ask):
+            for p in _usable_placements(pod, g, ask, usable):
                 victims = _overlapping(g, p, owners)
                 if victims is None:
                     continue
+                if best is not None and _quick(victims) > best[0][:3]:
+                    continue  # dearer on the leading terms: no need for the full cost or the budgets
                 group = within_budgets(victims, budgets)
                 if group:
                     blocked.add(group)
@@ -203,22 +211,38 @@ def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
     return {(uuid, p): h for h in holders for uuid, p in h.placements}
 
 
-def _usable_placements(pod: PodRequest, g: GpuState, ask: object) -> list[Placement]:
-    """Every placement of a covering profile the engine could give this device on this GPU, if free."""
+def _quick(victims: Sequence[Holder]) -> tuple[int, int, int]:
+    """The leading terms of `cost` (highest priority, count, priority sum), cheap to compare first."""
+    priorities = [h.priority for h in victims]
+    return (max(priorities, default=-(1 << 62)), len(priorities), sum(priorities))
+
+
+def _usable_placements(
+    pod: PodRequest, g: GpuState, ask: object, memo: dict[tuple[int, int], list[Placement]]
+) -> list[Placement]:
+    """Every placement of a covering profile the engine could give this device on this GPU, if free.
+
+    `memo` holds the answer per (published profiles, memory asked) for one advice: GPUs of a node
+    share their profiles, so most GPUs cost a lookup.
+    """
     if not g.healthy or g.cordoned or not g.profiles:
         return []
     if pod.type_exclusion(g.type) is not None or pod.uuid_exclusion(g.uuid) is not None:
         return []
-    pset = profile_set(g.profiles)
     mem = memory_on(ask, g.memory_mb)  # type: ignore[arg-type]
-    return sorted(
-        {
-            p
-            for _, i in candidate_order(pset.profiles, mem, pod.preference)
-            for p in pset.profiles[i].placements
-            if p.size > 0
-        }
-    )
+    key = (id(g.profiles), -1 if mem is None else mem)
+    found = memo.get(key)
+    if found is None:
+        pset = profile_set(g.profiles)
+        found = memo[key] = sorted(
+            {
+                p
+                for _, i in candidate_order(pset.profiles, mem, pod.preference)
+                for p in pset.profiles[i].placements
+                if p.size > 0
+            }
+        )
+    return found
 
 
 def _overlapping(
