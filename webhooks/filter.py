@@ -129,6 +129,8 @@ class Filter:
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
+    # Defrag advice for a pending pod by uid: (node, one line), or None (webhooks/defrag.py).
+    advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -254,8 +256,13 @@ class Filter:
             if blocked
             else ""
         )
-        message = "; ".join(t for t in (locked, text) if t)
-        self.events.record(pod, "Warning", "FilteringFailed", message)
+        text = "; ".join(t for t in (locked, text) if t)
+        hint = self.advice(uid)
+        if hint is not None:  # its own line, and on the node it names
+            text += "\n" + hint[1]
+            if hint[0] in failed:
+                failed[hint[0]] = f"{failed[hint[0]]}; {hint[1]}"
+        self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
     def _closed_texts(self, nodes: Iterable[str]) -> list[str]:

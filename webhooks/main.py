@@ -23,6 +23,7 @@ from webhooks.app import Server, create_app, create_extender_app, create_metrics
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
 from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
+from webhooks.defrag import Defragmenter
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
@@ -104,6 +105,20 @@ class Service:
             writer=self.writer,
             lookup=self.cache.find_pod,
         )
+        self.defrag = Defragmenter(
+            self.fleet,
+            self.kube,
+            self.events,
+            resources,
+            pods=lambda: list(self.cache.pods.values()),
+            pod_of=self.cache.pod,
+            scheduler_name=cfg.scheduler_name,
+            is_leader=self.leader.is_leader,
+            evict=cfg.defrag_evict,
+            interval=cfg.defrag_interval,
+            per_minute=cfg.defrag_evictions_per_minute,
+        )
+        self.filter.advice = self.defrag.advice_for
         self.binder = Binder(
             self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, pending
         )
@@ -166,9 +181,11 @@ class Service:
         if wait:
             self.cache.wait_synced(wait)
         self.leader.start()
+        self.defrag.start()
         return self
 
     def stop(self) -> None:
+        self.defrag.stop()
         self.leader.stop()
         self.writer.shutdown(wait=True, cancel_futures=False)
         self.cache.stop()
