@@ -18,7 +18,7 @@ import heapq
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +139,7 @@ class Fleet:
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
 
-    def replace_pods(self, pods: list[Mapping[str, Any]]) -> None:
+    def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """A relist: forget pods that are gone, then apply every listed one."""
         uids = {(p.get("metadata") or {}).get("uid") for p in pods}
         with self.lock:
@@ -152,7 +152,7 @@ class Fleet:
             for pod in pods:
                 self.set_pod(pod)
 
-    def replace_nodes(self, nodes: list[Mapping[str, Any]]) -> None:
+    def replace_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         names = {(n.get("metadata") or {}).get("name") for n in nodes}
         with self.lock:
             for name in [n for n in self._register if n not in names]:
