@@ -96,6 +96,7 @@ class Lab:
     policy: a device-config file to use instead of the chart's default allowlist.
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
     """
 
     def __init__(
@@ -106,8 +107,11 @@ class Lab:
         echo: Callable[[str], None] | None = None,
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
+        page: bool = False,
     ):
         self.specs = nodes
+        self.page = page
+        self.page_port = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="dynmig-lab-")
@@ -154,7 +158,11 @@ class Lab:
         self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
-        self.rendered = chart.render(self.policy, tuple(n.name for n in self.specs))
+        self.rendered = chart.render(
+            self.policy,
+            tuple(n.name for n in self.specs),
+            ("server.page.enabled=true",) if self.page else (),
+        )
         self._write_configs()
         self._say(
             f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
@@ -163,6 +171,7 @@ class Lab:
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
         self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
+        self.page_port = free_port() if self.page else 0
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -275,6 +284,13 @@ class Lab:
         return (self.workdir / "logs" / "serve.log").read_text()
 
     @property
+    def page_url(self) -> str:
+        """The live slice-map page of dynmig serve (a lab started with `page=True`)."""
+        if not self.page:
+            raise LabError("this lab runs dynmig serve without the page (Lab(..., page=True))")
+        return f"http://127.0.0.1:{self.page_port}/"
+
+    @property
     def ca_file(self) -> Path:
         """The CA kube-scheduler verifies dynmig serve with (the chart's caFile, as the lab wrote it)."""
         return self.scheduler_files[self._chart.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]]
@@ -338,6 +354,7 @@ class Lab:
                 "--port": str(self.serve_port),
                 "--metrics-port": str(self.metrics_port),
                 "--extender-port": str(self.extender_port),
+                **({"--page-port": str(self.page_port)} if self.page else {}),
                 "--device-config": str(self.device_config_file),
                 # one kube-scheduler without leader election (chart.laptop_scheduler_config)
                 "--leader-elect": "false",

@@ -366,7 +366,7 @@ class PlacementIndex:
                     )
             return out
 
-        return R.Refusal(build)
+        return R.Refusal(build, gpus=sum(len(g) for g in sigs.values()))
 
 
 def _requests_text(devices: list[Device]) -> str:
@@ -433,6 +433,8 @@ def gpu_reason(
             f"fragmented: free slices {R.slices_text(free)} but {smallest.name} needs one of {needs}",
             node,
             uuid,
+            smallest.name,
+            tuple(free),
         )
     return R.Reason(
         R.NOT_ENOUGH_SLICES,
@@ -440,6 +442,8 @@ def gpu_reason(
         f"{smallest.name} needs {smallest.size} at one of {needs}",
         node,
         uuid,
+        smallest.name,
+        tuple(free),
     )
 
 
