@@ -50,11 +50,13 @@ class Binder:
         except BadArgs as error:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
-        error = self._bind(args)
-        if not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
+        failure = self._bind(args)
+        if not failure.endswith((_NOT_AGAIN, _NOT_THEIRS)):
             self.pending.done(args.pod_uid or "", args.node)
-        self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
-        return bind_result(error)
+        self.metrics.bind_latency.labels("error" if failure else "bound").observe(
+            time.perf_counter() - started
+        )
+        return bind_result(failure)
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.cache.pod(namespace, name) if self.cache else None
