@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +29,7 @@ from mig.annotations import (
     encode_devices,
 )
 from mig.placement import Plan, PodRequest, Refusal, RequestError
-from mig.placement.reasons import MAX_NODE_TEXT, bounded_join
+from mig.placement.reasons import MAX_NODE_TEXT
 from mig.pods import PodReservation, gpu_request, is_terminal
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
@@ -129,6 +129,8 @@ class Filter:
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
+    # Defrag advice for a pending pod by uid: (node, one line), or None (webhooks/defrag.py).
+    advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -240,39 +242,51 @@ class Filter:
     def _refuse(
         self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]
     ) -> ExtenderFilterResult:
-        failed = {node: blocked.get(node) or self._node_text(refusal, node) for node in args.node_names}
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
         self.fleet.set_pending(uid, headline)
+        closed = self._closed_texts(args.node_names)
+        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
+        # The same text for every refused node: kube-scheduler counts identical reasons, so its
+        # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
+        per_node = refusal_text(refusal, closed) if refusal.reasons else f"{NODES_PREFIX}no MIG GPU"
+        failed = {node: blocked.get(node) or per_node for node in args.node_names}
         locked = (
             (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
             if blocked
             else ""
         )
-        text = "; ".join(t for t in (locked, _event_text(refusal) if refusal.reasons else "") if t)
+        text = "; ".join(t for t in (locked, text) if t)
+        hint = self.advice(uid)
+        if hint is not None:  # its own line, and on the node it names
+            text += "\n" + hint[1]
+            if hint[0] in failed:
+                failed[hint[0]] = f"{failed[hint[0]]}; {hint[1]}"
         self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
-    def _node_text(self, refusal: Refusal, node: str) -> str:
-        return bounded_join(
-            [refusal.node_message(node) or "no MIG GPU", *_closed(self.fleet.occupancy(node))],
-            MAX_NODE_TEXT,
-            "unschedulable GPUs",
-        )
+    def _closed_texts(self, nodes: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for node in nodes:
+            out.extend(_closed(node, self.fleet.occupancy(node)))
+        return out
 
 
-MAX_EVENT_TEXT = 2048
+# What every refused node's FailedNodes text starts with (kube-scheduler puts the count before it).
+NODES_PREFIX = "node(s) cannot place the pod's MIG devices: "
 
 
-def _closed(occupancy) -> list[str]:
+MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)
+
+
+def refusal_text(refusal: Refusal, extra: list[str]) -> str:
+    """One refused node's FailedNodes text: the prefix and headline (together under 300 characters),
+    then ` Per GPU: ` and the per-GPU detail, capped with "and N more GPUs"."""
+    head = f"{NODES_PREFIX}{refusal.headline()}"
+    return refusal.text(MAX_NODE_TEXT, extra, head=head)
+
+
+def _closed(node: str, occupancy) -> list[str]:
     if occupancy is None or not occupancy.closed:
         return []
-    return [f"GPU {uuid} is not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
-
-
-def _event_text(refusal: Refusal, examples: int = 3) -> str:
-    """The summary plus the first few concrete reasons, so a person sees what to change."""
-    details = "; ".join(str(r)[:MAX_NODE_TEXT] for r in refusal.reasons[:examples])
-    more = len(refusal.reasons) - examples
-    tail = f" (+{more} more)" if more > 0 else ""
-    return f"{refusal.summary()[: MAX_EVENT_TEXT // 2]}. {details}{tail}"
+    return [f"{node}/{uuid}: not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
