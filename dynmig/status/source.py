@@ -23,6 +23,7 @@ TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 READ_ONLY_RULE = (
     "a ClusterRole with rules [{apiGroups: [''], resources: [nodes, pods], verbs: [get, list, watch]}]"
 )
+# optional: with list on policy/poddisruptionbudgets, defrag advice respects the budgets
 
 
 class StatusError(RuntimeError):
@@ -69,6 +70,7 @@ class Cluster:
 
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    pdbs: list[dict[str, Any]] | None = None  # PodDisruptionBudgets; None when they cannot be read
 
 
 class Source:
@@ -76,12 +78,21 @@ class Source:
 
     def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
         self.host = api.configuration.host
 
     def read(self) -> Cluster:
         nodes = list(self._list("nodes", "in the cluster", self.core.list_node))
         pods = list(self._list("pods", "in all namespaces", self.core.list_pod_for_all_namespaces))
-        return Cluster(nodes, pods)
+        return Cluster(nodes, pods, self._budgets())
+
+    def _budgets(self) -> list[dict[str, Any]] | None:
+        """PodDisruptionBudgets for defrag advice: optional (a read-only role may not grant them)."""
+        call = self.policy.list_pod_disruption_budget_for_all_namespaces
+        try:
+            return list(self._list("poddisruptionbudgets", "in all namespaces", call))
+        except StatusError:
+            return None
 
     def _list(self, resource: str, scope: str, call: Any) -> Iterator[dict[str, Any]]:
         token = None
