@@ -72,16 +72,24 @@ image-lock: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m plugin.api.generate
 
+# The static checks, run by `make lint` and first thing by `make test`: formatting, lint rules, the
+# import contracts, types (settings for each in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
+# The suite under coverage (every Python process it starts included), then the coverage per package;
+# the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
+COVERAGE_DIR := .cache/coverage
 test: $(STAMP) tools image-tools browser
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@status=0; $(PY) -m pytest --cov --cov-report= || status=$$?; \
+	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools
 	$(VENV)/bin/dynmig lab --scenario tour

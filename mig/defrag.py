@@ -28,10 +28,14 @@ the pod still fits) and says it is not proven cheapest.
 
 from __future__ import annotations
 
+import calendar
 import heapq
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from mig.annotations import EVICTABLE
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
@@ -153,13 +157,18 @@ def advise(
     now: float = 0.0,
     nodes: Collection[str] | None = None,
     max_checks: int = MAX_CHECKS,
+    known_unplaceable: bool = False,
 ) -> Advice:
-    """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc)."""
+    """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc).
+
+    `known_unplaceable`: the caller already asked the engine (e.g. its live index) and the pod does
+    not fit now, so the advisor does not build an index of the whole fleet to ask again.
+    """
     budgets = budgets or {}
     if not pod.devices():
         return Advice(why_none="the pod asks for no MIG device")
     fleet = _nodes(gpus, holders, nodes)
-    if _place(pod, [g for n in fleet for g in n.gpus]) is not None:
+    if not known_unplaceable and _place(pod, [g for n in fleet for g in n.gpus]) is not None:
         return Advice(why_none="the pod fits without removing anything")
     search = _one_device if pod.device_count == 1 else _many_devices
     return search(pod, fleet, budgets, now, max_checks)
@@ -171,16 +180,19 @@ def advise(
 def _one_device(
     pod: PodRequest, fleet: list[_Node], budgets: Mapping[str, int], now: float, _: int
 ) -> Advice:
-    (_, _, ask) = pod.devices()[0]
+    ask = pod.devices()[0][2]
     best: tuple[Cost, _Node, tuple[Holder, ...]] | None = None
     blocked: set[str] = set()
+    usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
     for node in fleet:
         owners = _owners(node.holders)
         for g in node.gpus:
-            for p in _usable_placements(pod, g, ask):
+            for p in _usable_placements(pod, g, ask, usable):
                 victims = _overlapping(g, p, owners)
                 if victims is None:
                     continue
+                if best is not None and _quick(victims) > best[0][:3]:
+                    continue  # dearer on the leading terms: no need for the full cost or the budgets
                 group = within_budgets(victims, budgets)
                 if group:
                     blocked.add(group)
@@ -190,7 +202,7 @@ def _one_device(
                     best = (c, node, victims)
     if best is None:
         return _none(blocked, 0)
-    _, node, victims = best
+    node, victims = best[1], best[2]
     plan = _place(pod, _without(node.gpus, victims))
     return Advice(victims, node.name, plan, True, 1, "", tuple(sorted(blocked)))
 
@@ -199,22 +211,38 @@ def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
     return {(uuid, p): h for h in holders for uuid, p in h.placements}
 
 
-def _usable_placements(pod: PodRequest, g: GpuState, ask: object) -> list[Placement]:
-    """Every placement of a covering profile the engine could give this device on this GPU, if free."""
+def _quick(victims: Sequence[Holder]) -> tuple[int, int, int]:
+    """The leading terms of `cost` (highest priority, count, priority sum), cheap to compare first."""
+    priorities = [h.priority for h in victims]
+    return (max(priorities, default=-(1 << 62)), len(priorities), sum(priorities))
+
+
+def _usable_placements(
+    pod: PodRequest, g: GpuState, ask: object, memo: dict[tuple[int, int], list[Placement]]
+) -> list[Placement]:
+    """Every placement of a covering profile the engine could give this device on this GPU, if free.
+
+    `memo` holds the answer per (published profiles, memory asked) for one advice: GPUs of a node
+    share their profiles, so most GPUs cost a lookup.
+    """
     if not g.healthy or g.cordoned or not g.profiles:
         return []
     if pod.type_exclusion(g.type) is not None or pod.uuid_exclusion(g.uuid) is not None:
         return []
-    pset = profile_set(g.profiles)
     mem = memory_on(ask, g.memory_mb)  # type: ignore[arg-type]
-    return sorted(
-        {
-            p
-            for _, i in candidate_order(pset.profiles, mem, pod.preference)
-            for p in pset.profiles[i].placements
-            if p.size > 0
-        }
-    )
+    key = (id(g.profiles), -1 if mem is None else mem)
+    found = memo.get(key)
+    if found is None:
+        pset = profile_set(g.profiles)
+        found = memo[key] = sorted(
+            {
+                p
+                for _, i in candidate_order(pset.profiles, mem, pod.preference)
+                for p in pset.profiles[i].placements
+                if p.size > 0
+            }
+        )
+    return found
 
 
 def _overlapping(
@@ -346,3 +374,112 @@ def advice_text(advice: Advice) -> str:
     proof = "" if advice.exact else " (search capped: not proven cheapest)"
     count = len(advice.victims)
     return f"defrag: removing {count} pod(s) on {advice.node} ({names}) would let it be placed{where}{proof}"
+
+
+MAX_ADVICE_TEXT = 1024  # what goes into an annotation or an event line
+
+
+def bounded(text: str, limit: int = MAX_ADVICE_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ---- reading pods and PodDisruptionBudgets (plain Kubernetes JSON) -------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = _meta(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """spec.priority (set by the API server from the PriorityClass); 0 when absent or unreadable."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def pod_started(pod: Mapping[str, Any]) -> float:
+    """When the pod started (status.startTime, else its creation), epoch seconds; 0 when unknown."""
+    status = pod.get("status")
+    start = _epoch(status.get("startTime")) if isinstance(status, Mapping) else None
+    return start if start is not None else (_epoch(_meta(pod).get("creationTimestamp")) or 0.0)
+
+
+def opted_in(pod: Mapping[str, Any]) -> bool:
+    """The pod carries `dynmig.io/evictable: "true"`: the defrag controller may evict it."""
+    annotations = _meta(pod).get("annotations")
+    return isinstance(annotations, Mapping) and str(annotations.get(EVICTABLE, "")).strip().lower() == "true"
+
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def selects(selector: Any, labels: Mapping[str, Any]) -> bool:
+    """A PodDisruptionBudget's label selector; empty or unreadable matches nothing (the eviction rule)."""
+    if not isinstance(selector, Mapping):
+        return False
+    match = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    if not isinstance(match, Mapping) or not isinstance(exprs, list) or not (match or exprs):
+        return False
+    if any(labels.get(k) != v for k, v in match.items()):
+        return False
+    for e in exprs:
+        if not isinstance(e, Mapping) or e.get("operator") not in _OPERATORS:
+            return False
+        key, op, values = str(e.get("key")), e.get("operator"), e.get("values") or []
+        present = key in labels
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and present and labels.get(key) in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """PodDisruptionBudgets as the advisor needs them: which select a pod, how many more may go."""
+
+    selectors: tuple[tuple[str, str, Any], ...] = ()  # (namespace, "namespace/name", selector)
+    allowed: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_objects(cls, pdbs: Iterable[Mapping[str, Any]]) -> Budgets:
+        selectors, allowed = [], {}
+        for pdb in pdbs:
+            meta, spec, status = _meta(pdb), pdb.get("spec"), pdb.get("status")
+            key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            selectors.append(
+                (
+                    str(meta.get("namespace") or ""),
+                    key,
+                    spec.get("selector") if isinstance(spec, Mapping) else None,
+                )
+            )
+            left = status.get("disruptionsAllowed") if isinstance(status, Mapping) else 0
+            stale = isinstance(status, Mapping) and (status.get("observedGeneration") or 0) < (
+                meta.get("generation") or 0
+            )
+            allowed[key] = 0 if stale or not isinstance(left, int) else left
+        return cls(tuple(selectors), allowed)
+
+    def groups(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        namespace, labels = _meta(pod).get("namespace") or "", _labels(pod)
+        return tuple(key for ns, key, sel in self.selectors if ns == namespace and selects(sel, labels))

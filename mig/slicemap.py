@@ -258,11 +258,11 @@ _FIXES = {
 }
 
 
-def diagnose(request: PodRequest, states: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
+def diagnose(request: PodRequest, fleet: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
     """(headline reason code, fix) for a pending pod against the current fleet, by the engine itself;
-    ("", "") when the pod would fit now (the scheduler will place it at its next try). `states` may be
-    an index already built (the scheduler's own, in `dynmig serve`), which is then only read."""
-    index = states if isinstance(states, PlacementIndex) else PlacementIndex(states)
+    ("", "") when the pod would fit now (the scheduler will place it at its next try). Pass one
+    `PlacementIndex(states)` for many pods: planning never changes it."""
+    index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
     result = index.plan(request)
     if isinstance(result, Plan):
         return "", ""

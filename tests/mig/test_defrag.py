@@ -9,7 +9,18 @@ from hypothesis import strategies as st
 
 from mig.allowlist import default_allowlist
 from mig.catalog import find_model
-from mig.defrag import Advice, Holder, advice_text, advise, cost, within_budgets
+from mig.defrag import (
+    Advice,
+    Budgets,
+    Holder,
+    advice_text,
+    advise,
+    cost,
+    opted_in,
+    pod_priority,
+    pod_started,
+    within_budgets,
+)
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest
 from mig.placement.published import from_catalog
 from mig.types import Placement
@@ -263,3 +274,57 @@ def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(wor
     assert within_budgets(advice.victims, budgets) == ""
     assert all(h.candidate and h.node == advice.node for h in advice.victims)
     assert placed_after(advice, p, fleet, holders) is not None
+
+
+# ---- reading pods and budgets --------------------------------------------------------------------
+
+
+def test_a_pods_priority_start_and_consent_are_read_defensively():
+    pod = {
+        "metadata": {
+            "annotations": {"dynmig.io/evictable": " TRUE "},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"priority": 7},
+        "status": {"startTime": "2026-01-01T00:01:40Z"},
+    }
+    assert (pod_priority(pod), opted_in(pod)) == (7, True)
+    assert pod_started(pod) - pod_started({"metadata": pod["metadata"]}) == 100
+    hostile = {
+        "metadata": {"annotations": ["x"]},
+        "spec": {"priority": True},
+        "status": {"startTime": "x" * 10**5},
+    }
+    assert (pod_priority(hostile), opted_in(hostile), pod_started(hostile)) == (0, False, 0.0)
+
+
+def test_a_budget_selects_by_labels_in_its_namespace_and_an_empty_or_unreadable_selector_selects_nothing():
+    pdbs = [
+        {
+            "metadata": {"namespace": "a", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "all"},
+            "spec": {"selector": {}},
+            "status": {"disruptionsAllowed": 5},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "odd"},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "new", "generation": 2},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+            "status": {"disruptionsAllowed": 3, "observedGeneration": 1},
+        },
+        {
+            "metadata": {"namespace": "b", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        },
+    ]
+    budgets = Budgets.from_objects(pdbs)
+    pod = {"metadata": {"namespace": "a", "labels": {"app": "web"}}}
+    assert budgets.groups(pod) == ("a/web", "a/new")
+    assert budgets.allowed["a/web"] == 1 and budgets.allowed["a/new"] == 0  # not yet synced: nothing allowed

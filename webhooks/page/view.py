@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynmig.status.cluster import UNREADABLE, pending_view
+from dynmig.status.cluster import UNREADABLE, Diagnoses, pending_view
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.pods import active_for_scheduler, is_terminating
@@ -143,7 +143,7 @@ class FleetPage:
         pending = []
         for pod in waiting[:MAX_WAITING]:
             with self.fleet.lock:  # the scheduler's index, read between two of its filters
-                view = pending_view(pod, (), names, index=self.fleet.index)
+                view = pending_view(pod, (), names, diagnosis=Diagnoses(self.fleet.index))
             if view is not None:
                 pending.append(view)
         return pending, max(0, len(waiting) - MAX_WAITING)
