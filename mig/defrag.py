@@ -202,9 +202,9 @@ def _one_device(
                     best = (c, node, victims)
     if best is None:
         return _none(blocked, 0)
-    chosen, freed = best[1], best[2]
-    plan = _place(pod, _without(chosen.gpus, freed))
-    return Advice(freed, chosen.name, plan, True, 1, "", tuple(sorted(blocked)))
+    node, victims = best[1], best[2]
+    plan = _place(pod, _without(node.gpus, victims))
+    return Advice(victims, node.name, plan, True, 1, "", tuple(sorted(blocked)))
 
 
 def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:

@@ -258,10 +258,12 @@ _FIXES = {
 }
 
 
-def diagnose(request: PodRequest, states: Iterable[GpuState]) -> tuple[str, str]:
+def diagnose(request: PodRequest, fleet: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
     """(headline reason code, fix) for a pending pod against the current fleet, by the engine itself;
-    ("", "") when the pod would fit now (the scheduler will place it at its next try)."""
-    result = PlacementIndex(states).plan(request)
+    ("", "") when the pod would fit now (the scheduler will place it at its next try). Pass one
+    `PlacementIndex(states)` for many pods: planning never changes it."""
+    index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
+    result = index.plan(request)
     if isinstance(result, Plan):
         return "", ""
     counts = result.counts()

@@ -195,6 +195,7 @@ class Allocator:
             log.error(
                 "Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref)
             )
+            self.manager.events.refused(pod, error.reason, str(error))
             self._mark_failed(pod)
             raise
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from mig.leftovers import LEFTOVERS, RECLAIMING, UNOWNED, Leftover, encode_leftovers
+from mig.annotations import LEFTOVERS
+from mig.leftovers import RECLAIMING, UNOWNED, Leftover, encode_leftovers
 from mig.types import Placement
 from plugin.instances import InstanceManager
 from plugin.kube import Kube, KubeError

@@ -47,6 +47,9 @@ class ServeConfig:
     extender_port: int = 8444
     extender_client_ca: str = ""
     metrics_port: int = 9395
+    # the live slice-map page (webhooks/page): read-only, on its own plain-HTTP listener, off by default
+    page: bool = False
+    page_port: int = 9396
     tls_cert: str = ""
     tls_key: str = ""
     tls_names: tuple[str, ...] = ()
@@ -154,6 +157,20 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         default=d.metrics_port,
         type=port,
         help="plain-HTTP port for /metrics (HAMi uses 9395)",
+    )
+    f.add(
+        "--page",
+        default=d.page,
+        type=boolean,
+        metavar="{true,false}",
+        help="true: serve the live slice-map page (read-only: every node's GPUs, pods and pending pods) "
+        "on --page-port",
+    )
+    f.add(
+        "--page-port",
+        default=d.page_port,
+        type=port,
+        help="plain-HTTP port of the live slice-map page, when --page=true",
     )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
@@ -303,6 +320,8 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         extender_port=args.extender_port,
         extender_client_ca=args.extender_client_ca,
         metrics_port=args.metrics_port,
+        page=args.page,
+        page_port=args.page_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_names=tuple(args.tls_name),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException  # the eviction refusal body carries its causes
 
 from mig.annotations import DEFRAG_ADVICE
 from mig.defrag import (
@@ -51,7 +52,7 @@ from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
 from webhooks.fleet import Fleet
-from webhooks.kube import ApiException, EventRecorder, Kube
+from webhooks.kube import EventRecorder, Kube
 from webhooks.occupancy import PodUsage, pod_usage
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kube.errors import Conflict
 from mig.annotations import NODE_LOCK, NodeLockValue, decode_node_lock, encode_node_lock
-from webhooks.kube import CONFLICT, ApiException, Kube
+from webhooks.kube import Kube
 
 
 class NodeLocked(RuntimeError):
@@ -106,10 +107,8 @@ class NodeLock:
         try:
             self.kube.patch_node(node, patch)
             return True
-        except ApiException as error:
-            if error.status != CONFLICT:
-                raise
-        return False
+        except Conflict:
+            return False
 
     def _takeable(self, value: LockValue, owner_exists: Callable[[str, str], bool]) -> bool:
         if value.taken is None or (self.clock() - value.taken).total_seconds() > self.expiry:

@@ -31,6 +31,14 @@ class Extender:
     tls: Any = None  # a TLSReloader or webhooks.tls.ClientCertificateTLS; None: plain HTTP
 
 
+@dataclass(frozen=True)
+class Page:
+    """The live slice-map page's listener (webhooks/page): its app and port, on the main bind address."""
+
+    app: Starlette
+    port: int = 0
+
+
 def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: int) -> uvicorn.Config:
     # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
     return uvicorn.Config(
@@ -56,10 +64,13 @@ def _configs(
     log_level: str,
     graceful: int,
     extender: Extender | None,
+    page: Page | None = None,
 ) -> list[uvicorn.Config]:
     configs = [_config(app, host, port, tls, log_level, graceful)]
     if metrics_app is not None:
         configs.append(_config(metrics_app, host, metrics_port, None, log_level, graceful))
+    if page is not None:  # plain HTTP, like metrics: read-only, reached by port-forward or the Service
+        configs.append(_config(page.app, host, page.port, None, log_level, graceful))
     if extender is not None:
         configs.append(_config(extender.app, extender.host, extender.port, extender.tls, log_level, graceful))
     return configs
@@ -123,8 +134,8 @@ async def serve_forever(servers: Sequence[uvicorn.Server], handle_signals: bool 
 
 
 class Listeners:
-    """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics, and
-    optionally the scheduler extender on its own address."""
+    """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics,
+    optionally the live page, and optionally the scheduler extender on its own address."""
 
     def __init__(
         self,
@@ -137,15 +148,17 @@ class Listeners:
         log_level: str = "warning",
         graceful_shutdown: int = GRACEFUL_SHUTDOWN,
         extender: Extender | None = None,
+        page: Page | None = None,
     ):
         self.servers = [
             _Server(c)
             for c in _configs(
-                app, metrics_app, host, port, metrics_port, tls, log_level, graceful_shutdown, extender
+                app, metrics_app, host, port, metrics_port, tls, log_level, graceful_shutdown, extender, page
             )
         ]
         self.tls = tls
         self._metrics = metrics_app is not None
+        self._page = page is not None
         self._extender = extender
         self._thread: threading.Thread | None = None
 
@@ -178,6 +191,13 @@ class Listeners:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[1]}/metrics"
+
+    @property
+    def page_url(self) -> str:
+        """The live slice-map page (the listener after metrics)."""
+        if not self._page:
+            raise RuntimeError("these listeners serve no page")
+        return f"http://127.0.0.1:{self.ports[1 + self._metrics]}/"
 
     @property
     def extender_url(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
-from mig.placement import GpuState, PodRequest, RequestError
+from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
 from mig.pods import active_for_scheduler, gpu_request, is_terminating
 from mig.slicemap import (
     FleetMap,
@@ -96,6 +96,22 @@ def _is_waiting(pod: Mapping[str, Any]) -> bool:
     return not node and active_for_scheduler(pod) and not is_terminating(pod)
 
 
+class Diagnoses:
+    """`diagnose` for many pending pods against one fleet: one placement index (planning does not
+    change it), and one answer per distinct request (pods of one workload ask alike)."""
+
+    def __init__(self, fleet: Sequence[GpuState] | PlacementIndex):
+        # an index already built (the scheduler's own, in `dynmig serve`) is only read
+        self.index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
+        self._memo: dict[PodRequest, tuple[str, str]] = {}
+
+    def __call__(self, request: PodRequest) -> tuple[str, str]:
+        found = self._memo.get(request)
+        if found is None:
+            found = self._memo[request] = diagnose(request, self.index)
+        return found
+
+
 # The defrag hook: given a waiting pod, its request and the fleet's GPUs as the scheduler sees them,
 # the text of the advice ("" for none) shown under the pod's fix (`PendingPod.advice`).
 Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
@@ -106,9 +122,11 @@ def pending_view(
     states: Sequence[GpuState],
     names: ResourceNames,
     advisor: Advisor | None = None,
+    diagnosis: Callable[[PodRequest], tuple[str, str]] | None = None,
 ) -> PendingPod | None:
     """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
-    when an advisor is given and the pod does not fit, its advice."""
+    when an advisor is given and the pod does not fit, its advice. `diagnosis`: `diagnose` against
+    `states`, shared by a caller that asks about many pods (see `Diagnoses`)."""
     meta = _meta(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
@@ -117,7 +135,7 @@ def pending_view(
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
-    code, fix = diagnose(request, states)
+    code, fix = diagnosis(request) if diagnosis is not None else diagnose(request, states)
     if not code:
         fix = "fits now: the scheduler places it at its next try"
     advice = advisor(pod, request, states) if advisor is not None and code else ""
@@ -155,5 +173,6 @@ def fleet_view(
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
     waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
-    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor)) is not None]
+    diagnosis = Diagnoses(states)
+    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor, diagnosis)) is not None]
     return fleet_map(maps, pending, unreadable)

@@ -4,6 +4,9 @@ reads from node and pod annotations, how it treats hostile ones, RBAC refusals a
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -224,3 +227,23 @@ def test_an_advisor_hook_gives_advice_only_to_pods_that_do_not_fit():
     assert {p.name: p.advice for p in fleet.pending} == {"big": "advice for big", "ok": ""}
     assert seen == [1]
     assert {p.name: p.fix for p in fleet.pending}["ok"] == "fits now: the scheduler places it at its next try"
+
+
+def test_ctrl_c_ends_a_watch_with_exit_status_0(api):
+    api.create(node("gpu-1", {NODE_REGISTER: register("GPU-a")}))
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "dynmig.cli", "status", "--kubeconfig", str(api.kubeconfig()), "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # the legend: the first drawing has started
+        assert first.startswith("slices:")
+        watch.send_signal(signal.SIGINT)
+        _, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert "Traceback" not in err
