@@ -15,7 +15,7 @@ IMAGE ?= ghcr.io/dynmig/dynmig:$(VERSION)
 IMAGE_OUT ?= dist/dynmig-$(VERSION)-oci.tar
 IMAGE_TOOLS := mmdebstrap umoci skopeo
 
-.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock clean
+.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser clean
 
 all: test
 
@@ -52,6 +52,15 @@ image-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	else echo "note: make image needs $$missing (apt-get install $$missing as root)"; fi
 
+# Debian's chromium runs the live page's browser test (tests/page): installed when missing and we may
+# (root with apt-get); elsewhere that test skips and says why.
+browser:
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium for the browser test (apt-get, ~1 min)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else echo "note: the browser test needs chromium (apt-get install chromium as root)"; fi
+
 # The OCI archive of the Containerfile's image, built without a container engine (scripts/build_image.sh).
 image: $(STAMP) image-tools
 	PYTHON=$(PY) scripts/build_image.sh $(IMAGE_OUT) $(IMAGE)
@@ -63,13 +72,24 @@ image-lock: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m plugin.api.generate
 
+# The static checks, run by `make lint` and first thing by `make test`: formatting, lint rules, the
+# import contracts, types (settings for each in pyproject.toml).
 lint: $(STAMP)
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-
-test: $(STAMP) tools image-tools
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(VENV)/bin/mypy
+
+# The suite under coverage (every Python process it starts included), then the coverage per package;
+# the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
+COVERAGE_DIR := .cache/coverage
+test: $(STAMP) tools image-tools browser
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@status=0; $(PY) -m pytest --cov --cov-report= || status=$$?; \
+	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools
 	$(VENV)/bin/dynmig lab --scenario tour

@@ -32,7 +32,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve import ApiProcess, _free_port, pct, ready_node, serving_pki, stop_children, wait_ready
+# the repository root joins sys.path first, so this import comes after it
+from bench.serve import (  # noqa: E402
+    ApiProcess,
+    _free_port,
+    pct,
+    ready_node,
+    serving_pki,
+    stop_children,
+    wait_ready,
+)
 
 RESULTS = ROOT / "bench" / "results" / "fuzz_serve.json"
 HANG = 5.0

@@ -323,16 +323,13 @@ def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
 def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
     from mig.allowlist import ResourceNames
     from webhooks.extender import ExtenderArgs
-    from webhooks.filter import Filter, pod_request
+    from webhooks.filter import pod_request
     from webhooks.fleet import Fleet
-    from webhooks.kube import EventRecorder
-    from webhooks.metrics import Metrics
 
     rng = random.Random(nodes)
     fleet = Fleet()
     for n in fleet_nodes(nodes, gpus, rng):
         fleet.set_node(n)
-    flt = Filter(fleet, None, ResourceNames, EventRecorder(None, "bench"), Metrics())
     names = [f"node-{i:05d}" for i in range(nodes)]
     # fill a third of the fleet with running pods so the index sees many distinct occupancies
     for i in range(nodes * gpus // 3):
@@ -352,7 +349,9 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
                 ]
             },
         }
-        flt.reserve(pod_request(pod, ResourceNames()), None, f"run-{i}", "team", f"run-{i}")
+        request = pod_request(pod, ResourceNames())
+        assert request is not None, "bench pods ask for a GPU"
+        fleet.plan_and_reserve(request, None, f"run-{i}", "team", f"run-{i}")
     bodies = []
     for i in range(requests):
         pod = {
@@ -382,15 +381,18 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
         t0 = time.perf_counter()
         args = ExtenderArgs.parse(json.loads(body))
         meta = args.pod["metadata"]
-        _, usage = flt.reserve(
-            pod_request(args.pod, ResourceNames()),
+        request = pod_request(args.pod, ResourceNames())
+        assert request is not None, "bench pods ask for a GPU"
+        outcome = fleet.plan_and_reserve(
+            request,
             args.node_names,
             meta["uid"],
             meta["namespace"],
             meta["name"],
         )
         decide.append(time.perf_counter() - t0)
-        if usage is not None:
+        if isinstance(outcome, tuple):
+            _, usage = outcome
             fleet.release(usage.uid, usage)  # keep the fleet's fill steady across requests
     d50, d99 = pct(decode, 0.5), pct(decode, 0.99)
     f50, f99 = pct(decide, 0.5), pct(decide, 0.99)

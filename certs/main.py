@@ -149,9 +149,9 @@ def _policy(args) -> Policy:
 def _apis(args):
     from kubernetes import client
 
-    from certs.kube import api_client
+    from kube.client import api_client
 
-    api = api_client(args.kubeconfig, True if args.in_cluster else None, args.context)
+    api = api_client(args.kubeconfig, in_cluster=True if args.in_cluster else None, context=args.context)
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
 
 

@@ -18,11 +18,11 @@ Give the context to uvicorn with `uvicorn.Config(app, ..., ssl_context_factory=r
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
 import os
-import socket
 import ssl
 import tempfile
 import threading
@@ -38,6 +38,9 @@ from certs.authority import (
     san_names,
     utcnow,
 )
+from kube.client import REQUEST_TIMEOUT
+from kube.errors import KubeError, translated
+from kube.reflector import Reflector
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +197,14 @@ class TLSReloader:
             return None
         return (not_after - self._clock()).total_seconds()
 
+    def expiry_timestamp(self) -> float | None:
+        """The served certificate's notAfter as Unix time (None if none is loaded)."""
+        not_after = self._not_after
+        return None if not_after is None else not_after.timestamp()
+
     def ready(self) -> bool:
         """For /readyz: a pair is loaded and is valid right now."""
-        if self._current is None or self._not_after is None:
+        if self._current is None or self._not_before is None or self._not_after is None:
             return False
         now = self._clock()
         valid = self._not_before <= now < self._not_after
@@ -222,6 +230,8 @@ class TLSReloader:
         self._thread.start()
 
     def _run(self) -> None:
+        if self._source is None:  # start() runs this thread only with a source
+            return
         try:
             self._source.run(self.load, self._stop)
         except Exception:  # a source bug must not take the server down; the old pair stays served
@@ -243,12 +253,14 @@ class _Metrics:
     def __init__(self, registry, reloader: TLSReloader) -> None:
         from prometheus_client import Counter, Gauge
 
+        # A timestamp, not a countdown (Prometheus convention): alert on
+        # `dynmig_tls_certificate_expiry_timestamp_seconds - time() < 7 * 86400`.
         expiry = Gauge(
-            "dynmig_tls_certificate_expiry_seconds",
-            "Seconds until the served TLS certificate expires (negative: expired; absent: none loaded).",
+            "dynmig_tls_certificate_expiry_timestamp_seconds",
+            "Unix time at which the served TLS certificate expires (NaN while none is loaded).",
             registry=registry,
         )
-        expiry.set_function(lambda: _nan_if_none(reloader.seconds_to_expiry()))
+        expiry.set_function(lambda: _nan_if_none(reloader.expiry_timestamp()))
         ok = Gauge(
             "dynmig_tls_last_reload_success",
             "1 if the last certificate reload succeeded, 0 if the last new pair was refused.",
@@ -310,8 +322,9 @@ class FileSource:
 class SecretSource:
     """A kubernetes.io/tls Secret, watched through the API (no volume propagation delay).
 
-    Lists then watches with a `metadata.name` field selector (which lets RBAC restrict the
-    server to its own Secret by resourceNames); on any error it backs off and lists again.
+    Lists then watches (kube.reflector) with a `metadata.name` field selector, which lets RBAC
+    restrict the server to its own Secret by resourceNames; a dropped watch resumes, an expired one
+    lists again, and failures back off between `backoff[0]` and `backoff[1]` seconds.
     """
 
     def __init__(
@@ -325,7 +338,7 @@ class SecretSource:
         self.api, self.namespace, self.name = core_api, namespace, name
         self.watch_timeout = watch_timeout
         self.backoff = backoff
-        self._response = None
+        self._reflector: Reflector | None = None
 
     def _deliver(self, secret, deliver: PairCallback) -> None:
         from certs.store import decode_data
@@ -338,80 +351,39 @@ class SecretSource:
 
     def poll(self, deliver: PairCallback) -> None:
         """One read of the Secret now; a failure is logged (the watch loop retries)."""
+        what = f"read Secret {self.namespace}/{self.name}"
         try:
-            self._deliver(self.api.read_namespaced_secret(self.name, self.namespace), deliver)
-        except Exception as error:  # noqa: BLE001 - not fatal: the watch loop lists again
-            log.warning("reading Secret %s/%s failed: %s", self.namespace, self.name, error)
+            with translated(what):
+                reply = self.api.read_namespaced_secret(
+                    self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
+                secret = json.loads(reply.data)
+            self._deliver(secret, deliver)
+        except (KubeError, ValueError) as error:  # not fatal: the watch loop lists again
+            log.warning("%s failed: %s", what, error)
 
     def run(self, deliver: PairCallback, stop: threading.Event) -> None:
-        delay = self.backoff[0]
-        selector = f"metadata.name={self.name}"
-        while not stop.is_set():
-            try:
-                listed = self.api.list_namespaced_secret(self.namespace, field_selector=selector)
-                for item in listed.items:
-                    self._deliver(item, deliver)
-                self._stream(listed.metadata.resource_version, selector, deliver, stop)
-                delay = self.backoff[0]
-            except Exception as error:  # noqa: BLE001 - API down, 410 Gone, bad data: re-list after a pause
-                if stop.is_set():
-                    return
-                log.warning(
-                    "watching Secret %s/%s failed (%s); re-listing in %.1fs",
-                    self.namespace,
-                    self.name,
-                    error,
-                    delay,
-                )
-                stop.wait(delay)
-                delay = min(delay * 2, self.backoff[1])
+        def replace(items: list[dict]) -> None:
+            for item in items:
+                self._deliver(item, deliver)
 
-    def _stream(self, version: str, selector: str, deliver: PairCallback, stop: threading.Event) -> None:
-        """One watch, read as raw JSON lines so that interrupt() can close it at once."""
-        response = self.api.list_namespaced_secret(
-            self.namespace,
-            field_selector=selector,
-            resource_version=version,
-            watch=True,
-            timeout_seconds=self.watch_timeout,
-            _preload_content=False,
-            _request_timeout=(10, self.watch_timeout + 30),
+        def changed(kind: str, obj: dict) -> None:
+            if kind in ("ADDED", "MODIFIED") and (obj.get("metadata") or {}).get("name") == self.name:
+                self._deliver(obj, deliver)
+
+        self._reflector = Reflector(
+            f"Secret {self.namespace}/{self.name}",
+            functools.partial(
+                self.api.list_namespaced_secret, self.namespace, field_selector=f"metadata.name={self.name}"
+            ),
+            replace,
+            changed,
+            stop=stop,
+            watch_timeout=self.watch_timeout,
+            backoff=self.backoff,
         )
-        self._response = response
-        try:
-            for line in _lines(response):
-                if stop.is_set():
-                    return
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    raise RuntimeError(obj.get("message", "watch error"))
-                if (
-                    event.get("type") in ("ADDED", "MODIFIED")
-                    and obj.get("metadata", {}).get("name") == self.name
-                ):
-                    self._deliver(obj, deliver)
-        finally:
-            self._response = None
-            response.release_conn()
+        self._reflector.run()
 
     def interrupt(self) -> None:
-        response = self._response
-        if response is None:
-            return
-        # closing the file object does not wake a thread blocked in recv(); shutting the socket does
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        response.close()
-
-
-def _lines(response):
-    pending = b""
-    for chunk in response.stream(4096, decode_content=False):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        yield from (line for line in lines if line.strip())
+        if self._reflector is not None:
+            self._reflector.interrupt()

@@ -62,7 +62,7 @@ def rotate(
 
 
 def _ca_changed(old: CertState, new: CertState) -> bool:
-    same_ca = old.ca is not None and old.ca.cert == new.ca.cert
+    same_ca = old.ca is not None and new.ca is not None and old.ca.cert == new.ca.cert
     return not same_ca or tuple(old.bundle) != tuple(new.bundle)
 
 

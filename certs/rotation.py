@@ -101,6 +101,7 @@ def reconcile(
         bundle.append(ca.cert)
         changes.append(new_ca)
     else:
+        assert state.ca is not None, "no CA is a ca_problem, so _why_new_ca asked for a new one"
         ca = state.ca
     if not any(fingerprint(c) == fingerprint(ca.cert) for c in bundle):
         bundle.append(ca.cert)
@@ -111,6 +112,7 @@ def reconcile(
     if reissue:
         serving = make_serving(ca, policy.identity, now, lt, policy.key_type)
         changes.append(reissue)
+    assert serving is not None, "no serving pair is a serving_problem, so _why_reissue asked for one"
 
     kept = [c for c in bundle if _still_needed(c, ca, serving, now, lt)]
     if len(kept) < len(bundle):
@@ -125,6 +127,7 @@ def _why_new_ca(
     broken = ca_problem(state, now)
     if broken:
         return f"new CA ({broken})"
+    assert state.ca is not None, "no CA is a ca_problem"
     if needs_renewal(state.ca.cert, now, lt.renew_fraction) and _is_newest(state.ca.cert, bundle):
         return "CA rollover started: new CA added to the bundle"
     return None
@@ -136,6 +139,7 @@ def _why_reissue(current: CertState, policy: Policy, now: dt.datetime, force: bo
     problem = serving_problem(current, policy, now)
     if problem:
         return f"new serving certificate ({problem})"
+    assert ca is not None and serving is not None, "reconcile passes its CA; no pair is a serving_problem"
     if force:
         return "new serving certificate (forced)"
     ca_settled = now - issued_at(ca.cert) >= lt.bundle_overlap

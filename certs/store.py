@@ -14,6 +14,8 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from cryptography import x509
+
 from certs.authority import KeyPair, certs_to_pem, load_certs, load_key
 from certs.rotation import CertState
 
@@ -33,7 +35,7 @@ def decode_data(secret) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in (data or {}).items()}
 
 
-def _encode(data: dict[str, bytes]) -> dict[str, str]:
+def _encode(data: dict[str, bytes]) -> dict[str, bytes | str]:
     return {k: base64.b64encode(v).decode() for k, v in data.items()}
 
 
@@ -74,7 +76,9 @@ class SecretStore:
     def load(self) -> Loaded:
         serving, ca = self._read(self.serving_secret), self._read(self.ca_secret)
         problems: list[str] = []
-        state_ca, bundle, pair = None, (), None
+        state_ca: KeyPair | None = None
+        bundle: tuple[x509.Certificate, ...] = ()
+        pair: KeyPair | None = None
         if ca is not None:
             data = decode_data(ca)
             try:
@@ -102,6 +106,7 @@ class SecretStore:
         )
 
     def save_ca(self, state: CertState, version: str | None) -> None:
+        assert state.ca is not None, "save_ca is given the reconciled state, which always has a CA"
         data = {
             "ca.crt": state.ca.cert_pem(),
             "ca.key": state.ca.key_pem(),
@@ -110,6 +115,9 @@ class SecretStore:
         self._write(self.ca_secret, "Opaque", data, version)
 
     def save_serving(self, state: CertState, version: str | None) -> None:
+        assert state.serving is not None, (
+            "save_serving is given the reconciled state, which always has a pair"
+        )
         data = {
             "tls.crt": state.serving.cert_pem(),
             "tls.key": state.serving.key_pem(),

@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "certs": "certs.main",
     "policy": "mig.policy_cli",
     "lab": "dynmig.lab",
+    "status": "dynmig.status.main",
 }
 ABOUT = {
     "serve": "admission webhooks and scheduler extender (one Deployment)",
@@ -22,6 +23,7 @@ ABOUT = {
     "certs": "the webhook certificate: init, rotate, inject, show",
     "policy": "check, explain and diff MIG profile allowlists",
     "lab": "the whole system on simulated GPUs and a simulated cluster",
+    "status": "the fleet's MIG slices, what still fits, why MIG pods wait (kubectl dynmig status)",
 }
 
 USAGE = "usage: dynmig [--version] {" + ",".join(SUBCOMMANDS) + "} [options]"

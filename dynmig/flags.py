@@ -15,7 +15,7 @@ import argparse
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 PREFIX = "DYNMIG_"
 _UNSET = object()
@@ -95,7 +95,7 @@ class FlagError(ValueError):
 class _Parser(argparse.ArgumentParser):
     raise_errors = False
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         if self.raise_errors:
             raise FlagError(message)
         super().error(message)

@@ -4,6 +4,9 @@
 - `hami.io/vgpu-mig-allocations` (pod): the durable record of which placement a pod owns.
 - `hami.io/vgpu-devices-to-allocate` / `-allocated` (pod): HAMi's per-container device strings.
 - `hami.io/device-cordon` (node): GPU UUIDs an operator closed to new allocations.
+- `hami.io/mutex.lock` (node): the node lock, `<RFC3339>,<pod namespace>,<pod name>`.
+
+Every annotation key dynmig reads or writes is defined here and nowhere else.
 
 Encoding is byte-compatible with HAMi (Go `encoding/json`: compact, struct field order, omitempty, and
 `null` for a profile without placements, since that Go field has no omitempty); a test holds the
@@ -14,6 +17,7 @@ because a half-understood ownership record must never drive a destructive action
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -52,6 +56,11 @@ NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 VGPU_MODE = "nvidia.com/vgpu-mode"
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
 DEVICE_CORDON = "hami.io/device-cordon"
+LEFTOVERS = "dynmig.io/node-leftover-instances"  # ours: see mig/leftovers.py
+# dynmig's own (mig/defrag.py): the scheduler's defrag advice for a pending pod, and a running pod's
+# consent to be evicted by the defrag controller ("true"; anything else is no).
+DEFRAG_ADVICE = "dynmig.io/defrag-advice"
+EVICTABLE = "dynmig.io/evictable"
 
 BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
 
@@ -325,33 +334,37 @@ def _decode_device(text: str, where: str) -> ContainerDevice:
         raise AnnotationError(f"{where}: Usedmem and Usedcores must be integers, got {text!r}") from None
 
 
-def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[list[ContainerDevice]]:
-    """Decode a devices string into per-container lists (empty containers kept)."""
+def split_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[list[ContainerDevice]]:
+    """Every `;` piece of a devices string as HAMi splits it, the empty one after the last `;` kept."""
     if not text:
         return []
-    segments = text.split(";")
-    if segments and segments[-1] == "":
-        segments.pop()
     return [
-        [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
-        for c, seg in enumerate(segments)
-    ]
-
-
-def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
-    """The devices string after Allocate took this container's devices, written as HAMi writes it.
-
-    HAMi splits on `;` keeping the empty piece after the last one and closes every piece with `;`
-    again, so a one-container `GPU-…:;` drains to `;;`; both forms decode to the same containers."""
-    if not text:
-        return ""
-    pieces = [
         [_decode_device(d, f"{key}[{c}][{i}]") for i, d in enumerate(seg.split(":")) if d]
         for c, seg in enumerate(text.split(";"))
     ]
-    if container_index < len(pieces):
-        pieces[container_index] = []
-    return encode_devices(pieces)
+
+
+def decode_devices(text: str | None, key: str = DEVICES_TO_ALLOCATE) -> list[list[ContainerDevice]]:
+    """Decode a devices string into per-container lists (empty containers kept)."""
+    pieces = split_devices(text, key)
+    return pieces[:-1] if text and text.endswith(";") else pieces
+
+
+def drain_container(pieces: list[list[ContainerDevice]], container_index: int) -> str:
+    """The devices string (from `split_devices` pieces) after Allocate took this container's devices.
+
+    HAMi closes every piece with `;` again, so a one-container `GPU-…:;` drains to `;;`; both forms
+    decode to the same containers."""
+    if container_index >= len(pieces):
+        return encode_devices(pieces)
+    return encode_devices([*pieces[:container_index], [], *pieces[container_index + 1 :]])
+
+
+def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
+    """The devices string after Allocate took this container's devices, written as HAMi writes it."""
+    if not text:
+        return ""
+    return drain_container(split_devices(text, key), container_index)
 
 
 # ---------------------------------------------------------------- per-GPU cordon
@@ -373,3 +386,54 @@ def decode_device_cordon(value: object) -> frozenset[str]:
             "list only the UUIDs of GPUs to close"
         )
     return frozenset(u for u in (part.strip() for part in value.split(",")) if u)
+
+
+# ---------------------------------------------------------------- node lock
+
+NODE_LOCK_SEPARATOR = ","
+
+
+@dataclass(frozen=True)
+class NodeLockValue:
+    """A decoded `hami.io/mutex.lock`. `taken` None: the time is unreadable (the lock counts as
+    expired); empty namespace and name: the lock names no pod (HAMi's legacy bare timestamp)."""
+
+    taken: dt.datetime | None
+    namespace: str = ""
+    name: str = ""
+
+    @property
+    def owner(self) -> tuple[str, str] | None:
+        """(namespace, name) of the pod holding the lock, or None when it names none."""
+        return (self.namespace, self.name) if self.namespace and self.name else None
+
+
+def encode_node_lock(now: dt.datetime, namespace: str, name: str) -> str:
+    """`<RFC3339 UTC>,<namespace>,<name>`; ValueError for a name the format cannot carry (a comma:
+    no Kubernetes namespace or pod name has one, and HAMi would read the value as malformed)."""
+    for what, value in (("namespace", namespace), ("name", name)):
+        if NODE_LOCK_SEPARATOR in value:
+            raise ValueError(f"{NODE_LOCK}: pod {what} {value[:64]!r} contains a comma")
+    when = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return NODE_LOCK_SEPARATOR.join((when, namespace, name))
+
+
+def _lock_time(text: str) -> dt.datetime | None:
+    try:
+        taken = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return taken if taken.tzinfo is not None else taken.replace(tzinfo=dt.UTC)
+
+
+def decode_node_lock(value: str) -> NodeLockValue:
+    """Read the node lock as HAMi's ParseNodeLock does (pkg/util/nodelock): no comma is the legacy
+    bare timestamp; otherwise exactly three parts, time, namespace, name. A value with another
+    number of parts (a comma inside a name) is malformed: it names no pod and, like an unreadable
+    time, counts as expired (HAMi's bind would fail on it until someone removes it)."""
+    if NODE_LOCK_SEPARATOR not in value:
+        return NodeLockValue(_lock_time(value))
+    parts = value.split(NODE_LOCK_SEPARATOR)
+    if len(parts) != 3:
+        return NodeLockValue(None)
+    return NodeLockValue(_lock_time(parts[0]), parts[1], parts[2])

@@ -20,9 +20,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from mig.annotations import LEFTOVERS
 from mig.types import Placement
 
-LEFTOVERS = "dynmig.io/node-leftover-instances"
 MAX_TEXT = 256 * 1024
 MAX_ENTRIES = 1024
 UNOWNED, RECLAIMING = "unowned", "reclaiming"

@@ -162,7 +162,7 @@ class Explanation:
     placements: tuple[Placement, ...]
     reason: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         return {
             "fits": self.fits,
             "profiles": list(self.profiles),

@@ -30,10 +30,7 @@ from mig.annotations import (
     AnnotationError,
     ContainerDevice,
     MigAllocation,
-    decode_allocations,
-    decode_devices,
     encode_allocations,
-    erase_container_devices,
 )
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
 from plugin.journal import Owner
@@ -120,10 +117,6 @@ def with_runtime(
     return tuple(out)
 
 
-def erase_container(text: str | None, container_index: int) -> str:
-    return erase_container_devices(text, container_index)
-
-
 def physical_id(device_id: str) -> str:
     """The GPU UUID of a kubelet replica ID (`GPU-…-3` or `…::3`); other IDs unchanged."""
     if "::" in device_id:
@@ -202,13 +195,14 @@ class Allocator:
             log.error(
                 "Allocate for %s failed (%s): %s", pod.ref, error.reason, error, extra=about(pod=pod.ref)
             )
+            self.manager.events.refused(pod, error.reason, str(error))
             self._mark_failed(pod)
             raise
 
     def _realize(self, pod: PodView, device_ids: list[str]) -> ContainerAnswer:
         try:
-            found = next_container(pod)
-            allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
+            found = pod.reservation.next_container()
+            allocations = pod.reservation.allocations
         except AnnotationError as error:
             raise AllocateError("malformed-annotation", f"{pod.ref}: {error}") from None
         if found is None:
@@ -348,7 +342,9 @@ class Allocator:
         realized: dict[InstanceKey, ManagedInstance],
     ) -> dict[str, str | None]:
         try:
-            allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
+            allocations = pod.reservation.allocations
+            remaining = pod.reservation.drained(container_index)
+            left = pod.reservation.left_after(container_index)
         except AnnotationError as error:
             raise AllocateError("malformed-annotation", f"{pod.ref}: {error}") from None
         now = sorted(InstanceKey.of(a) for a in allocations if a.containerIndex == container_index)
@@ -358,9 +354,8 @@ class Allocator:
                 f"{pod.ref}: the reservation of container {container_index} changed during Allocate",
             )
         encoded = encode_allocations(with_runtime(allocations, realized, container_index))
-        remaining = erase_container(pod.annotations.get(DEVICES_TO_ALLOCATE), container_index)
         patch: dict[str, str | None] = {MIG_ALLOCATIONS: encoded, DEVICES_TO_ALLOCATE: remaining}
-        if not any(decode_devices(remaining)):
+        if not left:
             patch[BIND_PHASE] = BIND_PHASE_SUCCESS
         return patch
 

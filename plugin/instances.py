@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from dynmig.logs import about
 from mig.annotations import MigAllocation
 from mig.types import Placement
 from plugin.discovery import GpuInventory, Inventory
+from plugin.events import PodEvents
 from plugin.journal import UNKNOWN, Entry, Journal, JournalError, Owner
 from plugin.metrics import PluginMetrics
 from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
@@ -90,6 +92,7 @@ class InstanceManager:
         self.inventory = inventory
         self.metrics = metrics or PluginMetrics()
         self.journal = journal or Journal(None, self.metrics)
+        self.events = PodEvents(None)  # the app sets a posting one; tests and tools post nothing
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
         self._gpu_locks: dict[str, threading.Lock] = {}
@@ -178,9 +181,17 @@ class InstanceManager:
             self._journal_created(intent, instance)
         self._remember(instance)
         self.metrics.creates.inc()
+        pod = owner.ref if owner is not None else "(unknown)"
         log.info(
-            "created MIG instance %s: GI %d CI %d %s", key, instance.gi_id, instance.ci_id, instance.mig_uuid
+            "created MIG instance %s for pod %s: GI %d CI %d %s",
+            key,
+            pod,
+            instance.gi_id,
+            instance.ci_id,
+            instance.mig_uuid,
+            extra=about(pod=owner.ref if owner is not None else None),
         )
+        self.events.created(owner, str(key), instance.mig_uuid, instance.gi_id, instance.ci_id)
         return instance, True
 
     def _create(self, gpu: GpuInventory, profile: GiProfile, key: InstanceKey) -> ManagedInstance:
@@ -311,14 +322,19 @@ class InstanceManager:
             self._forget(key)
             self._unjournal(key)
         self.metrics.destroys.labels(cause=cause).inc()
+        pod = instance.owner.ref if instance.owner is not None else "(unknown)"
         log.info(
-            "destroyed MIG instance %s (GI %d CI %d, %s): %s",
+            "destroyed MIG instance %s of pod %s (GI %d CI %d, %s): %s",
             key,
+            pod,
             instance.gi_id,
             instance.ci_id,
             instance.mig_uuid,
             cause,
+            extra=about(pod=instance.owner.ref if instance.owner is not None else None),
         )
+        if cause == "reclaim":
+            self.events.reclaimed(instance.owner, str(key), instance.mig_uuid)
 
     def _destroy(self, gpu: GpuInventory, instance: ManagedInstance) -> None:
         handle, key = gpu.device.handle, instance.key
@@ -453,13 +469,15 @@ class InstanceManager:
     ) -> ManagedInstance | None:
         gi = self.nvml.gi_by_id(gpu.device.handle, entry.gpuInstanceID or 0)
         if gi is None or gi.placement != key.placement or gi.profile_id != profile.id:
-            return self._gone(key, "its GI is gone (or its ID now names another instance)")
+            self._gone(key, "its GI is gone (or its ID now names another instance)")
+            return None
         owner = entry.owner
         if self.nvml.ci_by_id(gi.handle, entry.computeInstanceID or 0) is None:
             return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=owner)  # the GI is still ours
         found = self.nvml.mig_uuid(gpu.device.handle, gi.gi_id, entry.computeInstanceID or 0)
         if found != entry.migUUID:
-            return self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
+            self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
+            return None
         return ManagedInstance(
             key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner
         )
@@ -473,7 +491,8 @@ class InstanceManager:
             None,
         )
         if gi is None:
-            return self._gone(key, "no GI was created")
+            self._gone(key, "no GI was created")
+            return None
         cis = self.nvml.list_cis(gi.handle)
         if not cis:
             return ManagedInstance(key, gi.gi_id, -1, "", adopted=True, owner=entry.owner)

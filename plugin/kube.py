@@ -2,8 +2,8 @@
 
 Pods and nodes are read as raw JSON (`_preload_content=False`) into small frozen views: the plugin
 reads a handful of fields, and skipping the client's model deserialization keeps a reconcile pass
-over a full node cheap. Every failure becomes `KubeError` (a 409 becomes `Conflict`), so callers
-can tell "the API said no" from "we know the answer".
+over a full node cheap. Every failure becomes a `kube.errors.KubeError` (a 409 is `Conflict`), so
+callers can tell "the API said no" from "we know the answer".
 """
 
 from __future__ import annotations
@@ -12,22 +12,19 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-TIMEOUT = (3.0, 10.0)  # (connect, read) seconds: an unreachable API must not hang Allocate
+from kube import client as kube_client
+from kube.errors import Conflict, KubeError, NotFound, translated
+from kube.reflector import list_objects
+from mig.pods import PodReservation, active_for_plugin
 
+TIMEOUT = kube_client.REQUEST_TIMEOUT  # an unreachable API must not hang Allocate
 
-class KubeError(RuntimeError):
-    def __init__(self, message: str, status: int | None = None):
-        self.status = status
-        super().__init__(message)
-
-
-class Conflict(KubeError):
-    """The object changed since we read it (HTTP 409): re-read and retry."""
+__all__ = ["Conflict", "Kube", "KubeError", "NodeView", "PodView", "api_client"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,14 @@ class PodView:
 
     @property
     def active(self) -> bool:
-        """Still owns its reservations: not being deleted and not terminal."""
-        return not self.deleting and self.phase not in ("Succeeded", "Failed")
+        """Still owns its reservations and instances: not being deleted and not terminal (the
+        plugin's rule, stricter than the scheduler's: see mig/pods.py)."""
+        return active_for_plugin(self.phase, self.deleting)
+
+    @cached_property
+    def reservation(self) -> PodReservation:
+        """Its reservation annotations, decoded at most once for this copy of the pod."""
+        return PodReservation(self.annotations)
 
     @property
     def ref(self) -> str:
@@ -79,14 +82,9 @@ class NodeView:
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
-    configuration = k8s.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    configuration.retries = 0
-    return k8s.ApiClient(configuration)
+    """A client from a kubeconfig file, or the in-cluster service account when none is given; no
+    urllib3 retries (Allocate and the reconcile loop retry on their own schedule)."""
+    return kube_client.api_client(kubeconfig or None, in_cluster=not kubeconfig, retries=0)
 
 
 class Kube:
@@ -95,41 +93,30 @@ class Kube:
         self.node_name = node_name
 
     def _raw(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        try:
+        with translated(call.__name__):
             response = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
-            return json.loads(response.data)
-        except k8s.exceptions.ApiException as error:
-            status = getattr(error, "status", None)
-            kind = Conflict if status == 409 else KubeError
-            raise kind(
-                f"{call.__name__}: HTTP {status} {getattr(error, 'reason', '')}".strip(), status
-            ) from None
-        except (ValueError, TypeError) as error:
-            raise KubeError(f"{call.__name__}: unreadable answer ({error})") from None
-        except Exception as error:  # noqa: BLE001 - connection refused, timeouts, TLS: all "API down"
-            raise KubeError(f"{call.__name__}: {type(error).__name__}: {error}") from None
+            body = json.loads(response.data)
+        if not isinstance(body, dict):
+            raise KubeError(f"{call.__name__}: unreadable answer (not an object)")
+        return body
 
     # ---- pods
 
     def list_node_pods(self) -> list[PodView]:
         """Every pod bound to this node; raises KubeError on any error or a partial (continued) list."""
-        body = self._raw(
-            self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node_name}"
+        items, _ = list_objects(
+            "list pods",
+            self.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={self.node_name}",
+            _request_timeout=TIMEOUT,
         )
-        if (body.get("metadata") or {}).get("continue"):
-            raise KubeError("list pods: partial list (continue token)")
-        items = body.get("items")
-        if not isinstance(items, list):
-            raise KubeError("list pods: answer has no items")
         return [PodView.from_dict(item) for item in items]
 
     def get_pod(self, namespace: str, name: str) -> PodView | None:
         try:
             return PodView.from_dict(self._raw(self.core.read_namespaced_pod, name, namespace))
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def patch_pod_annotations(
         self, pod: PodView, annotations: Mapping[str, str | None], resource_version: str | None = None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from mig.leftovers import LEFTOVERS, RECLAIMING, UNOWNED, Leftover, encode_leftovers
+from mig.annotations import LEFTOVERS
+from mig.leftovers import RECLAIMING, UNOWNED, Leftover, encode_leftovers
 from mig.types import Placement
 from plugin.instances import InstanceManager
 from plugin.kube import Kube, KubeError
@@ -56,7 +57,7 @@ class LeftoverPublisher:
 
     def publish(self, leftovers: list[Leftover]) -> bool:
         """Write the annotation when it changed (an empty list removes it); True when written."""
-        counts = Counter(x.reason for x in leftovers)
+        counts: Counter[str] = Counter(x.reason for x in leftovers)
         for reason in (UNOWNED, RECLAIMING):
             self.metrics.unowned_placements.labels(reason=reason).set(counts.get(reason, 0))
         text = encode_leftovers(leftovers) if leftovers else None

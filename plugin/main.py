@@ -8,7 +8,6 @@ field on error), starts the app and runs until SIGTERM/SIGINT.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -16,9 +15,11 @@ import time
 
 from dynmig import logs
 from dynmig.version import version
+from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
+from plugin.events import PodEvents
 from plugin.instances import InstanceManager
 from plugin.journal import Journal
 from plugin.kube import Kube, api_client
@@ -43,6 +44,9 @@ class DevicePluginApp:
         self.metrics = metrics or PluginMetrics()
         self.journal = Journal(config.state_dir, self.metrics)
         self.manager = InstanceManager(self.nvml, Inventory(), self.metrics, self.journal)
+        self.manager.events = self.events = PodEvents.for_node(
+            kube.core, kube.node_name, dropped=self.metrics.event_dropped
+        )
         self.reconciler = Reconciler(kube, self.manager, self.metrics)
         self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
         self.publisher = Publisher(kube, self.metrics)
@@ -67,6 +71,7 @@ class DevicePluginApp:
         return server.server_address[1] if server is not None else None  # type: ignore[attr-defined]
 
     def start(self) -> DevicePluginApp:
+        self.events.start()
         self.nvml.init()
         self.journal.load()
         self.recover()
@@ -90,6 +95,7 @@ class DevicePluginApp:
             self.nvml.shutdown()
         except NvmlError as error:
             log.warning("NVML shutdown: %s", error)
+        self.events.stop()
 
     def recover(self) -> StartupReport:
         """Startup recovery under the reconcile lock, then a reclaim pass (what the journal proves ours
@@ -161,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("dynmig %s device-plugin starting", version())
     for warning in config.warnings:
         log.warning("%s", warning)
-    for warning in config.device_config.warnings:
-        log.warning("%s", warning.render("device config"))
+    for issue in config.device_config.warnings:
+        log.warning("%s", issue.render("device config"))
     try:
         kube = Kube(api_client(config.kubeconfig), config.node_name)
     except Exception as error:  # noqa: BLE001 - a bad kubeconfig is a configuration error
@@ -186,26 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     while not received:
         time.sleep(0.2)
-    _exit_if_stop_hangs(STOP_DEADLINE)
+    exit_if_stop_hangs(STOP_DEADLINE)
     app.stop()
     return 0
-
-
-STOP_DEADLINE = 15.0  # seconds; kubelet's default terminationGracePeriodSeconds is 30
-
-
-def _exit_if_stop_hangs(seconds: float) -> None:
-    """A graceful stop that blocks (e.g. on an API server that is gone) must not keep the process
-    alive: after `seconds` exit anyway. Nothing is mid-mutation then: Allocate and reconcile hold the
-    per-GPU locks only around NVML calls, which return."""
-
-    def give_up() -> None:
-        log.error("graceful stop took longer than %.0fs; exiting", seconds)
-        os._exit(1)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
 
 
 if __name__ == "__main__":

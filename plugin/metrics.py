@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 
+from dynmig.process_metrics import register_process_collectors
 from dynmig.version import register_build_info
 
 # A health check: (healthy, what to say). Served as 200 or 503 with the text.
@@ -27,6 +28,7 @@ class PluginMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         register_build_info(r, "device-plugin")
+        register_process_collectors(r)
         self.managed = Gauge(
             "dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r
         )
@@ -93,6 +95,16 @@ class PluginMetrics:
             ["reason"],
             registry=r,
         )
+
+        self.events_dropped = Counter(
+            "dynmig_plugin_events_dropped",
+            "Kubernetes Events not posted (queue full, or the API server refused or was unreachable)",
+            ["reason"],
+            registry=r,
+        )
+
+    def event_dropped(self, reason: str) -> None:
+        self.events_dropped.labels(reason=reason).inc()
 
     def fail(self, op: str, reason: str) -> None:
         self.failures.labels(op=op, reason=reason).inc()

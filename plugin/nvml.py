@@ -252,7 +252,7 @@ class Nvml:
         return None if ci is None else self.ci_record(ci)
 
     def list_gis(self, handle: Any, profiles: list[GiProfile]) -> list[GiRecord]:
-        out = []
+        out: list[GiRecord] = []
         for profile in profiles:
             size = max(profile.instance_count, 1)
             array = (pynvml.c_nvmlGpuInstance_t * size)()
@@ -262,7 +262,7 @@ class Nvml:
         return out
 
     def list_cis(self, gi: Any) -> list[CiRecord]:
-        out = []
+        out: list[CiRecord] = []
         for enum in range(CI_PROFILE_COUNT):
             info = self._optional(
                 (NOT_SUPPORTED, INVALID_ARGUMENT),

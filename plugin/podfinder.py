@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mig.annotations import (
-    BIND_PHASE,
     BIND_PHASE_ALLOCATING,
     DEVICES_TO_ALLOCATE,
     NODE_LOCK,
-    VGPU_NODE,
     AnnotationError,
     ContainerDevice,
-    decode_devices,
+    decode_node_lock,
 )
 from plugin.kube import Kube, PodView
 
@@ -27,23 +25,21 @@ class PodNotFound(LookupError):
 
 
 def lock_owner(node_annotations: Mapping[str, str]) -> tuple[str, str] | None:
-    """(namespace, name) from the node lock, or None (absent, or the legacy bare-timestamp form)."""
-    parts = (node_annotations.get(NODE_LOCK) or "").split(",")
-    if len(parts) != 3 or not parts[1] or not parts[2]:
-        return None
-    return parts[1], parts[2]
+    """(namespace, name) from the node lock, or None (absent, the legacy bare-timestamp form, or
+    malformed: the codec in mig/annotations.py, shared with the scheduler)."""
+    held = node_annotations.get(NODE_LOCK)
+    return decode_node_lock(held).owner if held else None
 
 
 def next_container(pod: PodView) -> tuple[int, list[ContainerDevice]] | None:
     """The first container entry of devices-to-allocate that still has devices (init containers first)."""
-    segments = decode_devices(pod.annotations.get(DEVICES_TO_ALLOCATE))
-    return next(((i, devices) for i, devices in enumerate(segments) if devices), None)
+    return pod.reservation.next_container()
 
 
 def is_allocating_here(pod: PodView, node_name: str) -> bool:
-    if not pod.active or pod.annotations.get(VGPU_NODE) != node_name:
+    if not pod.active or not pod.reservation.node or pod.reservation.node != node_name:
         return False
-    if pod.annotations.get(BIND_PHASE) != BIND_PHASE_ALLOCATING:
+    if pod.reservation.bind_phase != BIND_PHASE_ALLOCATING:
         return False
     try:
         return next_container(pod) is not None

@@ -18,7 +18,8 @@ from typing import Any
 from mig.allowlist import ERROR, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.placement.preference import parse_preference, unknown_entries
-from mig.placement.request import RequestError, annotation_problem, container_request
+from mig.placement.request import RequestError, annotation_problem
+from mig.pods import annotations_of, container_label, containers, names_gpu, read_container, resources
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
 from webhooks.objects import ConfigMap, ObjectError, Pod, check
 from webhooks.review import Decision, Review, pointer
@@ -42,56 +43,20 @@ class AdmissionPolicy:
 # ---------------------------------------------------------------- helpers on pod JSON
 
 
-def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    meta = (obj or {}).get("metadata") or {}
-    value = meta.get("annotations") if isinstance(meta, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     meta = (obj or {}).get("metadata") or {}
     value = meta.get("labels") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _containers(pod: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
-    """(field, index, container) for init containers first, then app containers (HAMi order)."""
-    spec = pod.get("spec") or {}
-    out = []
-    for key in ("initContainers", "containers"):
-        items = spec.get(key) or []
-        if not isinstance(items, list):
-            continue
-        out.extend((key, i, c) for i, c in enumerate(items) if isinstance(c, dict))
-    return out
-
-
-def _resources(container: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    res = container.get("resources") or {}
-    value = res.get(kind) if isinstance(res, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _requests_gpu(container: Mapping[str, Any], names: ResourceNames) -> bool:
-    wanted = (names.count, names.memory, names.memory_percentage)
-    return any(n in _resources(container, k) for k in ("limits", "requests") for n in wanted)
-
-
-def _name(key: str, i: int, container: Mapping[str, Any]) -> str:
-    """The container's name for messages (its field path when the name is missing or not a string)."""
-    name = container.get("name")
-    return name[:253] if isinstance(name, str) and name else f"{key}[{i}]"
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return annotations_of(obj or {})
 
 
 def _bad_request(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> str:
     """Why the container's GPU resources cannot be read (quantities, ranges), or ""."""
     try:
-        container_request(
-            _name(key, i, container),
-            _resources(container, "limits"),
-            _resources(container, "requests"),
-            names,
-        )
+        read_container(key, i, container, names)
     except RequestError as error:
         return str(error)
     return ""
@@ -189,10 +154,10 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     if _labels(pod).get(WEBHOOK_IGNORE_LABEL) == IGNORE or policy.ignored_namespaces(review.namespace):
         return Decision.allow(f"skipped: labelled {WEBHOOK_IGNORE_LABEL}={IGNORE}", result="skipped")
     names = policy.device_config().resources
-    containers = _containers(pod)
-    if not containers:
+    listed = containers(pod)
+    if not listed:
         return Decision.deny("pod has no containers; add at least one under spec.containers", code=400)
-    gpu = [(key, i, c) for key, i, c in containers if _requests_gpu(c, names)]
+    gpu = [(key, i, c) for key, i, c in listed if names_gpu(c, names)]
     if not gpu:
         return Decision.allow(result="skipped")
     spec = pod.get("spec") or {}
@@ -209,7 +174,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
         return Decision.deny(
             f"{bad}; fix the container's resources (see the README's section on pod resources)"
         )
-    privileged = [_name(key, i, c) for key, i, c in containers if _privileged(c)]
+    privileged = [container_label(key, i, c) for key, i, c in listed if _privileged(c)]
     if privileged:
         return Decision.deny(
             f"container {', '.join(privileged)} is privileged in a pod that requests {names.count}: a "
@@ -222,9 +187,9 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     warnings: list[str] = []
     for key, i, c in gpu:
         ops.extend(_default_count(key, i, c, names))
-        if any(names.cores in _resources(c, k) for k in ("limits", "requests")):
+        if any(names.cores in resources(c, k) for k in ("limits", "requests")):
             warnings.append(
-                f"container {_name(key, i, c)}: {names.cores} has no effect on a MIG device; "
+                f"container {container_label(key, i, c)}: {names.cores} has no effect on a MIG device; "
                 f"the MIG profile fixes the compute share"
             )
     return Decision.patched(ops, tuple(warnings))
@@ -232,7 +197,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
 
 def _default_count(key: str, i: int, c: Mapping[str, Any], names: ResourceNames) -> list[dict[str, Any]]:
     """`nvidia.com/gpu: 1` for a container that asks only for memory (HAMi's defaultGPUNum)."""
-    limits, requests = _resources(c, "limits"), _resources(c, "requests")
+    limits, requests = resources(c, "limits"), resources(c, "requests")
     if names.count in limits or names.count in requests:
         return []
     ops: list[dict[str, Any]] = []

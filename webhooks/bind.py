@@ -1,5 +1,10 @@
 """Extender bind: node lock, then the Binding carrying `hami.io/bind-phase: allocating` and bind-time.
 
+Two API writes on the critical path, in HAMi's order: the node lock (`hami.io/mutex.lock`), then
+the Binding, which carries the bind-phase annotations (the API server sets them in the same update
+as spec.nodeName). The filter's reservation write, still in flight when kube-scheduler binds at
+once, overlaps the lock write; the Binding waits for it.
+
 A failed bind releases what it took (the node lock, the pod's in-memory reservation) and says why
 in a `BindingFailed` event; the pod's recorded reservation is replaced when kube-scheduler filters
 it again, and dropped if the pod goes away.
@@ -17,11 +22,12 @@ from mig.allowlist import ResourceNames
 from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
-from webhooks.filter import Filter, pod_request, replan_problem, typed_pod
+from webhooks.filter import pod_request, replan_problem, typed_pod
 from webhooks.fleet import Fleet
-from webhooks.kube import ApiException, EventRecorder, Kube
+from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
-from webhooks.nodelock import NodeLock
+from webhooks.nodelock import LockValue, NodeLock
+from webhooks.pending import PendingBinds
 
 log = logging.getLogger(__name__)
 _NOT_AGAIN = "dynmig does not bind it again"
@@ -37,7 +43,7 @@ class Binder:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
-    filter: Filter | None = None  # to wait for the filter's reservation write of this pod
+    pending: PendingBinds  # shared with the filter: its reservation write of this pod, the held node
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -49,11 +55,13 @@ class Binder:
         except BadArgs as error:
             self.metrics.bind_latency.labels("error").observe(time.perf_counter() - started)
             return bind_result(str(error))
-        error = self._bind(args)
-        if self.filter is not None and not error.endswith((_NOT_AGAIN, _NOT_THEIRS)):
-            self.filter.bind_done(args.pod_uid or "", args.node)
-        self.metrics.bind_latency.labels("error" if error else "bound").observe(time.perf_counter() - started)
-        return bind_result(error)
+        failure = self._bind(args)
+        if not failure.endswith((_NOT_AGAIN, _NOT_THEIRS)):
+            self.pending.done(args.pod_uid or "", args.node)
+        self.metrics.bind_latency.labels("error" if failure else "bound").observe(
+            time.perf_counter() - started
+        )
+        return bind_result(failure)
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.cache.pod(namespace, name) if self.cache else None
@@ -86,22 +94,27 @@ class Binder:
             problem = replan_problem(typed_pod(pod)) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
-            recorded = self.filter.wait_recorded(uid) if self.filter is not None else ""
-            if recorded:
-                raise RuntimeError(recorded)
             phase = None
             if gpu:
+                # the node lock first: its write overlaps the filter's reservation write, which may
+                # still be in flight; both land before the Binding, the only write the device plugin
+                # acts on (a failed reservation releases the lock below)
                 self.lock.acquire(
                     node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None
                 )
                 locked = True
+                if self.cache is not None:
+                    self.cache.note_lock(node, LockValue(self.lock.clock(), ns, name))
                 phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
+            recorded = self.pending.wait_recorded(uid)
+            if recorded:
+                raise RuntimeError(recorded)
             # bind-phase and bind-time ride on the Binding: the API server writes them onto the pod in
             # the same update that sets spec.nodeName, so the device plugin never sees the pod on
             # the node without them (HAMi patches them first, one more pod write and watch event).
             self.kube.bind(ns, name, uid, node, phase)
         except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
-            message = f"binding {ns}/{name} to {node} failed: {_text(error)}"
+            message = f"binding {ns}/{name} to {node} failed: {error}"
             log.warning("%s", message)
             if locked:
                 try:
@@ -115,9 +128,3 @@ class Binder:
             pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}"
         )
         return ""
-
-
-def _text(error: Exception) -> str:
-    if isinstance(error, ApiException):
-        return f"API {error.status} {error.reason}: {(error.body or b'')[:300]!r}"
-    return str(error)

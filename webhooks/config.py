@@ -47,6 +47,9 @@ class ServeConfig:
     extender_port: int = 8444
     extender_client_ca: str = ""
     metrics_port: int = 9395
+    # the live slice-map page (webhooks/page): read-only, on its own plain-HTTP listener, off by default
+    page: bool = False
+    page_port: int = 9396
     tls_cert: str = ""
     tls_key: str = ""
     tls_names: tuple[str, ...] = ()
@@ -70,9 +73,24 @@ class ServeConfig:
     identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
     node_lock_expiry: float = 300.0
     reservation_ttl: float = 120.0
+    # Defrag (webhooks/defrag.py): advice for pending MIG pods always; evicting only when turned on.
+    defrag_evict: bool = False
+    defrag_interval: float = 10.0
+    defrag_evictions_per_minute: int = 6
     log_level: str = "info"
     log_format: str = "text"
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
+
+
+def count(text: str) -> int:
+    """A whole number from 1 to 1000."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number from 1 to 1000")
+    return value
 
 
 def _validity(text: str) -> dt.timedelta:
@@ -139,6 +157,20 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         default=d.metrics_port,
         type=port,
         help="plain-HTTP port for /metrics (HAMi uses 9395)",
+    )
+    f.add(
+        "--page",
+        default=d.page,
+        type=boolean,
+        metavar="{true,false}",
+        help="true: serve the live slice-map page (read-only: every node's GPUs, pods and pending pods) "
+        "on --page-port",
+    )
+    f.add(
+        "--page-port",
+        default=d.page_port,
+        type=port,
+        help="plain-HTTP port of the live slice-map page, when --page=true",
     )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
@@ -240,6 +272,27 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         show_default="5m",
         help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)",
     )
+    f.add(
+        "--defrag-evict",
+        default=d.defrag_evict,
+        type=boolean,
+        metavar="{true,false}",
+        help='true: evict (Eviction API) the cheapest set of opted-in (dynmig.io/evictable: "true"), '
+        "lower-priority MIG pods whose removal lets a pending MIG pod be placed; false: only advise",
+    )
+    f.add(
+        "--defrag-interval",
+        default=d.defrag_interval,
+        type=positive_seconds,
+        show_default="10s",
+        help="how often pending MIG pods get defrag advice (and, with --defrag-evict, evictions)",
+    )
+    f.add(
+        "--defrag-evictions-per-minute",
+        default=d.defrag_evictions_per_minute,
+        type=count,
+        help="most pods --defrag-evict evicts per minute (a set larger than this is never evicted)",
+    )
     f.add("--log-level", default=d.log_level, choices=LEVELS, help="least severe log level written")
     f.add(
         "--log-format",
@@ -267,6 +320,8 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         extender_port=args.extender_port,
         extender_client_ca=args.extender_client_ca,
         metrics_port=args.metrics_port,
+        page=args.page,
+        page_port=args.page_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_names=tuple(args.tls_name),
@@ -285,6 +340,9 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         lease_name=args.lease_name,
         identity=args.identity,
         node_lock_expiry=args.node_lock_expiry,
+        defrag_evict=args.defrag_evict,
+        defrag_interval=args.defrag_interval,
+        defrag_evictions_per_minute=args.defrag_evictions_per_minute,
         log_level=args.log_level,
         log_format=args.log_format,
         warnings=tuple(f.warnings),

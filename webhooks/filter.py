@@ -1,8 +1,8 @@
 """Extender filter: plan the whole pod with the placement engine, reserve at once, record it on the pod.
 
-Order matters for safety: plan and reserve in memory under the fleet lock (the next filter already
-sees this reservation), then write the reservation onto the pod; if that write fails the in-memory
-reservation is rolled back before we answer, so nothing holds slices no pod records.
+Order matters for safety: plan and reserve in memory at once (`Fleet.plan_and_reserve`: the next
+filter already sees this reservation), then write the reservation onto the pod; if that write fails
+the in-memory reservation is rolled back before we answer, so nothing holds slices no pod records.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from mig import pods
 from mig.allowlist import ResourceNames
 from mig.annotations import (
     DEVICES_ALLOCATED,
@@ -25,35 +25,22 @@ from mig.annotations import (
     VGPU_TIME,
     AnnotationError,
     ContainerDevice,
-    decode_allocations,
     encode_allocations,
     encode_devices,
 )
-from mig.placement import (
-    ContainerRequest,
-    Plan,
-    PodRequest,
-    Refusal,
-    RequestError,
-    annotation_problem,
-    container_request,
-    devices_problem,
-)
-from mig.placement.reasons import MAX_NODE_TEXT, bounded_join
+from mig.placement import Plan, PodRequest, Refusal, RequestError
+from mig.placement.reasons import MAX_NODE_TEXT
+from mig.pods import PodReservation, gpu_request, is_terminal
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
-from webhooks.fleet import Fleet, usage_from_plan
+from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
-from webhooks.objects import Container, ObjectError, ObjectMeta, Pod, check
+from webhooks.objects import ObjectError, ObjectMeta, Pod, check
 from webhooks.occupancy import PodUsage
+from webhooks.pending import PendingBinds
 
 log = logging.getLogger(__name__)
 DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
-
-
-def _containers(pod: Pod) -> list[Container]:
-    spec = pod.spec
-    return [*(spec.initContainers or ()), *(spec.containers or ())] if spec else []
 
 
 def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
@@ -66,37 +53,21 @@ def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
         raise BadArgs(str(error)) from None
 
 
-def pod_request(pod: Mapping[str, Any] | Pod, names: ResourceNames) -> PodRequest | None:
+def pod_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
     """The pod's MIG request (init containers first, HAMi order), or None when it asks for no GPU.
 
-    BadArgs names the container and resource (or annotation) that cannot be read or never fits.
-    """
-    typed = typed_pod(pod)
-    requests: list[ContainerRequest] = []
-    for i, c in enumerate(_containers(typed)):
-        res = c.resources
-        try:
-            requests.append(
-                container_request(
-                    c.name or f"#{i}",
-                    (res.limits if res else None) or {},
-                    (res.requests if res else None) or {},
-                    names,
-                )
-            )
-        except RequestError as error:
-            raise BadArgs(str(error)) from None
-    if not any(r.devices for r in requests):
-        return None
-    meta = typed.metadata or ObjectMeta()
-    annotations = meta.annotations or {}
-    problem = devices_problem(requests, names.count) or annotation_problem(annotations)
-    if problem:
-        raise BadArgs(problem)
-    return PodRequest.from_annotations(requests, annotations, name=f"{meta.namespace}/{meta.name}")
+    BadArgs names the field of the wrong type, or the container and resource (or annotation) that
+    cannot be read or never fits."""
+    typed_pod(pod)
+    return _read_request(pod, names)
 
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
+def _read_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
+    """`gpu_request` of a pod whose fields were type-checked (`typed_pod`), errors as BadArgs."""
+    try:
+        return gpu_request(pod, names)
+    except RequestError as error:
+        raise BadArgs(str(error)) from None
 
 
 def replan_problem(pod: Pod) -> str:
@@ -107,15 +78,13 @@ def replan_problem(pod: Pod) -> str:
     if pod.spec and pod.spec.nodeName:
         return f"is already bound to node {pod.spec.nodeName}"
     phase = pod.status.phase if pod.status else None
-    if phase in TERMINAL_PHASES:
+    if is_terminal(phase):
         return f"has ended ({phase})"
     try:
-        held = decode_allocations((meta.annotations or {}).get(MIG_ALLOCATIONS))
+        held = PodReservation(meta.annotations or {}).holds_instance
     except AnnotationError:
         return ""  # an unreadable record on a pod without a node is replaced by the new plan
-    if any(
-        a.migUUID is not None or a.gpuInstanceID is not None or a.computeInstanceID is not None for a in held
-    ):
+    if held:
         return "holds a MIG instance on its node (its reservation has a runtime identity)"
     return ""
 
@@ -143,10 +112,11 @@ _STRIPES = 64
 @dataclass
 class Filter:
     fleet: Fleet
-    kube: Kube | None
+    kube: Kube
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
+    pending: PendingBinds  # shared with bind: nodes held for binds, reservation writes in progress
     blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
     # Two filters of the same pod must not interleave: the later plan could be written first and the
     # earlier one last, leaving the pod's record and the in-memory reservation disagreeing.
@@ -156,14 +126,11 @@ class Filter:
     # With a writer pool the pod patch runs after the reply (the reservation already holds the slices
     # in memory) and bind waits for it; without one the filter writes before it answers.
     writer: ThreadPoolExecutor | None = None
-    _writes: dict[str, Future] = field(default_factory=dict)
-    # Nodes chosen for a pod whose bind has not happened yet: its bind will take the node lock, so
-    # sending another pod there now would only fail that pod's bind on lock contention.
-    _awaiting: dict[str, tuple[str, float]] = field(default_factory=dict)
-    awaiting_ttl: float = 30.0
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
+    # Defrag advice for a pending pod by uid: (node, one line), or None (webhooks/defrag.py).
+    advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -186,7 +153,7 @@ class Filter:
             ), "skipped"
         raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
         pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
-        request = pod_request(pod, self.resources())
+        request = _read_request(raw, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(
                 node_names=list(args.node_names), nodes=list(args.nodes or [])
@@ -195,7 +162,7 @@ class Filter:
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
         with self._pod_locks[hash(uid) % _STRIPES]:
-            return self._place(args, raw, uid, namespace, name, request, len(_containers(pod)))
+            return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
 
     def _cluster_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         """The pod as the cluster has it, if it is the pod the request names (same UID)."""
@@ -226,70 +193,25 @@ class Filter:
         containers: int,
     ) -> tuple[ExtenderFilterResult, str]:
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
-        blocked.update(self._awaiting_binds(uid))
+        blocked.update(self.pending.held_for_others(uid))
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
-        self.wait_recorded(uid)  # an earlier filter's write of this pod lands before a new plan
-        outcome, usage = self.reserve(request, candidates, uid, namespace, name)
+        self.pending.wait_recorded(uid)  # an earlier filter's write of this pod lands before a new plan
+        outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
-        self._awaiting[outcome.node] = (uid, time.monotonic() + self.awaiting_ttl)
+        plan, usage = outcome
+        self.pending.choose(uid, plan.node)
         if self.writer is not None:
             # One hand-off per filter: the writer also queues the event. Every thread the filter wakes
             # can take its CPU (and the GIL) before the reply is out.
-            self._writes[uid] = self.writer.submit(self._record_and_tell, pod, outcome, usage, containers)
+            write = self.writer.submit(self._record_and_tell, pod, plan, usage, containers)
+            self.pending.recording(uid, write)
         else:
-            error = self._record_and_tell(pod, outcome, usage, containers)
+            error = self._record_and_tell(pod, plan, usage, containers)
             if error:
                 return ExtenderFilterResult(error=error), "error"
-        chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == outcome.node]
-        return ExtenderFilterResult(node_names=[outcome.node], nodes=chosen), "scheduled"
-
-    def _awaiting_binds(self, uid: str) -> dict[str, str]:
-        now = time.monotonic()
-        out = {}
-        for node, (owner, deadline) in list(self._awaiting.items()):
-            if deadline < now:
-                self._awaiting.pop(node, None)
-            elif owner != uid:
-                out[node] = "chosen for another pod whose bind is in progress"
-        return out
-
-    def bind_done(self, uid: str, node: str, keep_write: bool = False) -> None:
-        """The pod's bind finished (either way), or will never come: its node is no longer held for it."""
-        if self._awaiting.get(node, ("",))[0] == uid:
-            self._awaiting.pop(node, None)
-        if keep_write:
-            return
-        future = self._writes.get(uid)
-        if future is not None and future.done():
-            self._writes.pop(uid, None)
-
-    def wait_recorded(self, uid: str, timeout: float = 30.0) -> str:
-        """Wait for the pod's pending reservation write; "" when written (or none), else why not."""
-        future = self._writes.get(uid)
-        if future is None:
-            return ""
-        try:
-            error = future.result(timeout)
-        except FutureTimeout:
-            return "the MIG reservation is still being written to the pod; retry"
-        if not error and self._writes.get(uid) is future:
-            del self._writes[uid]  # a failure stays until the bind has seen it (see bind_done)
-        return error
-
-    def reserve(
-        self, request: PodRequest, candidates, uid: str, namespace: str, name: str
-    ) -> tuple[Plan | Refusal, PodUsage | None]:
-        """Plan the pod over the candidate nodes and hold the plan in memory, atomically."""
-        self.fleet.sweep()
-        with self.fleet.lock:
-            self.fleet.forget_pod(uid)  # a re-filter never counts the pod's previous reservation
-            outcome = self.fleet.index.plan(request, nodes=candidates)
-            if isinstance(outcome, Refusal):
-                return outcome, None
-            usage = usage_from_plan(uid, namespace, name, outcome)
-            self.fleet.reserve(usage)
-            return outcome, usage
+        chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
+        return ExtenderFilterResult(node_names=[plan.node], nodes=chosen), "scheduled"
 
     def _record_and_tell(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
         """Record the reservation; once it is on the pod, HAMi's FilteringSucceed event."""
@@ -303,8 +225,6 @@ class Filter:
         """Write the reservation onto the pod; on failure roll the in-memory one back."""
         meta = pod["metadata"]
         try:
-            if self.kube is None:
-                raise RuntimeError("no API client")
             patched = self.kube.patch_pod(
                 meta.get("namespace") or "",
                 meta.get("name") or "",
@@ -312,7 +232,7 @@ class Filter:
             )
         except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
             self.fleet.release(usage.uid, usage)
-            self.bind_done(usage.uid, plan.node, keep_write=True)  # no bind follows: free the node
+            self.pending.done(usage.uid, plan.node, keep_write=True)  # no bind follows: free the node
             log.warning("filter: patching %s/%s failed: %s", meta.get("namespace"), meta.get("name"), error)
             return f"could not record the MIG reservation on the pod: {str(error)[:300]}"
         if isinstance(patched, dict):
@@ -322,39 +242,51 @@ class Filter:
     def _refuse(
         self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]
     ) -> ExtenderFilterResult:
-        failed = {node: blocked.get(node) or self._node_text(refusal, node) for node in args.node_names}
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
         self.fleet.set_pending(uid, headline)
+        closed = self._closed_texts(args.node_names)
+        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
+        # The same text for every refused node: kube-scheduler counts identical reasons, so its
+        # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
+        per_node = refusal_text(refusal, closed) if refusal.reasons else f"{NODES_PREFIX}no MIG GPU"
+        failed = {node: blocked.get(node) or per_node for node in args.node_names}
         locked = (
             (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
             if blocked
             else ""
         )
-        text = "; ".join(t for t in (locked, _event_text(refusal) if refusal.reasons else "") if t)
+        text = "; ".join(t for t in (locked, text) if t)
+        hint = self.advice(uid)
+        if hint is not None:  # its own line, and on the node it names
+            text += "\n" + hint[1]
+            if hint[0] in failed:
+                failed[hint[0]] = f"{failed[hint[0]]}; {hint[1]}"
         self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
-    def _node_text(self, refusal: Refusal, node: str) -> str:
-        return bounded_join(
-            [refusal.node_message(node) or "no MIG GPU", *_closed(self.fleet.occupancy(node))],
-            MAX_NODE_TEXT,
-            "unschedulable GPUs",
-        )
+    def _closed_texts(self, nodes: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for node in nodes:
+            out.extend(_closed(node, self.fleet.occupancy(node)))
+        return out
 
 
-MAX_EVENT_TEXT = 2048
+# What every refused node's FailedNodes text starts with (kube-scheduler puts the count before it).
+NODES_PREFIX = "node(s) cannot place the pod's MIG devices: "
 
 
-def _closed(occupancy) -> list[str]:
+MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)
+
+
+def refusal_text(refusal: Refusal, extra: list[str]) -> str:
+    """One refused node's FailedNodes text: the prefix and headline (together under 300 characters),
+    then ` Per GPU: ` and the per-GPU detail, capped with "and N more GPUs"."""
+    head = f"{NODES_PREFIX}{refusal.headline()}"
+    return refusal.text(MAX_NODE_TEXT, extra, head=head)
+
+
+def _closed(node: str, occupancy) -> list[str]:
     if occupancy is None or not occupancy.closed:
         return []
-    return [f"GPU {uuid} is not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
-
-
-def _event_text(refusal: Refusal, examples: int = 3) -> str:
-    """The summary plus the first few concrete reasons, so a person sees what to change."""
-    details = "; ".join(str(r)[:MAX_NODE_TEXT] for r in refusal.reasons[:examples])
-    more = len(refusal.reasons) - examples
-    tail = f" (+{more} more)" if more > 0 else ""
-    return f"{refusal.summary()[: MAX_EVENT_TEXT // 2]}. {details}{tail}"
+    return [f"{node}/{uuid}: not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]

@@ -1,8 +1,8 @@
 """The scheduler's view of the fleet: published GPUs, what active pods hold, and in-flight reservations.
 
-One lock guards everything here, and the placement index is kept in step on every change, so a
-filter plans and reserves under that lock and two filters can never be handed overlapping
-placements.
+One lock guards everything here, and the placement index is kept in step on every change;
+`plan_and_reserve` plans and reserves under that lock, so two filters can never be handed
+overlapping placements.
 
 Two sources of occupancy per pod, never both at once:
 - *held*: what the cache shows in the pod's annotations (the durable record);
@@ -18,14 +18,15 @@ import heapq
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mig.annotations import MigAllocation
-from mig.placement import GpuState, PlacementIndex, Plan
+from mig.annotations import MigAllocation, PlacementModel
+from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
+from mig.pods import active_for_scheduler
 from mig.types import Placement
-from webhooks.metrics import GpuSample, Snapshot
+from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 from webhooks.occupancy import (
     NodeGpus,
     NodeOccupancy,
@@ -52,7 +53,7 @@ def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage
             deviceIndex=d.device_index,
             gpuUUID=d.gpu_uuid,
             profile=d.profile,
-            placement={"start": d.placement.start, "size": d.placement.size},
+            placement=PlacementModel(start=d.placement.start, size=d.placement.size),
         )
         for d in plan.devices
     )
@@ -113,11 +114,11 @@ class Fleet:
                 if version < self._versions.get(uid, -1):
                     return  # an older copy (a lagging watch after we applied a patch reply)
                 self._versions[uid] = version
-            if (pod.get("spec") or {}).get("nodeName") or not _active(pod):
+            if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
                 self._pending.pop(uid, None)
             dirty: list[str] = []
             flight = self._in_flight.get(uid)
-            if flight is not None and (not _active(pod) or _same(usage, flight.usage)):
+            if flight is not None and (not active_for_scheduler(pod) or _same(usage, flight.usage)):
                 dirty = self._drop_in_flight(uid)
             old = self._held.get(uid)
             if old != usage:
@@ -138,7 +139,7 @@ class Fleet:
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
 
-    def replace_pods(self, pods: list[Mapping[str, Any]]) -> None:
+    def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """A relist: forget pods that are gone, then apply every listed one."""
         uids = {(p.get("metadata") or {}).get("uid") for p in pods}
         with self.lock:
@@ -151,7 +152,7 @@ class Fleet:
             for pod in pods:
                 self.set_pod(pod)
 
-    def replace_nodes(self, nodes: list[Mapping[str, Any]]) -> None:
+    def replace_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         names = {(n.get("metadata") or {}).get("name") for n in nodes}
         with self.lock:
             for name in [n for n in self._register if n not in names]:
@@ -160,8 +161,24 @@ class Fleet:
                 self.set_node(node)
 
     # ---- reservations by the filter ----------------------------------------------------------
-    def reserve(self, usage: PodUsage) -> None:
-        """Hold a filter's plan in memory at once (caller holds the lock and planned under it)."""
+    def plan_and_reserve(
+        self, request: PodRequest, nodes: Collection[str] | None, uid: str, namespace: str, name: str
+    ) -> Refusal | tuple[Plan, PodUsage]:
+        """Plan the pod over `nodes` (None: every node) and hold the plan in memory, atomically: the
+        next plan already counts it, so two pods are never handed overlapping placements. A
+        re-filter never counts the pod's previous reservation (held or in flight)."""
+        self.sweep()
+        with self.lock:
+            self._forget_pod(uid)
+            outcome = self.index.plan(request, nodes=nodes)
+            if isinstance(outcome, Refusal):
+                return outcome
+            usage = usage_from_plan(uid, namespace, name, outcome)
+            self._reserve(usage)
+            return outcome, usage
+
+    def _reserve(self, usage: PodUsage) -> None:
+        """Hold a plan in memory (under the lock, planned under it)."""
         deadline = self.clock() + self.ttl
         self._drop_in_flight(usage.uid)
         self._in_flight[usage.uid] = InFlight(usage, deadline)
@@ -177,7 +194,7 @@ class Fleet:
             if flight is not None and (usage is None or flight.usage == usage):
                 self._refresh(*self._drop_in_flight(uid))
 
-    def forget_pod(self, uid: str) -> None:
+    def _forget_pod(self, uid: str) -> None:
         """Before a re-filter: the pod's previous reservation (held or in flight) is not counted."""
         nodes = self._drop_in_flight(uid)
         old = self._unhold(uid)
@@ -209,6 +226,12 @@ class Fleet:
         with self.lock:
             return self._occupancy.get(node)
 
+    def node_views(self) -> list[tuple[NodeGpus, NodeOccupancy, str | None]]:
+        """Per published node: what it publishes, its occupancy now, and its leftover list as text
+        (the live page draws them; each object is immutable and replaced, never changed, on a change)."""
+        with self.lock:
+            return [(self._published[n], occ, self._register[n][1]) for n, occ in self._occupancy.items()]
+
     def placements(self) -> dict[str, list[tuple[str, Placement]]]:
         """GPU UUID -> (pod uid, placement) for everything counted right now (tests check overlap)."""
         out: dict[str, list[tuple[str, Placement]]] = {}
@@ -220,27 +243,17 @@ class Fleet:
 
     def snapshot(self) -> Snapshot:
         with self.lock:
-            instances, gpus = [], []
+            instances: list[tuple[str, ...]] = []
+            gpus: list[GpuSample] = []
+            devices: list[DeviceSample] = []
             for occ in self._occupancy.values():
                 for g in occ.gpus:
-                    for _usage, a in occ.holders.get(g.uuid, ()):
-                        if a.runtime_ready:
-                            instances.append(
-                                (
-                                    occ.node,
-                                    a.gpuUUID,
-                                    str(g.index),
-                                    a.migUUID or "",
-                                    a.profile,
-                                    str(a.gpuInstanceID),
-                                    str(a.computeInstanceID),
-                                    str(a.placement.start),
-                                    str(a.placement.size),
-                                )
-                            )
-                    gpus.append(_gpu_sample(g))
+                    holders = occ.holders.get(g.uuid, ())
+                    instances.extend(_instance_labels(occ.node, g, a) for _u, a in holders if a.runtime_ready)
+                    gpus.append(_gpu_sample(g, holders))
+                    devices.extend(_device_samples(occ.node, g, holders))
             pending = tuple(sorted(Counter(self._pending.values()).items()))
-            return Snapshot(tuple(instances), tuple(gpus), pending, self.synced)
+            return Snapshot(tuple(instances), tuple(gpus), pending, self.synced, tuple(devices))
 
     # ---- internals ---------------------------------------------------------------------------
     def _drop_in_flight(self, uid: str) -> list[str]:
@@ -292,10 +305,6 @@ def _version(meta: Mapping[str, Any]) -> int | None:
         return None
 
 
-def _active(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("status") or {}).get("phase") or "") not in ("Succeeded", "Failed")
-
-
 def _same(usage: PodUsage | None, planned: PodUsage) -> bool:
     """The cache shows exactly the filter's reservation (runtime fields may have been added since)."""
     if usage is None or usage.node != planned.node:
@@ -303,7 +312,32 @@ def _same(usage: PodUsage | None, planned: PodUsage) -> bool:
     return tuple(a.without_runtime() for a in usage.allocations) == planned.allocations
 
 
-def _gpu_sample(g: GpuState) -> GpuSample:
+Holders = tuple[tuple[PodUsage, MigAllocation], ...]
+
+
+def _instance_labels(node: str, g: GpuState, a: MigAllocation) -> tuple[str, ...]:
+    """hami_node_gpu_mig_instance_info's label values for a realized reservation."""
+    return (
+        node,
+        a.gpuUUID,
+        str(g.index),
+        a.migUUID or "",
+        a.profile,
+        str(a.gpuInstanceID),
+        str(a.computeInstanceID),
+        str(a.placement.start),
+        str(a.placement.size),
+    )
+
+
+def _profile_sizes(g: GpuState, a: MigAllocation) -> tuple[int, int]:
+    """(memory MiB, cores) of a reservation's profile as the GPU publishes it; (0, 0) if it no longer
+    publishes that profile."""
+    found = next((p for p in g.profiles if p.name == a.profile), None)
+    return (found.memory_mb, found.core) if found else (0, 0)
+
+
+def _gpu_sample(g: GpuState, holders: Holders = ()) -> GpuSample:
     axis = max((p.end for pr in g.profiles for p in pr.placements), default=0)
     mask = g.occupied_mask
     free = sum(1 for i in range(axis) if not mask >> i & 1)
@@ -312,4 +346,33 @@ def _gpu_sample(g: GpuState) -> GpuSample:
         for pr in g.profiles:
             if pr.memory_mb > best[1] and any(p.size and not p.mask & mask for p in pr.placements):
                 best = (pr.name, pr.memory_mb)
-    return GpuSample(g.node, g.uuid, g.index, free, best[0], best[1])
+    sizes = [_profile_sizes(g, a) for _u, a in holders]
+    return GpuSample(
+        g.node,
+        g.uuid,
+        g.index,
+        free,
+        best[0],
+        best[1],
+        slices=axis,
+        type=g.type,
+        memory_mb=g.memory_mb,
+        allocated_mb=sum(m for m, _ in sizes),
+        allocated_cores=sum(c for _, c in sizes),
+        shared=len(holders),
+    )
+
+
+def _device_samples(node: str, g: GpuState, holders: Holders) -> list[DeviceSample]:
+    """Per container of each pod, what its reservations on this GPU hold (summed: HAMi's series has
+    one sample per container and GPU)."""
+    summed: dict[tuple[str, str, int], list[int]] = {}
+    for usage, a in holders:
+        memory, cores = _profile_sizes(g, a)
+        acc = summed.setdefault((usage.namespace, usage.name, a.containerIndex), [0, 0])
+        acc[0] += memory
+        acc[1] += cores
+    return [
+        DeviceSample(ns, node, pod, index, g.uuid, memory, cores)
+        for (ns, pod, index), (memory, cores) in sorted(summed.items())
+    ]

@@ -3,7 +3,8 @@
 Every call passes `_preload_content=False`: we work on plain JSON, skip the client's model
 deserialisation (slow, and for `pods/binding` wrong — the apiserver answers a Binding POST with a
 `Status`, which the client fails to turn into a `V1Binding` although the bind succeeded, see
-kubernetes-client/python#547). Non-2xx replies still raise `ApiException`.
+kubernetes-client/python#547). Every failure raises a `kube.errors.KubeError` (`NotFound`,
+`Conflict`, `Unavailable`, ...).
 """
 
 from __future__ import annotations
@@ -11,41 +12,39 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import queue
-import threading
-import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
+
+from dynmig import events
+from kube.client import api_client
+from kube.errors import NotFound, translated
 
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-CONFLICT, NOT_FOUND, GONE = 409, 404, 410
 
-__all__ = ["ApiException", "EventRecorder", "Kube", "load_api_client"]
+__all__ = ["EventRecorder", "Kube", "load_api_client"]
 
 
 def load_api_client(kubeconfig: str = "") -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or in-cluster when none is given."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
+    return api_client(kubeconfig or None, in_cluster=not kubeconfig)
 
 
-def _json(response) -> Any:
-    data = response.data
-    return json.loads(data) if data else None
+def _json(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the client without model deserialisation; the JSON answer, or KubeError."""
+    with translated(what):
+        data = call(*args, _preload_content=False, **kwargs).data
+        return json.loads(data) if data else None
 
 
-def _drain(response) -> None:
-    """Read a reply we do not need: an unread `_preload_content=False` response never goes back to
-    the connection pool, so every such call would open (and the server accept) a new connection."""
-    _ = response.data
+def _drain(what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    """Call and read a reply we do not need: an unread `_preload_content=False` response never goes
+    back to the connection pool, so every such call would open (and the server accept) a new connection."""
+    with translated(what):
+        _ = call(*args, _preload_content=False, **kwargs).data
 
 
 def now_rfc3339() -> str:
@@ -63,41 +62,56 @@ class Kube:
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _json(
-            self.core.patch_namespaced_pod(
-                name,
-                namespace,
-                patch,
-                _content_type=MERGE,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+            f"patch pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE,
+            _request_timeout=self.timeout,
         )
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return _json(
-            self.core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"read pod {namespace}/{name}",
+            self.core.read_namespaced_pod,
+            name,
+            namespace,
+            _request_timeout=self.timeout,
         )
 
     def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when the API server has no such pod."""
         try:
             return self.get_pod(namespace, name)
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
+        return _json(f"read node {name}", self.core.read_node, name, _request_timeout=self.timeout)
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _json(
-            self.core.patch_node(
-                name, patch, _content_type=MERGE, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"patch node {name}",
+            self.core.patch_node,
+            name,
+            patch,
+            _content_type=MERGE,
+            _request_timeout=self.timeout,
         )
+
+    def lease_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The coordination.k8s.io Lease, or None when the API server has none of that name."""
+        try:
+            return _json(
+                f"read lease {namespace}/{name}",
+                self.coordination.read_namespaced_lease,
+                name,
+                namespace,
+                _request_timeout=self.timeout,
+            )
+        except NotFound:
+            return None
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None
@@ -116,91 +130,34 @@ class Kube:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         _drain(
-            self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
+            f"bind pod {namespace}/{name} to {node}",
+            self.core.create_namespaced_pod_binding,
+            name,
+            namespace,
+            body,
+            _request_timeout=self.timeout,
         )
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         _drain(
-            self.core.create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
-        )
-
-
-class EventRecorder:
-    """Posts events from a background thread so scheduling never waits on them (best effort)."""
-
-    def __init__(self, kube: Kube | None, component: str, capacity: int = 1000):
-        self.kube = kube
-        self.component = component
-        self._queue: queue.Queue[tuple[str, str, str, str, str, str, float] | None] = queue.Queue(capacity)
-        self._thread = threading.Thread(target=self._run, name="dynmig-events", daemon=True)
-
-    def start(self) -> EventRecorder:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=5)
-
-    def record(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Queue an event; the body is built on the events thread, off the filter and bind path."""
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        item = (
+            f"create event in {namespace}",
+            self.core.create_namespaced_event,
             namespace,
-            meta.get("name", ""),
-            meta.get("uid", ""),
-            event_type,
-            reason,
-            message,
-            time.time(),
+            body,
+            _request_timeout=self.timeout,
         )
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            log.warning(
-                "event queue full; dropped %s %s for %s/%s", event_type, reason, namespace, meta.get("name")
-            )
 
-    def _body(
-        self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str, when: float
-    ) -> dict[str, Any]:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name or 'pod'}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": event_type,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self.kube is None:
-                continue
-            body = self._body(*item)
-            try:
-                self.kube.create_event(item[0], body)
-            except Exception as error:  # noqa: BLE001 - events are best effort
-                log.warning("could not post event %s: %s", body["reason"], error)
+class EventRecorder(events.EventRecorder):
+    """The scheduler's events (dynmig.events: aggregated, posted off the filter and bind path)."""
+
+    def __init__(
+        self,
+        kube: Kube | None,
+        component: str,
+        instance: str = "",
+        capacity: int = 1000,
+        dropped: Callable[[str], None] | None = None,
+    ):
+        super().__init__(kube.core if kube else None, component, instance, capacity=capacity, dropped=dropped)
+        self.kube = kube

@@ -18,16 +18,13 @@ whatever the skew between nodes.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from webhooks.kube import NOT_FOUND, Kube
+from webhooks.kube import Kube
 
 log = logging.getLogger(__name__)
 
@@ -128,23 +125,9 @@ class LeaseFollower:
         with self._lock:
             self._read_at = time.monotonic()
             try:
-                reply = self.kube.coordination.read_namespaced_lease(
-                    self.name, self.namespace, _preload_content=False
-                )
-                body = json.loads(reply.data)
+                body = self.kube.lease_or_none(self.namespace, self.name)
                 spec = body.get("spec") if isinstance(body, dict) else None
-                self._until = leading_until(spec, self.identity, self.clock())
-            except ApiException as error:
-                if error.status == NOT_FOUND:
-                    self._until = 0.0
-                else:
-                    log.warning(
-                        "leader election: reading Lease %s/%s: %s %s",
-                        self.namespace,
-                        self.name,
-                        error.status,
-                        error.reason,
-                    )
+                self._until = leading_until(spec, self.identity, self.clock()) if body is not None else 0.0
             except Exception as error:  # noqa: BLE001 - API unreachable or a garbled body: the lease runs out
                 log.warning("leader election: reading Lease %s/%s: %s", self.namespace, self.name, error)
             now = self.is_leader()

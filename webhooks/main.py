@@ -9,28 +9,31 @@ and the metrics port.
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import TLSReloader
 from dynmig import logs
 from dynmig.version import version
+from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
 from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
+from webhooks.defrag import Defragmenter
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
-from webhooks.runner import Extender, Listeners
+from webhooks.page.app import create_page_app
+from webhooks.page.view import FleetPage
+from webhooks.pending import PendingBinds
+from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
@@ -73,7 +76,9 @@ class Service:
         self.fleet = Fleet(ttl=cfg.reservation_ttl)
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         self.cache = ClusterCache(self.kube, self.fleet)
-        self.events = EventRecorder(self.kube, cfg.scheduler_name)
+        self.events = EventRecorder(
+            self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
+        )
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads
@@ -88,18 +93,34 @@ class Service:
         )
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
+        pending = PendingBinds()  # what filter started and bind finishes
         self.filter = Filter(
             self.fleet,
             self.kube,
             resources,
             self.events,
             self.metrics,
+            pending,
             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
             writer=self.writer,
             lookup=self.cache.find_pod,
         )
+        self.defrag = Defragmenter(
+            self.fleet,
+            self.kube,
+            self.events,
+            resources,
+            pods=lambda: list(self.cache.pods.values()),
+            pod_of=self.cache.pod,
+            scheduler_name=cfg.scheduler_name,
+            is_leader=self.leader.is_leader,
+            evict=cfg.defrag_evict,
+            interval=cfg.defrag_interval,
+            per_minute=cfg.defrag_evictions_per_minute,
+        )
+        self.filter.advice = self.defrag.advice_for
         self.binder = Binder(
-            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, filter=self.filter
+            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, pending
         )
         self.tls = tls
         self.certificates: ServingCertificates | None = None
@@ -117,6 +138,19 @@ class Service:
         self.app = create_app(self.server)  # admission webhooks and health: the Service's port
         self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
         self.metrics_app = create_metrics_app(self.metrics)
+        self.page_app = (  # the live slice-map page, on its own listener (off by default)
+            create_page_app(
+                FleetPage(
+                    self.fleet,
+                    lambda: self.cache.objects()[1],
+                    lambda: self.cache.synced,
+                    resources,
+                    cfg.scheduler_name,
+                )
+            )
+            if cfg.page
+            else None
+        )
 
     def use_certificates(self, **timing) -> ServingCertificates:
         """Serve and (cert-mode self, as Lease holder) renew the certificate `cfg` names; its metrics
@@ -147,9 +181,11 @@ class Service:
         if wait:
             self.cache.wait_synced(wait)
         self.leader.start()
+        self.defrag.start()
         return self
 
     def stop(self) -> None:
+        self.defrag.stop()
         self.leader.stop()
         self.writer.shutdown(wait=True, cancel_futures=False)
         self.cache.stop()
@@ -190,26 +226,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg.extender_port,
             extender_tls(service.tls, cfg.extender_client_ca),
         ),
+        page=Page(service.page_app, cfg.page_port) if service.page_app is not None else None,
     )
     try:
         listeners.run()
     finally:
-        _exit_if_stop_hangs(STOP_DEADLINE)
+        exit_if_stop_hangs(STOP_DEADLINE)
         service.stop()
     return 0
-
-
-STOP_DEADLINE = 15.0  # seconds, within the pod's default terminationGracePeriodSeconds of 30
-
-
-def _exit_if_stop_hangs(seconds: float) -> None:
-    """A graceful stop that blocks (e.g. a watch on an API server that is gone) must not keep the
-    process alive: after `seconds` exit anyway. Reservations live in pod annotations, so nothing is lost."""
-
-    def give_up() -> None:
-        log.error("graceful stop took longer than %.0fs; exiting", seconds)
-        os._exit(1)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()

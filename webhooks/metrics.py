@@ -1,8 +1,14 @@
 """Prometheus metrics of `dynmig serve`, in a registry the app owns (nothing registers at import).
 
-HAMi-compatible: `hami_node_gpu_mig_instance_info` with exactly HAMi's labels, one sample per
-realized (runtime-ready) reservation on a MIG GPU. dynmig's own: admission decisions, filter and
-bind latency, free slices and the largest placeable profile per GPU, pods pending by reason.
+HAMi-compatible (HAMi's scheduler, cmd/scheduler/metrics.go; same names, labels and the constant
+`zone="vGPU"` HAMi's registry adds): per GPU `hami_gpu_memory_limit_bytes`,
+`hami_gpu_memory_allocated_bytes`, `hami_gpu_core_limit_ratio`, `hami_gpu_core_allocated_ratio`,
+`hami_gpu_shared_count`, `hami_node_gpu_overview`, `hami_node_gpu_memory_allocated_ratio`; per
+container device `hami_vgpu_memory_allocated_bytes`, `hami_vgpu_core_allocated_ratio`; per realized
+instance `hami_node_gpu_mig_instance_info`. "Allocated" is what the scheduler reserved: the memory
+and cores of each reserved MIG profile, as HAMi counts a MIG pod's devices. dynmig's own: admission
+decisions, filter and bind latency, memory slices (all, used, free) and the largest placeable
+profile per GPU, pods pending by reason, events dropped; and the process's `process_*`/`python_*`.
 The per-GPU and per-reservation series are computed at scrape time from the cache (a collector),
 so they can never drift from what the scheduler decides on.
 """
@@ -15,8 +21,11 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from dynmig.process_metrics import register_process_collectors
 from dynmig.version import register_build_info
 
+MIB = 1024 * 1024
+HAMI_ZONE = ("zone", "vGPU")  # HAMi's scheduler wraps its registry with this constant label
 MIG_INSTANCE_LABELS = (
     "node",
     "device_uuid",
@@ -39,6 +48,26 @@ class GpuSample:
     free_slices: int
     largest_profile: str  # "" when nothing is placeable
     largest_memory_mb: int
+    slices: int = 0  # memory slices of the GPU (the placement axis)
+    type: str = ""  # the published device type, e.g. "NVIDIA-NVIDIA A100-SXM4-40GB"
+    memory_mb: int = 0  # published total memory (devmem)
+    cores: int = 100  # published core capacity (devcore; dynmig's plugin publishes 100, as HAMi's)
+    allocated_mb: int = 0  # memory of the reserved profiles
+    allocated_cores: int = 0
+    shared: int = 0  # reserved MIG devices on this GPU
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One container's reserved MIG devices on one GPU (HAMi's per-container series)."""
+
+    namespace: str
+    node: str
+    pod: str
+    container_index: int
+    uuid: str
+    memory_mb: int
+    cores: int
 
 
 @dataclass(frozen=True)
@@ -49,6 +78,15 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     pending: tuple[tuple[str, int], ...] = ()  # (reason code, pods)
     cache_synced: bool = False
+    devices: tuple[DeviceSample, ...] = ()
+
+
+def _hami(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=[*labels, HAMI_ZONE[0]])
+
+
+GPU_LABELS = ["node", "device_uuid", "device_index"]
+HAMI_GPU_LABELS = ["node", "device_uuid", "device_index", "device_type"]
 
 
 class _StateCollector:
@@ -57,32 +95,10 @@ class _StateCollector:
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         snap = self._snapshot()
-        info = GaugeMetricFamily(
-            "hami_node_gpu_mig_instance_info",
-            "Realized MIG instance identity and scheduler placement",
-            labels=list(MIG_INSTANCE_LABELS),
-        )
-        for values in snap.instances:
-            info.add_metric(list(values), 1)
-        yield info
-        free = GaugeMetricFamily(
-            "dynmig_gpu_free_slices",
-            "Free memory slices per MIG GPU",
-            labels=["node", "device_uuid", "device_index"],
-        )
-        largest = GaugeMetricFamily(
-            "dynmig_gpu_largest_placeable_profile_memory_mb",
-            "Memory of the largest profile that still has a free placement "
-            "(0 when none); the profile name is a label",
-            labels=["node", "device_uuid", "device_index", "profile"],
-        )
-        for g in snap.gpus:
-            free.add_metric([g.node, g.uuid, str(g.index)], g.free_slices)
-            largest.add_metric([g.node, g.uuid, str(g.index), g.largest_profile], g.largest_memory_mb)
-        yield free
-        yield largest
+        yield from _hami_families(snap)
+        yield from _gpu_families(snap.gpus)
         pending = GaugeMetricFamily(
-            "dynmig_pods_pending", "GPU pods the extender could not place, by reason", labels=["reason"]
+            "dynmig_pods_pending", "MIG pods the extender could not place, by reason", labels=["reason"]
         )
         for reason, count in snap.pending:
             pending.add_metric([reason], count)
@@ -92,12 +108,99 @@ class _StateCollector:
         yield synced
 
 
+def _gpu_families(gpus: Iterable[GpuSample]) -> Iterable[GaugeMetricFamily]:
+    total = GaugeMetricFamily("dynmig_gpu_slices", "Memory slices of each MIG GPU", labels=GPU_LABELS)
+    used = GaugeMetricFamily(
+        "dynmig_gpu_used_slices",
+        "Memory slices held by reservations or by instances no reservation covers, per MIG GPU",
+        labels=GPU_LABELS,
+    )
+    free = GaugeMetricFamily("dynmig_gpu_free_slices", "Free memory slices per MIG GPU", labels=GPU_LABELS)
+    largest = GaugeMetricFamily(
+        "dynmig_gpu_largest_placeable_profile_memory_bytes",
+        "Memory of the largest profile that still has a free placement "
+        "(0 when none); the profile name is a label",
+        labels=[*GPU_LABELS, "profile"],
+    )
+    for g in gpus:
+        labels = [g.node, g.uuid, str(g.index)]
+        total.add_metric(labels, g.slices)
+        used.add_metric(labels, g.slices - g.free_slices)
+        free.add_metric(labels, g.free_slices)
+        largest.add_metric([*labels, g.largest_profile], g.largest_memory_mb * MIB)
+    return (total, used, free, largest)
+
+
+def _hami_families(snap: Snapshot) -> Iterable[GaugeMetricFamily]:
+    zone = HAMI_ZONE[1]
+    info = _hami(
+        "hami_node_gpu_mig_instance_info",
+        "Realized MIG instance identity and scheduler placement",
+        list(MIG_INSTANCE_LABELS),
+    )
+    for values in snap.instances:
+        info.add_metric([*values, zone], 1)
+    limit = _hami("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", HAMI_GPU_LABELS)
+    core_limit = _hami("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", HAMI_GPU_LABELS)
+    allocated = _hami(
+        "hami_gpu_memory_allocated_bytes",
+        "Device memory allocated for a certain GPU",
+        ["node", "device_uuid", "device_index", "device_cores", "device_type"],
+    )
+    shared = _hami("hami_gpu_shared_count", "Number of containers sharing this GPU", HAMI_GPU_LABELS)
+    core_allocated = _hami(
+        "hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", HAMI_GPU_LABELS
+    )
+    overview = _hami(
+        "hami_node_gpu_overview",
+        "GPU overview on a certain node",
+        ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type"],
+    )
+    ratio = _hami(
+        "hami_node_gpu_memory_allocated_ratio",
+        "GPU Memory Allocated Percentage on a certain GPU",
+        HAMI_GPU_LABELS,
+    )
+    for g in snap.gpus:
+        base = [g.node, g.uuid, str(g.index)]
+        limit.add_metric([*base, g.type, zone], g.memory_mb * MIB)
+        core_limit.add_metric([*base, g.type, zone], g.cores)
+        allocated.add_metric([*base, str(g.cores), g.type, zone], g.allocated_mb * MIB)
+        shared.add_metric([*base, g.type, zone], g.shared)
+        core_allocated.add_metric([*base, g.type, zone], g.allocated_cores)
+        overview.add_metric([*base, str(g.cores), str(g.memory_mb), g.type, zone], g.allocated_mb * MIB)
+        if g.memory_mb > 0:
+            ratio.add_metric([*base, g.type, zone], g.allocated_mb / g.memory_mb)
+    container = ["namespace", "node", "pod", "container_index", "device_uuid"]
+    vgpu_memory = _hami(
+        "hami_vgpu_memory_allocated_bytes", "vGPU memory allocated from a container", container
+    )
+    vgpu_cores = _hami("hami_vgpu_core_allocated_ratio", "vGPU core allocated from a container", container)
+    for d in snap.devices:
+        labels = [d.namespace, d.node, d.pod, str(d.container_index), d.uuid, zone]
+        vgpu_memory.add_metric(labels, d.memory_mb * MIB)
+        vgpu_cores.add_metric(labels, d.cores)
+    return (
+        info,
+        limit,
+        core_limit,
+        allocated,
+        shared,
+        core_allocated,
+        overview,
+        ratio,
+        vgpu_memory,
+        vgpu_cores,
+    )
+
+
 class Metrics:
     """All of the server's metrics in one registry (one per app, so tests can build many apps)."""
 
     def __init__(self, snapshot: Callable[[], Snapshot] | None = None):
         self.registry = CollectorRegistry(auto_describe=False)
         register_build_info(self.registry, "serve")
+        register_process_collectors(self.registry)
         self.admission = Counter(
             "dynmig_admission_decisions",
             "Admission decisions by route and result",
@@ -131,5 +234,14 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.events_dropped = Counter(
+            "dynmig_events_dropped",
+            "Kubernetes Events not posted (queue full, or the API server refused or was unreachable)",
+            ["reason"],
+            registry=self.registry,
+        )
         if snapshot is not None:
             self.registry.register(_StateCollector(snapshot))
+
+    def event_dropped(self, reason: str) -> None:
+        self.events_dropped.labels(reason).inc()

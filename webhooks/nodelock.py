@@ -14,40 +14,18 @@ import datetime as dt
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from mig.annotations import NODE_LOCK
-from webhooks.kube import CONFLICT, ApiException, Kube
+from kube.errors import Conflict
+from mig.annotations import NODE_LOCK, NodeLockValue, decode_node_lock, encode_node_lock
+from webhooks.kube import Kube
 
 
 class NodeLocked(RuntimeError):
     """Another pod holds the node lock and it is neither expired nor orphaned."""
 
 
-@dataclass(frozen=True)
-class LockValue:
-    taken: dt.datetime | None
-    namespace: str
-    name: str
-
-
-def format_lock(now: dt.datetime, namespace: str, name: str) -> str:
-    return f"{now.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')},{namespace},{name}"
-
-
-def parse_lock(value: str) -> LockValue:
-    """`<time>,<ns>,<name>` or HAMi's legacy bare timestamp; an unreadable time counts as expired."""
-    parts = value.split(",")
-    try:
-        taken = dt.datetime.fromisoformat(parts[0].strip())
-        if taken.tzinfo is None:
-            taken = taken.replace(tzinfo=dt.UTC)
-    except ValueError:
-        taken = None
-    if len(parts) >= 3:
-        return LockValue(taken, parts[1], ",".join(parts[2:]))
-    return LockValue(taken, "", "")
+LockValue = NodeLockValue  # the decoded lock (mig/annotations.py holds its codec)
 
 
 def _lock_of(node: Mapping[str, Any]) -> str | None:
@@ -57,7 +35,7 @@ def _lock_of(node: Mapping[str, Any]) -> str | None:
 
 def node_lock_value(node: Mapping[str, Any]) -> LockValue | None:
     held = _lock_of(node)
-    return parse_lock(held) if held else None
+    return decode_node_lock(held) if held else None
 
 
 def _version(node: Mapping[str, Any]) -> str:
@@ -96,15 +74,15 @@ class NodeLock:
                 current = self.kube.get_node(node)
             held = _lock_of(current)
             if held:
-                value = parse_lock(held)
-                if (value.namespace, value.name) == (namespace, name):
+                value = decode_node_lock(held)
+                if value.owner == (namespace, name):
                     return
                 if not self._takeable(value, owner_exists):
                     raise NodeLocked(
                         f"node {node} has been locked within {self._expiry_text()} by "
                         f"{value.namespace}/{value.name}: node lock contention"
                     )
-            if self._write(node, current, format_lock(self.clock(), namespace, name)):
+            if self._write(node, current, encode_node_lock(self.clock(), namespace, name)):
                 return
             current = None
             self.sleep(self.base_delay * (2**attempt) * (0.5 + random.random()))
@@ -117,7 +95,7 @@ class NodeLock:
         for _ in range(self.retries):
             current = self.kube.get_node(node)
             value = node_lock_value(current)
-            if value is None or (value.namespace, value.name) != (namespace, name):
+            if value is None or value.owner != (namespace, name):
                 return
             if self._write(node, current, None):
                 return
@@ -129,15 +107,13 @@ class NodeLock:
         try:
             self.kube.patch_node(node, patch)
             return True
-        except ApiException as error:
-            if error.status != CONFLICT:
-                raise
-        return False
+        except Conflict:
+            return False
 
     def _takeable(self, value: LockValue, owner_exists: Callable[[str, str], bool]) -> bool:
         if value.taken is None or (self.clock() - value.taken).total_seconds() > self.expiry:
             return True
-        return bool(value.name) and not owner_exists(value.namespace, value.name)
+        return value.owner is not None and not owner_exists(*value.owner)
 
     def blocked(
         self,
@@ -155,9 +131,10 @@ class NodeLock:
         out = {}
         for node, value in list(locks.items()):  # a copy: the node watch updates `locks` meanwhile
             taken = value.taken
-            if taken is None or taken < cutoff or (value.namespace, value.name) == (namespace, name):
+            owner = value.owner
+            if taken is None or taken < cutoff or owner == (namespace, name):
                 continue
-            if value.name and not owner_exists(value.namespace, value.name):
+            if owner is not None and not owner_exists(*owner):
                 continue
             out[node] = (
                 f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "

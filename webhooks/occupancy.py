@@ -22,36 +22,21 @@ from typing import Any
 
 from mig.annotations import (
     DEVICE_CORDON,
-    DEVICES_ALLOCATED,
-    MIG_ALLOCATIONS,
+    LEFTOVERS,
     NODE_REGISTER,
-    VGPU_NODE,
     AnnotationError,
     DeviceInfo,
     MigAllocation,
-    decode_allocations,
     decode_device_cordon,
-    decode_devices,
     decode_node_register,
 )
-from mig.leftovers import LEFTOVERS, LeftoverError, by_gpu, decode_leftovers
+from mig.leftovers import LeftoverError, by_gpu, decode_leftovers
 from mig.placement import GpuState
 from mig.placement.published import from_mig_profile
+from mig.pods import PodReservation, active_for_scheduler, annotations_of
 from mig.types import Placement
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 MIG_MODE = "mig"
-
-
-def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = obj.get("metadata") or {}
-    value = meta.get("annotations")
-    return value if isinstance(value, dict) else {}
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    """Not Succeeded or Failed (a terminating pod still holds its devices until it is terminal)."""
-    return ((pod.get("status") or {}).get("phase") or "") not in TERMINAL_PHASES
 
 
 # ---------------------------------------------------------------- nodes
@@ -117,15 +102,15 @@ def _cordon(value: object):
 
 
 def node_cordon(node: Mapping[str, Any]) -> object:
-    return annotations(node).get(DEVICE_CORDON)
+    return annotations_of(node).get(DEVICE_CORDON)
 
 
 def node_register(node: Mapping[str, Any]) -> str | None:
-    return annotations(node).get(NODE_REGISTER)
+    return annotations_of(node).get(NODE_REGISTER)
 
 
 def node_leftovers(node: Mapping[str, Any]) -> str | None:
-    return annotations(node).get(LEFTOVERS)
+    return annotations_of(node).get(LEFTOVERS)
 
 
 # ---------------------------------------------------------------- pods
@@ -145,22 +130,21 @@ class PodUsage:
 
 
 def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
-    """The usage of a pod that holds GPUs (has `hami.io/vgpu-node` and is active), else None."""
-    ann = annotations(pod)
-    node = ann.get(VGPU_NODE)
-    if not node or not is_active(pod):
+    """The usage of a pod that holds GPUs (has `hami.io/vgpu-node` and is active for the scheduler:
+    a terminating pod still holds them until it ends, see mig/pods.py), else None."""
+    reservation = PodReservation(annotations_of(pod))
+    node = reservation.node
+    if not node or not active_for_scheduler(pod):
         return None
     meta = pod.get("metadata") or {}
     problems = []
     try:
-        allocations = decode_allocations(ann.get(MIG_ALLOCATIONS))
+        allocations = reservation.allocations
     except AnnotationError as error:
         allocations = ()  # HAMi treats an undecodable reservation as absent: the devices then fail closed
         problems.append(str(error))
     try:
-        devices = tuple(
-            d.uuid for c in decode_devices(ann.get(DEVICES_ALLOCATED), DEVICES_ALLOCATED) for d in c
-        )
+        devices = tuple(d.uuid for c in reservation.allocated for d in c)
     except AnnotationError as error:
         devices = ()
         problems.append(str(error))

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,9 @@ from starlette.applications import Starlette
 
 from certs.reload import TLSReloader
 
-GRACEFUL_SHUTDOWN = 2.0  # seconds an in-flight request gets to finish after SIGTERM or stop()
+GRACEFUL_SHUTDOWN = (
+    2  # whole seconds (uvicorn takes an int) an in-flight request gets to finish after SIGTERM or stop()
+)
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,15 @@ class Extender:
     tls: Any = None  # a TLSReloader or webhooks.tls.ClientCertificateTLS; None: plain HTTP
 
 
-def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: float) -> uvicorn.Config:
+@dataclass(frozen=True)
+class Page:
+    """The live slice-map page's listener (webhooks/page): its app and port, on the main bind address."""
+
+    app: Starlette
+    port: int = 0
+
+
+def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: int) -> uvicorn.Config:
     # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
     return uvicorn.Config(
         app,
@@ -51,12 +62,15 @@ def _configs(
     metrics_port: int,
     tls: TLSReloader | None,
     log_level: str,
-    graceful: float,
+    graceful: int,
     extender: Extender | None,
+    page: Page | None = None,
 ) -> list[uvicorn.Config]:
     configs = [_config(app, host, port, tls, log_level, graceful)]
     if metrics_app is not None:
         configs.append(_config(metrics_app, host, metrics_port, None, log_level, graceful))
+    if page is not None:  # plain HTTP, like metrics: read-only, reached by port-forward or the Service
+        configs.append(_config(page.app, host, page.port, None, log_level, graceful))
     if extender is not None:
         configs.append(_config(extender.app, extender.host, extender.port, extender.tls, log_level, graceful))
     return configs
@@ -100,23 +114,28 @@ class _Server(uvicorn.Server):
                 )
             except AttributeError:  # a TLS transport closed twice: nothing left to reach
                 continue
-            if idle:
+            if idle and transport is not None:
                 transport.abort()
 
 
-async def serve_forever(servers: list[uvicorn.Server], handle_signals: bool = True) -> None:
+async def serve_forever(servers: Sequence[uvicorn.Server], handle_signals: bool = True) -> None:
     """Serve until every server exits. One signal handler stops all of them (uvicorn's own per-server
     handlers would leave all but the last-installed one running), so `_serve` skips uvicorn's."""
     if handle_signals:
+
+        def stop_all() -> None:
+            for s in servers:
+                s.should_exit = True
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: [setattr(s, "should_exit", True) for s in servers])
+            loop.add_signal_handler(sig, stop_all)
     await asyncio.gather(*(s._serve() for s in servers))
 
 
 class Listeners:
-    """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics, and
-    optionally the scheduler extender on its own address."""
+    """The uvicorn servers of one `dynmig serve`: HTTPS webhooks (or plain, without TLS), metrics,
+    optionally the live page, and optionally the scheduler extender on its own address."""
 
     def __init__(
         self,
@@ -127,17 +146,19 @@ class Listeners:
         metrics_port: int = 0,
         tls: TLSReloader | None = None,
         log_level: str = "warning",
-        graceful_shutdown: float = GRACEFUL_SHUTDOWN,
+        graceful_shutdown: int = GRACEFUL_SHUTDOWN,
         extender: Extender | None = None,
+        page: Page | None = None,
     ):
         self.servers = [
             _Server(c)
             for c in _configs(
-                app, metrics_app, host, port, metrics_port, tls, log_level, graceful_shutdown, extender
+                app, metrics_app, host, port, metrics_port, tls, log_level, graceful_shutdown, extender, page
             )
         ]
         self.tls = tls
         self._metrics = metrics_app is not None
+        self._page = page is not None
         self._extender = extender
         self._thread: threading.Thread | None = None
 
@@ -170,6 +191,13 @@ class Listeners:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[1]}/metrics"
+
+    @property
+    def page_url(self) -> str:
+        """The live slice-map page (the listener after metrics)."""
+        if not self._page:
+            raise RuntimeError("these listeners serve no page")
+        return f"http://127.0.0.1:{self.ports[1 + self._metrics]}/"
 
     @property
     def extender_url(self) -> str:

@@ -177,7 +177,9 @@ class ClientCertificateTLS:
         self.ssl_context = ctx
 
     def _pick(self, ssl_obj, server_name, initial) -> None:
-        self._reloader.ssl_context.sni_callback(ssl_obj, server_name, initial)
+        pick = self._reloader.ssl_context.sni_callback
+        assert pick is not None, "a TLSReloader's live context always carries its sni_callback"
+        pick(ssl_obj, server_name, initial)
         current = ssl_obj.context
         if current is not initial and id(current) not in self._loaded:
             current.load_verify_locations(self._ca_file)

@@ -4,6 +4,7 @@ dynmig lab                                 # start, show progress, run until Ctr
 dynmig lab --scenario tour                 # a scripted scenario; exit 1 if a check fails
 dynmig lab --scenario list                 # the scenarios
 dynmig lab --serve --kubeconfig-out kc     # run until interrupted; kubectl --kubeconfig kc ...
+dynmig lab --page                          # also serve the live slice-map page (its URL is printed)
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workdir",
         type=Path,
         help="keep state files, configs and logs here (default: a temp dir, removed at exit)",
+    )
+    p.add_argument(
+        "--page",
+        action="store_true",
+        help="install the chart with server.page.enabled: dynmig serve's live slice-map page",
     )
     p.add_argument(
         "--reconcile-interval",
@@ -127,7 +133,12 @@ def _run(args: argparse.Namespace, nodes) -> int:
     stop = _SignalFlag()
     previous = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)}
     lab = Lab(
-        nodes, args.workdir, policy=args.policy, echo=_print, reconcile_interval=args.reconcile_interval
+        nodes,
+        args.workdir,
+        policy=args.policy,
+        echo=_print,
+        reconcile_interval=args.reconcile_interval,
+        page=args.page,
     )
     _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))
     try:
@@ -141,6 +152,8 @@ def _run(args: argparse.Namespace, nodes) -> int:
         if args.kubeconfig_out:
             path = write_admin_kubeconfig(lab, args.kubeconfig_out)
             _print(f"kubeconfig written: {path}  (kubectl --kubeconfig {path} get nodes)")
+        if args.page:
+            _print(f"live page: {lab.page_url}  (read-only; open it in a browser)")
         if args.scenario:
             return _scenario(lab, args.scenario)
         _print(

@@ -96,6 +96,7 @@ class Lab:
     policy: a device-config file to use instead of the chart's default allowlist.
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
     """
 
     def __init__(
@@ -106,10 +107,16 @@ class Lab:
         echo: Callable[[str], None] | None = None,
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
+        page: bool = False,
     ):
         self.specs = nodes
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dynmig-lab-")
-        self.workdir = Path(workdir or self._tmp.name)
+        self.page = page
+        self.page_port = 0
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="dynmig-lab-")
+            workdir = Path(self._tmp.name)
+        self.workdir = Path(workdir)
         # unix socket paths must stay short, wherever the workdir is
         self._sockets = tempfile.TemporaryDirectory(prefix="dynmig-lab-kubelet-")
         self.policy = policy
@@ -136,7 +143,7 @@ class Lab:
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> Lab:
+    def start(self) -> Self:
         self.started = time.monotonic()
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         try:
@@ -151,7 +158,11 @@ class Lab:
         self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
-        self.rendered = chart.render(self.policy, tuple(n.name for n in self.specs))
+        self.rendered = chart.render(
+            self.policy,
+            tuple(n.name for n in self.specs),
+            ("server.page.enabled=true",) if self.page else (),
+        )
         self._write_configs()
         self._say(
             f"chart {chart.CHART.relative_to(chart.ROOT)} rendered: webhooks, scheduler config, device config"
@@ -160,6 +171,7 @@ class Lab:
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
         self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
+        self.page_port = free_port() if self.page else 0
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -201,6 +213,18 @@ class Lab:
             self._tmp.cleanup()
             self._tmp = None
 
+    @property
+    def _api(self) -> ApiServer:
+        if self.apiserver is None:
+            raise LabError("the lab is not started (Lab.start() runs the API server)")
+        return self.apiserver
+
+    @property
+    def _chart(self) -> chart.Rendered:
+        if self.rendered is None:
+            raise LabError("the lab is not started (Lab.start() renders the chart)")
+        return self.rendered
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -210,10 +234,10 @@ class Lab:
     # ---- clients --------------------------------------------------------------------------------
 
     def kubeconfig(self, identity: str = "admin") -> Path:
-        return self.apiserver.kubeconfig(identity)
+        return self._api.kubeconfig(identity)
 
     def api_client(self, identity: str = "admin") -> Any:
-        return self.apiserver.api_client(identity)
+        return self._api.api_client(identity)
 
     def core(self, identity: str = "admin") -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client(identity))
@@ -260,14 +284,21 @@ class Lab:
         return (self.workdir / "logs" / "serve.log").read_text()
 
     @property
+    def page_url(self) -> str:
+        """The live slice-map page of dynmig serve (a lab started with `page=True`)."""
+        if not self.page:
+            raise LabError("this lab runs dynmig serve without the page (Lab(..., page=True))")
+        return f"http://127.0.0.1:{self.page_port}/"
+
+    @property
     def ca_file(self) -> Path:
         """The CA kube-scheduler verifies dynmig serve with (the chart's caFile, as the lab wrote it)."""
-        return self.scheduler_files[self.rendered.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]]
+        return self.scheduler_files[self._chart.scheduler_config["extenders"][0]["tlsConfig"]["caFile"]]
 
     @property
     def tls_secret(self) -> str:
         """The Secret dynmig serve serves its certificate from."""
-        return self.rendered.container_env("Deployment", "server")["DYNMIG_TLS_SECRET"]
+        return self._chart.container_env("Deployment", "server")["DYNMIG_TLS_SECRET"]
 
     # ---- the pieces -----------------------------------------------------------------------------
 
@@ -277,8 +308,8 @@ class Lab:
     def _write_configs(self) -> None:
         """The chart's ConfigMaps as the files their volumes would hold."""
         self.device_config_file.parent.mkdir(parents=True, exist_ok=True)
-        self.device_config_file.write_text(self.rendered.device_config_text)
-        self.node_config_file.write_text(self.rendered.node_config_text)
+        self.device_config_file.write_text(self._chart.device_config_text)
+        self.node_config_file.write_text(self._chart.node_config_text)
         self.resource = load_device_config(self.device_config_file).resources.count
 
     def _certs(self, *args: str) -> None:
@@ -304,8 +335,8 @@ class Lab:
     def _mount_scheduler_secrets(self) -> None:
         """Write the Secret keys the chart mounts into the kube-scheduler container (the extender's
         CA file), as kubelet would; kube-scheduler reads them when it starts."""
-        for path, (name, key) in self.rendered.secret_files("Deployment", "kube-scheduler").items():
-            data = (self.apiserver.get("secrets", name, NAMESPACE) or {}).get("data") or {}
+        for path, (name, key) in self._chart.secret_files("Deployment", "kube-scheduler").items():
+            data = (self._api.get("secrets", name, NAMESPACE) or {}).get("data") or {}
             if key not in data:
                 raise LabError(f"Secret {NAMESPACE}/{name} has no {key} for kube-scheduler's {path}")
             local = self.workdir / "kube-scheduler" / path.lstrip("/")
@@ -318,11 +349,12 @@ class Lab:
         election); only ports, file paths and what a pod learns from the downward API differ. The
         Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
         args = chart.laptop_args(
-            self.rendered.container_args("Deployment", "server"),
+            self._chart.container_args("Deployment", "server"),
             replace={
                 "--port": str(self.serve_port),
                 "--metrics-port": str(self.metrics_port),
                 "--extender-port": str(self.extender_port),
+                **({"--page-port": str(self.page_port)} if self.page else {}),
                 "--device-config": str(self.device_config_file),
                 # one kube-scheduler without leader election (chart.laptop_scheduler_config)
                 "--leader-elect": "false",
@@ -336,7 +368,7 @@ class Lab:
         )
         argv = python_argv("-m", "dynmig.cli", *args)
         return self.supervisor.start(
-            "serve", argv, env=self.rendered.container_env("Deployment", "server"), tee=tee
+            "serve", argv, env=self._chart.container_env("Deployment", "server"), tee=tee
         )
 
     def _serve_started(self, child: Child) -> None:
@@ -378,18 +410,19 @@ class Lab:
             except Exception as error:  # noqa: BLE001 - not listening or not ready yet
                 last = str(error)
             time.sleep(0.1)
-        raise ChildFailed(f"dynmig serve not ready after {timeout:.0f}s ({last}):\n{self.serve.tail()}")
+        tail = self.serve.tail() if self.serve is not None else "(no serve process started)"
+        raise ChildFailed(f"dynmig serve not ready after {timeout:.0f}s ({last}):\n{tail}")
 
     def _register_webhooks(self) -> None:
-        namespace, name = self.rendered.service
-        self.apiserver.register_service(namespace, name, "127.0.0.1", self.serve_port)
+        namespace, name = self._chart.service
+        self._api.register_service(namespace, name, "127.0.0.1", self.serve_port)
         api = client.AdmissionregistrationV1Api(self.api_client())
-        for obj in self.rendered.webhook_configurations:
+        for obj in self._chart.webhook_configurations:
             if obj["kind"] == "MutatingWebhookConfiguration":
                 api.create_mutating_webhook_configuration(obj)
             else:
                 api.create_validating_webhook_configuration(obj)
-        names = {o["kind"]: o["metadata"]["name"] for o in self.rendered.webhook_configurations}
+        names = {o["kind"]: o["metadata"]["name"] for o in self._chart.webhook_configurations}
         mutating, validating = names["MutatingWebhookConfiguration"], names["ValidatingWebhookConfiguration"]
         self._certs("inject", "--mutating-webhook", mutating, "--validating-webhook", validating)
         self._say(
@@ -399,7 +432,7 @@ class Lab:
 
     def _start_scheduler(self) -> None:
         doc = chart.laptop_scheduler_config(
-            self.rendered.scheduler_config, "127.0.0.1", self.extender_port, self.ca_file
+            self._chart.scheduler_config, "127.0.0.1", self.extender_port, self.ca_file
         )
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -428,7 +461,7 @@ class Lab:
         kubelet = SimulatedKubelet(plugin_dir).start()
         self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.apiserver.create(
+        self._api.create(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -466,7 +499,7 @@ class Lab:
                 runtime=self._pod_runtime(runtime),
                 backoff=RESTART_BACKOFF,
                 echo=self._say,
-                log_path=self.apiserver.log_path,
+                log_path=self._api.log_path,
             ).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
@@ -475,7 +508,9 @@ class Lab:
         kube-scheduler). Every other pod gets the simulated workload."""
 
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
-            owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {})
+            owner: dict[str, Any] = next(
+                (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {}
+            )
             if pod["metadata"].get("namespace") != NAMESPACE:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
@@ -501,8 +536,8 @@ class Lab:
         return containers
 
     def _start_controllers(self) -> None:
-        if "controller-manager" not in self.apiserver.identities:
-            self.apiserver.add_identity(
+        if "controller-manager" not in self._api.identities:
+            self._api.add_identity(
                 Identity("controller-manager", "system:kube-controller-manager", ("system:authenticated",))
             )
         self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
@@ -526,19 +561,19 @@ class Lab:
         their pods and the kubelets run them."""
         apps = client.AppsV1Api(self.api_client())
         apps.create_namespaced_deployment(
-            NAMESPACE, copy.deepcopy(self.rendered.find("Deployment", SERVE_DEPLOYMENT))
+            NAMESPACE, copy.deepcopy(self._chart.find("Deployment", SERVE_DEPLOYMENT))
         )
         apps.create_namespaced_daemon_set(
-            NAMESPACE, copy.deepcopy(self.rendered.find("DaemonSet", PLUGIN_DAEMONSET))
+            NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", PLUGIN_DAEMONSET))
         )
 
     def _container_log(self, pod: dict[str, Any], container: str) -> Path:
         meta = pod["metadata"]
-        return self.apiserver.log_path(meta["namespace"], meta["name"], meta["uid"], container)
+        return self._api.log_path(meta["namespace"], meta["name"], meta["uid"], container)
 
     def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
         args = chart.laptop_args(
-            self.rendered.container_args("DaemonSet", "device-plugin"),
+            self._chart.container_args("DaemonSet", "device-plugin"),
             replace={
                 "--config-file": str(self.device_config_file),
                 "--node-config": str(self.node_config_file),
@@ -569,6 +604,7 @@ class Lab:
             if time.monotonic() > deadline:
                 raise LabError(f"{runtime.name}: no device-plugin process started within {timeout:.0f}s")
             time.sleep(0.05)
+        assert runtime.plugin is not None, "a started device plugin is recorded before plugin_starts grows"
         self.supervisor.wait_ready(runtime.plugin, max(1.0, deadline - time.monotonic()))
         view = runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
         view = runtime.kubelet.wait_for_resource(

@@ -200,9 +200,10 @@ class ControllerManager:
             step(*args)
         except Exception as error:  # noqa: BLE001 - see above
             meta = owner.get("metadata") or {}
-            key = (meta.get("uid"), type(error).__name__, str(error)[:200])
-            if self._failures.get(meta.get("uid")) != key:
-                self._failures[meta.get("uid")] = key
+            uid = str(meta.get("uid") or "")
+            key = (uid, type(error).__name__, str(error)[:200])
+            if self._failures.get(uid) != key:
+                self._failures[uid] = key
                 self.echo(
                     f"{kind} {meta.get('namespace')}/{meta.get('name')}: "
                     f"not reconciled: {type(error).__name__}: {str(error)[:200]}"

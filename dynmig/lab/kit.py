@@ -99,6 +99,13 @@ class Kit:
             raise
         return json.loads(resp.data)
 
+    def existing_pod(self, name: str) -> dict[str, Any]:
+        """The pod, for a step that knows it exists: a missing one is a LookupError naming it."""
+        pod = self.pod(name)
+        if pod is None:
+            raise LookupError(f"pod {self.namespace}/{name} does not exist")
+        return pod
+
     def pods(self) -> list[dict[str, Any]]:
         resp = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
         return json.loads(resp.data).get("items") or []

@@ -10,10 +10,10 @@ ALLOCATION_HEADER = ("POD", "PARENT_GPU", "PROFILE", "START", "SIZE", "MIG_UUID"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  ") -> str:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
     lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
-    lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+    lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
     return "\n".join(lines)
 
 
@@ -23,7 +23,7 @@ def _opt(value: object) -> str:
 
 def allocations(kit: Kit, names: Iterable[str]) -> str:
     """`hami.io/vgpu-mig-allocations` of each pod, one row per reserved MIG device."""
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for name in names:
         entries = kit.allocations(name)
         if not entries:
@@ -120,7 +120,7 @@ def nvidia_smi(kit: Kit, nodes: Iterable[str] | None = None, only_used: bool = F
         if nodes is not None and runtime.name not in nodes:
             continue
         out.append(f"  $ nvidia-smi -L    # on node {runtime.name}")
-        busy = {}
+        busy: dict[tuple[str, int, int], list[int]] = {}
         for gpu in runtime.nvml.gpus():
             for p in gpu.processes:
                 busy.setdefault((gpu.uuid, p.gi_id, p.ci_id), []).append(p.pid)

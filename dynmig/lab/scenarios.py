@@ -11,13 +11,14 @@ import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 
 from dynmig.lab import report
 from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.scenario import Run
-from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL
+from dynmig.lab.scenario import Run, ScenarioFailed
+from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL, MigAllocation
 
 RTX = "RTX PRO 6000"
 A100 = "A100"
@@ -92,7 +93,7 @@ def _identities(run: Run, node: str) -> set[tuple]:
     return {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in run.kit.instances(node)}
 
 
-def _check_realized(run: Run, name: str, profile: str, model: str) -> object:
+def _check_realized(run: Run, name: str, profile: str, model: str) -> MigAllocation | None:
     """The pod got one MIG device of `profile` on a `model` GPU, realized on the hardware as recorded."""
     a = _one(run, name)
     if not run.check(
@@ -120,6 +121,14 @@ def _check_realized(run: Run, name: str, profile: str, model: str) -> object:
     return a
 
 
+def _realized(run: Run, name: str, profile: str, model: str) -> MigAllocation:
+    """`_check_realized` for a step that goes on with the reservation: without one the scenario stops."""
+    a = _check_realized(run, name, profile, model)
+    if a is None:
+        raise ScenarioFailed(f"{name} has no reservation to go on with")
+    return a
+
+
 def _show(
     run: Run, names: list[str], nodes: list[str] | None = None, events: list[str] | None = None
 ) -> None:
@@ -139,7 +148,7 @@ def tour(run: Run) -> None:
     run.step("1. One pod asks for 8000 MiB of GPU memory on an RTX PRO 6000")
     k.create(gpu_pod("tour-1", 8000, annotations={USE_GPU_TYPE: RTX}))
     _running(run, "tour-1")
-    first = _check_realized(run, "tour-1", "1g.24gb", RTX)
+    first = _realized(run, "tour-1", "1g.24gb", RTX)
     node = run.kit.gpu(first.gpuUUID)[0]
     gpu_uuid = first.gpuUUID
     _show(run, ["tour-1"], [node])
@@ -175,7 +184,7 @@ def tour(run: Run) -> None:
     run.step("4. Relax the pin: tour-5 lands on another GPU")
     k.annotate("tour-5", {USE_GPU_UUID: None, USE_GPU_TYPE: RTX})
     _running(run, "tour-5")
-    fifth = _check_realized(run, "tour-5", "1g.24gb", RTX)
+    fifth = _realized(run, "tour-5", "1g.24gb", RTX)
     run.check(
         fifth is not None and fifth.gpuUUID != gpu_uuid,
         "tour-5 is on a different GPU than the full one",
@@ -256,7 +265,7 @@ def create_delete(run: Run) -> None:
     run.step("Create a pod asking for 8000 MiB")
     k.create(_pinned("one-1g", 8000, gpu_uuid))
     _running(run, "one-1g")
-    a = _check_realized(run, "one-1g", "1g.24gb", RTX)
+    a = _realized(run, "one-1g", "1g.24gb", RTX)
     run.expect(
         _ops(run, node, since), ["create_gi", "create_ci"], "the plugin created one GI and one CI in NVML"
     )
@@ -354,12 +363,17 @@ def exhausted(run: Run) -> None:
     run.check(
         k.phase("full-5") == "Pending"
         and not k.allocations("full-5")
-        and not k.pod("full-5")["spec"].get("nodeName"),
+        and not k.existing_pod("full-5")["spec"].get("nodeName"),
         "full-5 is Pending, unbound, with no reservation",
     )
     run.expect(_ops(run, node, since), [], "nothing was created or destroyed for it")
-    cond = next(
-        (c for c in k.pod("full-5")["status"].get("conditions") or [] if c["type"] == "PodScheduled"), {}
+    cond: dict[str, Any] = next(
+        (
+            c
+            for c in k.existing_pod("full-5")["status"].get("conditions") or []
+            if c["type"] == "PodScheduled"
+        ),
+        {},
     )
     run.expect(cond.get("reason"), "Unschedulable", "PodScheduled=False, reason Unschedulable")
     _show(run, [*names, "full-5"], [node], events=["full-5"])
@@ -378,7 +392,7 @@ def reuse(run: Run) -> None:
     run.step("A new pod pinned to the same GPU")
     k.create(_pinned("reuse-5", 8000, gpu_uuid))
     _running(run, "reuse-5")
-    new = _check_realized(run, "reuse-5", "1g.24gb", RTX)
+    new = _realized(run, "reuse-5", "1g.24gb", RTX)
     run.expect(
         (new.gpuUUID, new.placement.start),
         (gpu_uuid, freed.placement.start),
@@ -467,7 +481,7 @@ def bad_annotation(run: Run) -> None:
     pod["metadata"]["labels"] = {WEBHOOK_IGNORE_LABEL: "ignore"}
     k.create(pod)
     run.wait(lambda: k.wait_phase("no-reservation", "Failed"), "no-reservation fails admission on the node")
-    status = k.pod("no-reservation")["status"]
+    status = k.existing_pod("no-reservation")["status"]
     run.expect(
         status.get("reason"),
         "UnexpectedAdmissionError",
@@ -482,7 +496,7 @@ def bad_annotation(run: Run) -> None:
     run.step("Partial: a running pod's annotation loses computeInstanceID; another pod is deleted")
     _start(run, _pinned("keeper", 8000, gpu_uuid), _pinned("leaver", 8000, gpu_uuid))
     keeper, leaver = _one(run, "keeper"), _one(run, "leaver")
-    good = k.pod("keeper")["metadata"]["annotations"][MIG_ALLOCATIONS]
+    good = k.existing_pod("keeper")["metadata"]["annotations"][MIG_ALLOCATIONS]
     entries = json.loads(good)
     for entry in entries:
         entry.pop("computeInstanceID", None)  # migUUID and GI stay: a partial runtime identity

@@ -74,8 +74,10 @@ class Supervisor:
         return child
 
     def _pump(self, child: Child, ready_text: str | None, tee: Path | None) -> None:
+        stdout = child.process.stdout
+        assert stdout is not None, "children are started with stdout=PIPE"
         with child.log_path.open("a") as log, (tee or Path(os.devnull)).open("a") as copy:
-            for line in child.process.stdout:
+            for line in stdout:
                 for out in (log, copy):
                     out.write(line)
                     out.flush()

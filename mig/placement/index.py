@@ -13,7 +13,7 @@ GPU). The first node that takes the whole pod wins.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from mig.placement import reasons as R
@@ -22,6 +22,8 @@ from mig.placement.plan import DevicePlacement, Plan, rank_key
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
+# (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
+_Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
@@ -41,13 +43,19 @@ class _Gpu:
     def schedulable(self) -> bool:
         return self.healthy and not self.cordoned and self.pset is not None and bool(self.pset.profiles)
 
+    @property
+    def profile_set(self) -> ProfileSet:
+        """The profile set of a schedulable GPU: only those are bucketed and planned on."""
+        assert self.pset is not None, "a schedulable GPU has a profile set"
+        return self.pset
+
     def group(self) -> tuple[int, int, str, int]:
         return (id(self.pset), self.mask, self.type, self.total)
 
     def used(self) -> int:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> _Snapshot:
         return (
             self.index,
             self.uuid,
@@ -60,7 +68,7 @@ class _Gpu:
         )
 
 
-def _pickiness(device: Device, total_mb: int = 0) -> tuple:
+def _pickiness(device: Device, total_mb: int = 0) -> tuple[int, int, int, int]:
     """Largest request first; a share of GPU memory is sized against `total_mb` for this ordering."""
     ci, di, ask = device
     mem = memory_on(ask, total_mb)
@@ -72,6 +80,9 @@ class _Candidate:
     rank: tuple[int, int]
     profile: int
     choice: Choice
+
+
+_Memo = dict[tuple[object, ...], _Candidate | None]
 
 
 def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
@@ -101,7 +112,8 @@ class PlacementIndex:
         self._groups: dict[tuple[int, int, str, int], dict[float, dict[str, _Gpu]]] = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
         self._fill: dict[str, float] = {}
-        self._sig: dict[str, tuple] = {}  # node -> immutable snapshot of its GPUs (for refusals)
+        # node -> immutable snapshot of its GPUs (for refusals)
+        self._sig: dict[str, tuple[_Snapshot, ...]] = {}
         for g in gpus:
             self.upsert(g)
 
@@ -155,7 +167,7 @@ class PlacementIndex:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
-    def _change(self, node: str, mutate) -> None:
+    def _change(self, node: str, mutate: Callable[[], None]) -> None:
         """Apply a change to one node: its GPUs leave their buckets, change, and come back."""
         for g in self._nodes.get(node, {}).values():
             self._unlink(g)
@@ -167,7 +179,7 @@ class PlacementIndex:
             self._sig.pop(node, None)
             return
         live = [g for g in gpus.values() if g.schedulable]
-        total = sum(g.pset.axis for g in live)
+        total = sum(g.profile_set.axis for g in live)
         self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
         for g in live:
@@ -196,7 +208,7 @@ class PlacementIndex:
         largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
         lead = min(devices, key=lambda d: _pickiness(d, largest))
         tried: set[str] = set()
-        memo: dict[tuple, _Candidate | None] = {}  # (profile set, mask, request) -> best, this decision
+        memo: _Memo = {}  # (profile set, mask, request) -> best, this decision
         for g, cand in self._lead_candidates(pod, lead, allowed):
             if g.node in tried:
                 continue
@@ -214,11 +226,27 @@ class PlacementIndex:
     def _lead_candidates(
         self, pod: PodRequest, lead: Device, allowed: set[str] | None
     ) -> Iterator[tuple[_Gpu, _Candidate]]:
-        """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted)."""
+        """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted).
+
+        The ranking rule, applied here and in `_plan_node` (first difference wins, lower is better):
+        `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
+        of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
+        its node, node name, GPU UUID. Each GPU contributes its best (profile, placement) only, which
+        is the same as ranking every placement because rank leads and, within one GPU, fill is fixed.
+
+        It is evaluated once per bucket, not per GPU: a bucket is the GPUs sharing the group key
+        (profile set, occupancy mask, NVML type, total memory) and their node's fill, and every
+        criterion above before the GPU-order tie-break is computed from the bucket's first GPU. So
+        any criterion that varies per GPU or per node beyond those five things (a label, a health
+        score, a node's other GPUs' types...) would silently be ranked per bucket, i.e. wrongly. A new
+        criterion must either join `_Gpu.group()` / the fill bucket or be applied per GPU below;
+        `mig.placement.reference` ranks every GPU and placement directly and
+        tests/mig/test_reference_planner.py holds the index to it.
+        """
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
         # bucket key (everything but GPU order and node name) -> [(candidate, members)]
-        buckets: dict[tuple, list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
+        buckets: dict[tuple[object, ...], list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
         for (_, mask, gtype, total), by_fill in self._groups.items():
             if filtered:
                 ok = type_ok.get(gtype)
@@ -227,7 +255,7 @@ class PlacementIndex:
                 if not ok:
                     continue
             first = next(iter(next(iter(by_fill.values())).values()))
-            pset = first.pset
+            pset = first.profile_set
             cand = _best_on(pset, mask, memory_on(lead[2], total), pod)
             if cand is None:
                 continue
@@ -248,15 +276,17 @@ class PlacementIndex:
                 yield self._gpus[uuid], cand
 
     def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:
-        prof = g.pset.profiles[cand.profile]
+        prof = g.profile_set.profiles[cand.profile]
         return DevicePlacement(
             device[0], device[1], g.node, g.uuid, prof.name, cand.choice.placement, prof.memory_mb, prof.core
         )
 
-    def _plan_node(
-        self, pod: PodRequest, devices: list[Device], node: str, memo: dict[tuple, _Candidate | None]
-    ) -> Plan | None:
-        """All devices of the pod on one node, largest request first, or None if they do not all fit."""
+    def _plan_node(self, pod: PodRequest, devices: list[Device], node: str, memo: _Memo) -> Plan | None:
+        """All devices of the pod on one node, largest request first, or None if they do not all fit.
+
+        Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
+        against the node's tentative masks; node fill stays the node's fill before this pod.
+        """
         filtered = _has_filters(pod)
         gpus = [
             g
@@ -269,18 +299,19 @@ class PlacementIndex:
         placed: list[DevicePlacement] = []
         largest = max((g.total for g in gpus), default=0)
         for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
-            best: tuple | None = None
+            best: tuple[tuple[object, ...], _Gpu, _Candidate] | None = None
             for g in gpus:
                 mask = masks[g.uuid]
                 mem = memory_on(device[2], g.total)
-                mkey = (g.pset, mask, mem)
+                pset = g.profile_set
+                mkey = (pset, mask, mem)
                 if mkey in memo:
                     cand = memo[mkey]
                 else:
-                    cand = memo[mkey] = _best_on(g.pset, mask, mem, pod)
+                    cand = memo[mkey] = _best_on(pset, mask, mem, pod)
                 if cand is None:
                     continue
-                used = (mask & g.pset.full_mask).bit_count() / g.pset.axis
+                used = (mask & pset.full_mask).bit_count() / pset.axis
                 key = (
                     *rank_key(pod, cand.rank, cand.choice.loss, fill, used, cand.choice.placement.start),
                     *g.order,
@@ -335,7 +366,7 @@ class PlacementIndex:
                     )
             return out
 
-        return R.Refusal(build)
+        return R.Refusal(build, gpus=sum(len(g) for g in sigs.values()))
 
 
 def _requests_text(devices: list[Device]) -> str:
@@ -402,6 +433,8 @@ def gpu_reason(
             f"fragmented: free slices {R.slices_text(free)} but {smallest.name} needs one of {needs}",
             node,
             uuid,
+            smallest.name,
+            tuple(free),
         )
     return R.Reason(
         R.NOT_ENOUGH_SLICES,
@@ -409,6 +442,8 @@ def gpu_reason(
         f"{smallest.name} needs {smallest.size} at one of {needs}",
         node,
         uuid,
+        smallest.name,
+        tuple(free),
     )
 
 

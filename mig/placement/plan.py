@@ -55,7 +55,7 @@ def rank_key(
     node_used: float,
     gpu_used: float,
     start: int,
-) -> tuple:
+) -> tuple[object, ...]:
     """The comparison key of one candidate up to the GPU-order and node-name tie-breaks (lower is better).
 
     Append `(gpu_index, node)` for the full key; see the module docstring.
@@ -63,7 +63,7 @@ def rank_key(
     node_bin = pod.node_policy == BINPACK
     gpu_bin = pod.gpu_policy == BINPACK
     if node_bin and gpu_bin:
-        mid: tuple = (loss, -node_used, -gpu_used)
+        mid: tuple[object, ...] = (loss, -node_used, -gpu_used)
     elif node_bin:
         mid = (-node_used, gpu_used, loss)
     elif gpu_bin:

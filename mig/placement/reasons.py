@@ -18,6 +18,8 @@ DEVICES_DO_NOT_FIT_TOGETHER = "devices-do-not-fit-together"
 NO_GPUS = "no-mig-gpus"
 
 MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
+MAX_HEADLINE = 300  # the summary a person reads first (kube-scheduler's condition, `dynmig status`)
+DETAIL_MARK = " Per GPU: "  # separates the summary from the per-GPU detail in every refusal text
 
 # When a node has several GPU reasons, its headline is the one closest to fitting.
 _CLOSEST_FIRST = (
@@ -31,6 +33,7 @@ _CLOSEST_FIRST = (
     UNHEALTHY,
     NO_GPUS,
 )
+_RANK = {code: i for i, code in enumerate(_CLOSEST_FIRST)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Reason:
     message: str
     node: str
     gpu: str | None = None  # GPU UUID, or None for a node-level reason
+    profile: str = ""  # the smallest profile the GPU was asked for, when one was sized
+    free: tuple[int, ...] | None = None  # the GPU's free memory slices, when they were looked at
 
     def __str__(self) -> str:
         where = f"{self.node}/{self.gpu}" if self.gpu else self.node
@@ -56,8 +61,9 @@ class Refusal:
 
     fits = False
 
-    def __init__(self, reasons: Iterable[Reason] | Callable[[], Iterable[Reason]]):
+    def __init__(self, reasons: Iterable[Reason] | Callable[[], Iterable[Reason]], gpus: int = 0):
         self._source = reasons
+        self.gpus = gpus  # how many GPUs the candidate nodes publish (for "fits on k of N GPUs")
 
     @cached_property
     def reasons(self) -> tuple[Reason, ...]:
@@ -92,9 +98,83 @@ class Refusal:
         return Counter(self.node_code(n) for n in self.by_node())
 
     def summary(self) -> str:
-        nodes = self.by_node()
-        parts = ", ".join(f"{n} {code}" for code, n in sorted(self.counts().items()))
-        return f"0/{len(nodes)} nodes can place the pod's MIG devices: {parts}"
+        """`0/N nodes: <headline>` (N: the candidate nodes)."""
+        return f"0/{len(self.by_node())} nodes: {self.headline()}"
+
+    def headline(self) -> str:
+        """What a person reads first, well under MAX_HEADLINE characters: counts per reason over every
+        candidate GPU and node, then how many GPUs could take the pod's device on its own, e.g.
+        `8 GPUs fragmented (largest free run 2 slices), 2 GPUs full; 1g.24gb fits on 0 of 10 GPUs`."""
+        gpu_codes = Counter(r.code for r in self.reasons if r.gpu)
+        node_codes = Counter(r.code for r in self.reasons if not r.gpu)
+        parts: list[str] = []
+        for code in _CLOSEST_FIRST:
+            parts.extend(self._phrases(code, gpu_codes[code], node_codes[code]))
+        text = bounded_join(parts, MAX_HEADLINE - 80, "reasons", sep=", ")
+        refused = {r.gpu for r in self.reasons if r.gpu}
+        if self.gpus:
+            names = sorted({r.profile for r in self.reasons if r.profile})
+            what = "/".join(names[:3]) + ("/…" if len(names) > 3 else "") if names else "the pod's device"
+            fits = f"{what} fits on {max(self.gpus - len(refused), 0)} of {self.gpus} GPUs"
+            text = f"{text}; {fits}" if text else fits
+        return text
+
+    def _phrases(self, code: str, gpus: int, nodes: int) -> list[str]:
+        out = []
+        if gpus and code == FRAGMENTED:
+            runs = [longest_run(r.free) for r in self.reasons if r.code == code and r.free is not None]
+            run = f" (largest free run {_n(max(runs), 'slice')})" if runs else ""
+            out.append(f"{_n(gpus, 'GPU')} fragmented{run}")
+        elif gpus and code == NOT_ENOUGH_SLICES:
+            full = sum(1 for r in self.reasons if r.code == code and r.free == ())
+            if full:
+                out.append(f"{_n(full, 'GPU')} full")
+            if gpus - full:
+                out.append(f"{_n(gpus - full, 'GPU')} with too few free slices")
+        elif gpus:
+            out.append(f"{_n(gpus, 'GPU')} {_GPU_PHRASE.get(code, code)}")
+        if nodes:
+            out.append(f"{_n(nodes, 'node')} {_NODE_PHRASE.get(code, code)}")
+        return out
+
+    def detail(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = ()) -> str:
+        """Every reason as `node/GPU: message`, those closest to fitting first (a GPU excluded by the
+        pod's own annotations says the least), cut before `limit` with "and N more GPUs"."""
+        ranked = sorted(self.reasons, key=lambda r: _RANK.get(r.code, len(_RANK)))
+        return bounded_join([*(str(r) for r in ranked), *extra], limit, "GPUs")
+
+    def text(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = (), head: str = "") -> str:
+        """`head` (default: the summary), DETAIL_MARK, the per-GPU detail: at most `limit` characters."""
+        head = head or self.summary()
+        room = max(limit - len(head) - len(DETAIL_MARK) - 1, 40)
+        return f"{head}.{DETAIL_MARK}{self.detail(room, extra)}"
+
+
+_GPU_PHRASE = {
+    NOT_ENOUGH_MEMORY: "without a profile large enough",
+    EXCLUDED: "excluded by the pod's annotations",
+    NO_PROFILES: "without allowlisted MIG profiles",
+    CORDONED: "cordoned",
+    UNHEALTHY: "unhealthy",
+}
+_NODE_PHRASE = {
+    DEVICES_DO_NOT_FIT_TOGETHER: "cannot hold all the pod's devices at once",
+    NO_GPUS: "without MIG GPUs",
+}
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def longest_run(slices: Iterable[int]) -> int:
+    """The longest run of consecutive slice indices (0 for none)."""
+    best = run = 0
+    last: int | None = None
+    for s in sorted(slices):
+        run = run + 1 if last is not None and s == last + 1 else 1
+        best, last = max(best, run), s
+    return best
 
 
 def bounded_join(parts: list[str], limit: int, what: str, sep: str = "; ") -> str:
@@ -114,5 +194,5 @@ def slices_text(slices: list[int]) -> str:
     return ",".join(str(s) for s in slices) if slices else "none"
 
 
-def placements_text(placements) -> str:
+def placements_text(placements: Iterable[object]) -> str:
     return ",".join(str(p) for p in placements)

@@ -12,16 +12,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mig.allowlist import ResourceNames
+from mig.annotations import (
+    GPU_SCHEDULER_POLICY,
+    NODE_SCHEDULER_POLICY,
+    NOUSE_GPU_TYPE,
+    NOUSE_GPU_UUID,
+    PROFILE_PREFERENCE,
+    USE_GPU_TYPE,
+    USE_GPU_UUID,
+)
 from mig.quantity import QuantityError, parse_quantity
 from mig.types import Placement
 
-PREFERENCE = "nvidia.com/mig-profile-preference"
-NODE_POLICY = "hami.io/node-scheduler-policy"
-GPU_POLICY = "hami.io/gpu-scheduler-policy"
-USE_UUID = "nvidia.com/use-gpuuuid"
-NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
-USE_TYPE = "nvidia.com/use-gputype"
-NOUSE_TYPE = "nvidia.com/nouse-gputype"
+# The scheduling annotations a pod may carry (bounded by `annotation_problem`).
+SCHEDULING_ANNOTATIONS = (
+    PROFILE_PREFERENCE,
+    NODE_SCHEDULER_POLICY,
+    GPU_SCHEDULER_POLICY,
+    USE_GPU_UUID,
+    NOUSE_GPU_UUID,
+    USE_GPU_TYPE,
+    NOUSE_GPU_TYPE,
+)
 
 BINPACK, SPREAD = "binpack", "spread"
 DEFAULT_NODE_POLICY = BINPACK
@@ -205,7 +217,7 @@ MAX_ANNOTATION_TEXT = 4096  # ~100 GPU UUIDs; far more than any preference or po
 
 def annotation_problem(annotations: Mapping[str, str] | None) -> str:
     """Why one of the scheduling annotations dynmig reads is unusable (too long), or ""."""
-    for key in (PREFERENCE, NODE_POLICY, GPU_POLICY, USE_UUID, NOUSE_UUID, USE_TYPE, NOUSE_TYPE):
+    for key in SCHEDULING_ANNOTATIONS:
         value = (annotations or {}).get(key)
         if value is not None and len(value) > MAX_ANNOTATION_TEXT:
             return (
@@ -250,13 +262,13 @@ class PodRequest:
         a = annotations or {}
         return cls(
             containers=tuple(containers),
-            preference=_split(a.get(PREFERENCE)),
-            node_policy=_policy(a.get(NODE_POLICY), DEFAULT_NODE_POLICY),
-            gpu_policy=_policy(a.get(GPU_POLICY), DEFAULT_GPU_POLICY),
-            use_uuids=_split(a.get(USE_UUID)),
-            nouse_uuids=_split(a.get(NOUSE_UUID)),
-            use_types=tuple(t.lower() for t in _split(a.get(USE_TYPE))),
-            nouse_types=tuple(t.lower() for t in _split(a.get(NOUSE_TYPE))),
+            preference=_split(a.get(PROFILE_PREFERENCE)),
+            node_policy=_policy(a.get(NODE_SCHEDULER_POLICY), DEFAULT_NODE_POLICY),
+            gpu_policy=_policy(a.get(GPU_SCHEDULER_POLICY), DEFAULT_GPU_POLICY),
+            use_uuids=_split(a.get(USE_GPU_UUID)),
+            nouse_uuids=_split(a.get(NOUSE_GPU_UUID)),
+            use_types=tuple(t.lower() for t in _split(a.get(USE_GPU_TYPE))),
+            nouse_types=tuple(t.lower() for t in _split(a.get(NOUSE_GPU_TYPE))),
             name=name,
         )
 
@@ -272,16 +284,16 @@ class PodRequest:
         """Which annotation excludes a GPU of this NVML type, or None (case-insensitive substring)."""
         low = gpu_type.lower()
         if self.use_types and not any(t in low for t in self.use_types):
-            return f"{USE_TYPE}={','.join(self.use_types)} does not match type {gpu_type!r}"
+            return f"{USE_GPU_TYPE}={','.join(self.use_types)} does not match type {gpu_type!r}"
         hit = next((t for t in self.nouse_types if t in low), None)
         if hit is not None:
-            return f"{NOUSE_TYPE} lists {hit!r}, which matches type {gpu_type!r}"
+            return f"{NOUSE_GPU_TYPE} lists {hit!r}, which matches type {gpu_type!r}"
         return None
 
     def uuid_exclusion(self, uuid: str) -> str | None:
         """Which annotation excludes this GPU UUID, or None (exact match)."""
         if self.use_uuids and uuid not in self.use_uuids:
-            return f"{USE_UUID} does not list {uuid}"
+            return f"{USE_GPU_UUID} does not list {uuid}"
         if uuid in self.nouse_uuids:
-            return f"{NOUSE_UUID} lists {uuid}"
+            return f"{NOUSE_GPU_UUID} lists {uuid}"
         return None

@@ -69,8 +69,10 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
     for rt in rts:
         out.append(_resource_entry(rt))
         for sub in rt.subresources:
-            kind = "Binding" if sub == "binding" else rt.kind
-            verbs = {"binding": ["create"], "log": ["get"]}.get(sub, ["get", "patch", "update"])
+            kind = {"binding": "Binding", "eviction": "Eviction"}.get(sub, rt.kind)
+            verbs = {"binding": ["create"], "log": ["get"], "eviction": ["create"]}.get(
+                sub, ["get", "patch", "update"]
+            )
             out.append(
                 {
                     "name": f"{rt.plural}/{sub}",

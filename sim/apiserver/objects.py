@@ -70,6 +70,9 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
         obj.setdefault("status", {})
     elif rt.key == ("", "secrets"):
         obj.setdefault("type", "Opaque")
+    elif rt.key == ("policy", "poddisruptionbudgets"):
+        meta["generation"] = 1  # the disruption controller answers it with status.observedGeneration
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     canonicalize_quantities(rt, obj)
     return obj
 

@@ -266,10 +266,8 @@ class Registry:
                 if not events and wake > 0:
                     table.changed.wait(wake)
                     events = table.events_after(cursor)
-                if events:
-                    cursor = events[-1].rv
-                else:
-                    cursor = max(cursor, self.store.rv)  # nothing of this type happened up to here
+                # with no events of this type, nothing of it happened up to the store's version
+                cursor = events[-1].rv if events else max(cursor, self.store.rv)
             out = [e for e in (_translate(ev, match, ns) for ev in events) if e]
             now = time.monotonic()
             if (

@@ -93,7 +93,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "Pod",
         True,
         ("po",),
-        ("binding", "status", "log"),
+        ("binding", "status", "log", "eviction"),
         POD_FIELDS,
         status_via_subresource=True,
         categories=("all",),
@@ -116,6 +116,16 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("", "v1", "bindings", "Binding", True, verbs=("create",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        ("pdb",),
+        ("status",),
+        status_via_subresource=True,
+    ),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
     ResourceType(
         "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)

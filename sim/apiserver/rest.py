@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, logs, media, openapi, protobuf, schemas
+from sim.apiserver import discovery, disruption, logs, media, openapi, protobuf, schemas
 from sim.apiserver.errors import ApiError
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
@@ -258,9 +258,11 @@ class Handler(BaseHTTPRequestHandler):
             if route.name:
                 return "get"
             return "watch" if _flag(query, "watch") else "list"
-        if route.subresource == "binding" or route.rt.plural == "bindings":
+        if route.subresource in ("binding", "eviction") or route.rt.plural == "bindings":
             if method != "POST":
-                raise ApiError(405, f"{method} is not allowed on {route.rt.plural}/binding")
+                raise ApiError(
+                    405, f"{method} is not allowed on {route.rt.plural}/{route.subresource or 'binding'}"
+                )
             return "create"
         if method == "POST":
             if route.name and not route.subresource:
@@ -381,6 +383,8 @@ class Handler(BaseHTTPRequestHandler):
         body = self._json_body(req if req.subresource in ("", "status") else None)
         if req.subresource == "binding" or req.rt.plural == "bindings":
             self._reply(self.api.registry.bind(req, body))
+        elif req.subresource == "eviction":
+            self._reply(disruption.evict(self.api.registry, req, body))
         else:
             self._reply(self.api.registry.create(req, body))
 

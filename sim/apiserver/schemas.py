@@ -29,6 +29,7 @@ MODELS = {
     ("", "ServiceAccount"): "V1ServiceAccount",
     ("", "Binding"): "V1Binding",
     ("coordination.k8s.io", "Lease"): "V1Lease",
+    ("policy", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("events.k8s.io", "Event"): "EventsV1Event",
     ("apps", "Deployment"): "V1Deployment",
     ("apps", "DaemonSet"): "V1DaemonSet",

@@ -22,7 +22,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sim.apiserver import logs, tls
+from sim.apiserver import disruption, logs, tls
 from sim.apiserver.admission import Admission
 from sim.apiserver.errors import ApiError
 from sim.apiserver.faults import Faults
@@ -119,6 +119,7 @@ class ApiServer:
         self._conns_lock = threading.Lock()
         self._stopping = False
         self._unavailable = False
+        self.disruption_controller = True  # False: budgets keep their status until sync_budgets()
         for ns in SYSTEM_NAMESPACES:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
@@ -212,6 +213,8 @@ class ApiServer:
             try:
                 if not self._unavailable:
                     self.registry.sync_namespaces(NAMESPACE_CONTROLLER)
+                    if self.disruption_controller:
+                        disruption.sync_budgets(self.registry)
                 if self.registry.reap_after_grace:
                     self.registry.finish_deletions(only_expired=True)
             except Exception:
@@ -266,6 +269,10 @@ class ApiServer:
         path = logs.log_path(self.logs_dir, namespace, pod, uid, container)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+    def sync_budgets(self) -> None:
+        """One disruption-controller pass now (it also runs in the background every 0.2 s)."""
+        disruption.sync_budgets(self.registry)
 
     def finish_deletions(self) -> int:
         """Remove every gracefully deleted pod now (the kubelet confirming termination)."""

@@ -174,8 +174,9 @@ def test_ready_turns_false_when_the_served_certificate_expires_and_metrics_say_s
     assert reloader.seconds_to_expiry() is None
     assert reloader.load(serving.cert_pem(), serving.key_pem())
     assert reloader.ready()
-    left = registry.get_sample_value("dynmig_tls_certificate_expiry_seconds")
-    assert 89 * 86400 < left <= 90 * 86400
+    expires = registry.get_sample_value("dynmig_tls_certificate_expiry_timestamp_seconds")
+    assert expires == serving.cert.not_valid_after_utc.timestamp()
+    assert 89 * 86400 < expires - now.timestamp() <= 90 * 86400
     assert registry.get_sample_value("dynmig_tls_reloads_total", {"result": "loaded"}) == 1
     assert registry.get_sample_value("dynmig_tls_ready") == 1
     clock["now"] = serving.cert.not_valid_after_utc + dt.timedelta(seconds=1)

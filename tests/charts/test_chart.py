@@ -257,13 +257,14 @@ def test_each_component_gets_exactly_the_cluster_permissions_it_needs():
         "pods/binding": {"create"},
         "nodes": {"get", "list", "watch", "patch"},
         "events": {"create", "patch"},
+        "poddisruptionbudgets": {"list"},
         "mutatingwebhookconfigurations": {"get", "patch"},
         "validatingwebhookconfigurations": {"get", "patch"},
     }
     assert cluster_grants(docs, "-device-plugin") == {
         "pods": {"get", "list", "watch", "patch"},
         "nodes": {"get", "patch"},
-        "events": {"create"},
+        "events": {"create", "patch"},  # a repeated event is the same object, its count patched
     }
     scheduler_sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     upstream = {
@@ -275,6 +276,22 @@ def test_each_component_gets_exactly_the_cluster_permissions_it_needs():
     for b in of_kind(docs, "ClusterRoleBinding"):
         if b["roleRef"]["name"].startswith("system:"):
             assert b["subjects"] == [{"kind": "ServiceAccount", "name": scheduler_sa, "namespace": NAMESPACE}]
+
+
+def test_defrag_eviction_is_off_by_default_and_turning_it_on_grants_only_the_eviction_subresource():
+    docs = render()
+    cfg = parse_args(
+        [],
+        {k["name"]: k["value"] for k in container(one(docs, "Deployment"), "server")["env"] if "value" in k},
+    )
+    assert cfg.defrag_evict is False
+    assert "pods/eviction" not in cluster_grants(docs, "-server")
+    on = render("1.35", "server.defrag.evict=true", "server.defrag.evictionsPerMinute=3")
+    server = container(one(on, "Deployment"), "server")
+    cfg = parse_args([], {k["name"]: k["value"] for k in server["env"] if "value" in k})
+    assert (cfg.defrag_evict, cfg.defrag_evictions_per_minute, cfg.defrag_interval) == (True, 3, 10.0)
+    assert cluster_grants(on, "-server")["pods/eviction"] == {"create"}
+    assert "delete" not in cluster_grants(on, "-server")["pods"]  # evictions only, never a plain delete
 
 
 def test_the_server_may_touch_only_its_own_secrets_and_leases():

@@ -173,7 +173,7 @@ def test_the_rendered_scheduler_configuration_drives_kube_scheduler_over_verifie
         foreign = tmp_path / "foreign.crt"
         foreign.write_bytes(make_ca(utcnow()).cert_pem())
         other["extenders"][0]["tlsConfig"]["caFile"] = str(foreign)
-        with pytest.raises(ExtenderError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        with pytest.raises(ExtenderError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             Extender(parse(other).extenders[0]).filter(GPU_POD, [NODE])
     finally:
         scheduler.stop()

@@ -108,7 +108,7 @@ def test_any_invalid_entry_rejects_the_whole_annotation(entries, field):
 
 @pytest.mark.parametrize("text", ["{", '{"a":1}', "[1,"])
 def test_malformed_json_is_an_annotation_error(text):
-    with pytest.raises(ann.AnnotationError, match="hami.io/vgpu-mig-allocations"):
+    with pytest.raises(ann.AnnotationError, match=r"hami\.io/vgpu-mig-allocations"):
         ann.decode_allocations(text)
 
 

@@ -280,7 +280,9 @@ def test_a_refusal_counts_nodes_per_headline_reason():
     ]
     result = plan_pod(pod((1, 6000)), gpus)
     assert result.counts() == {R.UNHEALTHY: 1, R.FRAGMENTED: 2}
-    assert result.summary() == "0/3 nodes can place the pod's MIG devices: 2 fragmented, 1 unhealthy"
+    assert result.summary().startswith(
+        "0/3 nodes: 2 GPUs fragmented (largest free run 1 slice), 1 GPU unhealthy"
+    )
     assert "free slices 1,3" in result.node_message("node-b")
 
 

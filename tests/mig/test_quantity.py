@@ -140,7 +140,7 @@ REJECTED = [
     "1E-2147483648",
     "Non-Numeric",
     "8 k",
-    "８",
+    "８",  # noqa: RUF001 (a full-width digit must be refused, as Kubernetes does)
     "1e3e3",
 ]
 

@@ -12,7 +12,7 @@ from plugin.api import deviceplugin_pb2 as pb
 from plugin.api import deviceplugin_pb2_grpc as rpc
 from plugin.api.generate import HERE, OUTPUTS, generate
 
-R, O = "repeated", "optional"
+R, O = "repeated", "optional"  # noqa: E741 (O reads as "optional" in the field tables)
 S, B, I32, I64, MSG, MAP = F.TYPE_STRING, F.TYPE_BOOL, F.TYPE_INT32, F.TYPE_INT64, F.TYPE_MESSAGE, "map"
 
 # message -> {field: (number, type, label)} from k8s-contracts §3.2
@@ -73,10 +73,19 @@ def test_the_committed_stubs_are_what_the_proto_generates_today(tmp_path: Path):
         )
 
 
-def test_the_grpc_module_imports_its_messages_from_the_package():
-    source = (HERE / "deviceplugin_pb2_grpc.py").read_text()
+@pytest.mark.parametrize("name", ["deviceplugin_pb2_grpc.py", "deviceplugin_pb2_grpc.pyi"])
+def test_the_grpc_module_and_its_type_stub_import_the_messages_from_the_package(name):
+    source = (HERE / name).read_text()
     assert "from plugin.api import deviceplugin_pb2" in source and "\nimport deviceplugin_pb2" not in source
     assert rpc.deviceplugin__pb2 is pb
+
+
+def test_the_type_stubs_declare_every_message_and_service_of_the_proto():
+    messages = (HERE / "deviceplugin_pb2.pyi").read_text()
+    services = (HERE / "deviceplugin_pb2_grpc.pyi").read_text()
+    assert {m for m in CONTRACT if f"\nclass {m}(_message.Message):" not in messages} == set()
+    for service in SERVICES:
+        assert f"\nclass {service}Servicer(" in services and f"\nclass {service}Stub:" in services
 
 
 def test_the_proto_package_is_v1beta1():

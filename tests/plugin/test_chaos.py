@@ -16,6 +16,8 @@ from dynmig.lab.nodes import parse_nodes
 from mig.leftovers import LEFTOVERS
 
 
+# 40 pods held 15-40 s each: about a minute alone, several on a loaded 2-core machine
+@pytest.mark.timeout(480)
 def test_kill_9_of_the_plugin_during_a_pod_stream_leaks_nothing_and_breaks_no_running_pod():
     # long-running pods keep the GPU busy across restarts, where only the journal can prove an
     # instance ours (with its proof switched off this run leaked 4 instances)

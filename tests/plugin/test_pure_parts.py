@@ -20,7 +20,6 @@ from plugin.allocate import (
     AllocateError,
     answer,
     container_reservations,
-    erase_container,
     physical_id,
     preferred,
 )
@@ -185,7 +184,8 @@ def test_the_next_container_is_the_first_with_devices_left_and_erasing_keeps_the
     index, devices = next_container(p)
 
     assert index == 1 and [d.usedmem for d in devices] == [10]
-    assert erase_container(text, 1) == f";;{GPU},NVIDIA,20,29:;;"  # HAMi keeps the piece after the last ;
+    assert p.reservation.drained(1) == f";;{GPU},NVIDIA,20,29:;;"  # HAMi keeps the piece after the last ;
+    assert p.reservation.left_after(1)
 
 
 def test_the_node_lock_names_the_pod_and_the_legacy_form_names_none():

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 from webhooks_testkit import PluginStandIn, eventually, node
 
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, VGPU_NODE, decode_allocations
@@ -94,7 +95,7 @@ def test_many_pods_fill_the_gpus_without_overlap_and_the_rest_stay_pending_with_
         return [
             e["message"]
             for e in events["items"]
-            if e["reason"] == "FilteringFailed" and "not-enough-free-slices" in e["message"]
+            if e["reason"] == "FilteringFailed" and "not enough free slices" in e["message"]
         ]
 
     assert eventually(refusals), "no FilteringFailed event names the missing slices"
@@ -226,20 +227,50 @@ def test_metrics_report_realized_instances_with_hamis_labels_and_free_slices(api
         "hami.io/vgpu-devices-allocated": "GPU-n1-0,NVIDIA,9728,15:;",
     }
     core(apiserver, "device-plugin").create_namespaced_pod("team", held)
-    expected = (
-        'hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-n1-0",'
-        'gpu_instance_id="13",mig_uuid="MIG-abc",node="n1",placement_size="1",placement_start="6",'
-        'profile="1g.10gb"} 1.0'
+    instance = {
+        "node": "n1",
+        "device_uuid": "GPU-n1-0",
+        "device_index": "0",
+        "mig_uuid": "MIG-abc",
+        "profile": "1g.10gb",
+        "gpu_instance_id": "13",
+        "compute_instance_id": "0",
+        "placement_start": "6",
+        "placement_size": "1",
+        "zone": "vGPU",
+    }
+
+    def scrape() -> dict[tuple[str, frozenset], float]:
+        text = urllib.request.urlopen(cluster.listeners.metrics_url, timeout=5).read().decode()
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def value(samples, name, **labels):
+        return samples.get((name, frozenset(labels.items())))
+
+    assert eventually(lambda: value(scrape(), "hami_node_gpu_mig_instance_info", **instance) == 1)
+    samples = scrape()
+    gpu = {"node": "n1", "device_uuid": "GPU-n1-0", "device_index": "0"}
+    assert value(samples, "dynmig_gpu_free_slices", **gpu) == 7
+    assert value(samples, "dynmig_gpu_used_slices", **gpu) == 1
+    assert value(samples, "dynmig_gpu_slices", **gpu) == 8
+    # 7g needs slice 6, so the largest placeable is a 3g.40gb
+    assert value(samples, "dynmig_gpu_largest_placeable_profile_memory_bytes", **gpu, profile="3g.40gb") == (
+        40192 * 1024 * 1024
     )
-
-    def scrape() -> str:
-        return urllib.request.urlopen(cluster.listeners.metrics_url, timeout=5).read().decode()
-
-    assert eventually(lambda: expected in scrape())
-    text = scrape()
-    assert 'dynmig_gpu_free_slices{device_index="0",device_uuid="GPU-n1-0",node="n1"} 7.0' in text
-    assert 'profile="7g.80gb"} 0.0' not in text  # 7g needs slice 6, so the largest placeable is smaller
-    assert 'profile="3g.40gb"} 40192.0' in text
+    hami = {**gpu, "device_type": "NVIDIA A100-SXM4-80GB", "zone": "vGPU"}
+    assert value(samples, "hami_gpu_shared_count", **hami) == 1
+    assert value(samples, "hami_gpu_memory_allocated_bytes", **hami, device_cores="100") == 9728 * 1024 * 1024
+    assert value(samples, "hami_gpu_memory_limit_bytes", **hami) == 81920 * 1024 * 1024
+    assert value(samples, "hami_gpu_core_allocated_ratio", **hami) == 15
+    assert value(samples, "hami_node_gpu_memory_allocated_ratio", **hami) == 9728 / 81920
+    container = {"namespace": "team", "node": "n1", "pod": "running", "container_index": "0"}
+    assert value(
+        samples, "hami_vgpu_memory_allocated_bytes", **container, device_uuid="GPU-n1-0", zone="vGPU"
+    ) == (9728 * 1024 * 1024)
 
 
 def test_health_and_readiness_over_tls(cluster):

@@ -14,7 +14,7 @@ from mig.annotations import MIG_ALLOCATIONS, decode_allocations
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_concurrent_filters_never_get_overlapping_placements(apiserver, service, seed):
     rng = random.Random(seed)
-    service.filter.awaiting_ttl = 0  # filters without binds in between: do not hold chosen nodes
+    service.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
     nodes = [node("a", gpus=2), node("b", "H100-SXM5-80GB", gpus=2), node("c", "A30", gpus=2)]
     for n in nodes:
         apiserver.create(n)

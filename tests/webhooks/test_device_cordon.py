@@ -116,4 +116,4 @@ def test_cordoning_a_gpu_on_a_live_node_reaches_the_extenders_reply(apiserver, s
     out = extender.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": ["n1"]}).json()
 
     assert out["NodeNames"] == []
-    assert "GPU GPU-n1-0: GPU is cordoned" in out["FailedNodes"]["n1"]
+    assert "n1/GPU-n1-0: GPU is cordoned" in out["FailedNodes"]["n1"]

@@ -19,6 +19,7 @@ from mig.annotations import (
     decode_allocations,
 )
 from mig.types import Placement
+from webhooks.filter import pod_request
 
 
 def seed(apiserver, service, *objs):
@@ -40,7 +41,7 @@ def filter_args(pod: dict, nodes: list[str]) -> dict:
 def post_filter(extender, service, pod: dict, nodes: list[str]) -> dict:
     """Filter over HTTP, then wait until the reservation write that follows the reply has finished."""
     out = extender.post("/filter", json=filter_args(pod, nodes)).json()
-    service.filter.wait_recorded(pod["metadata"].get("uid", ""))
+    service.filter.pending.wait_recorded(pod["metadata"].get("uid", ""))
     return out
 
 
@@ -142,7 +143,7 @@ def test_a_pod_without_gpus_keeps_every_candidate(apiserver, service, extender):
 
 
 def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiserver, service, extender):
-    service.filter.awaiting_ttl = 0
+    service.filter.pending.ttl = 0
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000))
     for _ in range(3):
         out = post_filter(extender, service, pod, ["n1"])
@@ -188,15 +189,9 @@ def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
     service = start_service(reservation_ttl=0.2)
     seed(apiserver, service, node("n1"))
     pod = apiserver.create(gpu_pod("p1"))
-    with service.fleet.lock:
-        plan = service.fleet.index.plan(
-            __import__("webhooks.filter", fromlist=["pod_request"]).pod_request(
-                pod, service.device_config.get().resources
-            )
-        )
-        from webhooks.fleet import usage_from_plan
-
-        service.fleet.reserve(usage_from_plan(pod["metadata"]["uid"], "team", "p1", plan))
+    request = pod_request(pod, service.device_config.get().resources)
+    assert request is not None
+    service.fleet.plan_and_reserve(request, None, pod["metadata"]["uid"], "team", "p1")
     assert service.fleet.placements()["GPU-n1-0"]
     time.sleep(0.3)
     service.fleet.sweep()
@@ -244,7 +239,7 @@ def test_a_device_without_a_reservation_fails_the_gpu_closed(apiserver, service,
 
 def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service):
     first = start_service()
-    first.filter.awaiting_ttl = 0  # filters without binds in between: do not hold chosen nodes
+    first.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, first, node("n1", gpus=2), node("n2", "H100-SXM5-80GB", gpus=2))
     from starlette.testclient import TestClient
 
@@ -253,7 +248,7 @@ def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service
             pod = apiserver.create(gpu_pod(f"p{i}", memory=mem))
             assert eventually(lambda n=f"p{i}": first.cache.pod("team", n))
             assert http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
-            first.filter.wait_recorded(pod["metadata"]["uid"])
+            first.filter.pending.wait_recorded(pod["metadata"]["uid"])
     assert eventually(lambda: not first.fleet._in_flight)
     before = {k: sorted(v) for k, v in first.fleet.placements().items()}
     first.stop()
@@ -275,10 +270,10 @@ def test_the_cache_relists_after_its_watch_history_is_gone(apiserver, service):
 def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, service, extender):
     import datetime as dt
 
-    from webhooks.nodelock import format_lock
+    from mig.annotations import encode_node_lock
 
     n1 = node("n1")
-    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(dt.datetime.now(dt.UTC), "team", "owner")
+    n1["metadata"]["annotations"][NODE_LOCK] = encode_node_lock(dt.datetime.now(dt.UTC), "team", "owner")
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
     out = extender.post(
@@ -297,11 +292,11 @@ def test_bind_takes_over_an_expired_lock_or_one_whose_owner_is_gone(
 ):
     import datetime as dt
 
-    from webhooks.nodelock import format_lock
+    from mig.annotations import encode_node_lock
 
     n1 = node("n1")
     taken = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=lock_age)
-    n1["metadata"]["annotations"][NODE_LOCK] = format_lock(taken, "team", owner)
+    n1["metadata"]["annotations"][NODE_LOCK] = encode_node_lock(taken, "team", owner)
     _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
     post_filter(extender, service, pod, ["n1"])
     out = extender.post(
@@ -345,7 +340,7 @@ def test_binding_args_without_a_pod_name_are_an_error_in_the_reply(extender):
 
 
 def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, extender):
-    service.filter.awaiting_ttl = 0  # filters without binds in between: do not hold chosen nodes
+    service.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, service, node("n1", gpus=2))
     for i in range(10):
         pod = apiserver.create(gpu_pod(f"p{i}", memory=9000))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -317,9 +318,7 @@ class PluginStandIn:
                             "annotations": {NODE_LOCK: None},
                         }
                     }
-                    try:
+                    with contextlib.suppress(ApiException):  # changed meanwhile: next round
                         self.core.patch_node(
                             node, patch, _content_type="application/merge-patch+json", _preload_content=False
                         )
-                    except ApiException:
-                        pass  # changed meanwhile: next round

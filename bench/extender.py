@@ -1,0 +1,297 @@
+"""Benchmark of the scheduler extender: its own time per pod, and pods/s against a no-op extender.
+
+    python bench/extender.py            (what `make bench` runs; about two minutes on two cores)
+
+Both figures are set against what is measured in the same run on the same machine:
+- own time: dynmig serve's Service in this process, against the simulated API server (its own
+  process) with 1,000 nodes × 8 GPUs; per pod, filter (decode the ExtenderArgs body with every node
+  name, plan, reserve, encode the reply) plus bind (decode, node lock, Binding, encode), minus the
+  time spent inside API calls (kube.errors.api_seconds: every call passes there). The reservation
+  write that follows the filter's reply is waited for outside the clock, as kube-scheduler's own
+  scheduling cycle runs between filter and bind. Target: p50 <= 3 ms.
+- end to end: the simulated kube-scheduler (sim/scheduler) calling an extender over HTTPS on 1,000
+  nodes; pods bound / wall time (bench/serve.py's bench_end_to_end), once with a no-op extender (it
+  keeps every node and posts the Binding: one API write per pod, the least any binding extender
+  does) and once with dynmig serve, each against a fresh API server. Target: dynmig >= 0.8x no-op.
+
+Writes bench/results/extender.json (not committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import serve as serve_bench  # noqa: E402 - bench/serve.py's helpers: PKI, children, nodes, pods, e2e
+
+RESULTS = ROOT / "bench" / "results" / "extender.json"
+TARGETS = {"own_p50_ms": 3.0, "e2e_vs_noop": 0.8}
+NODES = 1000
+
+
+# ---------------------------------------------------------------- the no-op extender (child process)
+
+
+def _noop_app(kubeconfig: str):
+    """Filter keeps every node; bind posts the Binding. No state, no other API call."""
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+
+    def bind(args: dict[str, Any]) -> str:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"], "uid": args["PodUID"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
+        }
+        try:
+            core.create_namespaced_pod_binding(
+                args["PodName"], args["PodNamespace"], body, _preload_content=False
+            ).read()
+        except client.ApiException as error:
+            return f"bind: {error.status} {error.reason}"
+        return ""
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        args = json.loads(body)
+        if scope["path"].endswith("/filter"):
+            reply = {"NodeNames": args.get("NodeNames"), "FailedNodes": {}, "Error": ""}
+        else:
+            reply = {"Error": await asyncio.to_thread(bind, args)}
+        out = json.dumps(reply).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+
+    return app
+
+
+def child_noop(kubeconfig: str, cert: str, key: str, port_file: str) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        _noop_app(kubeconfig),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+
+    async def run():
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        Path(port_file).write_text(str(server.servers[0].sockets[0].getsockname()[1]))
+        await task
+
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+def cluster(work: Path) -> serve_bench.ApiProcess:
+    """A fresh simulated API server (own process) with namespaces and 1,000 ready GPU nodes."""
+    from kubernetes import client
+
+    apiserver = serve_bench.ApiProcess(work)
+    admin = client.CoreV1Api(apiserver.api_client("admin"))
+    for ns in ("team", "dynmig"):
+        admin.create_namespace({"metadata": {"name": ns}}, _preload_content=False)
+    for n in serve_bench.fleet_nodes(NODES, 8, random.Random(7)):
+        admin.create_node(serve_bench.ready_node(n), _preload_content=False)
+    return apiserver
+
+
+def start_serve(apiserver, work: Path, cert: Path, key: Path, ctx) -> tuple[subprocess.Popen, int]:
+    """dynmig serve as a child process, as bench/serve.py runs it; (process, extender port)."""
+    port, metrics_port, extender_port = (serve_bench._free_port() for _ in range(3))
+    args = [
+        *("--bind-address", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)),
+        *("--extender-port", str(extender_port), "--tls-cert", str(cert), "--tls-key", str(key)),
+        *("--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false"),
+        *("--log-level", "warning"),
+    ]
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "dynmig.cli", "serve", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "serve.log").open("wb"),
+    )
+    serve_bench.wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
+    return serve, extender_port
+
+
+# ---------------------------------------------------------------- own time
+
+
+def bench_own_time(apiserver, pods: int = 300) -> dict:
+    """Filter + bind per pod inside the Service, minus the time spent in API calls on that thread."""
+    from kubernetes import client
+
+    from kube.errors import api_seconds
+    from webhooks.config import ServeConfig
+    from webhooks.main import Service
+
+    service = Service(ServeConfig(leader_elect=False), api_client=apiserver.api_client("scheduler"))
+    service.start(wait=60)
+    core = client.CoreV1Api(apiserver.api_client("alice"))
+    names = sorted(service.cache.nodes)
+    filters: list[float] = []
+    binds: list[float] = []
+    api_waits: list[float] = []
+    try:
+        for i in range(pods):
+            created = json.loads(
+                core.create_namespaced_pod(
+                    "team", serve_bench.gpu_pod(f"own-{i}", i), _preload_content=False
+                ).data
+            )
+            meta = created["metadata"]
+            while service.cache.pod("team", meta["name"]) is None:
+                time.sleep(0.001)
+            body = json.dumps({"Pod": created, "Nodes": None, "NodeNames": names}).encode()
+            t0, a0 = time.perf_counter(), api_seconds()
+            reply = service.server.extender.filter(json.loads(body))
+            json.dumps(reply)
+            t1, a1 = time.perf_counter(), api_seconds()
+            chosen = (reply.get("NodeNames") or [None])[0]
+            if not chosen:
+                raise RuntimeError(f"pod {meta['name']} not placed: {reply}")
+            service.filter.pending.wait_recorded(
+                meta["uid"]
+            )  # the write after the reply: kube-scheduler's cycle
+            bind_body = json.dumps(
+                {"PodName": meta["name"], "PodNamespace": "team", "PodUID": meta["uid"], "Node": chosen}
+            ).encode()
+            t2, a2 = time.perf_counter(), api_seconds()
+            bound = service.server.extender.bind(json.loads(bind_body))
+            json.dumps(bound)
+            t3, a3 = time.perf_counter(), api_seconds()
+            if bound.get("Error"):
+                raise RuntimeError(f"bind of {meta['name']} failed: {bound['Error']}")
+            while chosen not in service.cache.locks:  # the next filter sees this node locked, as it would
+                time.sleep(0.001)
+            filters.append((t1 - t0) - (a1 - a0))
+            binds.append((t3 - t2) - (a3 - a2))
+            api_waits.append((a1 - a0) + (a3 - a2))
+    finally:
+        service.stop()
+    own = [f + b for f, b in zip(filters, binds, strict=True)]
+    pct, ms = serve_bench.pct, serve_bench.ms
+    return {
+        "pods": pods,
+        "nodes": len(names),
+        "own_p50_ms": ms(pct(own, 0.5)),
+        "own_p99_ms": ms(pct(own, 0.99)),
+        "filter_own_p50_ms": ms(pct(filters, 0.5)),
+        "filter_own_p99_ms": ms(pct(filters, 0.99)),
+        "bind_own_p50_ms": ms(pct(binds, 0.5)),
+        "bind_own_p99_ms": ms(pct(binds, 0.99)),
+        "api_in_filter_and_bind_p50_ms": ms(pct(api_waits, 0.5)),
+    }
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    results: dict[str, Any] = {"targets": TARGETS}
+    work = Path(tempfile.mkdtemp(prefix="bench-extender-"))
+    ca, cert, key, ctx = serve_bench.serving_pki(work)
+    children: list[subprocess.Popen] = []
+
+    def fresh(name: str) -> serve_bench.ApiProcess:
+        api = cluster(work / name)
+        children.append(api.process)
+        return api
+
+    try:
+        print(f"extender's own time per pod (in process, {NODES} nodes x 8 GPUs) ...", flush=True)
+        results["own_time"] = o = bench_own_time(fresh("own"))
+        print(
+            f"  filter + bind p50 {o['own_p50_ms']} ms p99 {o['own_p99_ms']} ms (target p50 <= "
+            f"{TARGETS['own_p50_ms']} ms); filter p50 {o['filter_own_p50_ms']} ms, bind p50 "
+            f"{o['bind_own_p50_ms']} ms; API round trips on that path p50 {o['api_in_filter_and_bind_p50_ms']} ms",
+            flush=True,
+        )
+        stop_children(children)
+
+        print(f"end to end, no-op extender, simulated kube-scheduler on {NODES} nodes ...", flush=True)
+        api = fresh("noop")
+        port_file = work / "noop.port"
+        noop = serve_bench.start_child(
+            [__file__, "--child-noop", api.kubeconfig("scheduler"), str(cert), str(key), str(port_file)],
+            port_file,
+        )
+        children.append(noop)
+        results["noop"] = n = serve_bench.bench_end_to_end(
+            api, f"https://127.0.0.1:{port_file.read_text()}", ca.cert_pem()
+        )
+        print(f"  {n['bound']}/{n['pods']} pods bound in {n['seconds']} s = {n['pods_per_second']} pods/s")
+        stop_children(children)
+
+        print(f"end to end, dynmig serve, simulated kube-scheduler on {NODES} nodes ...", flush=True)
+        api = fresh("dynmig")
+        serve, port = start_serve(api, work, cert, key, ctx)
+        children.append(serve)
+        results["dynmig"] = d = serve_bench.bench_end_to_end(api, f"https://127.0.0.1:{port}", ca.cert_pem())
+        ratio = round(d["pods_per_second"] / max(n["pods_per_second"], 1e-9), 2)
+        results["e2e_vs_noop"] = ratio
+        print(
+            f"  {d['bound']}/{d['pods']} pods bound in {d['seconds']} s = {d['pods_per_second']} pods/s; "
+            f"{ratio}x the no-op extender (target >= {TARGETS['e2e_vs_noop']}x)",
+            flush=True,
+        )
+    finally:
+        stop_children(children)
+    results["verdict"] = {
+        "own_p50_ok": results["own_time"]["own_p50_ms"] <= TARGETS["own_p50_ms"],
+        "e2e_vs_noop_ok": results["e2e_vs_noop"] >= TARGETS["e2e_vs_noop"],
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"verdict: {results['verdict']}\nwrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+def stop_children(children: list[subprocess.Popen]) -> None:
+    """The extender first, the API server it watches last."""
+    serve_bench.stop_children(children[::-1])
+    children.clear()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--child-noop":
+        child_noop(*sys.argv[2:])
+        sys.exit(0)
+    threading.current_thread().name = "bench"
+    sys.exit(main())

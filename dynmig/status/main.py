@@ -1,0 +1,168 @@
+"""dynmig status: where the fleet's MIG slices are, what still fits, and why MIG pods wait.
+
+Read-only (lists nodes and pods); works against any kubeconfig and as a kubectl plugin:
+`kubectl dynmig status`. The counts of what still fits come from the scheduler's own placement
+engine over the scheduler's own reading of the annotations, so they are what the scheduler does.
+
+examples:
+  dynmig status                         every node with MIG GPUs, then pending MIG pods
+  kubectl dynmig status --node gpu-a100 one node
+  dynmig status -o json | jq .fits      the fleet's counts of each profile that still fits
+  dynmig status --watch                 re-draw when something changes (Ctrl-C ends it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+import yaml
+
+from dynmig.status.cluster import fleet_view
+from dynmig.status.render import Style, render
+from dynmig.status.source import Source, StatusError, api_client
+from mig.slicemap import FleetMap, to_dict
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+OUTPUTS = ("text", "wide", "json", "yaml")
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.2 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; use 0.2 to 3600 seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = __doc__ or ""
+    p = argparse.ArgumentParser(
+        prog="dynmig status",
+        description=doc.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(doc.splitlines()[2:]),
+    )
+    p.add_argument(
+        "--node", action="append", default=[], help="show only this node (repeat or comma-separate)"
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        default="",
+        help="show only this namespace's pending pods (slices are shared: the map counts every namespace)",
+    )
+    p.add_argument(
+        "-o", "--output", default="text", choices=OUTPUTS, help="text (default), wide, json or yaml"
+    )
+    p.add_argument("--watch", "-w", action="store_true", help="re-draw on every change until Ctrl-C")
+    p.add_argument(
+        "--interval", type=_interval, default=2.0, help="seconds between reads with --watch (default 2)"
+    )
+    p.add_argument(
+        "--watch-for", type=_interval, default=None, help="with --watch, stop after this many seconds"
+    )
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
+    p.add_argument(
+        "--color",
+        default="auto",
+        choices=("auto", "always", "never"),
+        help="auto (default): colour when stdout is a terminal and NO_COLOR is not set",
+    )
+    return p
+
+
+def use_color(choice: str, stream: TextIO, environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    if choice != "auto":
+        return choice == "always"
+    return not environ.get("NO_COLOR") and stream.isatty() and environ.get("TERM") != "dumb"
+
+
+def _nodes(values: list[str]) -> tuple[str, ...]:
+    return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
+
+
+def snapshot(source: Source, args: argparse.Namespace) -> FleetMap:
+    cluster = source.read()
+    fleet = fleet_view(cluster.nodes, cluster.pods, only_nodes=_nodes(args.node))
+    missing = [n for n in _nodes(args.node) if n not in {m.name for m in fleet.nodes}]
+    if missing:
+        raise StatusError(f"--node: no node named {', '.join(missing)} in the cluster")
+    if args.namespace:
+        fleet = FleetMap(
+            fleet.nodes,
+            fleet.fits,
+            tuple(p for p in fleet.pending if p.namespace == args.namespace),
+            tuple(u for u in fleet.unreadable_pods if u[0].split("/", 1)[0] == args.namespace),
+        )
+    return fleet
+
+
+def format_fleet(fleet: FleetMap, output: str, style: Style) -> str:
+    if output == "json":
+        return json.dumps(to_dict(fleet), indent=2)
+    if output == "yaml":
+        return yaml.safe_dump(to_dict(fleet), sort_keys=False).rstrip("\n")
+    return render(fleet, style)
+
+
+def _style(args: argparse.Namespace, stream: TextIO) -> Style:
+    width = shutil.get_terminal_size((100, 24)).columns
+    return Style(color=use_color(args.color, stream), wide=args.output == "wide", width=max(width, 40))
+
+
+def watch(
+    draw: Callable[[], str],
+    out: TextIO,
+    interval: float,
+    until: float | None,
+    clear: bool,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Re-draw whenever the text changes; with `until`, stop after that many seconds. Ctrl-C ends it."""
+    deadline = None if until is None else time.monotonic() + until
+    last = None
+    while True:
+        text = draw()
+        if text != last:
+            out.write((CLEAR if clear else ("" if last is None else "\n---\n")) + text + "\n")
+            out.flush()
+            last = text
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        sleep(interval)
+
+
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    try:
+        source = Source(api_client(args.kubeconfig, args.context))
+        style = _style(args, out)
+
+        def draw() -> str:
+            return format_fleet(snapshot(source, args), args.output, style)
+
+        if not args.watch:
+            out.write(draw() + "\n")
+            return EXIT_OK
+        watch(
+            draw, out, args.interval, args.watch_for, clear=out.isatty() and args.output in ("text", "wide")
+        )
+    except StatusError as error:
+        print(f"dynmig status: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_OK

@@ -1,0 +1,114 @@
+"""Read-only access to a cluster for `dynmig status`: list nodes and pods with the official client,
+from any kubeconfig (`--kubeconfig`, `KUBECONFIG`, `~/.kube/config`; `--context`) or in a pod.
+
+Errors become one `StatusError` line that says what to do: a 403 names the missing permission (and
+the ClusterRole rule that grants it), a 401 the credentials, an unreachable server its address.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+PAGE = 500  # objects per list call (the API server pages; we follow `continue`)
+MAX_PAGES = 2000  # 1,000,000 objects: a bound, not a real cluster
+TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+READ_ONLY_RULE = (
+    "a ClusterRole with rules [{apiGroups: [''], resources: [nodes, pods], verbs: [get, list, watch]}]"
+)
+
+
+class StatusError(RuntimeError):
+    """A problem reaching or reading the cluster, worded for the person at the terminal."""
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """A client for the kubeconfig's (or the given) context; in a pod without one, in-cluster config."""
+    try:
+        return config.new_client_from_config(config_file=kubeconfig or None, context=context or None)
+    except ConfigException as error:
+        if kubeconfig or context:
+            raise StatusError(f"kubeconfig: {error}") from None
+        try:
+            config.load_incluster_config()
+        except ConfigException:
+            raise StatusError(
+                f"no kubeconfig found ({error}); pass --kubeconfig FILE or set KUBECONFIG"
+            ) from None
+        return client.ApiClient()
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise StatusError(f"kubeconfig {kubeconfig or '(default)'} cannot be read: {error}") from None
+
+
+def _forbidden(resource: str, scope: str) -> StatusError:
+    return StatusError(
+        f"forbidden: you may not list {resource} {scope}. dynmig status needs get/list on nodes and pods "
+        f"(read-only), e.g. {READ_ONLY_RULE}"
+    )
+
+
+def _http_error(error: ApiException, resource: str, scope: str) -> StatusError:
+    if error.status == 403:
+        return _forbidden(resource, scope)
+    if error.status == 401:
+        return StatusError("unauthorized: the API server did not accept the kubeconfig's credentials")
+    reason = (error.reason or "").strip()
+    return StatusError(f"listing {resource} {scope} failed: HTTP {error.status} {reason}".rstrip())
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes and pods as plain JSON objects, read in one pass."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+class Source:
+    """Lists the objects `dynmig status` reads; every call is a plain read (list), nothing is written."""
+
+    def __init__(self, api: client.ApiClient):
+        self.core = client.CoreV1Api(api)
+        self.host = api.configuration.host
+
+    def read(self) -> Cluster:
+        nodes = list(self._list("nodes", "in the cluster", self.core.list_node))
+        pods = list(self._list("pods", "in all namespaces", self.core.list_pod_for_all_namespaces))
+        return Cluster(nodes, pods)
+
+    def _list(self, resource: str, scope: str, call: Any) -> Iterator[dict[str, Any]]:
+        token = None
+        for _ in range(MAX_PAGES):
+            body = self._page(resource, scope, call, token)
+            for item in body.get("items") or ():
+                if isinstance(item, dict):
+                    yield item
+            meta = body.get("metadata")
+            token = meta.get("continue") if isinstance(meta, dict) else None
+            if not token:
+                return
+        raise StatusError(f"listing {resource}: more than {MAX_PAGES * PAGE} objects; stopped")
+
+    def _page(self, resource: str, scope: str, call: Any, token: str | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"limit": PAGE, "_preload_content": False, "_request_timeout": TIMEOUT}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            response = call(**kwargs)
+            body = json.loads(response.data)
+        except ApiException as error:
+            raise _http_error(error, resource, scope) from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise StatusError(f"cannot reach the API server at {self.host}: {error}") from None
+        except ValueError as error:
+            raise StatusError(f"the API server's answer to list {resource} is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise StatusError(f"the API server's answer to list {resource} is not a list object")
+        return body

@@ -1,0 +1,161 @@
+"""A brute-force reference planner: the ranking rule applied to every GPU and every legal placement.
+
+`PlacementIndex` reaches its choice through buckets, memo tables and lazy sorting so that a decision
+over 40,000 GPUs stays fast. This module reaches the same choice the slow, obvious way, so a test can
+hold the index to it: every schedulable, eligible GPU of the fleet, every covering profile of the
+request, every free placement of that profile, each given its full key from the stated criteria, and
+the smallest key wins. Nothing here is memoized, bucketed or shared with the index's search.
+
+The criteria come from where they are defined, so the reference follows when they change:
+- profile rank from `preference.candidate_order`,
+- fragmentation loss from `ProfileSet.value` (usable capacity, then placeable value, before minus
+  after the placement),
+- the policy order and the placement-start tie-break from `plan.rank_key`,
+- then GPU order on its node, node name and GPU UUID.
+
+Node fill is the share of slices used over the node's schedulable GPUs (all of them, whatever the
+pod's GPU filters); GPU fill is the share of the GPU's axis used. For a multi-device pod the stated
+rule is greedy: nodes in the order of the lead (largest) device's best key on them; on a node, each
+device largest first takes its best key against the node's tentative masks (node fill stays the
+node's fill before the pod); the first node taking every device wins.
+
+Quadratic and allocation-heavy on purpose: for tests and small fleets only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from mig.placement.occupancy import ProfileSet, profile_set
+from mig.placement.plan import DevicePlacement, Plan, rank_key
+from mig.placement.preference import candidate_order
+from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
+from mig.types import Placement
+
+Device = tuple[int, int, Memory]
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One (GPU, profile, placement) for one device, with its full comparison key."""
+
+    key: tuple[object, ...]
+    gpu: GpuState
+    pset: ProfileSet
+    profile: int
+    placement: Placement
+
+
+def _pset(gpu: GpuState) -> ProfileSet | None:
+    return profile_set(gpu.profiles) if gpu.profiles else None
+
+
+def _schedulable(gpu: GpuState) -> bool:
+    pset = _pset(gpu)
+    return gpu.healthy and not gpu.cordoned and pset is not None and bool(pset.profiles)
+
+
+def _eligible(pod: PodRequest, gpu: GpuState) -> bool:
+    return _schedulable(gpu) and pod.type_exclusion(gpu.type) is None and pod.uuid_exclusion(gpu.uuid) is None
+
+
+def _used(pset: ProfileSet, mask: int) -> int:
+    return (mask & pset.full_mask).bit_count()
+
+
+def node_fill(gpus: Sequence[GpuState]) -> float:
+    """Share of slices used over the node's schedulable GPUs (0.0 when it has none)."""
+    live = [(g, p) for g in gpus if _schedulable(g) and (p := _pset(g)) is not None]
+    total = sum(p.axis for _, p in live)
+    return sum(_used(p, g.occupied_mask) for g, p in live) / total if total else 0.0
+
+
+def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int]:
+    cap, value = pset.value(mask)
+    cap_after, value_after = pset.value(mask | placement.mask)
+    return (cap - cap_after, value - value_after)
+
+
+def options(pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float) -> list[_Option]:
+    """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key."""
+    pset = _pset(gpu)
+    if pset is None:
+        return []
+    used = _used(pset, mask) / pset.axis
+    out = []
+    for rank, idx in candidate_order(pset.profiles, memory_on(ask, gpu.memory_mb), pod.preference):
+        for p in pset.profiles[idx].placements:
+            if p.size <= 0 or p.mask & mask:
+                continue
+            key = (
+                *rank_key(pod, rank, _loss(pset, mask, p), fill, used, p.start),
+                gpu.index,
+                gpu.node,
+                gpu.uuid,
+            )
+            out.append(_Option(key, gpu, pset, idx, p))
+    return out
+
+
+def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:
+    ci, di, ask = device
+    mem = memory_on(ask, total_mb)
+    return (0 if mem is None else 1, -(mem or 0), ci, di)
+
+
+def _placed(device: Device, o: _Option) -> DevicePlacement:
+    prof = o.pset.profiles[o.profile]
+    return DevicePlacement(
+        device[0], device[1], o.gpu.node, o.gpu.uuid, prof.name, o.placement, prof.memory_mb, prof.core
+    )
+
+
+def _on_node(pod: PodRequest, devices: list[Device], gpus: list[GpuState], fill: float) -> Plan | None:
+    """Every device on this node, largest first, each taking its best option; None if one does not fit."""
+    eligible = [g for g in gpus if _eligible(pod, g)]
+    masks = {g.uuid: g.occupied_mask for g in eligible}
+    largest = max((g.memory_mb for g in eligible), default=0)
+    placed = []
+    for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
+        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill)]
+        if not found:
+            return None
+        best = min(found, key=lambda o: o.key)
+        masks[best.gpu.uuid] |= best.placement.mask
+        placed.append(_placed(device, best))
+    placed.sort(key=lambda d: (d.container_index, d.device_index))
+    return Plan(gpus[0].node, tuple(placed))
+
+
+def reference_plan(
+    pod: PodRequest, fleet: Sequence[GpuState], nodes: Collection[str] | None = None
+) -> Plan | None:
+    """The plan the stated ranking rule picks for `pod` on `fleet` (restricted to `nodes`), or None."""
+    devices = pod.devices()
+    if not devices:
+        return Plan(node="", devices=())
+    by_node: dict[str, list[GpuState]] = {}
+    for g in fleet:
+        by_node.setdefault(g.node, []).append(g)
+    fills = {n: node_fill(gpus) for n, gpus in by_node.items()}
+    shares = any(isinstance(d[2], Percent) for d in devices)
+    largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
+    lead = min(devices, key=lambda d: _pickiness(d, largest))
+    best_on_node: dict[str, tuple[object, ...]] = {}
+    for node, gpus in by_node.items():
+        if nodes is not None and node not in nodes:
+            continue
+        keys = [
+            o.key
+            for g in gpus
+            if _eligible(pod, g)
+            for o in options(pod, lead[2], g, g.occupied_mask, fills[node])
+        ]
+        if keys:
+            best_on_node[node] = min(keys)
+    for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
+        plan = _on_node(pod, devices, by_node[node], fills[node])
+        if plan is not None:
+            return plan
+    return None

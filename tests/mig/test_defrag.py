@@ -1,0 +1,330 @@
+"""Defrag advice: the cheapest set of running MIG pods whose removal lets a pending pod be placed."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from mig.allowlist import default_allowlist
+from mig.catalog import find_model
+from mig.defrag import (
+    Advice,
+    Budgets,
+    Holder,
+    advice_text,
+    advise,
+    cost,
+    opted_in,
+    pod_priority,
+    pod_started,
+    within_budgets,
+)
+from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest
+from mig.placement.published import from_catalog
+from mig.types import Placement
+
+ALLOW = default_allowlist()
+MODELS = {k: find_model(k) for k in ("A100-SXM4-40GB", "H100-SXM5-80GB")}
+PROFILES = {k: from_catalog(m, ALLOW.profiles_for(m.nvml_name)) for k, m in MODELS.items()}
+NOW = 10_000.0
+
+
+def gpu(node: str, i: int, held: list[Placement], model: str = "A100-SXM4-40GB", **kw) -> GpuState:
+    m = MODELS[model]
+    return GpuState(
+        node, f"GPU-{node}-{i}", m.nvml_name, PROFILES[model], tuple(held), True, i, m.memory_mib, **kw
+    )
+
+
+def holder(name: str, node: str, i: int, start: int, size: int, **kw) -> Holder:
+    return Holder(f"default/{name}", node, ((f"GPU-{node}-{i}", Placement(start, size)),), **kw)
+
+
+def pod(mib: int | None, count: int = 1) -> PodRequest:
+    return PodRequest((ContainerRequest(count, mib),))
+
+
+def fleet_of(
+    holders: list[Holder], shape: dict[tuple[str, int], str], extra: dict | None = None
+) -> list[GpuState]:
+    """GPUs (node, index) -> model, occupied by exactly what the holders hold (plus `extra` placements)."""
+    out = []
+    for (node, i), model in sorted(shape.items()):
+        uuid = f"GPU-{node}-{i}"
+        held = [p for h in holders for u, p in h.placements if u == uuid] + list((extra or {}).get(uuid, ()))
+        out.append(gpu(node, i, held, model))
+    return out
+
+
+def placed_after(advice: Advice, p: PodRequest, fleet: list[GpuState], holders: list[Holder]) -> Plan | None:
+    rebuilt = []
+    for g in fleet:
+        kept = [
+            q
+            for q in g.occupied
+            if not any(u == g.uuid and q == pl for h in advice.victims for u, pl in h.placements)
+        ]
+        rebuilt.append(
+            GpuState(g.node, g.uuid, g.type, g.profiles, tuple(kept), g.healthy, g.index, g.memory_mb)
+        )
+    result = PlacementIndex(rebuilt).plan(p)
+    return result if isinstance(result, Plan) else None
+
+
+def names(advice: Advice) -> list[str]:
+    return sorted(h.name.split("/")[1] for h in advice.victims)
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+
+SEVEN_ONE_G = [
+    holder(f"p{s}", "n0", 0, s, 1, priority=(10 if s < 4 else 0), started=NOW - 100) for s in range(7)
+]
+
+
+def test_a_3g_on_a_full_a100_frees_the_half_held_by_the_lower_priority_pods():
+    fleet = fleet_of(SEVEN_ONE_G, {("n0", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(20000), fleet, SEVEN_ONE_G, now=NOW)
+    assert names(advice) == ["p4", "p5", "p6"]
+    assert advice.exact and advice.node == "n0"
+    assert advice.plan is not None and advice.plan.devices[0].placement == Placement(4, 4)
+    assert placed_after(advice, pod(20000), fleet, SEVEN_ONE_G) is not None
+
+
+def test_fewer_pods_win_over_more_pods_of_the_same_priority():
+    holders = [
+        holder("big", "n0", 0, 0, 4, started=NOW - 10),
+        *(holder(f"small{s}", "n0", 0, s, 1, started=NOW - 10) for s in (4, 5, 6)),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    assert names(advise(pod(20000), fleet, holders, now=NOW)) == ["big"]
+
+
+def test_between_equal_sets_the_younger_pods_go():
+    holders = [
+        holder("old", "n0", 0, 0, 4, started=NOW - 5000),
+        holder("young", "n0", 0, 4, 4, started=NOW - 5),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    assert names(advise(pod(20000), fleet, holders, now=NOW)) == ["young"]
+
+
+def test_a_budget_that_allows_no_disruption_moves_the_advice_to_the_other_set():
+    holders = [
+        holder("guarded", "n0", 0, 4, 4, started=NOW - 5, groups=("default/web",)),
+        holder("free", "n0", 0, 0, 4, started=NOW - 5000),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(20000), fleet, holders, {"default/web": 0}, now=NOW)
+    assert names(advice) == ["free"]
+    assert advice.blocked_by_budget == ("default/web",)
+
+
+def test_a_budget_counts_every_pod_of_its_group_in_the_set():
+    web = [holder(f"w{s}", "n0", 0, s, 1, groups=("default/web",)) for s in (4, 5, 6)]
+    fleet = fleet_of(web, {("n0", 0): "A100-SXM4-40GB"}, {"GPU-n0-0": [Placement(0, 4)]})
+    assert not advise(pod(20000), fleet, web, {"default/web": 2}, now=NOW).found
+    assert names(advise(pod(20000), fleet, web, {"default/web": 3}, now=NOW)) == ["w4", "w5", "w6"]
+    assert within_budgets(web, {"default/web": 2}) == "default/web"
+
+
+def test_when_every_set_is_blocked_by_budgets_the_advice_says_which():
+    holders = [
+        holder("a", "n0", 0, 0, 4, groups=("default/a",)),
+        holder("b", "n0", 0, 4, 4, groups=("default/b",)),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(20000), fleet, holders, {}, now=NOW)
+    assert not advice.found
+    assert (
+        "default/a" in advice.why_none
+        and "default/b" in advice.why_none
+        and "PodDisruptionBudget" in advice.why_none
+    )
+
+
+def test_pods_that_are_not_candidates_and_slices_no_pod_owns_are_never_freed():
+    holders = [holder("stays", "n0", 0, 0, 4, candidate=False), holder("goes", "n0", 0, 4, 1)]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"}, {"GPU-n0-0": [Placement(5, 1)]})  # a leftover
+    advice = advise(pod(20000), fleet, holders, now=NOW)
+    assert not advice.found
+    assert "no set" in advice.why_none
+
+
+def test_the_cheapest_set_may_lie_on_another_node_and_another_model():
+    holders = [
+        holder("a100-hi", "n0", 0, 0, 4, priority=100),
+        holder("a100-hi2", "n0", 0, 4, 4, priority=100),
+        holder("h100-lo", "n1", 0, 0, 4, priority=1),
+        holder("h100-lo2", "n1", 0, 4, 4, priority=1),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n1", 0): "H100-SXM5-80GB"})
+    advice = advise(pod(20000), fleet, holders, now=NOW)
+    assert advice.node == "n1" and len(advice.victims) == 1
+    assert placed_after(advice, pod(20000), fleet, holders) is not None
+
+
+def test_a_pod_that_fits_already_needs_no_advice():
+    holders = [holder("a", "n0", 0, 0, 1)]
+    advice = advise(pod(5000), fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"}), holders, now=NOW)
+    assert not advice.found and "fits without" in advice.why_none
+    assert advice_text(advice).startswith("defrag: ")
+
+
+def test_two_3g_devices_on_one_node_free_two_halves_of_the_cheapest_gpus():
+    holders = [
+        holder("g0-lo", "n0", 0, 0, 4, priority=0),
+        holder("g0-hi", "n0", 0, 4, 4, priority=50),
+        holder("g1-lo", "n0", 1, 0, 4, priority=0),
+        holder("g1-hi", "n0", 1, 4, 4, priority=50),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n0", 1): "A100-SXM4-40GB"})
+    advice = advise(pod(20000, count=2), fleet, holders, now=NOW)
+    assert names(advice) == ["g0-lo", "g1-lo"] and advice.exact
+    assert advice.plan is not None and len(advice.plan.devices) == 2
+    assert placed_after(advice, pod(20000, count=2), fleet, holders) is not None
+
+
+def test_a_capped_search_still_names_a_working_set_and_says_it_is_not_proven_cheapest():
+    holders = [holder(f"p{s}-{i}", "n0", i, s, 1) for i in range(2) for s in range(7)]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n0", 1): "A100-SXM4-40GB"})
+    advice = advise(pod(20000, count=2), fleet, holders, now=NOW, max_checks=3)
+    assert advice.found and not advice.exact
+    assert placed_after(advice, pod(20000, count=2), fleet, holders) is not None
+    assert "not proven cheapest" in advice_text(advice)
+
+
+def test_the_advice_line_names_the_pods_the_node_and_what_the_pod_then_gets():
+    fleet = fleet_of(SEVEN_ONE_G, {("n0", 0): "A100-SXM4-40GB"})
+    text = advice_text(advise(pod(20000), fleet, SEVEN_ONE_G, now=NOW))
+    assert text == (
+        "defrag: removing 3 pod(s) on n0 (default/p4, default/p5, default/p6) would let it be placed "
+        "and get 3g.20gb on GPU-n0-0 at 4:4"
+    )
+
+
+# ---- brute force on small fleets ---------------------------------------------------------------
+
+
+@st.composite
+def small_worlds(draw: st.DrawFn):
+    shape = {}
+    for n in range(draw(st.integers(1, 2))):
+        for i in range(draw(st.integers(1, 2))):
+            shape[(f"n{n}", i)] = draw(st.sampled_from(sorted(MODELS)))
+    holders: list[Holder] = []
+    for (node, i), model in sorted(shape.items()):
+        mask = 0
+        for k in range(draw(st.integers(0, 5))):
+            p = draw(st.sampled_from(draw(st.sampled_from(PROFILES[model])).placements))
+            if p.mask & mask:
+                continue
+            mask |= p.mask
+            holders.append(
+                Holder(
+                    f"ns/{node}-{i}-{k}",
+                    node,
+                    ((f"GPU-{node}-{i}", p),),
+                    priority=draw(st.sampled_from([0, 0, 5, 100])),
+                    started=NOW - draw(st.sampled_from([1, 50, 900])),
+                    groups=draw(st.sampled_from([(), (), ("ns/web",)])),
+                    candidate=draw(st.integers(0, 5)) > 0,
+                )
+            )
+    budgets = {"ns/web": draw(st.integers(0, 2))}
+    request = draw(st.sampled_from([None, 5000, 10000, 20000, 40000]))
+    count = draw(st.sampled_from([1, 1, 2]))
+    return shape, holders, budgets, pod(request, count)
+
+
+def _brute_force(shape, holders, budgets, p):
+    """Every subset of candidates, cheapest first by the cost's priority/count/sum/age terms."""
+    pool = [h for h in holders if h.candidate]
+    best = None
+    for k in range(len(pool) + 1):
+        for subset in combinations(pool, k):
+            if within_budgets(subset, budgets):
+                continue
+            gone = {h.name for h in subset}
+            fleet = fleet_of([h for h in holders if h.name not in gone], shape)
+            if isinstance(PlacementIndex(fleet).plan(p), Plan):
+                c = cost("", subset, NOW)[:4]
+                best = c if best is None or c < best else best
+    return best
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_worlds())
+def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(world):
+    shape, holders, budgets, p = world
+    fleet = fleet_of(holders, shape)
+    advice = advise(p, fleet, holders, budgets, now=NOW)
+    if isinstance(PlacementIndex(fleet).plan(p), Plan):
+        assert not advice.found
+        return
+    assume(sum(h.candidate for h in holders) <= 10)  # 2^10 subsets: brute force stays quick
+    cheapest = _brute_force(shape, holders, budgets, p)
+    if cheapest is None:
+        assert not advice.found
+        return
+    assert advice.found and advice.exact
+    assert cost("", advice.victims, NOW)[:4] == cheapest
+    assert within_budgets(advice.victims, budgets) == ""
+    assert all(h.candidate and h.node == advice.node for h in advice.victims)
+    assert placed_after(advice, p, fleet, holders) is not None
+
+
+# ---- reading pods and budgets --------------------------------------------------------------------
+
+
+def test_a_pods_priority_start_and_consent_are_read_defensively():
+    pod = {
+        "metadata": {
+            "annotations": {"dynmig.io/evictable": " TRUE "},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"priority": 7},
+        "status": {"startTime": "2026-01-01T00:01:40Z"},
+    }
+    assert (pod_priority(pod), opted_in(pod)) == (7, True)
+    assert pod_started(pod) - pod_started({"metadata": pod["metadata"]}) == 100
+    hostile = {
+        "metadata": {"annotations": ["x"]},
+        "spec": {"priority": True},
+        "status": {"startTime": "x" * 10**5},
+    }
+    assert (pod_priority(hostile), opted_in(hostile), pod_started(hostile)) == (0, False, 0.0)
+
+
+def test_a_budget_selects_by_labels_in_its_namespace_and_an_empty_or_unreadable_selector_selects_nothing():
+    pdbs = [
+        {
+            "metadata": {"namespace": "a", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "all"},
+            "spec": {"selector": {}},
+            "status": {"disruptionsAllowed": 5},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "odd"},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}},
+        },
+        {
+            "metadata": {"namespace": "a", "name": "new", "generation": 2},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+            "status": {"disruptionsAllowed": 3, "observedGeneration": 1},
+        },
+        {
+            "metadata": {"namespace": "b", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        },
+    ]
+    budgets = Budgets.from_objects(pdbs)
+    pod = {"metadata": {"namespace": "a", "labels": {"app": "web"}}}
+    assert budgets.groups(pod) == ("a/web", "a/new")
+    assert budgets.allowed["a/web"] == 1 and budgets.allowed["a/new"] == 0  # not yet synced: nothing allowed

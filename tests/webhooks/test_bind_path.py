@@ -1,0 +1,57 @@
+"""The bind's critical path: node lock, then the Binding; what the next filter sees right after."""
+
+from __future__ import annotations
+
+from webhooks_testkit import eventually, gpu_pod, node
+
+from mig.annotations import BIND_PHASE, NODE_LOCK, VGPU_NODE
+
+
+def seed(apiserver, service, *objs):
+    created = [apiserver.create(o) for o in objs]
+    for o in created:
+        name = o["metadata"]["name"]
+        if o["kind"] == "Node":
+            assert eventually(lambda n=name: service.cache.node(n) is not None)
+        else:
+            assert eventually(lambda n=name: service.cache.pod("team", n) is not None)
+    return created
+
+
+def bind(extender, pod: dict, node_name: str) -> dict:
+    meta = pod["metadata"]
+    body = {"PodName": meta["name"], "PodNamespace": "team", "PodUID": meta["uid"], "Node": node_name}
+    return extender.post("/bind", json=body).json()
+
+
+def filter_(extender, pod: dict, nodes: list[str]) -> dict:
+    return extender.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": nodes}).json()
+
+
+def test_a_node_just_locked_by_a_bind_is_not_offered_to_the_next_pod_before_the_node_watch_catches_up(
+    apiserver, service, extender
+):
+    _, first, second = seed(apiserver, service, node("n1"), gpu_pod("p1"), gpu_pod("p2"))
+    # the node watch falls behind: its events stop reaching the cache
+    apiserver.faults.fail_next(10_000, verb="watch", resource="nodes", code=500)
+    apiserver.faults.cut_watches()
+    assert eventually(lambda: service.cache.nodes_reflector._response is None)
+    assert filter_(extender, first, ["n1"])["NodeNames"] == ["n1"]
+    assert bind(extender, first, "n1")["Error"] == ""
+    out = filter_(extender, second, ["n1"])
+    assert out["NodeNames"] == [], out
+    assert "node lock held by team/p1" in out["FailedNodes"]["n1"]
+
+
+def test_a_bound_pod_carries_its_reservation_and_bind_phase_and_its_node_the_lock(
+    apiserver, service, extender
+):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
+    assert filter_(extender, pod, ["n1"])["NodeNames"] == ["n1"]
+    assert bind(extender, pod, "n1")["Error"] == ""  # at once: the reservation write may be in flight
+    stored = apiserver.get("pods", "p1", "team")
+    annotations = stored["metadata"]["annotations"]
+    assert stored["spec"]["nodeName"] == "n1"
+    assert annotations[VGPU_NODE] == "n1"
+    assert annotations[BIND_PHASE] == "allocating"
+    assert apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK].endswith(",team,p1")

@@ -1,0 +1,166 @@
+"""Defrag advice and opt-in eviction end to end: dynmig serve with the simulated kube-scheduler and
+API server (pods/eviction and PodDisruptionBudgets as kube-apiserver does them)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from kubernetes import client
+from webhooks_testkit import PluginStandIn, eventually, node
+
+from mig.annotations import DEFRAG_ADVICE, EVICTABLE, MIG_ALLOCATIONS, decode_allocations
+
+
+@pytest.fixture
+def plugin(apiserver):
+    stand_in = PluginStandIn(apiserver).start()
+    yield stand_in
+    stand_in.stop()
+
+
+def admin(apiserver) -> client.CoreV1Api:
+    return client.CoreV1Api(apiserver.api_client("admin"))
+
+
+def gpu_pod(name: str, memory: int, priority: int = 0, evictable: bool = False, app: str = "") -> dict:
+    annotations = {EVICTABLE: "true"} if evictable else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations, "labels": {"app": app or name}},
+        "spec": {
+            "priority": priority,  # what the Priority admission plugin sets from a PriorityClass
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpumem": str(memory)}}}
+            ],
+        },
+    }
+
+
+def read(apiserver, name: str) -> dict:
+    return copy.deepcopy(apiserver.get("pods", name, "team") or {})
+
+
+def running(apiserver, name: str) -> None:
+    """What the kubelet reports once the containers run (the stand-in plugin only finishes Allocate)."""
+    assert eventually(lambda: read(apiserver, name).get("spec", {}).get("nodeName"))
+    admin(apiserver).patch_namespaced_pod_status(
+        name, "team", {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+
+
+def guard(apiserver, app: str) -> None:
+    """A budget that lets no pod of `app` go (minAvailable 1 over its one pod)."""
+    client.PolicyV1Api(apiserver.api_client("admin")).create_namespaced_pod_disruption_budget(
+        "team",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": f"{app}-budget"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        },
+    )
+    apiserver.sync_budgets()
+
+
+def events(apiserver, reason: str) -> list[dict]:
+    items = json.loads(admin(apiserver).list_namespaced_event("team", _preload_content=False).data)["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+def fill_one_a100(apiserver) -> None:
+    """An A100-40GB held by two 3g.20gb pods, both opted in, the one of app 'guarded' under a budget."""
+    apiserver.create(node("n1", "A100-SXM4-40GB", gpus=1))
+    api = admin(apiserver)
+    api.create_namespaced_pod("team", gpu_pod("guarded", 20000, evictable=True))
+    running(apiserver, "guarded")
+    api.create_namespaced_pod("team", gpu_pod("loose", 20000, evictable=True))
+    running(apiserver, "loose")
+    guard(apiserver, "guarded")
+
+
+def test_with_eviction_on_the_controller_evicts_the_set_no_budget_protects_and_the_pod_lands(
+    apiserver, cluster, plugin
+):
+    fill_one_a100(apiserver)
+    defrag = cluster.service.defrag
+    defrag.evict = True
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed")), "the pod was never refused"
+    done = defrag.pass_once()
+    assert done == ["team/urgent: evicted team/loose"]
+    assert read(apiserver, "loose")["metadata"].get("deletionTimestamp")
+    assert read(apiserver, "guarded")["metadata"].get("deletionTimestamp") is None
+    (evicted,) = events(apiserver, "DefragEvicted")
+    assert evicted["involvedObject"]["name"] == "loose" and "to place team/urgent" in evicted["message"]
+    assert (
+        "evicting 1 pod(s) on n1 (team/loose)"
+        in read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    )
+    assert defrag.pass_once() == []  # the victim is still terminating: nothing more is evicted
+    assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
+    (alloc,) = decode_allocations(read(apiserver, "urgent")["metadata"]["annotations"][MIG_ALLOCATIONS])
+    assert alloc.profile == "3g.20gb"
+    defrag.pass_once()
+    assert DEFRAG_ADVICE not in read(apiserver, "urgent")["metadata"]["annotations"]
+
+
+def test_when_budgets_block_every_set_nothing_is_evicted_and_the_pod_is_told(apiserver, cluster, plugin):
+    fill_one_a100(apiserver)
+    guard(apiserver, "loose")
+    defrag = cluster.service.defrag
+    defrag.evict = True
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    done = defrag.pass_once()
+    assert len(done) == 1 and "no evictable set" in done[0] and "PodDisruptionBudget" in done[0]
+    assert not events(apiserver, "DefragEvicted")
+    assert all(read(apiserver, n)["metadata"].get("deletionTimestamp") is None for n in ("loose", "guarded"))
+    (told,) = events(apiserver, "DefragNoSet")
+    assert told["involvedObject"]["name"] == "urgent"
+    assert "team/guarded-budget" in told["message"] and "team/loose-budget" in told["message"]
+
+
+def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_nothing_is_evicted(
+    apiserver, cluster, plugin
+):
+    fill_one_a100(apiserver)
+    defrag = cluster.service.defrag
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert defrag.pass_once() == []
+    advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    assert advice.startswith("defrag: removing 1 pod(s) on n1 (team/loose)")
+    assert eventually(
+        lambda: any(
+            "defrag: removing 1 pod(s)" in e["message"] for e in events(apiserver, "FilteringFailed")
+        ),
+        timeout=30,
+    ), "the scheduler's next refusal does not carry the advice"
+    assert eventually(
+        lambda: any(
+            "defrag: removing 1 pod(s)" in e["message"] for e in events(apiserver, "FailedScheduling")
+        ),
+        timeout=30,
+    ), "kube-scheduler's FailedScheduling does not carry the advice for the node it names"
+    assert not events(apiserver, "DefragEvicted")
+    assert read(apiserver, "loose")["metadata"].get("deletionTimestamp") is None
+
+
+def test_pods_that_did_not_opt_in_or_matter_as_much_are_never_evicted(apiserver, cluster, plugin):
+    apiserver.create(node("n1", "A100-SXM4-40GB", gpus=1))
+    api = admin(apiserver)
+    api.create_namespaced_pod("team", gpu_pod("unasked", 20000))
+    running(apiserver, "unasked")
+    api.create_namespaced_pod("team", gpu_pod("peer", 20000, priority=100, evictable=True))
+    running(apiserver, "peer")
+    defrag = cluster.service.defrag
+    defrag.evict = True
+    api.create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    done = defrag.pass_once()
+    assert len(done) == 1 and "no evictable set" in done[0]
+    assert not events(apiserver, "DefragEvicted")

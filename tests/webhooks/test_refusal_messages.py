@@ -1,0 +1,53 @@
+"""The extender's refusal as kube-scheduler receives it: every refused node gets the same text, a
+short headline first and then the capped per-GPU detail, so the pod's FailedScheduling counts it
+once ("0/N nodes are available: N node(s) cannot place ...")."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+from webhooks_testkit import eventually, gpu_pod, node
+
+from mig.placement.reasons import DETAIL_MARK, MAX_HEADLINE, MAX_NODE_TEXT
+from webhooks.filter import NODES_PREFIX
+
+
+def refuse(apiserver, service, extender, nodes: int, gpus: int, memory: int):
+    names = [f"n{i}" for i in range(nodes)]
+    for name in names:
+        apiserver.create(node(name, "A100-SXM4-40GB", gpus=gpus))
+    assert eventually(lambda: all(service.fleet.occupancy(n) is not None for n in names))
+    pod = apiserver.create(gpu_pod("big", memory=memory))
+    assert eventually(lambda: service.cache.pod("team", "big") is not None)
+    return extender.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": names}).json()
+
+
+def test_every_refused_node_gets_one_text_with_the_headline_before_the_detail(apiserver, service, extender):
+    out = refuse(apiserver, service, extender, nodes=3, gpus=8, memory=60000)
+
+    texts = set(out["FailedNodes"].values())
+    assert len(texts) == 1 and out["NodeNames"] == []
+    (text,) = texts
+    head, detail = text.split(DETAIL_MARK, 1)
+    assert (
+        head
+        == f"{NODES_PREFIX}24 GPUs without a profile large enough; the pod's device fits on 0 of 24 GPUs."
+    )
+    assert len(head) < MAX_HEADLINE and len(text) <= MAX_NODE_TEXT
+    assert detail.startswith("n0/GPU-n0-0: no allowlisted profile has 60000 MiB")
+    assert detail.endswith("more GPUs")
+
+
+def test_the_filtering_failed_event_has_the_fleet_summary_first(apiserver, service, extender):
+    refuse(apiserver, service, extender, nodes=2, gpus=1, memory=60000)
+
+    def refused():
+        core = client.CoreV1Api(apiserver.api_client("admin"))
+        items = json.loads(core.list_namespaced_event("team", _preload_content=False).data)["items"]
+        return [e for e in items if e["reason"] == "FilteringFailed"]
+
+    assert eventually(refused)
+    (event,) = refused()
+    assert event["message"].startswith("0/2 nodes: 2 GPUs without a profile large enough; ")
+    assert event["message"].index(DETAIL_MARK) < MAX_HEADLINE

@@ -1,0 +1,149 @@
+"""What the page shows, read from serve's own memory: the scheduler's `Fleet` (each node's decoded
+occupancy and its placement index) and its watch cache (the pods), drawn with the same slice-map
+model as `dynmig status` (`mig.slicemap`, `dynmig.status.cluster.pending_view`), so both say the same.
+
+Bounded work per rendering, however big or hostile the cluster:
+- a node's section is rebuilt only when the Fleet replaced its occupancy (a pod came, went or was
+  realized there), its leftover list changed, or one of its pods started terminating; otherwise the
+  HTML drawn last time is reused, so a rendering costs about the nodes that changed;
+- pending pods are diagnosed against the scheduler's own placement index (read under its lock, one
+  pod at a time, so a filter never waits for more than one diagnosis), and at most `MAX_WAITING` of
+  them; the others are only counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dynmig.status.cluster import UNREADABLE, Diagnoses, pending_view
+from mig.allowlist import ResourceNames
+from mig.leftovers import Leftover, LeftoverError, decode_leftovers
+from mig.pods import active_for_scheduler, is_terminating
+from mig.slicemap import Holding, NodeMap, PendingPod, fleet_map, gpu_map, node_map
+from webhooks.fleet import Fleet
+from webhooks.occupancy import NodeGpus, NodeOccupancy
+from webhooks.page.render import MAX_PENDING, compose, node_section
+
+MAX_WAITING = MAX_PENDING + 1  # one more than listed, so the page can say that there are more
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    meta = _meta(pod)
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def node_view(
+    published: NodeGpus, occupancy: NodeOccupancy, leftovers_text: str | None, terminating: frozenset[str]
+) -> NodeMap:
+    """One node's map from what the Fleet holds for it; `terminating`: "ns/name" of its pods being deleted."""
+    if published.error:
+        return node_map(published.node, (), UNREADABLE + published.error)
+    try:
+        leftovers: Sequence[Leftover] = decode_leftovers(leftovers_text)
+    except LeftoverError:
+        leftovers = ()  # the Fleet already failed every GPU of the node closed with the reason
+    gpus = []
+    for state in occupancy.gpus:
+        holdings = [
+            Holding(u.namespace, u.name, a, f"{u.namespace}/{u.name}" in terminating)
+            for u, a in occupancy.holders.get(state.uuid, ())
+        ]
+        closed = occupancy.closed.get(state.uuid, "")
+        gpus.append(gpu_map(state, holdings, leftovers, UNREADABLE + closed if closed else ""))
+    return node_map(published.node, gpus)
+
+
+@dataclass
+class _Drawn:
+    occupancy: NodeOccupancy
+    leftovers: str | None
+    terminating: frozenset[str]
+    map: NodeMap
+    html: str
+
+
+class FleetPage:
+    """Renders the page's live fragment from the Fleet and the pods of the watch cache (`pods`: the
+    cache's pods now; `synced`: whether the caches have synced), reusing unchanged nodes."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        pods: Callable[[], list[dict[str, Any]]],
+        synced: Callable[[], bool],
+        names: Callable[[], ResourceNames],
+        scheduler_name: str = "",
+    ):
+        self.fleet, self.pods, self.synced = fleet, pods, synced
+        self.names, self.scheduler_name = names, scheduler_name
+        self._drawn: dict[str, _Drawn] = {}
+        self.nodes_drawn = 0  # node sections built (not reused) so far
+
+    def __call__(self) -> str:
+        if not self.synced():
+            return compose(fleet_map([]), [], note="waiting for the node and pod caches to sync")
+        pods = self.pods()
+        terminating = {_name(p) for p in pods if is_terminating(p)}
+        sections = self._nodes(terminating)
+        pending, left_out = self._pending(pods)
+        fleet = fleet_map([d.map for d in sections], pending)
+        note = f"{left_out} more pods wait for a node and are not shown" if left_out else ""
+        return compose(fleet, [d.html for d in sections], note=note)
+
+    def _nodes(self, terminating: set[str]) -> list[_Drawn]:
+        drawn: dict[str, _Drawn] = {}
+        for published, occupancy, leftovers in self.fleet.node_views():
+            mine = frozenset(
+                who
+                for holders in occupancy.holders.values()
+                for u, _ in holders
+                if (who := f"{u.namespace}/{u.name}") in terminating
+            )
+            last = self._drawn.get(published.node)
+            if (
+                last is None
+                or last.occupancy is not occupancy
+                or last.leftovers != leftovers
+                or last.terminating != mine
+            ):
+                view = node_view(published, occupancy, leftovers, mine)
+                last = _Drawn(occupancy, leftovers, mine, view, node_section(view))
+                self.nodes_drawn += 1
+            drawn[published.node] = last
+        self._drawn = drawn  # nodes that are gone are forgotten
+        return [drawn[n] for n in sorted(drawn)]
+
+    def _waiting(self, pod: Mapping[str, Any]) -> bool:
+        spec = pod.get("spec")
+        uid = str(_meta(pod).get("uid") or "")
+        return (
+            not (isinstance(spec, Mapping) and spec.get("nodeName"))
+            and active_for_scheduler(pod)
+            and not is_terminating(pod)
+            and self.fleet.held(uid) is None
+            and self.fleet.in_flight(uid) is None  # reserved: drawn as a segment, not as pending
+        )
+
+    def _order(self, pod: Mapping[str, Any]) -> tuple[bool, str, str]:
+        """Pods for our scheduler first (the webhook sets it on GPU pods), then by namespace and name."""
+        meta, spec = _meta(pod), pod.get("spec")
+        ours = isinstance(spec, Mapping) and spec.get("schedulerName") == self.scheduler_name
+        return (not ours, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def _pending(self, pods: list[dict[str, Any]]) -> tuple[list[PendingPod], int]:
+        waiting = sorted((p for p in pods if self._waiting(p)), key=self._order)
+        names = self.names()
+        pending = []
+        for pod in waiting[:MAX_WAITING]:
+            with self.fleet.lock:  # the scheduler's index, read between two of its filters
+                view = pending_view(pod, (), names, diagnosis=Diagnoses(self.fleet.index))
+            if view is not None:
+                pending.append(view)
+        return pending, max(0, len(waiting) - MAX_WAITING)
