@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
+
+from kube.errors import KubeError, Unavailable, translated
 
 PAGE = 500  # objects per list call (the API server pages; we follow `continue`)
 MAX_PAGES = 2000  # 1,000,000 objects: a bound, not a real cluster
@@ -55,11 +55,15 @@ def _forbidden(resource: str, scope: str) -> StatusError:
     )
 
 
-def _http_error(error: ApiException, resource: str, scope: str) -> StatusError:
+def _http_error(error: KubeError, resource: str, scope: str, host: str) -> StatusError:
     if error.status == 403:
         return _forbidden(resource, scope)
     if error.status == 401:
         return StatusError("unauthorized: the API server did not accept the kubeconfig's credentials")
+    if error.status is None and isinstance(error, Unavailable):
+        return StatusError(f"cannot reach the API server at {host}: {error}")
+    if error.status is None:
+        return StatusError(f"the API server's answer to list {resource} is not JSON: {error}")
     reason = (error.reason or "").strip()
     return StatusError(f"listing {resource} {scope} failed: HTTP {error.status} {reason}".rstrip())
 
@@ -112,14 +116,10 @@ class Source:
         if token:
             kwargs["_continue"] = token
         try:
-            response = call(**kwargs)
-            body = json.loads(response.data)
-        except ApiException as error:
-            raise _http_error(error, resource, scope) from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise StatusError(f"cannot reach the API server at {self.host}: {error}") from None
-        except ValueError as error:
-            raise StatusError(f"the API server's answer to list {resource} is not JSON: {error}") from None
+            with translated(f"list {resource}"):
+                body = json.loads(call(**kwargs).data)
+        except KubeError as error:
+            raise _http_error(error, resource, scope, self.host) from None
         if not isinstance(body, dict):
             raise StatusError(f"the API server's answer to list {resource} is not a list object")
         return body
