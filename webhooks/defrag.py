@@ -45,6 +45,7 @@ from mig.defrag import (
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
+from mig.pods import is_terminal, is_terminating
 from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
@@ -240,9 +241,9 @@ class Defragmenter:
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
         out = []
         for pod in list(self.pods()):
-            spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
             phase = (pod.get("status") or {}).get("phase")
-            if spec.get("nodeName") or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            if spec.get("nodeName") or is_terminating(pod) or is_terminal(phase):
                 continue
             if spec.get("schedulerName") != self.scheduler_name:
                 continue
