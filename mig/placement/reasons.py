@@ -139,9 +139,14 @@ class Refusal:
 
     def detail(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = ()) -> str:
         """Every reason as `node/GPU: message`, those closest to fitting first (a GPU excluded by the
-        pod's own annotations says the least), cut before `limit` with "and N more GPUs"."""
+        pod's own annotations says the least); GPUs of one node with the same message share a line
+        (`node/GPU-… and 7 more GPUs: message`); cut before `limit` with "and N more"."""
         ranked = sorted(self.reasons, key=lambda r: _RANK.get(r.code, len(_RANK)))
-        return bounded_join([*(str(r) for r in ranked), *extra], limit, "GPUs")
+        groups: dict[tuple[str, str, bool], list[Reason]] = {}
+        for r in ranked:
+            groups.setdefault((r.node, r.message, r.gpu is None), []).append(r)
+        lines = [_group_line(group) for group in groups.values()]
+        return bounded_join([*lines, *extra], limit, "reasons")
 
     def text(self, limit: int = MAX_NODE_TEXT, extra: Iterable[str] = (), head: str = "") -> str:
         """`head` (default: the summary), DETAIL_MARK, the per-GPU detail: at most `limit` characters."""
@@ -161,6 +166,13 @@ _NODE_PHRASE = {
     DEVICES_DO_NOT_FIT_TOGETHER: "cannot hold all the pod's devices at once",
     NO_GPUS: "without MIG GPUs",
 }
+
+
+def _group_line(group: list[Reason]) -> str:
+    first = group[0]
+    if len(group) == 1 or first.gpu is None:
+        return str(first)
+    return f"{first.node}/{first.gpu} and {_n(len(group) - 1, 'more GPU')}: {first.message}"
 
 
 def _n(count: int, noun: str) -> str:

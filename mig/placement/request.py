@@ -293,7 +293,7 @@ class PodRequest:
     def uuid_exclusion(self, uuid: str) -> str | None:
         """Which annotation excludes this GPU UUID, or None (exact match)."""
         if self.use_uuids and uuid not in self.use_uuids:
-            return f"{USE_GPU_UUID} does not list {uuid}"
+            return f"{USE_GPU_UUID} does not list this GPU"
         if uuid in self.nouse_uuids:
-            return f"{NOUSE_GPU_UUID} lists {uuid}"
+            return f"{NOUSE_GPU_UUID} lists this GPU"
         return None

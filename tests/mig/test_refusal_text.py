@@ -63,7 +63,8 @@ def test_the_text_puts_the_headline_before_the_detail_and_stays_within_its_limit
     head, detail = text.split(R.DETAIL_MARK, 1)
     assert head == "0/50 nodes: 400 GPUs full; 1g.24gb fits on 0 of 400 GPUs."
     assert len(head) < R.MAX_HEADLINE and len(text) <= 1024
-    assert detail.startswith("node-0/GPU-0-0: not enough free slices: free none") and "more GPUs" in detail
+    assert detail.startswith("node-0/GPU-0-0 and 7 more GPUs: not enough free slices: free none, 1g.24gb")
+    assert detail.endswith("and 42 more reasons")  # 50 nodes, one line each
 
 
 def test_every_reason_kind_together_still_makes_a_headline_under_300_characters():
@@ -79,3 +80,11 @@ def test_every_reason_kind_together_still_makes_a_headline_under_300_characters(
 
 def test_the_longest_free_run_counts_consecutive_slices():
     assert R.longest_run([1, 2, 4, 5, 6]) == 3 and R.longest_run([]) == 0 and R.longest_run([7]) == 1
+
+
+def test_gpus_of_a_node_with_the_same_reason_share_one_line_and_different_ones_keep_theirs():
+    refusal = refuse(8000, fleet())
+    lines = refusal.detail().split("; ")
+    assert lines[0].startswith("gpu-rtx/GPU-r0 and 5 more GPUs: fragmented: free slices 1,2,4,5")
+    assert lines[1].startswith("gpu-rtx/GPU-f0 and 1 more GPU: not enough free slices: free none")
+    assert len(lines) == 2

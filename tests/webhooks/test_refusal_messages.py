@@ -35,8 +35,11 @@ def test_every_refused_node_gets_one_text_with_the_headline_before_the_detail(ap
         == f"{NODES_PREFIX}24 GPUs without a profile large enough; the pod's device fits on 0 of 24 GPUs."
     )
     assert len(head) < MAX_HEADLINE and len(text) <= MAX_NODE_TEXT
-    assert detail.startswith("n0/GPU-n0-0: no allowlisted profile has 60000 MiB")
-    assert detail.endswith("more GPUs")
+    assert detail == "; ".join(
+        f"n{i}/GPU-n{i}-0 and 7 more GPUs: no allowlisted profile has 60000 MiB; the largest is 7g.40gb "
+        "with 40448 MiB"
+        for i in range(3)
+    )
 
 
 def test_the_filtering_failed_event_has_the_fleet_summary_first(apiserver, service, extender):
