@@ -39,7 +39,7 @@ from mig.annotations import EVICTABLE
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
-from mig.placement.request import memory_on
+from mig.placement.request import Memory, memory_on
 from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
@@ -218,7 +218,7 @@ def _quick(victims: Sequence[Holder]) -> tuple[int, int, int]:
 
 
 def _usable_placements(
-    pod: PodRequest, g: GpuState, ask: object, memo: dict[tuple[int, int], list[Placement]]
+    pod: PodRequest, g: GpuState, ask: Memory, memo: dict[tuple[int, int], list[Placement]]
 ) -> list[Placement]:
     """Every placement of a covering profile the engine could give this device on this GPU, if free.
 
@@ -229,7 +229,7 @@ def _usable_placements(
         return []
     if pod.type_exclusion(g.type) is not None or pod.uuid_exclusion(g.uuid) is not None:
         return []
-    mem = memory_on(ask, g.memory_mb)  # type: ignore[arg-type]
+    mem = memory_on(ask, g.memory_mb)
     key = (id(g.profiles), -1 if mem is None else mem)
     found = memo.get(key)
     if found is None:

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from wsgiref.simple_server import WSGIServer
 
 from dynmig import logs
 from dynmig.version import version
@@ -57,7 +58,7 @@ class DevicePluginApp:
         self.report: StartupReport | None = None
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
-        self._metrics_server: object | None = None
+        self._metrics_server: WSGIServer | None = None
         self._last_pass = time.monotonic()
 
     @property
@@ -68,7 +69,7 @@ class DevicePluginApp:
     def metrics_port(self) -> int | None:
         """The port /metrics, /healthz and /readyz are served on (None when off)."""
         server = self._metrics_server
-        return server.server_address[1] if server is not None else None  # type: ignore[attr-defined]
+        return server.server_address[1] if server is not None else None
 
     def start(self) -> DevicePluginApp:
         self.events.start()
@@ -89,8 +90,8 @@ class DevicePluginApp:
             self._loop.join(timeout=10)
         self.server.stop()
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()  # type: ignore[attr-defined]
-            self._metrics_server.server_close()  # type: ignore[attr-defined]
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         try:
             self.nvml.shutdown()
         except NvmlError as error:

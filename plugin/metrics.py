@@ -122,7 +122,7 @@ class PluginMetrics:
 
     def serve(
         self, address: str, healthz: Check | None = None, readyz: Check | None = None
-    ) -> tuple[object, object] | None:
+    ) -> tuple[WSGIServer, threading.Thread] | None:
         """Serve /metrics (and /healthz, /readyz when given) on host:port (port 0 = any); returns
         (server, thread) or None when off."""
         if not address:
