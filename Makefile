@@ -83,10 +83,7 @@ lint: $(STAMP)
 # The suite under coverage (every Python process it starts included), then the coverage per package;
 # the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
 COVERAGE_DIR := .cache/coverage
-test: $(STAMP) tools image-tools browser
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/lint-imports
+test: $(STAMP) tools image-tools browser lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	@status=0; $(PY) -m pytest --cov --cov-report= || status=$$?; \
 	  $(PY) scripts/coverage_summary.py; exit $$status

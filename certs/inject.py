@@ -12,6 +12,8 @@ import base64
 import logging
 from dataclasses import dataclass
 
+from kube.errors import KubeError, NotFound, translated
+
 log = logging.getLogger(__name__)
 
 
@@ -77,14 +79,13 @@ def inject_ca_bundle(
 
 
 def _inject_one(kind: str, name: str, read, patch, encoded: str) -> Injected:
-    from kubernetes.client.exceptions import ApiException
-
     try:
-        config = read(name)
-    except ApiException as error:
-        if error.status == 404:
-            return Injected(kind, name, "absent")
-        raise InjectError(f"reading {kind} {name} failed: {error.status} {error.reason}") from None
+        with translated(f"reading {kind} {name}"):
+            config = read(name)
+    except NotFound:
+        return Injected(kind, name, "absent")
+    except KubeError as error:
+        raise InjectError(str(error)) from None
     ops = []
     for index, webhook in enumerate(config.webhooks or []):
         if webhook.client_config.ca_bundle in (encoded, encoded.encode()):
@@ -94,7 +95,8 @@ def _inject_one(kind: str, name: str, read, patch, encoded: str) -> Injected:
     if not ops:
         return Injected(kind, name, "unchanged")
     try:
-        patch(name, ops)
-    except ApiException as error:
-        raise InjectError(f"patching {kind} {name} failed: {error.status} {error.reason}") from None
+        with translated(f"patching {kind} {name}"):
+            patch(name, ops)
+    except KubeError as error:
+        raise InjectError(str(error)) from None
     return Injected(kind, name, "patched")

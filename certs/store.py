@@ -18,6 +18,7 @@ from cryptography import x509
 
 from certs.authority import KeyPair, certs_to_pem, load_certs, load_key
 from certs.rotation import CertState
+from kube.errors import NotFound, translated
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +58,11 @@ class SecretStore:
         self.serving_secret, self.ca_secret = serving_secret, ca_secret
 
     def _read(self, name: str):
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            secret = self.api.read_namespaced_secret(name, self.namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+            with translated(f"reading Secret {self.namespace}/{name}"):
+                secret = self.api.read_namespaced_secret(name, self.namespace)
+        except NotFound:
+            return None
         labels = secret.metadata.labels or {}
         if labels.get(MANAGED_LABEL) != MANAGED_VALUE:
             raise StoreError(

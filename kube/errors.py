@@ -91,8 +91,15 @@ def status_message(body: object) -> str:
         doc = json.loads(body)
     except ValueError:
         return body[:MESSAGE_CAP]
-    message = doc.get("message") if isinstance(doc, dict) else None
-    return (message if isinstance(message, str) else body)[:MESSAGE_CAP]
+    if not isinstance(doc, dict):
+        return body[:MESSAGE_CAP]
+    message = doc.get("message")
+    text = message if isinstance(message, str) else body
+    # a refused eviction says why only in its causes (the DisruptionBudget that has none left)
+    details = doc.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    extra = [c["message"] for c in causes or () if isinstance(c, dict) and isinstance(c.get("message"), str)]
+    return "; ".join([text, *extra])[:MESSAGE_CAP]
 
 
 def from_status(what: str, status: object, reason: str = "", message: str = "") -> KubeError:

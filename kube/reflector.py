@@ -33,6 +33,7 @@ Obj = dict[str, Any]
 # kube-apiserver refuses requests over 3 MiB and etcd objects over 1.5 MiB: an event line is smaller
 MAX_LINE = 8 * 1024 * 1024
 CHUNK = 64 * 1024
+QUIET_WATCH = 1.0  # seconds: a watch open this long without an event ended normally (its timeout)
 
 
 class LineTooLong(KubeError):
@@ -159,7 +160,7 @@ class Reflector:
                 if self._watch():
                     delay = self._backoff[0]
                     continue
-                failure = "the watch ended without an event"
+                failure = "the watch ended at once without an event"
             except Gone:
                 log.info(
                     "watch of %s expired at resourceVersion %s; listing again",
@@ -187,7 +188,10 @@ class Reflector:
         self._on_synced()
 
     def _watch(self) -> bool:
-        """One watch from the current resourceVersion; True when it carried at least one event."""
+        """One watch from the current resourceVersion; True when it carried an event or stayed open
+        a while (a quiet watch reaching its timeout is normal; one the server ends at once is not,
+        and backs off)."""
+        opened = time.monotonic()
         with translated(f"watch {self.name}"):
             response = self._call(
                 watch=True,
@@ -215,7 +219,7 @@ class Reflector:
                 if not whole:  # a stream left half read must not go back to the pool for the next request
                     response.close()
                 response.release_conn()
-        return seen
+        return seen or time.monotonic() - opened >= QUIET_WATCH
 
     def _read(self, response: Any) -> Iterator[bytes]:
         """The watch's lines; a failure reading them (not one of our callbacks) becomes a KubeError."""

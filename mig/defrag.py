@@ -453,6 +453,10 @@ def selects(selector: Any, labels: Mapping[str, Any]) -> bool:
     return True
 
 
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 @dataclass(frozen=True)
 class Budgets:
     """PodDisruptionBudgets as the advisor needs them: which select a pod, how many more may go."""
@@ -473,11 +477,10 @@ class Budgets:
                     spec.get("selector") if isinstance(spec, Mapping) else None,
                 )
             )
-            left = status.get("disruptionsAllowed") if isinstance(status, Mapping) else 0
-            stale = isinstance(status, Mapping) and (status.get("observedGeneration") or 0) < (
-                meta.get("generation") or 0
-            )
-            allowed[key] = 0 if stale or not isinstance(left, int) else left
+            status = status if isinstance(status, Mapping) else {}
+            left = status.get("disruptionsAllowed")
+            stale = _whole(status.get("observedGeneration")) < _whole(meta.get("generation"))
+            allowed[key] = 0 if stale else _whole(left)
         return cls(tuple(selectors), allowed)
 
     def groups(self, pod: Mapping[str, Any]) -> tuple[str, ...]:

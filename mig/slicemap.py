@@ -40,6 +40,7 @@ from mig.placement import (
     profile_set,
 )
 from mig.placement import reasons as R
+from mig.placement.reasons import _CLOSEST_FIRST as CLOSEST_FIRST  # the engine's own order of closeness
 from mig.types import Placement
 
 SCHEMA_VERSION = 1
@@ -258,16 +259,21 @@ _FIXES = {
 }
 
 
+def _closeness(code: str) -> int:
+    return CLOSEST_FIRST.index(code) if code in CLOSEST_FIRST else len(CLOSEST_FIRST)
+
+
 def diagnose(request: PodRequest, fleet: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
-    """(headline reason code, fix) for a pending pod against the current fleet, by the engine itself;
+    """(reason code, fix) for a pending pod against the current fleet, by the engine itself: the code
+    of the node closest to fitting (the engine's order: devices apart, fragmented, too few slices, ...);
     ("", "") when the pod would fit now (the scheduler will place it at its next try). Pass one
     `PlacementIndex(states)` for many pods: planning never changes it."""
     index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
     result = index.plan(request)
     if isinstance(result, Plan):
         return "", ""
-    counts = result.counts()
-    code = min(counts, key=lambda c: (-counts[c], c)) if counts else R.NO_GPUS
+    codes = result.counts()
+    code = min(codes, key=_closeness) if codes else R.NO_GPUS  # the node closest to fitting speaks
     return code, _FIXES.get(code, "")
 
 

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from mig.annotations import MIG_ALLOCATIONS, AnnotationError, MigAllocation, decode_allocations
+from mig.annotations import AnnotationError, MigAllocation
+from mig.pods import is_terminal
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
 from plugin.journal import Owner
 from plugin.kube import Kube, KubeError, PodView
@@ -81,7 +82,7 @@ def active_reservations(pods: list[PodView], node_gpus: frozenset[str] | set[str
         if not pod.active:
             continue
         try:
-            allocations = decode_allocations(pod.annotations.get(MIG_ALLOCATIONS))
+            allocations = pod.reservation.allocations
         except AnnotationError as error:
             problems.append(("malformed-annotation", f"{pod.ref}: {error}"))
             continue
@@ -207,7 +208,7 @@ class Reconciler:
                     error.reason == "in-use"
                     and owner is not None
                     and owner.deleting
-                    and owner.phase not in ("Succeeded", "Failed")
+                    and not is_terminal(owner.phase)
                 ):
                     log.info("reclaim of %s waits for pod %s's containers to stop", instance.key, owner.ref)
                 elif forced:

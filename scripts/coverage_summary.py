@@ -72,6 +72,10 @@ def main(argv: list[str]) -> int:
     except NoDataError as error:
         print(f"coverage: no data ({error})", file=sys.stderr)
         return 1
+    if not rows:
+        where = argv[0] if argv else cov.get_option("run:data_file")
+        print(f"coverage: no data in {where} (did the suite run?)", file=sys.stderr)
+        return 1
     print("== coverage of the product packages (lines run by the tests and the processes they start)")
     print(render(rows))
     return 0

@@ -23,7 +23,6 @@ Advice looks at dynmig's view only: it does not know the pod's nodeSelector, aff
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -31,9 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException  # the eviction refusal body carries its causes
-
+from kube.errors import KubeError, NotFound
 from mig.annotations import DEFRAG_ADVICE
 from mig.defrag import (
     Advice,
@@ -48,6 +45,7 @@ from mig.defrag import (
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
+from mig.pods import is_terminal, is_terminating
 from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
@@ -56,7 +54,6 @@ from webhooks.kube import EventRecorder, Kube
 from webhooks.occupancy import PodUsage, pod_usage
 
 log = logging.getLogger(__name__)
-TOO_MANY_REQUESTS, NOT_FOUND = 429, 404
 VICTIM_TIMEOUT = 300.0  # seconds a pod's evicted set may take to go before it may be chosen again
 
 
@@ -244,9 +241,9 @@ class Defragmenter:
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
         out = []
         for pod in list(self.pods()):
-            spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
             phase = (pod.get("status") or {}).get("phase")
-            if spec.get("nodeName") or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            if spec.get("nodeName") or is_terminating(pod) or is_terminal(phase):
                 continue
             if spec.get("schedulerName") != self.scheduler_name:
                 continue
@@ -265,10 +262,7 @@ class Defragmenter:
 
     def _budgets(self) -> Budgets:
         try:
-            reply = client.PolicyV1Api(self.kube.api_client).list_pod_disruption_budget_for_all_namespaces(
-                _preload_content=False, _request_timeout=self.kube.timeout
-            )
-            items = json.loads(reply.data or b"{}").get("items") or []
+            items = self.kube.list_disruption_budgets()
         except Exception as error:  # noqa: BLE001 - advice without budgets beats no advice
             log.warning(
                 "defrag: cannot list PodDisruptionBudgets (advice ignores them): %s", str(error)[:200]
@@ -344,21 +338,12 @@ class Defragmenter:
 
     def _evict_one(self, victim: Holder, pod: Mapping[str, Any], pending: Mapping[str, Any], who: str) -> str:
         ns, _, name = victim.name.partition("/")
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": ns},
-            "deleteOptions": {"preconditions": {"uid": _uid(pod)}},
-        }
         try:
-            reply = self.kube.core.create_namespaced_pod_eviction(
-                name, ns, body, _preload_content=False, _request_timeout=self.kube.timeout
-            )
-            _ = reply.data
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return f"{victim.name} is already gone"
-            why = _status_message(error)
+            self.kube.evict(ns, name, _uid(pod))
+        except NotFound:
+            return f"{victim.name} is already gone"
+        except KubeError as error:
+            why = bounded(str(error), 300)
             self.events.record(
                 dict(pending),
                 "Warning",
@@ -419,17 +404,6 @@ class Defragmenter:
 def _may_evict(h: Holder, pod: Mapping[str, Any], priority: int) -> bool:
     """Opted in, strictly less important, and at most one budget (the Eviction API refuses two)."""
     return opted_in(pod) and h.priority < priority and len(h.groups) <= 1
-
-
-def _status_message(error: ApiException) -> str:
-    try:
-        status = json.loads(error.body or b"{}")
-    except (TypeError, ValueError):
-        return str(error.reason or error.status)[:300]
-    causes = ((status.get("details") or {}).get("causes") or []) if isinstance(status, dict) else []
-    extra = "; ".join(str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message"))
-    message = str(status.get("message") or error.reason) if isinstance(status, dict) else str(error.reason)
-    return bounded(f"{message} {extra}".strip(), 300)
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -138,6 +138,34 @@ class Kube:
             _request_timeout=self.timeout,
         )
 
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Ask the API server to evict the pod (policy/v1 Eviction: it deletes the pod gracefully
+        unless a PodDisruptionBudget has no disruption left, then 429 with the budget as cause)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        _drain(
+            f"evict pod {namespace}/{name}",
+            self.core.create_namespaced_pod_eviction,
+            name,
+            namespace,
+            body,
+            _request_timeout=self.timeout,
+        )
+
+    def list_disruption_budgets(self) -> list[dict[str, Any]]:
+        """Every PodDisruptionBudget in the cluster (policy/v1)."""
+        reply = _json(
+            "list poddisruptionbudgets",
+            client.PolicyV1Api(self.api_client).list_pod_disruption_budget_for_all_namespaces,
+            _request_timeout=self.timeout,
+        )
+        items = reply.get("items") if isinstance(reply, dict) else None
+        return [i for i in items or () if isinstance(i, dict)]
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         _drain(
             f"create event in {namespace}",

@@ -108,13 +108,20 @@ def free(placements, mask: int) -> list[Placement]:
 
 
 class HamiOrder(Baseline):
-    """HAMi v2.10 defaults: nodes binpack (fullest first), GPUs spread (emptiest first)."""
+    """HAMi v2.10 chart defaults: nodes binpack (fullest first), GPUs spread (emptiest first).
+
+    `gpu_binpack = True` gives HAMi's binpack/binpack (`hami.io/gpu-scheduler-policy: binpack`):
+    fullest GPU first, so the in-GPU rule is compared with dynmig under the same GPU choice.
+    """
+
+    gpu_binpack = False
 
     def node_order(self) -> list[BNode]:
         return sorted(self.nodes, key=lambda n: -n.usage_score())
 
     def gpu_order(self, node: BNode, masks: dict[int, int]) -> list[BGpu]:
         # A GPU revisited for a later slot of the same pod counts its tentative slices too.
+        sign = -1 if self.gpu_binpack else 1
         return sorted(
-            node.gpus, key=lambda g: g.usage_score() + (masks[id(g)] & ~g.mask).bit_count() / g.axis
+            node.gpus, key=lambda g: sign * (g.usage_score() + (masks[id(g)] & ~g.mask).bit_count() / g.axis)
         )

@@ -5,7 +5,8 @@ first fit by lowest start). The "reserved" half is the one holding fewer placeme
 A candidate is scored, in order: more completely empty halves after placing; zone match (a candidate
 filling a whole half belongs in the reserved half, smaller ones outside it); packing toward the
 outer edge (lower half: halfEnd - end; upper half: start - halfStart; larger is better); lower start.
-GPU and node order are HAMi's defaults (node binpack, GPU spread).
+GPU and node order are HAMi's chart defaults (node binpack, GPU spread); the `Binpack` variant
+runs the same rule with binpack/binpack.
 """
 
 from __future__ import annotations
@@ -54,3 +55,8 @@ class Hami2855(HamiOrder):
             return (-empty, mismatch, -edge, p.start)
 
         return min(options, key=score)
+
+
+class Hami2855Binpack(Hami2855):
+    name = "hami-2855 bp/bp"
+    gpu_binpack = True

@@ -131,7 +131,12 @@ class Kit:
         for pod in self.pods():
             self.delete(pod["metadata"]["name"], wait=False)
         self.wait(lambda: not self.pods(), timeout, "every pod to be gone")
-        self.wait(lambda: not self.instances(), timeout, "every MIG instance to be reclaimed")
+        # the CI goes first: a GPU instance without one is a destroy still under way
+        self.wait(
+            lambda: not self.instances() and not self.bare_gpu_instances(),
+            timeout,
+            "every MIG instance to be reclaimed",
+        )
 
     # ---- waiting --------------------------------------------------------------------------------
 

@@ -233,7 +233,9 @@ def tour(run: Run) -> None:
 
     run.step("8. Clean up")
     k.delete_all()
-    run.check(not k.instances(), "all pods deleted: every MIG instance reclaimed")
+    run.check(
+        not k.instances() and not k.bare_gpu_instances(), "all pods deleted: every MIG instance reclaimed"
+    )
 
 
 # ---- the migration guide's eight checks ------------------------------------------------------------------
@@ -277,7 +279,9 @@ def create_delete(run: Run) -> None:
     since = len(k.nvml_events(node))
     k.delete("one-1g")
     run.wait(
-        lambda: k.wait(lambda: not k.instances(node), 30, "the instance to be destroyed"),
+        lambda: k.wait(
+            lambda: not k.instances(node) and not k.bare_gpu_instances(), 30, "the instance to be destroyed"
+        ),
         "the MIG instance is destroyed after the delete",
     )
     run.expect(

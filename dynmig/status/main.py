@@ -19,15 +19,17 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
 
 import yaml
 
-from dynmig.status.cluster import fleet_view
+from dynmig.status.cluster import Advisor, fleet_view
 from dynmig.status.render import Style, render
-from dynmig.status.source import Source, StatusError, api_client
+from dynmig.status.source import Cluster, Source, StatusError, api_client
+from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
+from webhooks.defrag import status_advisor
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 OUTPUTS = ("text", "wide", "json", "yaml")
@@ -94,7 +96,7 @@ def _nodes(values: list[str]) -> tuple[str, ...]:
 
 def snapshot(source: Source, args: argparse.Namespace) -> FleetMap:
     cluster = source.read()
-    fleet = fleet_view(cluster.nodes, cluster.pods, only_nodes=_nodes(args.node))
+    fleet = fleet_view(cluster.nodes, cluster.pods, only_nodes=_nodes(args.node), advisor=_advisor(cluster))
     missing = [n for n in _nodes(args.node) if n not in {m.name for m in fleet.nodes}]
     if missing:
         raise StatusError(f"--node: no node named {', '.join(missing)} in the cluster")
@@ -106,6 +108,22 @@ def snapshot(source: Source, args: argparse.Namespace) -> FleetMap:
             tuple(u for u in fleet.unreadable_pods if u[0].split("/", 1)[0] == args.namespace),
         )
     return fleet
+
+
+NO_BUDGETS = " (PodDisruptionBudgets could not be listed, so they were not checked)"
+
+
+def _advisor(cluster: Cluster) -> Advisor:
+    """Defrag advice for pods that do not fit: the scheduler's rule (webhooks.defrag), read-only."""
+    advice = status_advisor(cluster.pods, cluster.pdbs or ())
+    if cluster.pdbs is not None:
+        return advice
+
+    def unchecked(pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState]) -> str:
+        text = advice(pod, request, gpus)
+        return text + NO_BUDGETS if text.startswith("defrag: removing") else text
+
+    return unchecked
 
 
 def format_fleet(fleet: FleetMap, output: str, style: Style) -> str:

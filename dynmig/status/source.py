@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
+
+from kube.errors import KubeError, Unavailable, translated
 
 PAGE = 500  # objects per list call (the API server pages; we follow `continue`)
 MAX_PAGES = 2000  # 1,000,000 objects: a bound, not a real cluster
@@ -23,6 +23,7 @@ TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 READ_ONLY_RULE = (
     "a ClusterRole with rules [{apiGroups: [''], resources: [nodes, pods], verbs: [get, list, watch]}]"
 )
+# optional: with list on policy/poddisruptionbudgets, defrag advice respects the budgets
 
 
 class StatusError(RuntimeError):
@@ -54,11 +55,15 @@ def _forbidden(resource: str, scope: str) -> StatusError:
     )
 
 
-def _http_error(error: ApiException, resource: str, scope: str) -> StatusError:
+def _http_error(error: KubeError, resource: str, scope: str, host: str) -> StatusError:
     if error.status == 403:
         return _forbidden(resource, scope)
     if error.status == 401:
         return StatusError("unauthorized: the API server did not accept the kubeconfig's credentials")
+    if error.status is None and isinstance(error, Unavailable):
+        return StatusError(f"cannot reach the API server at {host}: {error}")
+    if error.status is None:
+        return StatusError(f"the API server's answer to list {resource} is not JSON: {error}")
     reason = (error.reason or "").strip()
     return StatusError(f"listing {resource} {scope} failed: HTTP {error.status} {reason}".rstrip())
 
@@ -69,6 +74,7 @@ class Cluster:
 
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    pdbs: list[dict[str, Any]] | None = None  # PodDisruptionBudgets; None when they cannot be read
 
 
 class Source:
@@ -76,12 +82,21 @@ class Source:
 
     def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
         self.host = api.configuration.host
 
     def read(self) -> Cluster:
         nodes = list(self._list("nodes", "in the cluster", self.core.list_node))
         pods = list(self._list("pods", "in all namespaces", self.core.list_pod_for_all_namespaces))
-        return Cluster(nodes, pods)
+        return Cluster(nodes, pods, self._budgets())
+
+    def _budgets(self) -> list[dict[str, Any]] | None:
+        """PodDisruptionBudgets for defrag advice: optional (a read-only role may not grant them)."""
+        call = self.policy.list_pod_disruption_budget_for_all_namespaces
+        try:
+            return list(self._list("poddisruptionbudgets", "in all namespaces", call))
+        except StatusError:
+            return None
 
     def _list(self, resource: str, scope: str, call: Any) -> Iterator[dict[str, Any]]:
         token = None
@@ -101,14 +116,10 @@ class Source:
         if token:
             kwargs["_continue"] = token
         try:
-            response = call(**kwargs)
-            body = json.loads(response.data)
-        except ApiException as error:
-            raise _http_error(error, resource, scope) from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise StatusError(f"cannot reach the API server at {self.host}: {error}") from None
-        except ValueError as error:
-            raise StatusError(f"the API server's answer to list {resource} is not JSON: {error}") from None
+            with translated(f"list {resource}"):
+                body = json.loads(call(**kwargs).data)
+        except KubeError as error:
+            raise _http_error(error, resource, scope, self.host) from None
         if not isinstance(body, dict):
             raise StatusError(f"the API server's answer to list {resource} is not a list object")
         return body

@@ -6,18 +6,24 @@ scheduler's hot path is a dictionary lookup per (profile set, mask), not a walk 
 
 Fragmentation score. Placing an instance costs the GPU two things, compared in this order:
 
-1. *Usable capacity*: the free slices that some published placement still covers. Placing an
-   instance uses its own slices, and may strand others: on an A100 or H100 slice 7 is covered only by
-   3g at 4:4 and 7g at 0:8, so a 1g in the upper half leaves slice 7 unusable until something
-   leaves, while a 1g in the lower half does not. Capacity is counted as a share of the GPU, so a 1g
-   that takes 1 of 8 slices costs less than one that takes 3 of 12, and a request goes to the model
-   where it uses the least of a GPU. Under load this is what decides how many pods fit at all.
+1. *Usable capacity*: the most compute slices that legal, disjoint placements of the published
+   profiles can still hold in the free slices (an exact packing over the placements, memoized per
+   mask), as a share of what the empty GPU holds. Placing an instance costs at least its own compute
+   slices, more when it strands others: on an A100, a 1g at slice 2 leaves slice 1 to a 1g but kills
+   the 2g at 0:2 and 2:2 without costing capacity, while a 3g at 4:4 after a 1g at 0 leaves 1-3 for
+   three 1g only. Slice 7 of an A100 or H100 (covered only by 3g at 4:4 and 7g) is memory without
+   compute of its own: a 1g at 6 costs one compute slice like a 1g anywhere, so three 2g still fit
+   beside it (HAMi's and NVIDIA's own order put the first 1g there). A request goes to the model where
+   it uses the least of a GPU: a 1g is 1/7 of an A100 but 1/4 of an RTX PRO 6000. Under load this is
+   what decides how many pods fit at all.
 2. *Shape*: the *placeable value* of a mask is the sum, over every published profile and every one
    of its placements still free, of a weight that grows with the cube of the placement's share of the
    axis: (8·size/axis)³, i.e. 1, 8, 64, 512 for 1-, 2-, 4- and 8-slice placements on an 8-slice GPU.
    Choosing the lowest loss of value keeps big placements (and big profiles) available: one more
    free 4-slice placement is worth more than all the 1-slice placements it could hold. Because the
-   weight depends on the share of the axis, losses are comparable across GPU models.
+   weight depends on the share of the axis, losses are comparable across GPU models. On an A100 a
+   first 1g goes to slice 6 (it kills the 3g at 4:4 and the 7g, where a 1g at 0 would also kill the
+   2g at 0:2 and the 3g at 0:4), the next to 4 and 5, then 0 to 3: NVIDIA's driver order.
 
 (A demand-weighted shape score, weighting placements by how often each profile was asked for, was
 measured in bench/placement.py and refused more pods: the small profiles asked for most are also the
@@ -35,7 +41,7 @@ from mig.placement.request import PublishedProfile
 from mig.types import Placement
 
 _MEMO_LIMIT = 4096  # distinct (request, preference) keys kept per profile set
-_SHARE = 5040  # capacity is counted in 1/5040 of a GPU: exact for axes of 1-10 and 12 slices
+_SHARE = 5040  # capacity is counted in 1/5040 of a GPU: exact for GPUs of 1-10 and 12 compute slices
 
 
 def _weight(size: int, axis: int) -> int:
@@ -50,8 +56,8 @@ def free_slices(mask: int, axis: int) -> list[int]:
 class Choice:
     """The best free placement of one profile at one mask, and what it costs (lower is better).
 
-    `loss` is (usable capacity lost, in 1/5040 of the GPU; placeable value destroyed): see the module
-    docstring. Tuples compare in that order.
+    `loss` is (usable compute capacity lost, in 1/5040 of the GPU; placeable value destroyed): see the
+    module docstring. Tuples compare in that order.
     """
 
     placement: Placement
@@ -65,6 +71,7 @@ class ProfileSet:
         self.profiles: tuple[PublishedProfile, ...] = tuple(sorted(profiles, key=default_sort_key))
         self.axis: int = max((p.end for pr in self.profiles for p in pr.placements), default=0)
         self._value: dict[int, tuple[int, int]] = {}
+        self._capacity: dict[int, int] = {}
         self._best: dict[tuple[int, int], Choice | None] = {}
         self._order: dict[tuple[int | None, tuple[str, ...]], tuple[tuple[Rank, int], ...]] = {}
 
@@ -79,16 +86,43 @@ class ProfileSet:
     def full_mask(self) -> int:
         return (1 << self.axis) - 1
 
+    @cached_property
+    def _by_low_slice(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """Per slice s: (placement mask, compute slices) of every placement whose lowest slice is s."""
+        rows: list[list[tuple[int, int]]] = [[] for _ in range(self.axis)]
+        for pr in self.profiles:
+            for p in pr.placements:
+                if p.size > 0:
+                    rows[p.start].append((p.mask, pr.slice_count))
+        return tuple(tuple(r) for r in rows)
+
+    def capacity(self, mask: int) -> int:
+        """The most compute slices disjoint legal placements can hold in the free slices of `mask`."""
+        hit = self._capacity.get(mask)
+        if hit is not None:
+            return hit
+        free = ~mask & self.full_mask
+        if not free:
+            best = 0
+        else:
+            low = (free & -free).bit_length() - 1
+            best = self.capacity(mask | 1 << low)  # the lowest free slice stays empty
+            for m, compute in self._by_low_slice[low]:
+                if not m & mask:
+                    best = max(best, compute + self.capacity(mask | m))
+        self._capacity[mask] = best
+        return best
+
     def value(self, mask: int) -> tuple[int, int]:
         """(usable capacity, placeable value) of what is still free at this mask; see the module docstring."""
         v = self._value.get(mask)
         if v is None:
-            value = covered = 0
+            value = 0
             for m, w in self._weighted:
                 if not m & mask:
                     value += w
-                    covered |= m
-            v = self._value[mask] = ((covered & ~mask).bit_count() * _SHARE // self.axis, value)
+            whole = self.capacity(0) or 1
+            v = self._value[mask] = (self.capacity(mask) * _SHARE // whole, value)
         return v
 
     def best(self, mask: int, profile: int) -> Choice | None:

@@ -66,3 +66,35 @@ def test_an_answer_that_is_not_json_is_a_kube_error_not_a_crash():
 def test_the_client_builder_reads_a_kubeconfig_and_talks_to_that_server(apiserver):
     api = client.CoreV1Api(api_client(str(apiserver.kubeconfig("admin"))))
     assert api.list_namespace().items
+
+
+def test_an_eviction_a_budget_refuses_names_the_budget_from_the_status_causes(apiserver):
+    admin = apiserver.api_client("admin")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    core(apiserver).create_namespaced_pod("default", pod)
+    running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    core(apiserver).patch_namespaced_pod_status(
+        "web", "default", {"status": running}
+    )  # a Pending pod may always go
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-web", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    client.PolicyV1Api(admin).create_namespaced_pod_disruption_budget("default", budget)
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web", "namespace": "default"},
+    }
+    with pytest.raises(Unavailable) as raised, translated("evict web"):
+        core(apiserver).create_namespaced_pod_eviction("web", "default", eviction)
+    assert raised.value.status == 429
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in str(raised.value)
+    assert "keep-web" in str(raised.value)  # only the Status's causes name the budget

@@ -183,3 +183,13 @@ def test_stopping_a_reflector_closes_its_open_watch(namespaces, mirror):
         assert eventually(lambda: reflector._response is not None)
         reflector.stop(5)
         assert not reflector._thread.is_alive()
+
+
+def test_a_quiet_watch_that_reaches_its_timeout_is_resumed_without_a_warning(namespaces, mirror, caplog):
+    caplog.set_level("WARNING", logger="kube.reflector")
+    # timeoutSeconds=1: the server ends each watch after a second, with no event and no bookmark
+    with reflect(namespaces, mirror, watch_timeout=1, backoff=(5.0, 5.0)) as reflector:
+        assert eventually(lambda: reflector.watches >= 3)  # with a 5 s backoff this would take 10 s
+        namespaces.create(config_map("late"))
+        assert eventually(lambda: ("ADDED", "late") in mirror.events)
+    assert [r.getMessage() for r in caplog.records if r.name == "kube.reflector"] == []

@@ -328,3 +328,22 @@ def test_a_budget_selects_by_labels_in_its_namespace_and_an_empty_or_unreadable_
     pod = {"metadata": {"namespace": "a", "labels": {"app": "web"}}}
     assert budgets.groups(pod) == ("a/web", "a/new")
     assert budgets.allowed["a/web"] == 1 and budgets.allowed["a/new"] == 0  # not yet synced: nothing allowed
+
+
+def test_a_hostile_budget_object_allows_nothing_and_never_raises():
+    pdbs = [
+        {
+            "metadata": {"namespace": "a", "name": "x", "generation": "2"},
+            "spec": [],
+            "status": {"observedGeneration": {}},
+        },
+        {"metadata": "nope", "status": {"disruptionsAllowed": "9"}},
+        {
+            "metadata": {"namespace": "a", "name": "y"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": True},
+        },
+    ]
+    budgets = Budgets.from_objects(pdbs)
+    assert set(budgets.allowed.values()) == {0}
+    assert budgets.groups({"metadata": {"namespace": "a", "labels": {"app": "web"}}}) == ("a/y",)

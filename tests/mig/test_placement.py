@@ -85,8 +85,8 @@ def test_a_30000_mib_pod_on_an_rtx_pro_6000_gets_2g_48gb_at_start_0_as_on_real_h
 @pytest.mark.parametrize(
     ("model", "mib", "keeps"),
     [
-        ("A100-SXM4-40GB", 4000, Placement(4, 4)),  # a 1g lands in the lower half: 3g at 4:4 stays free
-        ("H100-SXM5-80GB", 9000, Placement(4, 4)),
+        ("A100-SXM4-40GB", 4000, Placement(0, 4)),  # a 1g lands at 6: 3g at 0:4, 2g at 0, 2, 4 stay free
+        ("H100-SXM5-80GB", 9000, Placement(0, 4)),
         ("RTX-PRO-6000", 8000, Placement(6, 6)),  # a 1g leaves one 2g.48gb placement whole
     ],
 )
@@ -286,6 +286,64 @@ def test_a_refusal_counts_nodes_per_headline_reason():
     assert "free slices 1,3" in result.node_message("node-b")
 
 
+def _replay(model: str, steps) -> tuple[dict[str, tuple[str, Placement]], list[str]]:
+    """Create (name, MiB) and delete (name) pods on one GPU as HAMi's E2E script does; pending pods
+    are retried after each delete. Returns what runs (profile, placement) and what is pending."""
+    index = PlacementIndex([gpu(model)])
+    running: dict[str, tuple[str, Placement]] = {}
+    pending: list[tuple[str, int]] = []
+
+    def admit(name: str, mib: int) -> bool:
+        plan = index.plan(pod((1, mib)))
+        if not plan.fits:
+            return False
+        index.apply(plan)
+        running[name] = only(plan)
+        return True
+
+    for step in steps:
+        if isinstance(step, tuple):
+            if not admit(*step):
+                pending.append(step)
+        else:
+            index.release("GPU-0", running.pop(step)[1])
+            pending = [p for p in pending if not admit(*p)]
+    return running, [name for name, _ in pending]
+
+
+def test_hamis_a100_case_2_ends_with_one_1g_and_three_2g_and_the_overflow_pending():
+    # hack/hami-mig-e2e.sh, A100-40GB preset, case 2: 1g, 1g, 2g; delete the second 1g; two more 2g.
+    # A first 1g at slice 6 (NVIDIA's driver order: 6, 4, 5, 0, ...) leaves 0:2, 2:2 and 4:2 to 2g.
+    steps = [("one-a", 4500), ("one-b", 4500), ("two-a", 9500), "one-b", ("two-b", 9500), ("two-c", 9500)]
+    running, pending = _replay("A100-SXM4-40GB", [*steps, ("overflow-one", 4500)])
+    assert sorted(p for p, _ in running.values()) == ["1g.5gb", "2g.10gb", "2g.10gb", "2g.10gb"]
+    assert pending == ["overflow-one"]
+    # Case 4: deleting a 2g lets the pending 1g in.
+    running, pending = _replay("A100-SXM4-40GB", [*steps, ("overflow-one", 4500), "two-b"])
+    assert sorted(running) == ["one-a", "overflow-one", "two-a", "two-c"] and pending == []
+
+
+def test_hamis_a100_case_6_holds_a_3g_a_2g_and_two_1g_and_refills_a_deleted_1g():
+    steps = [("three-a", 19000), ("two-d", 9500), ("one-c", 4500), ("one-d", 4500), ("overflow-two", 4500)]
+    running, pending = _replay("A100-SXM4-40GB", steps)
+    assert sorted(running) == ["one-c", "one-d", "three-a", "two-d"] and pending == ["overflow-two"]
+    running, pending = _replay("A100-SXM4-40GB", [*steps, "one-c"])
+    assert "overflow-two" in running and pending == []
+
+
+@pytest.mark.parametrize(("model", "small"), [("A100-SXM4-40GB", 4000), ("H100-SXM5-80GB", 9000)])
+def test_small_instances_take_nvidias_driver_order_so_three_2g_still_fit_beside_one_1g(model, small):
+    # Slice 7 holds memory but no compute of its own (only 3g at 4:4 and 7g cover it): a 1g at 6
+    # costs no more capacity than one at 0, and keeps 0:2, 2:2 and 4:2 free for 2g.
+    index = PlacementIndex([gpu(model)])
+    starts = []
+    for _ in range(7):
+        plan = index.plan(pod((1, small)))
+        index.apply(plan)
+        starts.append(only(plan)[1].start)
+    assert starts == [6, 4, 5, 0, 1, 2, 3]
+
+
 @pytest.mark.parametrize(
     ("model", "small", "half", "half_profile"),
     [
@@ -293,16 +351,11 @@ def test_a_refusal_counts_nodes_per_headline_reason():
         ("H100-SXM5-80GB", 9000, 30000, "3g.40gb"),
     ],
 )
-def test_small_instances_fill_the_lower_half_so_slice_7_stays_usable_by_a_half_at_4(
-    model, small, half, half_profile
-):
-    # Slice 7 of these GPUs is covered only by the half at 4:4 and the whole GPU; a 1g in the upper
-    # half would strand it, and the GPU could never be fully used.
+def test_three_small_instances_leave_a_half_for_a_3g(model, small, half, half_profile):
     index = PlacementIndex([gpu(model)])
-    for _ in range(4):
+    for _ in range(3):
         index.apply(index.plan(pod((1, small))))
-    assert index.occupied_mask("GPU-0") == 0b00001111
-    assert only(index.plan(pod((1, half)))) == (half_profile, Placement(4, 4))
+    assert only(index.plan(pod((1, half)))) == (half_profile, Placement(0, 4))
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,11 @@ from browser_testkit import Chromium, Tab, chromium_binary, is_png
 from dynmig.lab.chart import ChartError, helm_binary
 from dynmig.lab.cluster import Lab
 from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.nodes import DEFAULT_NODES, parse_nodes
+from dynmig.lab.nodes import parse_nodes
 
 pytestmark = pytest.mark.timeout(300)
-A100 = "gpu-a100"  # 2 × A100-SXM4-40GB in the default lab
+# one node of two A100s: three pods fill it and the third waits for a reason the engine gives
+NODES = "gpu-a100=2xA100-SXM4-40GB"
 WHOLE_A100 = 40000  # MiB: only 7g.40gb, a whole GPU, holds it
 
 
@@ -33,7 +34,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         helm_binary()
     except ChartError as error:
         pytest.skip(str(error))
-    started = Lab(parse_nodes(DEFAULT_NODES), tmp_path_factory.mktemp("lab"), page=True).start()
+    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("lab"), page=True).start()
     try:
         yield started
     finally:
@@ -75,7 +76,7 @@ def test_the_page_shows_pods_as_they_come_and_go_and_a_pending_pod_with_its_reas
         assert tab.wait_for("document.getElementById('live').dataset.state === 'live'", what="the stream")
         tab.evaluate("window.dynmigSamePage = true")  # gone if the page were reloaded
 
-        kit.create(gpu_pod("train", 5000, node=A100))
+        kit.create(gpu_pod("train", 5000))
         kit.wait_phase("train")
         (reserved,) = kit.allocations("train")
         drawn = tab.wait_for(
@@ -93,9 +94,9 @@ def test_the_page_shows_pods_as_they_come_and_go_and_a_pending_pod_with_its_reas
         )
         assert "train" in shown["text"] and reserved.profile in shown["text"]
 
-        kit.create(gpu_pod("whole", WHOLE_A100, node=A100))
+        kit.create(gpu_pod("whole", WHOLE_A100))
         kit.wait_phase("whole")
-        kit.create(gpu_pod("waits", WHOLE_A100, node=A100))  # both A100s now hold something: it waits
+        kit.create(gpu_pod("waits", WHOLE_A100))  # both A100s hold something now: it waits
         row = tab.wait_for(
             "(() => { const tr = document.querySelector('tr.pending-pod[data-pod=\"default/waits\"]');"
             " return tr && !tr.querySelector('.reason').textContent.includes('not tried'); })()",
@@ -103,8 +104,8 @@ def test_the_page_shows_pods_as_they_come_and_go_and_a_pending_pod_with_its_reas
         )
         assert row
         pending = pending_row(tab, "waits")
-        assert pending["reason"] and pending["fix"]
-        png = tab.screenshot(1180, 560)  # the page's top as a person sees it now: three pods, one waiting
+        assert pending["reason"] and "wait for a MIG pod to end" in pending["fix"]
+        png = tab.screenshot(1180, 480)  # the page as a person sees it now: three pods, one waiting
         assert is_png(png) and len(png) > 1000
         if os.environ.get("DYNMIG_PAGE_SCREENSHOT"):
             Path(os.environ["DYNMIG_PAGE_SCREENSHOT"]).write_bytes(png)

@@ -192,3 +192,14 @@ def test_a_request_is_described_in_a_few_words():
         asks_text(PodRequest((ContainerRequest(2), ContainerRequest(1, 20000))))
         == "2 × whole GPU + 1 × 20000 MiB"
     )
+
+
+def test_the_fix_comes_from_the_node_closest_to_fitting_not_from_the_most_common_reason():
+    full = [gpu(Placement(0, 8), uuid="GPU-full", node="a100")]
+    others = [
+        GpuState(f"n{i}", f"GPU-{i}", "NVIDIA H100", PROFILES, memory_mb=A100.memory_mib) for i in range(3)
+    ]
+    request = PodRequest.from_annotations([ContainerRequest(1)], {"nvidia.com/use-gputype": "A100"})
+    code, fix = diagnose(request, full + others)
+    assert code == "not-enough-free-slices"
+    assert "wait for a MIG pod to end" in fix

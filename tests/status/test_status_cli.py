@@ -247,3 +247,36 @@ def test_ctrl_c_ends_a_watch_with_exit_status_0(api):
         watch.kill()
     assert watch.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_a_pod_that_does_not_fit_gets_the_defrag_advice_the_scheduler_would_give(api, capsys):
+    api.create(node("gpu-1", {NODE_REGISTER: register("GPU-a")}))
+    api.create(
+        holder(
+            "train", "gpu-1", "GPU-a", "7g.40gb", 0, 8, migUUID="MIG-1", gpuInstanceID=1, computeInstanceID=0
+        )
+    )
+    whole = waiting("whole", "40000")
+    api.create(whole)
+    code, out, err = status(api, capsys)
+    assert code == 0, err
+    advice = next(line for line in out.splitlines() if "advice:" in line)
+    assert "defrag: removing 1 pod(s) on gpu-1 (ml/train) would let it be placed" in advice
+    assert json.loads(status(api, capsys, "-o", "json")[1])["pending"][0]["advice"].startswith(
+        "defrag: removing"
+    )
+
+
+def test_advice_says_so_when_disruption_budgets_cannot_be_read(api, capsys):
+    api.create(node("gpu-1", {NODE_REGISTER: register("GPU-a")}))
+    api.create(
+        holder(
+            "train", "gpu-1", "GPU-a", "7g.40gb", 0, 8, migUUID="MIG-1", gpuInstanceID=1, computeInstanceID=0
+        )
+    )
+    api.create(waiting("whole", "40000"))
+    api.faults.fail_next(verb="list", resource="poddisruptionbudgets", code=403)
+    code, out, err = status(api, capsys)
+    assert code == 0, err
+    advice = next(line for line in out.splitlines() if "advice:" in line)
+    assert advice.endswith("(PodDisruptionBudgets could not be listed, so they were not checked)")
