@@ -19,6 +19,7 @@ NO_GPUS = "no-mig-gpus"
 
 MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
 MAX_HEADLINE = 300  # the summary a person reads first (kube-scheduler's condition, `dynmig status`)
+HEADLINE_PARTS = 140  # the reason counts' share of it (the rest: kube-scheduler's words, "fits on")
 DETAIL_MARK = " Per GPU: "  # separates the summary from the per-GPU detail in every refusal text
 
 # When a node has several GPU reasons, its headline is the one closest to fitting.
@@ -110,7 +111,8 @@ class Refusal:
         parts: list[str] = []
         for code in _CLOSEST_FIRST:
             parts.extend(self._phrases(code, gpu_codes[code], node_codes[code]))
-        text = bounded_join(parts, MAX_HEADLINE - 80, "reasons", sep=", ")
+        # room for kube-scheduler's "0/N nodes are available: N " and the extender's prefix around it
+        text = bounded_join(parts, HEADLINE_PARTS, "reasons", sep=", ")
         refused = {r.gpu for r in self.reasons if r.gpu}
         if self.gpus:
             names = sorted({r.profile for r in self.reasons if r.profile})

@@ -9,8 +9,19 @@ import json
 from kubernetes import client
 from webhooks_testkit import eventually, gpu_pod, node
 
-from mig.placement.reasons import DETAIL_MARK, MAX_HEADLINE, MAX_NODE_TEXT
-from webhooks.filter import NODES_PREFIX
+from mig.placement.reasons import (
+    _CLOSEST_FIRST,
+    DETAIL_MARK,
+    DEVICES_DO_NOT_FIT_TOGETHER,
+    FRAGMENTED,
+    MAX_HEADLINE,
+    MAX_NODE_TEXT,
+    NO_GPUS,
+    NOT_ENOUGH_SLICES,
+    Reason,
+    Refusal,
+)
+from webhooks.filter import NODES_PREFIX, refusal_text
 
 
 def refuse(apiserver, service, extender, nodes: int, gpus: int, memory: int):
@@ -54,3 +65,25 @@ def test_the_filtering_failed_event_has_the_fleet_summary_first(apiserver, servi
     (event,) = refused()
     assert event["message"].startswith("0/2 nodes: 2 GPUs without a profile large enough; ")
     assert event["message"].index(DETAIL_MARK) < MAX_HEADLINE
+
+
+def test_with_every_reason_at_once_kube_schedulers_summary_stays_under_300_characters():
+    reasons = [
+        Reason(
+            code, "why", f"node-{i:04d}", None if code in (NO_GPUS, DEVICES_DO_NOT_FIT_TOGETHER) else f"G{i}"
+        )
+        for i, code in enumerate(_CLOSEST_FIRST * 300)
+    ]
+    refusal = Refusal(
+        [
+            *reasons,
+            Reason(FRAGMENTED, "m", "n", "G", "1g.10gb", (1, 2)),
+            Reason(NOT_ENOUGH_SLICES, "m", "n", "H", "1g.24gb+me", ()),
+            Reason(NOT_ENOUGH_SLICES, "m", "n", "I", "2g.20gb", (3,)),
+            Reason(FRAGMENTED, "m", "n", "J", "1g.5gb", (0,)),
+        ],
+        gpus=10000,
+    )
+    nodes = len(refusal.by_node())
+    summary = f"0/{nodes} nodes are available: {nodes} {refusal_text(refusal, [])}".split(DETAIL_MARK)[0]
+    assert len(summary) < MAX_HEADLINE, summary
