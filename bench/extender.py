@@ -88,28 +88,7 @@ def _noop_app(kubeconfig: str):
 
 
 def child_noop(kubeconfig: str, cert: str, key: str, port_file: str) -> None:
-    import uvicorn
-
-    config = uvicorn.Config(
-        _noop_app(kubeconfig),
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        lifespan="off",
-        ssl_certfile=cert,
-        ssl_keyfile=key,
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-
-    async def run():
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
-        Path(port_file).write_text(str(server.servers[0].sockets[0].getsockname()[1]))
-        await task
-
-    asyncio.run(run())
+    serve_bench.serve_tls_app(_noop_app(kubeconfig), cert, key, port_file)
 
 
 # ---------------------------------------------------------------- the cluster

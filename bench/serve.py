@@ -86,10 +86,15 @@ def _echo_app():
 
 
 def child_echo(cert: str, key: str, port_file: str) -> None:
+    serve_tls_app(_echo_app(), cert, key, port_file)
+
+
+def serve_tls_app(app, cert: str, key: str, port_file: str) -> None:
+    """Serve `app` with uvicorn over TLS on a free port, written to `port_file` once it listens."""
     import uvicorn
 
     config = uvicorn.Config(
-        _echo_app(),
+        app,
         host="127.0.0.1",
         port=0,
         log_level="warning",

@@ -40,6 +40,7 @@ from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
 from mig.placement.request import Memory, memory_on
+from mig.pods import metadata_of
 from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
@@ -386,13 +387,8 @@ def bounded(text: str, limit: int = MAX_ADVICE_TEXT) -> str:
 # ---- reading pods and PodDisruptionBudgets (plain Kubernetes JSON) -------------------------------
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = _meta(obj).get("labels")
+    labels = metadata_of(obj).get("labels")
     return labels if isinstance(labels, Mapping) else {}
 
 
@@ -416,12 +412,12 @@ def pod_started(pod: Mapping[str, Any]) -> float:
     """When the pod started (status.startTime, else its creation), epoch seconds; 0 when unknown."""
     status = pod.get("status")
     start = _epoch(status.get("startTime")) if isinstance(status, Mapping) else None
-    return start if start is not None else (_epoch(_meta(pod).get("creationTimestamp")) or 0.0)
+    return start if start is not None else (_epoch(metadata_of(pod).get("creationTimestamp")) or 0.0)
 
 
 def opted_in(pod: Mapping[str, Any]) -> bool:
     """The pod carries `dynmig.io/evictable: "true"`: the defrag controller may evict it."""
-    annotations = _meta(pod).get("annotations")
+    annotations = metadata_of(pod).get("annotations")
     return isinstance(annotations, Mapping) and str(annotations.get(EVICTABLE, "")).strip().lower() == "true"
 
 
@@ -468,7 +464,7 @@ class Budgets:
     def from_objects(cls, pdbs: Iterable[Mapping[str, Any]]) -> Budgets:
         selectors, allowed = [], {}
         for pdb in pdbs:
-            meta, spec, status = _meta(pdb), pdb.get("spec"), pdb.get("status")
+            meta, spec, status = metadata_of(pdb), pdb.get("spec"), pdb.get("status")
             key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
             selectors.append(
                 (
@@ -484,5 +480,5 @@ class Budgets:
         return cls(tuple(selectors), allowed)
 
     def groups(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
-        namespace, labels = _meta(pod).get("namespace") or "", _labels(pod)
+        namespace, labels = metadata_of(pod).get("namespace") or "", _labels(pod)
         return tuple(key for ns, key, sel in self.selectors if ns == namespace and selects(sel, labels))

@@ -62,13 +62,20 @@ def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(pod.get("metadata"))
+def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An object's metadata ({} when absent or not a map)."""
+    return _map(obj.get("metadata"))
+
+
+def qualified_name(obj: Mapping[str, Any]) -> str:
+    """ "namespace/name" of an object (either part "" when absent)."""
+    meta = metadata_of(obj)
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """An object's annotations ({} when absent or not a map)."""
-    return _map(_meta(obj).get("annotations"))
+    return _map(metadata_of(obj).get("annotations"))
 
 
 # ---------------------------------------------------------------- active
@@ -86,7 +93,7 @@ def is_terminal(phase: str | None) -> bool:
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:
     """The pod is being deleted (it has a deletionTimestamp); its containers may still run."""
-    return bool(_meta(pod).get("deletionTimestamp"))
+    return bool(metadata_of(pod).get("deletionTimestamp"))
 
 
 def active_for_scheduler(pod: Mapping[str, Any]) -> bool:
@@ -154,7 +161,7 @@ def gpu_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | No
     requests = [read_container(key, i, c, names) for key, i, c in containers(pod)]
     if not any(r.devices for r in requests):
         return None
-    meta = _meta(pod)
+    meta = metadata_of(pod)
     annotations = annotations_of(pod)
     problem = devices_problem(requests, names.count) or annotation_problem(annotations)
     if problem:

@@ -45,7 +45,7 @@ from mig.defrag import (
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
-from mig.pods import is_terminal, is_terminating
+from mig.pods import is_terminal, is_terminating, metadata_of
 from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
@@ -253,7 +253,9 @@ class Defragmenter:
                 continue
             if request is not None and 0 < request.device_count <= MAX_DEVICES:
                 out.append((pod, request))
-        out.sort(key=lambda pr: (-pod_priority(pr[0]), str(_meta(pr[0]).get("creationTimestamp") or "")))
+        out.sort(
+            key=lambda pr: (-pod_priority(pr[0]), str(metadata_of(pr[0]).get("creationTimestamp") or ""))
+        )
         return out
 
     def _fits(self, request: PodRequest) -> bool:
@@ -378,7 +380,7 @@ class Defragmenter:
     # ---- the annotation ---------------------------------------------------------------------
     def _annotate(self, pod: Mapping[str, Any], text: str) -> None:
         key = (_ns(pod), _name(pod))
-        current = ((_meta(pod).get("annotations") or {}).get(DEFRAG_ADVICE)) or ""
+        current = ((metadata_of(pod).get("annotations") or {}).get(DEFRAG_ADVICE)) or ""
         if current == text or not text:
             if text:
                 self._annotated[key] = text
@@ -406,18 +408,13 @@ def _may_evict(h: Holder, pod: Mapping[str, Any], priority: int) -> bool:
     return opted_in(pod) and h.priority < priority and len(h.groups) <= 1
 
 
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _ns(pod: Mapping[str, Any]) -> str:
-    return str(_meta(pod).get("namespace") or "")
+    return str(metadata_of(pod).get("namespace") or "")
 
 
 def _name(pod: Mapping[str, Any]) -> str:
-    return str(_meta(pod).get("name") or "")
+    return str(metadata_of(pod).get("name") or "")
 
 
 def _uid(pod: Mapping[str, Any]) -> str:
-    return str(_meta(pod).get("uid") or "")
+    return str(metadata_of(pod).get("uid") or "")

@@ -14,7 +14,7 @@ from typing import Any
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
-from mig.pods import active_for_scheduler, gpu_request, is_terminating
+from mig.pods import active_for_scheduler, gpu_request, is_terminating, metadata_of, qualified_name
 from mig.slicemap import (
     FleetMap,
     GpuMap,
@@ -42,22 +42,12 @@ UNREADABLE = "unreadable: "
 MAX_REASON = 300  # one line of a pending pod's reason
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
 def node_view(
     node: Mapping[str, Any], usages: Sequence[PodUsage], terminating: set[str]
 ) -> tuple[NodeMap, tuple[GpuState, ...]]:
     """One node's map, and its GPUs as the scheduler reconstructs them, from the node object and the
     usages of the pods on it; `terminating` holds "namespace/name" of pods being deleted."""
-    name = str(_meta(node).get("name") or "")
+    name = str(metadata_of(node).get("name") or "")
     published = node_gpus(name, node_register(node), node_leftovers(node), node_cordon(node))
     if published.error:
         return node_map(name, (), UNREADABLE + published.error), ()
@@ -127,7 +117,7 @@ def pending_view(
     """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
     when an advisor is given and the pod does not fit, its advice. `diagnosis`: `diagnose` against
     `states`, shared by a caller that asks about many pods (see `Diagnoses`)."""
-    meta = _meta(pod)
+    meta = metadata_of(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
         request: PodRequest | None = gpu_request(pod, names)
@@ -155,24 +145,24 @@ def fleet_view(
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
     unreadable: list[tuple[str, str]] = []
-    terminating = {_name(p) for p in pods if is_terminating(p)}
+    terminating = {qualified_name(p) for p in pods if is_terminating(p)}
     holding: set[str] = set()  # pods with a reservation: shown as segments, not as pending
     for pod in pods:
         usage = pod_usage(pod)
         if usage is None:
             continue
-        holding.add(_name(pod))
+        holding.add(qualified_name(pod))
         if usage.problem:
-            unreadable.append((_name(pod), usage.problem))
+            unreadable.append((qualified_name(pod), usage.problem))
         usages.setdefault(usage.node, []).append(usage)
     maps = []
     states: list[GpuState] = []
     for node in nodes:
-        view, gpus = node_view(node, usages.get(str(_meta(node).get("name") or ""), []), terminating)
+        view, gpus = node_view(node, usages.get(str(metadata_of(node).get("name") or ""), []), terminating)
         states += gpus
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
-    waiting = [p for p in pods if _is_waiting(p) and _name(p) not in holding]
+    waiting = [p for p in pods if _is_waiting(p) and qualified_name(p) not in holding]
     diagnosis = Diagnoses(states)
     pending = [v for p in waiting if (v := pending_view(p, states, names, advisor, diagnosis)) is not None]
     return fleet_map(maps, pending, unreadable)

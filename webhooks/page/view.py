@@ -20,23 +20,13 @@ from typing import Any
 from dynmig.status.cluster import UNREADABLE, Diagnoses, pending_view
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
-from mig.pods import active_for_scheduler, is_terminating
+from mig.pods import active_for_scheduler, is_terminating, metadata_of, qualified_name
 from mig.slicemap import Holding, NodeMap, PendingPod, fleet_map, gpu_map, node_map
 from webhooks.fleet import Fleet
 from webhooks.occupancy import NodeGpus, NodeOccupancy
 from webhooks.page.render import MAX_PENDING, compose, node_section
 
 MAX_WAITING = MAX_PENDING + 1  # one more than listed, so the page can say that there are more
-
-
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _name(pod: Mapping[str, Any]) -> str:
-    meta = _meta(pod)
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def node_view(
@@ -90,7 +80,7 @@ class FleetPage:
         if not self.synced():
             return compose(fleet_map([]), [], note="waiting for the node and pod caches to sync")
         pods = self.pods()
-        terminating = {_name(p) for p in pods if is_terminating(p)}
+        terminating = {qualified_name(p) for p in pods if is_terminating(p)}
         sections = self._nodes(terminating)
         pending, left_out = self._pending(pods)
         fleet = fleet_map([d.map for d in sections], pending)
@@ -122,7 +112,7 @@ class FleetPage:
 
     def _waiting(self, pod: Mapping[str, Any]) -> bool:
         spec = pod.get("spec")
-        uid = str(_meta(pod).get("uid") or "")
+        uid = str(metadata_of(pod).get("uid") or "")
         return (
             not (isinstance(spec, Mapping) and spec.get("nodeName"))
             and active_for_scheduler(pod)
@@ -133,7 +123,7 @@ class FleetPage:
 
     def _order(self, pod: Mapping[str, Any]) -> tuple[bool, str, str]:
         """Pods for our scheduler first (the webhook sets it on GPU pods), then by namespace and name."""
-        meta, spec = _meta(pod), pod.get("spec")
+        meta, spec = metadata_of(pod), pod.get("spec")
         ours = isinstance(spec, Mapping) and spec.get("schedulerName") == self.scheduler_name
         return (not ours, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
