@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -407,13 +408,13 @@ def main(argv: list[str]) -> int:
         "8 GPUs, ~60 % of slices occupied"
     )
     summary: dict = {}
-    for (wname, label), res in runs.items():
-        loads = offered[(wname, label)]
+    for (wname, label), seed_runs in runs.items():
+        shown = offered[(wname, label)]
         print(
-            f"\n== workload: {wname}, load: {label} (offered work {min(loads):.2f}-{max(loads):.2f}× "
+            f"\n== workload: {wname}, load: {label} (offered work {min(shown):.2f}-{max(shown):.2f}× "
             "the fleet's GPUs, each pod at its cheapest model)"
         )
-        summary[f"{wname} / {label}"] = report(res, timing)
+        summary[f"{wname} / {label}"] = report(seed_runs, timing)
     print("\n== decision time at 5000 nodes × 8 GPUs")
     for name, (p50, p99, n) in timing.items():
         print(f"{name:<15} p50 {p50:>9.3f} ms  p99 {p99:>9.3f} ms  ({n} samples)")
@@ -478,7 +479,9 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     )
     print("\n" + kinds_head)
     print("-" * len(kinds_head))
-    rows = [("dynmig refused", lambda r, k: r["dynmig"]["by_kind"][k])]
+    rows: list[tuple[str, Callable[[dict, str], int]]] = [
+        ("dynmig refused", lambda r, k: r["dynmig"]["by_kind"][k])
+    ]
     rows += [(f"oracle: {v}", lambda r, k, v=v: r["dynmig"]["oracle_by_kind"][(k, v)]) for v in VERDICTS]
     rows.append((f"{best} refused", lambda r, k: r[best]["by_kind"][k]))
     for text, get in rows:

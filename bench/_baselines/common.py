@@ -18,7 +18,7 @@ class BGpu:
     profiles: tuple[PublishedProfile, ...]
     total_mem: int
     mask: int = 0
-    allocs: dict[int, tuple[Placement, PublishedProfile]] = field(default_factory=dict)
+    allocs: dict[tuple[int, int], tuple[Placement, PublishedProfile]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.profiles = tuple(sorted(self.profiles, key=default_sort_key))

@@ -12,8 +12,8 @@ Order of preference for every requested device (first difference wins; documente
    - spread/spread: emptier node, then emptier GPU, then fragmentation loss.
 3. ties: lower placement start, then GPU order on its node, then node name.
 
-Fragmentation loss is defined in `mig.placement.occupancy`: usable capacity lost first (slices taken
-or stranded, as a share of the GPU), then placeable value lost.
+Fragmentation loss is defined in `mig.placement.occupancy`: usable capacity lost first (compute slices
+the free part of the GPU can still hold, as a share of the GPU), then placeable value lost.
 """
 
 from __future__ import annotations
