@@ -631,9 +631,7 @@ def main(only_e2e: bool = False) -> int:
         for n in fleet_nodes(1000, 8, rng):
             admin.create_node(ready_node(n), _preload_content=False)
         serve_port_file, echo_port_file = work / "serve.port", work / "echo.port"
-        port = _free_port()
-        metrics_port = _free_port()
-        extender_port = _free_port()
+        port, metrics_port, extender_port = _free_ports(3)
         serve = subprocess.Popen(
             [
                 sys.executable,
@@ -727,11 +725,19 @@ def main(only_e2e: bool = False) -> int:
 
 
 def _free_port() -> int:
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket stays bound until all are chosen."""
+    import contextlib
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 if __name__ == "__main__":
