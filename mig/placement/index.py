@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
@@ -24,18 +25,32 @@ from mig.types import Placement
 
 # (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
 _Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
+_SORT_KEY = attrgetter("sort_key")
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
 class _Gpu:
     """Mutable index entry for one GPU."""
 
-    __slots__ = ("cordoned", "healthy", "index", "mask", "node", "order", "pset", "total", "type", "uuid")
+    __slots__ = (
+        "cordoned",
+        "healthy",
+        "index",
+        "mask",
+        "node",
+        "order",
+        "pset",
+        "sort_key",
+        "total",
+        "type",
+        "uuid",
+    )
 
     def __init__(self, state: GpuState, pset: ProfileSet | None):
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
         self.order = (state.index, state.node)
+        self.sort_key = (state.index, state.node, state.uuid)  # the tie-break within a bucket
         self.total = state.memory_mb
         self.cordoned = state.cordoned
 
@@ -264,16 +279,30 @@ class PlacementIndex:
             for fill, members in by_fill.items():
                 key = rank_key(pod, cand.rank, cand.choice.loss, fill, used, start)
                 buckets.setdefault(key, []).append((cand, members))
+
+        def usable(g: _Gpu) -> bool:
+            return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
+
         for key in sorted(buckets):
+            entries = buckets[key]
+            # Most decisions take the bucket's first GPU: find it without sorting the bucket.
+            head, head_cand = min(
+                ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
+                key=lambda pair: pair[0].sort_key,
+            )
+            skip = ""
+            if usable(head):
+                yield head, head_cand
+                skip = head.uuid
             found = [
-                (g.order, g.uuid, cand)
-                for cand, members in buckets[key]
+                (g.sort_key, cand)
+                for cand, members in entries
                 for g in members.values()
-                if (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
+                if g.uuid != skip and usable(g)
             ]
-            found.sort()
-            for _, uuid, cand in found:
-                yield self._gpus[uuid], cand
+            found.sort(key=lambda pair: pair[0])
+            for sort_key, cand in found:
+                yield self._gpus[sort_key[2]], cand
 
     def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:
         prof = g.profile_set.profiles[cand.profile]
