@@ -109,21 +109,9 @@ def cluster(work: Path) -> serve_bench.ApiProcess:
 
 def start_serve(apiserver, work: Path, cert: Path, key: Path, ctx) -> tuple[subprocess.Popen, int]:
     """dynmig serve as a child process, as bench/serve.py runs it; (process, extender port)."""
-    port, metrics_port, extender_port = (serve_bench._free_port() for _ in range(3))
-    args = [
-        *("--bind-address", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)),
-        *("--extender-port", str(extender_port), "--tls-cert", str(cert), "--tls-key", str(key)),
-        *("--kubeconfig", str(apiserver.kubeconfig("scheduler")), "--leader-elect", "false"),
-        *("--log-level", "warning"),
-    ]
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "dynmig.cli", "serve", *args],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "serve.log").open("wb"),
-    )
-    serve_bench.wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
-    return serve, extender_port
+    child = serve_bench.start_serve(apiserver.kubeconfig("scheduler"), cert, key, work)
+    serve_bench.wait_ready(f"https://127.0.0.1:{child.port}/readyz", ctx)
+    return child.process, child.extender_port
 
 
 # ---------------------------------------------------------------- own time

@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 # the repository root joins sys.path first, so this import comes after it
 from bench.serve import (  # noqa: E402
     ApiProcess,
-    _free_port,
     pct,
     ready_node,
     serving_pki,
+    start_serve,
     stop_children,
     wait_ready,
 )
@@ -199,36 +199,8 @@ def main(cases: int) -> int:
             admin.create_namespace({"metadata": {"name": ns}}, _preload_content=False)
         for name, model in (("n1", "A100-SXM4-80GB"), ("n2", "A100-SXM4-40GB")):
             admin.create_node(ready_node(node(name, model, gpus=2)), _preload_content=False)
-        port, metrics_port, extender_port = _free_port(), _free_port(), _free_port()
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dynmig.cli",
-                "serve",
-                "--bind-address",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--metrics-port",
-                str(metrics_port),
-                "--extender-port",
-                str(extender_port),
-                "--tls-cert",
-                str(cert),
-                "--tls-key",
-                str(key),
-                "--kubeconfig",
-                str(apiserver.kubeconfig("scheduler")),
-                "--leader-elect",
-                "false",
-                "--log-level",
-                "error",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=(work / "serve.log").open("wb"),
-        )
+        child = start_serve(apiserver.kubeconfig("scheduler"), cert, key, work, log_level="error")
+        serve, port, extender_port = child.process, child.port, child.extender_port
         children.append(serve)
         wait_ready(f"https://127.0.0.1:{port}/readyz", ctx)
         # Pods the cluster has, hostile but admitted (no webhooks here): half the filter cases name one

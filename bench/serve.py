@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -631,35 +632,12 @@ def main(only_e2e: bool = False) -> int:
         for n in fleet_nodes(1000, 8, rng):
             admin.create_node(ready_node(n), _preload_content=False)
         serve_port_file, echo_port_file = work / "serve.port", work / "echo.port"
-        port, metrics_port, extender_port = _free_ports(3)
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dynmig.cli",
-                "serve",
-                "--bind-address",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--metrics-port",
-                str(metrics_port),
-                "--extender-port",
-                str(extender_port),
-                "--tls-cert",
-                str(cert),
-                "--tls-key",
-                str(key),
-                "--kubeconfig",
-                str(apiserver.kubeconfig("scheduler")),
-                "--leader-elect",
-                "false",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=(work / "serve.log").open("wb"),
+        child = start_serve(apiserver.kubeconfig("scheduler"), cert, key, work)
+        serve, port, metrics_port, extender_port = (
+            child.process,
+            child.port,
+            child.metrics_port,
+            child.extender_port,
         )
         children.append(serve)
         serve_port_file.write_text(str(port))
@@ -724,8 +702,32 @@ def main(only_e2e: bool = False) -> int:
     return 0
 
 
-def _free_port() -> int:
-    return _free_ports(1)[0]
+@dataclass
+class ServeChild:
+    process: subprocess.Popen
+    port: int
+    metrics_port: int
+    extender_port: int
+
+
+def start_serve(
+    kubeconfig: str | Path, cert: Path, key: Path, work: Path, log_level: str = "warning"
+) -> ServeChild:
+    """`dynmig serve` as a child process on three free ports (webhooks, metrics, extender), TLS from
+    `cert`/`key`, no leader election; its log goes to work/serve.log. The caller waits for readiness."""
+    port, metrics_port, extender_port = _free_ports(3)
+    args = [
+        *("--bind-address", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)),
+        *("--extender-port", str(extender_port), "--tls-cert", str(cert), "--tls-key", str(key)),
+        *("--kubeconfig", str(kubeconfig), "--leader-elect", "false", "--log-level", log_level),
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dynmig.cli", "serve", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "serve.log").open("wb"),
+    )
+    return ServeChild(process, port, metrics_port, extender_port)
 
 
 def _free_ports(count: int) -> list[int]:
