@@ -28,6 +28,16 @@ def wait_until(check, timeout: float = 20.0, what: str = "") -> None:
         time.sleep(0.05)
 
 
+def plugin_argv(state, plugin_dir, apiserver, *extra: str) -> list[str]:
+    """The device plugin's console entry in a child process, on the simulated NVML kept in `state`."""
+    return [
+        sys.executable,
+        *("-m", "sim.nvml.launch", "--state", str(state), "--", "device-plugin", "--node-name", NODE),
+        *("--config-file", str(DEFAULT_POLICY), "--kubelet-dir", str(plugin_dir)),
+        *("--kubeconfig", str(apiserver.kubeconfig("device-plugin")), *extra),
+    ]
+
+
 def test_the_console_script_serves_allocates_and_reclaims_in_its_own_process(apiserver, plugin_dir, tmp_path):
     state = tmp_path / "node.json"
     sim = SimulatedNvml({"node": NODE, "gpus": [{"model": "H100 80GB HBM3"}]}, state_path=state)
@@ -37,25 +47,7 @@ def test_the_console_script_serves_allocates_and_reclaims_in_its_own_process(api
     node.kubelet = SimulatedKubelet(plugin_dir).start()
     node.app, node.uuids = None, sim.gpu_uuids
     node.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    argv = [
-        sys.executable,
-        "-m",
-        "sim.nvml.launch",
-        "--state",
-        str(state),
-        "--",
-        "device-plugin",
-        "--node-name",
-        NODE,
-        "--config-file",
-        str(DEFAULT_POLICY),
-        "--kubelet-dir",
-        str(plugin_dir),
-        "--kubeconfig",
-        str(apiserver.kubeconfig("device-plugin")),
-        "--reconcile-interval",
-        "0.2",
-    ]
+    argv = plugin_argv(state, plugin_dir, apiserver, "--reconcile-interval", "0.2")
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         node.kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=30)
@@ -93,23 +85,7 @@ def test_a_burst_of_stop_signals_still_stops_the_plugin(apiserver, plugin_dir, t
     state = tmp_path / "node.json"
     SimulatedNvml({"node": NODE, "gpus": [{"model": "A100-SXM4-40GB"}]}, state_path=state)
     kubelet = SimulatedKubelet(plugin_dir).start()
-    argv = [
-        sys.executable,
-        "-m",
-        "sim.nvml.launch",
-        "--state",
-        str(state),
-        "--",
-        "device-plugin",
-        "--node-name",
-        NODE,
-        "--config-file",
-        str(DEFAULT_POLICY),
-        "--kubelet-dir",
-        str(plugin_dir),
-        "--kubeconfig",
-        str(apiserver.kubeconfig("device-plugin")),
-    ]
+    argv = plugin_argv(state, plugin_dir, apiserver)
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=30)
