@@ -19,7 +19,7 @@ from operator import attrgetter
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
-from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key
+from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
@@ -222,13 +222,13 @@ class PlacementIndex:
         counts[1] += step if g.used() == 0 else 0
 
     def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
-        """The candidate's fragmentation loss (`plan.fragmentation`): its model's share of empty GPUs
-        counts for a placement taking the whole GPU."""
-        spare = 0.0
+        """The candidate's fragmentation loss (`plan.fragmentation`); for a placement taking the whole
+        GPU, its model's counts of schedulable and empty GPUs price it (`plan.whole_gpu_cost`)."""
+        whole = 0.0
         if cand.choice.placement.size >= pset.axis:
             total, empty = self._types[gtype]
-            spare = empty / total
-        return fragmentation(cand.choice.loss, spare, pset.profiles[cand.profile].memory_mb)
+            whole = whole_gpu_cost(pset.capacity(0), total, empty)
+        return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb)
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
@@ -265,17 +265,18 @@ class PlacementIndex:
         `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
         of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
         its node, node name, GPU UUID. Fragmentation loss (`plan.fragmentation`) is: usable capacity
-        lost as a share of the GPU; for a placement taking the whole GPU, the larger share of empty
-        GPUs among its model's schedulable GPUs fleet-wide (whatever the pod's filters or `nodes`);
-        placeable value lost; the profile's memory. So a whole-GPU job goes to the model the small
-        requests left empty, and a small request takes the least memory among equal costs. Each GPU
+        lost as a share of the GPU; for a placement taking the whole GPU, the GPU's compute slices
+        over the share of its model's schedulable GPUs that are empty fleet-wide (whatever the pod's
+        filters or `nodes`); placeable value lost; the profile's memory. So a whole-GPU job goes to
+        the model the small requests left empty (between models about as empty, the one with fewer
+        compute slices), and a small request takes the least memory among equal costs. Each GPU
         contributes its best (profile, placement) only, which is the same as ranking every placement
         because rank leads and, within one GPU, fill is fixed.
 
         It is evaluated once per bucket, not per GPU: a bucket is the GPUs sharing the group key
         (profile set, occupancy mask, NVML type, total memory) and their node's fill, and every
-        criterion above before the GPU-order tie-break is computed from the bucket's first GPU (the
-        model's share of empty GPUs is one number per NVML type, kept up to date by `_change`). So
+        criterion above before the GPU-order tie-break is computed from the bucket's first GPU (a
+        model's counts of schedulable and empty GPUs are kept per NVML type by `_change`). So
         any criterion that varies per GPU or per node beyond those five things (a label, a health
         score, a node's other GPUs' types...) would silently be ranked per bucket, i.e. wrongly. A new
         criterion must either join `_Gpu.group()` / the fill bucket or be applied per GPU below;
@@ -338,7 +339,7 @@ class PlacementIndex:
         """All devices of the pod on one node, largest request first, or None if they do not all fit.
 
         Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
-        against the node's tentative masks; node fill, and each model's share of empty GPUs, stay
+        against the node's tentative masks; node fill, and each model's count of empty GPUs, stay
         what they were before this pod.
         """
         filtered = _has_filters(pod)
