@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from sim.apiserver import quantity
+from sim.apiserver import metadata, quantity
 from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
 
@@ -48,7 +48,9 @@ def check_name(rt: ResourceType, name: str) -> None:
 
 def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     """Stamp identity and defaults onto a new object (uid, creationTimestamp, type defaults)."""
+    metadata.decode_annotations(rt.kind, rt.version, obj.get("metadata"))
     meta = obj.setdefault("metadata", {})
+    metadata.check_annotations(rt.kind, rt.group, str(meta.get("name") or ""), meta)
     meta["uid"] = str(uuid.uuid4())
     meta["creationTimestamp"] = now()
     for drop in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink"):
@@ -112,6 +114,7 @@ def prepare_update(
 ) -> dict[str, Any]:
     """Carry over what an update may not change, as the type's update strategy does."""
     new = copy.deepcopy(new)
+    metadata.decode_annotations(rt.kind, rt.version, new.get("metadata"))
     meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
     for key in (
         "uid",
@@ -134,6 +137,7 @@ def prepare_update(
         out["metadata"]["resourceVersion"] = meta.get("resourceVersion", old_meta.get("resourceVersion"))
         canonicalize_quantities(rt, out)
         return out
+    metadata.check_annotations(rt.kind, rt.group, old_meta["name"], meta)
     if rt.status_via_subresource and "status" in old:
         new["status"] = copy.deepcopy(old["status"])
     canonicalize_quantities(rt, new)

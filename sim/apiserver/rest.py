@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from sim.apiserver.server import ApiServer
 
 log = logging.getLogger("sim.apiserver")
-MAX_BODY = 16 * 1024 * 1024
+# kube-apiserver's default --max-request-body-bytes (MaxRequestBodyBytes): 3 MiB; a larger body
+# is refused with 413 before it is decoded.
+MAX_BODY = 3 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
@@ -156,9 +158,7 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> bytes:
         length = self._content_length()
         if length > MAX_BODY:
-            raise ApiError(
-                413, f"request body too large: {length} bytes (limit {MAX_BODY})", "RequestEntityTooLarge"
-            )
+            raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
         raw = self.rfile.read(length) if length else b""
         self._body_read = True  # read once: an error reply must not wait for it again
         return raw
