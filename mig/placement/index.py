@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
@@ -26,6 +26,7 @@ from mig.types import Placement
 # (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
 _Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
 _SORT_KEY = attrgetter("sort_key")
+_FIRST = itemgetter(0)
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
@@ -315,17 +316,35 @@ class PlacementIndex:
                 ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
                 key=lambda pair: pair[0].sort_key,
             )
-            skip = ""
             if usable(head):
                 yield head, head_cand
-                skip = head.uuid
-            found = [
-                (g.sort_key, cand)
-                for cand, members in entries
-                for g in members.values()
-                if g.uuid != skip and usable(g)
-            ]
-            found.sort(key=lambda pair: pair[0])
+                found = [
+                    (g.sort_key, cand)
+                    for cand, members in entries
+                    for g in members.values()
+                    if g is not head and usable(g)
+                ]
+            else:
+                # A bucket of nodes the caller left out (locked by binds in progress, say) costs one
+                # membership test per GPU; only what is left is ranked.
+                found = (
+                    [
+                        (g.sort_key, cand)
+                        for cand, members in entries
+                        for g in members.values()
+                        if g.node in allowed
+                    ]
+                    if allowed is not None and not filtered
+                    else [
+                        (g.sort_key, cand) for cand, members in entries for g in members.values() if usable(g)
+                    ]
+                )
+                if not found:
+                    continue
+                first = min(found, key=_FIRST)
+                yield self._gpus[first[0][2]], first[1]
+                found = [pair for pair in found if pair is not first]
+            found.sort(key=_FIRST)
             for sort_key, cand in found:
                 yield self._gpus[sort_key[2]], cand
 

@@ -3,7 +3,6 @@ admission and the type strategies, independent of HTTP."""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -12,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.apiserver import errors, objects, patches, policies, schemas
+from sim.apiserver import errors, metadata, objects, patches, policies, schemas
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
 from sim.apiserver.resources import BY_KEY, ResourceType
 from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
 from sim.apiserver.store import Store, WatchEvent
+from sim.apiserver.trees import clone
 
 log = logging.getLogger("sim.apiserver")
 NAMESPACES = BY_KEY[("", "namespaces")]
@@ -351,7 +351,7 @@ class Registry:
         with self.store.lock:
             self._require_namespace(req, requested_name)
         body = self._admit(req, "CREATE", body, None, requested_name, warnings, phase="mutate") or body
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         obj_meta = obj.setdefault("metadata", {})
         if not obj_meta.get("name"):
             obj_meta["name"] = objects.generate_name(obj_meta["generateName"])
@@ -421,7 +421,7 @@ class Registry:
         rt = req.rt
         for _ in range(20):
             current = self.get(req)
-            new = make(copy.deepcopy(current))
+            new = make(current)  # the patches never mutate it; prepare_update copies
             if not isinstance(new, dict):
                 raise ApiError(422, "the patched object is not a JSON object", "Invalid")
             field_warnings: list[str] = []
@@ -460,63 +460,54 @@ class Registry:
         raise errors.conflict(rt.plural, rt.group, req.name)
 
     def bind(self, req: Request, body: Any) -> Result:
-        """pods/binding: set spec.nodeName once, as the scheduler's Binding does."""
-        if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
-            raise ApiError(
-                400 if not isinstance(body, dict) else 422,
-                "Binding is invalid: target.name: Required value: a Binding needs target.name (the node)",
-            )
-        pod_name = req.name or (body.get("metadata") or {}).get("name", "")
+        """pods/binding, as kube-apiserver's binding storage does it (checked against
+        pkg/registry/core/pod/storage: BindingREST.Create and its update of the pod): one write sets
+        spec.nodeName, merges the Binding's annotations over the pod's and sets PodScheduled=True,
+        so watchers see one MODIFIED event and one resourceVersion bump.
+
+        Refusals, in the real order: an undecodable body 400; a namespace or name that differs
+        from the URL's 400; a target that is not a named Node 500 (the real server returns its
+        validation list as a plain error, which the handler answers as an internal error with no
+        reason); a missing pod 404; a Binding whose metadata.uid or resourceVersion is not the
+        pod's 409 Conflict on pods (the storage precondition's message); a pod being deleted,
+        already bound or still gated 409 Conflict on pods/binding. The node is not looked up, and
+        the Binding's annotations are not validated: the real server copies them as they are."""
+        binding = _decode_binding(body, req.namespace, req.name)
+        pod_name = binding["metadata"]["name"]
         preq = Request(req.user, PODS, req.namespace, pod_name, "binding", req.dry_run)
         warnings: list[str] = []
-        binding = {"apiVersion": "v1", "kind": "Binding", **body}
-        binding.setdefault("metadata", {}).setdefault("name", pod_name)
-        binding["metadata"]["namespace"] = req.namespace
-        self._admit(
-            preq,
-            "CREATE",
-            binding,
-            None,
-            pod_name,
-            warnings,
-            {"group": "", "version": "v1", "kind": "Binding"},
+        binding = (
+            self._admit(
+                preq,
+                "CREATE",
+                binding,
+                None,
+                pod_name,
+                warnings,
+                {"group": "", "version": "v1", "kind": "Binding"},
+            )
+            or binding
         )
-        node = body["target"]["name"]
+        meta = binding.get("metadata") or {}
         with self.store.lock:
             pod = self.get(preq)
-            want_uid = (body.get("metadata") or {}).get("uid")
-            if want_uid and want_uid != pod["metadata"]["uid"]:
+            _check_preconditions(pod, str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+            refusal = _unbindable(pod)
+            if refusal:
                 raise ApiError(
                     409,
-                    f"Precondition failed: UID in precondition: {want_uid}, UID in object "
-                    f"meta: {pod['metadata']['uid']}",
+                    f'Operation cannot be fulfilled on pods/binding "{pod_name}": {refusal}',
                     "Conflict",
+                    {"name": pod_name, "kind": "pods/binding"},
                 )
-            if pod["metadata"].get("deletionTimestamp"):
-                raise ApiError(
-                    409, f"pod {pod_name} is being deleted, cannot be assigned to a host", "Conflict"
-                )
-            if pod.get("spec", {}).get("nodeName"):
-                raise ApiError(
-                    409, f'pod {pod_name} is already assigned to node "{pod["spec"]["nodeName"]}"', "Conflict"
-                )
-            new = copy.deepcopy(pod)
-            new["spec"]["nodeName"] = node
-            annotations = (body.get("metadata") or {}).get("annotations")
+            new = clone(pod)
+            new["spec"]["nodeName"] = binding["target"]["name"]
+            annotations = meta.get("annotations")
             if annotations:
-                new["metadata"].setdefault("annotations", {}).update(annotations)
-            conds = [
-                c for c in new.setdefault("status", {}).get("conditions", []) if c["type"] != "PodScheduled"
-            ]
-            conds.append(
-                {
-                    "type": "PodScheduled",
-                    "status": "True",
-                    "lastProbeTime": None,
-                    "lastTransitionTime": objects.now(),
-                }
-            )
-            new["status"]["conditions"] = conds
+                merged = new["metadata"].get("annotations") or {}
+                merged.update({k: v or "" for k, v in annotations.items()})
+                new["metadata"]["annotations"] = merged
+            _set_scheduled(new.setdefault("status", {}))
             if not req.dry_run:
                 self.store.commit(PODS, req.namespace, pod_name, new, "MODIFIED")
         return Result(errors.status_object(201, "", "", ok=True), 201, tuple(warnings))
@@ -553,7 +544,7 @@ class Registry:
                 return Result(self._delete_namespace(current), 200, tuple(warnings))
             meta = current["metadata"]
             if grace > 0 or meta.get("finalizers"):
-                new = copy.deepcopy(current)
+                new = clone(current)
                 nmeta = new["metadata"]
                 deadline = time.time() + grace
                 if not nmeta.get("deletionTimestamp") or grace < (
@@ -577,7 +568,7 @@ class Registry:
         meta, name = ns["metadata"], ns["metadata"]["name"]
         spec_finalizers = (ns.get("spec") or {}).get("finalizers")
         if not meta.get("deletionTimestamp") and (spec_finalizers or meta.get("finalizers")):
-            new = copy.deepcopy(ns)
+            new = clone(ns)
             new["metadata"]["deletionTimestamp"] = objects.now()
             new.setdefault("status", {})["phase"] = "Terminating"
             return self.store.commit(NAMESPACES, "", name, new, "MODIFIED") or new
@@ -618,7 +609,7 @@ class Registry:
                 current = self.store.table(NAMESPACES).get("", ns)
                 if current is None or self._contents(ns) or current["metadata"].get("finalizers"):
                     continue
-                final = copy.deepcopy(current)
+                final = clone(current)
                 final.setdefault("spec", {})["finalizers"] = []
                 self.store.commit(NAMESPACES, "", ns, final, "MODIFIED")
                 self.store.commit(NAMESPACES, "", ns, None, "DELETED")
@@ -726,15 +717,15 @@ def _translate(
     if ns is not None and ev.obj["metadata"].get("namespace", "") != ns:
         return None
     if ev.type == "DELETED":
-        return {"type": "DELETED", "object": ev.obj} if match(ev.old) else None
+        return ev.frame("DELETED") if match(ev.old) else None
     now_ok = match(ev.obj)
     if ev.type == "ADDED":
-        return {"type": "ADDED", "object": ev.obj} if now_ok else None
+        return ev.frame("ADDED") if now_ok else None
     was_ok = match(ev.old)
     if now_ok and was_ok:
-        return {"type": "MODIFIED", "object": ev.obj}
+        return ev.frame("MODIFIED")
     if now_ok:
-        return {"type": "ADDED", "object": ev.obj}
+        return ev.frame("ADDED")
     if was_ok:
         old = {
             **ev.old,
@@ -742,3 +733,89 @@ def _translate(
         }
         return {"type": "DELETED", "object": old}
     return None
+
+
+def _decode_binding(body: Any, namespace: str, url_name: str) -> dict[str, Any]:
+    """The Binding as the real decoder and create handler accept it (see Registry.bind)."""
+    if not isinstance(body, dict):
+        raise ApiError(
+            400, 'Binding in version "v1" cannot be handled as a Binding: the body is not a JSON object'
+        )
+    metadata.decode_annotations("Binding", "v1", body.get("metadata"))
+    target = body.get("target")
+    if target is not None and not isinstance(target, dict):
+        raise ApiError(
+            400,
+            'Binding in version "v1" cannot be handled as a Binding: json: cannot unmarshal '
+            "into Go struct field Binding.target of type v1.ObjectReference",
+        )
+    binding = {"apiVersion": "v1", "kind": "Binding", **body}
+    meta = binding["metadata"] = dict(body.get("metadata") or {})
+    if meta.get("namespace") and meta["namespace"] != namespace:
+        raise ApiError(
+            400, "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    meta["namespace"] = namespace
+    name = str(meta.get("name") or "")
+    if url_name and name != url_name:
+        raise ApiError(400, "name in URL does not match name in Binding object")
+    target = target or {}
+    problems = []
+    if target.get("kind") not in (None, "", "Node"):
+        problems.append(
+            f'target.kind: Unsupported value: {json.dumps(str(target["kind"])[:64])}: supported values: "Node", "<empty>"'
+        )
+    if not target.get("name"):
+        problems.append("target.name: Required value")
+    if problems:
+        raise ApiError(500, problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]", "")
+    return binding
+
+
+def _check_preconditions(pod: dict[str, Any], uid: str, resource_version: str) -> None:
+    """A Binding's metadata.uid / resourceVersion are storage preconditions on the pod."""
+    meta = pod["metadata"]
+    if uid and uid != meta["uid"]:
+        why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}"
+    elif resource_version and resource_version != meta["resourceVersion"]:
+        why = (
+            f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+            f"ResourceVersion in object meta: {meta['resourceVersion']}"
+        )
+    else:
+        return
+    key = f"/registry/pods/{meta['namespace']}/{meta['name']}"
+    raise ApiError(
+        409,
+        f'Operation cannot be fulfilled on pods "{meta["name"]}": StorageError: invalid object, Code: 4, '
+        f"Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {why}",
+        "Conflict",
+        {"name": meta["name"], "kind": "pods"},
+    )
+
+
+def _unbindable(pod: dict[str, Any]) -> str | None:
+    name, spec = pod["metadata"]["name"], pod.get("spec") or {}
+    if pod["metadata"].get("deletionTimestamp"):
+        return f"pod {name} is being deleted, cannot be assigned to a host"
+    if spec.get("nodeName"):
+        return f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+    if spec.get("schedulingGates"):
+        return f"pod {name} has non-empty .spec.schedulingGates"
+    return None
+
+
+def _set_scheduled(status: dict[str, Any]) -> None:
+    """PodScheduled=True as the real pod condition helper sets it: replaced in place (reason and
+    message cleared), its transition time kept when it already was True."""
+    conditions = status.setdefault("conditions", [])
+    for i, cond in enumerate(conditions):
+        if cond.get("type") == "PodScheduled":
+            since = cond.get("lastTransitionTime") if cond.get("status") == "True" else None
+            conditions[i] = _scheduled(since or objects.now())
+            return
+    conditions.append(_scheduled(objects.now()))
+
+
+def _scheduled(since: str) -> dict[str, Any]:
+    return {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": since}

@@ -13,12 +13,15 @@ from sim.apiserver import discovery, disruption, logs, media, openapi, protobuf,
 from sim.apiserver.errors import ApiError
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
+from sim.apiserver.store import Frame
 
 if TYPE_CHECKING:
     from sim.apiserver.server import ApiServer
 
 log = logging.getLogger("sim.apiserver")
-MAX_BODY = 16 * 1024 * 1024
+# kube-apiserver's default --max-request-body-bytes (MaxRequestBodyBytes): 3 MiB; a larger body
+# is refused with 413 before it is decoded.
+MAX_BODY = 3 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
@@ -156,9 +159,7 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> bytes:
         length = self._content_length()
         if length > MAX_BODY:
-            raise ApiError(
-                413, f"request body too large: {length} bytes (limit {MAX_BODY})", "RequestEntityTooLarge"
-            )
+            raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
         raw = self.rfile.read(length) if length else b""
         self._body_read = True  # read once: an error reply must not wait for it again
         return raw
@@ -477,12 +478,22 @@ class Handler(BaseHTTPRequestHandler):
         if as_table[0]:
             as_table[0] = "first"
 
+        def line(event: dict[str, Any]) -> bytes:
+            if as_table[0]:
+                return json.dumps(render(event), separators=(",", ":")).encode() + b"\n"
+            cached = getattr(event, "line", None)
+            if cached is None:
+                cached = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+                if isinstance(event, Frame):
+                    event.line = cached  # the same bytes for every watcher of this event
+            return cached
+
         def send(events: list[dict[str, Any]]) -> None:
             if not started[0]:
                 start()
             if not events:
                 return
-            data = b"".join(json.dumps(render(e), separators=(",", ":")).encode() + b"\n" for e in events)
+            data = b"".join(line(e) for e in events)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
