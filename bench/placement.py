@@ -456,10 +456,17 @@ def decision_times() -> dict[str, tuple[float, float, int]]:
 
 def main(argv: list[str]) -> int:
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
+    # --workload NAME: that workload only (mixed, inference-heavy), for trying a change on it
+    only = argv[argv.index("--workload") + 1] if "--workload" in argv[:-1] else None
+    if only is not None and only not in {w for w, _, _ in WORKLOADS}:
+        print(
+            f"--workload: unknown {only!r}; one of {', '.join(w for w, _, _ in WORKLOADS)}", file=sys.stderr
+        )
+        return 2
     small = (24, 8)  # churn fleet: 24 nodes × 8 GPUs
     runs: dict[tuple[str, str], list[dict[str, dict]]] = {}
     offered: dict[tuple[str, str], list[float]] = {}
-    for wname, mix, loads in WORKLOADS:
+    for wname, mix, loads in (w for w in WORKLOADS if only in (None, w[0])):
         for label, target in loads:
             for seed in seeds:
                 print(f"== {wname}, {label}, seed {seed}", file=sys.stderr)

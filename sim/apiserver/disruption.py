@@ -26,7 +26,6 @@ count 0 for maxUnavailable and percentage budgets, as in kube-controller-manager
 from __future__ import annotations
 
 import calendar
-import copy
 import math
 import time
 from typing import Any
@@ -36,6 +35,7 @@ from sim.apiserver.errors import ApiError, status_object
 from sim.apiserver.registry import Request, Result
 from sim.apiserver.resources import BY_KEY
 from sim.apiserver.selectors import labels_of, match_label_selector
+from sim.apiserver.trees import clone
 
 PODS = BY_KEY[("", "pods")]
 BUDGETS = BY_KEY[("policy", "poddisruptionbudgets")]
@@ -118,7 +118,7 @@ def _spend(registry: Any, pdb: dict[str, Any], pod_name: str, dry_run: bool) -> 
         )
     if dry_run:
         return
-    new = copy.deepcopy(pdb)
+    new = clone(pdb)
     st = new.setdefault("status", {})
     st["disruptionsAllowed"] = allowed - 1
     st.setdefault("disruptedPods", {})[pod_name] = objects.now()
@@ -260,6 +260,6 @@ def sync_budgets(registry: Any, now: float | None = None) -> None:
             } and old.get("conditions"):
                 continue
             _condition(status, allowed > 0)
-            new = copy.deepcopy(pdb)
+            new = clone(pdb)
             new["status"] = status
             registry.store.commit(BUDGETS, ns, pdb["metadata"]["name"], new, "MODIFIED")

@@ -3,7 +3,6 @@ matter to clients: defaults, what an update may change, names)."""
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 import string
@@ -14,6 +13,7 @@ from typing import Any
 from sim.apiserver import metadata, quantity
 from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
+from sim.apiserver.trees import clone
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -113,7 +113,7 @@ def prepare_update(
     rt: ResourceType, new: dict[str, Any], old: dict[str, Any], subresource: str
 ) -> dict[str, Any]:
     """Carry over what an update may not change, as the type's update strategy does."""
-    new = copy.deepcopy(new)
+    new = clone(new)
     metadata.decode_annotations(rt.kind, rt.version, new.get("metadata"))
     meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
     for key in (
@@ -132,14 +132,14 @@ def prepare_update(
     new["apiVersion"], new["kind"] = rt.group_version, rt.kind
     if subresource == "status":
         # The status endpoint changes status only; spec and metadata stay as stored.
-        out = copy.deepcopy(old)
+        out = clone(old)
         out["status"] = new.get("status", {})
         out["metadata"]["resourceVersion"] = meta.get("resourceVersion", old_meta.get("resourceVersion"))
         canonicalize_quantities(rt, out)
         return out
     metadata.check_annotations(rt.kind, rt.group, old_meta["name"], meta)
     if rt.status_via_subresource and "status" in old:
-        new["status"] = copy.deepcopy(old["status"])
+        new["status"] = clone(old["status"])
     canonicalize_quantities(rt, new)
     if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(
         old.get("spec", {})

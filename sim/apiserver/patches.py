@@ -1,13 +1,16 @@
 """The three patch types the API server accepts: JSON Patch (RFC 6902), JSON merge patch (RFC 7386)
 and strategic merge patch (merge patch plus merge-by-key for the lists Kubernetes declares so).
 
-All functions are pure: they return a new document and never mutate their inputs.
+All functions are pure: they never mutate their inputs. The merge patches copy only the maps on
+the patch's paths, so their result may share unchanged parts with `doc` and with `patch`: clone
+it (trees.clone) before changing it in place.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from sim.apiserver.trees import clone
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -106,7 +109,7 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
     """Apply an RFC 6902 operation list; a failed `test` raises PatchError(test_failed=True)."""
     if not isinstance(ops, list):
         raise PatchError("a JSON patch must be a list of operations")
-    out = copy.deepcopy(doc)
+    out = clone(doc)
     for op in ops:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"invalid JSON patch operation {op!r}: needs 'op' and 'path'")
@@ -114,15 +117,15 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
         if kind in ("add", "replace", "test") and "value" not in op:
             raise PatchError(f"operation {kind} at {op['path']!r} needs a 'value'")
         if kind == "add":
-            out = _add(out, tokens, copy.deepcopy(op["value"]))
+            out = _add(out, tokens, clone(op["value"]))
         elif kind == "remove":
             out = _remove(out, tokens)
         elif kind == "replace":
             _get(out, tokens)
-            out = _add(_remove(out, tokens), tokens, copy.deepcopy(op["value"])) if tokens else op["value"]
+            out = _add(_remove(out, tokens), tokens, clone(op["value"])) if tokens else op["value"]
         elif kind in ("move", "copy"):
             src = _tokens(op.get("from", ""))
-            value = copy.deepcopy(_get(out, src))
+            value = clone(_get(out, src))
             if kind == "move":
                 out = _remove(out, src)
             out = _add(out, tokens, value)
@@ -144,8 +147,8 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
 def apply_merge_patch(doc: Any, patch: Any) -> Any:
     """RFC 7386: maps merge recursively, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+        return patch
+    out = dict(doc) if isinstance(doc, dict) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
@@ -186,7 +189,7 @@ def _merge_list(key: str, current: list, patch: list) -> list:
         return out
     if not merge_key or not all(isinstance(i, dict) for i in current + patch):
         return [apply_strategic_merge_patch(None, i) if isinstance(i, dict) else i for i in patch]
-    out = [copy.deepcopy(i) for i in current]
+    out = list(current)
     for item in patch:
         directive = item.get("$patch")
         pos = next((n for n, cur in enumerate(out) if cur.get(merge_key) == item.get(merge_key)), None)
@@ -207,12 +210,12 @@ def apply_strategic_merge_patch(doc: Any, patch: Any) -> Any:
     """Merge patch, except lists with a declared merge key merge item-by-item (`$patch` directives
     `replace` and `delete` are honoured; `$setElementOrder`/`$retainKeys` are accepted and ignored)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return patch
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: v for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
         return None
-    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    out = dict(doc) if isinstance(doc, dict) else {}
     for key, value in patch.items():
         if key.startswith("$setElementOrder/") or key in ("$retainKeys", "$patch"):
             continue
@@ -231,5 +234,5 @@ def apply_strategic_merge_patch(doc: Any, patch: Any) -> Any:
             else:
                 out[key] = merged
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = value
     return out

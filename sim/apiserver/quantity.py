@@ -19,6 +19,7 @@ parser (which it exists to test).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -93,6 +94,19 @@ def _decimal(value: Fraction, fmt: str) -> str:
 
 def canonical(text: Any) -> str:
     """The canonical string kube-apiserver stores for a quantity; QuantityError if it is not one."""
+    if type(text) in (str, int, float):
+        return _canonical_cached(text)
+    return _canonical(text)
+
+
+# A fleet writes the same few quantities over and over (every node's capacity, every pod's limits),
+# and exact Fraction arithmetic is the dearest part of a write: remember the last few thousand.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _canonical_cached(text: str | int | float) -> str:
+    return _canonical(text)
+
+
+def _canonical(text: Any) -> str:
     value, fmt = parse(text)
     value = _round_up_to_nano(value)
     if value == 0:

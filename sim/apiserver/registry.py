@@ -3,7 +3,6 @@ admission and the type strategies, independent of HTTP."""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -19,6 +18,7 @@ from sim.apiserver.identities import Identity
 from sim.apiserver.resources import BY_KEY, ResourceType
 from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
 from sim.apiserver.store import Store, WatchEvent
+from sim.apiserver.trees import clone
 
 log = logging.getLogger("sim.apiserver")
 NAMESPACES = BY_KEY[("", "namespaces")]
@@ -351,7 +351,7 @@ class Registry:
         with self.store.lock:
             self._require_namespace(req, requested_name)
         body = self._admit(req, "CREATE", body, None, requested_name, warnings, phase="mutate") or body
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         obj_meta = obj.setdefault("metadata", {})
         if not obj_meta.get("name"):
             obj_meta["name"] = objects.generate_name(obj_meta["generateName"])
@@ -421,7 +421,7 @@ class Registry:
         rt = req.rt
         for _ in range(20):
             current = self.get(req)
-            new = make(copy.deepcopy(current))
+            new = make(current)  # the patches never mutate it; prepare_update copies
             if not isinstance(new, dict):
                 raise ApiError(422, "the patched object is not a JSON object", "Invalid")
             field_warnings: list[str] = []
@@ -500,7 +500,7 @@ class Registry:
                     "Conflict",
                     {"name": pod_name, "kind": "pods/binding"},
                 )
-            new = copy.deepcopy(pod)
+            new = clone(pod)
             new["spec"]["nodeName"] = binding["target"]["name"]
             annotations = meta.get("annotations")
             if annotations:
@@ -544,7 +544,7 @@ class Registry:
                 return Result(self._delete_namespace(current), 200, tuple(warnings))
             meta = current["metadata"]
             if grace > 0 or meta.get("finalizers"):
-                new = copy.deepcopy(current)
+                new = clone(current)
                 nmeta = new["metadata"]
                 deadline = time.time() + grace
                 if not nmeta.get("deletionTimestamp") or grace < (
@@ -568,7 +568,7 @@ class Registry:
         meta, name = ns["metadata"], ns["metadata"]["name"]
         spec_finalizers = (ns.get("spec") or {}).get("finalizers")
         if not meta.get("deletionTimestamp") and (spec_finalizers or meta.get("finalizers")):
-            new = copy.deepcopy(ns)
+            new = clone(ns)
             new["metadata"]["deletionTimestamp"] = objects.now()
             new.setdefault("status", {})["phase"] = "Terminating"
             return self.store.commit(NAMESPACES, "", name, new, "MODIFIED") or new
@@ -609,7 +609,7 @@ class Registry:
                 current = self.store.table(NAMESPACES).get("", ns)
                 if current is None or self._contents(ns) or current["metadata"].get("finalizers"):
                     continue
-                final = copy.deepcopy(current)
+                final = clone(current)
                 final.setdefault("spec", {})["finalizers"] = []
                 self.store.commit(NAMESPACES, "", ns, final, "MODIFIED")
                 self.store.commit(NAMESPACES, "", ns, None, "DELETED")
@@ -717,15 +717,15 @@ def _translate(
     if ns is not None and ev.obj["metadata"].get("namespace", "") != ns:
         return None
     if ev.type == "DELETED":
-        return {"type": "DELETED", "object": ev.obj} if match(ev.old) else None
+        return ev.frame("DELETED") if match(ev.old) else None
     now_ok = match(ev.obj)
     if ev.type == "ADDED":
-        return {"type": "ADDED", "object": ev.obj} if now_ok else None
+        return ev.frame("ADDED") if now_ok else None
     was_ok = match(ev.old)
     if now_ok and was_ok:
-        return {"type": "MODIFIED", "object": ev.obj}
+        return ev.frame("MODIFIED")
     if now_ok:
-        return {"type": "ADDED", "object": ev.obj}
+        return ev.frame("ADDED")
     if was_ok:
         old = {
             **ev.old,

@@ -13,6 +13,7 @@ from sim.apiserver import discovery, disruption, logs, media, openapi, protobuf,
 from sim.apiserver.errors import ApiError
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
+from sim.apiserver.store import Frame
 
 if TYPE_CHECKING:
     from sim.apiserver.server import ApiServer
@@ -477,12 +478,22 @@ class Handler(BaseHTTPRequestHandler):
         if as_table[0]:
             as_table[0] = "first"
 
+        def line(event: dict[str, Any]) -> bytes:
+            if as_table[0]:
+                return json.dumps(render(event), separators=(",", ":")).encode() + b"\n"
+            cached = getattr(event, "line", None)
+            if cached is None:
+                cached = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+                if isinstance(event, Frame):
+                    event.line = cached  # the same bytes for every watcher of this event
+            return cached
+
         def send(events: list[dict[str, Any]]) -> None:
             if not started[0]:
                 start()
             if not events:
                 return
-            data = b"".join(json.dumps(render(e), separators=(",", ":")).encode() + b"\n" for e in events)
+            data = b"".join(line(e) for e in events)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 

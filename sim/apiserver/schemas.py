@@ -57,6 +57,7 @@ def fields_of(model: str) -> dict[str, str]:
     return {cls.attribute_map[attr]: kind for attr, kind in cls.openapi_types.items()}
 
 
+@cache
 def is_model(kind: str) -> bool:
     return hasattr(models, kind) and hasattr(getattr(models, kind), "openapi_types")
 
@@ -81,14 +82,25 @@ def unknown_fields(model: str, obj: Any, path: str = "", out: list[str] | None =
 def _walk(kind: str, value: Any, path: str, out: list[str]) -> None:
     if len(out) > MAX_REPORTED:
         return
-    if (m := _LIST.match(kind)) and isinstance(value, list):
+    shape, inner = _shape(kind)
+    if shape == "list" and isinstance(value, list):
         for i, item in enumerate(value):
-            _walk(m.group(1), item, f"{path}[{i}]", out)
-    elif (m := _DICT.match(kind)) and isinstance(value, dict):
+            _walk(inner, item, f"{path}[{i}]", out)
+    elif shape == "dict" and isinstance(value, dict):
         for key, item in value.items():
-            _walk(m.group(1), item, f"{path}.{key}", out)
-    elif is_model(kind):
+            _walk(inner, item, f"{path}.{key}", out)
+    elif shape == "model":
         unknown_fields(kind, value, path, out)
+
+
+@cache
+def _shape(kind: str) -> tuple[str, str]:
+    """("list" | "dict", item type), ("model", kind) or ("scalar", kind) for a client type string."""
+    if m := _LIST.match(kind):
+        return "list", m.group(1)
+    if m := _DICT.match(kind):
+        return "dict", m.group(1)
+    return ("model" if is_model(kind) else "scalar"), kind
 
 
 def describe_unknown(paths: list[str]) -> list[str]:

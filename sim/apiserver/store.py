@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.apiserver.resources import STORED, ResourceType
+
+
+class Frame(dict):  # type: ignore[type-arg]
+    """One watch event as sent ({"type", "object"}), shared by every watcher it is sent to, with
+    its encoded line once the first watcher has encoded it: the object is a stored one and never
+    changes, so each event is encoded once, not once per watcher."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, kind: str, obj: dict[str, Any]):
+        super().__init__(type=kind, object=obj)
+        self.line: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,15 @@ class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED
     obj: dict[str, Any]
     old: dict[str, Any] | None
+    frames: dict[str, Frame] = field(default_factory=dict, compare=False, repr=False)
+
+    def frame(self, kind: str) -> Frame:
+        """The event as watchers see it when it reports `obj` as `kind` (the store's own event, or
+        ADDED for a watcher whose selector the object just entered)."""
+        got = self.frames.get(kind)
+        if got is None:
+            got = self.frames.setdefault(kind, Frame(kind, self.obj))
+        return got
 
 
 class Table:

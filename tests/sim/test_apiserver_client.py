@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 
@@ -289,3 +290,36 @@ def test_unknown_bearer_tokens_are_unauthorized(apiserver, tmp_path):
     with pytest.raises(ApiException) as denied:
         api.list_namespace()
     assert denied.value.status == 401
+
+
+@pytest.mark.parametrize(
+    ("patch", "content_type"),
+    [
+        ({"metadata": {"labels": {"x": "2", "y": None}}, "spec": {"tolerations": [{"key": "k"}]}}, "merge"),
+        (
+            {"metadata": {"labels": {"x": "2"}}, "spec": {"containers": [{"name": "c", "image": "b:2"}]}},
+            "strategic",
+        ),
+        ([{"op": "replace", "path": "/metadata/labels/x", "value": "2"}], "json"),
+    ],
+    ids=["merge", "strategic", "json"],
+)
+def test_a_patch_changes_the_new_version_only_never_the_stored_one_others_read(
+    apiserver, core, patch, content_type
+):
+    """Watch events and readers share the stored object; a write must copy what it changes."""
+    core.create_namespaced_pod("default", pod("a", {"x": "1", "y": "1"}))
+    stored = apiserver.get("pods", "a", "default")
+    before = json.dumps(stored, sort_keys=True)
+    kinds = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json"}
+    kinds["json"] = "application/json-patch+json"
+    conn = http.client.HTTPConnection(apiserver.host, apiserver.port, timeout=30)
+    headers = {
+        "Authorization": f"Bearer {apiserver.identity('admin').token}",
+        "Content-Type": kinds[content_type],
+    }
+    conn.request("PATCH", "/api/v1/namespaces/default/pods/a", json.dumps(patch), headers)
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert json.dumps(stored, sort_keys=True) == before
+    assert apiserver.get("pods", "a", "default")["metadata"]["labels"]["x"] == "2"
