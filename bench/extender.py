@@ -6,9 +6,8 @@ Both figures are set against what is measured in the same run on the same machin
 - own time: dynmig serve's Service in this process, against the simulated API server (its own
   process) with 1,000 nodes × 8 GPUs; per pod, filter (decode the ExtenderArgs body with every node
   name, plan, reserve, encode the reply) plus bind (decode, node lock, Binding, encode), minus the
-  time spent inside API calls (kube.errors.api_seconds: every call passes there). The reservation
-  write that follows the filter's reply is waited for outside the clock, as kube-scheduler's own
-  scheduling cycle runs between filter and bind. Target: p50 <= 3 ms.
+  time spent inside API calls (kube.errors.api_seconds: every call passes there). The filter makes
+  no API call; bind makes two (node lock, Binding). Target: p50 <= 3 ms.
 - end to end: the simulated kube-scheduler (sim/scheduler) calling an extender over HTTPS on 1,000
   nodes; pods bound / wall time (bench/serve.py's bench_end_to_end), once with a no-op extender (it
   keeps every node and posts the Binding: one API write per pod, the least any binding extender
@@ -150,9 +149,6 @@ def bench_own_time(apiserver, pods: int = 300) -> dict:
             chosen = (reply.get("NodeNames") or [None])[0]
             if not chosen:
                 raise RuntimeError(f"pod {meta['name']} not placed: {reply}")
-            service.filter.pending.wait_recorded(
-                meta["uid"]
-            )  # the write after the reply: kube-scheduler's cycle
             bind_body = json.dumps(
                 {"PodName": meta["name"], "PodNamespace": "team", "PodUID": meta["uid"], "Node": chosen}
             ).encode()

@@ -18,10 +18,12 @@ and load and writes bench/results/placement.json. Seeded and deterministic apart
 - Baselines (bench/_baselines): first-fit; best-fit (most-filled GPU, least capacity lost); HAMi's
   #2378 and #2855 in-GPU rules, each with HAMi's chart default (node binpack, GPU spread) and with
   binpack/binpack, so the in-GPU rule is compared under dynmig's GPU choice too.
-- Oracle (bench/_packing/oracle.py): at each of dynmig's refusals, could the pods then running plus
-  the refused one fit if running instances could be moved? Each refusal is proved infeasible, shown
-  packable, or unknown; dynmig/oracle is dynmig's refusals over the oracle's (proved + unknown, or
-  proved only), per load and per request kind.
+- Oracle (bench/_packing/oracle.py): at every one of dynmig's refusals, could the pods then running
+  plus the refused one fit if every running instance could be moved? Each refusal is proved
+  infeasible (integer programs solved by HiGHS: a node-free relaxation, then the exact program with
+  nodes), shown packable (a legal packing, checked like a policy's picks), unknown (a solve's time
+  limit) or not searched (the trace's time budget); see ORACLE_MEANS. dynmig/oracle is dynmig's
+  refusals over the oracle's (proved, or proved + unknown + not searched), per load and request kind.
 - HAMi's E2E sequences (bench/_packing/hami_e2e.py): the A100-40GB and RTX PRO 6000 cases of HAMi's
   `hack/hami-mig-e2e.sh` on one GPU; each policy is scored by the script's expectations it misses.
 - Decision time: a 5,000-node × 8-GPU fleet filled at random to about 60 % of its slices; each policy
@@ -55,7 +57,7 @@ from _baselines import (
     Pick,
 )
 from _packing.hami_e2e import TRACES, replay
-from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle
+from _packing.oracle import INFEASIBLE, NOT_SEARCHED, UNKNOWN, VERDICTS, Oracle, legal_packing
 
 from mig.allowlist import default_allowlist
 from mig.catalog import find_model
@@ -248,11 +250,10 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int, judge: bool = False) 
     """Replay the trace; with `judge`, the oracle rules on every refusal (see _packing/oracle.py)."""
     nodes = make_fleet(nodes_n, gpus_n)
     policy = policy_cls(nodes)
-    oracle = Oracle(nodes) if judge else None
+    oracle = Oracle(nodes, ORACLE_BUDGET, ORACLE_TIME_LIMIT) if judge else None
     verdicts: Counter[str] = Counter()
     oracle_by_kind: Counter[tuple[str, str]] = Counter()
     by_kind: Counter[str] = Counter()
-    searched = 0
     all_gpus = [g for n in nodes for g in n.gpus]
     capacity = sum(g.axis for g in all_gpus)
     departures: list[tuple[float, int]] = []
@@ -272,13 +273,13 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int, judge: bool = False) 
             refused += 1
             by_kind[kind(mems)] += 1
             if oracle is not None:
-                # Searched: the first few refusals, then every SEARCH_EVERY-th, at most SEARCH_CAP.
-                n = sum(verdicts.values())
-                search = searched < SEARCH_CAP and (n < 4 or n % SEARCH_EVERY == 0)
-                verdict = oracle.judge({k: arrivals[k][1] for k in live}, mems, search)
-                searched += 1 if search else 0
-                verdicts[verdict] += 1
-                oracle_by_kind[(kind(mems), verdict)] += 1
+                running = {k: arrivals[k][1] for k in live}
+                judged = oracle.judge(running, mems, key)
+                if judged.packing is not None:
+                    wrong = legal_packing(nodes, {**running, key: mems}, judged.packing)
+                    assert not wrong, f"the oracle's packing is not legal: {wrong[:3]}"
+                verdicts[judged.verdict] += 1
+                oracle_by_kind[(kind(mems), judged.verdict)] += 1
             need = need_cache.setdefault(mems, needed_slices(nodes, mems))
             free_by_type: dict[str, int] = {}
             for g in all_gpus:
@@ -298,6 +299,7 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int, judge: bool = False) 
         "by_kind": by_kind,
         "verdicts": verdicts,
         "oracle_by_kind": oracle_by_kind,
+        "oracle_seconds": oracle.spent_total if oracle is not None else 0.0,
     }
 
 
@@ -355,7 +357,16 @@ WORKLOADS = (
     ("inference-heavy", INFERENCE, (("near capacity", 1.2), ("overload", 1.3))),
 )
 SEEDS = (SEED, SEED + 10, SEED + 20)
-SEARCH_CAP, SEARCH_EVERY = 12, 4  # refusals per run the oracle searches beyond its bound (seconds each)
+ORACLE_MEANS = (
+    "The oracle judges each of dynmig's refusals on the moment it happened: it refuses the pod only when "
+    "it is proved\nthat the pods running then plus the refused one fit on no arrangement of the fleet, "
+    "even moving every running\ninstance (per-GPU legal placements and nodes kept). Its refusals are "
+    "those no policy could have avoided\nwith the pods dynmig had admitted; a packing found means moving "
+    "instances would have admitted the pod."
+)
+# The oracle's seconds per trace in its program with nodes (refusals past it are "not searched"), and
+# per solve (past it, "unknown"); the node-free relaxation runs at every refusal (milliseconds).
+ORACLE_BUDGET, ORACLE_TIME_LIMIT = 20.0, 2.0
 ARRIVALS = 5000
 
 
@@ -389,10 +400,17 @@ def decision_times() -> dict[str, tuple[float, float, int]]:
 
 def main(argv: list[str]) -> int:
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
+    # --workload NAME: that workload only (mixed, inference-heavy), for trying a change on it
+    only = argv[argv.index("--workload") + 1] if "--workload" in argv[:-1] else None
+    if only is not None and only not in {w for w, _, _ in WORKLOADS}:
+        print(
+            f"--workload: unknown {only!r}; one of {', '.join(w for w, _, _ in WORKLOADS)}", file=sys.stderr
+        )
+        return 2
     small = (24, 8)  # churn fleet: 24 nodes × 8 GPUs
     runs: dict[tuple[str, str], list[dict[str, dict]]] = {}
     offered: dict[tuple[str, str], list[float]] = {}
-    for wname, mix, loads in WORKLOADS:
+    for wname, mix, loads in (w for w in WORKLOADS if only in (None, w[0])):
         for label, target in loads:
             for seed in seeds:
                 print(f"== {wname}, {label}, seed {seed}", file=sys.stderr)
@@ -407,6 +425,7 @@ def main(argv: list[str]) -> int:
         f"seeds {', '.join(map(str, seeds))} (figures are min-max over seeds); decision time at 5000 nodes × "
         "8 GPUs, ~60 % of slices occupied"
     )
+    print(ORACLE_MEANS)
     summary: dict = {}
     for (wname, label), seed_runs in runs.items():
         shown = offered[(wname, label)]
@@ -438,6 +457,13 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else (0.0 if not a else float("inf"))
 
 
+def _ratio_cell(a: int, b: int) -> str:
+    """A ratio for a table cell: '-' when both are 0 (nothing to compare), 'inf' when only b is."""
+    if not a and not b:
+        return "-"
+    return "inf" if not b else f"{a / b:.2f}"
+
+
 def report(res: list[dict[str, dict]], timing: dict) -> dict:
     head = f"{'policy':<15} {'refused':>10} {'frag.refusals':>14} {'utilisation':>12} {'dynmig/policy':>14}"
     print(head)
@@ -456,43 +482,60 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     best_ratio = [_ratio(r["dynmig"]["refused"], b) for r, b in zip(res, per_seed_best, strict=True)]
     best = min(baselines, key=lambda n: sum(refused[n]))
     print(f"dynmig vs the best baseline of each seed: {_span(best_ratio, '{:.2f}')}× (target ≤ 0.50×)")
-    # The oracle: dynmig's refusals judged one by one.
-    proved = [r["dynmig"]["verdicts"][INFEASIBLE] for r in res]
-    unknown = [r["dynmig"]["verdicts"][UNKNOWN] + r["dynmig"]["verdicts"][NOT_SEARCHED] for r in res]
-    skipped = [r["dynmig"]["verdicts"][NOT_SEARCHED] for r in res]
-    packed = [r["dynmig"]["verdicts"][PACKED] for r in res]
-    most = [p + u for p, u in zip(proved, unknown, strict=True)]
-    print(
-        f"oracle (moves allowed) at dynmig's refusals: proved infeasible {_span(proved)}, packing found "
-        f"{_span(packed)}, unknown {_span(unknown)} (of which not searched {_span(skipped)})"
-    )
-    print(
-        f"oracle refusals: {_span(proved)} to {_span(most)} (proved, or proved + unknown); dynmig/oracle "
-        f"at least {_span([_ratio(d, m) for d, m in zip(refused['dynmig'], most, strict=True)], '{:.2f}')}×, "
-        f"at most {_span([_ratio(d, p) for d, p in zip(refused['dynmig'], proved, strict=True)], '{:.2f}')}× "
-        "(target ≤ 1.25× near capacity; inf: the oracle proves none)"
-    )
+    # The oracle: dynmig's refusals judged one by one (see ORACLE_MEANS).
+    verdicts = {v: [r["dynmig"]["verdicts"][v] for r in res] for v in VERDICTS}
+    proved = verdicts[INFEASIBLE]
+    most = [sum(r["dynmig"]["verdicts"][v] for v in (INFEASIBLE, UNKNOWN, NOT_SEARCHED)) for r in res]
     lo = [_ratio(d, m) for d, m in zip(refused["dynmig"], most, strict=True)]
     hi = [_ratio(d, p) for d, p in zip(refused["dynmig"], proved, strict=True)]
+    seconds = [r["dynmig"]["oracle_seconds"] for r in res]
+    print(
+        f"oracle at dynmig's refusals ({_span(seconds, '{:.1f}')} s per trace): "
+        + ", ".join(f"{v} {_span(verdicts[v])}" for v in VERDICTS)
+    )
+    print(
+        f"dynmig refused {_span(refused['dynmig'])}; oracle refused {_span(proved)} (proved) to {_span(most)} "
+        f"(proved + unknown + not searched); dynmig/oracle at least {_span(lo, '{:.2f}')}×, at most "
+        f"{_span(hi, '{:.2f}')}× (target ≤ 1.25× near capacity; inf: the oracle refuses none)"
+    )
     kinds_head = (
         f"{'by request kind (sum over seeds)':<44}" + "".join(f"{k:>7}" for k in KINDS) + f"{'total':>7}"
     )
     print("\n" + kinds_head)
     print("-" * len(kinds_head))
+
+    def of(r: dict, k: str, *vs: str) -> int:
+        return sum(r["dynmig"]["oracle_by_kind"][(k, v)] for v in vs)
+
     rows: list[tuple[str, Callable[[dict, str], int]]] = [
         ("dynmig refused", lambda r, k: r["dynmig"]["by_kind"][k])
     ]
-    rows += [(f"oracle: {v}", lambda r, k, v=v: r["dynmig"]["oracle_by_kind"][(k, v)]) for v in VERDICTS]
+    rows += [(f"oracle: {v}", lambda r, k, v=v: of(r, k, v)) for v in VERDICTS]
+    rows.append(("oracle refused, proved", lambda r, k: of(r, k, INFEASIBLE)))
+    rows.append(("oracle refused, at most", lambda r, k: of(r, k, INFEASIBLE, UNKNOWN, NOT_SEARCHED)))
     rows.append((f"{best} refused", lambda r, k: r[best]["by_kind"][k]))
+    sums: dict[str, list[int]] = {}
     for text, get in rows:
         vals = [sum(get(r, k) for r in res) for k in KINDS]
+        sums[text] = [*vals, sum(vals)]
         print(f"{text:<44}" + "".join(f"{v:>7}" for v in vals) + f"{sum(vals):>7}")
+    mine = sums["dynmig refused"]
+    for text, against in (("at least", "oracle refused, at most"), ("at most", "oracle refused, proved")):
+        cells = [_ratio_cell(d, o) for d, o in zip(mine, sums[against], strict=True)]
+        print(f"{'dynmig/oracle, ' + text:<44}" + "".join(f"{c:>7}" for c in cells))
+    by_kind = {
+        k: {"dynmig": mine[n], "oracle_proved": sums["oracle refused, proved"][n]}
+        | {"oracle_at_most": sums["oracle refused, at most"][n]}
+        for n, k in enumerate([*KINDS, "total"])
+    }
     breakdown({n: res for n in ("dynmig", best)})
     return {
         "refused": refused,
         "dynmig_vs_best_baseline": best_ratio,
-        "oracle": {"proved_infeasible": proved, "packing_found": packed, "unknown": unknown},
-        "dynmig_vs_oracle": {"low": lo, "high": hi},
+        "oracle": {v.replace(" ", "_"): verdicts[v] for v in VERDICTS} | {"seconds": seconds},
+        "oracle_refused": {"proved": proved, "at_most": most},
+        "dynmig_vs_oracle": {"at_least": lo, "at_most": hi},
+        "by_kind_sum_over_seeds": by_kind,
     }
 
 

@@ -1,13 +1,19 @@
-"""Extender bind: node lock, then the Binding carrying `hami.io/bind-phase: allocating` and bind-time.
+"""Extender bind: node lock, then the Binding carrying the pod's whole reservation.
 
 Two API writes on the critical path, in HAMi's order: the node lock (`hami.io/mutex.lock`), then
-the Binding, which carries the bind-phase annotations (the API server sets them in the same update
-as spec.nodeName). The filter's reservation write, still in flight when kube-scheduler binds at
-once, overlaps the lock write; the Binding waits for it.
+the Binding. The Binding carries HAMi's filter-time annotations (`hami.io/vgpu-node`,
+`vgpu-devices-to-allocate`, ..., kept in memory since the filter: webhooks/pending.py) and
+`hami.io/bind-phase: allocating` with bind-time; the API server copies a Binding's annotations onto
+the pod in the same update that sets spec.nodeName (pods/binding storage,
+setPodHostAndAnnotations), so the device plugin never sees the pod on its node without them, and
+no other pod write is needed (HAMi writes the reservation at filter and bind-phase before the
+Binding: two more pod writes and watch events per pod).
 
-A failed bind releases what it took (the node lock, the pod's in-memory reservation) and says why
-in a `BindingFailed` event; the pod's recorded reservation is replaced when kube-scheduler filters
-it again, and dropped if the pod goes away.
+Bind refuses, and kube-scheduler filters the pod again, when the reservation it would record is
+no longer the fleet's (expired, replaced by a later filter, lost in a restart) or names another
+node. A failed bind releases what it took (the node lock, the pod's in-memory reservation) and
+says why in a `BindingFailed` event. A successful one posts no event of ours: kube-scheduler posts
+`Scheduled`.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mig.allowlist import ResourceNames
-from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME
+from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME, AnnotationError
+from mig.pods import PodReservation
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
 from webhooks.filter import pod_request, replan_problem, typed_pod
@@ -43,7 +50,7 @@ class Binder:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
-    pending: PendingBinds  # shared with the filter: its reservation write of this pod, the held node
+    pending: PendingBinds  # shared with the filter: the pod's reservation, the held node
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -94,25 +101,17 @@ class Binder:
             problem = replan_problem(typed_pod(pod)) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
-            phase = None
+            annotations = self._reservation(pod, uid, node) if gpu else None
             if gpu:
-                # the node lock first: its write overlaps the filter's reservation write, which may
-                # still be in flight; both land before the Binding, the only write the device plugin
-                # acts on (a failed reservation releases the lock below)
+                # the node lock before the Binding: the device plugin finds the pod it allocates for
+                # through the lock (a failed Binding releases it below)
                 self.lock.acquire(
                     node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None
                 )
                 locked = True
                 if self.cache is not None:
                     self.cache.note_lock(node, LockValue(self.lock.clock(), ns, name))
-                phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
-            recorded = self.pending.wait_recorded(uid)
-            if recorded:
-                raise RuntimeError(recorded)
-            # bind-phase and bind-time ride on the Binding: the API server writes them onto the pod in
-            # the same update that sets spec.nodeName, so the device plugin never sees the pod on
-            # the node without them (HAMi patches them first, one more pod write and watch event).
-            self.kube.bind(ns, name, uid, node, phase)
+            self.kube.bind(ns, name, uid, node, annotations)
         except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
             message = f"binding {ns}/{name} to {node} failed: {error}"
             log.warning("%s", message)
@@ -124,7 +123,38 @@ class Binder:
             self.fleet.release(uid)
             self.events.record(pod, "Warning", "BindingFailed", message)
             return message
-        self.events.record(
-            pod, "Normal", "BindingSucceed", f"Successfully binding node [{node}] to {ns}/{name}"
-        )
         return ""
+
+    def _reservation(self, pod: dict[str, Any], uid: str, node: str) -> dict[str, str]:
+        """The annotations to bind a GPU pod with: its filter's reservation and bind-phase allocating.
+
+        RuntimeError (the bind fails, kube-scheduler filters again) unless the reservation is still
+        the fleet's for this node: bind never records slices the fleet may have handed to another pod."""
+        phase = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: str(int(time.time()))}
+        reservation = self.pending.reservation(uid)
+        if reservation is None:
+            if self._recorded_on_pod(pod, uid, node):
+                return phase  # written onto the pod by an earlier dynmig: the fleet counts it as held
+            raise RuntimeError(
+                "this scheduler holds no MIG reservation for the pod (it expired, or the scheduler "
+                "restarted since the filter); kube-scheduler filters the pod again"
+            )
+        if reservation.node != node:
+            raise RuntimeError(
+                f"the pod's MIG reservation is on node {reservation.node}, not {node}; "
+                "kube-scheduler filters the pod again"
+            )
+        if self.fleet.in_flight(uid) != reservation.usage:
+            raise RuntimeError(
+                "the pod's MIG reservation was replaced or expired since the filter; "
+                "kube-scheduler filters the pod again"
+            )
+        return {**reservation.annotations, **phase}
+
+    def _recorded_on_pod(self, pod: dict[str, Any], uid: str, node: str) -> bool:
+        try:
+            recorded = PodReservation((pod.get("metadata") or {}).get("annotations") or {}).node
+        except AnnotationError:
+            return False
+        held = self.fleet.held(uid)
+        return recorded == node and held is not None and held.node == node

@@ -1,8 +1,10 @@
-"""Extender filter: plan the whole pod with the placement engine, reserve at once, record it on the pod.
+"""Extender filter: plan the whole pod with the placement engine and reserve it in memory at once.
 
-Order matters for safety: plan and reserve in memory at once (`Fleet.plan_and_reserve`: the next
-filter already sees this reservation), then write the reservation onto the pod; if that write fails
-the in-memory reservation is rolled back before we answer, so nothing holds slices no pod records.
+The filter writes nothing to the cluster: `Fleet.plan_and_reserve` plans and reserves under one
+lock (the next filter already sees this reservation), and the pod's HAMi annotations wait in
+`PendingBinds` for its bind, which carries them on the Binding. A pod that fits nowhere gets
+per-node reasons and a `FilteringFailed` event; a pod that fits gets no event of ours
+(kube-scheduler posts `Scheduled` once it is bound).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +34,11 @@ from mig.placement.reasons import MAX_NODE_TEXT
 from mig.pods import PodReservation, gpu_request, is_terminal
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
-from webhooks.kube import EventRecorder, Kube
+from webhooks.kube import EventRecorder
 from webhooks.metrics import Metrics
 from webhooks.objects import ObjectError, ObjectMeta, Pod, check
 from webhooks.occupancy import PodUsage
-from webhooks.pending import PendingBinds
+from webhooks.pending import PendingBinds, Reservation
 
 log = logging.getLogger(__name__)
 DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
@@ -89,8 +90,8 @@ def replan_problem(pod: Pod) -> str:
     return ""
 
 
-def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
-    """HAMi's filter-time annotations (merge patch) for a plan."""
+def reservation_annotations(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, str]:
+    """HAMi's filter-time annotations for a plan (the bind puts them on the pod)."""
     per_container: list[list[ContainerDevice]] = [[] for _ in range(containers)]
     for d in plan.devices:
         per_container[d.container_index].append(ContainerDevice(d.gpu_uuid, DEVICE_TYPE, d.memory_mb, d.core))
@@ -101,8 +102,16 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
         VGPU_TIME: str(int(now)),
         DEVICES_TO_ALLOCATE: devices,
         DEVICES_ALLOCATED: devices,
-        MIG_ALLOCATIONS: allocations,
     }
+    if allocations is not None:  # a plan always has devices; a Binding's annotations are strings
+        annotations[MIG_ALLOCATIONS] = allocations
+    return annotations
+
+
+def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
+    """The same annotations as a merge patch of the pod, with HAMi's `hami.io/vgpu-node` label (for
+    tools that write a reservation onto a pod themselves; the filter does not)."""
+    annotations = reservation_annotations(plan, usage, containers, now)
     return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
 
 
@@ -112,20 +121,16 @@ _STRIPES = 64
 @dataclass
 class Filter:
     fleet: Fleet
-    kube: Kube
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
-    pending: PendingBinds  # shared with bind: nodes held for binds, reservation writes in progress
+    pending: PendingBinds  # shared with bind: nodes held for binds, the reservations they carry
     blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
-    # Two filters of the same pod must not interleave: the later plan could be written first and the
-    # earlier one last, leaving the pod's record and the in-memory reservation disagreeing.
+    # Two filters of the same pod must not interleave: the earlier one's reservation could reach
+    # `pending` last, disagreeing with the fleet's (bind would then refuse it; this avoids that).
     _pod_locks: tuple[threading.Lock, ...] = field(
         default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES))
     )
-    # With a writer pool the pod patch runs after the reply (the reservation already holds the slices
-    # in memory) and bind waits for it; without one the filter writes before it answers.
-    writer: ThreadPoolExecutor | None = None
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
@@ -195,49 +200,14 @@ class Filter:
         blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
         blocked.update(self.pending.held_for_others(uid))
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
-        self.pending.wait_recorded(uid)  # an earlier filter's write of this pod lands before a new plan
         outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
         plan, usage = outcome
-        self.pending.choose(uid, plan.node)
-        if self.writer is not None:
-            # One hand-off per filter: the writer also queues the event. Every thread the filter wakes
-            # can take its CPU (and the GIL) before the reply is out.
-            write = self.writer.submit(self._record_and_tell, pod, plan, usage, containers)
-            self.pending.recording(uid, write)
-        else:
-            error = self._record_and_tell(pod, plan, usage, containers)
-            if error:
-                return ExtenderFilterResult(error=error), "error"
+        annotations = reservation_annotations(plan, usage, containers, time.time())
+        self.pending.choose(uid, Reservation(plan.node, annotations, usage))
         chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
         return ExtenderFilterResult(node_names=[plan.node], nodes=chosen), "scheduled"
-
-    def _record_and_tell(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
-        """Record the reservation; once it is on the pod, HAMi's FilteringSucceed event."""
-        error = self._record(pod, plan, usage, containers)
-        if not error:
-            profiles = ", ".join(f"{d.profile}@{d.gpu_uuid}[{d.placement}]" for d in plan.devices)
-            self.events.record(pod, "Normal", "FilteringSucceed", f"find fit node({plan.node}): {profiles}")
-        return error
-
-    def _record(self, pod: dict[str, Any], plan: Plan, usage: PodUsage, containers: int) -> str:
-        """Write the reservation onto the pod; on failure roll the in-memory one back."""
-        meta = pod["metadata"]
-        try:
-            patched = self.kube.patch_pod(
-                meta.get("namespace") or "",
-                meta.get("name") or "",
-                reservation_patch(plan, usage, containers, time.time()),
-            )
-        except Exception as error:  # noqa: BLE001 - any failure must roll the reservation back
-            self.fleet.release(usage.uid, usage)
-            self.pending.done(usage.uid, plan.node, keep_write=True)  # no bind follows: free the node
-            log.warning("filter: patching %s/%s failed: %s", meta.get("namespace"), meta.get("name"), error)
-            return f"could not record the MIG reservation on the pod: {str(error)[:300]}"
-        if isinstance(patched, dict):
-            self.fleet.set_pod(patched)  # the API's reply confirms the record without waiting for the watch
-        return ""
 
     def _refuse(
         self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]

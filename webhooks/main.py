@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certs.reload import TLSReloader
@@ -92,17 +91,14 @@ class Service:
             else AlwaysLeader()
         )
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
-        self.writer = ThreadPoolExecutor(8, thread_name_prefix="dynmig-record")
-        pending = PendingBinds()  # what filter started and bind finishes
+        pending = PendingBinds()  # what filter decided and bind carries out
         self.filter = Filter(
             self.fleet,
-            self.kube,
             resources,
             self.events,
             self.metrics,
             pending,
             blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
-            writer=self.writer,
             lookup=self.cache.find_pod,
         )
         self.defrag = Defragmenter(
@@ -187,7 +183,6 @@ class Service:
     def stop(self) -> None:
         self.defrag.stop()
         self.leader.stop()
-        self.writer.shutdown(wait=True, cancel_futures=False)
         self.cache.stop()
         self.events.stop()
         if self.certificates is not None:

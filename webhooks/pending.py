@@ -1,73 +1,94 @@
-"""Binds in progress: what the filter started and bind has to finish, shared by the two.
+"""Binds in progress: what the filter decided and bind has to carry out, shared by the two.
 
-Between a filter's answer and the pod's bind, two things are pending:
+The filter writes nothing to the cluster. Between its answer and the pod's bind, this holds (in
+memory, for a bounded time):
 - the node chosen for the pod: its bind takes that node's lock, so sending another pod there now
-  would only fail that pod's bind on lock contention (a chosen node is held for `ttl` seconds at most);
-- the write of the reservation onto the pod, when it runs after the reply: bind waits for it, and
-  a failed write stays visible to the bind until the bind is done with it.
+  would only fail that pod's bind on lock contention;
+- the pod's reservation: HAMi's filter-time annotations, which bind puts on the Binding (the API
+  server copies them onto the pod in the same write that sets spec.nodeName), and the fleet's
+  in-flight reservation they record, which bind checks is still the fleet's before it binds.
+
+Nothing survives a restart: a bind that finds no reservation here fails, and kube-scheduler filters
+the pod again (its in-memory slices went with the process).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from webhooks.occupancy import PodUsage
+
 HELD = "chosen for another pod whose bind is in progress"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What the filter decided for one pod: its node, the annotations to bind with, the fleet's usage."""
+
+    node: str
+    annotations: Mapping[str, str]
+    usage: PodUsage
 
 
 @dataclass
 class PendingBinds:
     ttl: float = 30.0  # how long a chosen node is held for its pod's bind
+    reservation_ttl: float = 30.0  # how long a pod's reservation waits for its bind
     clock: Callable[[], float] = time.monotonic
     _chosen: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (pod uid, deadline)
-    _writes: dict[str, Future[str]] = field(default_factory=dict)  # pod uid -> write ("" or why it failed)
+    # pod uid -> (reservation, deadline), oldest first: every entry expires, so memory stays bounded
+    _reserved: OrderedDict[str, tuple[Reservation, float]] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- the filter
 
-    def choose(self, uid: str, node: str) -> None:
-        """The filter chose `node` for the pod: hold it for the pod's bind."""
-        self._chosen[node] = (uid, self.clock() + self.ttl)
+    def choose(self, uid: str, reservation: Reservation) -> None:
+        """The filter reserved `reservation` for the pod: hold its node and the reservation for the bind."""
+        now = self.clock()
+        with self._lock:
+            self._expire(now)
+            self._chosen[reservation.node] = (uid, now + self.ttl)
+            self._reserved.pop(uid, None)
+            self._reserved[uid] = (reservation, now + self.reservation_ttl)
 
     def held_for_others(self, uid: str) -> dict[str, str]:
         """Nodes chosen for another pod whose bind has not happened yet, with the reason."""
         now = self.clock()
         out = {}
-        for node, (owner, deadline) in list(self._chosen.items()):  # a copy: binds end meanwhile
-            if deadline < now:
-                self._chosen.pop(node, None)
-            elif owner != uid:
-                out[node] = HELD
+        with self._lock:
+            for node, (owner, deadline) in list(self._chosen.items()):
+                if deadline < now:
+                    self._chosen.pop(node, None)
+                elif owner != uid:
+                    out[node] = HELD
         return out
-
-    def recording(self, uid: str, write: Future[str]) -> None:
-        """The pod's reservation is being written after the reply; its bind waits for `write`."""
-        self._writes[uid] = write
 
     # ---- bind
 
-    def wait_recorded(self, uid: str, timeout: float = 30.0) -> str:
-        """Wait for the pod's pending reservation write; "" when written (or none), else why not."""
-        write = self._writes.get(uid)
-        if write is None:
-            return ""
-        try:
-            error = write.result(timeout)
-        except FutureTimeout:
-            return "the MIG reservation is still being written to the pod; retry"
-        if not error and self._writes.get(uid) is write:
-            del self._writes[uid]  # a failure stays until the bind has seen it (see `done`)
-        return error
+    def reservation(self, uid: str) -> Reservation | None:
+        """The pod's reservation from its last filter, unless it expired or its bind is done."""
+        with self._lock:
+            entry = self._reserved.get(uid)
+        if entry is None or entry[1] < self.clock():
+            return None
+        return entry[0]
 
-    def done(self, uid: str, node: str, keep_write: bool = False) -> None:
-        """The pod's bind finished (either way), or will never come: its node is no longer held for
-        it. `keep_write`: a failed write stays for the bind that may still come to see it."""
-        if self._chosen.get(node, ("",))[0] == uid:
-            self._chosen.pop(node, None)
-        if keep_write:
-            return
-        write = self._writes.get(uid)
-        if write is not None and write.done():
-            self._writes.pop(uid, None)
+    def done(self, uid: str, node: str) -> None:
+        """The pod's bind finished (either way), or will never come: its node and reservation are no
+        longer held for it."""
+        with self._lock:
+            if self._chosen.get(node, ("",))[0] == uid:
+                self._chosen.pop(node, None)
+            self._reserved.pop(uid, None)
+
+    def _expire(self, now: float) -> None:
+        """Forget reservations whose bind never came (the oldest first; caller holds the lock)."""
+        while self._reserved:
+            uid, (_, deadline) = next(iter(self._reserved.items()))
+            if deadline >= now:
+                return
+            del self._reserved[uid]

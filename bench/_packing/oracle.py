@@ -1,330 +1,341 @@
 """The placement oracle: could the pods running at a refusal, plus the refused one, fit on the fleet if
-running instances could be moved?
+every running instance could be moved?
 
-It answers for one moment (a refusal of the policy being measured) with one of three verdicts:
+It answers for one moment (a refusal of the policy being measured) with one of four verdicts:
 
-- `INFEASIBLE`: proved. A cheap necessary condition fails, so no placement policy, even one that may
-  move every running instance, could admit the pod: every GPU holds instances whose placement sizes
-  sum to at most its axis and whose compute slices sum to at most its largest compute packing; a
-  weighted sum of the two, charged to each pod at its cheapest model, must fit the fleet's GPUs
-  (see `_proved_infeasible`). One GPU's own packing, node boundaries and multi-device pods are not
-  in the bound, so it proves less than is true.
-- `PACKED`: a packing was found, i.e. moving instances would have admitted the pod. Tried in order:
-  (1) the pod's devices on one node with instances only re-arranged inside their GPUs; (2) as (1),
-  after moving some single-device instances of the chosen GPUs elsewhere in the fleet (fewest slices
-  first); (3) a full repack of every running pod and the new one, first-fit decreasing (see `_repack`).
-- `UNKNOWN`: neither: the heuristic found no packing and no bound proves there is none.
-- `NOT_SEARCHED`: the bound and step (1) did not decide and the caller asked for no search (steps
-  (2) and (3) cost up to seconds on a full fleet, so the bench searches a bounded sample).
+- `INFEASIBLE`: proved, for any policy, even one that moves every instance. Either the node-free
+  relaxation has no solution (each GPU of a model holds one *configuration*, a maximal multiset of
+  profiles that fits on it at legal, disjoint placements, enumerated exactly; node boundaries are
+  dropped, so multi-device pods may spread), or the exact program with nodes has none.
+- `PACKED`: a packing of every running pod and the new one was found (`Judgement.packing`: per pod,
+  per device, the GPU, placement and profile), legal on every GPU, each pod on one node.
+- `UNKNOWN`: the node-free relaxation has a solution, and the program with nodes hit its time limit.
+- `NOT_SEARCHED`: the relaxation has a solution and the run's time budget for the program with nodes
+  was spent.
 
-Every "does this multiset of profiles fit on one GPU" question is answered exactly, by a search over
-the legal placements of the GPU's published profiles (memoized: at most 8 instances per GPU on
-8-slice models, 4 on the 12-slice RTX PRO 6000). A pod's device gets, on each model, its smallest
-covering profile (a larger one never packs better: its placements cover a smaller one's).
+Both programs are integer programs solved by HiGHS (`scipy.optimize.milp`) with no objective (any
+solution will do). A device may use any profile covering its memory on any model it fits; in a
+configuration it needs a profile slot of its own. The covering sets are nested (a profile covering
+a larger memory covers a smaller one), so "every device gets a distinct covering slot" is, by Hall's
+theorem, one inequality per memory threshold: slots covering at least that memory >= devices asking
+at least that much. The program with nodes is the same per node (a pod's devices may share a GPU, as
+the bench's checks allow), with integer counts of single-device pods and of multi-device pods per node;
+it is exact, so its solution becomes a packing: per node, configurations onto GPUs, devices onto
+slots largest first (smallest covering slot), and placements by an exact search per GPU.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
-from itertools import combinations, product
 
+import numpy as np
 from _baselines import BGpu, BNode
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from mig.placement import PublishedProfile
+from mig.types import Placement
 
 INFEASIBLE, PACKED, UNKNOWN = "proved infeasible", "packing found", "unknown"
-NOT_SEARCHED = "not searched"  # the bound and step (1) did not decide; steps (2)-(3) were skipped
+NOT_SEARCHED = (
+    "not searched"  # the relaxation had a solution; the run's budget for the exact program was spent
+)
 VERDICTS = (INFEASIBLE, PACKED, UNKNOWN, NOT_SEARCHED)
 
 Mems = tuple[int | None, ...]
+Pick = tuple[BGpu, Placement, PublishedProfile]
+Profiles = tuple[PublishedProfile, ...]
 
 
 @dataclass(frozen=True)
-class Model:
-    """What the oracle needs of one GPU model: its profiles with their legal placements."""
-
-    profiles: tuple[PublishedProfile, ...]
-    axis: int
-    compute: int  # the largest sum of compute slices one GPU can hold
-
-    def profile_for(self, mem: int | None) -> int | None:
-        """Index of the smallest covering profile (profiles are in default order), or None."""
-        top = max(p.memory_mb for p in self.profiles)
-        need = top if mem is None else mem
-        return next((i for i, p in enumerate(self.profiles) if p.memory_mb >= need), None)
+class Judgement:
+    verdict: str
+    how: str  # which step decided: "relaxation", "node program", "time limit", "budget"
+    packing: dict[int, list[Pick]] | None = None  # with PACKED: pod key -> one pick per device
 
 
+# ---- one GPU, exactly ---------------------------------------------------------------------------
 @cache
-def _model(profiles: tuple[PublishedProfile, ...]) -> Model:
+def arrange(profiles: Profiles, items: tuple[int, ...]) -> tuple[Placement, ...] | None:
+    """Legal, disjoint placements for instances of these profile indexes on one GPU (aligned with
+    `items`), or None when there are none. Exact: a search over the published placements."""
+    order = sorted(range(len(items)), key=lambda n: (-profiles[items[n]].size, items[n]))
     axis = max(p.end for pr in profiles for p in pr.placements)
-    return Model(profiles, axis, _max_compute(profiles, 0))
-
-
-@cache
-def _max_compute(profiles: tuple[PublishedProfile, ...], mask: int) -> int:
-    """The largest compute-slice sum of non-overlapping legal placements in the free part of `mask`."""
-    axis = max(p.end for pr in profiles for p in pr.placements)
-    free = ~mask & ((1 << axis) - 1)
-    if not free:
-        return 0
-    low = free & -free
-    best = _max_compute(profiles, mask | low)  # leave the lowest free slice empty
-    for pr in profiles:
-        for p in pr.placements:
-            if p.mask & low and not p.mask & mask:
-                best = max(best, pr.slice_count + _max_compute(profiles, mask | p.mask))
-    return best
-
-
-@cache
-def fits(profiles: tuple[PublishedProfile, ...], items: tuple[int, ...]) -> bool:
-    """Exact: do instances of these profile indexes all fit on one GPU at legal, disjoint placements?"""
-    model = _model(profiles)
-    order = sorted(items, key=lambda i: (-profiles[i].size, i))
-    if sum(profiles[i].size for i in order) > model.axis:
-        return False
-    if sum(profiles[i].slice_count for i in order) > model.compute:
-        return False
+    if sum(profiles[i].size for i in items) > axis:
+        return None
+    chosen: list[Placement | None] = [None] * len(items)
 
     def place(n: int, mask: int, floor: int) -> bool:
         if n == len(order):
             return True
-        idx = order[n]
+        idx = items[order[n]]
+        same = n > 0 and items[order[n - 1]] == idx
         for p in profiles[idx].placements:
             # Equal profiles are interchangeable: take their placements in ascending start only.
-            if p.mask & mask or (n and order[n - 1] == idx and p.start < floor):
+            if p.mask & mask or (same and p.start < floor):
                 continue
+            chosen[order[n]] = p
             if place(n + 1, mask | p.mask, p.start):
                 return True
         return False
 
-    return place(0, 0, -1)
+    if not place(0, 0, -1):
+        return None
+    return tuple(p for p in chosen if p is not None)
 
 
+def fits(profiles: Profiles, items: tuple[int, ...]) -> bool:
+    """Exact: do instances of these profile indexes all fit on one GPU at legal, disjoint placements?"""
+    return arrange(profiles, tuple(sorted(items))) is not None
+
+
+@cache
+def configurations(profiles: Profiles) -> tuple[tuple[int, ...], ...]:
+    """Every maximal multiset of profile indexes (sorted) that fits on one GPU: adding any profile
+    to it makes it not fit. Any multiset that fits is inside one of them."""
+    found: list[tuple[int, ...]] = []
+
+    def grow(items: tuple[int, ...]) -> None:
+        start = items[-1] if items else 0
+        for i in range(start, len(profiles)):
+            bigger = (*items, i)
+            if fits(profiles, bigger):
+                grow(bigger)
+        if not any(fits(profiles, tuple(sorted((*items, i)))) for i in range(len(profiles))):
+            found.append(items)
+
+    grow(())
+    return tuple(found)
+
+
+def _need(profiles: Profiles, mem: int | None) -> int:
+    """The memory a device asks for on this model (None: the model's largest profile)."""
+    return max(p.memory_mb for p in profiles) if mem is None else mem
+
+
+def _class_key(mem: int | None) -> tuple[int, int]:
+    return (1, 0) if mem is None else (0, mem)
+
+
+# ---- the fleet ----------------------------------------------------------------------------------
 @dataclass
-class _Slot:
-    """One GPU in the oracle's working copy: its profile set and the pods' devices it holds."""
+class _Group:
+    """The fleet's GPUs of one model, with the counts the programs need."""
 
-    gpu: BGpu
-    model: Model
-    items: list[tuple[int, int]]  # (profile index, pod key)
+    profiles: Profiles
+    configs: tuple[tuple[int, ...], ...]
+    gpus: int = 0
+    nodes: list[BNode] = field(default_factory=list)
 
-    def fits_with(self, extra: list[int], drop: frozenset[int] = frozenset()) -> bool:
-        if not drop:
-            size = sum(self.model.profiles[i].size for i, _ in self.items)
-            if size + sum(self.model.profiles[i].size for i in extra) > self.model.axis:
-                return False  # the quick answer most full GPUs get
-        kept = [i for i, k in self.items if k not in drop] if drop else [i for i, _ in self.items]
-        return fits(self.model.profiles, tuple(sorted([*kept, *extra])))
-
-    def share(self) -> float:
-        return sum(self.model.profiles[i].size for i, _ in self.items) / self.model.axis
+    def slots(self, config: tuple[int, ...], mem: int | None) -> int:
+        """Slots of this configuration whose profile covers `mem`."""
+        need = _need(self.profiles, mem)
+        return sum(1 for i in config if self.profiles[i].memory_mb >= need)
 
 
 class Oracle:
-    """Judges refusals on a fleet (the bench's `BNode` model, whose masks and allocations are live)."""
+    """Judges refusals on a fleet (the bench's `BNode` model; only its shape is read: nodes, their
+    GPUs and models). `budget` caps the seconds spent in the program with nodes over the oracle's life;
+    `time_limit` caps one solve."""
 
-    def __init__(self, nodes: Sequence[BNode]):
+    def __init__(self, nodes: Sequence[BNode], budget: float = float("inf"), time_limit: float = 2.0):
         self.nodes = list(nodes)
-        self.gpus = [g for n in self.nodes for g in n.gpus]
-        self.models = {g.type: _model(g.profiles) for g in self.gpus}
-        self.counts = {"full repacks": 0}
-        self._shares: dict[Mems, dict[str, tuple[float, float]]] = {}
-
-    # ---- shares and the bound ------------------------------------------------------------------
-    def shares(self, mems: Mems) -> dict[str, tuple[float, float]]:
-        """Per model: the pod's (size share, compute share) of one GPU; models it cannot use are absent."""
-        hit = self._shares.get(mems)
-        if hit is None:
-            hit = {}
-            for typ, m in self.models.items():
-                idx = [m.profile_for(x) for x in mems]
-                if None not in idx:
-                    size = sum(m.profiles[i].size for i in idx if i is not None) / m.axis
-                    comp = sum(m.profiles[i].slice_count for i in idx if i is not None) / m.compute
-                    hit[typ] = (size, comp)
-            self._shares[mems] = hit
-        return hit
-
-    def _proved_infeasible(self, pods: Counter[Mems]) -> bool:
-        """A weighted capacity bound, for a small grid of weights (each one is a proof on its own).
-
-        On every GPU of model M the size shares sum to at most 1 and the compute shares too, so for
-        any a_M, b_M >= 0 the pods' a_M·size + b_M·compute sum to at most (a_M + b_M) per GPU. Each pod
-        costs at least its cheapest such charge over the models it can use; if the charges exceed
-        the sum of (a_M + b_M) over the fleet's GPUs, no assignment exists. (The LP relaxation of
-        model assignment, dualized; the grid stands in for solving it.)
-        """
-        types = sorted(self.models)
-        gpus = Counter(g.type for g in self.gpus)
-        for weights in self._grid(len(types)):
-            cap = sum((a + b) * gpus[t] for t, (a, b) in zip(types, weights, strict=True))
-            need = 0.0
-            for mems, n in pods.items():
-                shares = self.shares(mems)
-                cost = min(
-                    (
-                        a * shares[t][0] + b * shares[t][1]
-                        for t, (a, b) in zip(types, weights, strict=True)
-                        if t in shares
-                    ),
-                    default=float("inf"),
-                )
-                need += n * cost
-            if need > cap + 1e-9:
-                return True
-        return False
-
-    @staticmethod
-    @cache
-    def _grid(n: int) -> tuple[tuple[tuple[float, float], ...], ...]:
-        steps = ((1.0, 0.0), (0.0, 1.0), (0.5, 0.5), (1.0, 0.5), (0.5, 1.0), (0.25, 0.0), (0.0, 0.25))
-        return tuple(product(steps, repeat=n))
-
-    # ---- the verdict --------------------------------------------------------------------------
-    def judge(self, running: dict[int, Mems], new: Mems, search: bool = True) -> str:
-        """The verdict for admitting `new` beside `running` (pod key -> device memories), whose devices
-        are where the fleet's allocations (keyed by pod key) say they are."""
-        if self._proved_infeasible(Counter([*running.values(), new])):
-            return INFEASIBLE
-        slots = self._slots(running)
-        if self._in_place(slots, new):
-            return PACKED
-        if not search:
-            return NOT_SEARCHED
-        if self._with_moves(slots, new, running):
-            return PACKED
-        self.counts["full repacks"] += 1
-        if self._repack(running, new):
-            return PACKED
-        return UNKNOWN
-
-    def _slots(self, running: dict[int, Mems]) -> dict[str, list[_Slot]]:
-        """The fleet as it is: per node, each GPU's devices at their smallest covering profile."""
-        out = {n.name: [_Slot(g, self.models[g.type], []) for g in n.gpus] for n in self.nodes}
+        self.groups: dict[str, _Group] = {}
         for node in self.nodes:
-            for slot in out[node.name]:
-                per_key: dict[int, int] = {}
-                for key, _ in slot.gpu.allocs:
-                    per_key[key] = per_key.get(key, 0) + 1
-                for key, n in per_key.items():
-                    # Which of a multi-device pod's memories sits here does not matter in this bench:
-                    # every multi-device pod asks the same memory for each device.
-                    idx = slot.model.profile_for(running[key][0])
-                    assert idx is not None
-                    slot.items.extend([(idx, key)] * n)
+            if len({g.type for g in node.gpus}) != 1:
+                raise ValueError(f"node {node.name} mixes GPU models; the oracle expects one per node")
+            g0 = node.gpus[0]
+            group = self.groups.setdefault(g0.type, _Group(g0.profiles, configurations(g0.profiles)))
+            group.gpus += len(node.gpus)
+            group.nodes.append(node)
+        self.budget, self.time_limit = budget, time_limit
+        self.spent = 0.0  # seconds in the program with nodes
+        self.spent_total = 0.0  # seconds in judge, the relaxation included
+        self.counts: Counter[str] = Counter()  # Judgement.how, over the oracle's life
+
+    def judge(self, running: Mapping[int, Mems], new: Mems, new_key: int = -1) -> Judgement:
+        """The verdict for admitting `new` (as pod `new_key`) beside `running` (pod key -> device
+        memories), with every running pod free to move."""
+        t0 = time.perf_counter()
+        out = self._judge({**running, new_key: new})
+        self.counts[out.how] += 1
+        self.spent_total += time.perf_counter() - t0
         return out
 
-    def _assign(self, slots: list[_Slot], new: Mems, drop: dict[int, frozenset[int]] | None = None):
-        """Devices of `new` onto GPUs of one node (each GPU checked exactly), or None."""
-        devices = sorted(new, key=lambda m: -(m or 1 << 30))
-        extra: dict[int, list[int]] = {}
+    def _judge(self, pods: dict[int, Mems]) -> Judgement:
+        devices = Counter(m for mems in pods.values() for m in mems)
+        if not self._relaxation_feasible(devices):
+            return Judgement(INFEASIBLE, "relaxation")
+        if self.spent >= self.budget:
+            return Judgement(NOT_SEARCHED, "budget")
+        t0 = time.perf_counter()
+        try:
+            return self._node_program(pods)
+        finally:
+            self.spent += time.perf_counter() - t0
 
-        def go(n: int) -> bool:
-            if n == len(devices):
-                return True
-            for s in sorted(slots, key=lambda s: -s.share()):
-                idx = s.model.profile_for(devices[n])
-                if idx is None:
+    # ---- the node-free relaxation ---------------------------------------------------------------
+    def _relaxation_feasible(self, devices: Counter[int | None]) -> bool:
+        """How many GPUs of each model use each configuration, so that for every memory threshold the
+        covering slots are at least the devices asking that much or more."""
+        classes = sorted(devices, key=_class_key)
+        columns = [(g, c) for g in self.groups.values() for c in g.configs]
+        rows, lower, upper = [], [], []
+        for group in self.groups.values():  # at most the model's GPUs
+            rows.append([1.0 if g is group else 0.0 for g, _ in columns])
+            lower.append(0.0)
+            upper.append(float(group.gpus))
+        for n, mem in enumerate(classes):
+            rows.append([float(g.slots(c, mem)) for g, c in columns])
+            lower.append(float(sum(devices[m] for m in classes[n:])))
+            upper.append(np.inf)
+        res = milp(
+            np.zeros(len(columns)),
+            integrality=np.ones(len(columns)),
+            bounds=Bounds(0, np.inf),
+            constraints=LinearConstraint(np.array(rows), lower, upper),
+            options={"time_limit": self.time_limit},
+        )
+        # Status 2 is HiGHS proving the program infeasible; anything else (a solution, or a limit) is
+        # not a proof.
+        return res.status != 2
+
+    # ---- the program with nodes -----------------------------------------------------------------
+    def _node_program(self, pods: dict[int, Mems]) -> Judgement:
+        singles = Counter(m[0] for m in pods.values() if len(m) == 1)
+        multis = Counter(m for m in pods.values() if len(m) > 1)
+        classes = sorted({m for mems in pods.values() for m in mems}, key=_class_key)
+        cols: list[tuple] = []  # ("y", node, group, config) | ("s", node, mem) | ("z", node, mems)
+        for group in self.groups.values():
+            for node in group.nodes:
+                cols += [("y", node, group, c) for c in group.configs]
+                cols += [("s", node, group, m) for m in singles]
+                cols += [("z", node, group, t) for t in multis]
+        index = {id(c): n for n, c in enumerate(cols)}
+        rows: list[dict[int, float]] = []
+        lower: list[float] = []
+        upper: list[float] = []
+
+        def add(row: dict[int, float], lo: float, hi: float) -> None:
+            rows.append(row)
+            lower.append(lo)
+            upper.append(hi)
+
+        by_node: dict[str, list[tuple]] = {}
+        for col in cols:
+            by_node.setdefault(col[1].name, []).append(col)
+        for node_cols in by_node.values():
+            node, group = node_cols[0][1], node_cols[0][2]
+            add({index[id(c)]: 1.0 for c in node_cols if c[0] == "y"}, 0.0, float(len(node.gpus)))
+            for n, mem in enumerate(classes):
+                above = set(classes[n:])
+                row: dict[int, float] = {}
+                for c in node_cols:
+                    if c[0] == "y":
+                        row[index[id(c)]] = float(group.slots(c[3], mem))
+                    elif c[0] == "s" and c[3] in above:
+                        row[index[id(c)]] = -1.0
+                    elif c[0] == "z":
+                        row[index[id(c)]] = -float(sum(1 for m in c[3] if m in above))
+                add(row, 0.0, np.inf)
+        for kind, demand in (("s", singles), ("z", multis)):
+            for key, count in demand.items():
+                add({index[id(c)]: 1.0 for c in cols if c[0] == kind and c[3] == key}, count, count)
+        matrix = np.zeros((len(rows), len(cols)))
+        for r, row in enumerate(rows):
+            for c, v in row.items():
+                matrix[r, c] = v
+        res = milp(
+            np.zeros(len(cols)),
+            integrality=np.ones(len(cols)),
+            bounds=Bounds(0, np.inf),
+            constraints=LinearConstraint(matrix, lower, upper),
+            options={"time_limit": self.time_limit},
+        )
+        if res.status == 2:
+            return Judgement(INFEASIBLE, "node program")
+        if res.x is None:
+            return Judgement(UNKNOWN, "time limit")
+        counts = {id(c): round(v) for c, v in zip(cols, res.x, strict=True)}
+        return Judgement(PACKED, "node program", self._packing(pods, cols, counts))
+
+    def _packing(
+        self, pods: dict[int, Mems], cols: list[tuple], counts: dict[int, int]
+    ) -> dict[int, list[Pick]]:
+        """The program's solution as picks: per node, configurations onto its GPUs, its pods' devices
+        onto slots largest first (smallest covering slot), placements by the exact search per GPU."""
+        waiting: dict[Mems, list[int]] = {}
+        for key, mems in pods.items():
+            waiting.setdefault(mems, []).append(key)
+        out: dict[int, list[Pick | None]] = {key: [None] * len(mems) for key, mems in pods.items()}
+        for node in self.nodes:
+            mine = [c for c in cols if c[1] is node and counts[id(c)]]
+            configs = [c[3] for c in mine if c[0] == "y" for _ in range(counts[id(c)])]
+            devices: list[tuple[int, int, int | None]] = []  # (pod key, device, memory)
+            for c in mine:
+                if c[0] == "y":
                     continue
-                trial = [*extra.get(id(s), []), idx]
-                if s.fits_with(trial, (drop or {}).get(id(s), frozenset())):
-                    extra[id(s)] = trial
-                    if go(n + 1):
-                        return True
-                    extra[id(s)] = trial[:-1]
-            return False
+                mems = (c[3],) if c[0] == "s" else c[3]
+                for _ in range(counts[id(c)]):
+                    key = waiting[mems].pop()
+                    devices += [(key, d, m) for d, m in enumerate(mems)]
+            self._fill(node, configs, devices, out)
+        return {key: [p for p in picks if p is not None] for key, picks in out.items()}
 
-        return extra if go(0) else None
+    def _fill(
+        self,
+        node: BNode,
+        configs: list[tuple[int, ...]],
+        devices: list[tuple[int, int, int | None]],
+        out: dict[int, list[Pick | None]],
+    ) -> None:
+        profiles = node.gpus[0].profiles
+        slots = [(g, i) for g, config in enumerate(configs) for i in config]
+        slots.sort(key=lambda s: profiles[s[1]].memory_mb)
+        used: dict[int, list[tuple[int, int, int]]] = {}  # GPU position -> (profile index, pod key, device)
+        for key, d, mem in sorted(devices, key=lambda d: _class_key(d[2]), reverse=True):
+            need = _need(profiles, mem)
+            n = next(n for n, (_, i) in enumerate(slots) if profiles[i].memory_mb >= need)
+            g, i = slots.pop(n)
+            used.setdefault(g, []).append((i, key, d))
+        for g, items in used.items():
+            items.sort()
+            places = arrange(profiles, tuple(i for i, _, _ in items))
+            assert places is not None, "a configuration's subset always fits"
+            gpu = node.gpus[g]
+            for (i, key, d), place in zip(items, places, strict=True):
+                out[key][d] = (gpu, place, profiles[i])
 
-    def _in_place(self, slots: dict[str, list[_Slot]], new: Mems) -> bool:
-        return any(self._assign(row, new) is not None for row in slots.values())
 
-    def _with_moves(self, slots: dict[str, list[_Slot]], new: Mems, running: dict[int, Mems]) -> bool:
-        """Make room on one GPU by moving up to three of its single-device instances elsewhere, as
-        they are (fewest slices first, at most two tries per count), for a single-device pod."""
-        if len(new) != 1:
-            return False
-        everywhere = sorted((s for row in slots.values() for s in row), key=lambda s: -s.share())
-        for s in everywhere:
-            idx = s.model.profile_for(new[0])
-            if idx is None:
-                continue
-            movable = [(i, k) for i, k in s.items if len(running[k]) == 1]
-            for r in range(1, min(len(movable), 3) + 1):
-                tried = 0
-                for gone in sorted(
-                    combinations(movable, r), key=lambda c: sum(s.model.profiles[i].size for i, _ in c)
-                ):
-                    if not s.fits_with([idx], frozenset(k for _, k in gone)):
-                        continue
-                    if self._rehome([running[k] for _, k in gone], everywhere, s):
-                        return True
-                    tried += 1
-                    if tried >= 2:
-                        break
-        return False
-
-    def _rehome(self, pods: list[Mems], slots: list[_Slot], avoid: _Slot) -> bool:
-        """Place these single-device pods on other GPUs as they are (first with room in `slots`)."""
-        added: dict[int, list[int]] = {}
-        for mems in sorted(pods, key=lambda m: -(m[0] or 1 << 30)):
-            for s in slots:
-                if s is avoid:
-                    continue
-                idx = s.model.profile_for(mems[0])
-                if idx is None:
-                    continue
-                trial = [*added.get(id(s), []), idx]
-                if s.fits_with(trial):
-                    added[id(s)] = trial
-                    break
-            else:
-                return False
-        return True
-
-    def _repack(self, running: dict[int, Mems], new: Mems) -> bool:
-        """First-fit decreasing of every pod into empty GPUs: largest first, each single device on the
-        model where it takes the smallest share, first GPU there with room (exact check); multi-device
-        pods on the first node that takes them all."""
-        pods = sorted([*running.values(), new], key=lambda m: -min(s for s, _ in self.shares(m).values()))
-        rows = [[_Slot(g, self.models[g.type], []) for g in node.gpus] for node in self.nodes]
-        by_type: dict[str, list[_Slot]] = {}
-        for row in rows:
-            for s in row:
-                by_type.setdefault(s.gpu.type, []).append(s)
-        used = {id(s): 0 for row in rows for s in row}
-        for mems in pods:
-            if len(mems) > 1:
-                for row in rows:
-                    extra = self._assign(row, mems)
-                    if extra is not None:
-                        for s in row:
-                            for i in extra.get(id(s), []):
-                                s.items.append((i, -1))
-                                used[id(s)] += s.model.profiles[i].size
-                        break
-                else:
-                    return False
-                continue
-            if not self._first_fit(mems[0], by_type, used):
-                return False
-        return True
-
-    def _first_fit(self, mem: int | None, by_type: dict[str, list[_Slot]], used: dict[int, int]) -> bool:
-        order = sorted(by_type, key=lambda t: self.shares((mem,)).get(t, (9.0, 9.0)))
-        for t in order:
-            model = self.models[t]
-            idx = model.profile_for(mem)
-            if idx is None:
-                continue
-            size = model.profiles[idx].size
-            for s in by_type[t]:
-                if used[id(s)] + size <= model.axis and s.fits_with([idx]):
-                    s.items.append((idx, -1))
-                    used[id(s)] += size
-                    return True
-        return False
+def legal_packing(
+    nodes: Sequence[BNode], pods: Mapping[int, Mems], packing: Mapping[int, list[Pick]]
+) -> list[str]:
+    """What is wrong with a packing of these pods on this fleet (empty: nothing). Checked as the bench
+    checks a policy's picks: every device placed once (picks in the order of the pod's devices), each
+    pod on one node, every profile one its GPU publishes and large enough, every placement legal for
+    its profile and disjoint on its GPU."""
+    fleet = {id(g) for n in nodes for g in n.gpus}
+    wrong: list[str] = []
+    if set(packing) != set(pods):
+        wrong.append(f"pods packed {sorted(packing)} are not the pods {sorted(pods)}")
+    masks: dict[int, int] = {}
+    for key, picks in packing.items():
+        mems = pods.get(key, ())
+        if len(picks) != len(mems):
+            wrong.append(f"pod {key}: {len(picks)} picks for {len(mems)} devices")
+        if len({gpu.node for gpu, _, _ in picks}) > 1:
+            wrong.append(f"pod {key} is split across nodes")
+        for (gpu, place, prof), mem in zip(picks, mems, strict=False):
+            if id(gpu) not in fleet:
+                wrong.append(f"pod {key}: a GPU not in the fleet")
+            if prof not in gpu.profiles or place not in prof.placements:
+                wrong.append(f"pod {key}: {prof.name} at {place} is not published on {gpu.uuid}")
+            if prof.memory_mb < _need(gpu.profiles, mem):
+                wrong.append(f"pod {key}: {prof.name} is too small for {mem}")
+            if masks.get(id(gpu), 0) & place.mask:
+                wrong.append(f"pod {key}: {place} overlaps on {gpu.uuid}")
+            masks[id(gpu)] = masks.get(id(gpu), 0) | place.mask
+    return wrong

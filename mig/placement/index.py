@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
-from mig.placement.plan import DevicePlacement, Plan, rank_key
+from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
 # (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
 _Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
 _SORT_KEY = attrgetter("sort_key")
+_FIRST = itemgetter(0)
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
@@ -129,6 +130,8 @@ class PlacementIndex:
         self._fill: dict[str, float] = {}
         # node -> immutable snapshot of its GPUs (for refusals)
         self._sig: dict[str, tuple[_Snapshot, ...]] = {}
+        # NVML type -> [schedulable GPUs, empty ones among them], for the whole-GPU model choice
+        self._types: dict[str, list[int]] = {}
         for g in gpus:
             self.upsert(g)
 
@@ -198,12 +201,14 @@ class PlacementIndex:
         self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
         for g in live:
+            self._count_type(g, 1)
             self._groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
             return
         key, fill = g.group(), self._fill[g.node]
+        self._count_type(g, -1)
         buckets = self._groups[key]
         members = buckets[fill]
         del members[g.uuid]
@@ -211,6 +216,20 @@ class PlacementIndex:
             del buckets[fill]
             if not buckets:
                 del self._groups[key]
+
+    def _count_type(self, g: _Gpu, step: int) -> None:
+        counts = self._types.setdefault(g.type, [0, 0])
+        counts[0] += step
+        counts[1] += step if g.used() == 0 else 0
+
+    def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
+        """The candidate's fragmentation loss (`plan.fragmentation`): its model's share of empty GPUs
+        counts for a placement taking the whole GPU."""
+        spare = 0.0
+        if cand.choice.placement.size >= pset.axis:
+            total, empty = self._types[gtype]
+            spare = empty / total
+        return fragmentation(cand.choice.loss, spare, pset.profiles[cand.profile].memory_mb)
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
@@ -246,12 +265,18 @@ class PlacementIndex:
         The ranking rule, applied here and in `_plan_node` (first difference wins, lower is better):
         `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
         of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
-        its node, node name, GPU UUID. Each GPU contributes its best (profile, placement) only, which
-        is the same as ranking every placement because rank leads and, within one GPU, fill is fixed.
+        its node, node name, GPU UUID. Fragmentation loss (`plan.fragmentation`) is: usable capacity
+        lost as a share of the GPU; for a placement taking the whole GPU, the larger share of empty
+        GPUs among its model's schedulable GPUs fleet-wide (whatever the pod's filters or `nodes`);
+        placeable value lost; the profile's memory. So a whole-GPU job goes to the model the small
+        requests left empty, and a small request takes the least memory among equal costs. Each GPU
+        contributes its best (profile, placement) only, which is the same as ranking every placement
+        because rank leads and, within one GPU, fill is fixed.
 
         It is evaluated once per bucket, not per GPU: a bucket is the GPUs sharing the group key
         (profile set, occupancy mask, NVML type, total memory) and their node's fill, and every
-        criterion above before the GPU-order tie-break is computed from the bucket's first GPU. So
+        criterion above before the GPU-order tie-break is computed from the bucket's first GPU (the
+        model's share of empty GPUs is one number per NVML type, kept up to date by `_change`). So
         any criterion that varies per GPU or per node beyond those five things (a label, a health
         score, a node's other GPUs' types...) would silently be ranked per bucket, i.e. wrongly. A new
         criterion must either join `_Gpu.group()` / the fill bucket or be applied per GPU below;
@@ -277,7 +302,7 @@ class PlacementIndex:
             used = first.used() / pset.axis
             start = cand.choice.placement.start
             for fill, members in by_fill.items():
-                key = rank_key(pod, cand.rank, cand.choice.loss, fill, used, start)
+                key = rank_key(pod, cand.rank, self._loss(cand, pset, gtype), fill, used, start)
                 buckets.setdefault(key, []).append((cand, members))
 
         def usable(g: _Gpu) -> bool:
@@ -290,17 +315,35 @@ class PlacementIndex:
                 ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
                 key=lambda pair: pair[0].sort_key,
             )
-            skip = ""
             if usable(head):
                 yield head, head_cand
-                skip = head.uuid
-            found = [
-                (g.sort_key, cand)
-                for cand, members in entries
-                for g in members.values()
-                if g.uuid != skip and usable(g)
-            ]
-            found.sort(key=lambda pair: pair[0])
+                found = [
+                    (g.sort_key, cand)
+                    for cand, members in entries
+                    for g in members.values()
+                    if g is not head and usable(g)
+                ]
+            else:
+                # A bucket of nodes the caller left out (locked by binds in progress, say) costs one
+                # membership test per GPU; only what is left is ranked.
+                found = (
+                    [
+                        (g.sort_key, cand)
+                        for cand, members in entries
+                        for g in members.values()
+                        if g.node in allowed
+                    ]
+                    if allowed is not None and not filtered
+                    else [
+                        (g.sort_key, cand) for cand, members in entries for g in members.values() if usable(g)
+                    ]
+                )
+                if not found:
+                    continue
+                first = min(found, key=_FIRST)
+                yield self._gpus[first[0][2]], first[1]
+                found = [pair for pair in found if pair is not first]
+            found.sort(key=_FIRST)
             for sort_key, cand in found:
                 yield self._gpus[sort_key[2]], cand
 
@@ -314,7 +357,8 @@ class PlacementIndex:
         """All devices of the pod on one node, largest request first, or None if they do not all fit.
 
         Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
-        against the node's tentative masks; node fill stays the node's fill before this pod.
+        against the node's tentative masks; node fill, and each model's share of empty GPUs, stay
+        what they were before this pod.
         """
         filtered = _has_filters(pod)
         gpus = [
@@ -342,7 +386,14 @@ class PlacementIndex:
                     continue
                 used = (mask & pset.full_mask).bit_count() / pset.axis
                 key = (
-                    *rank_key(pod, cand.rank, cand.choice.loss, fill, used, cand.choice.placement.start),
+                    *rank_key(
+                        pod,
+                        cand.rank,
+                        self._loss(cand, pset, g.type),
+                        fill,
+                        used,
+                        cand.choice.placement.start,
+                    ),
                     *g.order,
                 )
                 if best is None or key < best[0]:

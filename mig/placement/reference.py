@@ -8,13 +8,15 @@ the smallest key wins. Nothing here is memoized, bucketed or shared with the ind
 
 The criteria come from where they are defined, so the reference follows when they change:
 - profile rank from `preference.candidate_order`,
-- fragmentation loss from `ProfileSet.value` (usable capacity, then placeable value, before minus
-  after the placement),
+- fragmentation loss from `plan.fragmentation` over `ProfileSet.value` (usable capacity, then
+  placeable value, before minus after the placement), the model's share of empty GPUs for a placement
+  taking the whole GPU, and the profile's memory,
 - the policy order and the placement-start tie-break from `plan.rank_key`,
 - then GPU order on its node, node name and GPU UUID.
 
 Node fill is the share of slices used over the node's schedulable GPUs (all of them, whatever the
-pod's GPU filters); GPU fill is the share of the GPU's axis used. For a multi-device pod the stated
+pod's GPU filters); GPU fill is the share of the GPU's axis used. A model's share of empty GPUs counts every schedulable
+GPU of that NVML type in the fleet, whatever the pod's filters or `nodes`. For a multi-device pod the stated
 rule is greedy: nodes in the order of the lead (largest) device's best key on them; on a node, each
 device largest first takes its best key against the node's tentative masks (node fill stays the
 node's fill before the pod); the first node taking every device wins.
@@ -28,7 +30,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from mig.placement.occupancy import ProfileSet, profile_set
-from mig.placement.plan import DevicePlacement, Plan, rank_key
+from mig.placement.plan import DevicePlacement, Plan, fragmentation, rank_key
 from mig.placement.preference import candidate_order
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
@@ -77,8 +79,23 @@ def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int]:
     return (cap - cap_after, value - value_after)
 
 
-def options(pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float) -> list[_Option]:
-    """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key."""
+def empty_share(fleet: Sequence[GpuState]) -> dict[str, float]:
+    """Per NVML type: the share of its schedulable GPUs in the fleet that hold nothing."""
+    counts: dict[str, list[int]] = {}
+    for g in fleet:
+        pset = _pset(g)
+        if _schedulable(g) and pset is not None:
+            c = counts.setdefault(g.type, [0, 0])
+            c[0] += 1
+            c[1] += _used(pset, g.occupied_mask) == 0
+    return {t: empty / total for t, (total, empty) in counts.items()}
+
+
+def options(
+    pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float, spare: float
+) -> list[_Option]:
+    """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key;
+    `spare` is the GPU's model's share of empty GPUs (see `empty_share`)."""
     pset = _pset(gpu)
     if pset is None:
         return []
@@ -89,13 +106,18 @@ def options(pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float)
             if p.size <= 0 or p.mask & mask:
                 continue
             key = (
-                *rank_key(pod, rank, _loss(pset, mask, p), fill, used, p.start),
+                *rank_key(pod, rank, _frag(pset, mask, p, idx, spare), fill, used, p.start),
                 gpu.index,
                 gpu.node,
                 gpu.uuid,
             )
             out.append(_Option(key, gpu, pset, idx, p))
     return out
+
+
+def _frag(pset: ProfileSet, mask: int, p: Placement, idx: int, spare: float) -> tuple[int, float, int, int]:
+    whole = p.size >= pset.axis
+    return fragmentation(_loss(pset, mask, p), spare if whole else 0.0, pset.profiles[idx].memory_mb)
 
 
 def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:
@@ -111,14 +133,16 @@ def _placed(device: Device, o: _Option) -> DevicePlacement:
     )
 
 
-def _on_node(pod: PodRequest, devices: list[Device], gpus: list[GpuState], fill: float) -> Plan | None:
+def _on_node(
+    pod: PodRequest, devices: list[Device], gpus: list[GpuState], fill: float, spares: dict[str, float]
+) -> Plan | None:
     """Every device on this node, largest first, each taking its best option; None if one does not fit."""
     eligible = [g for g in gpus if _eligible(pod, g)]
     masks = {g.uuid: g.occupied_mask for g in eligible}
     largest = max((g.memory_mb for g in eligible), default=0)
     placed = []
     for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
-        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill)]
+        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill, spares[g.type])]
         if not found:
             return None
         best = min(found, key=lambda o: o.key)
@@ -139,6 +163,7 @@ def reference_plan(
     for g in fleet:
         by_node.setdefault(g.node, []).append(g)
     fills = {n: node_fill(gpus) for n, gpus in by_node.items()}
+    spares = empty_share(fleet)
     shares = any(isinstance(d[2], Percent) for d in devices)
     largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
     lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -150,12 +175,12 @@ def reference_plan(
             o.key
             for g in gpus
             if _eligible(pod, g)
-            for o in options(pod, lead[2], g, g.occupied_mask, fills[node])
+            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], spares[g.type])
         ]
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node])
+        plan = _on_node(pod, devices, by_node[node], fills[node], spares)
         if plan is not None:
             return plan
     return None

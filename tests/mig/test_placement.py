@@ -402,3 +402,64 @@ def test_between_equally_good_gpus_the_one_on_the_fuller_node_wins(model, axis):
         gpu(model, node="node-b", uuid="GPU-b1", index=1, occupied=[Placement(0, axis)]),
     ]
     assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-b0"
+
+
+def test_a_4gb_service_takes_an_a100_1g_5gb_and_leaves_the_h100_1g_10gb_for_a_9gb_one():
+    gpus = [
+        gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h"),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a"),
+    ]
+    index = PlacementIndex(gpus)
+    small = index.plan(pod((1, 4000)))
+    assert (small.devices[0].gpu_uuid, small.devices[0].profile) == ("GPU-a", "1g.5gb")
+    index.apply(small)
+    larger = index.plan(pod((1, 9000)))
+    assert (larger.devices[0].gpu_uuid, larger.devices[0].profile) == ("GPU-h", "1g.10gb")
+
+
+def _model_fleet(model: str, node: str, n: int, busy: int) -> list[GpuState]:
+    """`n` GPUs of `model` on `node`, the first `busy` of them holding one small instance."""
+    m = find_model(model)
+    small = min(ALLOW.profiles_for(m.nvml_name), key=lambda name: m.profile(name).memory_mib)
+    held = max(m.profile(small).placements, key=lambda p: p.start)
+    return [
+        gpu(model, node=node, uuid=f"GPU-{node}-{i}", index=i, occupied=[held] if i < busy else [])
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("busy_a100", "busy_rtx", "expected"),
+    [
+        (3, 1, "node-rtx"),  # small services keep the A100s busy: the whole-GPU job takes an RTX PRO 6000
+        (1, 3, "node-a100"),  # and the other way round
+    ],
+)
+def test_a_whole_gpu_job_goes_to_the_model_whose_gpus_the_small_services_left_empty(
+    busy_a100, busy_rtx, expected
+):
+    fleet = _model_fleet("A100-SXM4-40GB", "node-a100", 4, busy_a100) + _model_fleet(
+        "RTX-PRO-6000", "node-rtx", 4, busy_rtx
+    )
+    d = plan_pod(pod((1, None)), fleet).devices[0]
+    assert d.node == expected
+    assert d.placement.start == 0 and not any(g.occupied for g in fleet if g.uuid == d.gpu_uuid)
+
+
+def test_a_whole_gpu_job_still_finds_an_empty_gpu_after_40_small_services_arrive():
+    # 8 A100s hold 56 1g instances: 40 services fill 6 GPUs (7 each) when packed, and leave none
+    # empty when spread.
+    fleet = [
+        gpu("A100-SXM4-40GB", node=f"node-{n}", uuid=f"GPU-{n}-{i}", index=i)
+        for n in range(2)
+        for i in range(4)
+    ]
+    index = PlacementIndex(fleet)
+    for n in range(40):
+        plan = index.plan(pod((1, 4000)))
+        assert isinstance(plan, Plan), f"service {n} was refused"
+        index.apply(plan)
+    whole = index.plan(pod((1, None)))
+    assert isinstance(whole, Plan), whole
+    d = whole.devices[0]
+    assert index.occupied_mask(d.gpu_uuid) == 0 and d.placement.start == 0

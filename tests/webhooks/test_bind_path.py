@@ -48,7 +48,7 @@ def test_a_bound_pod_carries_its_reservation_and_bind_phase_and_its_node_the_loc
 ):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
     assert filter_(extender, pod, ["n1"])["NodeNames"] == ["n1"]
-    assert bind(extender, pod, "n1")["Error"] == ""  # at once: the reservation write may be in flight
+    assert bind(extender, pod, "n1")["Error"] == ""  # the reservation rides on the Binding
     stored = apiserver.get("pods", "p1", "team")
     annotations = stored["metadata"]["annotations"]
     assert stored["spec"]["nodeName"] == "n1"

@@ -39,10 +39,20 @@ def filter_args(pod: dict, nodes: list[str]) -> dict:
 
 
 def post_filter(extender, service, pod: dict, nodes: list[str]) -> dict:
-    """Filter over HTTP, then wait until the reservation write that follows the reply has finished."""
-    out = extender.post("/filter", json=filter_args(pod, nodes)).json()
-    service.filter.pending.wait_recorded(pod["metadata"].get("uid", ""))
-    return out
+    return extender.post("/filter", json=filter_args(pod, nodes)).json()
+
+
+def schedule(extender, service, pod: dict, nodes: list[str]) -> str:
+    """Filter then bind, as kube-scheduler does: the node the pod is bound to (its record is on it)."""
+    (chosen,) = post_filter(extender, service, pod, nodes)["NodeNames"]
+    assert post_bind(extender, pod, chosen) == {"Error": ""}
+    return chosen
+
+
+def post_bind(extender, pod: dict, node_name: str) -> dict:
+    meta = pod["metadata"]
+    body = {"PodName": meta["name"], "PodNamespace": "team", "PodUID": meta["uid"], "Node": node_name}
+    return extender.post("/bind", json=body).json()
 
 
 def stored_pod(apiserver, name: str, namespace: str = "team") -> dict:
@@ -55,12 +65,14 @@ def events(apiserver, reason: str, namespace: str = "team") -> list[dict]:
     return [e for e in json.loads(found.data)["items"] if e["reason"] == reason]
 
 
-def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod(
+def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_the_pod_by_its_bind(
     apiserver, service, extender
 ):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=8000))
     out = post_filter(extender, service, pod, ["n1"])
     assert out["Error"] == "" and out["NodeNames"] == ["n1"]
+    assert VGPU_NODE not in (stored_pod(apiserver, "p1")["metadata"].get("annotations") or {})
+    assert post_bind(extender, pod, "n1") == {"Error": ""}
     ann = stored_pod(apiserver, "p1")["metadata"]["annotations"]
     (alloc,) = decode_allocations(ann[MIG_ALLOCATIONS])
     assert (alloc.containerIndex, alloc.deviceIndex, alloc.gpuUUID, alloc.profile) == (
@@ -70,7 +82,6 @@ def test_a_pod_asking_for_8000_mib_gets_a_1g_10gb_on_an_a100_80gb_recorded_on_th
         "1g.10gb",
     )
     assert ann[VGPU_NODE] == "n1"
-    assert stored_pod(apiserver, "p1")["metadata"]["labels"][VGPU_NODE] == "n1"
     assert ann[DEVICES_TO_ALLOCATE] == ann[DEVICES_ALLOCATED] == "GPU-n1-0,NVIDIA,9728,15:;"
 
 
@@ -87,7 +98,6 @@ def test_bind_takes_the_node_lock_marks_allocating_and_binds(apiserver, service,
     assert stored["metadata"]["annotations"][BIND_PHASE] == "allocating"
     lock = apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK]
     assert lock.endswith(",team,p1")
-    assert eventually(lambda: events(apiserver, "BindingSucceed"))
 
 
 def test_a_pod_that_fits_nowhere_gets_mig_reasons_per_node_and_a_warning_event(apiserver, service, extender):
@@ -163,26 +173,50 @@ def test_filters_for_pods_that_do_not_exist_reserve_nothing_and_block_no_node(ap
     assert post_filter(extender, service, real, ["n1"])["NodeNames"] == ["n1"]  # n1 is not held for a ghost
 
 
-def test_a_pod_whose_reservation_cannot_be_written_is_not_bound(apiserver, service, extender):
+def test_a_pod_whose_binding_fails_is_not_bound_and_frees_its_node_and_placement(
+    apiserver, service, extender
+):
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
-    apiserver.faults.fail_next(verb="patch", resource="pods", code=500)
-    out = extender.post("/filter", json=filter_args(pod, ["n1"])).json()
-    assert out["NodeNames"] == ["n1"]
-    bind = extender.post(
-        "/bind",
-        json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"], "Node": "n1"},
-    ).json()
-    assert "could not record the MIG reservation" in bind["Error"]
-    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
+    assert post_filter(extender, service, pod, ["n1"])["NodeNames"] == ["n1"]
+    apiserver.faults.fail_next(verb="create", resource="pods/binding", code=500)
+    assert "failed" in post_bind(extender, pod, "n1")["Error"]
+    stored = stored_pod(apiserver, "p1")
+    assert stored["spec"].get("nodeName") is None
+    assert VGPU_NODE not in (stored["metadata"].get("annotations") or {})
+    assert NODE_LOCK not in apiserver.get("nodes", "n1")["metadata"]["annotations"]
     assert service.fleet.placements()["GPU-n1-0"] == []
+    assert eventually(lambda: events(apiserver, "BindingFailed"))
 
 
-def test_a_failed_reservation_write_frees_the_node_for_the_next_pod(apiserver, service, extender):
-    _, first, second = seed(apiserver, service, node("n1"), gpu_pod("p1"), gpu_pod("p2"))
-    apiserver.faults.fail_next(verb="patch", resource="pods", code=500)
-    post_filter(extender, service, first, ["n1"])  # its write fails after the reply; no bind will follow
-    out = post_filter(extender, service, second, ["n1"])
-    assert out["NodeNames"] == ["n1"], out
+def test_a_bind_without_this_schedulers_reservation_fails_so_kube_scheduler_filters_again(
+    apiserver, service, extender
+):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))  # never filtered (or before a restart)
+    out = post_bind(extender, pod, "n1")
+    assert "holds no MIG reservation for the pod" in out["Error"]
+    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
+    assert NODE_LOCK not in apiserver.get("nodes", "n1")["metadata"]["annotations"]
+
+
+def test_a_bind_to_another_node_than_the_reservations_fails(apiserver, service, extender):
+    _, _, pod = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p1"))
+    chosen = post_filter(extender, service, pod, ["n1"])["NodeNames"]
+    assert chosen == ["n1"]
+    assert "reservation is on node n1, not n2" in post_bind(extender, pod, "n2")["Error"]
+    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
+
+
+def test_a_bind_after_the_fleet_let_the_reservation_expire_fails(apiserver, start_service):
+    service = start_service(reservation_ttl=0.2)
+    from starlette.testclient import TestClient
+
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
+    with TestClient(service.extender_app) as http:
+        assert post_filter(http, service, pod, ["n1"])["NodeNames"] == ["n1"]
+        time.sleep(0.3)
+        service.fleet.sweep()  # its slices may now go to another pod: the bind must not record them
+        assert "replaced or expired" in post_bind(http, pod, "n1")["Error"]
+    assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
 
 
 def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
@@ -207,7 +241,8 @@ def test_a_finished_or_deleted_pod_frees_its_placement(apiserver, service, exten
         return sum(len(v) for v in service.fleet.placements().values())
 
     for pod in (p1, p2):
-        assert post_filter(extender, service, pod, ["n1", "n2"])["NodeNames"]
+        (chosen,) = post_filter(extender, service, pod, ["n1", "n2"])["NodeNames"]
+        assert post_bind(extender, pod, chosen) == {"Error": ""}
     assert eventually(lambda: held() == 2 and not service.fleet._in_flight)
     core = client.CoreV1Api(apiserver.api_client("admin"))
     core.patch_namespaced_pod_status("p1", "team", {"status": {"phase": "Succeeded"}})
@@ -237,6 +272,12 @@ def test_a_device_without_a_reservation_fails_the_gpu_closed(apiserver, service,
     assert "team/legacy has a device on this MIG GPU without a reservation" in out["FailedNodes"]["n1"]
 
 
+def release_lock(apiserver, service, node_name: str) -> None:
+    core = client.CoreV1Api(apiserver.api_client("admin"))
+    core.patch_node(node_name, {"metadata": {"annotations": {NODE_LOCK: None}}})
+    assert eventually(lambda: node_name not in service.cache.locks)
+
+
 def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service):
     first = start_service()
     first.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
@@ -247,8 +288,9 @@ def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service
         for i, mem in enumerate([8000, 20000, 40000, 8000, 70000, 15000]):
             pod = apiserver.create(gpu_pod(f"p{i}", memory=mem))
             assert eventually(lambda n=f"p{i}": first.cache.pod("team", n))
-            assert http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
-            first.filter.pending.wait_recorded(pod["metadata"]["uid"])
+            (chosen,) = http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
+            assert post_bind(http, pod, chosen) == {"Error": ""}
+            release_lock(apiserver, first, chosen)  # as the device plugin does after Allocate
     assert eventually(lambda: not first.fleet._in_flight)
     before = {k: sorted(v) for k, v in first.fleet.placements().items()}
     first.stop()
@@ -272,10 +314,13 @@ def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, servic
 
     from mig.annotations import encode_node_lock
 
-    n1 = node("n1")
-    n1["metadata"]["annotations"][NODE_LOCK] = encode_node_lock(dt.datetime.now(dt.UTC), "team", "owner")
-    _, _, pod = seed(apiserver, service, n1, gpu_pod("owner"), gpu_pod("p1"))
-    post_filter(extender, service, pod, ["n1"])
+    _, _, pod = seed(apiserver, service, node("n1"), gpu_pod("owner"), gpu_pod("p1"))
+    assert post_filter(extender, service, pod, ["n1"])["NodeNames"] == ["n1"]
+    # another scheduler (or a device plugin's stale lock) locks the node between filter and bind
+    lock = encode_node_lock(dt.datetime.now(dt.UTC), "team", "owner")
+    client.CoreV1Api(apiserver.api_client("admin")).patch_node(
+        "n1", {"metadata": {"annotations": {NODE_LOCK: lock}}}
+    )
     out = extender.post(
         "/bind",
         json={"PodName": "p1", "PodNamespace": "team", "PodUID": pod["metadata"]["uid"], "Node": "n1"},
@@ -340,11 +385,13 @@ def test_binding_args_without_a_pod_name_are_an_error_in_the_reply(extender):
 
 
 def test_placements_never_overlap_and_match_the_pod_records(apiserver, service, extender):
-    service.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, service, node("n1", gpus=2))
     for i in range(10):
         pod = apiserver.create(gpu_pod(f"p{i}", memory=9000))
-        post_filter(extender, service, pod, ["n1"])
+        assert eventually(lambda n=f"p{i}": service.cache.pod("team", n))
+        assert post_filter(extender, service, pod, ["n1"])["NodeNames"] == ["n1"]
+        assert post_bind(extender, pod, "n1") == {"Error": ""}
+        release_lock(apiserver, service, "n1")
     by_gpu: dict[str, list[Placement]] = {}
     for i in range(10):
         ann = stored_pod(apiserver, f"p{i}")["metadata"].get("annotations") or {}
@@ -365,7 +412,7 @@ def test_a_pod_asking_8k_gets_the_same_profile_as_one_asking_8000(apiserver, ser
     p8k["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8k"
     _, _, p8000, p8k = seed(apiserver, service, node("n1"), node("n2"), gpu_pod("p8000", memory=8000), p8k)
     for pod, where in ((p8000, "n1"), (p8k, "n2")):
-        assert post_filter(extender, service, pod, [where])["NodeNames"] == [where]
+        assert schedule(extender, service, pod, [where]) == where
     assert _profile_of(apiserver, "p8k") == _profile_of(apiserver, "p8000") == "1g.10gb"
 
 
@@ -373,7 +420,7 @@ def test_gpumem_percentage_25_on_an_a100_40gb_node_gets_a_3g_20gb(apiserver, ser
     pod = gpu_pod("quarter", memory=None)
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "25"
     _, pod = seed(apiserver, service, node("n40", "A100-SXM4-40GB"), pod)
-    assert post_filter(extender, service, pod, ["n40"])["NodeNames"] == ["n40"]
+    assert schedule(extender, service, pod, ["n40"]) == "n40"
     assert _profile_of(apiserver, "quarter") == "3g.20gb"
 
 

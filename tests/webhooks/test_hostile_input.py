@@ -196,7 +196,6 @@ def _running(apiserver, service, extender, memory: int = 8000) -> dict:
     _, p = seed(apiserver, service, node("n1"), gpu_pod("run", memory=memory))
     uid = p["metadata"]["uid"]
     extender.post("/filter", json=filter_args(p, ["n1"]))
-    service.filter.pending.wait_recorded(uid)
     assert extender.post(
         "/bind", json={"PodName": "run", "PodNamespace": "team", "PodUID": uid, "Node": "n1"}
     ).json() == {"Error": ""}

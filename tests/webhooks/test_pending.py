@@ -1,8 +1,7 @@
-"""What filter hands to bind: the fleet plans and reserves at once; pending binds hold nodes and writes."""
+"""What filter hands to bind: the fleet plans and reserves at once; pending binds hold the node and
+the reservation the bind records."""
 
 from __future__ import annotations
-
-from concurrent.futures import Future
 
 import pytest
 from webhooks_testkit import gpu_pod, node
@@ -11,7 +10,8 @@ from mig.allowlist import ResourceNames
 from mig.placement import PodRequest, Refusal
 from mig.pods import gpu_request
 from webhooks.fleet import Fleet
-from webhooks.pending import HELD, PendingBinds
+from webhooks.occupancy import PodUsage
+from webhooks.pending import HELD, PendingBinds, Reservation
 
 
 def request(memory: int = 8000, devices: int = 1) -> PodRequest:
@@ -70,6 +70,10 @@ class Clock:
         return self.now
 
 
+def reserved(uid: str, node: str = "n1") -> Reservation:
+    return Reservation(node, {"hami.io/vgpu-node": node}, PodUsage(uid, "team", uid, node))
+
+
 @pytest.mark.parametrize(
     ("asking", "elapsed", "held"),
     [
@@ -82,48 +86,37 @@ class Clock:
 def test_a_node_chosen_for_a_pod_is_held_from_other_pods_until_its_bind_or_the_ttl(asking, elapsed, held):
     clock = Clock()
     pending = PendingBinds(ttl=30.0, clock=clock)
-    pending.choose("owner", "n1")
+    pending.choose("owner", reserved("owner"))
     clock.now += elapsed
     assert pending.held_for_others(asking) == held
 
 
 def test_a_finished_bind_frees_its_node_but_not_a_node_chosen_since_for_another_pod():
     pending = PendingBinds()
-    pending.choose("a", "n1")
+    pending.choose("a", reserved("a"))
     pending.done("a", "n1")
     assert pending.held_for_others("b") == {}
-    pending.choose("b", "n1")
+    pending.choose("b", reserved("b"))
     pending.done("a", "n1")  # a late bind of the earlier pod
     assert pending.held_for_others("c") == {"n1": HELD}
 
 
-def written(error: str) -> Future[str]:
-    future: Future[str] = Future()
-    future.set_result(error)
-    return future
-
-
-def test_bind_sees_a_write_that_landed_once_and_then_nothing_is_pending():
+def test_the_bind_finds_the_pods_latest_reservation_until_its_bind_is_done():
     pending = PendingBinds()
-    pending.recording("a", written(""))
-    assert pending.wait_recorded("a") == ""
-    assert pending.wait_recorded("a") == ""
-    assert pending.wait_recorded("never-filtered") == ""
+    pending.choose("a", reserved("a", "n1"))
+    pending.choose("a", reserved("a", "n2"))  # filtered again: the later plan replaces the earlier
+    found = pending.reservation("a")
+    assert found is not None and found.node == "n2"
+    assert pending.reservation("never-filtered") is None
+    pending.done("a", "n2")
+    assert pending.reservation("a") is None
 
 
-def test_a_failed_write_stays_for_the_bind_until_the_bind_is_done():
-    pending = PendingBinds()
-    pending.recording("a", written("could not record the MIG reservation on the pod: 500"))
-    pending.done("a", "n1", keep_write=True)  # the filter gave the node up; the bind may still come
-    assert "could not record" in pending.wait_recorded("a")
-    assert "could not record" in pending.wait_recorded("a")
-    pending.done("a", "n1")
-    assert pending.wait_recorded("a") == ""
-
-
-def test_a_write_still_running_makes_bind_retry_instead_of_binding_unrecorded():
-    pending = PendingBinds()
-    pending.recording("a", Future())
-    assert "retry" in pending.wait_recorded("a", timeout=0.01)
-    pending.done("a", "n1")  # not finished: it stays
-    assert "retry" in pending.wait_recorded("a", timeout=0.01)
+def test_a_reservation_whose_bind_never_comes_expires_and_is_forgotten():
+    clock = Clock()
+    pending = PendingBinds(reservation_ttl=30.0, clock=clock)
+    pending.choose("a", reserved("a"))
+    clock.now += 31.0
+    assert pending.reservation("a") is None
+    pending.choose("b", reserved("b", "n2"))  # the next filter drops what expired: memory stays bounded
+    assert list(pending._reserved) == ["b"]
