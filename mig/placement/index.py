@@ -309,24 +309,28 @@ class PlacementIndex:
         def usable(g: _Gpu) -> bool:
             return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
 
+        # kube-scheduler sends a sample of the nodes (and the filter leaves out nodes locked by binds
+        # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
+        # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
+        sample = allowed is not None and len(allowed) * 10 < len(self._nodes) * 9
         for key in sorted(buckets):
             entries = buckets[key]
-            # Most decisions take the bucket's first GPU: find it without sorting the bucket.
-            head, head_cand = min(
-                ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
-                key=lambda pair: pair[0].sort_key,
-            )
-            if usable(head):
-                yield head, head_cand
-                found = [
-                    (g.sort_key, cand)
-                    for cand, members in entries
-                    for g in members.values()
-                    if g is not head and usable(g)
-                ]
-            else:
-                # A bucket of nodes the caller left out (locked by binds in progress, say) costs one
-                # membership test per GPU; only what is left is ranked.
+            found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
+            if not sample:
+                # Most decisions take the bucket's first GPU: find it without sorting the bucket.
+                head, head_cand = min(
+                    ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
+                    key=lambda pair: pair[0].sort_key,
+                )
+                if usable(head):
+                    yield head, head_cand
+                    found = [
+                        (g.sort_key, cand)
+                        for cand, members in entries
+                        for g in members.values()
+                        if g is not head and usable(g)
+                    ]
+            if found is None:  # only usable GPUs are ranked
                 found = (
                     [
                         (g.sort_key, cand)
