@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+# Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
 from _baselines import BGpu, BNode
 from _packing.oracle import INFEASIBLE, PACKED, Oracle, legal_packing
