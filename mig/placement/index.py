@@ -353,9 +353,9 @@ class PlacementIndex:
                 )
                 if not found:
                     continue
-                first = min(found, key=_FIRST)
-                yield self._gpus[first[0][2]], first[1]
-                found = [pair for pair in found if pair is not first]
+                lowest = min(found, key=_FIRST)
+                yield self._gpus[lowest[0][2]], lowest[1]
+                found = [pair for pair in found if pair is not lowest]
             found.sort(key=_FIRST)
             for sort_key, cand in found:
                 yield self._gpus[sort_key[2]], cand
