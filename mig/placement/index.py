@@ -98,6 +98,7 @@ class _Candidate:
     choice: Choice
 
 
+_Bucket = list[tuple[_Candidate, dict[str, _Gpu]]]  # (candidate, GPUs) of the groups sharing a key
 _Memo = dict[tuple[object, ...], _Candidate | None]
 
 
@@ -112,6 +113,17 @@ def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _
 
 def _has_filters(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
+def _best_first(buckets: dict[tuple[object, ...], _Bucket]) -> Iterator[_Bucket]:
+    """The buckets in key order; most decisions stop at the first, so it is found with one min()
+    and the rest sorted only if asked for."""
+    if not buckets:
+        return
+    top = min(buckets)
+    yield buckets[top]
+    for key in sorted(k for k in buckets if k != top):
+        yield buckets[key]
 
 
 class PlacementIndex:
@@ -287,7 +299,7 @@ class PlacementIndex:
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
         # bucket key (everything but GPU order and node name) -> [(candidate, members)]
-        buckets: dict[tuple[object, ...], list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
+        buckets: dict[tuple[object, ...], _Bucket] = {}
         for (_, mask, gtype, total), by_fill in self._groups.items():
             if filtered:
                 ok = type_ok.get(gtype)
@@ -302,8 +314,9 @@ class PlacementIndex:
                 continue
             used = first.used() / pset.axis
             start = cand.choice.placement.start
+            loss = self._loss(cand, pset, gtype)
             for fill, members in by_fill.items():
-                key = rank_key(pod, cand.rank, self._loss(cand, pset, gtype), fill, used, start)
+                key = rank_key(pod, cand.rank, loss, fill, used, start)
                 buckets.setdefault(key, []).append((cand, members))
 
         def usable(g: _Gpu) -> bool:
@@ -313,8 +326,7 @@ class PlacementIndex:
         # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
         # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
         sample = allowed is not None and len(allowed) * 10 < len(self._nodes) * 9
-        for key in sorted(buckets):
-            entries = buckets[key]
+        for entries in _best_first(buckets):
             found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
             if not sample:
                 # Most decisions take the bucket's first GPU: find it without sorting the bucket.
