@@ -1,7 +1,8 @@
 """Placement benchmark: dynmig's engine against baselines and against an oracle, on churn traces.
 
-Run by `make bench` as `python bench/placement.py` (`--quick`: one seed). Prints a table per workload
-and load and writes bench/results/placement.json. Seeded and deterministic apart from the timings.
+Run by `make bench` as `python bench/placement.py` (`--quick`: one seed; `--workload mixed` or
+`--workload inference-heavy`: that workload only). Prints a table per workload and load and writes
+bench/results/placement.json. Seeded and deterministic apart from the timings.
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
