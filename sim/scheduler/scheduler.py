@@ -4,9 +4,10 @@ It list-watches unassigned pods and all nodes through the official client, sched
 `spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
 node sampling), then each interested extender's filter, then a host, then binding (the extender's
 bind verb, or a Binding) on a pool of threads, one per binding in flight, as kube-scheduler runs
-each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are written by a recorder thread off both paths (sim.scheduler.recorder). A failed
-attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
-condition, and the pod is retried after an exponential backoff.
+each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are
+written by a recorder thread, off both paths (sim.scheduler.recorder). A failed attempt records a
+`FailedScheduling` Warning event and the pod's PodScheduled=False condition, and the pod is
+retried after an exponential backoff.
 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
