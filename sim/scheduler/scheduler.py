@@ -34,6 +34,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from sim.scheduler import messages
+from sim.scheduler.api import ApiWriter
 from sim.scheduler.config import SchedulerConfig
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
@@ -164,7 +165,8 @@ class Scheduler:
         self._backing_off: set[str] = set()
         self._in_flight: set[str] = set()
         self._failures: dict[str, int] = {}
-        self.recorder = EventRecorder(self.core)
+        self.api = ApiWriter(api_client)
+        self.recorder = EventRecorder(self.api)
         self._next_start = 0
         self._stopping = threading.Event()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
@@ -385,11 +387,7 @@ class Scheduler:
                     "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node},
                 }
-                _drain(
-                    self.core.create_namespaced_pod_binding(
-                        meta["name"], meta["namespace"], body, _preload_content=False
-                    )
-                )
+                self.api.bind(meta["namespace"], meta["name"], body)
         except ExtenderError as exc:
             self._failed(key, pod, str(exc), error=True)
             return
@@ -466,22 +464,12 @@ class Scheduler:
             }
         }
         try:
-            _drain(
-                self.core.patch_namespaced_pod_status(
-                    meta["name"], meta["namespace"], patch, _preload_content=False
-                )
-            )
+            self.api.patch_pod_status(meta["namespace"], meta["name"], patch)
         except Exception as exc:  # noqa: BLE001 - a condition is informative only
             log.debug("pod condition for %s: %s", _key(pod), exc)
 
     def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.recorder.record(pod, type_, reason, message)
-
-
-def _drain(resp: Any) -> None:
-    """Read a reply we do not need, so its connection goes back to the pool (client-go reuses its
-    connections; an unread urllib3 response would make every call open a new one)."""
-    _ = resp.data
 
 
 def _shutdown_socket(resp: Any) -> None:
