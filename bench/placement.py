@@ -24,6 +24,8 @@ and load and writes bench/results/placement.json. Seeded and deterministic apart
   nodes), shown packable (a legal packing, checked like a policy's picks), unknown (a solve's time
   limit) or not searched (the trace's time budget); see ORACLE_MEANS. dynmig/oracle is dynmig's
   refusals over the oracle's (proved, or proved + unknown + not searched), per load and request kind.
+  The repacker (`churn_repacking`) is the oracle as a policy on its own replay: dynmig's engine, and at
+  each of its refusals the fleet re-laid to the oracle's packing; dynmig/repacker likewise.
 - HAMi's E2E sequences (bench/_packing/hami_e2e.py): the A100-40GB and RTX PRO 6000 cases of HAMi's
   `hack/hami-mig-e2e.sh` on one GPU; each policy is scored by the script's expectations it misses.
 - Decision time: a 5,000-node × 8-GPU fleet filled at random to about 60 % of its slices; each policy
@@ -57,7 +59,7 @@ from _baselines import (
     Pick,
 )
 from _packing.hami_e2e import TRACES, replay
-from _packing.oracle import INFEASIBLE, NOT_SEARCHED, UNKNOWN, VERDICTS, Oracle, legal_packing
+from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 
 from mig.allowlist import default_allowlist
 from mig.catalog import find_model
@@ -303,6 +305,52 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int, judge: bool = False) 
     }
 
 
+class _Repacked:
+    """Stands in for a policy while the oracle's packing is applied (checked as any policy's picks)."""
+
+    name = "oracle repack"
+
+
+def churn_repacking(arrivals, nodes_n: int, gpus_n: int) -> dict:
+    """The oracle as a policy, on its own replay of the trace: dynmig's engine places each pod; when it
+    refuses, the oracle judges the pods running plus the new one and, given a packing, the fleet is
+    re-laid to it (every instance may move) and the pod admitted. Refused: proved infeasible, or the
+    oracle did not decide (unknown, not searched). Greedy over time: it admits whenever it can."""
+    nodes = make_fleet(nodes_n, gpus_n)
+    policy = Dynmig(nodes)
+    oracle = Oracle(nodes, ORACLE_BUDGET, ORACLE_TIME_LIMIT)
+    verdicts: Counter[str] = Counter()
+    by_kind: Counter[tuple[str, str]] = Counter()
+    departures: list[tuple[float, int]] = []
+    live: dict[int, list[Pick]] = {}
+    for key, (t, mems, life) in enumerate(arrivals):
+        while departures and departures[0][0] <= t:
+            _, k = heapq.heappop(departures)
+            release(policy, live.pop(k), k)
+        picks = policy.decide(list(mems))
+        if picks is None:
+            judged = oracle.judge({k: arrivals[k][1] for k in live}, mems, key)
+            verdicts[judged.verdict] += 1
+            by_kind[(kind(mems), judged.verdict)] += 1
+            if judged.packing is None:
+                continue
+            wrong = legal_packing(nodes, {**{k: arrivals[k][1] for k in live}, key: mems}, judged.packing)
+            assert not wrong, f"the oracle's packing is not legal: {wrong[:3]}"
+            for n in nodes:
+                for g in n.gpus:
+                    g.mask, g.allocs = 0, {}
+            for k, moved in judged.packing.items():
+                if k != key:
+                    apply(_Repacked(), moved, k, arrivals[k][1])
+                    live[k] = moved
+            policy = Dynmig(nodes)  # its index rebuilt from the re-laid fleet
+            picks = judged.packing[key]
+        apply(policy, picks, key, mems)
+        live[key] = picks
+        heapq.heappush(departures, (t + life, key))
+    return {"verdicts": verdicts, "by_kind": by_kind, "seconds": oracle.spent_total}
+
+
 def offered_load(arrivals, nodes: list[BNode]) -> float:
     """Offered work over fleet capacity, in GPUs: each pod counted at its cheapest GPU model (the share
     of a GPU its smallest covering placements take, times its lifetime). Above ~0.9 refusals are
@@ -362,11 +410,16 @@ ORACLE_MEANS = (
     "it is proved\nthat the pods running then plus the refused one fit on no arrangement of the fleet, "
     "even moving every running\ninstance (per-GPU legal placements and nodes kept). Its refusals are "
     "those no policy could have avoided\nwith the pods dynmig had admitted; a packing found means moving "
-    "instances would have admitted the pod."
+    "instances would have admitted the pod.\nThe repacker is the oracle as a policy on its own replay of "
+    "the trace: dynmig's engine places each pod and,\nwhen it refuses, the oracle re-lays the whole fleet "
+    "to a packing it found (every instance may move);\nit refuses what the oracle proves infeasible or "
+    "leaves undecided. It admits greedily, so it may refuse\nmore than dynmig later: a reference, not a "
+    "lower bound."
 )
 # The oracle's seconds per trace in its program with nodes (refusals past it are "not searched"), and
 # per solve (past it, "unknown"); the node-free relaxation runs at every refusal (milliseconds).
 ORACLE_BUDGET, ORACLE_TIME_LIMIT = 20.0, 2.0
+REPLAY = "repacker"  # churn_repacking's results, beside the policies
 ARRIVALS = 5000
 
 
@@ -380,6 +433,9 @@ def run_churn(mix, target: float, seed: int, small: tuple[int, int]) -> tuple[di
         t0 = time.perf_counter()
         out[cls.name] = churn(cls, arrivals, *small, judge=cls is Dynmig)
         print(f"  churn {cls.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    t0 = time.perf_counter()
+    out[REPLAY] = churn_repacking(arrivals, *small)
+    print(f"  churn {REPLAY}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return out, offered_load(arrivals, make_fleet(*small))
 
 
@@ -457,6 +513,10 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else (0.0 if not a else float("inf"))
 
 
+def _per_seed(mine: list[int], theirs: list[int]) -> str:
+    return "[" + ", ".join(_ratio_cell(a, b) for a, b in zip(mine, theirs, strict=True)) + "]×"
+
+
 def _ratio_cell(a: int, b: int) -> str:
     """A ratio for a table cell: '-' when both are 0 (nothing to compare), 'inf' when only b is."""
     if not a and not b:
@@ -468,7 +528,7 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     head = f"{'policy':<15} {'refused':>10} {'frag.refusals':>14} {'utilisation':>12} {'dynmig/policy':>14}"
     print(head)
     print("-" * len(head))
-    names = list(res[0])
+    names = [n for n in res[0] if n != REPLAY]
     refused = {n: [r[n]["refused"] for r in res] for n in names}
     for n in names:
         util = [r[n]["utilisation"] for r in res]
@@ -495,8 +555,19 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     )
     print(
         f"dynmig refused {_span(refused['dynmig'])}; oracle refused {_span(proved)} (proved) to {_span(most)} "
-        f"(proved + unknown + not searched); dynmig/oracle at least {_span(lo, '{:.2f}')}×, at most "
-        f"{_span(hi, '{:.2f}')}× (target ≤ 1.25× near capacity; inf: the oracle refuses none)"
+        f"(proved + unknown + not searched); dynmig/oracle per seed at least {_per_seed(refused['dynmig'], most)}, "
+        f"at most {_per_seed(refused['dynmig'], proved)} (target ≤ 1.25× near capacity; inf: the oracle refuses "
+        "none; -: neither refuses)"
+    )
+    replay = {v: [r[REPLAY]["verdicts"][v] for r in res] for v in VERDICTS}
+    r_most = [sum(r[REPLAY]["verdicts"][v] for v in (INFEASIBLE, UNKNOWN, NOT_SEARCHED)) for r in res]
+    r_lo = [_ratio(d, m) for d, m in zip(refused["dynmig"], r_most, strict=True)]
+    r_hi = [_ratio(d, p) for d, p in zip(refused["dynmig"], replay[INFEASIBLE], strict=True)]
+    print(
+        f"repacker ({_span([r[REPLAY]['seconds'] for r in res], '{:.1f}')} s of oracle per trace): re-laid the "
+        f"fleet {_span(replay[PACKED])} times; refused {_span(replay[INFEASIBLE])} (proved) to {_span(r_most)} "
+        f"(+ unknown + not searched); dynmig/repacker per seed at least {_per_seed(refused['dynmig'], r_most)}, "
+        f"at most {_per_seed(refused['dynmig'], replay[INFEASIBLE])}"
     )
     kinds_head = (
         f"{'by request kind (sum over seeds)':<44}" + "".join(f"{k:>7}" for k in KINDS) + f"{'total':>7}"
@@ -513,6 +584,13 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     rows += [(f"oracle: {v}", lambda r, k, v=v: of(r, k, v)) for v in VERDICTS]
     rows.append(("oracle refused, proved", lambda r, k: of(r, k, INFEASIBLE)))
     rows.append(("oracle refused, at most", lambda r, k: of(r, k, INFEASIBLE, UNKNOWN, NOT_SEARCHED)))
+    rows.append(("repacker refused, proved", lambda r, k: r[REPLAY]["by_kind"][(k, INFEASIBLE)]))
+    rows.append(
+        (
+            "repacker refused, at most",
+            lambda r, k: sum(r[REPLAY]["by_kind"][(k, v)] for v in (INFEASIBLE, UNKNOWN, NOT_SEARCHED)),
+        )
+    )
     rows.append((f"{best} refused", lambda r, k: r[best]["by_kind"][k]))
     sums: dict[str, list[int]] = {}
     for text, get in rows:
@@ -520,12 +598,19 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
         sums[text] = [*vals, sum(vals)]
         print(f"{text:<44}" + "".join(f"{v:>7}" for v in vals) + f"{sum(vals):>7}")
     mine = sums["dynmig refused"]
-    for text, against in (("at least", "oracle refused, at most"), ("at most", "oracle refused, proved")):
+    for text, against in (
+        ("dynmig/oracle, at least", "oracle refused, at most"),
+        ("dynmig/oracle, at most", "oracle refused, proved"),
+        ("dynmig/repacker, at least", "repacker refused, at most"),
+        ("dynmig/repacker, at most", "repacker refused, proved"),
+    ):
         cells = [_ratio_cell(d, o) for d, o in zip(mine, sums[against], strict=True)]
-        print(f"{'dynmig/oracle, ' + text:<44}" + "".join(f"{c:>7}" for c in cells))
+        print(f"{text:<44}" + "".join(f"{c:>7}" for c in cells))
     by_kind = {
         k: {"dynmig": mine[n], "oracle_proved": sums["oracle refused, proved"][n]}
         | {"oracle_at_most": sums["oracle refused, at most"][n]}
+        | {"repacker_proved": sums["repacker refused, proved"][n]}
+        | {"repacker_at_most": sums["repacker refused, at most"][n]}
         for n, k in enumerate([*KINDS, "total"])
     }
     breakdown({n: res for n in ("dynmig", best)})
@@ -535,6 +620,9 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
         "oracle": {v.replace(" ", "_"): verdicts[v] for v in VERDICTS} | {"seconds": seconds},
         "oracle_refused": {"proved": proved, "at_most": most},
         "dynmig_vs_oracle": {"at_least": lo, "at_most": hi},
+        "repacker": {v.replace(" ", "_"): replay[v] for v in VERDICTS},
+        "repacker_refused": {"proved": replay[INFEASIBLE], "at_most": r_most},
+        "dynmig_vs_repacker": {"at_least": r_lo, "at_most": r_hi},
         "by_kind_sum_over_seeds": by_kind,
     }
 

@@ -8,10 +8,12 @@ It answers for one moment (a refusal of the policy being measured) with one of f
   profiles that fits on it at legal, disjoint placements, enumerated exactly; node boundaries are
   dropped, so multi-device pods may spread), or the exact program with nodes has none.
 - `PACKED`: a packing of every running pod and the new one was found (`Judgement.packing`: per pod,
-  per device, the GPU, placement and profile), legal on every GPU, each pod on one node.
-- `UNKNOWN`: the node-free relaxation has a solution, and the program with nodes hit its time limit.
-- `NOT_SEARCHED`: the relaxation has a solution and the run's time budget for the program with nodes
-  was spent.
+  per device, the GPU, placement and profile), legal on every GPU, each pod on one node: first by
+  laying the relaxation's solution out on the nodes (no further solve; `_greedy`), else from a
+  solution of the program with nodes.
+- `UNKNOWN`: the node-free relaxation has a solution, its layout did not pack, and the program with
+  nodes hit its time limit.
+- `NOT_SEARCHED`: as `UNKNOWN`, but the run's time budget for the program with nodes was spent.
 
 Both programs are integer programs solved by HiGHS (`scipy.optimize.milp`) with no objective (any
 solution will do). A device may use any profile covering its memory on any model it fits; in a
@@ -40,9 +42,8 @@ from mig.placement import PublishedProfile
 from mig.types import Placement
 
 INFEASIBLE, PACKED, UNKNOWN = "proved infeasible", "packing found", "unknown"
-NOT_SEARCHED = (
-    "not searched"  # the relaxation had a solution; the run's budget for the exact program was spent
-)
+# NOT_SEARCHED: the relaxation had a solution, its layout failed, the budget for the exact program was spent
+NOT_SEARCHED = "not searched"
 VERDICTS = (INFEASIBLE, PACKED, UNKNOWN, NOT_SEARCHED)
 
 Mems = tuple[int | None, ...]
@@ -53,7 +54,7 @@ Profiles = tuple[PublishedProfile, ...]
 @dataclass(frozen=True)
 class Judgement:
     verdict: str
-    how: str  # which step decided: "relaxation", "node program", "time limit", "budget"
+    how: str  # the step that decided: relaxation, its layout on nodes, node program, time limit, budget
     packing: dict[int, list[Pick]] | None = None  # with PACKED: pod key -> one pick per device
 
 
@@ -139,9 +140,16 @@ class _Group:
 class Oracle:
     """Judges refusals on a fleet (the bench's `BNode` model; only its shape is read: nodes, their
     GPUs and models). `budget` caps the seconds spent in the program with nodes over the oracle's life;
-    `time_limit` caps one solve."""
+    `time_limit` caps one solve; `lay_out` first tries the relaxation's solution laid out on the nodes
+    (`_greedy`, no solve), which packs most refusals at a fraction of the program's time."""
 
-    def __init__(self, nodes: Sequence[BNode], budget: float = float("inf"), time_limit: float = 2.0):
+    def __init__(
+        self,
+        nodes: Sequence[BNode],
+        budget: float = float("inf"),
+        time_limit: float = 2.0,
+        lay_out: bool = True,
+    ):
         self.nodes = list(nodes)
         self.groups: dict[str, _Group] = {}
         for node in self.nodes:
@@ -151,7 +159,7 @@ class Oracle:
             group = self.groups.setdefault(g0.type, _Group(g0.profiles, configurations(g0.profiles)))
             group.gpus += len(node.gpus)
             group.nodes.append(node)
-        self.budget, self.time_limit = budget, time_limit
+        self.budget, self.time_limit, self.lay_out = budget, time_limit, lay_out
         self.spent = 0.0  # seconds in the program with nodes
         self.spent_total = 0.0  # seconds in judge, the relaxation included
         self.counts: Counter[str] = Counter()  # Judgement.how, over the oracle's life
@@ -167,8 +175,13 @@ class Oracle:
 
     def _judge(self, pods: dict[int, Mems]) -> Judgement:
         devices = Counter(m for mems in pods.values() for m in mems)
-        if not self._relaxation_feasible(devices):
+        relaxed = self._relaxation(devices)
+        if relaxed is None:
             return Judgement(INFEASIBLE, "relaxation")
+        if relaxed and self.lay_out:
+            packing = self._greedy(pods, relaxed)
+            if packing is not None:
+                return Judgement(PACKED, "relaxation, laid out on nodes", packing)
         if self.spent >= self.budget:
             return Judgement(NOT_SEARCHED, "budget")
         t0 = time.perf_counter()
@@ -178,9 +191,10 @@ class Oracle:
             self.spent += time.perf_counter() - t0
 
     # ---- the node-free relaxation ---------------------------------------------------------------
-    def _relaxation_feasible(self, devices: Counter[int | None]) -> bool:
+    def _relaxation(self, devices: Counter[int | None]) -> dict[str, list[tuple[int, ...]]] | None:
         """How many GPUs of each model use each configuration, so that for every memory threshold the
-        covering slots are at least the devices asking that much or more."""
+        covering slots are at least the devices asking that much or more. None: proved that none
+        exists; else per model the configurations of a solution (empty when the solve hit its limit)."""
         classes = sorted(devices, key=_class_key)
         columns = [(g, c) for g in self.groups.values() for c in g.configs]
         rows, lower, upper = [], [], []
@@ -201,7 +215,106 @@ class Oracle:
         )
         # Status 2 is HiGHS proving the program infeasible; anything else (a solution, or a limit) is
         # not a proof.
-        return res.status != 2
+        if res.status == 2:
+            return None
+        out: dict[str, list[tuple[int, ...]]] = {}
+        if res.x is not None:
+            for (group, config), n in zip(columns, res.x, strict=True):
+                out.setdefault(group.nodes[0].gpus[0].type, []).extend([config] * round(n))
+        return out
+
+    def _greedy(
+        self, pods: dict[int, Mems], relaxed: dict[str, list[tuple[int, ...]]]
+    ) -> dict[int, list[Pick]] | None:
+        """The relaxation's configurations laid onto GPUs (dealt across each model's nodes in turn,
+        spare GPUs given the configuration with most slots), multi-device pods first onto the first
+        node with covering slots for all their devices, then single devices largest first, each
+        onto a free slot covering the fewest memory thresholds. None when a device finds no slot
+        (the exact program may still find a packing)."""
+        classes = sorted({m for mems in pods.values() for m in mems}, key=_class_key)
+        # buckets[node][rank]: free (GPU position, profile index) slots covering exactly the `rank`
+        # smallest classes (covering sets are nested, so a slot covers a prefix of `classes`).
+        buckets: dict[str, list[list[tuple[int, int]]]] = {}
+        for typ, group in self.groups.items():
+            configs = sorted(relaxed.get(typ, []), key=lambda c: (-len(c), c))
+            spare = max(group.configs, key=len)
+            configs += [spare] * (group.gpus - len(configs))
+            ranks = [
+                sum(1 for m in classes if p.memory_mb >= _need(group.profiles, m)) for p in group.profiles
+            ]
+            for node in group.nodes:
+                buckets[node.name] = [[] for _ in range(len(classes) + 1)]
+            dealt = [
+                (node, g)
+                for g in range(max(len(n.gpus) for n in group.nodes))
+                for node in group.nodes
+                if g < len(node.gpus)
+            ]
+            for (node, g), config in zip(dealt, configs, strict=True):
+                for i in config:
+                    buckets[node.name][ranks[i]].append((g, i))
+        rank_of = {m: n + 1 for n, m in enumerate(classes)}  # the least rank that covers m
+        used: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # (node, GPU) -> (profile, pod, device)
+        multis = sorted(
+            ((k, m) for k, m in pods.items() if len(m) > 1),
+            key=lambda km: sorted((_class_key(x) for x in km[1]), reverse=True),
+            reverse=True,
+        )
+
+        def plan(node: str, needs: list[int]) -> tuple[int, list[int]] | None:
+            """The ranks a pod's devices would take on this node (each the least covering one free),
+            with the thresholds they waste, or None when the node lacks a slot."""
+            free = [len(b) for b in buckets[node]]
+            ranks = []
+            for need in needs:
+                rank = next((r for r in range(need, len(free)) if free[r]), None)
+                if rank is None:
+                    return None
+                free[rank] -= 1
+                ranks.append(rank)
+            return sum(r - n for r, n in zip(ranks, needs, strict=True)), ranks
+
+        for key, mems in multis:
+            order = sorted(range(len(mems)), key=lambda d: _class_key(mems[d]), reverse=True)
+            needs = [rank_of[mems[d]] for d in order]
+            plans = [(p, n.name) for n in self.nodes if (p := plan(n.name, needs)) is not None]
+            if not plans:
+                return None
+            (_, ranks), name = min(plans, key=lambda pn: pn[0][0])  # the least waste, first node on ties
+            for d, rank in zip(order, ranks, strict=True):
+                g, i = buckets[name][rank].pop()
+                used.setdefault((name, g), []).append((i, key, d))
+        singles = sorted(
+            ((k, m[0]) for k, m in pods.items() if len(m) == 1), key=lambda km: _class_key(km[1])
+        )
+        for key, mem in reversed(singles):
+            need = rank_of[mem]
+            found = None
+            for rank in range(need, len(classes) + 1):
+                node = next((n for n in self.nodes if buckets[n.name][rank]), None)
+                if node is not None:
+                    found = (node, buckets[node.name][rank].pop())
+                    break
+            if found is None:
+                return None
+            node, (g, i) = found
+            used.setdefault((node.name, g), []).append((i, key, 0))
+        return self._lay_out(pods, used)
+
+    def _lay_out(
+        self, pods: dict[int, Mems], used: dict[tuple[str, int], list[tuple[int, int, int]]]
+    ) -> dict[int, list[Pick]]:
+        """Placements per GPU by the exact search, as picks per pod in the order of its devices."""
+        by_name = {n.name: n for n in self.nodes}
+        out: dict[int, list[Pick | None]] = {key: [None] * len(mems) for key, mems in pods.items()}
+        for (name, g), items in used.items():
+            gpu = by_name[name].gpus[g]
+            items.sort()
+            places = arrange(gpu.profiles, tuple(i for i, _, _ in items))
+            assert places is not None, "a configuration's subset always fits"
+            for (i, key, d), place in zip(items, places, strict=True):
+                out[key][d] = (gpu, place, gpu.profiles[i])
+        return {key: [p for p in picks if p is not None] for key, picks in out.items()}
 
     # ---- the program with nodes -----------------------------------------------------------------
     def _node_program(self, pods: dict[int, Mems]) -> Judgement:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+# Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
 from _baselines import BGpu, BNode
 from _packing.oracle import INFEASIBLE, PACKED, Oracle, legal_packing
@@ -110,9 +111,9 @@ def problems(nodes: list[BNode], pods: dict[int, Mems], packing: dict) -> list[s
     return out
 
 
-def judge(nodes: list[BNode], pods: list[Mems]):
+def judge(nodes: list[BNode], pods: list[Mems], lay_out: bool = True):
     running = dict(enumerate(pods[:-1]))
-    return Oracle(nodes).judge(running, pods[-1], len(pods) - 1)
+    return Oracle(nodes, lay_out=lay_out).judge(running, pods[-1], len(pods) - 1)
 
 
 pod_shapes = st.one_of(
@@ -160,11 +161,13 @@ def packed_cases(draw) -> tuple[list[BNode], list[Mems]]:
     return nodes, draw(st.permutations(pods))
 
 
+# Both ways to a packing: the relaxation's solution laid out on nodes, and the program with nodes alone.
+@pytest.mark.parametrize("lay_out", [True, False])
 @SETTINGS
-@given(small_cases())
-def test_on_small_fleets_the_oracle_finds_a_packing_exactly_when_the_brute_force_finds_one(case):
+@given(case=small_cases())
+def test_on_small_fleets_the_oracle_finds_a_packing_exactly_when_the_brute_force_finds_one(case, lay_out):
     nodes, pods = case
-    got = judge(nodes, pods)
+    got = judge(nodes, pods, lay_out)
     if brute_force_fits(nodes, pods):
         assert got.verdict == PACKED
         assert problems(nodes, dict(enumerate(pods)), got.packing) == []
@@ -172,11 +175,14 @@ def test_on_small_fleets_the_oracle_finds_a_packing_exactly_when_the_brute_force
         assert got.verdict == INFEASIBLE
 
 
+@pytest.mark.parametrize("lay_out", [True, False])
 @SETTINGS
-@given(packed_cases())
-def test_the_oracle_never_proves_infeasible_pods_that_were_just_packed_and_its_packing_is_legal(case):
+@given(case=packed_cases())
+def test_the_oracle_never_proves_infeasible_pods_that_were_just_packed_and_its_packing_is_legal(
+    case, lay_out
+):
     nodes, pods = case
-    got = judge(nodes, pods)
+    got = judge(nodes, pods, lay_out)
     assert got.verdict == PACKED
     assert problems(nodes, dict(enumerate(pods)), got.packing) == []
 
@@ -218,9 +224,11 @@ def test_only_the_program_with_nodes_proves_a_pod_wider_than_any_node_infeasible
 
 
 def test_a_spent_budget_leaves_a_refusal_not_searched_rather_than_guessed():
-    oracle = Oracle(fleet((A100, 1)), budget=0.0)
-    assert oracle.judge({}, (4000,)).verdict == "not searched"
-    assert oracle.judge({n: (4000,) for n in range(7)}, (4000,)).verdict == INFEASIBLE
+    oracle = Oracle(fleet((A100, 1), (A100, 1)), budget=0.0)
+    # The relaxation's solution laid out on the nodes packs these, with no program with nodes.
+    assert oracle.judge({0: (4000,)}, (4000, 4000)).verdict == PACKED
+    assert oracle.judge({}, (None, None)).verdict == "not searched"
+    assert oracle.judge({n: (4000,) for n in range(14)}, (4000,)).verdict == INFEASIBLE
 
 
 def test_the_bench_check_of_a_packing_names_an_overlap():
