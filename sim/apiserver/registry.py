@@ -17,7 +17,7 @@ from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
 from sim.apiserver.resources import BY_KEY, ResourceType
 from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
-from sim.apiserver.store import Store, WatchEvent
+from sim.apiserver.store import Store, Table, WatchEvent
 from sim.apiserver.trees import clone
 
 log = logging.getLogger("sim.apiserver")
@@ -132,6 +132,10 @@ class Registry:
         self.reap_after_grace = reap_after_grace
         self._pending_deletions: dict[tuple[str, str], float] = {}
         self._deletions_lock = threading.Lock()
+        # resource plural -> watches being served from a fixed starting point: what kube-apiserver
+        # reports as apiserver_longrunning_requests{verb="WATCH"}; tests wait on it before a change
+        # that a watch started at "now" must see.
+        self.open_watches: dict[str, int] = {}
 
     # ---- reads ---------------------------------------------------------------------------------
     def get(self, req: Request) -> dict[str, Any]:
@@ -244,6 +248,26 @@ class Registry:
                 cursor = _parse_rv(rv)
                 if cursor < table.compacted_rv:
                     raise errors.gone(f"too old resource version: {cursor} ({table.compacted_rv})")
+            self.open_watches[req.rt.plural] = self.open_watches.get(req.rt.plural, 0) + 1
+        try:
+            self._stream(req, send, opts, stopped, match, ns, table, initial, cursor)
+        finally:
+            with self.store.lock:
+                self.open_watches[req.rt.plural] -= 1
+
+    def _stream(
+        self,
+        req: Request,
+        send: Callable[[list[dict[str, Any]]], None],
+        opts: WatchOptions,
+        stopped: Callable[[], bool],
+        match: Callable[[dict[str, Any] | None], bool],
+        ns: str | None,
+        table: Table,
+        initial: list[dict[str, Any]],
+        cursor: int,
+    ) -> None:
+        """The body of a watch once its starting point (`cursor`) is fixed."""
         send(initial)  # answers the headers now, even with nothing to report yet
         now = time.monotonic()
         deadline = now + opts.timeout

@@ -278,6 +278,12 @@ class ApiServer:
         """Remove every gracefully deleted pod now (the kubelet confirming termination)."""
         return self.registry.finish_deletions()
 
+    def open_watches(self, plural: str) -> int:
+        """How many watches on `plural` are being served, each past the point it starts from (a
+        change committed after this count rose is delivered to the new watch)."""
+        with self.store.lock:
+            return self.registry.open_watches.get(plural, 0)
+
     def compact(self) -> None:
         """Forget watch history: watches from an older resourceVersion get 410 Gone."""
         self.store.compact()

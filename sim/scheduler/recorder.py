@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from kubernetes import client
+from sim.scheduler.api import ApiWriter
 
 log = logging.getLogger("sim.scheduler")
 
@@ -23,8 +23,8 @@ _STOP = object()
 
 
 class EventRecorder:
-    def __init__(self, core: client.CoreV1Api):
-        self.core = core
+    def __init__(self, api: ApiWriter):
+        self.api = api
         self.dropped = 0
         self._queue: queue.Queue[Any] = queue.Queue(MAX_QUEUED)
         self._seen: dict[tuple[str, str, str], tuple[str, int]] = {}
@@ -63,11 +63,7 @@ class EventRecorder:
         seen = self._seen.get(ident)
         if seen:
             name, count = seen
-            _drain(
-                self.core.patch_namespaced_event(
-                    name, ns, {"count": count + 1, "lastTimestamp": now}, _preload_content=False
-                )
-            )
+            self.api.patch_event(ns, name, {"count": count + 1, "lastTimestamp": now})
             self._seen[ident] = (name, count + 1)
             return
         name = f"{meta['name']}.{time.time_ns():x}"
@@ -93,14 +89,10 @@ class EventRecorder:
             "lastTimestamp": now,
             "count": 1,
         }
-        _drain(self.core.create_namespaced_event(ns, body, _preload_content=False))
+        self.api.create_event(ns, body)
         if len(self._seen) > 10_000:
             self._seen.clear()
         self._seen[ident] = (name, 1)
-
-
-def _drain(resp: Any) -> None:
-    _ = resp.data
 
 
 def _now() -> str:

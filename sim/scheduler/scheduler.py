@@ -4,9 +4,10 @@ It list-watches unassigned pods and all nodes through the official client, sched
 `spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
 node sampling), then each interested extender's filter, then a host, then binding (the extender's
 bind verb, or a Binding) on a pool of threads, one per binding in flight, as kube-scheduler runs
-each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are written by a recorder thread off both paths (sim.scheduler.recorder). A failed
-attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
-condition, and the pod is retried after an exponential backoff.
+each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are
+written by a recorder thread, off both paths (sim.scheduler.recorder). A failed attempt records a
+`FailedScheduling` Warning event and the pod's PodScheduled=False condition, and the pod is
+retried after an exponential backoff.
 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
@@ -33,6 +34,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from sim.scheduler import messages
+from sim.scheduler.api import ApiWriter
 from sim.scheduler.config import SchedulerConfig
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
@@ -163,7 +165,8 @@ class Scheduler:
         self._backing_off: set[str] = set()
         self._in_flight: set[str] = set()
         self._failures: dict[str, int] = {}
-        self.recorder = EventRecorder(self.core)
+        self.api = ApiWriter(api_client)
+        self.recorder = EventRecorder(self.api)
         self._next_start = 0
         self._stopping = threading.Event()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
@@ -384,11 +387,7 @@ class Scheduler:
                     "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node},
                 }
-                _drain(
-                    self.core.create_namespaced_pod_binding(
-                        meta["name"], meta["namespace"], body, _preload_content=False
-                    )
-                )
+                self.api.bind(meta["namespace"], meta["name"], body)
         except ExtenderError as exc:
             self._failed(key, pod, str(exc), error=True)
             return
@@ -465,22 +464,12 @@ class Scheduler:
             }
         }
         try:
-            _drain(
-                self.core.patch_namespaced_pod_status(
-                    meta["name"], meta["namespace"], patch, _preload_content=False
-                )
-            )
+            self.api.patch_pod_status(meta["namespace"], meta["name"], patch)
         except Exception as exc:  # noqa: BLE001 - a condition is informative only
             log.debug("pod condition for %s: %s", _key(pod), exc)
 
     def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.recorder.record(pod, type_, reason, message)
-
-
-def _drain(resp: Any) -> None:
-    """Read a reply we do not need, so its connection goes back to the pool (client-go reuses its
-    connections; an unread urllib3 response would make every call open a new one)."""
-    _ = resp.data
 
 
 def _shutdown_socket(resp: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 
 import pytest
 from kubernetes import client
@@ -81,6 +82,13 @@ def fake_kubelet(apiserver):
     thread.join(5)
 
 
+def _wait(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
 def _ready(apiserver, name: str) -> None:
     core = client.CoreV1Api(apiserver.api_client("kubelet"))
     containers = [c["name"] for c in apiserver.get("pods", name, "default")["spec"]["containers"]]
@@ -128,10 +136,14 @@ def test_kubectl_wait_for_ready_returns_when_the_pod_turns_ready(run, start, api
     assert "pod/worker condition met" in out
 
 
-def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_path):
+@pytest.mark.parametrize("watch_delay", [0.0, 1.0], ids=["prompt", "slow-watch"])
+def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_path, watch_delay):
+    """slow-watch: kubectl's watch request is served a second late, as on a loaded machine."""
+    apiserver.faults.add_latency(watch_delay, verb="watch", resource="pods")
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(BOUND_POD)
     run("create", "-f", str(manifest))
+    watchers = apiserver.open_watches("pods")
     watching = start("get", "pod", "worker", "-w")
     killer = threading.Timer(60, watching.kill)  # a watch that never shows it fails, not hangs
     killer.start()
@@ -139,7 +151,10 @@ def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_pat
         header, first = watching.stdout.readline().split(), watching.stdout.readline().split()
         assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
         assert first[:4] == ["worker", "0/1", "Pending", "0"]
-        # kubectl watches from the version it listed, so the change is seen whenever it lands.
+        # kubectl prints the pod it GETs, then watches that one pod from resourceVersion 0 and
+        # hides the watch's first (synthetic ADDED) event: a change that lands before its watch
+        # request is served is never printed, against any API server. Change it once the watch is on.
+        _wait(lambda: apiserver.open_watches("pods") > watchers)
         _ready(apiserver, "worker")
         seen = []
         for line in watching.stdout:  # ends at EOF if the killer fires
