@@ -13,6 +13,7 @@ GPU). The first node that takes the whole pod wins.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -20,7 +21,7 @@ from operator import attrgetter, itemgetter
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
-from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
+from mig.placement.request import BINPACK, GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
 # (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
@@ -100,6 +101,8 @@ class _Candidate:
 
 _Bucket = list[tuple[_Candidate, dict[str, _Gpu]]]  # (candidate, GPUs) of the groups sharing a key
 _Memo = dict[tuple[object, ...], _Candidate | None]
+# (candidate, node fill -> GPUs, node fill -> bucket key) of one group, for `_best_first`
+_Group = tuple[_Candidate, dict[float, dict[str, _Gpu]], Callable[[float], tuple[object, ...]]]
 
 
 def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
@@ -115,15 +118,24 @@ def _has_filters(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
 
 
-def _best_first(buckets: dict[tuple[object, ...], _Bucket]) -> Iterator[_Bucket]:
-    """The buckets in key order; most decisions stop at the first, so it is found with one min()
-    and the rest sorted only if asked for."""
-    if not buckets:
-        return
-    top = min(buckets)
-    yield buckets[top]
-    for key in sorted(k for k in buckets if k != top):
-        yield buckets[key]
+def _best_first(
+    heads: list[tuple[tuple[object, ...], int, list[float]]], groups: list[_Group]
+) -> Iterator[_Bucket]:
+    """The (group, node fill) buckets in key order, lazily: `heads` holds each group's best key not
+    yet yielded (its fills still to come in `fills`, best last). Within a group the key is strictly
+    monotonic in node fill, so a heap over groups yields keys in the order `sorted` would, and equal
+    keys of different groups are yielded together as one bucket. Most decisions stop at the first."""
+    heapq.heapify(heads)
+    while heads:
+        top = heads[0][0]
+        bucket: _Bucket = []
+        while heads and heads[0][0] == top:
+            _, seq, fills = heapq.heappop(heads)
+            cand, by_fill, key_of = groups[seq]
+            bucket.append((cand, by_fill[fills.pop()]))
+            if fills:
+                heapq.heappush(heads, (key_of(fills[-1]), seq, fills))
+        yield bucket
 
 
 class PlacementIndex:
@@ -298,8 +310,11 @@ class PlacementIndex:
         """
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
-        # bucket key (everything but GPU order and node name) -> [(candidate, members)]
-        buckets: dict[tuple[object, ...], _Bucket] = {}
+        # per group with a candidate: its best key not yet ranked, and its fills still to rank (best
+        # last: the fullest node first for binpack, the emptiest for spread)
+        groups: list[_Group] = []
+        heads: list[tuple[tuple[object, ...], int, list[float]]] = []
+        fuller_first = pod.node_policy == BINPACK
         for (_, mask, gtype, total), by_fill in self._groups.items():
             if filtered:
                 ok = type_ok.get(gtype)
@@ -315,9 +330,19 @@ class PlacementIndex:
             used = first.used() / pset.axis
             start = cand.choice.placement.start
             loss = self._loss(cand, pset, gtype)
-            for fill, members in by_fill.items():
-                key = rank_key(pod, cand.rank, loss, fill, used, start)
-                buckets.setdefault(key, []).append((cand, members))
+
+            def key_of(
+                fill: float,
+                cand: _Candidate = cand,
+                loss: Loss = loss,
+                used: float = used,
+                start: int = start,
+            ) -> tuple[object, ...]:
+                return rank_key(pod, cand.rank, loss, fill, used, start)
+
+            fills = sorted(by_fill, reverse=not fuller_first)
+            heads.append((key_of(fills[-1]), len(groups), fills))
+            groups.append((cand, by_fill, key_of))
 
         def usable(g: _Gpu) -> bool:
             return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
@@ -326,7 +351,7 @@ class PlacementIndex:
         # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
         # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
         sample = allowed is not None and len(allowed) * 10 < len(self._nodes) * 9
-        for entries in _best_first(buckets):
+        for entries in _best_first(heads, groups):
             found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
             if not sample:
                 # Most decisions take the bucket's first GPU: find it without sorting the bucket.
