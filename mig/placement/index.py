@@ -458,13 +458,19 @@ class PlacementIndex:
         tried: set[str],
     ) -> R.Refusal:
         """A refusal over an immutable snapshot of the nodes; its texts are built on first read."""
-        names = sorted(allowed) if allowed is not None else sorted(self._sig)
-        sigs = {n: self._sig.get(n, ()) for n in names}
+        # Snapshots are replaced, never mutated, on a change, so a shallow copy is a snapshot of the
+        # fleet; sorting by node waits for the texts (a scheduler often needs only the count).
+        if allowed is None:
+            sigs = dict(self._sig)
+            count = len(self._gpus)  # every GPU of the index is in its node's snapshot
+        else:
+            sigs = {n: self._sig.get(n, ()) for n in allowed}
+            count = sum(len(g) for g in sigs.values())
         tried = set(tried)
 
         def build() -> list[R.Reason]:
             out: list[R.Reason] = []
-            for node, gpus in sigs.items():
+            for node, gpus in sorted(sigs.items(), key=_FIRST):
                 if not gpus:
                     out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
                     continue
@@ -488,7 +494,7 @@ class PlacementIndex:
                     )
             return out
 
-        return R.Refusal(build, gpus=sum(len(g) for g in sigs.values()))
+        return R.Refusal(build, gpus=count)
 
 
 def _requests_text(devices: list[Device]) -> str:
