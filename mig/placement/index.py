@@ -100,7 +100,7 @@ class _Candidate:
 
 
 _Bucket = list[tuple[_Candidate, dict[str, _Gpu]]]  # (candidate, GPUs) of the groups sharing a key
-_Memo = dict[tuple[object, ...], _Candidate | None]
+_Memo = dict[tuple[object, ...], tuple[tuple[object, ...], _Candidate] | None]
 # (candidate, node fill -> GPUs, node fill -> bucket key) of one group, for `_best_first`
 _Group = tuple[_Candidate, dict[float, dict[str, _Gpu]], Callable[[float], tuple[object, ...]]]
 
@@ -266,7 +266,7 @@ class PlacementIndex:
         largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
         lead = min(devices, key=lambda d: _pickiness(d, largest))
         tried: set[str] = set()
-        memo: _Memo = {}  # (profile set, mask, request) -> best, this decision
+        memo: _Memo = {}  # (profile set, mask, request, type) -> (key on a node, best), this decision
         for g, cand in self._lead_candidates(pod, lead, allowed):
             if g.node in tried:
                 continue
@@ -404,49 +404,50 @@ class PlacementIndex:
         """
         filtered = _has_filters(pod)
         gpus = [
-            g
+            (g, g.profile_set)
             for g in self._nodes[node].values()
             if g.schedulable
             and (not filtered or (self._eligible(pod, g) and pod.type_exclusion(g.type) is None))
         ]
-        masks = {g.uuid: g.mask for g in gpus}
-        fill = self._fill[node]
+        masks = [g.mask for g, _ in gpus]
         placed: list[DevicePlacement] = []
-        largest = max((g.total for g in gpus), default=0)
+        largest = max((g.total for g, _ in gpus), default=0)
         for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
-            best: tuple[tuple[object, ...], _Gpu, _Candidate] | None = None
-            for g in gpus:
-                mask = masks[g.uuid]
-                mem = memory_on(device[2], g.total)
-                pset = g.profile_set
-                mkey = (pset, mask, mem)
+            best: tuple[tuple[tuple[object, ...], int], int, _Candidate] | None = None
+            ask = device[2]
+            for i, (g, pset) in enumerate(gpus):
+                mask = masks[i]
+                mem = memory_on(ask, g.total) if isinstance(ask, Percent) else ask
+                mkey = (pset, mask, mem, g.type)
                 if mkey in memo:
-                    cand = memo[mkey]
+                    hit = memo[mkey]
                 else:
-                    cand = memo[mkey] = _best_on(pset, mask, mem, pod)
-                if cand is None:
+                    hit = memo[mkey] = self._node_key(pod, pset, mask, mem, g.type)
+                if hit is None:
                     continue
-                used = (mask & pset.full_mask).bit_count() / pset.axis
-                key = (
-                    *rank_key(
-                        pod,
-                        cand.rank,
-                        self._loss(cand, pset, g.type),
-                        fill,
-                        used,
-                        cand.choice.placement.start,
-                    ),
-                    *g.order,
-                )
+                key = (hit[0], g.index)
                 if best is None or key < best[0]:
-                    best = (key, g, cand)
+                    best = (key, i, hit[1])
             if best is None:
                 return None
-            _, g, cand = best
-            masks[g.uuid] |= cand.choice.placement.mask
-            placed.append(self._placement(device, g, cand))
+            _, i, cand = best
+            masks[i] |= cand.choice.placement.mask
+            placed.append(self._placement(device, gpus[i][0], cand))
         placed.sort(key=lambda d: (d.container_index, d.device_index))
         return Plan(node=node, devices=tuple(placed))
+
+    def _node_key(
+        self, pod: PodRequest, pset: ProfileSet, mask: int, mem: int | None, gtype: str
+    ) -> tuple[tuple[object, ...], _Candidate] | None:
+        """A GPU's best candidate for one device and its key among the GPUs of one node: the rule of
+        `_lead_candidates` with node fill left out (it is the same for every GPU of the node, and so
+        is the node name), so it is shared by every GPU of the decision at this occupancy."""
+        cand = _best_on(pset, mask, mem, pod)
+        if cand is None:
+            return None
+        used = (mask & pset.full_mask).bit_count() / pset.axis
+        loss = self._loss(cand, pset, gtype)
+        return rank_key(pod, cand.rank, loss, 0.0, used, cand.choice.placement.start), cand
 
     # ---- refusal -----------------------------------------------------------------------------
     def _refusal(
