@@ -473,15 +473,44 @@ def wait_scheduled(scheduler, target: int, timeout: float) -> bool:
     return True
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used (Linux /proc), or None when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_per_pod(before: dict[str, float | None], pids: dict[str, int], pods: int) -> dict[str, float]:
+    """Milliseconds of CPU per bound pod, per process, since `before` (processes /proc could read)."""
+    out = {}
+    for name, pid in pids.items():
+        now, then = cpu_seconds(pid), before.get(name)
+        if now is not None and then is not None and pods:
+            out[name] = round((now - then) / pods * 1e3, 2)
+    out["total"] = round(sum(out.values()), 2)
+    return out
+
+
 def bench_end_to_end(
-    apiserver, serve_url: str, ca_pem: bytes, nodes: int = 1000, pods: int = 600, warmup: int = 30
+    apiserver,
+    serve_url: str,
+    ca_pem: bytes,
+    nodes: int = 1000,
+    pods: int = 600,
+    warmup: int = 30,
+    extender_pid: int | None = None,
 ) -> dict:
     """Pods/s = pods bound / wall time from the first create to the last binding, after a warm-up.
 
     Warm-up (not measured): the scheduler's informers list the 1,000 nodes, and `warmup` pods are
     created and bound, so TLS handshakes, connection pools and thread pools are up. Then a creator
     process creates `pods` pods back to back while the scheduler runs; the clock starts when it is
-    told to begin and stops at the scheduler's last successful binding.
+    told to begin and stops at the scheduler's last successful binding. Over the same window, the CPU
+    each process spent per bound pod (`cpu_ms_per_pod`: the API server, the extender when its pid is
+    given, this process with the simulated kube-scheduler, the pod creator): on two shared cores the
+    sum bounds pods/s as much as any latency.
     """
     from sim.scheduler import Scheduler, parse
 
@@ -517,6 +546,10 @@ def bench_end_to_end(
         if not wait_scheduled(scheduler, warmup, 60):
             raise RuntimeError(f"warm-up: only {scheduler.stats.scheduled}/{warmup} pods bound")
         before = (scheduler.stats.attempts, scheduler.stats.unschedulable, scheduler.stats.errors)
+        pids = {"apiserver": apiserver.process.pid, "scheduler": os.getpid(), "creator": measured.pid}
+        if extender_pid is not None:
+            pids["extender"] = extender_pid
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.monotonic()
         measured.stdin.write("go\n")
         measured.stdin.close()
@@ -524,6 +557,7 @@ def bench_end_to_end(
         stats = scheduler.stats
         bound = stats.scheduled - warmup
         elapsed = (stats.last_scheduled_at if bound >= pods else time.monotonic()) - started
+        cpu = cpu_per_pod(cpu_before, pids, bound)
         measured.wait(30)
     finally:
         scheduler.stop()
@@ -539,6 +573,7 @@ def bench_end_to_end(
         "attempts": stats.attempts - before[0],
         "unschedulable_attempts": stats.unschedulable - before[1],
         "errors": stats.errors - before[2],
+        "cpu_ms_per_pod": cpu,
     }
 
 
@@ -673,13 +708,14 @@ def main(only_e2e: bool = False) -> int:
         # Pods are created without the webhooks: admission is measured above, and the simulated API
         # server's webhook client (no TCP_NODELAY) adds a ~40 ms delayed-ACK stall to every pod write.
         results["end_to_end"] = e = bench_end_to_end(
-            apiserver, f"https://127.0.0.1:{extender_port}", ca.cert_pem()
+            apiserver, f"https://127.0.0.1:{extender_port}", ca.cert_pem(), extender_pid=serve.pid
         )
         e["server_side"] = server_side(metrics_port)
         print(
             f"  {e['bound']}/{e['pods']} pods bound in {e['seconds']} s = {e['pods_per_second']} pods/s "
             f"(target >= {TARGETS['pods_per_second']}); {e['attempts']} attempts, "
-            f"{e['unschedulable_attempts']} unschedulable; inside dynmig serve: {e['server_side']}",
+            f"{e['unschedulable_attempts']} unschedulable; inside dynmig serve: {e['server_side']}; "
+            f"CPU ms per pod: {e['cpu_ms_per_pod']}",
             flush=True,
         )
     finally:

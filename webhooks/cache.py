@@ -83,10 +83,17 @@ class ClusterCache:
     def node(self, name: str) -> dict[str, Any] | None:
         return self.nodes.get(name)
 
-    def find_pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
-        """The pod from the cache or, when the cache has none (or another pod of that name), the API."""
+    def cached_pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
+        """The pod from the cache, if it is there (with this UID, when one is given)."""
         pod = self.pod(namespace, name)
         if pod is not None and (not uid or (pod.get("metadata") or {}).get("uid") == uid):
+            return pod
+        return None
+
+    def find_pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
+        """The pod from the cache or, when the cache has none (or another pod of that name), the API."""
+        pod = self.cached_pod(namespace, name, uid)
+        if pod is not None:
             return pod
         return self.kube.pod_or_none(namespace, name)  # the watch may lag the scheduler's own by a moment
 

@@ -116,6 +116,11 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
 
 
 _STRIPES = 64
+_Lookup = Callable[[str, str, str], dict[str, Any] | None]
+
+
+class _NotCached(Exception):
+    """`Filter.inline` met a pod the cache does not have (or not with that UID)."""
 
 
 @dataclass
@@ -136,27 +141,41 @@ class Filter:
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
     # Defrag advice for a pending pod by uid: (node, one line), or None (webhooks/defrag.py).
     advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
+    # The pod from the cache only (no API call), for `inline`; None: `inline` always declines.
+    cached: Callable[[str, str, str], dict[str, Any] | None] | None = None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = self._answer(body, self.lookup)
+        assert reply is not None  # with the lookup that may call the API, every body is answered
+        return reply
+
+    def inline(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The answer, when it needs no API call (the pod is in the cache): the filter makes none
+        otherwise, so the server may run it on its event loop. None: call the filter instead."""
+        return self._answer(body, self.cached) if self.cached is not None else None
+
+    def _answer(self, body: dict[str, Any], lookup: _Lookup | None) -> dict[str, Any] | None:
         started = time.perf_counter()
         result, full = "error", False
         args = ExtenderArgs.parse(body)  # WireError: not extender args at all (HTTP 400)
         full = args.nodes is not None
         try:
-            reply, result = self._filter(args)
+            reply, result = self._filter(args, lookup)
+        except _NotCached:
+            return None
         except BadArgs as error:
             reply = ExtenderFilterResult(error=str(error))
         self.metrics.filter_latency.labels(result).observe(time.perf_counter() - started)
         return reply.to_wire(full)
 
-    def _filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, str]:
+    def _filter(self, args: ExtenderArgs, lookup: _Lookup | None) -> tuple[ExtenderFilterResult, str]:
         meta = args.meta
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
         if pod_request(args.pod, self.resources()) is None:  # not a GPU pod: every candidate stays
             return ExtenderFilterResult(
                 node_names=list(args.node_names), nodes=list(args.nodes or [])
             ), "skipped"
-        raw = self._cluster_pod(namespace, name, uid)  # a GPU pod: plan the cluster's, not the body
+        raw = self._cluster_pod(namespace, name, uid, lookup)  # a GPU pod: the cluster's, not the body
         pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
         request = _read_request(raw, self.resources())
         if request is None:  # not a GPU pod: every candidate stays
@@ -169,14 +188,16 @@ class Filter:
         with self._pod_locks[hash(uid) % _STRIPES]:
             return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
 
-    def _cluster_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+    def _cluster_pod(self, namespace: str, name: str, uid: str, lookup: _Lookup | None) -> dict[str, Any]:
         """The pod as the cluster has it, if it is the pod the request names (same UID)."""
-        if self.lookup is None:
+        if lookup is None:
             raise BadArgs("this filter has no view of the cluster's pods")
         try:
-            pod = self.lookup(namespace, name, uid)
+            pod = lookup(namespace, name, uid)
         except Exception as error:  # noqa: BLE001 - API down, timeouts: answered in Error, retried
             raise BadArgs(f"cannot read pod {namespace}/{name}: {str(error)[:300]}") from None
+        if pod is None and lookup is self.cached:
+            raise _NotCached  # the API may have it (the watch lags): the caller asks `lookup`
         if not isinstance(pod, dict):
             raise BadArgs(f"pod {namespace}/{name} does not exist in the cluster")
         known = (pod.get("metadata") or {}).get("uid") or ""

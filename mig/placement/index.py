@@ -19,7 +19,7 @@ from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
-from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key
+from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
@@ -98,6 +98,7 @@ class _Candidate:
     choice: Choice
 
 
+_Bucket = list[tuple[_Candidate, dict[str, _Gpu]]]  # (candidate, GPUs) of the groups sharing a key
 _Memo = dict[tuple[object, ...], _Candidate | None]
 
 
@@ -112,6 +113,17 @@ def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _
 
 def _has_filters(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
+def _best_first(buckets: dict[tuple[object, ...], _Bucket]) -> Iterator[_Bucket]:
+    """The buckets in key order; most decisions stop at the first, so it is found with one min()
+    and the rest sorted only if asked for."""
+    if not buckets:
+        return
+    top = min(buckets)
+    yield buckets[top]
+    for key in sorted(k for k in buckets if k != top):
+        yield buckets[key]
 
 
 class PlacementIndex:
@@ -223,13 +235,13 @@ class PlacementIndex:
         counts[1] += step if g.used() == 0 else 0
 
     def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
-        """The candidate's fragmentation loss (`plan.fragmentation`): its model's share of empty GPUs
-        counts for a placement taking the whole GPU."""
-        spare = 0.0
+        """The candidate's fragmentation loss (`plan.fragmentation`); for a placement taking the whole
+        GPU, its model's counts of schedulable and empty GPUs price it (`plan.whole_gpu_cost`)."""
+        whole = 0.0
         if cand.choice.placement.size >= pset.axis:
             total, empty = self._types[gtype]
-            spare = empty / total
-        return fragmentation(cand.choice.loss, spare, pset.profiles[cand.profile].memory_mb)
+            whole = whole_gpu_cost(pset.capacity(0), total, empty)
+        return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb)
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
@@ -266,17 +278,18 @@ class PlacementIndex:
         `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
         of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
         its node, node name, GPU UUID. Fragmentation loss (`plan.fragmentation`) is: usable capacity
-        lost as a share of the GPU; for a placement taking the whole GPU, the larger share of empty
-        GPUs among its model's schedulable GPUs fleet-wide (whatever the pod's filters or `nodes`);
-        placeable value lost; the profile's memory. So a whole-GPU job goes to the model the small
-        requests left empty, and a small request takes the least memory among equal costs. Each GPU
+        lost as a share of the GPU; for a placement taking the whole GPU, the GPU's compute slices
+        over the share of its model's schedulable GPUs that are empty fleet-wide (whatever the pod's
+        filters or `nodes`); placeable value lost; the profile's memory. So a whole-GPU job goes to
+        the model the small requests left empty (between models about as empty, the one with fewer
+        compute slices), and a small request takes the least memory among equal costs. Each GPU
         contributes its best (profile, placement) only, which is the same as ranking every placement
         because rank leads and, within one GPU, fill is fixed.
 
         It is evaluated once per bucket, not per GPU: a bucket is the GPUs sharing the group key
         (profile set, occupancy mask, NVML type, total memory) and their node's fill, and every
-        criterion above before the GPU-order tie-break is computed from the bucket's first GPU (the
-        model's share of empty GPUs is one number per NVML type, kept up to date by `_change`). So
+        criterion above before the GPU-order tie-break is computed from the bucket's first GPU (a
+        model's counts of schedulable and empty GPUs are kept per NVML type by `_change`). So
         any criterion that varies per GPU or per node beyond those five things (a label, a health
         score, a node's other GPUs' types...) would silently be ranked per bucket, i.e. wrongly. A new
         criterion must either join `_Gpu.group()` / the fill bucket or be applied per GPU below;
@@ -286,7 +299,7 @@ class PlacementIndex:
         type_ok: dict[str, bool] = {}
         filtered = _has_filters(pod)
         # bucket key (everything but GPU order and node name) -> [(candidate, members)]
-        buckets: dict[tuple[object, ...], list[tuple[_Candidate, dict[str, _Gpu]]]] = {}
+        buckets: dict[tuple[object, ...], _Bucket] = {}
         for (_, mask, gtype, total), by_fill in self._groups.items():
             if filtered:
                 ok = type_ok.get(gtype)
@@ -301,31 +314,35 @@ class PlacementIndex:
                 continue
             used = first.used() / pset.axis
             start = cand.choice.placement.start
+            loss = self._loss(cand, pset, gtype)
             for fill, members in by_fill.items():
-                key = rank_key(pod, cand.rank, self._loss(cand, pset, gtype), fill, used, start)
+                key = rank_key(pod, cand.rank, loss, fill, used, start)
                 buckets.setdefault(key, []).append((cand, members))
 
         def usable(g: _Gpu) -> bool:
             return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
 
-        for key in sorted(buckets):
-            entries = buckets[key]
-            # Most decisions take the bucket's first GPU: find it without sorting the bucket.
-            head, head_cand = min(
-                ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
-                key=lambda pair: pair[0].sort_key,
-            )
-            if usable(head):
-                yield head, head_cand
-                found = [
-                    (g.sort_key, cand)
-                    for cand, members in entries
-                    for g in members.values()
-                    if g is not head and usable(g)
-                ]
-            else:
-                # A bucket of nodes the caller left out (locked by binds in progress, say) costs one
-                # membership test per GPU; only what is left is ranked.
+        # kube-scheduler sends a sample of the nodes (and the filter leaves out nodes locked by binds
+        # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
+        # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
+        sample = allowed is not None and len(allowed) * 10 < len(self._nodes) * 9
+        for entries in _best_first(buckets):
+            found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
+            if not sample:
+                # Most decisions take the bucket's first GPU: find it without sorting the bucket.
+                head, head_cand = min(
+                    ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
+                    key=lambda pair: pair[0].sort_key,
+                )
+                if usable(head):
+                    yield head, head_cand
+                    found = [
+                        (g.sort_key, cand)
+                        for cand, members in entries
+                        for g in members.values()
+                        if g is not head and usable(g)
+                    ]
+            if found is None:  # only usable GPUs are ranked
                 found = (
                     [
                         (g.sort_key, cand)
@@ -340,9 +357,9 @@ class PlacementIndex:
                 )
                 if not found:
                     continue
-                first = min(found, key=_FIRST)
-                yield self._gpus[first[0][2]], first[1]
-                found = [pair for pair in found if pair is not first]
+                best = min(found, key=_FIRST)
+                yield self._gpus[best[0][2]], best[1]
+                found = [pair for pair in found if pair is not best]
             found.sort(key=_FIRST)
             for sort_key, cand in found:
                 yield self._gpus[sort_key[2]], cand
@@ -357,7 +374,7 @@ class PlacementIndex:
         """All devices of the pod on one node, largest request first, or None if they do not all fit.
 
         Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
-        against the node's tentative masks; node fill, and each model's share of empty GPUs, stay
+        against the node's tentative masks; node fill, and each model's count of empty GPUs, stay
         what they were before this pod.
         """
         filtered = _has_filters(pod)

@@ -16,8 +16,10 @@ Fragmentation loss (`fragmentation`, compared in this order; the first two defin
 `mig.placement.occupancy`):
 
 1. usable capacity lost: compute slices the free part of the GPU can still hold, as a share of the GPU;
-2. for a placement taking a whole GPU: the emptier GPU model first (more of its schedulable GPUs in
-   the fleet are empty), so whole-GPU jobs go to the model the smaller requests leave empty;
+2. for a placement taking a whole GPU, its cost to the fleet (`whole_gpu_cost`): the GPU's compute
+   slices over the share of its model's schedulable GPUs that are empty. A whole-GPU job goes to the
+   model the smaller requests left empty, and between models about as empty to the one giving up
+   fewer compute slices (an RTX PRO 6000's 4 before an A100's 7); 0 for smaller placements;
 3. placeable value lost (the shape of what stays free);
 4. profile memory: between equal costs the profile with less memory, e.g. a 4 GB request takes an
    A100's 1g.5gb before an H100's 1g.10gb, which stays for a 9 GB request (best fit in memory).
@@ -64,14 +66,19 @@ class Plan:
 Loss = tuple[int, float, int, int]
 
 
-def fragmentation(loss: tuple[int, int], spare: float, memory_mb: int) -> Loss:
+def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> float:
+    """What a placement taking a whole GPU costs: its compute slices over the share of its model's
+    `model_gpus` schedulable GPUs that are empty (`model_empty`, at least the GPU itself)."""
+    return compute_slices * model_gpus / model_empty
+
+
+def fragmentation(loss: tuple[int, int], whole_cost: float, memory_mb: int) -> Loss:
     """The fragmentation loss of a candidate (lower is better); see the module docstring.
 
-    `loss` is the GPU's own (capacity, value) loss (`occupancy.Choice.loss`); `spare` the share of its
-    model's schedulable GPUs that are empty when the placement takes the whole GPU, else 0.0;
-    `memory_mb` the profile's memory.
+    `loss` is the GPU's own (capacity, value) loss (`occupancy.Choice.loss`); `whole_cost` is
+    `whole_gpu_cost` when the placement takes the whole GPU, else 0.0; `memory_mb` the profile's memory.
     """
-    return (loss[0], -spare, loss[1], memory_mb)
+    return (loss[0], whole_cost, loss[1], memory_mb)
 
 
 def rank_key(

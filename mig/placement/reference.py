@@ -9,17 +9,18 @@ the smallest key wins. Nothing here is memoized, bucketed or shared with the ind
 The criteria come from where they are defined, so the reference follows when they change:
 - profile rank from `preference.candidate_order`,
 - fragmentation loss from `plan.fragmentation` over `ProfileSet.value` (usable capacity, then
-  placeable value, before minus after the placement), the model's share of empty GPUs for a placement
-  taking the whole GPU, and the profile's memory,
+  placeable value, before minus after the placement), `plan.whole_gpu_cost` for a placement taking the
+  whole GPU (from its model's counts of schedulable and empty GPUs), and the profile's memory,
 - the policy order and the placement-start tie-break from `plan.rank_key`,
 - then GPU order on its node, node name and GPU UUID.
 
 Node fill is the share of slices used over the node's schedulable GPUs (all of them, whatever the
-pod's GPU filters); GPU fill is the share of the GPU's axis used. A model's share of empty GPUs counts every schedulable
-GPU of that NVML type in the fleet, whatever the pod's filters or `nodes`. For a multi-device pod the stated
-rule is greedy: nodes in the order of the lead (largest) device's best key on them; on a node, each
-device largest first takes its best key against the node's tentative masks (node fill stays the
-node's fill before the pod); the first node taking every device wins.
+pod's GPU filters); GPU fill is the share of the GPU's axis used. A model's counts of schedulable and
+empty GPUs cover every schedulable GPU of that NVML type in the fleet, whatever the pod's filters or
+`nodes`. For a multi-device pod the stated rule is greedy: nodes in the order of the lead (largest)
+device's best key on them; on a node, each device largest first takes its best key against the
+node's tentative masks (node fill and the model counts stay what they were before the pod); the
+first node taking every device wins.
 
 Quadratic and allocation-heavy on purpose: for tests and small fleets only.
 """
@@ -30,7 +31,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from mig.placement.occupancy import ProfileSet, profile_set
-from mig.placement.plan import DevicePlacement, Plan, fragmentation, rank_key
+from mig.placement.plan import DevicePlacement, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.preference import candidate_order
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
@@ -79,8 +80,8 @@ def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int]:
     return (cap - cap_after, value - value_after)
 
 
-def empty_share(fleet: Sequence[GpuState]) -> dict[str, float]:
-    """Per NVML type: the share of its schedulable GPUs in the fleet that hold nothing."""
+def model_counts(fleet: Sequence[GpuState]) -> dict[str, tuple[int, int]]:
+    """Per NVML type: (schedulable GPUs in the fleet, those of them holding nothing)."""
     counts: dict[str, list[int]] = {}
     for g in fleet:
         pset = _pset(g)
@@ -88,14 +89,14 @@ def empty_share(fleet: Sequence[GpuState]) -> dict[str, float]:
             c = counts.setdefault(g.type, [0, 0])
             c[0] += 1
             c[1] += _used(pset, g.occupied_mask) == 0
-    return {t: empty / total for t, (total, empty) in counts.items()}
+    return {t: (total, empty) for t, (total, empty) in counts.items()}
 
 
 def options(
-    pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float, spare: float
+    pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float, model: tuple[int, int]
 ) -> list[_Option]:
     """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key;
-    `spare` is the GPU's model's share of empty GPUs (see `empty_share`)."""
+    `model` is its model's (schedulable, empty) GPU counts (see `model_counts`)."""
     pset = _pset(gpu)
     if pset is None:
         return []
@@ -106,7 +107,7 @@ def options(
             if p.size <= 0 or p.mask & mask:
                 continue
             key = (
-                *rank_key(pod, rank, _frag(pset, mask, p, idx, spare), fill, used, p.start),
+                *rank_key(pod, rank, _frag(pset, mask, p, idx, model), fill, used, p.start),
                 gpu.index,
                 gpu.node,
                 gpu.uuid,
@@ -115,9 +116,11 @@ def options(
     return out
 
 
-def _frag(pset: ProfileSet, mask: int, p: Placement, idx: int, spare: float) -> tuple[int, float, int, int]:
-    whole = p.size >= pset.axis
-    return fragmentation(_loss(pset, mask, p), spare if whole else 0.0, pset.profiles[idx].memory_mb)
+def _frag(
+    pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int]
+) -> tuple[int, float, int, int]:
+    whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
+    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb)
 
 
 def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:
@@ -134,7 +137,11 @@ def _placed(device: Device, o: _Option) -> DevicePlacement:
 
 
 def _on_node(
-    pod: PodRequest, devices: list[Device], gpus: list[GpuState], fill: float, spares: dict[str, float]
+    pod: PodRequest,
+    devices: list[Device],
+    gpus: list[GpuState],
+    fill: float,
+    counts: dict[str, tuple[int, int]],
 ) -> Plan | None:
     """Every device on this node, largest first, each taking its best option; None if one does not fit."""
     eligible = [g for g in gpus if _eligible(pod, g)]
@@ -142,7 +149,7 @@ def _on_node(
     largest = max((g.memory_mb for g in eligible), default=0)
     placed = []
     for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
-        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill, spares[g.type])]
+        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type])]
         if not found:
             return None
         best = min(found, key=lambda o: o.key)
@@ -163,7 +170,7 @@ def reference_plan(
     for g in fleet:
         by_node.setdefault(g.node, []).append(g)
     fills = {n: node_fill(gpus) for n, gpus in by_node.items()}
-    spares = empty_share(fleet)
+    counts = model_counts(fleet)
     shares = any(isinstance(d[2], Percent) for d in devices)
     largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
     lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -175,12 +182,12 @@ def reference_plan(
             o.key
             for g in gpus
             if _eligible(pod, g)
-            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], spares[g.type])
+            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type])
         ]
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node], spares)
+        plan = _on_node(pod, devices, by_node[node], fills[node], counts)
         if plan is not None:
             return plan
     return None

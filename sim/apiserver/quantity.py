@@ -43,6 +43,17 @@ class QuantityError(ValueError):
 
 def parse(text: Any) -> tuple[Fraction, str]:
     """(exact value, format) with format "BinarySI", "DecimalSI" or "DecimalExponent"."""
+    if type(text) in (str, int, float):
+        return _parse_cached(text)
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _parse_cached(text: str | int | float) -> tuple[Fraction, str]:
+    return _parse(text)  # a Fraction is immutable: callers may share it
+
+
+def _parse(text: Any) -> tuple[Fraction, str]:
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise QuantityError(ERROR)
     if isinstance(text, (int, float)):

@@ -3,8 +3,9 @@
 It list-watches unassigned pods and all nodes through the official client, schedules pods whose
 `spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
 node sampling), then each interested extender's filter, then a host, then binding (the extender's
-bind verb, or a Binding) on a small pool of threads as kube-scheduler's asynchronous binding
-cycle. A failed attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
+bind verb, or a Binding) on a pool of threads, one per binding in flight, as kube-scheduler runs
+each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are written by a recorder thread off both paths (sim.scheduler.recorder). A failed
+attempt records a `FailedScheduling` Warning event and the pod's PodScheduled=False
 condition, and the pod is retried after an exponential backoff.
 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
@@ -36,6 +37,7 @@ from sim.scheduler.config import SchedulerConfig
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
 from sim.scheduler.leader import LeaderElector
+from sim.scheduler.recorder import EventRecorder
 
 log = logging.getLogger("sim.scheduler")
 
@@ -124,7 +126,9 @@ class Scheduler:
     config: parsed KubeSchedulerConfiguration (sim.scheduler.config.load / parse).
     api_client: an official-client ApiClient (e.g. ApiServer.api_client("kube-scheduler")).
     initial_backoff, max_backoff: override the config's pod backoff (seconds), e.g. 0.05 in tests.
-    bind_workers: how many bindings may run at once.
+    bind_workers: how many bindings may run at once. kube-scheduler starts one goroutine per binding
+        cycle (schedule_one.go), so there is no real limit; the pool's threads start only when
+        bindings overlap, and 64 in flight is more than any extender here keeps waiting.
     seed: seed for breaking ties between feasible nodes.
     hostname: the first part of the leader-election identity `<hostname>_<uuid>` (in a pod, kube-
         scheduler's hostname is the pod's name); default this machine's.
@@ -137,7 +141,7 @@ class Scheduler:
         *,
         initial_backoff: float | None = None,
         max_backoff: float | None = None,
-        bind_workers: int = 8,
+        bind_workers: int = 64,
         seed: int | None = None,
         hostname: str | None = None,
     ):
@@ -159,7 +163,7 @@ class Scheduler:
         self._backing_off: set[str] = set()
         self._in_flight: set[str] = set()
         self._failures: dict[str, int] = {}
-        self._events: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self.recorder = EventRecorder(self.core)
         self._next_start = 0
         self._stopping = threading.Event()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
@@ -224,6 +228,7 @@ class Scheduler:
         if self._worker.is_alive():
             self._worker.join(timeout=5)
         self._binders.shutdown(wait=True, cancel_futures=True)
+        self.recorder.stop()
         for inf in self._informers:
             inf.thread.join(timeout=5)
         for ext in self.extenders:
@@ -371,16 +376,7 @@ class Scheduler:
 
     def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
         try:
-            binder = next((e for e in self.extenders if e.cfg.bind_verb and e.interested(pod)), None)
-            bound = False
-            if binder is not None:
-                try:
-                    binder.bind(pod, node)
-                    bound = True
-                except ExtenderError:
-                    if not binder.cfg.ignorable:
-                        raise
-            if not bound:
+            if not self._extenders_bind(pod, node):
                 meta = pod["metadata"]
                 body = {
                     "apiVersion": "v1",
@@ -414,6 +410,21 @@ class Scheduler:
             "Scheduled",
             messages.scheduled(pod["metadata"]["namespace"], pod["metadata"]["name"], node),
         )
+
+    def _extenders_bind(self, pod: dict[str, Any], node: str) -> bool:
+        """kube-scheduler's extendersBinding: the first interested binder extender binds; one that
+        fails and is ignorable is skipped for the next, and when none bound, DefaultBinder does."""
+        for ext in self.extenders:
+            if not ext.cfg.bind_verb or not ext.interested(pod):
+                continue
+            try:
+                ext.bind(pod, node)
+            except ExtenderError:
+                if ext.cfg.ignorable:
+                    continue
+                raise
+            return True
+        return False
 
     def _failed(self, key: str, pod: dict[str, Any], message: str, error: bool = False) -> None:
         with self._lock:
@@ -463,54 +474,7 @@ class Scheduler:
             log.debug("pod condition for %s: %s", _key(pod), exc)
 
     def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record an event; repeats of the same one bump its count, as client-go's recorder does."""
-        meta = pod["metadata"]
-        ns, component = meta.get("namespace", "default"), pod.get("spec", {}).get("schedulerName", "")
-        ident = (meta.get("uid", ""), reason, message)
-        now = _now()
-        try:
-            with self._lock:
-                seen = self._events.get(ident)
-            if seen:
-                name, count = seen
-                _drain(
-                    self.core.patch_namespaced_event(
-                        name, ns, {"count": count + 1, "lastTimestamp": now}, _preload_content=False
-                    )
-                )
-                with self._lock:
-                    self._events[ident] = (name, count + 1)
-                return
-            name = f"{meta['name']}.{time.time_ns():x}"
-            body = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": ns},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "namespace": ns,
-                    "name": meta["name"],
-                    "uid": meta.get("uid", ""),
-                    "apiVersion": "v1",
-                    "resourceVersion": meta.get("resourceVersion", ""),
-                },
-                "reason": reason,
-                "message": message,
-                "type": type_,
-                "source": {"component": component},
-                "reportingComponent": component,
-                "reportingInstance": component,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
-            _drain(self.core.create_namespaced_event(ns, body, _preload_content=False))
-            with self._lock:
-                if len(self._events) > 10_000:
-                    self._events.clear()
-                self._events[ident] = (name, 1)
-        except Exception as exc:  # noqa: BLE001 - events are best effort, as in kube-scheduler
-            log.debug("event for %s: %s", _key(pod), exc)
+        self.recorder.record(pod, type_, reason, message)
 
 
 def _drain(resp: Any) -> None:

@@ -433,6 +433,7 @@ def _model_fleet(model: str, node: str, n: int, busy: int) -> list[GpuState]:
     [
         (3, 1, "node-rtx"),  # small services keep the A100s busy: the whole-GPU job takes an RTX PRO 6000
         (1, 3, "node-a100"),  # and the other way round
+        (2, 2, "node-rtx"),  # as empty: the model giving up fewer compute slices (4, not 7)
     ],
 )
 def test_a_whole_gpu_job_goes_to_the_model_whose_gpus_the_small_services_left_empty(

@@ -327,3 +327,18 @@ def test_the_configuration_honours_timeouts_and_tls_settings():
     assert ext.http_timeout == 90 and ext.tls.insecure and ext.ignorable and ext.node_cache_capable
     assert cfg.scheduler_names == ("dynmig-scheduler",)
     assert parse(config("http://x", httpTimeout=None)).extenders[0].http_timeout == 5
+
+
+def test_an_ignorable_binder_that_fails_leaves_the_binding_to_the_default_binder(
+    cluster, run_scheduler, extenders
+):
+    ext = extenders(
+        lambda args: {"NodeNames": args["NodeNames"], "Error": ""}, lambda args: {"Error": "cannot bind now"}
+    )
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", ignorable=True))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name)
+    assert len(ext.bodies("/bind")) == 1
+    (scheduled,) = wait_for(lambda: events(cluster, "Scheduled"))
+    assert scheduled["message"].startswith("Successfully assigned default/train to node-")

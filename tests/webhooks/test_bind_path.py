@@ -55,3 +55,16 @@ def test_a_bound_pod_carries_its_reservation_and_bind_phase_and_its_node_the_loc
     assert annotations[VGPU_NODE] == "n1"
     assert annotations[BIND_PHASE] == "allocating"
     assert apiserver.get("nodes", "n1")["metadata"]["annotations"][NODE_LOCK].endswith(",team,p1")
+
+
+def test_a_pod_the_cache_has_not_seen_yet_is_filtered_from_the_api_and_bound(apiserver, service, extender):
+    seed(apiserver, service, node("n1"))
+    # the pod watch falls behind: kube-scheduler knows a pod the cache does not
+    apiserver.faults.fail_next(10_000, verb="watch", resource="pods", code=500)
+    apiserver.faults.cut_watches()
+    assert eventually(lambda: service.cache.pods_reflector._response is None)
+    pod = apiserver.create(gpu_pod("late"))
+    assert service.cache.pod("team", "late") is None
+    assert filter_(extender, pod, ["n1"])["NodeNames"] == ["n1"]
+    assert bind(extender, pod, "n1")["Error"] == ""
+    assert apiserver.get("pods", "late", "team")["metadata"]["annotations"][VGPU_NODE] == "n1"
