@@ -303,6 +303,7 @@ def churn(policy_cls, arrivals, nodes_n: int, gpus_n: int, judge: bool = False) 
         "verdicts": verdicts,
         "oracle_by_kind": oracle_by_kind,
         "oracle_seconds": oracle.spent_total if oracle is not None else 0.0,
+        "oracle_how": oracle.counts if oracle is not None else Counter(),
     }
 
 
@@ -550,9 +551,13 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     lo = [_ratio(d, m) for d, m in zip(refused["dynmig"], most, strict=True)]
     hi = [_ratio(d, p) for d, p in zip(refused["dynmig"], proved, strict=True)]
     seconds = [r["dynmig"]["oracle_seconds"] for r in res]
+    how = sum((r["dynmig"]["oracle_how"] for r in res), Counter())
     print(
         f"oracle at dynmig's refusals ({_span(seconds, '{:.1f}')} s per trace): "
         + ", ".join(f"{v} {_span(verdicts[v])}" for v in VERDICTS)
+        + " (decided, over seeds, by: "
+        + (", ".join(f"{h} {n}" for h, n in sorted(how.items())) or "nothing to decide")
+        + ")"
     )
     print(
         f"dynmig refused {_span(refused['dynmig'])}; oracle refused {_span(proved)} (proved) to {_span(most)} "

@@ -181,7 +181,7 @@ class Oracle:
         if relaxed and self.lay_out:
             packing = self._greedy(pods, relaxed)
             if packing is not None:
-                return Judgement(PACKED, "relaxation, laid out on nodes", packing)
+                return Judgement(PACKED, "layout of the relaxation", packing)
         if self.spent >= self.budget:
             return Judgement(NOT_SEARCHED, "budget")
         t0 = time.perf_counter()
