@@ -16,7 +16,7 @@ from typing import Any
 from sim.apiserver.resources import STORED, ResourceType
 
 
-class Frame(dict):  # type: ignore[type-arg]
+class Frame(dict[str, Any]):
     """One watch event as sent ({"type", "object"}), shared by every watcher it is sent to, with
     its encoded line once the first watcher has encoded it: the object is a stored one and never
     changes, so each event is encoded once, not once per watcher."""
