@@ -60,14 +60,13 @@ from _baselines import (
     Hami2855,
     Hami2855Binpack,
     Pick,
+    catalog_node,
 )
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 
-from mig.allowlist import default_allowlist
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, PodRequest
-from mig.placement.published import from_catalog
 
 SEED = 20240611
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
@@ -93,22 +92,10 @@ RESULTS = Path(__file__).resolve().parent / "results" / "placement.json"
 
 # ---- fleet ------------------------------------------------------------------------------------
 def make_fleet(nodes: int, gpus_per_node: int) -> list[BNode]:
-    allow = default_allowlist()
-    out = []
-    for n in range(nodes):
-        model = find_model(MODELS[n % len(MODELS)])
-        profiles = from_catalog(model, allow.profiles_for(model.nvml_name))
-        name = f"node-{n:05d}"
-        out.append(
-            BNode(
-                name,
-                [
-                    BGpu(name, f"GPU-{n:05d}-{i}", i, model.nvml_name, profiles, model.memory_mib)
-                    for i in range(gpus_per_node)
-                ],
-            )
-        )
-    return out
+    return [
+        catalog_node(f"node-{n:05d}", f"{n:05d}", MODELS[n % len(MODELS)], gpus_per_node)
+        for n in range(nodes)
+    ]
 
 
 def gpu_states(nodes: list[BNode]) -> list[GpuState]:

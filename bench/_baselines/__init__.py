@@ -6,7 +6,7 @@ so a bigger profile is used when the smallest has no room on that GPU).
 """
 
 from _baselines.best_fit import BestFit
-from _baselines.common import Baseline, BGpu, BNode, Pick
+from _baselines.common import Baseline, BGpu, BNode, Pick, catalog_node
 from _baselines.first_fit import FirstFit
 from _baselines.hami2378 import Hami2378, Hami2378Binpack
 from _baselines.hami2855 import Hami2855, Hami2855Binpack
@@ -22,4 +22,5 @@ __all__ = [
     "Hami2855",
     "Hami2855Binpack",
     "Pick",
+    "catalog_node",
 ]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mig.allowlist import default_allowlist
+from mig.catalog import find_model
 from mig.placement import PublishedProfile
 from mig.placement.preference import default_sort_key
+from mig.placement.published import from_catalog
 from mig.types import Placement
 
 
@@ -52,6 +55,20 @@ class BNode:
 
 
 Pick = tuple[BGpu, Placement, PublishedProfile]
+
+
+def catalog_node(name: str, uuid_prefix: str, model_name: str, gpus: int) -> BNode:
+    """A node of `gpus` GPUs of one catalog model with the default allowlist's profiles, as the bench
+    and its tests build fleets (GPU UUIDs `GPU-<uuid_prefix>-<index>`)."""
+    model = find_model(model_name)
+    profiles = from_catalog(model, default_allowlist().profiles_for(model.nvml_name))
+    return BNode(
+        name,
+        [
+            BGpu(name, f"GPU-{uuid_prefix}-{i}", i, model.nvml_name, profiles, model.memory_mib)
+            for i in range(gpus)
+        ],
+    )
 
 
 class Baseline:

@@ -17,12 +17,8 @@ from hypothesis import strategies as st
 # Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _baselines import BGpu, BNode
+from _baselines import BGpu, BNode, catalog_node
 from _packing.oracle import INFEASIBLE, PACKED, Oracle, legal_packing
-
-from mig.allowlist import default_allowlist
-from mig.catalog import find_model
-from mig.placement.published import from_catalog
 
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
 MEMS = (4000, 9000, 18000, 30000, None)  # None: a whole GPU
@@ -33,22 +29,7 @@ Mems = tuple[int | None, ...]
 
 def fleet(*nodes: tuple[str, int]) -> list[BNode]:
     """Nodes as (model, GPUs)."""
-    allow = default_allowlist()
-    out = []
-    for n, (name, gpus) in enumerate(nodes):
-        model = find_model(name)
-        profiles = from_catalog(model, allow.profiles_for(model.nvml_name))
-        node = f"node-{n}"
-        out.append(
-            BNode(
-                node,
-                [
-                    BGpu(node, f"GPU-{n}-{i}", i, model.nvml_name, profiles, model.memory_mib)
-                    for i in range(gpus)
-                ],
-            )
-        )
-    return out
+    return [catalog_node(f"node-{n}", str(n), name, gpus) for n, (name, gpus) in enumerate(nodes)]
 
 
 def covers(gpu: BGpu, mem: int | None) -> list:
