@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from registration_testkit import registration
 
 from dynmig.lab.chart import CHART, ChartError, helm_binary
-from mig import catalog
-from mig.allowlist import DEFAULT_POLICY, default_allowlist, load_device_config
-from mig.annotations import NODE_REGISTER, DeviceInfo, MigProfile, encode_node_register
+from mig.allowlist import DEFAULT_POLICY, load_device_config
+from mig.annotations import NODE_REGISTER
 from webhooks.config import ServeConfig, StaticDeviceConfig, parse_args
 from webhooks.main import Service
 from webhooks.page.render import MAX_PENDING
@@ -39,38 +39,10 @@ def eventually(check, timeout: float = 10.0):
 
 
 def mig_node(name: str, gpus: int) -> dict[str, Any]:
-    model = catalog.find_model(MODEL)
-    profiles = []
-    for profile in default_allowlist().profiles_for(model.nvml_name):
-        spec = model.profile(profile)
-        if spec is not None:
-            profiles.append(
-                MigProfile(
-                    name=spec.name,
-                    memoryMB=spec.memory_mib,
-                    core=catalog.core_percent(model, spec),
-                    sliceCount=spec.slice_count,
-                    placements=tuple({"start": p.start, "size": p.size} for p in spec.placements),
-                )
-            )
-    devices = [
-        DeviceInfo(
-            id=f"GPU-{name}-{i}",
-            index=i,
-            count=7,
-            devmem=model.memory_mib,
-            devcore=100,
-            type=model.nvml_name,
-            health=True,
-            mode="mig",
-            migProfiles=tuple(profiles),
-        )
-        for i in range(gpus)
-    ]
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(devices)}},
+        "metadata": {"name": name, "annotations": {NODE_REGISTER: registration(name, MODEL, gpus)}},
     }
 
 
