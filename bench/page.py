@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from serve import catalog_registration  # bench/serve.py: the benches' node registrations
+
 from dynmig.status.cluster import fleet_view
-from mig import catalog
-from mig.allowlist import ResourceNames, default_allowlist
-from mig.annotations import NODE_REGISTER, DeviceInfo, MigProfile, encode_node_register
+from mig.allowlist import ResourceNames
+from mig.annotations import NODE_REGISTER
 from mig.placement import ContainerRequest, PlacementIndex, Plan, PodRequest
 from webhooks.filter import reservation_patch
 from webhooks.fleet import Fleet, usage_from_plan
@@ -41,36 +42,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "page.json"
 
 
 def registration(node: str, gpus: int = 8) -> str:
-    model = catalog.find_model(MODEL)
-    profiles = []
-    for name in default_allowlist().profiles_for(model.nvml_name):
-        spec = model.profile(name)
-        if spec is not None:
-            profiles.append(
-                MigProfile(
-                    name=spec.name,
-                    memoryMB=spec.memory_mib,
-                    core=catalog.core_percent(model, spec),
-                    sliceCount=spec.slice_count,
-                    placements=tuple({"start": p.start, "size": p.size} for p in spec.placements),
-                )
-            )
-    return encode_node_register(
-        [
-            DeviceInfo(
-                id=f"GPU-{node}-{i}",
-                index=i,
-                count=7,
-                devmem=model.memory_mib,
-                devcore=100,
-                type=model.nvml_name,
-                health=True,
-                mode="mig",
-                migProfiles=tuple(profiles),
-            )
-            for i in range(gpus)
-        ]
-    )
+    return catalog_registration(MODEL, node, gpus)
 
 
 def pod(name: str, memory: int, node: str = "", annotations: dict[str, str] | None = None) -> dict[str, Any]:

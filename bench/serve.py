@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import base64
 import datetime as dt
+import functools
 import http.client
 import json
 import os
@@ -34,6 +35,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -281,34 +283,37 @@ def bench_admission(serve_port: int, echo_port: int, ctx: ssl.SSLContext) -> dic
 # ---------------------------------------------------------------- filter decisions in process
 
 
-def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
+@functools.cache
+def _catalog_profiles(model_key: str) -> tuple[Any, tuple]:
     from mig import catalog
     from mig.allowlist import default_allowlist
-    from mig.annotations import NODE_REGISTER, DeviceInfo, MigProfile, encode_node_register
+    from mig.annotations import MigProfile
 
-    allow = default_allowlist()
-    models = [catalog.find_model(k) for k in ("A100-SXM4-80GB", "H100-SXM5-80GB", "A30", "RTX-PRO-6000")]
-    registers = {}
-    for model in models:
-        profiles = tuple(
-            MigProfile(
-                name=s.name,
-                memoryMB=s.memory_mib,
-                core=catalog.core_percent(model, s),
-                sliceCount=s.slice_count,
-                placements=tuple({"start": p.start, "size": p.size} for p in s.placements),
-            )
-            for name in allow.profiles_for(model.nvml_name)
-            if (s := model.profile(name)) is not None
+    model = catalog.find_model(model_key)
+    profiles = tuple(
+        MigProfile(
+            name=s.name,
+            memoryMB=s.memory_mib,
+            core=catalog.core_percent(model, s),
+            sliceCount=s.slice_count,
+            placements=tuple({"start": p.start, "size": p.size} for p in s.placements),
         )
-        registers[model.key] = (model, profiles)
-    out = []
-    for i in range(count):
-        model, profiles = registers[models[i % len(models)].key]
-        name = f"node-{i:05d}"
-        devices = [
+        for name in default_allowlist().profiles_for(model.nvml_name)
+        if (s := model.profile(name)) is not None
+    )
+    return model, profiles
+
+
+def catalog_registration(model_key: str, node: str, gpus: int) -> str:
+    """`hami.io/node-nvidia-register` as dynmig's device plugin publishes it for `gpus` GPUs of one
+    catalog model with the default allowlist's profiles (the benches' simulated nodes)."""
+    from mig.annotations import DeviceInfo, encode_node_register
+
+    model, profiles = _catalog_profiles(model_key)
+    return encode_node_register(
+        [
             DeviceInfo(
-                id=f"GPU-{name}-{g}",
+                id=f"GPU-{node}-{g}",
                 index=g,
                 count=7,
                 devmem=model.memory_mib,
@@ -320,9 +325,18 @@ def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
             )
             for g in range(gpus)
         ]
-        out.append(
-            {"metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(devices)}}}
-        )
+    )
+
+
+def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:
+    from mig.annotations import NODE_REGISTER
+
+    models = ("A100-SXM4-80GB", "H100-SXM5-80GB", "A30", "RTX-PRO-6000")
+    out = []
+    for i in range(count):
+        name = f"node-{i:05d}"
+        register = catalog_registration(models[i % len(models)], name, gpus)
+        out.append({"metadata": {"name": name, "annotations": {NODE_REGISTER: register}}})
     return out
 
 
