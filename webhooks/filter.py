@@ -223,6 +223,10 @@ class Filter:
         candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
         outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
+            # The fleet forgot the pod's previous reservation; so does the record the bind would carry.
+            earlier = self.pending.reservation(uid)
+            if earlier is not None:
+                self.pending.done(uid, earlier.node)
             return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
         plan, usage = outcome
         annotations = reservation_annotations(plan, usage, containers, time.time())
