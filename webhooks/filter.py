@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,26 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
 
 
 _STRIPES = 64
+
+
+class _Excluded(Mapping[str, str]):
+    """Nodes a filter leaves out, with the reason: chosen for another pod whose bind is in progress
+    (first), or locked by a bind (worded only when read)."""
+
+    def __init__(self, held: Mapping[str, str], locked: Mapping[str, str]):
+        self._held, self._locked = held, locked
+
+    def __getitem__(self, node: str) -> str:
+        return self._held[node] if node in self._held else self._locked[node]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._held
+        yield from (n for n in self._locked if n not in self._held)
+
+    def __len__(self) -> int:
+        return len(self._held) + sum(1 for n in self._locked if n not in self._held)
+
+
 _Lookup = Callable[[str, str, str], dict[str, Any] | None]
 
 
@@ -130,7 +150,8 @@ class Filter:
     events: EventRecorder
     metrics: Metrics
     pending: PendingBinds  # shared with bind: nodes held for binds, the reservations they carry
-    blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
+    # Nodes a bind of pod namespace/name would fail on now because of their node lock, with the reason.
+    blocked: Callable[[str, str], Mapping[str, str]] = lambda namespace, name: {}
     # Two filters of the same pod must not interleave: the earlier one's reservation could reach
     # `pending` last, disagreeing with the fleet's (bind would then refuse it; this avoids that).
     _pod_locks: tuple[threading.Lock, ...] = field(
@@ -218,9 +239,14 @@ class Filter:
         request: PodRequest,
         containers: int,
     ) -> tuple[ExtenderFilterResult, str]:
-        blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
-        blocked.update(self.pending.held_for_others(uid))
-        candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
+        locked = self.blocked(namespace, name)  # binding there would fail on the node lock
+        held = self.pending.held_for_others(uid)
+        blocked: Mapping[str, str] = _Excluded(held, locked) if held else locked
+        if blocked:
+            out = set(locked).union(held)
+            candidates: Sequence[str] = [n for n in args.node_names if n not in out]
+        else:
+            candidates = args.node_names
         outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             # The fleet forgot the pod's previous reservation; so does the record the bind would carry.
@@ -235,7 +261,7 @@ class Filter:
         return ExtenderFilterResult(node_names=[plan.node], nodes=chosen), "scheduled"
 
     def _refuse(
-        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]
+        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: Mapping[str, str]
     ) -> ExtenderFilterResult:
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
