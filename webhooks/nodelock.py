@@ -107,7 +107,7 @@ class NodeLock:
         the node meanwhile (409 Conflict on its resourceVersion), so the caller re-reads and decides again."""
         patch = {"metadata": {"resourceVersion": _version(current), "annotations": {NODE_LOCK: value}}}
         try:
-            self.kube.patch_node(node, patch)
+            self.kube.patch_node(node, patch, reply=False)
             return True
         except Conflict:
             return False
