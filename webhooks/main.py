@@ -124,7 +124,15 @@ class Service:
         )
         self.filter.advice = self.defrag.advice_for
         self.binder = Binder(
-            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, pending
+            self.fleet,
+            self.cache,
+            self.kube,
+            lock,
+            resources,
+            self.events,
+            self.metrics,
+            pending,
+            self.filter.readings,
         )
         self.tls = tls
         self.certificates: ServingCertificates | None = None
