@@ -9,10 +9,12 @@ in by annotation, strictly lower priority than the pending pod, at most one budg
 controller's token bucket (`webhooks.defrag.TokenBucket`, 6 a minute, a set larger than the bucket
 never evicted) on the trace's clock. The set is evicted (released), the pending pod is placed by the
 engine, and each evicted pod is recreated by its controller at once and placed by the engine, or is
-refused (dropped, as the bench drops refused arrivals). Refused work: each refused pod's share of a GPU
-(its smallest covering placements on its cheapest model, as the bench's offered load counts it) times
-the minutes it missed (an arrival: its lifetime; an evicted pod: the rest of it). A recreated pod keeps its departure time
-(its demand ends when the trace says) and does not itself evict: no cascades.
+refused (dropped, as the bench drops refused arrivals). A recreated pod keeps its departure time (its
+demand ends when the trace says) and does not itself evict: no cascades. The pending pod is placed
+before the recreated ones, as kube-scheduler's queue pops the higher priority first. Refused work:
+each refused pod's share of a GPU (its smallest covering placements on its cheapest model, as the
+bench's offered load counts it) times the minutes it missed (an arrival: its lifetime; an evicted
+pod: the rest of it).
 
 Assumptions, stated where they are printed: no PodDisruptionBudgets (the traces carry none); the
 controller's pass interval, the eviction's grace period and the recreation are instantaneous; trace
@@ -22,7 +24,7 @@ on. A rate-limited or set-less pending pod is refused (the bench does not retry 
 Rankings (who may evict whom):
 - `NONE`: no pod opted in: plain dynmig, replayed by this code (its refusals equal the bench's dynmig
   row; it gives the refused work the others are compared with).
-- `UPPER`: every running pod opted in and every pending pod outranks every running one: the most the
+- `EVERYONE`: every running pod opted in and every pending pod outranks every running one: the most the
   controller may ever evict (it refuses equal priorities, so a fleet of one priority class gets
   nothing). Not a bound on what it recovers: the cheapest set is then often one young pod as large as
   the pending one, which cannot be placed again.
@@ -86,16 +88,16 @@ def is_job(mems: Mems) -> bool:
 
 
 NONE = Ranking("evict: none opted in", lambda m: 0, lambda m: False)  # plain dynmig, replayed here
-UPPER = Ranking("evict: all opted in", lambda m: 0, lambda m: True, pending_outranks=True)
+EVERYONE = Ranking("evict: all opted in", lambda m: 0, lambda m: True, pending_outranks=True)
 JOBS = Ranking("evict: jobs > services", lambda m: int(is_job(m)), lambda m: not is_job(m))
-RANKINGS = (NONE, UPPER, JOBS)
+RANKINGS = (NONE, EVERYONE, JOBS)
 MEANS = (
     "dynmig + defrag eviction: dynmig's engine places each pod; at each refusal the real advisor "
     "(mig/defrag.py) names\nthe cheapest set among the pods the controller may evict (its rule and its "
     "6-a-minute token bucket,\ntrace time read as minutes), the set is evicted, the pod placed, and "
     "each evicted pod recreated at once\nand placed by the engine or refused (it keeps its departure "
     "time and evicts nothing itself). No PDBs;\npass interval and grace period taken as instant. "
-    f"'{NONE.name}': plain dynmig replayed. '{UPPER.name}': every running pod opted in\nand the "
+    f"'{NONE.name}': plain dynmig replayed. '{EVERYONE.name}': every running pod opted in\nand the "
     "pending pod outranks it (the most the controller may evict). "
     f"'{JOBS.name}': pods with a\n3g-or-larger device (jobs) have priority 1 and stay; the others "
     "(1g/2g services, mixed's 2g notebooks)\nhave 0 and opted in. refused = arrivals never placed + "

@@ -18,11 +18,11 @@ sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
 from _baselines import BNode, catalog_node
 from _packing.eviction import (
+    EVERYONE,
     JOBS,
     NONE,
     PER_MINUTE,
     RANKINGS,
-    UPPER,
     EvictionSet,
     Harness,
     Outcome,
@@ -42,7 +42,7 @@ def a100s(gpus: int) -> list[BNode]:
     return [catalog_node("node-0", "0", "A100-SXM4-40GB", gpus)]
 
 
-def replay(arrivals: list, nodes: list[BNode], ranking=UPPER) -> Outcome:
+def replay(arrivals: list, nodes: list[BNode], ranking=EVERYONE) -> Outcome:
     return churn_evicting(arrivals, nodes, HARNESS, ranking, check=True)
 
 
@@ -51,7 +51,7 @@ def test_a_whole_gpu_job_with_no_empty_gpu_evicts_the_youngest_single_pod_which_
     # Both single-pod sets cost one pod of priority 0; the 1g service ran 1 minute, the job 2: the
     # service goes, the job takes its GPU, and the recreated service finds both GPUs full.
     trace = [(0.0, WHOLE, 100.0), (1.0, ONE_G, 100.0), (2.0, WHOLE, 100.0)]
-    for ranking in (UPPER, JOBS):
+    for ranking in (EVERYONE, JOBS):
         out = replay(trace, a100s(2), ranking)
         assert out.sets == [EvictionSet(2.0, 2, (1,), True, (), True)], ranking.name
         assert (out.arrivals_refused, out.evictions, out.evicted_lost, out.refused) == (0, 1, 1, 1)
@@ -64,7 +64,7 @@ def test_the_evicted_pod_is_placed_again_where_slices_are_left_and_nothing_is_re
     # own GPU, so the whole-GPU job finds no empty GPU. Every running pod alone frees a GPU.
     trace = [(0.0, ONE_G, 100.0), (1.0, THREE_G, 100.0), (2.0, THREE_G, 100.0), (3.0, WHOLE, 100.0)]
     # All opted in: the youngest single pod, the second 3g, goes and fits again at 0:4 beside a 1g or 3g.
-    out = replay(trace, a100s(3), UPPER)
+    out = replay(trace, a100s(3), EVERYONE)
     assert out.sets == [EvictionSet(3.0, 3, (2,), True, (2,), True)]
     assert (out.refused, out.evictions, out.evicted_lost) == (0, 1, 0)
     # Jobs outrank services: only the 1g service may go; it fits again beside a 3g job.
@@ -121,7 +121,7 @@ def _accounted(out: Outcome, arrivals: list, ranking) -> None:
 
 def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for():
     arrivals = placement.trace(400, 2.0, placement.SEED, placement.MIX)  # 2 nodes × 4 GPUs, overloaded
-    for ranking in (UPPER, JOBS):
+    for ranking in (EVERYONE, JOBS):
         nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
         out = replay(arrivals, nodes, ranking)
         _accounted(out, arrivals, ranking)
