@@ -27,6 +27,8 @@ bench/results/placement.json. Seeded and deterministic apart from the timings.
   refusals over the oracle's (proved, or proved + unknown + not searched), per load and request kind.
   The repacker (`churn_repacking`) is the oracle as a policy on its own replay: dynmig's engine, and at
   each of its refusals the fleet re-laid to the oracle's packing; dynmig/repacker likewise.
+- Defrag eviction (bench/_packing/eviction.py): dynmig's engine with its defrag eviction mode on, the
+  real advisor naming each set; per ranking of who may evict whom, refusals and evictions per trace.
 - HAMi's E2E sequences (bench/_packing/hami_e2e.py): the A100-40GB and RTX PRO 6000 cases of HAMi's
   `hack/hami-mig-e2e.sh` on one GPU; each policy is scored by the script's expectations it misses.
 - Decision time: a 5,000-node × 8-GPU fleet filled at random to about 60 % of its slices; each policy
@@ -62,6 +64,7 @@ from _baselines import (
     Pick,
     catalog_node,
 )
+from _packing import eviction
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 
@@ -428,6 +431,7 @@ ORACLE_MEANS = (
 # per solve (past it, "unknown"); the node-free relaxation runs at every refusal (milliseconds).
 ORACLE_BUDGET, ORACLE_TIME_LIMIT = 20.0, 2.0
 REPLAY = "repacker"  # churn_repacking's results, beside the policies
+EVICTING = "defrag eviction"  # _packing/eviction.py's replays, one per ranking
 ARRIVALS = 5000
 
 
@@ -444,6 +448,12 @@ def run_churn(mix, target: float, seed: int, small: tuple[int, int]) -> tuple[di
     t0 = time.perf_counter()
     out[REPLAY] = churn_repacking(arrivals, *small)
     print(f"  churn {REPLAY}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    harness = eviction.Harness(Dynmig, apply, release, gpu_states, kind)
+    out[EVICTING] = {}
+    for ranking in eviction.RANKINGS:
+        t0 = time.perf_counter()
+        out[EVICTING][ranking.name] = eviction.churn_evicting(arrivals, make_fleet(*small), harness, ranking)
+        print(f"  churn dynmig + {ranking.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return out, offered_load(arrivals, make_fleet(*small))
 
 
@@ -490,6 +500,7 @@ def main(argv: list[str]) -> int:
         "8 GPUs, ~60 % of slices occupied"
     )
     print(ORACLE_MEANS)
+    print(eviction.MEANS)
     summary: dict = {}
     for (wname, label), seed_runs in runs.items():
         shown = offered[(wname, label)]
@@ -543,7 +554,7 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
     head = f"{'policy':<15} {'refused':>10} {'frag.refusals':>14} {'utilisation':>12} {'dynmig/policy':>14}"
     print(head)
     print("-" * len(head))
-    names = [n for n in res[0] if n != REPLAY]
+    names = [n for n in res[0] if n not in (REPLAY, EVICTING)]
     refused = {n: [r[n]["refused"] for r in res] for n in names}
     for n in names:
         util = [r[n]["utilisation"] for r in res]
@@ -588,6 +599,8 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
         f"(+ unknown + not searched); dynmig/repacker per seed at least {_per_seed(refused['dynmig'], r_most)}, "
         f"at most {_per_seed(refused['dynmig'], replay[INFEASIBLE])}"
     )
+    evicting = {n: [r[EVICTING][n] for r in res] for n in res[0][EVICTING]}
+    evicted = eviction.report(evicting, refused["dynmig"], proved, most)
     kinds_head = (
         f"{'by request kind (sum over seeds)':<44}" + "".join(f"{k:>7}" for k in KINDS) + f"{'total':>7}"
     )
@@ -642,6 +655,7 @@ def report(res: list[dict[str, dict]], timing: dict) -> dict:
         "repacker": {v.replace(" ", "_"): replay[v] for v in VERDICTS},
         "repacker_refused": {"proved": replay[INFEASIBLE], "at_most": r_most},
         "dynmig_vs_repacker": {"at_least": r_lo, "at_most": r_hi},
+        "defrag_eviction": evicted,
         "by_kind_sum_over_seeds": by_kind,
     }
 

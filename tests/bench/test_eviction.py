@@ -1,0 +1,154 @@
+"""The placement bench's defrag eviction replay (bench/_packing/eviction.py): dynmig's engine places, the
+real advisor names each set, and every pod is accounted for.
+
+The replay runs with the bench's own harness (its dynmig adapter, its checked `apply` and `release`),
+imported from bench/placement.py, so these tests exercise exactly what `make bench` prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
+
+from _baselines import BNode, catalog_node
+from _packing.eviction import (
+    EVERYONE,
+    JOBS,
+    NONE,
+    PER_MINUTE,
+    RANKINGS,
+    EvictionSet,
+    Harness,
+    Outcome,
+    churn_evicting,
+)
+
+_saved = list(sys.path)
+import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
+
+sys.path[:] = _saved
+
+HARNESS = Harness(placement.Dynmig, placement.apply, placement.release, placement.gpu_states, placement.kind)
+WHOLE, ONE_G, TWO_G, THREE_G = (None,), (4000,), (9000,), (18000,)  # sizes on an A100-40GB
+
+
+def a100s(gpus: int) -> list[BNode]:
+    return [catalog_node("node-0", "0", "A100-SXM4-40GB", gpus)]
+
+
+def replay(arrivals: list, nodes: list[BNode], ranking=EVERYONE) -> Outcome:
+    return churn_evicting(arrivals, nodes, HARNESS, ranking, check=True)
+
+
+def test_a_whole_gpu_job_with_no_empty_gpu_evicts_the_youngest_single_pod_which_then_has_nowhere_to_go():
+    # Two A100s: a whole-GPU job on one, a 1g service on the other; a second whole-GPU job arrives.
+    # Both single-pod sets cost one pod of priority 0; the 1g service ran 1 minute, the job 2: the
+    # service goes, the job takes its GPU, and the recreated service finds both GPUs full.
+    trace = [(0.0, WHOLE, 100.0), (1.0, ONE_G, 100.0), (2.0, WHOLE, 100.0)]
+    for ranking in (EVERYONE, JOBS):
+        out = replay(trace, a100s(2), ranking)
+        assert out.sets == [EvictionSet(2.0, 2, (1,), True, (), True)], ranking.name
+        assert (out.arrivals_refused, out.evictions, out.evicted_lost, out.refused) == (0, 1, 1, 1)
+        assert out.recovered == 1 and out.lost_minutes == 1.0
+        assert out.refused_work == 1 / 8 * 99.0  # a 1g (1 of 8 slices) for the 99 minutes it had left
+
+
+def test_the_evicted_pod_is_placed_again_where_slices_are_left_and_nothing_is_refused():
+    # Three A100s, no departures: dynmig puts the 1g at slice 6 of GPU 0 and each 3g at 4:4 of its
+    # own GPU, so the whole-GPU job finds no empty GPU. Every running pod alone frees a GPU.
+    trace = [(0.0, ONE_G, 100.0), (1.0, THREE_G, 100.0), (2.0, THREE_G, 100.0), (3.0, WHOLE, 100.0)]
+    # All opted in: the youngest single pod, the second 3g, goes and fits again at 0:4 beside a 1g or 3g.
+    out = replay(trace, a100s(3), EVERYONE)
+    assert out.sets == [EvictionSet(3.0, 3, (2,), True, (2,), True)]
+    assert (out.refused, out.evictions, out.evicted_lost) == (0, 1, 0)
+    # Jobs outrank services: only the 1g service may go; it fits again beside a 3g job.
+    out = replay(trace, a100s(3), JOBS)
+    assert out.sets == [EvictionSet(3.0, 3, (0,), True, (0,), True)]
+    assert (out.refused, out.evictions, out.evicted_lost) == (0, 1, 0)
+
+
+def test_a_set_larger_than_the_controllers_bucket_is_never_evicted():
+    # Seven 1g services fill one A100; a whole-GPU job needs all seven gone, and the bucket holds 6.
+    trace = [(i * 0.1, ONE_G, 100.0) for i in range(7)] + [(1.0, WHOLE, 100.0)]
+    out = replay(trace, a100s(1))
+    assert (out.arrivals_refused, out.rate_limited, out.too_large, out.evictions) == (1, 1, 1, 0)
+    assert out.by_kind == {"whole": 1} and out.sets == []
+    assert out.refused_work == 100.0  # a whole GPU for its 100 minutes
+
+
+def test_the_rate_limit_holds_evictions_to_six_within_a_minute_of_trace_time():
+    # Three A100s of three 2g services each; three whole-GPU jobs within 0.02 minutes. Only services may
+    # go: the first two jobs evict three each, the third finds the bucket empty and is refused.
+    trace = [(i * 0.01, TWO_G, 100.0) for i in range(9)]
+    trace += [(1.0, WHOLE, 100.0), (1.01, WHOLE, 100.0), (1.02, WHOLE, 100.0)]
+    out = replay(trace, a100s(3), JOBS)
+    assert [s.victims for s in out.sets] == [(6, 7, 8), (3, 4, 5)]
+    assert out.evictions == PER_MINUTE and out.peak_per_minute == PER_MINUTE
+    assert (out.arrivals_refused, out.rate_limited, out.too_large, out.evicted_lost) == (1, 1, 0, 6)
+    assert out.refused == 7
+
+
+def test_with_equal_priorities_the_pending_pod_outranks_no_one_and_nothing_is_evicted():
+    # Under "jobs > services" a refused service outranks no running pod (the controller wants strictly
+    # lower priority): one A100 full of 2g services refuses a fourth, and nothing is evicted.
+    trace = [(i * 0.1, TWO_G, 100.0) for i in range(4)]
+    out = replay(trace, a100s(1), JOBS)
+    assert (out.arrivals_refused, out.no_set, out.evictions) == (1, 1, 0)
+
+
+def _accounted(out: Outcome, arrivals: list, ranking) -> None:
+    """Every eviction is of a candidate, every pod ends placed or counted, the totals add up."""
+    assert all(s.placed for s in out.sets), "a set was evicted and the engine still refused the pod"
+    assert out.advice_missed == 0
+    assert out.evictions == sum(len(s.victims) for s in out.sets)
+    assert out.evicted_lost == out.evictions - sum(len(s.replaced) for s in out.sets)
+    assert out.recovered == len(out.sets)
+    assert out.arrivals_refused == out.no_set + out.rate_limited + out.advice_missed
+    assert out.arrivals_refused == sum(out.by_kind.values())
+    for s in out.sets:
+        assert s.pending not in s.victims and set(s.replaced) <= set(s.victims)
+        assert all(v < s.pending for v in s.victims)  # only pods that arrived earlier (running) go
+        if ranking is JOBS:
+            assert ranking.priority(arrivals[s.pending][1]) == 1
+            assert all(ranking.evictable(arrivals[v][1]) for v in s.victims)
+
+
+def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for():
+    arrivals = placement.trace(400, 2.0, placement.SEED, placement.MIX)  # 2 nodes × 4 GPUs, overloaded
+    for ranking in (EVERYONE, JOBS):
+        nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
+        out = replay(arrivals, nodes, ranking)
+        _accounted(out, arrivals, ranking)
+        assert out.evictions > 0  # the trace is loaded enough to exercise the mode
+
+
+def test_with_no_pod_opted_in_the_replay_refuses_exactly_what_the_benchs_dynmig_row_refuses():
+    arrivals = placement.trace(400, 2.0, placement.SEED + 1, placement.INFERENCE)
+    plain = placement.churn(placement.Dynmig, arrivals, 3, 4)
+    out = replay(arrivals, placement.make_fleet(3, 4), NONE)
+    assert plain["refused"] > 0
+    assert (out.refused, out.evictions, out.by_kind) == (plain["refused"], 0, plain["by_kind"])
+
+
+SIZES = st.sampled_from([WHOLE, ONE_G, TWO_G, THREE_G, (30000,), (4000, 4000), (18000, 18000)])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.floats(0.0, 2.0), SIZES, st.floats(0.5, 20.0)), min_size=1, max_size=40),
+    st.sampled_from(RANKINGS),
+)
+def test_any_trace_keeps_the_fleet_consistent_and_accounts_for_every_pod(steps, ranking):
+    arrivals, t = [], 0.0
+    for gap, mems, life in steps:
+        t += gap
+        arrivals.append((t, mems, life))
+    nodes = [catalog_node("node-0", "0", "A100-SXM4-40GB", 2), catalog_node("node-1", "1", "RTX-PRO-6000", 1)]
+    out = replay(arrivals, nodes, ranking)  # check=True: the fleet is checked after every arrival
+    _accounted(out, arrivals, ranking)
