@@ -138,16 +138,26 @@ def complete(obj: dict[str, Any]) -> dict[str, Any]:
 def _canonical_time(value: Any, micro: bool) -> Any:
     """An RFC 3339 time as metav1.Time (micro=False) or MicroTime writes it; anything else as it is
     (decode refuses it)."""
-    if not (isinstance(value, str) and _TIME.match(value)):
+    when = _parse_time(value)
+    if when is None:
         return value
+    if micro:
+        return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time in UTC, or None when `value` is not one (a 2026-13-45 included)."""
+    if not (isinstance(value, str) and _TIME.match(value)):
+        return None
     whole, _, rest = value.partition(".")
     if rest:  # at most microseconds: Python's parser takes six fractional digits
         digits = len(rest) - len(rest.lstrip("0123456789"))
         value = f"{whole}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    when = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-    if micro:
-        return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
 
 
 def field_label(label: str) -> str | None:
@@ -157,33 +167,43 @@ def field_label(label: str) -> str | None:
     return V1_FIELD_LABELS.get(label)
 
 
-def decode(kind: str, version: str, obj: dict[str, Any]) -> None:
-    """400 for what the JSON decoder cannot put into an Event (core field names, as stored)."""
+def decode(group: str, obj: dict[str, Any]) -> None:
+    """400 for what the JSON decoder cannot put into an Event; `obj` is the stored (core) form, the
+    message names the field as the request's API (`group`) spells it."""
+    version = "events.k8s.io/v1" if group == EVENTS_V1[0] else "v1"
+
+    def _undecodable(field: str, value: Any) -> ApiError:
+        top, dot, rest = field.partition(".")
+        named = (TO_V1.get(top, top) if group == EVENTS_V1[0] else top) + dot + rest
+        return _refusal(version, named, value)
+
     for key in _TIME_FIELDS:
         value = obj.get(key)
-        if value is not None and not (isinstance(value, str) and _TIME.match(value)):
-            raise _undecodable(kind, version, key, value)
+        if value is not None and _parse_time(value) is None:
+            raise _undecodable(key, value)
     for key in _STRING_FIELDS:
         if obj.get(key) is not None and not isinstance(obj[key], str):
-            raise _undecodable(kind, version, key, obj[key])
+            raise _undecodable(key, obj[key])
     for key in ("involvedObject", "source", "related", "series"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
-            raise _undecodable(kind, version, key, obj[key])
+            raise _undecodable(key, obj[key])
     series = obj.get("series") or {}
     if "count" in series and type(series["count"]) is not int:
-        raise _undecodable(kind, version, "series.count", series["count"])
-    if series.get("lastObservedTime") is not None and not _TIME.match(str(series["lastObservedTime"])):
-        raise _undecodable(kind, version, "series.lastObservedTime", series["lastObservedTime"])
+        raise _undecodable("series.count", series["count"])
+    observed = series.get("lastObservedTime")
+    if observed is not None and _parse_time(observed) is None:
+        raise _undecodable("series.lastObservedTime", observed)
     if obj.get("count") is not None and type(obj["count"]) is not int:
-        raise _undecodable(kind, version, "count", obj["count"])
+        raise _undecodable("count", obj["count"])
 
 
-def _undecodable(kind: str, version: str, field: str, value: Any) -> ApiError:
+def _refusal(version: str, field: str, value: Any) -> ApiError:
     shown = json.dumps(value)[:64] if not isinstance(value, str) else json.dumps(value[:64])
+    expected = "an RFC 3339 time" if field.endswith(("Time", "Timestamp")) else "a value of its type"
     return ApiError(
         400,
-        f'{kind} in version "{version}" cannot be handled as a {kind}: {field}: cannot decode '
-        f"{shown}: expected {'an RFC 3339 time' if 'ime' in field else 'a value of its type'}",
+        f'Event in version "{version}" cannot be handled as a Event: {field}: cannot decode {shown}: '
+        f"expected {expected}",
         "BadRequest",
     )
 

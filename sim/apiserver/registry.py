@@ -376,7 +376,7 @@ class Registry:
         req.check_fields(body, warnings)
         objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
         if conversion.is_event(rt):
-            events.decode(rt.kind, rt.version, conversion.to_storage(rt, body))
+            events.decode(rt.group, conversion.to_storage(rt, body))
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -507,7 +507,7 @@ class Registry:
         """The stored form of an update, after the type's decoding and validation of it."""
         record = conversion.to_storage(rt, new)
         if conversion.is_event(rt):
-            events.decode(rt.kind, rt.version, record)
+            events.decode(rt.group, record)
             events.validate_update(rt.group, record, conversion.to_storage(rt, current))
         return record
 
