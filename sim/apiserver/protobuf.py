@@ -197,3 +197,34 @@ def decode(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
     except ProtobufError as exc:
         raise ApiError(400, f"the protobuf request body is malformed: {exc}") from exc
     return {"apiVersion": sent[0], "kind": sent[1], **obj}
+
+
+# ---- Encoding (for documents the server writes in protobuf, e.g. /openapi/v2) -----------------------
+
+
+def encode_varint(value: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    if value < 0:
+        raise ValueError("only non-negative varints are encoded")
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_bytes(number: int, value: bytes) -> bytes:
+    """A length-delimited field (wire type 2): strings, bytes and embedded messages."""
+    return encode_varint(number << 3 | 2) + encode_varint(len(value)) + value
+
+
+def encode_string(number: int, value: str) -> bytes:
+    return encode_bytes(number, value.encode())
+
+
+def encode_bool(number: int, value: bool) -> bytes:
+    return encode_varint(number << 3) + (b"\x01" if value else b"\x00")

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, disruption, logs, media, openapi, protobuf, schemas
+from sim.apiserver import discovery, disruption, logs, media, openapi, openapi_v2, protobuf, schemas
 from sim.apiserver.errors import ApiError
 from sim.apiserver.params import flag, whole_number
 from sim.apiserver.registry import Request, Result, WatchOptions
@@ -257,6 +257,8 @@ class Handler(BaseHTTPRequestHandler):
         path = "/" + "/".join(parts)
         if parts[:2] == ["openapi", "v3"]:
             self._serve_openapi("/".join(parts[2:]))
+        elif path == "/openapi/v2":
+            self._serve_openapi_v2()
         elif path == "/version":
             self._send_json(200, discovery.version())
         elif path in ("/healthz", "/livez", "/readyz"):
@@ -290,6 +292,26 @@ class Handler(BaseHTTPRequestHandler):
         )
         self.end_headers()
         if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _serve_openapi_v2(self) -> None:
+        served = openapi_v2.negotiate(self.headers.get("Accept", ""))
+        if served is None:
+            self.send_response(406)
+            self.send_header("Vary", "Accept")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body, etag = openapi_v2.encoded(served)
+        fresh = etag in (t.strip() for t in self.headers.get("If-None-Match", "").split(","))
+        self.send_response(304 if fresh else 200)
+        self.send_header("Vary", "Accept")
+        self.send_header("Etag", etag)
+        if not fresh:
+            self.send_header("Content-Type", served)
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and not fresh:
             self.wfile.write(body)
 
     def _wants_table(self) -> bool:
