@@ -47,12 +47,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mig.allowlist import ResourceNames
 from mig.annotations import EVICTABLE
-from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
+from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, RequestError
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
 from mig.placement.request import Memory, memory_on
-from mig.pods import metadata_of
+from mig.pods import gpu_request, metadata_of
 from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
@@ -559,16 +560,18 @@ def _overlapping(
 
 
 def _none(blocked: set[str], checks: int, capped: bool = False, homeless: int = 0) -> Advice:
+    strands = "evicts a pod with no other home (move-only)"
     if blocked:
         why = (
             "every set that would place it is blocked by a PodDisruptionBudget ("
             + ", ".join(sorted(blocked))
             + ")"
+            + (f" or {strands}" if homeless else "")
         )
     elif capped:
         why = f"no set found within the search limit ({checks} placement checks)"
     elif homeless:
-        why = "every set that would place it evicts a pod with no other home (move-only)"
+        why = f"every set that would place it {strands}"
     else:
         why = "no set of running MIG pods that may be removed would place it"
     return Advice(exact=not capped, checks=checks, why_none=why, blocked_by_budget=tuple(sorted(blocked)))
@@ -688,6 +691,25 @@ def pod_started(pod: Mapping[str, Any]) -> float:
     status = pod.get("status")
     start = _epoch(status.get("startTime")) if isinstance(status, Mapping) else None
     return start if start is not None else (_epoch(metadata_of(pod).get("creationTimestamp")) or 0.0)
+
+
+_PINNED_KINDS = ("DaemonSet",)  # recreated on the same node only: the advisor does not move them
+
+
+def replacement_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
+    """What the pod's replacement asks for, when its controller recreates it after an eviction (an
+    ownerReference with controller: true, not a DaemonSet, which is pinned to its node); None for a
+    bare pod, a pinned one, or a request that cannot be read (the advisor then counts it lost)."""
+    owners = metadata_of(pod).get("ownerReferences")
+    if not isinstance(owners, list) or len(owners) > 64:
+        return None
+    controllers = [o for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
+    if len(controllers) != 1 or controllers[0].get("kind") in _PINNED_KINDS:
+        return None
+    try:
+        return gpu_request(pod, names)
+    except (RequestError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def opted_in(pod: Mapping[str, Any]) -> bool:
