@@ -57,7 +57,7 @@ from mig.pods import gpu_request, metadata_of
 from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
-MAX_MOVES = 200  # sets per advice whose removed pods are placed on the whole fleet to count the lost
+MAX_MOVES = 100  # sets per advice whose removed pods are placed on the whole fleet to count the lost
 
 
 @dataclass(frozen=True)
@@ -174,16 +174,25 @@ def _in_the_way(plan: Plan, victims: Iterable[Holder]) -> bool:
     return all(any(u == gu and p.mask & mask for u, p in h.placements for gu, mask in given) for h in victims)
 
 
-class _Homes:
-    """Where removed pods' replacements would go: the whole fleet in one engine index (built on first
-    use), changed for one set and restored; and cheap bounds on how many a set loses."""
+class Homes:
+    """Where removed pods' replacements would go, over one fleet: the whole fleet in one engine index
+    (built on first use), changed for one set and restored; and cheap bounds on how many a set loses.
+
+    A caller advising several pods over the same fleet (the controller's pass) shares one `Homes`, so
+    the fleet-wide index is built once and what fits where is looked up once per request."""
 
     def __init__(self, gpus: Sequence[GpuState]):
         self.gpus = gpus
         self._index: PlacementIndex | None = None
-        self._first: dict[PodRequest, str] = {}  # request -> node the engine picks now ("" none)
-        self._second: dict[PodRequest, bool] = {}  # request -> fits on a node other than its first
+        self._fit_nodes: dict[PodRequest, tuple[str, ...]] = {}  # request -> up to two nodes it fits now
         self._own: dict[tuple[object, ...], bool] = {}  # (node shape after, pod, request) -> fits there
+        self._beside: dict[tuple[object, ...], bool | None] = {}  # (pod, request, freed GPUs) -> may fit
+        self._ids: dict[PodRequest, int] = {}  # equal requests share one number (cheap memo keys)
+        self._by_object: dict[int, tuple[PodRequest, int]] = {}
+        self._masks: dict[str, int] = {g.uuid: g.occupied_mask for g in gpus}
+        self._on_node: dict[tuple[str, int], tuple[str, ...]] = {}  # (node, request) -> GPUs it fits now
+        self._usable: dict[PodRequest, dict[tuple[int, int], list[Placement]]] = {}
+        self._free: dict[tuple[int, int, int, int], bool] = {}  # (request, profiles, MiB, mask) -> fits
         self.placed = 0  # sets placed on the whole fleet
 
     @property
@@ -192,41 +201,119 @@ class _Homes:
             self._index = PlacementIndex(self.gpus)
         return self._index
 
-    def fits_elsewhere(self, request: PodRequest, node: str) -> bool:
-        """The request fits now on some node other than `node` (at most two engine calls per request)."""
-        first = self._first.get(request)
-        if first is None:
-            plan = self.index.plan(request)
-            first = self._first[request] = plan.node if isinstance(plan, Plan) and plan.devices else ""
-        if not first:
+    def _id(self, request: PodRequest) -> int:
+        """The request's number: by identity first (holders keep their request objects), then by value."""
+        found = self._by_object.get(id(request))
+        if found is None or found[0] is not request:
+            found = self._by_object[id(request)] = (request, self._ids.setdefault(request, len(self._ids)))
+        return found[1]
+
+    def _fits_gpu(self, request: PodRequest, g: GpuState, mask: int) -> bool:
+        """A one-device request fits on `g` with these slices taken (a table lookup per GPU shape)."""
+        if not g.healthy or g.cordoned:
             return False
-        if first != node:
-            return True
-        second = self._second.get(request)
-        if second is None:
-            others = [n for n in self.index.nodes() if n != first]
-            plan = self.index.plan(request, nodes=others)
-            second = self._second[request] = isinstance(plan, Plan) and bool(plan.devices)
-        return second
+        if _has_filters(request):  # per GPU: its UUID or type may rule it out
+            usable = _usable_placements(
+                request, g, request.devices()[0][2], self._usable.setdefault(request, {})
+            )
+            return any(not p.mask & mask for p in usable)
+        key = (self._id(request), id(g.profiles), g.memory_mb, mask)
+        found = self._free.get(key)
+        if found is None:
+            memo = self._usable.setdefault(request, {})
+            usable = _usable_placements(request, g, request.devices()[0][2], memo)
+            found = self._free[key] = any(not p.mask & mask for p in usable)
+        return found
+
+    def _nodes_fitting(self, request: PodRequest) -> tuple[str, ...]:
+        """Up to two nodes the request fits on now: one-device requests by a table lookup per GPU,
+        others by the engine (at most two calls)."""
+        found = self._fit_nodes.get(request)
+        if found is not None:
+            return found
+        out: list[str] = []
+        if request.device_count == 1:
+            for g in self.gpus:
+                if g.node not in out and self._fits_gpu(request, g, g.occupied_mask):
+                    out.append(g.node)
+                    if len(out) == 2:
+                        break
+        else:
+            plan = self.index.plan(request)
+            if isinstance(plan, Plan) and plan.devices:
+                out.append(plan.node)
+                again = self.index.plan(request, nodes=[n for n in self.index.nodes() if n != plan.node])
+                if isinstance(again, Plan) and again.devices:
+                    out.append(again.node)
+        self._fit_nodes[request] = found = tuple(out)
+        return found
+
+    def fits_elsewhere(self, request: PodRequest, node: str) -> bool:
+        """The request fits now on some node other than `node`."""
+        return any(n != node for n in self._nodes_fitting(request))
 
     def surely_lost(self, pod: PodRequest, gpus: Sequence[GpuState], victims: Sequence[Holder]) -> int | None:
         """How many victims are lost whatever the order (a lower bound), or None when the pod does not
         fit on the node with the set freed. A victim is surely lost when nothing recreates it, or its
         request fits on no other node now and not on its own node once the set is freed and the pod
-        placed there; the node's answer is shared by nodes of the same shape."""
-        after = _without(gpus, victims)
-        lost = 0
+        placed there (one-device requests: for every placement the pod could take, by table lookups;
+        others: the engine on the node, its answer shared by nodes of the same shape)."""
+        lost, after = 0, None
         for h in victims:
             if h.request is None:
                 lost += 1
                 continue
             if self.fits_elsewhere(h.request, h.node):
                 continue
-            fits = self._fits_beside(pod, after, h.request)
+            if pod.device_count == 1 and h.request.device_count == 1:
+                fits = self._fits_beside_any(pod, gpus, victims, h.request)
+            else:
+                after = after or _without(gpus, victims)
+                fits = self._fits_beside(pod, after, h.request)
             if fits is None:
                 return None
             lost += not fits
         return lost
+
+    def _fits_beside_any(
+        self, pod: PodRequest, gpus: Sequence[GpuState], victims: Sequence[Holder], request: PodRequest
+    ) -> bool | None:
+        """Whether the request may fit on the node beside the pod, for some placement the pod could
+        take there (None: the pod could take none). The pod did not fit before, so it lands on a GPU
+        a victim freed; the node's other GPUs take the request as they would now. Answers are shared
+        by sets freeing GPUs of the same shape."""
+        freed: dict[str, int] = {}
+        for h in victims:
+            for u, p in h.placements:
+                freed[u] = freed.get(u, 0) | p.mask
+        node = gpus[0].node
+        fits_now = self._on_node.get((node, self._id(request)))
+        if fits_now is None:
+            fits_now = tuple(g.uuid for g in gpus if self._fits_gpu(request, g, self._masks.get(g.uuid, 0)))
+            self._on_node[(node, self._id(request))] = fits_now
+        if any(u not in freed for u in fits_now):
+            return True
+        touched = [(g, self._masks.get(g.uuid, 0) & ~freed[g.uuid]) for g in gpus if g.uuid in freed]
+        key: tuple[object, ...] = (self._id(pod), self._id(request))
+        key += tuple((id(g.profiles), g.memory_mb, g.healthy, g.cordoned, m) for g, m in touched)
+        if _has_filters(pod) or _has_filters(request):
+            key += tuple(g.uuid for g, _ in touched)
+        found = self._beside.get(key)
+        if key not in self._beside:
+            ask, memo = pod.devices()[0][2], self._usable.setdefault(pod, {})
+            spots = [
+                (g, q) for g, m in touched for q in _usable_placements(pod, g, ask, memo) if not q.mask & m
+            ]
+            found = self._beside[key] = (
+                None
+                if not spots
+                else any(
+                    self._fits_gpu(request, t, m | (q.mask if t is g else 0))
+                    for g, q in spots
+                    for t, m in touched
+                )
+            )
+        return found
 
     def _fits_beside(self, pod: PodRequest, after: Sequence[GpuState], request: PodRequest) -> bool | None:
         named = _has_uuids(pod) or _has_uuids(request)
@@ -286,6 +373,10 @@ def _has_uuids(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids)
 
 
+def _has_filters(pod: PodRequest) -> bool:
+    return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
 @dataclass
 class _Node:
     name: str
@@ -317,6 +408,7 @@ def advise(
     known_unplaceable: bool = False,
     require_homes: bool = False,
     max_moves: int = MAX_MOVES,
+    homes: Homes | None = None,
 ) -> Advice:
     """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc).
 
@@ -324,6 +416,7 @@ def advise(
     not fit now, so the advisor does not build an index of the whole fleet to ask again.
     `require_homes`: only sets whose every removed pod is placed again (moves, none lost).
     Replacements are placed on all of `gpus` (any node), whatever `nodes` allows for the pod.
+    `homes`: a `Homes` over these same `gpus`, shared between advice over one fleet (else built here).
     """
     budgets = budgets or {}
     if not pod.devices():
@@ -331,7 +424,9 @@ def advise(
     fleet = _nodes(gpus, holders, nodes)
     if not known_unplaceable and _place(pod, [g for n in fleet for g in n.gpus]) is not None:
         return Advice(why_none="the pod fits without removing anything")
-    search = _Search(pod, fleet, budgets, now, _Homes(gpus), require_homes, max_moves)
+    homes = homes if homes is not None else Homes(gpus)
+    homes.placed = 0
+    search = _Search(pod, fleet, budgets, now, homes, require_homes, max_moves)
     return search.one_device() if pod.device_count == 1 else search.many_devices(max_checks)
 
 
@@ -340,7 +435,7 @@ class _Best:
     cost: Cost
     node: _Node
     victims: tuple[Holder, ...]
-    placed: tuple[Plan, tuple[Move, ...]] | None = None  # from `_Homes.place`, when it was run
+    placed: tuple[Plan, tuple[Move, ...]] | None = None  # from `Homes.place`, when it was run
 
 
 class _Search:
@@ -353,7 +448,7 @@ class _Search:
         fleet: list[_Node],
         budgets: Mapping[str, int],
         now: float,
-        homes: _Homes,
+        homes: Homes,
         require_homes: bool,
         max_moves: int,
     ):

@@ -37,6 +37,7 @@ from mig.defrag import (
     Advice,
     Budgets,
     Holder,
+    Homes,
     Move,
     advice_text,
     advise,
@@ -250,10 +251,11 @@ class Defragmenter:
         budgets = self._budgets()
         world = snapshot(self.fleet, self.pod_of, budgets, self._names())
         now, started = self.clock(), time.monotonic()
+        homes = Homes(world.gpus)  # one fleet-wide index per pass, shared by every pod's advice
         for pod, request in unplaced[: self.max_pods]:
             if time.monotonic() - started > self.interval:
                 break  # a pass takes at most about one interval; the rest wait (most important first)
-            done += self._handle(pod, request, world, budgets, now)
+            done += self._handle(pod, request, world, budgets, now, homes)
         return done
 
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
@@ -295,16 +297,22 @@ class Defragmenter:
         return Budgets.from_objects(i for i in items if isinstance(i, dict))
 
     def _handle(
-        self, pod: Mapping[str, Any], request: PodRequest, world: World, budgets: Budgets, now: float
+        self,
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        world: World,
+        budgets: Budgets,
+        now: float,
+        homes: Homes | None = None,
     ) -> list[str]:
         uid, priority = _uid(pod), pod_priority(pod)
         going = self._still_going(uid)
-        advice = self._advise(request, world, budgets, now, lambda h, p: h.priority <= priority)
+        advice = self._advise(request, world, budgets, now, lambda h, p: h.priority <= priority, homes=homes)
         text = advice_text(advice)
         done = []
         if self.evict and not going:
             chosen = self._advise(
-                request, world, budgets, now, lambda h, p: _may_evict(h, p, priority), self.move_only
+                request, world, budgets, now, lambda h, p: _may_evict(h, p, priority), self.move_only, homes
             )
             if chosen.found:
                 advice, text = chosen, advice_text(chosen).replace("defrag: removing", "defrag: evicting", 1)
@@ -326,6 +334,7 @@ class Defragmenter:
         now: float,
         candidate: Callable[[Holder, Mapping[str, Any]], bool],
         require_homes: bool = False,
+        homes: Homes | None = None,
     ) -> Advice:
         holders = [replace(h, candidate=candidate(h, p)) for h, p in world.holders]
         return advise(
@@ -336,6 +345,7 @@ class Defragmenter:
             now,
             known_unplaceable=True,
             require_homes=require_homes,
+            homes=homes,
         )
 
     # ---- eviction ----------------------------------------------------------------------------
