@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import base64
 import datetime as dt
-import functools
 import http.client
 import json
 import os
@@ -35,10 +34,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "tests"))  # appended: nothing there shadows a package
+
+from registration_testkit import registration  # noqa: E402 - found through the path set just above
 
 RESULTS = ROOT / "bench" / "results" / "serve.json"
 TARGETS = {
@@ -283,49 +284,11 @@ def bench_admission(serve_port: int, echo_port: int, ctx: ssl.SSLContext) -> dic
 # ---------------------------------------------------------------- filter decisions in process
 
 
-@functools.cache
-def _catalog_profiles(model_key: str) -> tuple[Any, tuple]:
-    from mig import catalog
-    from mig.allowlist import default_allowlist
-    from mig.annotations import MigProfile
-
-    model = catalog.find_model(model_key)
-    profiles = tuple(
-        MigProfile(
-            name=s.name,
-            memoryMB=s.memory_mib,
-            core=catalog.core_percent(model, s),
-            sliceCount=s.slice_count,
-            placements=tuple({"start": p.start, "size": p.size} for p in s.placements),
-        )
-        for name in default_allowlist().profiles_for(model.nvml_name)
-        if (s := model.profile(name)) is not None
-    )
-    return model, profiles
-
-
 def catalog_registration(model_key: str, node: str, gpus: int) -> str:
     """`hami.io/node-nvidia-register` as dynmig's device plugin publishes it for `gpus` GPUs of one
-    catalog model with the default allowlist's profiles (the benches' simulated nodes)."""
-    from mig.annotations import DeviceInfo, encode_node_register
-
-    model, profiles = _catalog_profiles(model_key)
-    return encode_node_register(
-        [
-            DeviceInfo(
-                id=f"GPU-{node}-{g}",
-                index=g,
-                count=7,
-                devmem=model.memory_mib,
-                devcore=100,
-                type=model.nvml_name,
-                health=True,
-                mode="mig",
-                migProfiles=profiles,
-            )
-            for g in range(gpus)
-        ]
-    )
+    catalog model with the default allowlist's profiles (the benches' simulated nodes), built by the
+    tests' one registration builder."""
+    return registration(node, model_key, gpus)
 
 
 def fleet_nodes(count: int, gpus: int, rng: random.Random) -> list[dict]:

@@ -59,6 +59,8 @@ CONTAINER_FIELDS = ("initContainers", "containers")  # HAMi's order: init contai
 
 
 def _map(value: object) -> Mapping[str, Any]:
+    if type(value) is dict:  # JSON objects: skip the (slower) abstract Mapping check
+        return value
     return value if isinstance(value, Mapping) else {}
 
 

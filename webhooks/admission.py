@@ -121,20 +121,24 @@ def check_preference(review: Review, policy: AdmissionPolicy) -> Decision | None
     if value is None or value == _annotations(review.old_object).get(PROFILE_PREFERENCE):
         return None
     allowlist = policy.device_config().allowlist
-    allowed = ", ".join(_allowed_values(allowlist)) or "(the allowlist is empty)"
     entries = parse_preference(value if isinstance(value, str) else "")
     if not entries:
         return Decision.deny(
             f"annotation {PROFILE_PREFERENCE} is empty; list profiles or slice keys such "
-            f"as '3g,4g' or remove the annotation. Allowed values: {allowed}"
+            f"as '3g,4g' or remove the annotation. Allowed values: {_allowed_text(allowlist)}"
         )
     unknown = unknown_entries(entries, allowlist.all_profiles())
     if unknown:
         return Decision.deny(
             f"annotation {PROFILE_PREFERENCE}: {', '.join(repr(u) for u in unknown)} "
-            f"matches no profile in the MIG allowlist. Allowed values: {allowed}"
+            f"matches no profile in the MIG allowlist. Allowed values: {_allowed_text(allowlist)}"
         )
     return None
+
+
+def _allowed_text(allowlist: Allowlist) -> str:
+    """The allowed values as a refusal lists them (built only for a refusal)."""
+    return ", ".join(_allowed_values(allowlist)) or "(the allowlist is empty)"
 
 
 # ---------------------------------------------------------------- /mutate

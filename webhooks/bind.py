@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mig.allowlist import ResourceNames
@@ -29,7 +29,7 @@ from mig.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, BIND_TIME, Annota
 from mig.pods import PodReservation
 from webhooks.cache import ClusterCache
 from webhooks.extender import BadArgs, ExtenderBindingArgs, WireError, bind_result
-from webhooks.filter import pod_request, replan_problem, typed_pod
+from webhooks.filter import PodReadings, replan_problem
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
@@ -51,6 +51,7 @@ class Binder:
     events: EventRecorder
     metrics: Metrics
     pending: PendingBinds  # shared with the filter: the pod's reservation, the held node
+    readings: PodReadings = field(default_factory=PodReadings)  # shared with the filter
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -97,8 +98,9 @@ class Binder:
             )
         locked = False
         try:
-            gpu = pod_request(pod, self.resources()) is not None
-            problem = replan_problem(typed_pod(pod)) if gpu else ""
+            typed, request = self.readings.read(pod, self.resources(), "Pod")
+            gpu = request is not None
+            problem = replan_problem(typed) if gpu else ""
             if problem:
                 return f"bind {ns}/{name}: pod {problem}; {_NOT_AGAIN}"
             annotations = self._reservation(pod, uid, node) if gpu else None

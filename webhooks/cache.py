@@ -15,7 +15,7 @@ from typing import Any
 from kube.reflector import Reflector
 from webhooks.fleet import Fleet
 from webhooks.kube import Kube
-from webhooks.nodelock import LockValue, node_lock_value
+from webhooks.nodelock import Blocked, LockTable, LockValue, node_lock_value
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +28,14 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 class ClusterCache:
     """Nodes and pods by name, mirrored from watches into a `Fleet`."""
 
-    def __init__(self, kube: Kube, fleet: Fleet, watch_timeout: int = 240):
+    def __init__(self, kube: Kube, fleet: Fleet, watch_timeout: int = 240, locks: LockTable | None = None):
         self.kube = kube
         self.fleet = fleet
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
-        self.locks: dict[str, LockValue] = {}  # nodes carrying hami.io/mutex.lock
+        self._locks = locks if locks is not None else LockTable()  # nodes carrying hami.io/mutex.lock
         self.nodes_reflector = Reflector(
             "nodes",
             kube.core.list_node,
@@ -97,11 +97,21 @@ class ClusterCache:
             return pod
         return self.kube.pod_or_none(namespace, name)  # the watch may lag the scheduler's own by a moment
 
+    @property
+    def locks(self) -> Mapping[str, LockValue]:
+        """Every node lock the cache sees, by node."""
+        return self._locks.values
+
+    def blocked(self, namespace: str, name: str) -> Blocked:
+        """Nodes a bind of pod namespace/name would fail on now because of their node lock."""
+        with self._lock:
+            return self._locks.blocked(namespace, name)
+
     def note_lock(self, node: str, value: LockValue) -> None:
         """The node lock this process has just written, before its watch event arrives: the next
         filter must already see the node as locked, or it sends another pod into a failing bind."""
         with self._lock:
-            self.locks[node] = value
+            self._locks.set(node, value, self.pod_exists)
 
     def pod_exists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods
@@ -116,7 +126,8 @@ class ClusterCache:
     def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             self.nodes = {_key(n)[1]: n for n in items}
-            self.locks = {name: v for name, n in self.nodes.items() if (v := node_lock_value(n)) is not None}
+            values = {name: v for name, n in self.nodes.items() if (v := node_lock_value(n)) is not None}
+            self._locks.replace(values, self.pod_exists)
         nodes: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_nodes(nodes)
 
@@ -128,10 +139,8 @@ class ClusterCache:
                 self.nodes.pop(name, None)
             else:
                 self.nodes[name] = node
-            if value is None:
-                self.locks.pop(name, None)
-            else:
-                self.locks[name] = value
+            if value != self._locks.values.get(name):
+                self._locks.set(name, value, self.pod_exists)
         if kind == "DELETED":
             self.fleet.delete_node(name)
         else:
@@ -140,6 +149,7 @@ class ClusterCache:
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             self.pods = {_key(p): p for p in items}
+            self._locks.replace(dict(self._locks.values), self.pod_exists)
         pods: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_pods(pods)
 
@@ -147,7 +157,10 @@ class ClusterCache:
         key = _key(pod)
         with self._lock:
             if kind == "DELETED":
-                self.pods.pop(key, None)
+                if self.pods.pop(key, None) is not None:
+                    self._locks.pod_gone(key)
+            elif self.pods.setdefault(key, pod) is pod:  # a pod of this name appeared
+                self._locks.pod_appeared(key)
             else:
                 self.pods[key] = pod
         if kind == "DELETED":

@@ -60,8 +60,12 @@ def _checked(model, data: Any, where: str):
 
 def _node_names(names: list[Any]) -> tuple[str, ...]:
     """NodeNames as strings of at most MAX_NAME characters (checked at C speed: 5,000 names are common)."""
-    if frozenset(map(type, names)) <= {str} and max(map(len, names), default=0) <= MAX_NAME:
-        return tuple(names)
+    try:
+        "".join(names)  # TypeError unless every name is a string (a C loop: the cheapest such test)
+        if max(map(len, names), default=0) <= MAX_NAME:
+            return tuple(names)
+    except TypeError:
+        pass
     for i, name in enumerate(names):
         if not isinstance(name, str):
             raise WireError(f"NodeNames[{i}]: must be a string")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,35 @@ def _read_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | 
         raise BadArgs(str(error)) from None
 
 
+class PodReadings:
+    """A cluster pod's typed model and MIG request, read once per copy of the pod and shared by its
+    filter and its bind (the cache replaces a pod's dict on every change and never edits one, so a
+    copy read once reads the same again). Bounded: the last `size` copies read."""
+
+    def __init__(self, size: int = 256):
+        self._size = size
+        self._lock = threading.Lock()
+        # id(pod) -> (the pod itself, so its id is not reused while held; names; typed; request)
+        self._read: OrderedDict[int, tuple[Mapping[str, Any], ResourceNames, Pod, PodRequest | None]] = (
+            OrderedDict()
+        )
+
+    def read(self, pod: Mapping[str, Any], names: ResourceNames, where: str) -> tuple[Pod, PodRequest | None]:
+        """(typed pod, its request or None when it asks for no GPU); BadArgs names a wrong field."""
+        with self._lock:
+            found = self._read.get(id(pod))
+        if found is not None and found[0] is pod and found[1] == names:
+            return found[2], found[3]
+        typed = typed_pod(pod, where)
+        request = _read_request(pod, names)
+        with self._lock:
+            self._read[id(pod)] = (pod, names, typed, request)
+            self._read.move_to_end(id(pod))
+            while len(self._read) > self._size:
+                self._read.popitem(last=False)
+        return typed, request
+
+
 def replan_problem(pod: Pod) -> str:
     """Why this pod's reservation must not be planned again (only a pod still waiting for a node may be)."""
     meta = pod.metadata or ObjectMeta()
@@ -116,6 +146,26 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
 
 
 _STRIPES = 64
+
+
+class _Excluded(Mapping[str, str]):
+    """Nodes a filter leaves out, with the reason: chosen for another pod whose bind is in progress
+    (first), or locked by a bind (worded only when read)."""
+
+    def __init__(self, held: Mapping[str, str], locked: Mapping[str, str]):
+        self._held, self._locked = held, locked
+
+    def __getitem__(self, node: str) -> str:
+        return self._held[node] if node in self._held else self._locked[node]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._held
+        yield from (n for n in self._locked if n not in self._held)
+
+    def __len__(self) -> int:
+        return len(self._held) + sum(1 for n in self._locked if n not in self._held)
+
+
 _Lookup = Callable[[str, str, str], dict[str, Any] | None]
 
 
@@ -130,7 +180,8 @@ class Filter:
     events: EventRecorder
     metrics: Metrics
     pending: PendingBinds  # shared with bind: nodes held for binds, the reservations they carry
-    blocked: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}
+    # Nodes a bind of pod namespace/name would fail on now because of their node lock, with the reason.
+    blocked: Callable[[str, str], Mapping[str, str]] = lambda namespace, name: {}
     # Two filters of the same pod must not interleave: the earlier one's reservation could reach
     # `pending` last, disagreeing with the fleet's (bind would then refuse it; this avoids that).
     _pod_locks: tuple[threading.Lock, ...] = field(
@@ -143,6 +194,7 @@ class Filter:
     advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
     # The pod from the cache only (no API call), for `inline`; None: `inline` always declines.
     cached: Callable[[str, str, str], dict[str, Any] | None] | None = None
+    readings: PodReadings = field(default_factory=PodReadings)  # shared with bind
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         reply = self._answer(body, self.lookup)
@@ -171,22 +223,23 @@ class Filter:
     def _filter(self, args: ExtenderArgs, lookup: _Lookup | None) -> tuple[ExtenderFilterResult, str]:
         meta = args.meta
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
-        if pod_request(args.pod, self.resources()) is None:  # not a GPU pod: every candidate stays
-            return ExtenderFilterResult(
-                node_names=list(args.node_names), nodes=list(args.nodes or [])
-            ), "skipped"
+        names = self.resources()
+        # the body's request decides first (ExtenderArgs.parse has checked its types)
+        if _read_request(args.pod, names) is None:  # not a GPU pod: every candidate stays
+            return self._skipped(args), "skipped"
         raw = self._cluster_pod(namespace, name, uid, lookup)  # a GPU pod: the cluster's, not the body
-        pod = typed_pod(raw, f"the cluster's pod {namespace}/{name}")
-        request = _read_request(raw, self.resources())
+        pod, request = self.readings.read(raw, names, f"the cluster's pod {namespace}/{name}")
         if request is None:  # not a GPU pod: every candidate stays
-            return ExtenderFilterResult(
-                node_names=list(args.node_names), nodes=list(args.nodes or [])
-            ), "skipped"
+            return self._skipped(args), "skipped"
         problem = replan_problem(pod)
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
         with self._pod_locks[hash(uid) % _STRIPES]:
             return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
+
+    @staticmethod
+    def _skipped(args: ExtenderArgs) -> ExtenderFilterResult:
+        return ExtenderFilterResult(node_names=list(args.node_names), nodes=list(args.nodes or []))
 
     def _cluster_pod(self, namespace: str, name: str, uid: str, lookup: _Lookup | None) -> dict[str, Any]:
         """The pod as the cluster has it, if it is the pod the request names (same UID)."""
@@ -218,9 +271,14 @@ class Filter:
         request: PodRequest,
         containers: int,
     ) -> tuple[ExtenderFilterResult, str]:
-        blocked = self.blocked(namespace, name)  # binding elsewhere would fail on the node lock
-        blocked.update(self.pending.held_for_others(uid))
-        candidates = [n for n in args.node_names if n not in blocked] if blocked else args.node_names
+        locked = self.blocked(namespace, name)  # binding there would fail on the node lock
+        held = self.pending.held_for_others(uid)
+        blocked: Mapping[str, str] = _Excluded(held, locked) if held else locked
+        if held or locked:
+            out = set(locked).union(held)
+            candidates: Sequence[str] = [n for n in args.node_names if n not in out]
+        else:
+            candidates = args.node_names
         outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
         if isinstance(outcome, Refusal):
             # The fleet forgot the pod's previous reservation; so does the record the bind would carry.
@@ -235,7 +293,7 @@ class Filter:
         return ExtenderFilterResult(node_names=[plan.node], nodes=chosen), "scheduled"
 
     def _refuse(
-        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: dict[str, str]
+        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: Mapping[str, str]
     ) -> ExtenderFilterResult:
         counts = refusal.counts()
         headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")

@@ -118,16 +118,19 @@ class Fleet:
                 self._pending.pop(uid, None)
             dirty: list[str] = []
             flight = self._in_flight.get(uid)
+            old = self._held.get(uid)
+            # the cache shows exactly the reservation held in flight (the bind's Binding carried it):
+            # it moves from in flight to held, and what the node's GPUs hold does not change
+            handover = flight is not None and old is None and usage == flight.usage
             if flight is not None and (not active_for_scheduler(pod) or _same(usage, flight.usage)):
                 dirty = self._drop_in_flight(uid)
-            old = self._held.get(uid)
             if old != usage:
                 self._unhold(uid)
                 if usage is not None:
                     self._held[uid] = usage
                     self._on_node.setdefault(usage.node, set()).add(uid)
                 dirty += [n for n in (old and old.node, usage and usage.node) if n]
-            if dirty:
+            if dirty and not handover:
                 self._refresh(*dirty)
 
     def delete_pod(self, pod: Mapping[str, Any]) -> None:

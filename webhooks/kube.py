@@ -1,10 +1,12 @@
 """The few Kubernetes API calls the extender makes, through the official `kubernetes` client.
 
-Every call passes `_preload_content=False`: we work on plain JSON, skip the client's model
-deserialisation (slow, and for `pods/binding` wrong — the apiserver answers a Binding POST with a
-`Status`, which the client fails to turn into a `V1Binding` although the bind succeeded, see
-kubernetes-client/python#547). Every failure raises a `kube.errors.KubeError` (`NotFound`,
-`Conflict`, `Unavailable`, ...).
+Every call works on plain JSON and skips the client's model deserialisation (slow, and for
+`pods/binding` wrong — the apiserver answers a Binding POST with a `Status`, which the client fails
+to turn into a `V1Binding` although the bind succeeded, see kubernetes-client/python#547). The calls
+of the bind path (read and patch a node, read a pod, the Binding) go through `kube.rest.JsonRequests`,
+the client's own transport and authentication without its generated method layer; the rest pass
+`_preload_content=False` to the generated methods. Every failure raises a `kube.errors.KubeError`
+(`NotFound`, `Conflict`, `Unavailable`, ...).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kubernetes import client
 from dynmig import events
 from kube.client import api_client
 from kube.errors import NotFound, translated
+from kube.rest import JsonRequests, segment
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.timeout = timeout
+        self.json = JsonRequests(api_client, timeout)
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _json(
@@ -72,12 +76,10 @@ class Kube:
         )
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return _json(
+        return self.json.request(
             f"read pod {namespace}/{name}",
-            self.core.read_namespaced_pod,
-            name,
-            namespace,
-            _request_timeout=self.timeout,
+            "GET",
+            f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}",
         )
 
     def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -88,16 +90,12 @@ class Kube:
             return None
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return _json(f"read node {name}", self.core.read_node, name, _request_timeout=self.timeout)
+        return self.json.request(f"read node {name}", "GET", f"/api/v1/nodes/{segment(name)}")
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return _json(
-            f"patch node {name}",
-            self.core.patch_node,
-            name,
-            patch,
-            _content_type=MERGE,
-            _request_timeout=self.timeout,
+    def patch_node(self, name: str, patch: dict[str, Any], reply: bool = True) -> dict[str, Any] | None:
+        """Merge-patch the node; its new state, or None with `reply=False` (the answer is not decoded)."""
+        return self.json.request(
+            f"patch node {name}", "PATCH", f"/api/v1/nodes/{segment(name)}", patch, MERGE, decode=reply
         )
 
     def lease_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -129,13 +127,12 @@ class Kube:
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        _drain(
+        self.json.request(
             f"bind pod {namespace}/{name} to {node}",
-            self.core.create_namespaced_pod_binding,
-            name,
-            namespace,
+            "POST",
+            f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}/binding",
             body,
-            _request_timeout=self.timeout,
+            decode=False,
         )
 
     def evict(self, namespace: str, name: str, uid: str) -> None:

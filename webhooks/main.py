@@ -81,7 +81,8 @@ class Service:
         self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
         self.fleet = Fleet(ttl=cfg.reservation_ttl)
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
-        self.cache = ClusterCache(self.kube, self.fleet)
+        lock = NodeLock(self.kube, cfg.node_lock_expiry)
+        self.cache = ClusterCache(self.kube, self.fleet, locks=lock.table())
         self.events = EventRecorder(
             self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
         )
@@ -97,7 +98,6 @@ class Service:
             if cfg.leader_elect
             else AlwaysLeader()
         )
-        lock = NodeLock(self.kube, cfg.node_lock_expiry)
         pending = PendingBinds()  # what filter decided and bind carries out
         self.filter = Filter(
             self.fleet,
@@ -105,7 +105,7 @@ class Service:
             self.events,
             self.metrics,
             pending,
-            blocked=lambda ns, name: lock.blocked(self.cache.locks, ns, name, self.cache.pod_exists),
+            blocked=self.cache.blocked,
             lookup=self.cache.find_pod,
             cached=self.cache.cached_pod,
         )
@@ -125,7 +125,15 @@ class Service:
         )
         self.filter.advice = self.defrag.advice_for
         self.binder = Binder(
-            self.fleet, self.cache, self.kube, lock, resources, self.events, self.metrics, pending
+            self.fleet,
+            self.cache,
+            self.kube,
+            lock,
+            resources,
+            self.events,
+            self.metrics,
+            pending,
+            self.filter.readings,
         )
         self.tls = tls
         self.certificates: ServingCertificates | None = None

@@ -11,9 +11,11 @@ re-reads the node and retries after a jittered backoff.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
+import itertools
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kube.errors import Conflict
@@ -105,7 +107,7 @@ class NodeLock:
         the node meanwhile (409 Conflict on its resourceVersion), so the caller re-reads and decides again."""
         patch = {"metadata": {"resourceVersion": _version(current), "annotations": {NODE_LOCK: value}}}
         try:
-            self.kube.patch_node(node, patch)
+            self.kube.patch_node(node, patch, reply=False)
             return True
         except Conflict:
             return False
@@ -115,33 +117,119 @@ class NodeLock:
             return True
         return value.owner is not None and not owner_exists(*value.owner)
 
-    def blocked(
-        self,
-        locks: Mapping[str, LockValue],
-        namespace: str,
-        name: str,
-        owner_exists: Callable[[str, str], bool],
-    ) -> dict[str, str]:
-        """Nodes a bind of pod namespace/name would fail on right now, with the reason (for filter).
-
-        Runs on every filter over every locked node, so the clock is read once and the expiry is
-        one comparison per lock (the same rule as `_takeable`)."""
-        cutoff = self.clock() - dt.timedelta(seconds=self.expiry)
-        expiry = self._expiry_text()
-        out = {}
-        for node, value in list(locks.items()):  # a copy: the node watch updates `locks` meanwhile
-            taken = value.taken
-            owner = value.owner
-            if taken is None or taken < cutoff or owner == (namespace, name):
-                continue
-            if owner is not None and not owner_exists(*owner):
-                continue
-            out[node] = (
-                f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
-                f"plugin releases it after Allocate, or it expires after {expiry})"
-            )
-        return out
+    def table(self) -> LockTable:
+        """An empty table of the node locks, judged by this lock's expiry and clock (the cache fills it)."""
+        return LockTable(self.expiry, self.clock)
 
     def _expiry_text(self) -> str:
-        minutes, seconds = divmod(int(self.expiry), 60)
-        return f"{minutes}m{seconds}s"
+        return _expiry_text(self.expiry)
+
+
+def _expiry_text(expiry: float) -> str:
+    minutes, seconds = divmod(int(expiry), 60)
+    return f"{minutes}m{seconds}s"
+
+
+Owner = tuple[str, str]
+
+
+class LockTable:
+    """The node locks the cache sees, and which of them a bind of another pod would fail on now.
+
+    The same rule as `NodeLock._takeable`, kept in step with the node and pod watches instead of
+    judged lock by lock on every filter: a lock blocks every pod but its owner unless its time is
+    unreadable or older than the expiry, or the pod it names no longer exists. So a filter reads the
+    blocked nodes in time that does not grow with how many nodes are locked (during a burst of binds
+    most of a fleet can be, until each device plugin releases its node after Allocate).
+
+    Not thread-safe: the cache calls every method under its own lock."""
+
+    def __init__(
+        self, expiry: float = 300.0, clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    ):
+        self.expiry = expiry
+        self.clock = clock
+        self.values: dict[str, LockValue] = {}  # every node carrying hami.io/mutex.lock
+        self._blocking: dict[
+            str, LockValue
+        ] = {}  # readable, not yet seen expired, owner present or none named
+        self._owned: dict[Owner, set[str]] = {}  # pod -> nodes whose lock names it
+        self._deadlines: list[tuple[dt.datetime, int, str, LockValue]] = []  # by time taken
+        self._seq = itertools.count()
+
+    def set(self, node: str, value: LockValue | None, exists: Callable[[str, str], bool]) -> None:
+        """The node's lock is now `value` (None: it carries none); `exists` tells whether a pod exists."""
+        old = self.values.pop(node, None)
+        if old is not None:
+            self._blocking.pop(node, None)
+            owned = self._owned.get(old.owner) if old.owner else None
+            if owned is not None:
+                owned.discard(node)
+                if not owned:
+                    del self._owned[old.owner]  # type: ignore[arg-type]
+        if value is None:
+            return
+        self.values[node] = value
+        owner = value.owner
+        if owner is not None:
+            self._owned.setdefault(owner, set()).add(node)
+        if owner is None or exists(*owner):
+            self._block(node, value)
+
+    def replace(self, values: Mapping[str, LockValue], exists: Callable[[str, str], bool]) -> None:
+        """After a relist of the nodes (or the pods): every lock judged again."""
+        self.values, self._blocking, self._owned, self._deadlines = {}, {}, {}, []
+        for node, value in values.items():
+            self.set(node, value, exists)
+
+    def pod_appeared(self, owner: Owner) -> None:
+        """A pod of this namespace/name exists again: locks naming it block again (unless expired)."""
+        for node in self._owned.get(owner, ()):
+            self._block(node, self.values[node])
+
+    def pod_gone(self, owner: Owner) -> None:
+        """No pod of this namespace/name exists: locks naming it are orphaned, takeable by any bind."""
+        for node in self._owned.get(owner, ()):
+            self._blocking.pop(node, None)
+
+    def blocked(self, namespace: str, name: str) -> Blocked:
+        """Nodes a bind of pod namespace/name would fail on right now, with the reason."""
+        cutoff = self.clock() - dt.timedelta(seconds=self.expiry)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] < cutoff:
+            _, _, node, value = heapq.heappop(deadlines)
+            if self._blocking.get(node) is value:
+                del self._blocking[node]
+        locks = self._blocking.copy()
+        for node in self._owned.get((namespace, name), ()):
+            locks.pop(node, None)
+        return Blocked(locks, _expiry_text(self.expiry))
+
+    def _block(self, node: str, value: LockValue) -> None:
+        taken = value.taken
+        if taken is None or taken < self.clock() - dt.timedelta(seconds=self.expiry):
+            return  # unreadable or expired: takeable by any bind
+        self._blocking[node] = value
+        heapq.heappush(self._deadlines, (taken, next(self._seq), node, value))
+
+
+class Blocked(Mapping[str, str]):
+    """Nodes a bind would fail on because of their lock, each with its reason (worded when read:
+    a filter that places the pod reads none)."""
+
+    def __init__(self, locks: Mapping[str, LockValue], expiry: str):
+        self.locks = locks
+        self._expiry = expiry
+
+    def __getitem__(self, node: str) -> str:
+        value = self.locks[node]
+        return (
+            f"node lock held by {value.namespace}/{value.name} (a bind is in progress; the device "
+            f"plugin releases it after Allocate, or it expires after {self._expiry})"
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.locks)
+
+    def __len__(self) -> int:
+        return len(self.locks)

@@ -202,8 +202,14 @@ class Kit:
                 and (uid is None or e["involvedObject"].get("uid") == uid)
             )
         ]
+        # kube-scheduler's events (events.k8s.io/v1, read here through core/v1) carry eventTime and
+        # no firstTimestamp; dynmig's own carry firstTimestamp.
         return sorted(
-            out, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("resourceVersion", "0"))
+            out,
+            key=lambda e: (
+                (e.get("firstTimestamp") or e.get("eventTime") or "")[:19],
+                int(e["metadata"].get("resourceVersion") or 0),
+            ),
         )
 
     # ---- what the GPUs hold -----------------------------------------------------------------------

@@ -100,7 +100,7 @@ def events(kit: Kit, names: Iterable[str], limit: int = 200, width: int = 160) -
     rows = []
     for name in names:
         for e in kit.events(name):
-            count = e.get("count") or 1
+            count = (e.get("series") or {}).get("count") or e.get("count") or 1  # series: events.k8s.io/v1
             message = shorten(e.get("message", ""), width)
             rows.append(
                 (

@@ -292,9 +292,10 @@ class PlacementIndex:
         its node, node name, GPU UUID. Fragmentation loss (`plan.fragmentation`) is: usable capacity
         lost as a share of the GPU; for a placement taking the whole GPU, the GPU's compute slices
         over the share of its model's schedulable GPUs that are empty fleet-wide (whatever the pod's
-        filters or `nodes`); placeable value lost; the profile's memory. So a whole-GPU job goes to
-        the model the small requests left empty (between models about as empty, the one with fewer
-        compute slices), and a small request takes the least memory among equal costs. Each GPU
+        filters or `nodes`); value of the free half-GPU-or-larger placements lost; the profile's
+        memory; placeable value lost. So a whole-GPU job goes to the model the small requests left
+        empty (between models about as empty, the one with fewer compute slices), and a small request
+        takes the least memory among candidates that cost the same capacity and large placements. Each GPU
         contributes its best (profile, placement) only, which is the same as ranking every placement
         because rank leads and, within one GPU, fill is fixed.
 

@@ -24,6 +24,12 @@ Fragmentation score. Placing an instance costs the GPU two things, compared in t
    weight depends on the share of the axis, losses are comparable across GPU models. On an A100 a
    first 1g goes to slice 6 (it kills the 3g at 4:4 and the 7g, where a 1g at 0 would also kill the
    2g at 0:2 and the 3g at 0:4), the next to 4 and 5, then 0 to 3: NVIDIA's driver order.
+   The value is kept in two parts, compared apart (`mig.placement.plan.fragmentation` puts the
+   profile's memory between them): the *large* value, of placements spanning at least half the axis
+   (an A100's 3g and 7g, an RTX PRO 6000's 2g and 4g), and the whole value. Losing a half-GPU
+   placement is what strands the requests that need one; between candidates losing the same large
+   value, the smaller placements they shape matter less than leaving the larger-memory instances to
+   the requests that need their memory.
 
 (A demand-weighted shape score, weighting placements by how often each profile was asked for, was
 measured in bench/placement.py and refused more pods: the small profiles asked for most are also the
@@ -56,12 +62,12 @@ def free_slices(mask: int, axis: int) -> list[int]:
 class Choice:
     """The best free placement of one profile at one mask, and what it costs (lower is better).
 
-    `loss` is (usable compute capacity lost, in 1/5040 of the GPU; placeable value destroyed): see the
-    module docstring. Tuples compare in that order.
+    `loss` is (usable compute capacity lost, in 1/5040 of the GPU; large placeable value destroyed;
+    placeable value destroyed): see the module docstring. Tuples compare in that order.
     """
 
     placement: Placement
-    loss: tuple[int, int]
+    loss: tuple[int, int, int]
 
 
 class ProfileSet:
@@ -70,16 +76,19 @@ class ProfileSet:
     def __init__(self, profiles: Sequence[PublishedProfile]):
         self.profiles: tuple[PublishedProfile, ...] = tuple(sorted(profiles, key=default_sort_key))
         self.axis: int = max((p.end for pr in self.profiles for p in pr.placements), default=0)
-        self._value: dict[int, tuple[int, int]] = {}
+        self._value: dict[int, tuple[int, int, int]] = {}
         self._capacity: dict[int, int] = {}
         self._best: dict[tuple[int, int], Choice | None] = {}
         self._order: dict[tuple[int | None, tuple[str, ...]], tuple[tuple[Rank, int], ...]] = {}
 
     @cached_property
-    def _weighted(self) -> tuple[tuple[int, int], ...]:
-        """(placement mask, weight) of every (profile, placement) pair."""
+    def _weighted(self) -> tuple[tuple[int, int, bool], ...]:
+        """(placement mask, weight, spans at least half the axis) of every (profile, placement) pair."""
         return tuple(
-            (p.mask, _weight(p.size, self.axis)) for pr in self.profiles for p in pr.placements if p.size > 0
+            (p.mask, _weight(p.size, self.axis), 2 * p.size >= self.axis)
+            for pr in self.profiles
+            for p in pr.placements
+            if p.size > 0
         )
 
     @cached_property
@@ -113,16 +122,18 @@ class ProfileSet:
         self._capacity[mask] = best
         return best
 
-    def value(self, mask: int) -> tuple[int, int]:
-        """(usable capacity, placeable value) of what is still free at this mask; see the module docstring."""
+    def value(self, mask: int) -> tuple[int, int, int]:
+        """(usable capacity, large placeable value, placeable value) of what is still free at this
+        mask; see the module docstring."""
         v = self._value.get(mask)
         if v is None:
-            value = 0
-            for m, w in self._weighted:
+            value = large = 0
+            for m, w, half in self._weighted:
                 if not m & mask:
                     value += w
+                    large += w if half else 0
             whole = self.capacity(0) or 1
-            v = self._value[mask] = (self.capacity(mask) * _SHARE // whole, value)
+            v = self._value[mask] = (self.capacity(mask) * _SHARE // whole, large, value)
         return v
 
     def best(self, mask: int, profile: int) -> Choice | None:
@@ -130,13 +141,13 @@ class ProfileSet:
         key = (mask, profile)
         if key in self._best:
             return self._best[key]
-        cap, value = self.value(mask)
+        cap, large, value = self.value(mask)
         found: Choice | None = None
         for p in sorted(self.profiles[profile].placements):
             if p.size <= 0 or p.mask & mask:
                 continue
-            cap_after, value_after = self.value(mask | p.mask)
-            loss = (cap - cap_after, value - value_after)
+            cap_after, large_after, value_after = self.value(mask | p.mask)
+            loss = (cap - cap_after, large - large_after, value - value_after)
             if found is None or loss < found.loss:
                 found = Choice(p, loss)
         self._best[key] = found

@@ -8,9 +8,10 @@ the smallest key wins. Nothing here is memoized, bucketed or shared with the ind
 
 The criteria come from where they are defined, so the reference follows when they change:
 - profile rank from `preference.candidate_order`,
-- fragmentation loss from `plan.fragmentation` over `ProfileSet.value` (usable capacity, then
-  placeable value, before minus after the placement), `plan.whole_gpu_cost` for a placement taking the
-  whole GPU (from its model's counts of schedulable and empty GPUs), and the profile's memory,
+- fragmentation loss from `plan.fragmentation` over `ProfileSet.value` (usable capacity, large
+  placeable value and placeable value, before minus after the placement), `plan.whole_gpu_cost` for a
+  placement taking the whole GPU (from its model's counts of schedulable and empty GPUs), and the
+  profile's memory,
 - the policy order and the placement-start tie-break from `plan.rank_key`,
 - then GPU order on its node, node name and GPU UUID.
 
@@ -31,7 +32,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from mig.placement.occupancy import ProfileSet, profile_set
-from mig.placement.plan import DevicePlacement, Plan, fragmentation, rank_key, whole_gpu_cost
+from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.preference import candidate_order
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
@@ -74,10 +75,10 @@ def node_fill(gpus: Sequence[GpuState]) -> float:
     return sum(_used(p, g.occupied_mask) for g, p in live) / total if total else 0.0
 
 
-def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int]:
-    cap, value = pset.value(mask)
-    cap_after, value_after = pset.value(mask | placement.mask)
-    return (cap - cap_after, value - value_after)
+def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int, int]:
+    cap, large, value = pset.value(mask)
+    cap_after, large_after, value_after = pset.value(mask | placement.mask)
+    return (cap - cap_after, large - large_after, value - value_after)
 
 
 def model_counts(fleet: Sequence[GpuState]) -> dict[str, tuple[int, int]]:
@@ -116,9 +117,7 @@ def options(
     return out
 
 
-def _frag(
-    pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int]
-) -> tuple[int, float, int, int]:
+def _frag(pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int]) -> Loss:
     whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
     return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb)
 

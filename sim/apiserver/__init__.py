@@ -12,7 +12,10 @@ settings can tell no difference:
 - graceful deletion of pods, finalizers, namespace Terminating and the namespace controller
   (registry.delete, registry.sync_namespaces), pods on nodes without a kubelet going once their
   grace period ends (reap_after_grace);
-- pods/log from files a simulated kubelet appends to (logs.py, ApiServer.log_path).
+- pods/log from files a simulated kubelet appends to (logs.py, ApiServer.log_path);
+- Events through core/v1 and events.k8s.io/v1 over one storage, converted field by field, with
+  the real create/update validation and each API's field selector labels (events.py,
+  conversion.py).
 """
 
 from sim.apiserver.errors import ApiError

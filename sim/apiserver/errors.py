@@ -61,22 +61,18 @@ def _what(plural: str, group: str) -> str:
     return f"{plural}.{group}" if group else plural
 
 
+def _about(code: int, reason: str, plural: str, group: str, name: str, message: str) -> ApiError:
+    """An error about one named object: its StatusDetails carry name, group and kind (the plural)."""
+    return ApiError(code, message, reason, {"name": name, "group": group, "kind": plural})
+
+
 def not_found(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(
-        404,
-        f'{_what(plural, group)} "{name}" not found',
-        "NotFound",
-        {"name": name, "group": group, "kind": plural},
-    )
+    return _about(404, "NotFound", plural, group, name, f'{_what(plural, group)} "{name}" not found')
 
 
 def already_exists(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(
-        409,
-        f'{_what(plural, group)} "{name}" already exists',
-        "AlreadyExists",
-        {"name": name, "group": group, "kind": plural},
-    )
+    what = _what(plural, group)
+    return _about(409, "AlreadyExists", plural, group, name, f'{what} "{name}" already exists')
 
 
 def forbidden(
@@ -85,30 +81,44 @@ def forbidden(
     """`<resource> "<name>" is forbidden: <message>`, as apierrors.NewForbidden words it."""
     what = _what(plural, group)
     text = f'{what} "{name}" is forbidden: {message}' if name else f"{what} is forbidden: {message}"
-    return ApiError(code, text, reason, {"name": name, "group": group, "kind": plural})
+    return _about(code, reason, plural, group, name, text)
 
 
 def conflict(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(
+    return _about(
         409,
+        "Conflict",
+        plural,
+        group,
+        name,
         f'Operation cannot be fulfilled on {_what(plural, group)} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
-        "Conflict",
-        {"name": name, "group": group, "kind": plural},
     )
 
 
+# One field's problem: (field path, cause reason such as FieldValueInvalid, message).
+Problem = tuple[str, str, str]
+
+
 def invalid(kind: str, group: str, name: str, field: str, message: str) -> ApiError:
+    return invalid_fields(kind, group, name, [(field, "FieldValueInvalid", message)])
+
+
+def invalid_fields(kind: str, group: str, name: str, problems: list[Problem]) -> ApiError:
+    """422 Invalid listing every problem, as apierrors.NewInvalid words it (one problem plain,
+    several in brackets)."""
     what = f"{kind}.{group}" if group else kind
+    listed = [f"{field}: {message}" for field, _, message in problems]
+    text = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
     return ApiError(
         422,
-        f'{what} "{name}" is invalid: {field}: {message}',
+        f'{what} "{name}" is invalid: {text}',
         "Invalid",
         {
             "name": name,
             "group": group,
             "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}],
+            "causes": [{"reason": r, "message": m, "field": f} for f, r, m in problems],
         },
     )
 

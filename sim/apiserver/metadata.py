@@ -72,18 +72,20 @@ def qualified_name_problem(key: str) -> str | None:
             "(e.g. 'example.com/MyName')"
         )
     if prefix is not None:
-        if not prefix:
-            return "prefix part must be non-empty"
-        if len(prefix) > 253:
-            return "prefix part must be no more than 253 characters"
-        if not _DNS_SUBDOMAIN.match(prefix):
-            return "prefix part " + _PREFIX_RULE
-    if not name:
-        return "name part must be non-empty"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _NAME_PART.match(name):
-        return "name part " + _NAME_RULE
+        problem = _part_problem("prefix", prefix, 253, _DNS_SUBDOMAIN, _PREFIX_RULE)
+        if problem:
+            return problem
+    return _part_problem("name", name, 63, _NAME_PART, _NAME_RULE)
+
+
+def _part_problem(part: str, value: str, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
+    """One part of a qualified name: non-empty, at most `limit` characters, matching `pattern`."""
+    if not value:
+        return f"{part} part must be non-empty"
+    if len(value) > limit:
+        return f"{part} part must be no more than {limit} characters"
+    if not pattern.match(value):
+        return f"{part} part {rule}"
     return None
 
 

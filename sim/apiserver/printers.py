@@ -7,23 +7,27 @@ A column is (name, type, priority, cell function); priority 1 columns show with 
 from __future__ import annotations
 
 import time
-from calendar import timegm
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from sim.apiserver import events
 from sim.apiserver.resources import ResourceType
 
 Column = tuple[str, str, int, Callable[[dict[str, Any]], Any]]
 
 
 def age(ts: str | None) -> str:
-    """A duration as kubectl prints it (45s, 3m, 5h, 2d)."""
-    if not ts:
+    """A duration as kubectl prints it (45s, 3m, 5h, 2d); `ts` is RFC 3339, fractions allowed."""
+    if not ts or not isinstance(ts, str):
         return "<unknown>"
     try:
-        secs = int(time.time() - timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+        when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
     except ValueError:
         return "<unknown>"
+    if when.tzinfo is None:
+        return "<unknown>"
+    secs = int(time.time() - when.timestamp())
     if secs < 120:
         return f"{max(secs, 0)}s"
     if secs < 7200:
@@ -142,20 +146,61 @@ def columns(rt: ResourceType) -> list[Column]:
             ("Status", "string", 0, lambda o: _status(o).get("phase", "")),
             ("Age", "string", 0, _age),
         ]
-    if rt.key == ("", "events"):
-        return [
-            ("Last Seen", "string", 0, lambda o: age(o.get("lastTimestamp") or o.get("eventTime"))),
-            ("Type", "string", 0, lambda o: o.get("type", "")),
-            ("Reason", "string", 0, lambda o: o.get("reason", "")),
-            (
-                "Object",
-                "string",
-                0,
-                lambda o: "{}/{}".format(
-                    str((o.get("involvedObject") or {}).get("kind", "")).lower(),
-                    (o.get("involvedObject") or {}).get("name", ""),
-                ),
-            ),
-            ("Message", "string", 0, lambda o: o.get("message", "")),
-        ]
+    if rt.storage_key == ("", "events"):
+        # One printer for both APIs, as in kube-apiserver: it reads the stored (core) form.
+        core = events.to_core if rt.stored_as else (lambda o: o)
+        return [(n, t, p, _on(core, f)) for n, t, p, f in _EVENT_COLUMNS]
     return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
+
+
+def _on(
+    convert: Callable[[dict[str, Any]], dict[str, Any]], cell: Callable[[dict[str, Any]], Any]
+) -> Callable:
+    return lambda o: cell(convert(o))
+
+
+def _first_seen(o: dict[str, Any]) -> str:
+    return age(o.get("firstTimestamp") or o.get("eventTime"))
+
+
+def _last_seen(o: dict[str, Any]) -> str:
+    """kube-apiserver's printEvent: the series' last observation, else lastTimestamp, else when it
+    was first seen."""
+    series = o.get("series") if isinstance(o.get("series"), dict) else None
+    if series:
+        return age(series.get("lastObservedTime"))
+    return age(o["lastTimestamp"]) if o.get("lastTimestamp") else _first_seen(o)
+
+
+def _event_count(o: dict[str, Any]) -> int:
+    series = o.get("series") if isinstance(o.get("series"), dict) else None
+    if series:
+        return int(series.get("count") or 0)
+    return int(o.get("count") or 0) or 1  # a singleton event of the new API has no count
+
+
+def _event_object(o: dict[str, Any]) -> str:
+    ref = o.get("involvedObject") or {}
+    kind = str(ref.get("kind", "")).lower()
+    return f"{kind}/{ref['name']}" if ref.get("name") else kind
+
+
+def _event_source(o: dict[str, Any]) -> str:
+    source = o.get("source") or {}
+    component = source.get("component") or o.get("reportingComponent") or ""
+    instance = source.get("host") or o.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else component
+
+
+_EVENT_COLUMNS: list[Column] = [
+    ("Last Seen", "string", 0, _last_seen),
+    ("Type", "string", 0, lambda o: o.get("type") or ""),
+    ("Reason", "string", 0, lambda o: o.get("reason") or ""),
+    ("Object", "string", 0, _event_object),
+    ("Subobject", "string", 1, lambda o: (o.get("involvedObject") or {}).get("fieldPath") or ""),
+    ("Source", "string", 1, _event_source),
+    ("Message", "string", 0, lambda o: str(o.get("message") or "").strip()),
+    ("First Seen", "string", 1, _first_seen),
+    ("Count", "integer", 1, _event_count),
+    ("Name", "string", 1, _name),
+]

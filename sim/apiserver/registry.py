@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.apiserver import errors, metadata, objects, patches, policies, schemas
+from sim.apiserver import conversion, errors, events, metadata, objects, patches, policies, schemas
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
+from sim.apiserver.params import whole_number
 from sim.apiserver.resources import BY_KEY, ResourceType
 from sim.apiserver.selectors import exact_field, labels_of, parse_fields, parse_labels
 from sim.apiserver.store import Store, Table, WatchEvent
@@ -139,6 +140,10 @@ class Registry:
 
     # ---- reads ---------------------------------------------------------------------------------
     def get(self, req: Request) -> dict[str, Any]:
+        """The object as the request's API serves it."""
+        return conversion.served(req.rt, self._stored(req))
+
+    def _stored(self, req: Request) -> dict[str, Any]:
         with self.store.lock:
             obj = self.store.table(req.rt).get(req.namespace, req.name)
         if obj is None:
@@ -149,7 +154,7 @@ class Registry:
         self, rt: ResourceType, label_selector: str | None, field_selector: str | None
     ) -> Callable[[dict[str, Any] | None], bool]:
         labels = parse_labels(label_selector)
-        fields = parse_fields(field_selector, rt.field_labels)
+        fields = parse_fields(field_selector, rt.field_labels, dict(rt.field_paths))
 
         def match(obj: dict[str, Any] | None) -> bool:
             if obj is None:
@@ -175,7 +180,7 @@ class Registry:
         with self.store.lock:
             items = self.store.table(req.rt).items(ns if req.rt.namespaced else None)
             rv = self.store.rv
-        items = [o for o in items if match(o)]
+        items = [conversion.served(req.rt, o) for o in items if match(o)]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if cont:
             after = _continue_key(cont)
@@ -237,13 +242,21 @@ class Registry:
                         },
                     )
                 cursor = self.store.rv
-                initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
+                initial = [
+                    {"type": "ADDED", "object": conversion.served(req.rt, o)}
+                    for o in table.items(ns)
+                    if match(o)
+                ]
                 if opts.bookmarks:
                     initial.append(_bookmark(req.rt, cursor, initial_events_end=True))
             elif rv in ("", "0"):
                 cursor = self.store.rv
                 if opts.send_initial_events is None:
-                    initial = [{"type": "ADDED", "object": o} for o in table.items(ns) if match(o)]
+                    initial = [
+                        {"type": "ADDED", "object": conversion.served(req.rt, o)}
+                        for o in table.items(ns)
+                        if match(o)
+                    ]
             else:
                 cursor = _parse_rv(rv)
                 if cursor < table.compacted_rv:
@@ -286,17 +299,17 @@ class Registry:
                 if cursor < table.compacted_rv:
                     send([_expired(cursor, table.compacted_rv)])
                     return
-                events = table.events_after(cursor)
-                if not events and wake > 0:
+                changes = table.events_after(cursor)
+                if not changes and wake > 0:
                     table.changed.wait(wake)
-                    events = table.events_after(cursor)
+                    changes = table.events_after(cursor)
                 # with no events of this type, nothing of it happened up to the store's version
-                cursor = events[-1].rv if events else max(cursor, self.store.rv)
-            out = [e for e in (_translate(ev, match, ns) for ev in events) if e]
+                cursor = changes[-1].rv if changes else max(cursor, self.store.rv)
+            out = [e for e in (_translate(req.rt, ev, match, ns) for ev in changes) if e]
             now = time.monotonic()
             if (
                 opts.bookmarks
-                and not events
+                and not changes
                 and (now >= next_bookmark or (last_bookmark_due is not None and now >= last_bookmark_due))
             ):
                 out.append(_bookmark(req.rt, cursor))
@@ -362,6 +375,8 @@ class Registry:
         warnings: list[str] = []
         req.check_fields(body, warnings)
         objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
+        if conversion.is_event(rt):
+            events.decode(rt.group, conversion.to_storage(rt, body))
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -382,6 +397,9 @@ class Registry:
         objects.check_name(rt, obj_meta["name"])
         obj = objects.prepare_create(rt, obj, req.namespace)
         policies.check_config(rt, obj)
+        record = conversion.to_storage(rt, obj)
+        if conversion.is_event(rt):
+            events.validate_create(rt.group, record)
         self._admit(req, "CREATE", obj, None, requested_name, warnings, phase="validate")
         with self.store.lock:
             self._require_namespace(req, obj_meta["name"])
@@ -389,8 +407,8 @@ class Registry:
                 raise errors.already_exists(rt.plural, rt.group, obj_meta["name"])
             if req.dry_run:
                 return Result(obj, 201, tuple(warnings))
-            stored = self.store.commit(rt, req.namespace, obj_meta["name"], obj, "ADDED")
-        return Result(stored, 201, tuple(warnings))
+            stored = self.store.commit(rt, req.namespace, obj_meta["name"], record, "ADDED")
+        return Result(conversion.served(rt, stored or record), 201, tuple(warnings))
 
     def update(self, req: Request, body: Any) -> Result:
         if not isinstance(body, dict):
@@ -461,6 +479,7 @@ class Registry:
                 return Result(current)
             warnings = field_warnings
             new = self._admit(req, "UPDATE", new, current, req.name, warnings) or new
+            record = self._record_update(rt, new, current)
             with self.store.lock:
                 latest = self.store.table(rt).get(req.namespace, req.name)
                 if latest is None:
@@ -478,10 +497,19 @@ class Registry:
                     and not meta.get("deletionGracePeriodSeconds")
                 ):
                     gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
-                    return Result(gone or new, 200, tuple(warnings))
-                stored = self.store.commit(rt, req.namespace, req.name, new, "MODIFIED")
-            return Result(stored, 200, tuple(warnings))
+                    return Result(conversion.served(rt, gone) if gone else new, 200, tuple(warnings))
+                stored = self.store.commit(rt, req.namespace, req.name, record, "MODIFIED")
+            return Result(conversion.served(rt, stored or record), 200, tuple(warnings))
         raise errors.conflict(rt.plural, rt.group, req.name)
+
+    @staticmethod
+    def _record_update(rt: ResourceType, new: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+        """The stored form of an update, after the type's decoding and validation of it."""
+        record = conversion.to_storage(rt, new)
+        if conversion.is_event(rt):
+            events.decode(rt.group, record)
+            events.validate_update(rt.group, record, conversion.to_storage(rt, current))
+        return record
 
     def bind(self, req: Request, body: Any) -> Result:
         """pods/binding, as kube-apiserver's binding storage does it (checked against
@@ -561,9 +589,9 @@ class Registry:
         self._admit(req, "DELETE", None, current, req.name, warnings)
         grace = self._grace(rt, current, options)
         with self.store.lock:
-            current = self.get(req)
+            current = self._stored(req)
             if req.dry_run:
-                return Result(current, 200, tuple(warnings))
+                return Result(conversion.served(rt, current), 200, tuple(warnings))
             if rt.key == NAMESPACES.key:
                 return Result(self._delete_namespace(current), 200, tuple(warnings))
             meta = current["metadata"]
@@ -581,9 +609,9 @@ class Registry:
                 if rt.key == PODS.key and grace > 0:
                     with self._deletions_lock:
                         self._pending_deletions[(req.namespace, req.name)] = deadline
-                return Result(stored, 200, tuple(warnings))
+                return Result(conversion.served(rt, stored or new), 200, tuple(warnings))
             gone = self.store.commit(rt, req.namespace, req.name, None, "DELETED")
-        return Result(gone or current, 200, tuple(warnings))
+        return Result(conversion.served(rt, gone or current), 200, tuple(warnings))
 
     def _delete_namespace(self, ns: dict[str, Any]) -> dict[str, Any]:
         """A namespace with finalizers turns Terminating (the namespace controller then empties and
@@ -711,13 +739,7 @@ def _continue_key(token: str) -> tuple[str, str]:
 
 
 def _parse_rv(rv: str) -> int:
-    try:
-        value = int(rv)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ApiError(400, f"invalid resourceVersion {rv[:64]!r}: a resourceVersion is a whole number")
-    return value
+    return whole_number("resourceVersion", rv)
 
 
 def _bookmark(rt: ResourceType, rv: int, initial_events_end: bool = False) -> dict[str, Any]:
@@ -736,26 +758,29 @@ def _expired(cursor: int, compacted: int) -> dict[str, Any]:
 
 
 def _translate(
-    ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool], ns: str | None
+    rt: ResourceType, ev: WatchEvent, match: Callable[[dict[str, Any] | None], bool], ns: str | None
 ) -> dict[str, Any] | None:
+    """What a watcher of `rt` (in namespace `ns`, with selectors `match`) is sent for a change."""
     if ns is not None and ev.obj["metadata"].get("namespace", "") != ns:
         return None
+    serve = conversion.server(rt)
+    version = rt.group_version if serve else ""
     if ev.type == "DELETED":
-        return ev.frame("DELETED") if match(ev.old) else None
+        return ev.frame("DELETED", version, serve) if match(ev.old) else None
     now_ok = match(ev.obj)
     if ev.type == "ADDED":
-        return ev.frame("ADDED") if now_ok else None
+        return ev.frame("ADDED", version, serve) if now_ok else None
     was_ok = match(ev.old)
     if now_ok and was_ok:
-        return ev.frame("MODIFIED")
+        return ev.frame("MODIFIED", version, serve)
     if now_ok:
-        return ev.frame("ADDED")
-    if was_ok:
+        return ev.frame("ADDED", version, serve)
+    if was_ok and ev.old is not None:
         old = {
             **ev.old,
             "metadata": {**ev.old["metadata"], "resourceVersion": ev.obj["metadata"]["resourceVersion"]},
         }
-        return {"type": "DELETED", "object": old}
+        return {"type": "DELETED", "object": conversion.served(rt, old)}
     return None
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.apiserver.events import V1_FIELD_LABELS
+
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -33,6 +35,11 @@ class ResourceType:
     )
     singular: str = ""
     categories: tuple[str, ...] = field(default=())
+    # The resource whose storage this one is served from, converted (events.k8s.io events are core
+    # events); () when it has its own.
+    stored_as: tuple[str, str] = ()
+    # Field selector labels whose path in the stored object is another one (label, stored label).
+    field_paths: tuple[tuple[str, str], ...] = ()
 
     @property
     def group_version(self) -> str:
@@ -41,6 +48,10 @@ class ResourceType:
     @property
     def key(self) -> tuple[str, str]:
         return (self.group, self.plural)
+
+    @property
+    def storage_key(self) -> tuple[str, str]:
+        return self.stored_as or self.key
 
     @property
     def list_kind(self) -> str:
@@ -126,7 +137,18 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("status",),
         status_via_subresource=True,
     ),
-    ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        ("ev",),
+        (),
+        tuple(V1_FIELD_LABELS),
+        stored_as=("", "events"),
+        field_paths=tuple(V1_FIELD_LABELS.items()),
+    ),
     ResourceType(
         "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)
     ),
@@ -164,8 +186,9 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 
 BY_KEY: dict[tuple[str, str], ResourceType] = {r.key: r for r in RESOURCES}
-# Bindings are written through pods/binding; they are never stored.
-STORED = tuple(r for r in RESOURCES if r.plural != "bindings")
+# Bindings are written through pods/binding; they are never stored. A resource served from another
+# one's storage has no table of its own.
+STORED = tuple(r for r in RESOURCES if r.plural != "bindings" and not r.stored_as)
 
 
 def groups() -> dict[str, list[ResourceType]]:

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sim.apiserver import discovery, disruption, logs, media, openapi, protobuf, schemas
 from sim.apiserver.errors import ApiError
+from sim.apiserver.params import flag, whole_number
 from sim.apiserver.registry import Request, Result, WatchOptions
 from sim.apiserver.resources import BY_KEY, ResourceType, lookup
 from sim.apiserver.store import Frame
@@ -23,18 +24,6 @@ log = logging.getLogger("sim.apiserver")
 # is refused with 413 before it is decoded.
 MAX_BODY = 3 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
-
-
-def _flag(query: dict[str, str], name: str) -> bool | None:
-    """A boolean query parameter as Go's strconv.ParseBool reads it; None when absent."""
-    if name not in query:
-        return None
-    value = query[name]
-    if value in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if value in ("0", "f", "F", "false", "FALSE", "False", ""):
-        return False
-    raise ApiError(400, f"{name}={value[:32]!r}: not a boolean (use true or false)")
 
 
 def _warning(text: str) -> str:
@@ -53,25 +42,14 @@ def _field_validation(value: str) -> str:
 
 
 def _limit(value: str | None) -> int:
-    try:
-        limit = int(value or 0)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise ApiError(400, f"limit={str(value)[:32]!r}: a whole number of items >= 0")
-    return limit
+    return whole_number("limit", value, "items") if value else 0
 
 
 def _seconds(value: str | None, default: float) -> float:
+    """timeoutSeconds; absent or 0 is the default."""
     if not value:
         return default
-    try:
-        seconds = int(value)
-    except ValueError:
-        seconds = -1
-    if seconds < 0:
-        raise ApiError(400, f"timeoutSeconds={value[:32]!r}: a whole number of seconds >= 0")
-    return float(seconds) or default
+    return float(whole_number("timeoutSeconds", value, "seconds")) or default
 
 
 class Route:
@@ -258,7 +236,7 @@ class Handler(BaseHTTPRequestHandler):
         if method in ("GET", "HEAD"):
             if route.name:
                 return "get"
-            return "watch" if _flag(query, "watch") else "list"
+            return "watch" if flag(query, "watch") else "list"
         if route.subresource in ("binding", "eviction") or route.rt.plural == "bindings":
             if method != "POST":
                 raise ApiError(
@@ -444,8 +422,8 @@ class Handler(BaseHTTPRequestHandler):
         opts = WatchOptions(
             resource_version=query.get("resourceVersion", ""),
             resource_version_match=query.get("resourceVersionMatch", ""),
-            send_initial_events=_flag(query, "sendInitialEvents"),
-            bookmarks=bool(_flag(query, "allowWatchBookmarks")),
+            send_initial_events=flag(query, "sendInitialEvents"),
+            bookmarks=bool(flag(query, "allowWatchBookmarks")),
             label_selector=query.get("labelSelector"),
             field_selector=query.get("fieldSelector"),
             timeout=_seconds(query.get("timeoutSeconds"), DEFAULT_WATCH_TIMEOUT),

@@ -107,11 +107,15 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(cur)
 
 
-def parse_fields(text: str | None, supported: tuple[str, ...]) -> Matcher | None:
-    """Compile a field selector; only the resource's supported field labels are accepted (400 else)."""
+def parse_fields(
+    text: str | None, supported: tuple[str, ...], paths: dict[str, str] | None = None
+) -> Matcher | None:
+    """Compile a field selector; only the resource's supported field labels are accepted (400 else).
+    `paths` maps a label to the path it reads in the stored object where the two differ."""
     if not text or not text.strip():
         return None
     allowed = {"metadata.name", "metadata.namespace", *supported}
+    paths = paths or {}
     checks = []
     for term in _split_top(text):
         m = re.match(r"^\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
@@ -120,7 +124,7 @@ def parse_fields(text: str | None, supported: tuple[str, ...]) -> Matcher | None
         path, op, value = m.groups()
         if path not in allowed:
             raise ApiError(400, f"field label not supported: {path}")
-        checks.append((path, op == "!=", value))
+        checks.append((paths.get(path, path), op == "!=", value))
 
     def match(obj: dict[str, Any]) -> bool:
         return all((field_value(obj, p) != v) if neg else (field_value(obj, p) == v) for p, neg, v in checks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,14 +35,18 @@ class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED
     obj: dict[str, Any]
     old: dict[str, Any] | None
-    frames: dict[str, Frame] = field(default_factory=dict, compare=False, repr=False)
+    frames: dict[tuple[str, str], Frame] = field(default_factory=dict, compare=False, repr=False)
 
-    def frame(self, kind: str) -> Frame:
+    def frame(
+        self, kind: str, version: str = "", serve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> Frame:
         """The event as watchers see it when it reports `obj` as `kind` (the store's own event, or
-        ADDED for a watcher whose selector the object just entered)."""
-        got = self.frames.get(kind)
+        ADDED for a watcher whose selector the object just entered), in the API `version` it is
+        served through (`serve` converts the stored object to it)."""
+        got = self.frames.get((kind, version))
         if got is None:
-            got = self.frames.setdefault(kind, Frame(kind, self.obj))
+            obj = serve(self.obj) if serve else self.obj
+            got = self.frames.setdefault((kind, version), Frame(kind, obj))
         return got
 
 
@@ -82,7 +87,7 @@ class Store:
         self.tables: dict[tuple[str, str], Table] = {rt.key: Table(rt, self.lock, history) for rt in STORED}
 
     def table(self, rt: ResourceType) -> Table:
-        return self.tables[rt.key]
+        return self.tables[rt.storage_key]
 
     def next_rv(self) -> int:
         self.rv += 1
@@ -95,7 +100,7 @@ class Store:
 
         Caller holds `self.lock` and has already checked preconditions.
         """
-        table = self.tables[rt.key]
+        table = self.tables[rt.storage_key]
         old = table.get(ns, name)
         rv = self.next_rv()
         if obj is None:

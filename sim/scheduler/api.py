@@ -50,8 +50,9 @@ class ApiWriter:
     def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.send("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", patch, STRATEGIC)
 
+    # Events go through events.k8s.io/v1, as client-go's events.EventSinkImpl writes them.
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.send("POST", f"/api/v1/namespaces/{namespace}/events", body)
+        self.send("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body)
 
     def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self.send("PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", patch, STRATEGIC)
+        self.send("PATCH", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}", patch, STRATEGIC)

@@ -20,3 +20,14 @@ def fit_error(num_all_nodes: int, reasons: dict[str, str]) -> str:
 
 def scheduled(namespace: str, name: str, node: str) -> str:
     return f"Successfully assigned {namespace}/{name} to {node}"
+
+
+NOTE_LIMIT = 1024  # bytes: the API server's limit on an event's note (validation.NoteLengthLimit)
+
+
+def truncated(message: str) -> str:
+    """kube-scheduler's truncateMessage: at most NOTE_LIMIT bytes, the cut marked " ..."."""
+    data = message.encode()
+    if len(data) <= NOTE_LIMIT:
+        return message
+    return data[: NOTE_LIMIT - 4].decode(errors="ignore") + " ..."

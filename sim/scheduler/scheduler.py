@@ -4,10 +4,10 @@ It list-watches unassigned pods and all nodes through the official client, sched
 `spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
 node sampling), then each interested extender's filter, then a host, then binding (the extender's
 bind verb, or a Binding) on a pool of threads, one per binding in flight, as kube-scheduler runs
-each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events are
-written by a recorder thread, off both paths (sim.scheduler.recorder). A failed attempt records a
-`FailedScheduling` Warning event and the pod's PodScheduled=False condition, and the pod is
-retried after an exponential backoff.
+each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events
+(events.k8s.io/v1, as kube-scheduler posts them) are written by a recorder thread, off both paths
+(sim.scheduler.recorder). A failed attempt records a `FailedScheduling` Warning event and the
+pod's PodScheduled=False condition, and the pod is retried after an exponential backoff.
 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
@@ -132,8 +132,9 @@ class Scheduler:
         cycle (schedule_one.go), so there is no real limit; the pool's threads start only when
         bindings overlap, and 64 in flight is more than any extender here keeps waiting.
     seed: seed for breaking ties between feasible nodes.
-    hostname: the first part of the leader-election identity `<hostname>_<uuid>` (in a pod, kube-
-        scheduler's hostname is the pod's name); default this machine's.
+    hostname: the first part of the leader-election identity `<hostname>_<uuid>` and the end of the
+        events' reportingInstance `<schedulerName>-<hostname>` (in a pod, kube-scheduler's hostname
+        is the pod's name); default this machine's.
     """
 
     def __init__(
@@ -166,7 +167,8 @@ class Scheduler:
         self._in_flight: set[str] = set()
         self._failures: dict[str, int] = {}
         self.api = ApiWriter(api_client)
-        self.recorder = EventRecorder(self.api)
+        hostname = hostname or socket.gethostname()
+        self.recorder = EventRecorder(self.api, hostname)
         self._next_start = 0
         self._stopping = threading.Event()
         self._binders = ThreadPoolExecutor(bind_workers, thread_name_prefix="sched-bind")
@@ -187,7 +189,7 @@ class Scheduler:
             LeaderElector(
                 api_client,
                 election,
-                hostname or socket.gethostname(),
+                hostname,
                 on_started=self._worker.start,
                 on_lost=self._lost,
             )
@@ -403,12 +405,8 @@ class Scheduler:
             self._in_flight.discard(key)
             self._pods.pop(key, None)
             self._failures.pop(key, None)
-        self._event(
-            pod,
-            "Normal",
-            "Scheduled",
-            messages.scheduled(pod["metadata"]["namespace"], pod["metadata"]["name"], node),
-        )
+        note = messages.scheduled(pod["metadata"]["namespace"], pod["metadata"]["name"], node)
+        self.recorder.record(pod, "Normal", "Scheduled", "Binding", note)
 
     def _extenders_bind(self, pod: dict[str, Any], node: str) -> bool:
         """kube-scheduler's extendersBinding: the first interested binder extender binds; one that
@@ -431,7 +429,7 @@ class Scheduler:
                 self.stats.errors += 1
             else:
                 self.stats.unschedulable += 1
-        self._event(pod, "Warning", "FailedScheduling", message)
+        self.recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", messages.truncated(message))
         self._set_condition(pod, message, "SchedulerError" if error else "Unschedulable")
         with self._lock:
             self._in_flight.discard(key)
@@ -467,9 +465,6 @@ class Scheduler:
             self.api.patch_pod_status(meta["namespace"], meta["name"], patch)
         except Exception as exc:  # noqa: BLE001 - a condition is informative only
             log.debug("pod condition for %s: %s", _key(pod), exc)
-
-    def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.recorder.record(pod, type_, reason, message)
 
 
 def _shutdown_socket(resp: Any) -> None:

@@ -139,6 +139,8 @@ def test_a_dropped_watch_resumes_from_the_last_resource_version_and_misses_nothi
     with reflect(namespaces, mirror, backoff=(0.01, 0.05)) as reflector:
         namespaces.create(config_map("first"))
         assert eventually(lambda: ("ADDED", "first") in mirror.events)
+        # "first" may come from the list before the watch is open; cut only a watch that is open
+        assert eventually(lambda: reflector._response is not None)
         watches = reflector.watches
         namespaces.faults.cut_watches()
         namespaces.create(config_map("second"))

@@ -417,6 +417,41 @@ def test_a_4gb_service_takes_an_a100_1g_5gb_and_leaves_the_h100_1g_10gb_for_a_9g
     assert (larger.devices[0].gpu_uuid, larger.devices[0].profile) == ("GPU-h", "1g.10gb")
 
 
+def _ones(*starts: int) -> list[Placement]:
+    return [Placement(s, 1) for s in starts]
+
+
+def test_a_4gb_service_leaves_the_last_h100_1g_10gb_to_a_9gb_one_so_the_next_4gb_one_fits_too():
+    # Both costs one compute slice and no half-GPU placement; the H100 slot would fill its GPU more
+    # neatly (it destroys less placeable value), but the A100 1g.5gb fits 4 GB in less memory.
+    gpus = [
+        gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h", occupied=_ones(0, 1, 2, 3, 4, 5)),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a", occupied=_ones(0, 1, 2, 3, 6)),
+    ]
+    index = PlacementIndex(gpus)
+    placed = []
+    for mib in (4000, 9000, 4000):
+        plan = index.plan(pod((1, mib)))
+        assert isinstance(plan, Plan), f"the {mib} MiB service after {placed} was refused"
+        index.apply(plan)
+        placed.append((plan.devices[0].gpu_uuid, plan.devices[0].profile))
+    assert placed == [("GPU-a", "1g.5gb"), ("GPU-h", "1g.10gb"), ("GPU-a", "1g.5gb")]
+
+
+def test_a_4gb_service_takes_an_h100_1g_10gb_rather_than_break_the_half_gpu_left_on_an_a100():
+    # The A100 holds a 3g at 4:4; any 1g at 0-3 destroys its last 3g placement (0:4). Memory fit comes
+    # after the half-GPU placements a candidate destroys.
+    gpus = [
+        gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h", occupied=[*_ones(0, 1, 2), Placement(4, 4)]),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a", occupied=[Placement(4, 4)]),
+    ]
+    index = PlacementIndex(gpus)
+    small = index.plan(pod((1, 4000)))
+    assert (small.devices[0].gpu_uuid, small.devices[0].placement) == ("GPU-h", Placement(3, 1))
+    index.apply(small)
+    assert only(index.plan(pod((1, 15000)))) == ("3g.20gb", Placement(0, 4))
+
+
 def _model_fleet(model: str, node: str, n: int, busy: int) -> list[GpuState]:
     """`n` GPUs of `model` on `node`, the first `busy` of them holding one small instance."""
     m = find_model(model)

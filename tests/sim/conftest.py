@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,3 +41,23 @@ def socket_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run(apiserver: Any, kubectl: str, tmp_path: Path) -> Callable[..., str]:
+    """run(*args, ok=True, stdin=None) -> kubectl's stdout (its stderr when ok=False), as admin."""
+    kubeconfig = str(apiserver.kubeconfig("admin"))
+
+    def kubectl_run(*args: str, ok: bool = True, stdin: str | None = None) -> str:
+        out = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            input=stdin,
+        )
+        assert (out.returncode == 0) == ok, out.stderr
+        return out.stdout if ok else out.stderr
+
+    return kubectl_run

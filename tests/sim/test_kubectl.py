@@ -21,25 +21,6 @@ spec:
 
 
 @pytest.fixture
-def run(apiserver, kubectl, tmp_path):
-    kubeconfig = str(apiserver.kubeconfig("admin"))
-
-    def kubectl_run(*args: str, ok: bool = True, stdin: str | None = None) -> str:
-        out = subprocess.run(
-            [kubectl, "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            input=stdin,
-        )
-        assert (out.returncode == 0) == ok, out.stderr
-        return out.stdout if ok else out.stderr
-
-    return kubectl_run
-
-
-@pytest.fixture
 def start(apiserver, kubectl, tmp_path):
     """start(*args) -> a running kubectl (stdout/stderr to pipes); killed at teardown if still running."""
     kubeconfig = str(apiserver.kubeconfig("admin"))

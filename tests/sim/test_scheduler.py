@@ -1,16 +1,22 @@
-"""The simulated kube-scheduler calls a scheduler extender exactly as kube-scheduler does."""
+"""The simulated kube-scheduler calls a scheduler extender exactly as kube-scheduler does, and posts
+its events as kube-scheduler does: events.k8s.io/v1 through client-go's events broadcaster rules
+(reporting controller and instance, action, a series for repeats), readable through core/v1 and
+kubectl 1.35 as a cluster shows them."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from https_testkit import JsonServer, make_pki
 from kubernetes import client
 
-from sim.scheduler import ConfigError, Scheduler, parse
+from sim.scheduler import ConfigError, Scheduler, messages, parse
+from sim.scheduler.api import ApiWriter
+from sim.scheduler.recorder import EventRecorder
 
 GPU_POD = {
     "apiVersion": "v1",
@@ -250,7 +256,11 @@ def test_no_fit_records_failed_scheduling_in_kube_scheduler_words_and_retries(
     assert pod.status.phase == "Pending" and pod.spec.node_name is None
     cond = next(c for c in pod.status.conditions if c.type == "PodScheduled")
     assert cond.status == "False" and cond.reason == "Unschedulable"
-    assert wait_for(lambda: events(cluster, "FailedScheduling")[0]["count"] >= 2)
+    # Repeats about the same pod version form a series (events.k8s.io/v1), written at its second
+    # occurrence with count 2.
+    assert wait_for(
+        lambda: any((e.get("series") or {}).get("count", 0) >= 2 for e in events(cluster, "FailedScheduling"))
+    )
     assert sched.stats.scheduled == 0 and sched.stats.unschedulable >= 3
 
 
@@ -343,3 +353,88 @@ def test_an_ignorable_binder_that_fails_leaves_the_binding_to_the_default_binder
     assert len(ext.bodies("/bind")) == 1
     (scheduled,) = wait_for(lambda: events(cluster, "Scheduled"))
     assert scheduled["message"].startswith("Successfully assigned default/train to node-")
+
+
+# ---- events ----------------------------------------------------------------------------------
+
+
+def v1_events(apiserver, reason: str) -> list[dict[str, Any]]:
+    ev1 = client.EventsV1Api(apiserver.api_client("admin"))
+    items = json.loads(ev1.list_namespaced_event("default", _preload_content=False).data)["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+def refusing(args: dict) -> dict:
+    return {
+        "NodeNames": None,
+        "FailedNodes": {"node-1": "no free slice", "node-2": "no free slice"},
+        "Error": "",
+    }
+
+
+def test_a_bound_pod_gets_a_scheduled_event_from_the_profile_with_action_binding(
+    cluster, run_scheduler, extenders, run
+):
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb=""))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    pod = core.create_namespaced_pod("default", GPU_POD)
+    (event,) = wait_for(lambda: v1_events(cluster, "Scheduled"))
+    assert event["reportingController"] == "dynmig-scheduler"
+    assert event["reportingInstance"].startswith("dynmig-scheduler-")
+    assert event["action"] == "Binding" and event["type"] == "Normal"
+    assert event["regarding"]["uid"] == pod.metadata.uid and event["regarding"]["kind"] == "Pod"
+    assert event["note"].startswith("Successfully assigned default/train to node-")
+    assert event["eventTime"] and event["metadata"]["name"].startswith("train.")
+    assert "series" not in event
+    # What an operator runs: both of kubectl's event views show it.
+    assert "Successfully assigned default/train" in run("get", "events", "-n", "default")
+    assert "Successfully assigned default/train" in run("events", "-n", "default", "--for", "pod/train")
+
+
+def test_repeated_refusals_of_one_pod_version_become_one_event_with_a_series(
+    cluster, run_scheduler, extenders
+):
+    ext = extenders(refusing)
+    sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    client.CoreV1Api(cluster.api_client("admin")).create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: sched.stats.unschedulable >= 5)
+    series = wait_for(lambda: [e for e in v1_events(cluster, "FailedScheduling") if e.get("series")])
+    # Attempts on the same pod version share one event instead of one each.
+    assert len(v1_events(cluster, "FailedScheduling")) < sched.stats.unschedulable
+    for event in series:
+        assert event["action"] == "Scheduling" and event["type"] == "Warning"
+        assert event["note"] == "0/2 nodes are available: 2 no free slice."
+        # Between refreshes the API holds the count of the series' first write: 2.
+        assert event["series"]["count"] == 2
+
+
+def test_a_finished_series_writes_its_final_count(apiserver):
+    writer = ApiWriter(apiserver.api_client("kube-scheduler"))
+    recorder = EventRecorder(writer, "host-1", finish_time=0.2)
+    pod = {"metadata": {"name": "train", "namespace": "default", "uid": "u-1", "resourceVersion": "7"}}
+    try:
+        for _ in range(5):
+            recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", "0/1 nodes are available.")
+        (event,) = wait_for(
+            lambda: [
+                e for e in v1_events(apiserver, "FailedScheduling") if e.get("series", {}).get("count") == 5
+            ]
+        )
+    finally:
+        recorder.stop()
+    assert event["reportingController"] == "default-scheduler"
+    assert event["reportingInstance"] == "default-scheduler-host-1"
+    assert event["regarding"]["resourceVersion"] == "7"
+
+
+def test_a_note_over_the_api_limit_is_cut_to_1024_bytes_as_kube_scheduler_does(apiserver):
+    writer = ApiWriter(apiserver.api_client("kube-scheduler"))
+    recorder = EventRecorder(writer, "host-1")
+    pod = {"metadata": {"name": "big", "namespace": "default", "uid": "u-2"}}
+    try:
+        recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", messages.truncated("é" * 2000))
+        (event,) = wait_for(lambda: v1_events(apiserver, "FailedScheduling"))
+    finally:
+        recorder.stop()
+    assert len(event["note"].encode()) <= 1024 and event["note"].endswith(" ...")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from registration_testkit import registration
 
 from dynmig.status.cluster import fleet_view
 from dynmig.status.main import main
@@ -20,47 +21,16 @@ from mig.annotations import (
     MIG_ALLOCATIONS,
     NODE_REGISTER,
     VGPU_NODE,
-    DeviceInfo,
-    MigProfile,
-    encode_node_register,
 )
-from mig.catalog import find_model
 from mig.leftovers import LEFTOVERS
 from sim.apiserver import ApiServer
 
-A100 = find_model("A100-SXM4-40GB")
 NAMES = ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")
 
 
 def register(*uuids: str) -> str:
-    profiles = []
-    for name in NAMES:
-        spec = A100.profile(name)
-        assert spec is not None
-        profiles.append(
-            MigProfile.model_validate(
-                {
-                    "name": name,
-                    "memoryMB": spec.memory_mib,
-                    "sliceCount": spec.slice_count,
-                    "placements": [{"start": p.start, "size": p.size} for p in spec.placements],
-                }
-            )
-        )
-    devices = [
-        DeviceInfo(
-            id=u,
-            index=i,
-            count=7,
-            devmem=A100.memory_mib,
-            type=A100.nvml_name,
-            health=True,
-            mode="mig",
-            migProfiles=tuple(profiles),
-        )
-        for i, u in enumerate(uuids)
-    ]
-    return encode_node_register(devices)
+    """The registration of one A100-40GB per uuid, offering NAMES."""
+    return registration("", "A100-SXM4-40GB", len(uuids), names=NAMES, ids=uuids)
 
 
 def node(name: str, annotations: dict[str, str]) -> dict[str, Any]:

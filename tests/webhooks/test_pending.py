@@ -120,3 +120,34 @@ def test_a_reservation_whose_bind_never_comes_expires_and_is_forgotten():
     assert pending.reservation("a") is None
     pending.choose("b", reserved("b", "n2"))  # the next filter drops what expired: memory stays bounded
     assert list(pending._reserved) == ["b"]
+
+
+def bound_copy(name: str, uid: str, plan, usage: PodUsage, version: str, phase: str = "Pending") -> dict:
+    """The pod as the watch shows it once its Binding carried the filter's reservation."""
+    from webhooks.filter import reservation_annotations
+
+    pod = gpu_pod(name)
+    pod["metadata"].update(uid=uid, resourceVersion=version)
+    pod["metadata"]["annotations"] = reservation_annotations(plan, usage, 1, 0)
+    pod["spec"]["nodeName"] = plan.node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_a_reservation_the_binding_carried_counts_once_from_filter_to_the_pods_end():
+    f = fleet("n1")
+    outcome = f.plan_and_reserve(request(40000), None, "a", "team", "a")
+    assert not isinstance(outcome, Refusal)
+    plan, usage = outcome
+    before = f.placements()
+    f.set_pod(bound_copy("a", "a", plan, usage, "5"))  # the cache sees the pod bound
+    assert f.in_flight("a") is None and f.held("a") == usage
+    assert f.placements() == before
+    # what the fleet holds is what it then plans around: a second 40 GB pod takes the other half
+    second = f.plan_and_reserve(request(40000), None, "b", "team", "b")
+    assert not isinstance(second, Refusal)
+    assert not second[0].devices[0].placement.overlaps(plan.devices[0].placement)
+    assert isinstance(f.plan_and_reserve(request(40000), None, "c", "team", "c"), Refusal)
+    f.set_pod(bound_copy("a", "a", plan, usage, "6", phase="Succeeded"))  # the pod ended
+    assert f.held("a") is None
+    assert [uid for uid, _ in f.placements()[plan.devices[0].gpu_uuid]] == ["b"]

@@ -1,0 +1,54 @@
+"""kube.rest: JSON requests on the official client's transport reach the API server as the client's
+own calls do (TLS from the kubeconfig, the identity's bearer token) and fail as the same KubeErrors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube.errors import Conflict, Forbidden, NotFound
+from kube.rest import JsonRequests, segment
+from sim.apiserver import ApiServer
+
+
+@pytest.fixture
+def https_apiserver(tmp_path):
+    server = ApiServer(workdir=tmp_path / "apiserver", https=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_request_over_tls_carries_the_identitys_token_and_returns_the_answer(https_apiserver):
+    calls = JsonRequests(https_apiserver.api_client("scheduler"))
+    https_apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    patch = {"metadata": {"annotations": {"hami.io/mutex.lock": "2026-01-01T00:00:00Z,team,p1"}}}
+    calls.request("lock n1", "PATCH", "/api/v1/nodes/n1", patch, "application/merge-patch+json", decode=False)
+    node = calls.request("read n1", "GET", "/api/v1/nodes/n1")
+    assert node["metadata"]["annotations"]["hami.io/mutex.lock"] == "2026-01-01T00:00:00Z,team,p1"
+    stored = https_apiserver.get("nodes", "n1")
+    assert stored["metadata"]["annotations"] == node["metadata"]["annotations"]
+
+
+def test_a_request_without_a_known_token_is_refused_as_forbidden(https_apiserver):
+    api = https_apiserver.api_client("scheduler")
+    api.configuration.api_key["BearerToken"] = "Bearer not-a-token"
+    api.configuration.refresh_api_key_hook = None
+    with pytest.raises(Forbidden, match="read n1"):
+        JsonRequests(api).request("read n1", "GET", "/api/v1/nodes/n1")
+
+
+def test_a_missing_object_is_not_found_and_a_stale_write_a_conflict_naming_the_call(apiserver):
+    calls = JsonRequests(apiserver.api_client("admin"))
+    with pytest.raises(NotFound, match="read ghost") as raised:
+        calls.request("read ghost", "GET", "/api/v1/nodes/ghost")
+    assert "ghost" in str(raised.value)  # the server's Status message is kept
+    apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    stale = {"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}}
+    with pytest.raises(Conflict, match="patch n1"):
+        calls.request("patch n1", "PATCH", "/api/v1/nodes/n1", stale, "application/merge-patch+json")
+
+
+def test_a_name_is_one_path_segment_whatever_it_contains():
+    assert segment("a/b?c#d") == "a%2Fb%3Fc%23d"
+    assert segment("node-1.example") == "node-1.example"
