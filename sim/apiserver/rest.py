@@ -303,7 +303,9 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         body, etag = openapi_v2.encoded(served)
-        fresh = etag in (t.strip() for t in self.headers.get("If-None-Match", "").split(","))
+        # If-None-Match as Go's http.ServeContent reads it: "*" or any tag, weakly compared
+        tags = {t.strip().removeprefix("W/") for t in self.headers.get("If-None-Match", "").split(",")[:64]}
+        fresh = "*" in tags or etag in tags
         self.send_response(304 if fresh else 200)
         self.send_header("Vary", "Accept")
         self.send_header("Etag", etag)

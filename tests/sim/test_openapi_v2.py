@@ -160,6 +160,8 @@ def test_openapi_v2_answers_304_to_its_own_etag_and_406_to_a_type_it_cannot_writ
     _, headers, _ = _get(apiserver, "application/json")
     assert headers["Etag"].startswith('"') and headers["Etag"].endswith('"')
     assert _get(apiserver, "application/json", headers["Etag"])[0] == 304
+    assert _get(apiserver, "application/json", "W/" + headers["Etag"])[0] == 304
+    assert _get(apiserver, "application/json", '"stale"')[0] == 200
     _, pb_headers, _ = _get(apiserver, PROTOBUF)
     assert pb_headers["Etag"] != headers["Etag"]
     assert _get(apiserver, "text/html")[0] == 406
