@@ -6,24 +6,36 @@ each PodDisruptionBudget lets go; the advisor answers with a set, or why there i
 
 Cost of a set (lower is better, first difference wins), the same for every caller:
 1. the highest priority in the set (never disturb more important work than needed),
-2. how many pods,
-3. the sum of their priorities,
-4. how long they have run in total (younger pods lose less work),
-then the node name and the pods' names, so equal costs give the same answer every time.
+2. how many of its pods are lost: once the set is freed and the pod placed there, each removed pod's
+   replacement (its controller recreates it with the same request) is placed, most important first,
+   by the same placement engine on the whole fleet with the pending pod's placement held; one that
+   does not fit anywhere, or that nothing recreates (no request known), is lost,
+3. how many pods,
+4. the sum of their priorities,
+5. how long they have run in total (younger pods lose less work),
+then the node name and the pods' names, so equal costs give the same answer every time. The advice
+says, per removed pod, where its replacement is expected to go (a move) or that it is lost.
 
 A set is legal when every pod in it is a candidate (the caller decides: e.g. only pods that opted in
 and have a lower priority than the pending one), no PodDisruptionBudget group loses more pods than it
-still allows, and with the set's placements freed the placement engine itself places the pod on that
-node (so the advice is exactly what the scheduler would then do).
+still allows, with the set's placements freed the placement engine itself places the pod on that
+node (so the advice is exactly what the scheduler would then do), and every pod of the set is in the
+pod's way (overlaps a slice the engine then gives the pod: freeing a bystander so that a removed pod
+can land in its gap is not a set the advisor names). `require_homes`: only sets that lose no pod.
 
 Search. The pod lands on one node, so a set lies on one node. A one-device pod needs one free
-placement: for every placement the engine could use, the pods overlapping it are the only set that
-frees it and any set that works contains one of these, so the cheapest is found exactly by looking at
-every placement once (linear in the fleet). A multi-device pod is searched per node in order of
-cost (uniform-cost search over sets: each set is tried only after every cheaper one, so the first
-that places the pod is the cheapest); the work is capped (`max_checks` engine calls) and, once
-capped, the advice falls back to a greedy set (every candidate on the node, then each dropped while
-the pod still fits) and says it is not proven cheapest.
+placement: for every placement the engine could use, the pods overlapping it are the only legal set
+that frees it, so every legal set is found by looking at every placement once (linear in the fleet).
+They are taken in order of their cost with no pod lost (a lower bound); a set's lost pods are
+bounded from below without a fleet-wide placement (a pod is surely lost when its request fits on no
+other node and not on its own node after the change; surely placed when it is the set's only pod and
+fits somewhere), and placed exactly (`MAX_MOVES` sets at most) only when the bound cannot settle it;
+the search stops at the first set no later one can beat. So it is exact unless more than `MAX_MOVES`
+sets need the exact placement (then the advice says it is not proven cheapest). A multi-device pod is
+searched per node in order of cost (uniform-cost search over sets, lost pods bounded by zero: each
+set is tried only after every cheaper one); the work is capped (`max_checks` engine calls) and, once
+capped with no set found, the advice falls back to a greedy set (every candidate on the node, then
+each dropped while the pod still fits) and says it is not proven cheapest.
 """
 
 from __future__ import annotations
@@ -35,15 +47,17 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mig.allowlist import ResourceNames
 from mig.annotations import EVICTABLE
-from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
+from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, RequestError
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
 from mig.placement.request import Memory, memory_on
-from mig.pods import metadata_of
+from mig.pods import gpu_request, metadata_of
 from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
+MAX_MOVES = 100  # sets per advice whose removed pods are placed on the whole fleet to count the lost
 
 
 @dataclass(frozen=True)
@@ -57,24 +71,37 @@ class Holder:
     started: float = 0.0  # epoch seconds it started running
     groups: tuple[str, ...] = ()  # the PodDisruptionBudgets (namespace/name) that select it
     candidate: bool = True  # may be part of the advice at all
+    # What its replacement asks for (its controller recreates it with the same spec); None: nothing
+    # recreates it (a bare pod) or it cannot be read, so removing it loses it.
+    request: PodRequest | None = None
 
 
-Cost = tuple[int, int, int, float, str, tuple[str, ...]]
+Cost = tuple[int, int, int, int, float, str, tuple[str, ...]]
 
 
-def cost(node: str, victims: Iterable[Holder], now: float) -> Cost:
-    """The cost of removing these pods from `node` (see the module docstring); lower is better."""
+def cost(node: str, victims: Iterable[Holder], now: float, lost: int = 0) -> Cost:
+    """The cost of removing these pods from `node`, `lost` of them with nowhere to go (see the module
+    docstring); lower is better. With `lost` 0 it is a lower bound of the set's cost."""
     pods = sorted(victims, key=lambda h: h.name)
     if not pods:
-        return (-(1 << 62), 0, 0, 0.0, node, ())
+        return (-(1 << 62), 0, 0, 0, 0.0, node, ())
     return (
         max(h.priority for h in pods),
+        lost,
         len(pods),
         sum(h.priority for h in pods),
         sum(max(0.0, now - h.started) for h in pods),
         node,
         tuple(h.name for h in pods),
     )
+
+
+@dataclass(frozen=True)
+class Move:
+    """Where a removed pod's replacement is expected to go: the engine's plan, or None (lost)."""
+
+    victim: Holder
+    plan: Plan | None
 
 
 @dataclass(frozen=True)
@@ -88,10 +115,16 @@ class Advice:
     checks: int = 0  # engine calls spent
     why_none: str = ""  # when there is no set: why
     blocked_by_budget: tuple[str, ...] = field(default=())  # PDB groups that ruled out a set
+    moves: tuple[Move, ...] = ()  # per victim, most important first: where it goes, or lost
 
     @property
     def found(self) -> bool:
         return bool(self.victims)
+
+    @property
+    def lost(self) -> tuple[Holder, ...]:
+        """The victims whose replacements the engine could not place (or that nothing recreates)."""
+        return tuple(m.victim for m in self.moves if m.plan is None)
 
 
 def within_budgets(victims: Iterable[Holder], budgets: Mapping[str, int]) -> str:
@@ -130,6 +163,220 @@ def _place(pod: PodRequest, gpus: Sequence[GpuState]) -> Plan | None:
     return result if isinstance(result, Plan) and result.devices else None
 
 
+def replacement_order(victims: Iterable[Holder]) -> list[Holder]:
+    """The order replacements are placed in: most important first (kube-scheduler's queue), then name."""
+    return sorted(victims, key=lambda h: (-h.priority, h.name))
+
+
+def _in_the_way(plan: Plan, victims: Iterable[Holder]) -> bool:
+    """Every victim holds a slice the plan gives the pod."""
+    given = [(d.gpu_uuid, d.placement.mask) for d in plan.devices]
+    return all(any(u == gu and p.mask & mask for u, p in h.placements for gu, mask in given) for h in victims)
+
+
+class Homes:
+    """Where removed pods' replacements would go, over one fleet: the whole fleet in one engine index
+    (built on first use), changed for one set and restored; and cheap bounds on how many a set loses.
+
+    A caller advising several pods over the same fleet (the controller's pass) shares one `Homes`, so
+    the fleet-wide index is built once and what fits where is looked up once per request."""
+
+    def __init__(self, gpus: Sequence[GpuState]):
+        self.gpus = gpus
+        self._index: PlacementIndex | None = None
+        self._fit_nodes: dict[PodRequest, tuple[str, ...]] = {}  # request -> up to two nodes it fits now
+        self._own: dict[tuple[object, ...], bool] = {}  # (node shape after, pod, request) -> fits there
+        self._beside: dict[tuple[object, ...], bool | None] = {}  # (pod, request, freed GPUs) -> may fit
+        self._ids: dict[PodRequest, int] = {}  # equal requests share one number (cheap memo keys)
+        self._by_object: dict[int, tuple[PodRequest, int]] = {}
+        self._masks: dict[str, int] = {g.uuid: g.occupied_mask for g in gpus}
+        self._on_node: dict[tuple[str, int], tuple[str, ...]] = {}  # (node, request) -> GPUs it fits now
+        self._usable: dict[PodRequest, dict[tuple[int, int], list[Placement]]] = {}
+        self._free: dict[tuple[int, int, int, int], bool] = {}  # (request, profiles, MiB, mask) -> fits
+        self.placed = 0  # sets placed on the whole fleet
+
+    @property
+    def index(self) -> PlacementIndex:
+        if self._index is None:
+            self._index = PlacementIndex(self.gpus)
+        return self._index
+
+    def _id(self, request: PodRequest) -> int:
+        """The request's number: by identity first (holders keep their request objects), then by value."""
+        found = self._by_object.get(id(request))
+        if found is None or found[0] is not request:
+            found = self._by_object[id(request)] = (request, self._ids.setdefault(request, len(self._ids)))
+        return found[1]
+
+    def _fits_gpu(self, request: PodRequest, g: GpuState, mask: int) -> bool:
+        """A one-device request fits on `g` with these slices taken (a table lookup per GPU shape)."""
+        if not g.healthy or g.cordoned:
+            return False
+        if _has_filters(request):  # per GPU: its UUID or type may rule it out
+            usable = _usable_placements(
+                request, g, request.devices()[0][2], self._usable.setdefault(request, {})
+            )
+            return any(not p.mask & mask for p in usable)
+        key = (self._id(request), id(g.profiles), g.memory_mb, mask)
+        found = self._free.get(key)
+        if found is None:
+            memo = self._usable.setdefault(request, {})
+            usable = _usable_placements(request, g, request.devices()[0][2], memo)
+            found = self._free[key] = any(not p.mask & mask for p in usable)
+        return found
+
+    def _nodes_fitting(self, request: PodRequest) -> tuple[str, ...]:
+        """Up to two nodes the request fits on now: one-device requests by a table lookup per GPU,
+        others by the engine (at most two calls)."""
+        found = self._fit_nodes.get(request)
+        if found is not None:
+            return found
+        out: list[str] = []
+        if request.device_count == 1:
+            for g in self.gpus:
+                if g.node not in out and self._fits_gpu(request, g, g.occupied_mask):
+                    out.append(g.node)
+                    if len(out) == 2:
+                        break
+        else:
+            plan = self.index.plan(request)
+            if isinstance(plan, Plan) and plan.devices:
+                out.append(plan.node)
+                again = self.index.plan(request, nodes=[n for n in self.index.nodes() if n != plan.node])
+                if isinstance(again, Plan) and again.devices:
+                    out.append(again.node)
+        self._fit_nodes[request] = found = tuple(out)
+        return found
+
+    def fits_elsewhere(self, request: PodRequest, node: str) -> bool:
+        """The request fits now on some node other than `node`."""
+        return any(n != node for n in self._nodes_fitting(request))
+
+    def surely_lost(self, pod: PodRequest, gpus: Sequence[GpuState], victims: Sequence[Holder]) -> int | None:
+        """How many victims are lost whatever the order (a lower bound), or None when the pod does not
+        fit on the node with the set freed. A victim is surely lost when nothing recreates it, or its
+        request fits on no other node now and not on its own node once the set is freed and the pod
+        placed there (one-device requests: for every placement the pod could take, by table lookups;
+        others: the engine on the node, its answer shared by nodes of the same shape)."""
+        lost, after = 0, None
+        for h in victims:
+            if h.request is None:
+                lost += 1
+                continue
+            if self.fits_elsewhere(h.request, h.node):
+                continue
+            if pod.device_count == 1 and h.request.device_count == 1:
+                fits = self._fits_beside_any(pod, gpus, victims, h.request)
+            else:
+                after = after or _without(gpus, victims)
+                fits = self._fits_beside(pod, after, h.request)
+            if fits is None:
+                return None
+            lost += not fits
+        return lost
+
+    def _fits_beside_any(
+        self, pod: PodRequest, gpus: Sequence[GpuState], victims: Sequence[Holder], request: PodRequest
+    ) -> bool | None:
+        """Whether the request may fit on the node beside the pod, for some placement the pod could
+        take there (None: the pod could take none). The pod did not fit before, so it lands on a GPU
+        a victim freed; the node's other GPUs take the request as they would now. Answers are shared
+        by sets freeing GPUs of the same shape."""
+        freed: dict[str, int] = {}
+        for h in victims:
+            for u, p in h.placements:
+                freed[u] = freed.get(u, 0) | p.mask
+        node = gpus[0].node
+        fits_now = self._on_node.get((node, self._id(request)))
+        if fits_now is None:
+            fits_now = tuple(g.uuid for g in gpus if self._fits_gpu(request, g, self._masks.get(g.uuid, 0)))
+            self._on_node[(node, self._id(request))] = fits_now
+        if any(u not in freed for u in fits_now):
+            return True
+        touched = [(g, self._masks.get(g.uuid, 0) & ~freed[g.uuid]) for g in gpus if g.uuid in freed]
+        key: tuple[object, ...] = (self._id(pod), self._id(request))
+        key += tuple((id(g.profiles), g.memory_mb, g.healthy, g.cordoned, m) for g, m in touched)
+        if _has_filters(pod) or _has_filters(request):
+            key += tuple(g.uuid for g, _ in touched)
+        found = self._beside.get(key)
+        if key not in self._beside:
+            ask, memo = pod.devices()[0][2], self._usable.setdefault(pod, {})
+            spots = [
+                (g, q) for g, m in touched for q in _usable_placements(pod, g, ask, memo) if not q.mask & m
+            ]
+            found = self._beside[key] = (
+                None
+                if not spots
+                else any(
+                    self._fits_gpu(request, t, m | (q.mask if t is g else 0))
+                    for g, q in spots
+                    for t, m in touched
+                )
+            )
+        return found
+
+    def _fits_beside(self, pod: PodRequest, after: Sequence[GpuState], request: PodRequest) -> bool | None:
+        named = _has_uuids(pod) or _has_uuids(request)
+        shape = tuple(
+            (g.index, g.uuid if named else "", id(g.profiles), g.occupied_mask, g.type, g.healthy, g.cordoned)
+            for g in sorted(after, key=lambda g: (g.index, g.uuid))
+        )
+        key = (shape, pod, request)
+        if key not in self._own:
+            index = PlacementIndex(after)
+            plan = index.plan(pod)
+            if not isinstance(plan, Plan) or not plan.devices:
+                return None
+            index.apply(plan)
+            again = index.plan(request)
+            self._own[key] = isinstance(again, Plan) and bool(again.devices)
+        return self._own[key]
+
+    def place(
+        self, pod: PodRequest, node: str, victims: Sequence[Holder]
+    ) -> tuple[Plan, tuple[Move, ...]] | None:
+        """Free the set, place the pod on `node` and each replacement (most important first) anywhere,
+        as the engine would; None when the pod does not then land there with every victim in its way.
+        The index is restored afterwards."""
+        self.placed += 1
+        index = self.index
+        freed = [(u, p) for h in victims for u, p in h.placements]
+        applied: list[Plan] = []
+        try:
+            for u, p in freed:
+                index.release(u, p)
+            plan = index.plan(pod, nodes=(node,))
+            if not isinstance(plan, Plan) or not plan.devices or not _in_the_way(plan, victims):
+                return None
+            index.apply(plan)
+            applied.append(plan)
+            moves = []
+            for h in replacement_order(victims):
+                again = index.plan(h.request) if h.request is not None else None
+                if isinstance(again, Plan) and again.devices:
+                    index.apply(again)
+                    applied.append(again)
+                    moves.append(Move(h, again))
+                else:
+                    moves.append(Move(h, None))
+            return plan, tuple(moves)
+        finally:
+            for done in applied:
+                for d in done.devices:
+                    index.release(d.gpu_uuid, d.placement)
+            for u, p in freed:
+                if not index.occupied_mask(u) & p.mask:
+                    index.reserve(u, p)
+
+
+def _has_uuids(pod: PodRequest) -> bool:
+    return bool(pod.use_uuids or pod.nouse_uuids)
+
+
+def _has_filters(pod: PodRequest) -> bool:
+    return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
 @dataclass
 class _Node:
     name: str
@@ -159,11 +406,17 @@ def advise(
     nodes: Collection[str] | None = None,
     max_checks: int = MAX_CHECKS,
     known_unplaceable: bool = False,
+    require_homes: bool = False,
+    max_moves: int = MAX_MOVES,
+    homes: Homes | None = None,
 ) -> Advice:
     """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc).
 
     `known_unplaceable`: the caller already asked the engine (e.g. its live index) and the pod does
     not fit now, so the advisor does not build an index of the whole fleet to ask again.
+    `require_homes`: only sets whose every removed pod is placed again (moves, none lost).
+    Replacements are placed on all of `gpus` (any node), whatever `nodes` allows for the pod.
+    `homes`: a `Homes` over these same `gpus`, shared between advice over one fleet (else built here).
     """
     budgets = budgets or {}
     if not pod.devices():
@@ -171,41 +424,181 @@ def advise(
     fleet = _nodes(gpus, holders, nodes)
     if not known_unplaceable and _place(pod, [g for n in fleet for g in n.gpus]) is not None:
         return Advice(why_none="the pod fits without removing anything")
-    search = _one_device if pod.device_count == 1 else _many_devices
-    return search(pod, fleet, budgets, now, max_checks)
+    homes = homes if homes is not None else Homes(gpus)
+    homes.placed = 0
+    search = _Search(pod, fleet, budgets, now, homes, require_homes, max_moves)
+    return search.one_device() if pod.device_count == 1 else search.many_devices(max_checks)
 
 
-# ---- one device: every usable placement, once -----------------------------------------------
+@dataclass
+class _Best:
+    cost: Cost
+    node: _Node
+    victims: tuple[Holder, ...]
+    placed: tuple[Plan, tuple[Move, ...]] | None = None  # from `Homes.place`, when it was run
 
 
-def _one_device(
-    pod: PodRequest, fleet: list[_Node], budgets: Mapping[str, int], now: float, _: int
-) -> Advice:
-    ask = pod.devices()[0][2]
-    best: tuple[Cost, _Node, tuple[Holder, ...]] | None = None
-    blocked: set[str] = set()
-    usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
-    for node in fleet:
-        owners = _owners(node.holders)
-        for g in node.gpus:
-            for p in _usable_placements(pod, g, ask, usable):
-                victims = _overlapping(g, p, owners)
-                if victims is None:
-                    continue
-                if best is not None and _quick(victims) > best[0][:3]:
-                    continue  # dearer on the leading terms: no need for the full cost or the budgets
-                group = within_budgets(victims, budgets)
-                if group:
-                    blocked.add(group)
-                    continue
-                c = cost(node.name, victims, now)
-                if best is None or c < best[0]:
-                    best = (c, node, victims)
-    if best is None:
-        return _none(blocked, 0)
-    node, victims = best[1], best[2]
-    plan = _place(pod, _without(node.gpus, victims))
-    return Advice(victims, node.name, plan, True, 1, "", tuple(sorted(blocked)))
+class _Search:
+    """One advice's search: sets offered cheapest-first (by their cost with no pod lost), each priced
+    with its lost pods (bounded first, placed on the whole fleet only when the bound cannot decide)."""
+
+    def __init__(
+        self,
+        pod: PodRequest,
+        fleet: list[_Node],
+        budgets: Mapping[str, int],
+        now: float,
+        homes: Homes,
+        require_homes: bool,
+        max_moves: int,
+    ):
+        self.pod, self.fleet, self.budgets, self.now = pod, fleet, budgets, now
+        self.homes, self.require_homes, self.max_moves = homes, require_homes, max_moves
+        self.best: _Best | None = None
+        self.blocked: set[str] = set()
+        self.capped = False  # a set needed the exact placement past `max_moves`
+        self.homeless = 0  # legal sets ruled out by `require_homes`
+
+    def _past(self, quick: tuple[int, int, int]) -> bool:
+        """Sets from here on (taken in order of `_quick`) cannot beat the best: a more important pod,
+        or, when the best loses nobody, more pods or more priority."""
+        assert self.best is not None
+        c = self.best.cost
+        return quick[0] > c[0] or (c[1] == 0 and quick > (c[0], c[2], c[3]))
+
+    def beaten(self, bound: Cost) -> bool:
+        """No set of at least this cost can improve on the best so far."""
+        return self.best is not None and bound >= self.best.cost
+
+    def offer(self, node: _Node, victims: tuple[Holder, ...], bound: Cost) -> None:
+        """Price a set whose pod fits once it is gone (`bound`: its cost with no pod lost)."""
+        group = within_budgets(victims, self.budgets)
+        if group:
+            self.blocked.add(group)
+            return
+        sure = self.homes.surely_lost(self.pod, node.gpus, victims)
+        if sure is None:
+            return
+        if self.require_homes and sure:
+            self.homeless += 1
+            return
+        low = cost(node.name, victims, self.now, sure)
+        if self.beaten(low):
+            return
+        if len(victims) == 1 or sure == len(victims):  # the bound is the count: no placement needed
+            self.best = _Best(low, node, victims)
+            return
+        if self.homes.placed >= self.max_moves:
+            self.capped = True
+            return
+        placed = self.homes.place(self.pod, node.name, victims)
+        if placed is None:
+            return
+        lost = sum(m.plan is None for m in placed[1])
+        if self.require_homes and lost:
+            self.homeless += 1
+            return
+        c = cost(node.name, victims, self.now, lost)
+        if not self.beaten(c):
+            self.best = _Best(c, node, victims, placed)
+
+    def advice(self, checks: int, exact: bool = True) -> Advice:
+        if self.best is None:
+            return _none(self.blocked, checks, not exact or self.capped, self.homeless)
+        best = self.best
+        placed = best.placed or self.homes.place(self.pod, best.node.name, best.victims)
+        if placed is None:  # the whole-fleet engine placed the pod elsewhere on the node: its own view
+            plan, moves = _place(self.pod, _without(best.node.gpus, best.victims)), tuple[Move, ...]()
+        else:
+            plan, moves = placed
+        return Advice(
+            best.victims,
+            best.node.name,
+            plan,
+            exact and not self.capped,
+            checks,
+            "",
+            tuple(sorted(self.blocked)),
+            moves,
+        )
+
+    # ---- one device: every usable placement, once ---------------------------------------------
+    def one_device(self) -> Advice:
+        ask = self.pod.devices()[0][2]
+        sets: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int, int], int, tuple[Holder, ...]]] = {}
+        usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
+        top: tuple[int, int, int] | None = None  # the leading terms of the cheapest set so far
+        for i, node in enumerate(self.fleet):
+            owners = _owners(node.holders)
+            for g in node.gpus:
+                for p in _usable_placements(self.pod, g, ask, usable):
+                    victims = _overlapping(g, p, owners)
+                    if victims is None:
+                        continue
+                    quick = _quick(victims)
+                    if top is not None and quick[0] > top[0] and not self.require_homes:
+                        continue  # a more important pod: never cheaper, whatever it loses
+                    top = quick if top is None or quick < top else top
+                    sets.setdefault((node.name, tuple(h.name for h in victims)), (quick, i, victims))
+        for quick, i, victims in sorted(sets.values(), key=lambda s: s[0]):
+            if self.best is not None and self._past(quick):
+                break
+            node = self.fleet[i]
+            bound = cost(node.name, victims, self.now)
+            if not self.beaten(bound):
+                self.offer(node, victims, bound)
+        return self.advice(1)
+
+    # ---- several devices: uniform-cost search per node, capped --------------------------------
+    def many_devices(self, max_checks: int) -> Advice:
+        checks, now = 0, self.now
+        heap: list[tuple[Cost, int, int, tuple[int, ...]]] = []  # (cost, node index, next candidate, set)
+        pools: list[list[Holder]] = []
+        for i, node in enumerate(self.fleet):
+            pool = sorted((h for h in node.holders if h.candidate), key=lambda h: cost(node.name, (h,), now))
+            pools.append(pool)
+            if not pool:
+                continue
+            if checks >= max_checks:
+                return self._capped(pools, checks, max_checks)
+            checks += 1  # can the pod fit at all once every candidate here is gone?
+            if _place(self.pod, _without(node.gpus, pool)):
+                heapq.heappush(heap, (cost(node.name, (), now), i, 0, ()))
+        while heap:
+            bound, i, _, chosen = heap[0]
+            if self.beaten(bound):
+                break  # every set left costs at least the best found
+            heapq.heappop(heap)
+            if checks >= max_checks:
+                return self._capped(pools, checks, max_checks)
+            victims = tuple(pools[i][k] for k in chosen)
+            if chosen:
+                if within_budgets(victims, self.budgets):
+                    self.blocked.add(within_budgets(victims, self.budgets))
+                    continue  # every superset breaks the same budget
+                checks += 1
+                if _place(self.pod, _without(self.fleet[i].gpus, victims)) is not None:
+                    self.offer(self.fleet[i], victims, bound)
+            for k in range(chosen[-1] + 1 if chosen else 0, len(pools[i])):
+                bigger = (*chosen, k)
+                heapq.heappush(
+                    heap, (cost(self.fleet[i].name, (pools[i][j] for j in bigger), now), i, k, bigger)
+                )
+        return self.advice(checks)
+
+    def _capped(self, pools: list[list[Holder]], checks: int, allowance: int) -> Advice:
+        """Past the cap: the best set found so far, or else the greedy one; not proven cheapest."""
+        if self.best is not None:
+            return self.advice(checks, exact=False)
+        found = _greedy(self.pod, self.fleet, pools, self.budgets, self.now, checks, allowance)
+        if not found.found:
+            return found
+        node = next(n for n in self.fleet if n.name == found.node)
+        placed = self.homes.place(self.pod, node.name, found.victims)
+        lost = len(found.victims) if placed is None else sum(m.plan is None for m in placed[1])
+        if self.require_homes and lost:
+            return _none(set(), found.checks, True, 1)
+        return replace(found, moves=() if placed is None else placed[1])
 
 
 def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
@@ -213,7 +606,7 @@ def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
 
 
 def _quick(victims: Sequence[Holder]) -> tuple[int, int, int]:
-    """The leading terms of `cost` (highest priority, count, priority sum), cheap to compare first."""
+    """The leading terms of `cost` with none lost (highest priority, count, priority sum)."""
     priorities = [h.priority for h in victims]
     return (max(priorities, default=-(1 << 62)), len(priorities), sum(priorities))
 
@@ -261,57 +654,22 @@ def _overlapping(
     return tuple(sorted(out.values(), key=lambda h: h.name))
 
 
-def _none(blocked: set[str], checks: int, capped: bool = False) -> Advice:
+def _none(blocked: set[str], checks: int, capped: bool = False, homeless: int = 0) -> Advice:
+    strands = "evicts a pod with no other home (move-only)"
     if blocked:
         why = (
             "every set that would place it is blocked by a PodDisruptionBudget ("
             + ", ".join(sorted(blocked))
             + ")"
+            + (f" or {strands}" if homeless else "")
         )
     elif capped:
         why = f"no set found within the search limit ({checks} placement checks)"
+    elif homeless:
+        why = f"every set that would place it {strands}"
     else:
         why = "no set of running MIG pods that may be removed would place it"
     return Advice(exact=not capped, checks=checks, why_none=why, blocked_by_budget=tuple(sorted(blocked)))
-
-
-# ---- several devices: uniform-cost search per node, capped ----------------------------------
-
-
-def _many_devices(
-    pod: PodRequest, fleet: list[_Node], budgets: Mapping[str, int], now: float, max_checks: int
-) -> Advice:
-    checks, blocked = 0, set()
-    heap: list[tuple[Cost, int, int, tuple[int, ...]]] = []  # (cost, node index, next candidate, set)
-    pools: list[list[Holder]] = []
-    for i, node in enumerate(fleet):
-        pool = sorted((h for h in node.holders if h.candidate), key=lambda h: cost(node.name, (h,), now))
-        pools.append(pool)
-        if not pool:
-            continue
-        if checks >= max_checks:
-            return _greedy(pod, fleet, pools, budgets, now, checks, max_checks)
-        checks += 1  # can the pod fit at all once every candidate here is gone?
-        if _place(pod, _without(node.gpus, pool)):
-            heapq.heappush(heap, (cost(node.name, (), now), i, 0, ()))
-    while heap:
-        if checks >= max_checks:
-            return _greedy(pod, fleet, pools, budgets, now, checks, max_checks)
-        _, i, _, chosen = heapq.heappop(heap)
-        victims = tuple(pools[i][k] for k in chosen)
-        if chosen:
-            group = within_budgets(victims, budgets)
-            if group:
-                blocked.add(group)
-                continue  # every superset breaks the same budget
-            checks += 1
-            plan = _place(pod, _without(fleet[i].gpus, victims))
-            if plan is not None:
-                return Advice(victims, fleet[i].name, plan, True, checks, "", tuple(sorted(blocked)))
-        for k in range(chosen[-1] + 1 if chosen else 0, len(pools[i])):
-            bigger = (*chosen, k)
-            heapq.heappush(heap, (cost(fleet[i].name, (pools[i][j] for j in bigger), now), i, k, bigger))
-    return _none(blocked, checks)
 
 
 def _greedy(
@@ -362,19 +720,34 @@ def _greedy(
 # ---- saying it --------------------------------------------------------------------------------
 
 
+def _where(plan: Plan) -> str:
+    return ", ".join(f"{d.profile} on {d.gpu_uuid} at {d.placement}" for d in plan.devices)
+
+
 def advice_text(advice: Advice) -> str:
-    """One line for people: which pods to remove, on which node, and what the pod then gets."""
+    """One line for people: which pods to remove, on which node, what the pod then gets, and per
+    removed pod whether it is lost (first: what an operator most needs to see) or moves, and where."""
     if not advice.found:
         return f"defrag: {advice.why_none}" if advice.why_none else ""
     names = ", ".join(h.name for h in advice.victims)
-    where = ""
-    if advice.plan is not None:
-        where = " and get " + ", ".join(
-            f"{d.profile} on {d.gpu_uuid} at {d.placement}" for d in advice.plan.devices
-        )
+    where = f" and get {_where(advice.plan)}" if advice.plan is not None else ""
     proof = "" if advice.exact else " (search capped: not proven cheapest)"
     count = len(advice.victims)
-    return f"defrag: removing {count} pod(s) on {advice.node} ({names}) would let it be placed{where}{proof}"
+    fates = []
+    lost = [m.victim for m in advice.moves if m.plan is None]
+    if lost:
+        fates.append(
+            "evicts "
+            + ", ".join(f"{h.name} ({'no other home' if h.request else 'not recreated'})" for h in lost)
+        )
+    moved = [m for m in advice.moves if m.plan is not None]
+    if moved:
+        fates.append(
+            "moves "
+            + ", ".join(f"{m.victim.name} to {m.plan.node} ({_where(m.plan)})" for m in moved if m.plan)
+        )
+    tail = "; " + "; ".join(fates) if fates else ""
+    return f"defrag: removing {count} pod(s) on {advice.node} ({names}) would let it be placed{where}{proof}{tail}"
 
 
 MAX_ADVICE_TEXT = 1024  # what goes into an annotation or an event line
@@ -413,6 +786,25 @@ def pod_started(pod: Mapping[str, Any]) -> float:
     status = pod.get("status")
     start = _epoch(status.get("startTime")) if isinstance(status, Mapping) else None
     return start if start is not None else (_epoch(metadata_of(pod).get("creationTimestamp")) or 0.0)
+
+
+_PINNED_KINDS = ("DaemonSet",)  # recreated on the same node only: the advisor does not move them
+
+
+def replacement_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | None:
+    """What the pod's replacement asks for, when its controller recreates it after an eviction (an
+    ownerReference with controller: true, not a DaemonSet, which is pinned to its node); None for a
+    bare pod, a pinned one, or a request that cannot be read (the advisor then counts it lost)."""
+    owners = metadata_of(pod).get("ownerReferences")
+    if not isinstance(owners, list) or len(owners) > 64:
+        return None
+    controllers = [o for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
+    if len(controllers) != 1 or controllers[0].get("kind") in _PINNED_KINDS:
+        return None
+    try:
+        return gpu_request(pod, names)
+    except (RequestError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def opted_in(pod: Mapping[str, Any]) -> bool:

@@ -75,6 +75,7 @@ class ServeConfig:
     reservation_ttl: float = 120.0
     # Defrag (webhooks/defrag.py): advice for pending MIG pods always; evicting only when turned on.
     defrag_evict: bool = False
+    defrag_move_only: bool = True  # evict only sets whose every pod is placed again elsewhere
     defrag_interval: float = 10.0
     defrag_evictions_per_minute: int = 6
     log_level: str = "info"
@@ -281,6 +282,15 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         "lower-priority MIG pods whose removal lets a pending MIG pod be placed; false: only advise",
     )
     f.add(
+        "--defrag-move-only",
+        default=d.defrag_move_only,
+        type=boolean,
+        metavar="{true,false}",
+        help="true: --defrag-evict evicts only sets whose every pod its controller recreates and the "
+        "placement engine places again on another GPU (a move); false: also sets that leave a pod "
+        "with no other home (the advice always says which pods move and which would be lost)",
+    )
+    f.add(
         "--defrag-interval",
         default=d.defrag_interval,
         type=positive_seconds,
@@ -341,6 +351,7 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         identity=args.identity,
         node_lock_expiry=args.node_lock_expiry,
         defrag_evict=args.defrag_evict,
+        defrag_move_only=args.defrag_move_only,
         defrag_interval=args.defrag_interval,
         defrag_evictions_per_minute=args.defrag_evictions_per_minute,
         log_level=args.log_level,

@@ -31,17 +31,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kube.errors import KubeError, NotFound
+from mig.allowlist import ResourceNames
 from mig.annotations import DEFRAG_ADVICE
 from mig.defrag import (
     Advice,
     Budgets,
     Holder,
+    Homes,
+    Move,
     advice_text,
     advise,
     bounded,
     opted_in,
     pod_priority,
     pod_started,
+    replacement_order,
+    replacement_request,
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
@@ -65,7 +70,12 @@ class World:
     holders: tuple[tuple[Holder, Mapping[str, Any]], ...]  # each with its pod
 
 
-def snapshot(fleet: Fleet, pod_of: Callable[[str, str], Mapping[str, Any] | None], budgets: Budgets) -> World:
+def snapshot(
+    fleet: Fleet,
+    pod_of: Callable[[str, str], Mapping[str, Any] | None],
+    budgets: Budgets,
+    names: ResourceNames | None = None,
+) -> World:
     """GPUs and the running MIG pods holding them (bound, not terminating, not in flight)."""
     gpus: list[GpuState] = []
     held: dict[str, tuple[Any, list[Any]]] = {}
@@ -82,7 +92,7 @@ def snapshot(fleet: Fleet, pod_of: Callable[[str, str], Mapping[str, Any] | None
     out = []
     for usage, placements in held.values():
         pod = pod_of(usage.namespace, usage.name)
-        holder = holder_of(usage, placements, pod, budgets)
+        holder = holder_of(usage, placements, pod, budgets, names)
         if holder is not None and pod is not None:
             out.append((holder, pod))
     return World(tuple(gpus), tuple(out))
@@ -93,8 +103,12 @@ def holder_of(
     placements: Iterable[tuple[str, Placement]],
     pod: Mapping[str, Any] | None,
     budgets: Budgets,
+    names: ResourceNames | None = None,
 ) -> Holder | None:
-    """The advisor's view of a pod holding MIG slices, or None when it is not a running pod to remove."""
+    """The advisor's view of a pod holding MIG slices, or None when it is not a running pod to remove.
+
+    Its replacement's request (`replacement_request`) tells the advisor whether evicting it moves it
+    (its controller recreates it and the engine places it elsewhere) or loses it."""
     meta = (pod or {}).get("metadata") or {}
     if pod is None or meta.get("uid") != usage.uid or meta.get("deletionTimestamp"):
         return None  # unknown or already going: its slices count as held, nobody to remove
@@ -107,6 +121,7 @@ def holder_of(
         pod_priority(pod),
         pod_started(pod),
         budgets.groups(pod),
+        request=replacement_request(pod, names or ResourceNames()),
     )
 
 
@@ -114,7 +129,10 @@ Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
 
 
 def status_advisor(
-    pods: Iterable[Mapping[str, Any]], pdbs: Iterable[Mapping[str, Any]] = (), now: float | None = None
+    pods: Iterable[Mapping[str, Any]],
+    pdbs: Iterable[Mapping[str, Any]] = (),
+    now: float | None = None,
+    names: ResourceNames | None = None,
 ) -> Advisor:
     """For `dynmig status`: advice(pending pod, its request, the fleet's GPUs) -> one line, "" for none.
 
@@ -129,7 +147,7 @@ def status_advisor(
         usage = pod_usage(pod)
         if usage is not None and not usage.problem:
             placements = [(a.gpuUUID, a.placement_value) for a in usage.allocations]
-            holder = holder_of(usage, placements, pod, budgets)
+            holder = holder_of(usage, placements, pod, budgets, names)
             if holder is not None:
                 holders.append(holder)
 
@@ -172,6 +190,7 @@ class Defragmenter:
     scheduler_name: str
     is_leader: Callable[[], bool] = lambda: True
     evict: bool = False
+    move_only: bool = True  # evict only sets whose every pod the engine places again elsewhere
     interval: float = 10.0
     per_minute: int = 6
     max_pods: int = 20
@@ -230,12 +249,13 @@ class Defragmenter:
         if not unplaced:
             return done
         budgets = self._budgets()
-        world = snapshot(self.fleet, self.pod_of, budgets)
+        world = snapshot(self.fleet, self.pod_of, budgets, self._names())
         now, started = self.clock(), time.monotonic()
+        homes = Homes(world.gpus)  # one fleet-wide index per pass, shared by every pod's advice
         for pod, request in unplaced[: self.max_pods]:
             if time.monotonic() - started > self.interval:
                 break  # a pass takes at most about one interval; the rest wait (most important first)
-            done += self._handle(pod, request, world, budgets, now)
+            done += self._handle(pod, request, world, budgets, now, homes)
         return done
 
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
@@ -258,6 +278,10 @@ class Defragmenter:
         )
         return out
 
+    def _names(self) -> ResourceNames | None:
+        names = self.resources()
+        return names if isinstance(names, ResourceNames) else None
+
     def _fits(self, request: PodRequest) -> bool:
         with self.fleet.lock:
             return isinstance(self.fleet.index.plan(request), Plan)
@@ -273,15 +297,23 @@ class Defragmenter:
         return Budgets.from_objects(i for i in items if isinstance(i, dict))
 
     def _handle(
-        self, pod: Mapping[str, Any], request: PodRequest, world: World, budgets: Budgets, now: float
+        self,
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        world: World,
+        budgets: Budgets,
+        now: float,
+        homes: Homes | None = None,
     ) -> list[str]:
         uid, priority = _uid(pod), pod_priority(pod)
         going = self._still_going(uid)
-        advice = self._advise(request, world, budgets, now, lambda h, p: h.priority <= priority)
+        advice = self._advise(request, world, budgets, now, lambda h, p: h.priority <= priority, homes=homes)
         text = advice_text(advice)
         done = []
         if self.evict and not going:
-            chosen = self._advise(request, world, budgets, now, lambda h, p: _may_evict(h, p, priority))
+            chosen = self._advise(
+                request, world, budgets, now, lambda h, p: _may_evict(h, p, priority), self.move_only, homes
+            )
             if chosen.found:
                 advice, text = chosen, advice_text(chosen).replace("defrag: removing", "defrag: evicting", 1)
                 done += self._evict(pod, chosen, world)
@@ -301,9 +333,20 @@ class Defragmenter:
         budgets: Budgets,
         now: float,
         candidate: Callable[[Holder, Mapping[str, Any]], bool],
+        require_homes: bool = False,
+        homes: Homes | None = None,
     ) -> Advice:
         holders = [replace(h, candidate=candidate(h, p)) for h, p in world.holders]
-        return advise(request, world.gpus, holders, budgets.allowed, now, known_unplaceable=True)
+        return advise(
+            request,
+            world.gpus,
+            holders,
+            budgets.allowed,
+            now,
+            known_unplaceable=True,
+            require_homes=require_homes,
+            homes=homes,
+        )
 
     # ---- eviction ----------------------------------------------------------------------------
     def _still_going(self, uid: str) -> bool:
@@ -326,9 +369,10 @@ class Defragmenter:
         if not self.bucket.take(len(advice.victims)):
             return [f"{who}: rate limited ({len(advice.victims)} evictions wait for the next pass)"]
         pods = {h.name: p for h, p in world.holders}
+        going = {m.victim.name: m for m in advice.moves}
         done = []
-        for victim in advice.victims:
-            outcome = self._evict_one(victim, pods[victim.name], pending, who)
+        for victim in replacement_order(advice.victims):  # the order their replacements are placed in
+            outcome = self._evict_one(victim, pods[victim.name], pending, who, _fate(going.get(victim.name)))
             done.append(f"{who}: {outcome}")
             if not outcome.startswith("evicted"):
                 break  # a refused member leaves the set useless: plan again next pass
@@ -338,7 +382,9 @@ class Defragmenter:
         )
         return done
 
-    def _evict_one(self, victim: Holder, pod: Mapping[str, Any], pending: Mapping[str, Any], who: str) -> str:
+    def _evict_one(
+        self, victim: Holder, pod: Mapping[str, Any], pending: Mapping[str, Any], who: str, fate: str
+    ) -> str:
         ns, _, name = victim.name.partition("/")
         try:
             self.kube.evict(ns, name, _uid(pod))
@@ -356,14 +402,14 @@ class Defragmenter:
         pending_priority = pod_priority(pending)
         message = (
             f"evicted by dynmig defrag to place {who} (priority {pending_priority} > {victim.priority}); "
-            f"frees {', '.join(f'{u} {p}' for u, p in victim.placements)} on {victim.node}"
+            f"frees {', '.join(f'{u} {p}' for u, p in victim.placements)} on {victim.node}; {fate}"
         )
-        self.events.record(dict(pod), "Warning", "DefragEvicted", message)
+        self.events.record(dict(pod), "Warning", "DefragEvicted", bounded(message, 500))
         self.events.record(
             dict(pending),
             "Normal",
             "DefragEviction",
-            f"evicted {victim.name} on {victim.node} to place this pod",
+            bounded(f"evicted {victim.name} on {victim.node} to place this pod; {fate}", 500),
         )
         log.info("defrag: %s", message)
         return f"evicted {victim.name}"
@@ -401,6 +447,16 @@ class Defragmenter:
             log.warning("defrag: cannot annotate %s/%s: %s", key[0], key[1], str(error)[:200])
             return False
         return True
+
+
+def _fate(move: Move | None) -> str:
+    """What the advisor expects of an evicted pod's replacement, for its events."""
+    if move is None:
+        return "where its replacement goes is not known"
+    if move.plan is None:
+        return "its replacement has no other home" if move.victim.request else "nothing recreates it"
+    d = move.plan.devices
+    return f"its replacement is expected on {move.plan.node} ({', '.join(f'{x.profile} on {x.gpu_uuid}' for x in d)})"
 
 
 def _may_evict(h: Holder, pod: Mapping[str, Any], priority: int) -> bool:

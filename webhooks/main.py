@@ -119,6 +119,7 @@ class Service:
             scheduler_name=cfg.scheduler_name,
             is_leader=self.leader.is_leader,
             evict=cfg.defrag_evict,
+            move_only=cfg.defrag_move_only,
             interval=cfg.defrag_interval,
             per_minute=cfg.defrag_evictions_per_minute,
         )

@@ -7,9 +7,12 @@ over the fleet as the engine sees it, every running pod a `Holder` (its placemen
 when it started), candidates chosen by the controller's own rule (`webhooks.defrag._may_evict`: opted
 in by annotation, strictly lower priority than the pending pod, at most one budget), and the
 controller's token bucket (`webhooks.defrag.TokenBucket`, 6 a minute, a set larger than the bucket
-never evicted) on the trace's clock. The set is evicted (released), the pending pod is placed by the
-engine, and each evicted pod is recreated by its controller at once and placed by the engine, or is
-refused (dropped, as the bench drops refused arrivals). A recreated pod keeps its departure time (its
+never evicted) on the trace's clock. Every pod is a controller's (its `Holder` carries its request,
+so the advisor knows its replacement's), and with the controller's move-only rule
+(`--defrag-move-only`) the advisor names only sets whose every pod it places again. The set is
+evicted (released), the pending pod is placed by the engine, and each evicted pod is recreated by
+its controller at once and placed by the engine (most important first, as the advisor predicts), or
+is refused (dropped, as the bench drops refused arrivals). A recreated pod keeps its departure time (its
 demand ends when the trace says) and does not itself evict: no cascades. The pending pod is placed
 before the recreated ones, as kube-scheduler's queue pops the higher priority first. Refused work:
 each refused pod's share of a GPU (its smallest covering placements on its cheapest model, as the
@@ -31,6 +34,8 @@ Rankings (who may evict whom):
 - `JOBS`: jobs outrank services: a pod with a device of 3g size or more (18,000 MiB or a whole GPU:
   the traces' jobs) has priority 1 and does not opt in; the rest (1g/2g services and the mixed
   workload's 2g notebooks) have priority 0 and opt in. Only a refused job evicts, and only services.
+- `EVERYONE_MOVES`, `JOBS_MOVES`: the same rankings with move-only on (the controller's default):
+  only sets whose every evicted pod the engine places again.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from typing import Any, Protocol
 from _baselines import BGpu, BNode, Pick
 
 from mig.annotations import EVICTABLE
-from mig.defrag import Advice, Holder, advise
+from mig.defrag import Advice, Holder, advise, replacement_order
 from mig.placement import ContainerRequest, GpuState, PodRequest
 from mig.types import Placement
 from webhooks.defrag import TokenBucket, _may_evict
@@ -80,6 +85,7 @@ class Ranking:
     priority: Callable[[Mems], int]
     evictable: Callable[[Mems], bool]
     pending_outranks: bool = False
+    move_only: bool = False  # the controller's --defrag-move-only
 
 
 def is_job(mems: Mems) -> bool:
@@ -90,19 +96,22 @@ def is_job(mems: Mems) -> bool:
 NONE = Ranking("evict: none opted in", lambda m: 0, lambda m: False)  # plain dynmig, replayed here
 EVERYONE = Ranking("evict: all opted in", lambda m: 0, lambda m: True, pending_outranks=True)
 JOBS = Ranking("evict: jobs > services", lambda m: int(is_job(m)), lambda m: not is_job(m))
-RANKINGS = (NONE, EVERYONE, JOBS)
+EVERYONE_MOVES = replace(EVERYONE, name="evict: all opted in, move only", move_only=True)
+JOBS_MOVES = replace(JOBS, name="evict: jobs > services, move only", move_only=True)
+RANKINGS = (NONE, EVERYONE, JOBS, EVERYONE_MOVES, JOBS_MOVES)
 MEANS = (
     "dynmig + defrag eviction: dynmig's engine places each pod; at each refusal the real advisor "
     "(mig/defrag.py) names\nthe cheapest set among the pods the controller may evict (its rule and its "
-    "6-a-minute token bucket,\ntrace time read as minutes), the set is evicted, the pod placed, and "
-    "each evicted pod recreated at once\nand placed by the engine or refused (it keeps its departure "
-    "time and evicts nothing itself). No PDBs;\npass interval and grace period taken as instant. "
-    f"'{NONE.name}': plain dynmig replayed. '{EVERYONE.name}': every running pod opted in\nand the "
-    "pending pod outranks it (the most the controller may evict). "
-    f"'{JOBS.name}': pods with a\n3g-or-larger device (jobs) have priority 1 and stay; the others "
-    "(1g/2g services, mixed's 2g notebooks)\nhave 0 and opted in. refused = arrivals never placed + "
-    "evicted pods not re-placed; refused work: their\nGPU share (cheapest model) times the minutes "
-    "they missed."
+    "6-a-minute token bucket,\ntrace time read as minutes), preferring sets whose pods it can place "
+    "again; the set is evicted, the pod\nplaced, and each evicted pod recreated at once and placed by "
+    "the engine or refused (it keeps its departure\ntime and evicts nothing itself). No PDBs; pass "
+    f"interval and grace period taken as instant. '{NONE.name}':\nplain dynmig replayed. "
+    f"'{EVERYONE.name}': every running pod opted in and the pending pod outranks it (the\nmost the "
+    f"controller may evict). '{JOBS.name}': pods with a 3g-or-larger device (jobs) have priority 1\n"
+    "and stay; the others (1g/2g services, mixed's 2g notebooks) have 0 and opted in. '..., move "
+    "only': the\ncontroller's default (--defrag-move-only), only sets whose every pod the engine places "
+    "again. refused =\narrivals never placed + evicted pods not re-placed; refused work: their GPU "
+    "share (cheapest model) times\nthe minutes they missed."
 )
 
 
@@ -131,6 +140,8 @@ class Outcome:
     too_large: int = 0  # of rate_limited: the set is larger than the bucket, never evicted
     advice_missed: int = 0  # a set was evicted and the engine still refused the pod
     not_exact: int = 0  # sets from a capped search (not proven cheapest)
+    advised_lost: int = 0  # evicted pods the advisor said would find no other home
+    misjudged: int = 0  # evicted pods placed again, or not, unlike the advice said
     lost_minutes: float = 0.0  # the evicted pods' run time so far, summed (work lost if they restart)
     refused_work: float = 0.0  # GPU-minutes refused: each refused pod's GPU share times the time it missed
     peak_per_minute: int = 0  # most evictions within any one minute of trace time
@@ -230,8 +241,12 @@ class _Replay:
         placed = self._place(key)  # the pending pod first: the scheduler retries it once the set is gone
         self.out.recovered += placed
         self.out.advice_missed += not placed
-        replaced = tuple(k for k in victims if self._place(k))  # then the recreated pods, at once
+        order = [int(h.name.rsplit("-", 1)[1]) for h in replacement_order(advice.victims)]
+        replaced = tuple(k for k in order if self._place(k))  # then the recreated pods, at once
         self.out.evicted_lost += len(victims) - len(replaced)
+        lost = {int(h.name.rsplit("-", 1)[1]) for h in advice.lost}
+        self.out.advised_lost += len(lost)
+        self.out.misjudged += len(lost.symmetric_difference(set(victims) - set(replaced)))
         for k in set(victims) - set(replaced):
             self._missed(k)
         self.out.sets.append(EvictionSet(self.now, key, victims, placed, replaced, advice.exact))
@@ -249,11 +264,20 @@ class _Replay:
                 tuple((gpu.uuid, place) for gpu, place, _ in picks),
                 self.rank.priority(kmems),
                 self.started[k] * SECONDS_PER_UNIT,
+                request=request(kmems),
             )
             pod = _pod(name_of(k), self.rank.evictable(kmems))
             holders.append(replace(holder, candidate=_may_evict(holder, pod, pending)))
         gpus = self.h.gpu_states(self.nodes)
-        return advise(request(mems), gpus, holders, {}, self.now * SECONDS_PER_UNIT, known_unplaceable=True)
+        return advise(
+            request(mems),
+            gpus,
+            holders,
+            {},
+            self.now * SECONDS_PER_UNIT,
+            known_unplaceable=True,
+            require_homes=self.rank.move_only,
+        )
 
 
 def gpu_share(nodes: Sequence[BNode], mems: Mems) -> float:
@@ -361,7 +385,8 @@ def report(
             f"at most {_cells([_ratio(r, p) for r, p in zip(refused, proved, strict=True)])}×; refused for no "
             f"set {_cells([o.no_set for o in runs])}, rate-limited {_cells([o.rate_limited for o in runs])} "
             f"(set > bucket {_cells([o.too_large for o in runs])}); peak evictions in a minute "
-            f"{_cells([o.peak_per_minute for o in runs])}"
+            f"{_cells([o.peak_per_minute for o in runs])}; evicted pods the advisor expected lost "
+            f"{_cells([o.advised_lost for o in runs])} (misjudged {_cells([o.misjudged for o in runs])})"
         )
         work = [o.refused_work for o in runs]
         print(

@@ -19,7 +19,9 @@ sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 from _baselines import BNode, catalog_node
 from _packing.eviction import (
     EVERYONE,
+    EVERYONE_MOVES,
     JOBS,
+    JOBS_MOVES,
     NONE,
     PER_MINUTE,
     RANKINGS,
@@ -57,6 +59,27 @@ def test_a_whole_gpu_job_with_no_empty_gpu_evicts_the_youngest_single_pod_which_
         assert (out.arrivals_refused, out.evictions, out.evicted_lost, out.refused) == (0, 1, 1, 1)
         assert out.recovered == 1 and out.lost_minutes == 1.0
         assert out.refused_work == 1 / 8 * 99.0  # a 1g (1 of 8 slices) for the 99 minutes it had left
+
+
+def test_with_move_only_the_controller_evicts_no_pod_the_engine_cannot_place_again():
+    # The same two A100s: every set would strand a pod (the 1g service or the first job), so nothing
+    # is evicted and the second job is refused, as plain dynmig refuses it.
+    trace = [(0.0, WHOLE, 100.0), (1.0, ONE_G, 100.0), (2.0, WHOLE, 100.0)]
+    for ranking in (EVERYONE_MOVES, JOBS_MOVES):
+        out = replay(trace, a100s(2), ranking)
+        assert (out.arrivals_refused, out.no_set, out.evictions, out.refused) == (1, 1, 0, 1), ranking.name
+
+
+def test_the_advisor_moves_two_small_services_rather_than_evict_a_whole_gpu_job_that_has_no_other_home():
+    # Three A100s: a whole-GPU job (GPU 0), two 1g services (GPU 1), a 3g job and a 2g service (GPU 2).
+    # A second whole-GPU job arrives. Evicting the first job is one pod, but it has no other home;
+    # the two services fit again beside the 3g and 2g, so they go and the fleet refuses nothing.
+    trace = [(0.0, WHOLE, 100.0), (0.5, ONE_G, 100.0), (0.6, ONE_G, 100.0), (1.0, THREE_G, 100.0)]
+    trace += [(1.1, TWO_G, 100.0), (2.0, WHOLE, 100.0)]
+    for ranking in (EVERYONE, EVERYONE_MOVES):
+        out = replay(trace, a100s(3), ranking)
+        assert out.sets == [EvictionSet(2.0, 5, (1, 2), True, (1, 2), True)], ranking.name
+        assert (out.refused, out.evicted_lost, out.advised_lost, out.misjudged) == (0, 0, 0, 0)
 
 
 def test_the_evicted_pod_is_placed_again_where_slices_are_left_and_nothing_is_refused():
@@ -111,6 +134,9 @@ def _accounted(out: Outcome, arrivals: list, ranking) -> None:
     assert out.recovered == len(out.sets)
     assert out.arrivals_refused == out.no_set + out.rate_limited + out.advice_missed
     assert out.arrivals_refused == sum(out.by_kind.values())
+    assert out.misjudged == 0, "an evicted pod fared otherwise than the advice said"
+    if ranking.move_only:
+        assert out.evicted_lost == 0 and out.advised_lost == 0
     for s in out.sets:
         assert s.pending not in s.victims and set(s.replaced) <= set(s.victims)
         assert all(v < s.pending for v in s.victims)  # only pods that arrived earlier (running) go
@@ -121,7 +147,7 @@ def _accounted(out: Outcome, arrivals: list, ranking) -> None:
 
 def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for():
     arrivals = placement.trace(400, 2.0, placement.SEED, placement.MIX)  # 2 nodes × 4 GPUs, overloaded
-    for ranking in (EVERYONE, JOBS):
+    for ranking in (EVERYONE, JOBS, EVERYONE_MOVES, JOBS_MOVES):
         nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
         out = replay(arrivals, nodes, ranking)
         _accounted(out, arrivals, ranking)

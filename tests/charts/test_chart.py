@@ -284,12 +284,19 @@ def test_defrag_eviction_is_off_by_default_and_turning_it_on_grants_only_the_evi
         [],
         {k["name"]: k["value"] for k in container(one(docs, "Deployment"), "server")["env"] if "value" in k},
     )
-    assert cfg.defrag_evict is False
+    assert cfg.defrag_evict is False and cfg.defrag_move_only is True
     assert "pods/eviction" not in cluster_grants(docs, "-server")
     on = render("1.35", "server.defrag.evict=true", "server.defrag.evictionsPerMinute=3")
     server = container(one(on, "Deployment"), "server")
     cfg = parse_args([], {k["name"]: k["value"] for k in server["env"] if "value" in k})
     assert (cfg.defrag_evict, cfg.defrag_evictions_per_minute, cfg.defrag_interval) == (True, 3, 10.0)
+    assert cfg.defrag_move_only is True  # evicting moves pods; stranding one is asked for explicitly
+    strands = render("1.35", "server.defrag.evict=true", "server.defrag.moveOnly=false")
+    server = container(one(strands, "Deployment"), "server")
+    assert (
+        parse_args([], {k["name"]: k["value"] for k in server["env"] if "value" in k}).defrag_move_only
+        is False
+    )
     assert cluster_grants(on, "-server")["pods/eviction"] == {"create"}
     assert "delete" not in cluster_grants(on, "-server")["pods"]  # evictions only, never a plain delete
 

@@ -196,16 +196,114 @@ def test_a_capped_search_still_names_a_working_set_and_says_it_is_not_proven_che
     assert "not proven cheapest" in advice_text(advice)
 
 
-def test_the_advice_line_names_the_pods_the_node_and_what_the_pod_then_gets():
+def test_the_advice_line_names_the_pods_the_node_what_the_pod_then_gets_and_that_bare_pods_are_lost():
     fleet = fleet_of(SEVEN_ONE_G, {("n0", 0): "A100-SXM4-40GB"})
     text = advice_text(advise(pod(20000), fleet, SEVEN_ONE_G, now=NOW))
     assert text == (
         "defrag: removing 3 pod(s) on n0 (default/p4, default/p5, default/p6) would let it be placed "
-        "and get 3g.20gb on GPU-n0-0 at 4:4"
+        "and get 3g.20gb on GPU-n0-0 at 4:4; evicts default/p4 (not recreated), default/p5 (not "
+        "recreated), default/p6 (not recreated)"
     )
 
 
+# ---- where the removed pods go -------------------------------------------------------------------
+
+ONE_G, WHOLE = pod(4000), pod(None)
+
+
+def test_the_advisor_moves_two_small_services_rather_than_evict_a_whole_gpu_job_that_has_no_other_home():
+    # n0: a whole-GPU job on GPU 0, two 1g services on GPU 1; n1: one A100 with room for both services.
+    holders = [
+        holder("job", "n0", 0, 0, 8, started=NOW - 5, request=WHOLE),
+        holder("svc-a", "n0", 1, 0, 1, started=NOW - 5, request=ONE_G),
+        holder("svc-b", "n0", 1, 1, 1, started=NOW - 5, request=ONE_G),
+        holder("other", "n1", 0, 0, 4, candidate=False, request=pod(20000)),
+    ]
+    shape = {("n0", 0): "A100-SXM4-40GB", ("n0", 1): "A100-SXM4-40GB", ("n1", 0): "A100-SXM4-40GB"}
+    fleet = fleet_of(holders, shape)
+    advice = advise(WHOLE, fleet, holders, now=NOW)
+    assert names(advice) == ["svc-a", "svc-b"] and advice.exact and not advice.lost
+    assert [(m.victim.name, m.plan.node if m.plan else None) for m in advice.moves] == [
+        ("default/svc-a", "n1"),
+        ("default/svc-b", "n1"),
+    ]
+    assert placed_after(advice, WHOLE, fleet, holders) is not None
+
+
+def test_between_single_pods_the_one_whose_replacement_has_a_home_goes_even_if_it_ran_longer():
+    # n0: a young bare 3g pod at 0:4 and an old 2g service at 4:2; n1 has room for a 2g, not a 3g.
+    holders = [
+        holder("young-bare", "n0", 0, 0, 4, started=NOW - 5),  # no request: nothing recreates it
+        holder("old", "n0", 0, 4, 2, started=NOW - 5000, request=pod(9000)),
+        holder("n1-job", "n1", 0, 0, 4, candidate=False, request=pod(20000)),
+        holder("n1-svc", "n1", 0, 6, 1, candidate=False, request=ONE_G),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n1", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(20000), fleet, holders, now=NOW)
+    assert names(advice) == ["old"] and not advice.lost
+    text = advice_text(advice)
+    assert text.endswith("; moves default/old to n1 (2g.10gb on GPU-n1-0 at 4:2)"), text
+
+
+def test_a_more_important_pod_is_never_disturbed_to_spare_a_less_important_one_its_home():
+    holders = [
+        holder("low-stuck", "n0", 0, 0, 4, priority=0, request=pod(20000)),
+        holder("high-mobile", "n0", 0, 4, 4, priority=5, request=ONE_G),
+        holder("n1-job", "n1", 0, 0, 4, candidate=False, request=pod(20000)),
+        holder("n1-svc", "n1", 0, 6, 1, candidate=False, request=ONE_G),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n1", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(20000), fleet, holders, now=NOW)
+    assert names(advice) == ["low-stuck"]
+    assert [h.name for h in advice.lost] == ["default/low-stuck"]
+    assert "evicts default/low-stuck (no other home)" in advice_text(advice)
+
+
+def test_with_homes_required_a_set_that_strands_a_pod_is_never_named_and_the_refusal_says_why():
+    holders = [holder("job", "n0", 0, 0, 8, request=WHOLE)]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    assert names(advise(WHOLE, fleet, holders, now=NOW)) == ["job"]
+    moving = advise(WHOLE, fleet, holders, now=NOW, require_homes=True)
+    assert not moving.found
+    assert "no other home" in moving.why_none
+
+
+def test_with_homes_required_the_advisor_takes_a_dearer_set_whose_pods_all_move():
+    holders = [
+        holder("job", "n0", 0, 0, 8, priority=0, request=WHOLE),
+        holder("svc", "n0", 1, 0, 1, priority=3, request=ONE_G),
+    ]
+    # n1 holds slices no candidate owns (0:4 and 4:1): room for a 1g, not for a whole-GPU job
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB", ("n0", 1): "A100-SXM4-40GB"})
+    fleet.append(gpu("n1", 0, [Placement(0, 4), Placement(4, 1)]))
+    assert names(advise(WHOLE, fleet, holders, now=NOW)) == ["job"]  # priority 0 beats 3
+    advice = advise(WHOLE, fleet, holders, now=NOW, require_homes=True)
+    assert names(advice) == ["svc"] and advice.moves[0].plan is not None
+    assert advice.moves[0].plan.node == "n1"
+
+
+def test_a_two_device_pods_advice_also_prefers_the_set_whose_pods_can_move():
+    # n0: two A100s, each with a young 3g job and an old 1g service; n1 has room for two 1g, no 3g.
+    # The pod asks for two 3g devices: both jobs (no other home) or both services (they move).
+    holders = [
+        holder("job0", "n0", 0, 0, 4, started=NOW - 1, request=pod(20000)),
+        holder("svc0", "n0", 0, 4, 1, started=NOW - 500, request=ONE_G),
+        holder("job1", "n0", 1, 0, 4, started=NOW - 1, request=pod(20000)),
+        holder("svc1", "n0", 1, 4, 1, started=NOW - 500, request=ONE_G),
+        holder("n1-job", "n1", 0, 0, 4, candidate=False, request=pod(20000)),
+        holder("n1-svc", "n1", 0, 4, 1, candidate=False, request=ONE_G),
+    ]
+    shape = {("n0", 0): "A100-SXM4-40GB", ("n0", 1): "A100-SXM4-40GB", ("n1", 0): "A100-SXM4-40GB"}
+    fleet = fleet_of(holders, shape)
+    advice = advise(pod(20000, count=2), fleet, holders, now=NOW)
+    assert names(advice) == ["svc0", "svc1"] and advice.exact and not advice.lost
+    assert placed_after(advice, pod(20000, count=2), fleet, holders) is not None
+
+
 # ---- brute force on small fleets ---------------------------------------------------------------
+
+
+REQUESTS = {1: [pod(4000), pod(9000)], 2: [pod(9000)], 4: [pod(20000)], 8: [pod(None)]}
 
 
 @st.composite
@@ -218,10 +316,12 @@ def small_worlds(draw: st.DrawFn):
     for (node, i), model in sorted(shape.items()):
         mask = 0
         for k in range(draw(st.integers(0, 5))):
-            p = draw(st.sampled_from(draw(st.sampled_from(PROFILES[model])).placements))
+            profile = draw(st.sampled_from(PROFILES[model]))
+            p = draw(st.sampled_from(profile.placements))
             if p.mask & mask:
                 continue
             mask |= p.mask
+            known = REQUESTS.get(p.size, []) if model == "A100-SXM4-40GB" else []
             holders.append(
                 Holder(
                     f"ns/{node}-{i}-{k}",
@@ -231,6 +331,7 @@ def small_worlds(draw: st.DrawFn):
                     started=NOW - draw(st.sampled_from([1, 50, 900])),
                     groups=draw(st.sampled_from([(), (), ("ns/web",)])),
                     candidate=draw(st.integers(0, 5)) > 0,
+                    request=draw(st.sampled_from([*known, pod(profile.memory_mb), None])),
                 )
             )
     budgets = {"ns/web": draw(st.integers(0, 2))}
@@ -239,38 +340,67 @@ def small_worlds(draw: st.DrawFn):
     return shape, holders, budgets, pod(request, count)
 
 
-def _brute_force(shape, holders, budgets, p):
-    """Every subset of candidates, cheapest first by the cost's priority/count/sum/age terms."""
-    pool = [h for h in holders if h.candidate]
+def _lost_after(shape, holders, subset, p) -> int | None:
+    """Independently of the advisor: free the subset, place the pod, then each removed pod's
+    replacement (most important first) anywhere; how many find no place, or None when the pod does
+    not land with every removed pod in its way."""
+    gone = {h.name for h in subset}
+    index = PlacementIndex(fleet_of([h for h in holders if h.name not in gone], shape))
+    plan = index.plan(p)
+    if not isinstance(plan, Plan):
+        return None
+    given = {(d.gpu_uuid, d.placement) for d in plan.devices}
+    if not all(
+        any(u == gu and q.mask & gp.mask for u, q in h.placements for gu, gp in given) for h in subset
+    ):
+        return None
+    index.apply(plan)
+    lost = 0
+    for h in sorted(subset, key=lambda h: (-h.priority, h.name)):
+        again = index.plan(h.request) if h.request is not None else None
+        if isinstance(again, Plan):
+            index.apply(again)
+        else:
+            lost += 1
+    return lost
+
+
+def _brute_force(shape, holders, budgets, p, require_homes=False):
+    """Every subset of candidates on one node, cheapest first by the cost's priority/lost/count/sum/age."""
     best = None
-    for k in range(len(pool) + 1):
-        for subset in combinations(pool, k):
-            if within_budgets(subset, budgets):
-                continue
-            gone = {h.name for h in subset}
-            fleet = fleet_of([h for h in holders if h.name not in gone], shape)
-            if isinstance(PlacementIndex(fleet).plan(p), Plan):
-                c = cost("", subset, NOW)[:4]
+    for node in sorted({n for n, _ in shape}):
+        pool = [h for h in holders if h.candidate and h.node == node]
+        for k in range(1, len(pool) + 1):
+            for subset in combinations(pool, k):
+                if within_budgets(subset, budgets):
+                    continue
+                lost = _lost_after(shape, holders, subset, p)
+                if lost is None or (require_homes and lost):
+                    continue
+                c = cost("", subset, NOW, lost)[:5]
                 best = c if best is None or c < best else best
     return best
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_worlds())
-def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(world):
+@given(small_worlds(), st.booleans())
+def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(world, require_homes):
     shape, holders, budgets, p = world
     fleet = fleet_of(holders, shape)
-    advice = advise(p, fleet, holders, budgets, now=NOW)
+    advice = advise(p, fleet, holders, budgets, now=NOW, require_homes=require_homes)
     if isinstance(PlacementIndex(fleet).plan(p), Plan):
         assert not advice.found
         return
     assume(sum(h.candidate for h in holders) <= 10)  # 2^10 subsets: brute force stays quick
-    cheapest = _brute_force(shape, holders, budgets, p)
+    cheapest = _brute_force(shape, holders, budgets, p, require_homes)
     if cheapest is None:
         assert not advice.found
         return
     assert advice.found and advice.exact
-    assert cost("", advice.victims, NOW)[:4] == cheapest
+    lost = len(advice.lost)
+    assert cost("", advice.victims, NOW, lost)[:5] == cheapest
+    assert _lost_after(shape, holders, advice.victims, p) == lost  # the moves it names are the engine's
+    assert len(advice.moves) == len(advice.victims)
     assert within_budgets(advice.victims, budgets) == ""
     assert all(h.candidate and h.node == advice.node for h in advice.victims)
     assert placed_after(advice, p, fleet, holders) is not None

@@ -24,12 +24,22 @@ def admin(apiserver) -> client.CoreV1Api:
     return client.CoreV1Api(apiserver.api_client("admin"))
 
 
-def gpu_pod(name: str, memory: int, priority: int = 0, evictable: bool = False, app: str = "") -> dict:
+def gpu_pod(
+    name: str, memory: int, priority: int = 0, evictable: bool = False, app: str = "", owned: bool = False
+) -> dict:
+    """A MIG pod; `owned`: a ReplicaSet controls it (so an eviction is followed by a replacement)."""
     annotations = {EVICTABLE: "true"} if evictable else {}
+    owners = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs", "uid": f"rs-{name}"}]
+    owners[0]["controller"] = True
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations, "labels": {"app": app or name}},
+        "metadata": {
+            "name": name,
+            "annotations": annotations,
+            "labels": {"app": app or name},
+            **({"ownerReferences": owners} if owned else {}),
+        },
         "spec": {
             "priority": priority,  # what the Priority admission plugin sets from a PriorityClass
             "terminationGracePeriodSeconds": 1,
@@ -71,23 +81,33 @@ def events(apiserver, reason: str) -> list[dict]:
     return [e for e in items if e["reason"] == reason]
 
 
-def fill_one_a100(apiserver) -> None:
-    """An A100-40GB held by two 3g.20gb pods, both opted in, the one of app 'guarded' under a budget."""
+def fill_one_a100(apiserver, loose: int = 20000, owned: bool = False) -> None:
+    """An A100-40GB held by a 3g.20gb pod of app 'guarded' under a budget and a 'loose' pod (a 3g.20gb
+    unless told), both opted in."""
     apiserver.create(node("n1", "A100-SXM4-40GB", gpus=1))
     api = admin(apiserver)
     api.create_namespaced_pod("team", gpu_pod("guarded", 20000, evictable=True))
     running(apiserver, "guarded")
-    api.create_namespaced_pod("team", gpu_pod("loose", 20000, evictable=True))
+    api.create_namespaced_pod("team", gpu_pod("loose", loose, evictable=True, owned=owned))
     running(apiserver, "loose")
     guard(apiserver, "guarded")
 
 
-def test_with_eviction_on_the_controller_evicts_the_set_no_budget_protects_and_the_pod_lands(
+def test_with_eviction_on_the_controller_moves_the_pod_no_budget_protects_and_the_pending_pod_lands(
     apiserver, cluster, plugin
 ):
-    fill_one_a100(apiserver)
+    # n1 (A100): 'guarded' 3g under a budget and 'loose', a ReplicaSet's 1g; n2 (A30) has a 1g of
+    # another team's, so the 3g 'urgent' fits nowhere, and loose's replacement fits beside it on n2.
+    fill_one_a100(apiserver, loose=4000, owned=True)
+    apiserver.create(node("n2", "A30", gpus=1))
+    anchor = gpu_pod("anchor", 4000)
+    anchor["metadata"]["annotations"]["nvidia.com/use-gputype"] = "A30"
+    admin(apiserver).create_namespaced_pod("team", anchor)
+    running(apiserver, "anchor")
+    assert read(apiserver, "anchor")["spec"]["nodeName"] == "n2"
     defrag = cluster.service.defrag
     defrag.evict = True
+    assert defrag.move_only  # the default
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
     assert eventually(lambda: events(apiserver, "FilteringFailed")), "the pod was never refused"
     done = defrag.pass_once()
@@ -96,10 +116,9 @@ def test_with_eviction_on_the_controller_evicts_the_set_no_budget_protects_and_t
     assert read(apiserver, "guarded")["metadata"].get("deletionTimestamp") is None
     (evicted,) = events(apiserver, "DefragEvicted")
     assert evicted["involvedObject"]["name"] == "loose" and "to place team/urgent" in evicted["message"]
-    assert (
-        "evicting 1 pod(s) on n1 (team/loose)"
-        in read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
-    )
+    assert "its replacement is expected on n2 (1g.6gb" in evicted["message"]
+    advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    assert "evicting 1 pod(s) on n1 (team/loose)" in advice and "; moves team/loose to n2 (1g.6gb" in advice
     assert defrag.pass_once() == []  # the victim is still terminating: nothing more is evicted
     assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
     (alloc,) = decode_allocations(read(apiserver, "urgent")["metadata"]["annotations"][MIG_ALLOCATIONS])
@@ -170,3 +189,33 @@ def test_pods_that_did_not_opt_in_or_matter_as_much_are_never_evicted(apiserver,
     done = defrag.pass_once()
     assert len(done) == 1 and "no evictable set" in done[0]
     assert not events(apiserver, "DefragEvicted")
+
+
+def test_with_move_only_a_pod_with_no_other_home_is_not_evicted_and_the_pending_pod_is_told_why(
+    apiserver, cluster, plugin
+):
+    fill_one_a100(apiserver, owned=True)  # one A100: an evicted 3g has nowhere else to go
+    defrag = cluster.service.defrag
+    defrag.evict = True
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    (done,) = defrag.pass_once()
+    assert "no evictable set" in done and "team/guarded-budget" in done and "no other home" in done
+    assert not events(apiserver, "DefragEvicted")
+    assert read(apiserver, "loose")["metadata"].get("deletionTimestamp") is None
+    advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    assert advice.endswith("; evicts team/loose (no other home)"), advice
+
+
+def test_with_move_only_off_the_controller_evicts_a_pod_nothing_recreates_and_says_so(
+    apiserver, cluster, plugin
+):
+    fill_one_a100(apiserver)  # bare pods: no controller recreates them
+    defrag = cluster.service.defrag
+    defrag.evict, defrag.move_only = True, False
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert defrag.pass_once() == ["team/urgent: evicted team/loose"]
+    (evicted,) = events(apiserver, "DefragEvicted")
+    assert "nothing recreates it" in evicted["message"]
+    assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
