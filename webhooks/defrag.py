@@ -5,8 +5,8 @@ now (at most `max_pods` per pass, highest priority and oldest first):
 - the advice (mig/defrag.py) over the fleet as the scheduler sees it, among running MIG pods of no
   higher priority, within the PodDisruptionBudgets the API server reports, goes into the pod's
   `dynmig.io/defrag-advice` annotation (cleared once the pod is placed) and into the filter's
-  refusal (`advice_for`: a line of the FilteringFailed event and the advised node's FailedScheduling
-  reason);
+  refusal (`advice_for`: a line of the FilteringFailed event, and after the headline in every
+  refused node's FailedScheduling reason);
 - with `evict` on (off by default), the cheapest set among pods that opted in
   (`dynmig.io/evictable: "true"`) and have a strictly lower priority is evicted through the Eviction
   API (policy/v1, so the API server enforces the budgets: a 429 stops that set, and the next pass
