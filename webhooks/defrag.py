@@ -155,10 +155,16 @@ def status_advisor(
             if holder is not None:
                 holders.append(holder)
 
+    shared: list[tuple[Sequence[GpuState], Homes]] = []  # the fleet last asked about, and its homes
+
     def advice(pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState]) -> str:
         priority = pod_priority(pod)
         candidates = [replace(h, candidate=h.priority <= priority) for h in holders]
-        found = advise(request, gpus, candidates, budgets.allowed, when, known_unplaceable=True)
+        if not shared or shared[0][0] is not gpus:  # status asks for every pending pod over one fleet
+            shared[:] = [(gpus, Homes(gpus))]
+        found = advise(
+            request, gpus, candidates, budgets.allowed, when, known_unplaceable=True, homes=shared[0][1]
+        )
         return bounded(advice_text(found)) if found.found or "fits without" not in found.why_none else ""
 
     return advice
