@@ -194,12 +194,7 @@ class LockTable:
 
     def blocked(self, namespace: str, name: str) -> Blocked:
         """Nodes a bind of pod namespace/name would fail on right now, with the reason."""
-        cutoff = self.clock() - dt.timedelta(seconds=self.expiry)
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] < cutoff:
-            _, _, node, value = heapq.heappop(deadlines)
-            if self._blocking.get(node) is value:
-                del self._blocking[node]
+        self._expire()
         locks = self._blocking.copy()
         for node in self._owned.get((namespace, name), ()):
             locks.pop(node, None)
@@ -211,6 +206,16 @@ class LockTable:
             return  # unreadable or expired: takeable by any bind
         self._blocking[node] = value
         heapq.heappush(self._deadlines, (taken, next(self._seq), node, value))
+        self._expire()  # also here: the heap stays bounded by the locks taken within the expiry
+
+    def _expire(self) -> None:
+        """Forget locks past the expiry (the oldest first)."""
+        cutoff = self.clock() - dt.timedelta(seconds=self.expiry)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] < cutoff:
+            _, _, node, value = heapq.heappop(deadlines)
+            if self._blocking.get(node) is value:
+                del self._blocking[node]
 
 
 class Blocked(Mapping[str, str]):

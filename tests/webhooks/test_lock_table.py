@@ -126,3 +126,12 @@ def test_the_table_blocks_exactly_the_nodes_whose_lock_nodelock_would_refuse_to_
                 if value.owner != asking and not rule._takeable(value, exists)
             }
             assert set(table.blocked(*asking)) == expected, (op, asking)
+
+
+def test_a_table_fed_locks_for_hours_without_a_filter_keeps_only_those_within_the_expiry():
+    table, clock, _ = table_and_pods()
+    for minute in range(600):  # ten hours of a lock taken and released every minute, no filter reading
+        clock.now = T0 + dt.timedelta(minutes=minute)
+        table.set(f"n{minute % 50}", LockValue(clock.now, "team", f"p{minute}"), lambda ns, n: True)
+        table.set(f"n{minute % 50}", None, lambda ns, n: True)
+    assert len(table._deadlines) <= EXPIRY / 60 + 1
