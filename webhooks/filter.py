@@ -302,7 +302,12 @@ class Filter:
         text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
         # The same text for every refused node: kube-scheduler counts identical reasons, so its
         # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
-        per_node = refusal_text(refusal, closed) if refusal.reasons else f"{NODES_PREFIX}no MIG GPU"
+        hint = self.advice(uid)
+        per_node = (
+            refusal_text(refusal, closed, hint[1] if hint else "")
+            if refusal.reasons
+            else f"{NODES_PREFIX}no MIG GPU"
+        )
         failed = {node: blocked.get(node) or per_node for node in args.node_names}
         locked = (
             (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
@@ -310,11 +315,8 @@ class Filter:
             else ""
         )
         text = "; ".join(t for t in (locked, text) if t)
-        hint = self.advice(uid)
-        if hint is not None:  # its own line, and on the node it names
+        if hint is not None:  # its own line here; in every refused node's text, after the headline
             text += "\n" + hint[1]
-            if hint[0] in failed:
-                failed[hint[0]] = f"{failed[hint[0]]}; {hint[1]}"
         self.events.record(pod, "Warning", "FilteringFailed", text)
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
@@ -332,10 +334,14 @@ NODES_PREFIX = "node(s) cannot place the pod's MIG devices: "
 MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)
 
 
-def refusal_text(refusal: Refusal, extra: list[str]) -> str:
+def refusal_text(refusal: Refusal, extra: list[str], advice: str = "") -> str:
     """One refused node's FailedNodes text: the prefix and headline (together under 300 characters),
-    then ` Per GPU: ` and the per-GPU detail, capped with "and N more GPUs"."""
-    head = f"{NODES_PREFIX}{refusal.headline()}"
+    the defrag advice if any, then ` Per GPU: ` and the per-GPU detail, capped with "and N more GPUs".
+
+    The advice goes on every refused node, not only the one it names: kube-scheduler groups nodes by
+    identical text, so one text keeps its FailedScheduling to one group (the advice names its node),
+    and before the detail it survives the event's 1 KiB cut."""
+    head = f"{NODES_PREFIX}{refusal.headline()}" + (f"; {advice}" if advice else "")
     return refusal.text(MAX_NODE_TEXT, extra, head=head)
 
 

@@ -70,3 +70,39 @@ def test_status_respects_the_budgets_it_is_given():
     pending = {"metadata": {"namespace": "team", "name": "big"}, "spec": {}}
     text = status_advisor(pods, [pdb])(pending, PodRequest((ContainerRequest(1, 20000),)), states(pods))
     assert "(team/other)" in text
+
+
+def test_status_says_the_pod_it_would_remove_moves_to_another_node_when_its_controller_recreates_it():
+    # n1: 'low' (a ReplicaSet's 1g at 6:1) and 'stays' (3g at 0:4, more important); n2: a 3g and a
+    # 2g leave a 1g free. A 3g fits nowhere; removing low frees 4:4 and its replacement goes to n2.
+    low = holding("low", 0, priority=1)
+    low["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "low-rs", "uid": "rs-1", "controller": True}
+    ]
+    low["spec"]["containers"] = [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}}}
+    ]
+    pods = [_at(low, 6, 1, "1g.5gb"), holding("stays", 0, priority=50)]
+    pods += [
+        holding("n2-job", 0, priority=50, node="n2"),
+        _at(holding("n2-svc", 0, 50, "n2"), 4, 2, "2g.10gb"),
+    ]
+    gpus = [g for n in ("n1", "n2") for g in _states(n, pods)]
+    pending = {"metadata": {"namespace": "team", "name": "big"}, "spec": {"priority": 10}}
+    text = status_advisor(pods)(pending, PodRequest((ContainerRequest(1, 20000),)), gpus)
+    assert text.startswith("defrag: removing 1 pod(s) on n1 (team/low)"), text
+    assert text.endswith("; moves team/low to n2 (1g.5gb on GPU-n2-0 at 6:1)"), text
+
+
+def _at(pod: dict, start: int, size: int, profile: str) -> dict:
+    """The pod holding another placement (and profile) on its GPU."""
+    meta = pod["metadata"]["annotations"]
+    alloc = json.loads(meta[MIG_ALLOCATIONS])
+    alloc[0].update({"profile": profile, "placement": {"start": start, "size": size}})
+    meta[MIG_ALLOCATIONS] = json.dumps(alloc)
+    return pod
+
+
+def _states(node: str, pods: list[dict]):
+    published = node_gpus(node, registration(node, "A100-SXM4-40GB", 1))
+    return reconstruct(published, [u for p in pods if (u := pod_usage(p)) and u.node == node]).gpus

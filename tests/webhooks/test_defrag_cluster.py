@@ -153,6 +153,9 @@ def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_n
     apiserver, cluster, plugin
 ):
     fill_one_a100(apiserver)
+    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))  # full, with a pod that did not opt in
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("whole", 40000))
+    running(apiserver, "whole")
     defrag = cluster.service.defrag
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
     assert eventually(lambda: events(apiserver, "FilteringFailed"))
@@ -171,6 +174,13 @@ def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_n
         ),
         timeout=30,
     ), "kube-scheduler's FailedScheduling does not carry the advice for the node it names"
+    # both refused nodes carry one text, so kube-scheduler reports one group, the advice before
+    # the per-GPU detail (which its 1 KiB cut may shorten)
+    (told,) = [
+        e["message"] for e in events(apiserver, "FailedScheduling") if "defrag: removing" in e["message"]
+    ][-1:]
+    assert told.startswith("0/2 nodes are available: 2 node(s) cannot place the pod's MIG devices: "), told
+    assert told.index("defrag: removing 1 pod(s) on n1 (team/loose)") < told.index(" Per GPU: "), told
     assert not events(apiserver, "DefragEvicted")
     assert read(apiserver, "loose")["metadata"].get("deletionTimestamp") is None
 
