@@ -535,6 +535,10 @@ class _Search:
                     victims = _overlapping(g, p, owners)
                     if victims is None:
                         continue
+                    group = within_budgets(victims, self.budgets)
+                    if group:  # before it may prune dearer sets: a blocked set is no cheapest
+                        self.blocked.add(group)
+                        continue
                     quick = _quick(victims)
                     if top is not None and quick[0] > top[0] and not self.require_homes:
                         continue  # a more important pod: never cheaper, whatever it loses

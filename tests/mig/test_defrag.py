@@ -122,6 +122,20 @@ def test_a_budget_that_allows_no_disruption_moves_the_advice_to_the_other_set():
     assert advice.blocked_by_budget == ("default/web",)
 
 
+def test_a_more_important_pod_goes_when_the_only_cheaper_set_is_held_by_a_budget():
+    # 0:4 is held by a guarded priority-0 pod, 4:4 by a priority-5 one: the cheaper set on the leading
+    # terms is illegal, so it must not hide the dearer one that works (found by the brute force below)
+    holders = [
+        holder("guarded", "n0", 0, 0, 1, started=NOW - 1, groups=("default/web",)),
+        holder("other", "n0", 0, 4, 1, priority=5, started=NOW - 1, request=pod(4000)),
+    ]
+    fleet = fleet_of(holders, {("n0", 0): "A100-SXM4-40GB"})
+    advice = advise(pod(10000), fleet, holders, {"default/web": 0}, now=NOW)
+    assert names(advice) == ["other"]
+    assert advice.blocked_by_budget == ("default/web",)
+    assert placed_after(advice, pod(10000), fleet, holders) is not None
+
+
 def test_a_budget_counts_every_pod_of_its_group_in_the_set():
     web = [holder(f"w{s}", "n0", 0, s, 1, groups=("default/web",)) for s in (4, 5, 6)]
     fleet = fleet_of(web, {("n0", 0): "A100-SXM4-40GB"}, {"GPU-n0-0": [Placement(0, 4)]})
