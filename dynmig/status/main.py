@@ -17,9 +17,12 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 import yaml
@@ -146,19 +149,45 @@ def watch(
     until: float | None,
     clear: bool,
     sleep: Callable[[float], None] = time.sleep,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Re-draw whenever the text changes; with `until`, stop after that many seconds. Ctrl-C ends it."""
+    """Re-draw whenever the text changes; with `until`, stop after that many seconds. Ctrl-C ends it
+    (`stopped`: it was pressed, even if the KeyboardInterrupt it raised was swallowed)."""
     deadline = None if until is None else time.monotonic() + until
     last = None
-    while True:
+    while not stopped():
         text = draw()
         if text != last:
             out.write((CLEAR if clear else ("" if last is None else "\n---\n")) + text + "\n")
             out.flush()
             last = text
-        if deadline is not None and time.monotonic() >= deadline:
+        if stopped() or (deadline is not None and time.monotonic() >= deadline):
             return
         sleep(interval)
+
+
+@contextmanager
+def ctrl_c_noted() -> Iterator[threading.Event]:
+    """An Event set by Ctrl-C (SIGINT), which still raises KeyboardInterrupt as before.
+
+    Python drops an exception raised while a finalizer runs ("Exception ignored in ..."), so a
+    KeyboardInterrupt that lands in a socket's or response's `__del__` during garbage collection is
+    lost and a watch would go on drawing; the Event is not lost. Only the main thread may set a
+    signal handler: elsewhere the Event is never set and Ctrl-C behaves as Python's default."""
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        pressed.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
@@ -175,9 +204,9 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         if not args.watch:
             out.write(draw() + "\n")
             return EXIT_OK
-        watch(
-            draw, out, args.interval, args.watch_for, clear=out.isatty() and args.output in ("text", "wide")
-        )
+        with ctrl_c_noted() as pressed:
+            clear = out.isatty() and args.output in ("text", "wide")
+            watch(draw, out, args.interval, args.watch_for, clear=clear, stopped=pressed.is_set)
     except StatusError as error:
         print(f"dynmig status: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -3,7 +3,9 @@ reads from node and pod annotations, how it treats hostile ones, RBAC refusals a
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import yaml
 from registration_testkit import registration
 
 from dynmig.status.cluster import fleet_view
-from dynmig.status.main import main
+from dynmig.status.main import ctrl_c_noted, main, watch
 from mig.annotations import (
     DEVICES_ALLOCATED,
     MIG_ALLOCATIONS,
@@ -217,6 +219,30 @@ def test_ctrl_c_ends_a_watch_with_exit_status_0(api):
         watch.kill()
     assert watch.returncode == 0, err
     assert "Traceback" not in err
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one
+def test_a_watch_ends_after_ctrl_c_even_when_the_interrupt_is_swallowed_by_a_finalizer():
+    # Python drops an exception raised inside __del__; the noted press still ends the watch
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # its KeyboardInterrupt is "ignored" by Python
+
+    drawn: list[int] = []
+
+    def draw() -> str:
+        drawn.append(1)
+        if len(drawn) > 5:
+            raise AssertionError("the watch went on drawing after Ctrl-C")
+        if len(drawn) == 2:
+            Finalized()  # collected at once: Ctrl-C lands while it is finalized
+        return str(len(drawn))
+
+    out = io.StringIO()
+    with ctrl_c_noted() as pressed:
+        watch(draw, out, 0.0, None, clear=False, sleep=lambda _: None, stopped=pressed.is_set)
+    assert pressed.is_set()
+    assert len(drawn) == 2, "the watch went on drawing after Ctrl-C"
 
 
 def test_a_pod_that_does_not_fit_gets_the_defrag_advice_the_scheduler_would_give(api, capsys):
