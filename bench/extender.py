@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -215,6 +216,12 @@ def main() -> int:
         stop_children(children)
 
         rounds: list[dict[str, Any]] = []
+        results["http_parser"] = parser = _http_parser()
+        print(
+            f"both extenders: uvicorn over TLS, HTTP parsed by {parser}; no device plugin runs, so "
+            "every node lock stays until it expires",
+            flush=True,
+        )
         for r in range(ROUNDS):  # alternated, so load from elsewhere on the machine hits both alike
             print(
                 f"end to end, round {r + 1}/{ROUNDS}, simulated kube-scheduler on {NODES} nodes:", flush=True
@@ -227,7 +234,8 @@ def main() -> int:
             ratio = round(d["pods_per_second"] / max(n["pods_per_second"], 1e-9), 2)
             print(f"  no-op extender: {_e2e_line(n)}", flush=True)
             print(f"  dynmig serve:   {_e2e_line(d)}; {ratio}x the no-op extender", flush=True)
-            rounds.append({"noop": n, "dynmig": d, "ratio": ratio})
+            print(f"  load average after the round: {_load()}", flush=True)
+            rounds.append({"noop": n, "dynmig": d, "ratio": ratio, "load_average": _load()})
         results["rounds"] = rounds
         results["e2e_vs_noop"] = e2e = round(statistics.median(r["ratio"] for r in rounds), 2)
         print(f"  dynmig / no-op, median of {ROUNDS} rounds: {e2e}x (target >= {TARGETS['e2e_vs_noop']}x)")
@@ -261,6 +269,20 @@ def e2e_run(kind: str, r: int, fresh, work: Path, cert, key, ca, ctx, children: 
     return serve_bench.bench_end_to_end(
         api, f"https://127.0.0.1:{port}", ca.cert_pem(), extender_pid=serve.pid
     )
+
+
+def _load() -> str:
+    """The machine's 1-minute load average (the benches share two cores with other work)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _http_parser() -> str:
+    """Which HTTP parser uvicorn's http="auto" picks here, for dynmig serve and the no-op alike."""
+    try:
+        import httptools  # noqa: F401 - only asks whether it is installed
+    except ImportError:
+        return "h11 (pure Python)"
+    return "httptools"
 
 
 def _e2e_line(e: dict[str, Any]) -> str:
