@@ -205,7 +205,7 @@ def _quantity_maps(rt: ResourceType, obj: dict[str, Any]) -> list[tuple[str, dic
 
     if rt.key == ("", "pods"):
         pod_spec(obj.get("spec"), "spec")
-    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets")):
+    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets"), ("batch", "jobs")):
         template = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), dict) else None
         if isinstance(template, dict):
             pod_spec(template.get("spec"), "spec.template.spec")
