@@ -68,8 +68,8 @@ def decode(raw: bytes) -> dict[str, Any]:
         raise _bad(f"it nests deeper than {MAX_DEPTH} levels") from exc
     except ValueError as exc:
         raise _bad(f"invalid JSON: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise _bad(f"invalid YAML: {' '.join(str(exc).split())[:300]}") from exc
+    except yaml.YAMLError as exc:  # the real patcher's wording
+        raise ApiError(400, f"error decoding YAML: {' '.join(str(exc).split())[:300]}", "BadRequest") from exc
     if not isinstance(doc, dict):
         raise _bad(f"the body is {type(doc).__name__ if doc is not None else 'empty'}, not an object")
     return _plain(doc)

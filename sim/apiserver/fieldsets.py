@@ -25,7 +25,8 @@ _TAG_ORDER = {"f": 0, "k": 1, "v": 2, "i": 3}
 
 
 class FieldSetError(ValueError):
-    """A value that cannot be given a field set: a list item without its keys, duplicates."""
+    """A value that cannot be given a field set: a list item without its keys, duplicates, and in an
+    applied configuration a field its type does not declare."""
 
 
 def _json(value: Any) -> str:
@@ -120,6 +121,8 @@ def _fields(value: Any, t: str, path: Path, out: FieldSet, parent: str, field: s
     for key, child in value.items():
         ct, declared = child_type(sh, key)
         here = (*path, ("f", key))
+        if strict and sh.kind == "struct" and not declared:
+            raise FieldSetError(f"{render(here)}: field not declared in schema")
         _fields(child, ct, here, out, sh.model, key, strict)
         if child is None or (isinstance(child, dict) and not child) or not declared:
             out.add(here)

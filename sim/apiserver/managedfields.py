@@ -254,11 +254,7 @@ def apply(
     try:
         applied = _ownable(rt, subresource, fieldsets.field_set(config, t, strict=True))
     except fieldsets.FieldSetError as exc:
-        raise ApiError(
-            422,
-            f"failed to create typed patch object ({rt.group_version}, Kind={rt.kind}): {exc}",
-            "Invalid",
-        ) from exc
+        raise _untyped(rt, config, exc) from exc
     entries = _stored(live)
     key = (manager, "Apply", subresource)
     last = entries.get(key)
@@ -266,11 +262,7 @@ def apply(
     try:
         merged = fieldsets.merge(base, config, t)
     except fieldsets.FieldSetError as exc:
-        raise ApiError(
-            422,
-            f"failed to create typed patch object ({rt.group_version}, Kind={rt.kind}): {exc}",
-            "Invalid",
-        ) from exc
+        raise _untyped(rt, config, exc) from exc
     others = {k: e for k, e in entries.items() if k != key}
     if last is not None:
         keep = fieldsets.prefixes(applied.union(*(e.fields for e in others.values())))
@@ -288,6 +280,15 @@ def apply(
     mine.time = objects.now() if (last is None or merged != base or last.fields != applied) else last.time
     others[key] = mine
     return _with(merged, others)
+
+
+def _untyped(rt: ResourceType, config: dict[str, Any], exc: Exception) -> ApiError:
+    """The real field manager's error for a configuration its schema cannot type (a field the kind
+    does not declare, a list item without its keys, duplicate keys). kube-apiserver answers it as
+    a 500 with no reason; the simulation answers 422, the code of an invalid request, same text."""
+    meta = config.get("metadata") or {}
+    where = f"{meta.get('namespace', '')}/{meta.get('name', '')}; {rt.group}/{rt.version}, Kind={rt.kind}"
+    return ApiError(422, f"failed to create typed patch object ({where}): {exc}", "Invalid")
 
 
 def conflict_error(conflicts: list[tuple[Entry, Path]]) -> ApiError:

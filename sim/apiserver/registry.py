@@ -492,8 +492,8 @@ class Registry:
         req.check_manager("PatchOptions")
         config = apply.decode(raw)
         apply.check_object(req.rt, config, req.namespace, req.name)
+        # no fieldValidation here: a field the kind does not declare is always an error of apply's
         warnings: list[str] = []
-        req.check_fields(config, warnings)
         objects.canonicalize_quantities(req.rt, config)
         force = bool(req.force)
         with self.store.lock:

@@ -127,6 +127,22 @@ def test_two_appliers_share_the_container_list_by_name_and_each_removes_only_its
     assert ("OpenAPI-Generator", "Update") in _entries(apiserver.get("deployments", "web", "default"))
 
 
+def test_kubectl_writes_are_recorded_under_the_managers_kubectl_names(run, apiserver):
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"},
+        "data": {"a": "1"},
+    }
+    run("apply", "-f", "-", stdin=json.dumps(cm))  # client-side apply
+    run("label", "configmap", "c", "team=ml")
+    entries = _entries(apiserver.get("configmaps", "c", "default"))
+    assert entries[("kubectl-client-side-apply", "Update")]["fieldsV1"]["f:data"] == {".": {}, "f:a": {}}
+    assert entries[("kubectl-label", "Update")]["fieldsV1"] == {
+        "f:metadata": {"f:labels": {".": {}, "f:team": {}}}
+    }
+
+
 def test_a_server_dry_run_apply_creates_and_changes_nothing(run, apiserver):
     out = run("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=json.dumps(_deployment([WEB])))
     assert "serverside-applied (server dry run)" in out
@@ -166,9 +182,9 @@ def _raw_apply(apiserver, body: str, manager: str | None = "t") -> tuple[int, di
 @pytest.mark.parametrize(
     ("body", "code", "says"),
     [
-        ("kind: [unclosed", 400, "invalid YAML"),
+        ("kind: [unclosed", 400, "error decoding YAML"),
         ("- a list\n- not an object\n", 400, "not an object"),
-        ("apiVersion: apps/v1\nkind: Deployment\n---\nkind: Pod\n", 400, "invalid YAML"),
+        ("apiVersion: apps/v1\nkind: Deployment\n---\nkind: Pod\n", 400, "error decoding YAML"),
         (_deep(150), 400, "nests deeper than 100 levels"),
         (
             "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
@@ -190,8 +206,29 @@ def _raw_apply(apiserver, body: str, manager: str | None = "t") -> tuple[int, di
             "does not match the name on the URL",
         ),
         ("x: " + "y" * (3 * 1024 * 1024 + 1), 413, "Request entity too large"),
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nspec: {replicaz: 2}\n",
+            422,
+            "failed to create typed patch object (/; apps/v1, Kind=Deployment): .spec.replicaz: field not declared",
+        ),
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nspec: {template: {spec: {containers: [{image: x}]}}}\n",
+            422,
+            'omits key field "name"',
+        ),
     ],
-    ids=["malformed", "list", "two-documents", "deep", "alias-bomb", "version", "name", "huge"],
+    ids=[
+        "malformed",
+        "list",
+        "two-documents",
+        "deep",
+        "alias-bomb",
+        "version",
+        "name",
+        "huge",
+        "unknown",
+        "no-key",
+    ],
 )
 def test_a_hostile_apply_body_gets_a_4xx_naming_the_problem(apiserver, body, code, says):
     status, answer = _raw_apply(apiserver, body)
