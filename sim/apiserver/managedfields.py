@@ -13,8 +13,9 @@ start of its User-Agent (`kubectl/v1.35.0 (linux/amd64) ...` -> `kubectl`). Rule
   another manager owns is a 409 conflict unless forced, which moves ownership to the applier.
 - The identity fields (apiVersion, kind, metadata name/namespace/uid/...) are nobody's; status is
   not owned through the main endpoint of a kind with a status subresource, and only status is
-  owned through that subresource. A manager left with no fields is dropped. Entries are sorted
-  Apply before Update, then by time, then manager name.
+  owned through that subresource. A manager left with no fields is dropped; past 10 Update
+  entries the oldest merge into one `ancient-changes` entry. Entries are sorted Apply before
+  Update, then by time, then manager name.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from sim.apiserver.fieldsets import FieldSet, Path
 from sim.apiserver.resources import ResourceType
 
 MAX_MANAGER = 128  # validation.FieldManagerMaxLength
+MAX_UPDATERS = 10  # Update entries kept; older ones are merged into ANCIENT
+ANCIENT = "ancient-changes"
 _IDENTITY: tuple[Path, ...] = tuple(
     tuple(("f", p) for p in dotted.split("."))
     for dotted in (
@@ -234,7 +237,27 @@ def record_update(
         mine.api_version = rt.group_version
         mine.time = objects.now()
         entries[key] = mine
+    _cap_updates(entries, rt.group_version)
     return _with(new, entries)
+
+
+def _cap_updates(entries: dict[Key, Entry], api_version: str) -> None:
+    """At most MAX_UPDATERS Update entries: the oldest are merged into one `ancient-changes` entry,
+    as the real field manager's capManagersManager does."""
+    updaters = sorted(
+        (e for e in entries.values() if e.operation == "Update" and e.manager != ANCIENT),
+        key=lambda e: e.time,
+    )
+    bucket_key = (ANCIENT, "Update", "")
+    excess = len(updaters) + (bucket_key in entries) - MAX_UPDATERS
+    if excess <= 0:
+        return
+    bucket = entries.get(bucket_key) or Entry(ANCIENT, "Update", api_version)
+    for old in updaters[: excess + (bucket_key not in entries)]:
+        bucket.fields |= old.fields
+        bucket.time = max(bucket.time, old.time)
+        del entries[old.key]
+    entries[bucket_key] = bucket
 
 
 # ---- Apply -------------------------------------------------------------------------------------------

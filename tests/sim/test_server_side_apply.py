@@ -143,6 +143,17 @@ def test_kubectl_writes_are_recorded_under_the_managers_kubectl_names(run, apise
     }
 
 
+def test_many_updating_managers_are_capped_at_ten_entries_the_oldest_merged(apiserver):
+    core = kubernetes.client.CoreV1Api(apiserver.api_client("admin"))
+    core.create_namespaced_config_map("default", {"metadata": {"name": "c"}, "data": {}}, field_manager="m00")
+    for i in range(1, 13):
+        core.patch_namespaced_config_map("c", "default", {"data": {f"k{i}": "v"}}, field_manager=f"m{i:02}")
+    entries = _entries(apiserver.get("configmaps", "c", "default"))
+    assert len(entries) == 10 and ("ancient-changes", "Update") in entries
+    owned = {k for e in entries.values() for k in e["fieldsV1"].get("f:data", {}) if k != "."}
+    assert owned == {f"f:k{i}" for i in range(1, 13)}  # every field still has an owner
+
+
 def test_a_server_dry_run_apply_creates_and_changes_nothing(run, apiserver):
     out = run("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=json.dumps(_deployment([WEB])))
     assert "serverside-applied (server dry run)" in out
