@@ -196,7 +196,12 @@ def _job_status(o: dict[str, Any]) -> str:
     conds = {
         c.get("type"): c.get("status") for c in _status(o).get("conditions") or [] if isinstance(c, dict)
     }
-    for kind in ("Complete", "Failed", "Suspended", "FailureTarget", "SuccessCriteriaMet"):
+    for kind in ("Complete", "Failed"):
+        if conds.get(kind) == "True":
+            return kind
+    if (o.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    for kind in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
         if conds.get(kind) == "True":
             return kind
     return "Running"

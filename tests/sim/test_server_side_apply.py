@@ -310,3 +310,43 @@ def test_the_list_and_map_types_apply_merges_by_are_kubernetes_1_35s():
     assert {k: v for k, v in fieldtypes.LISTS.items() if k[0] in seen} == lists
     assert {k for k in fieldtypes.ATOMIC_MAPS if k[0] in seen} == atomic_maps
     assert {m for m in fieldtypes.ATOMIC_STRUCTS if m in seen} == atomic_structs
+
+
+RBAC_AND_JOB = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: read, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: reader}
+subjects: [{kind: ServiceAccount, name: sa, namespace: default}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once, namespace: default}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox}]
+"""
+
+
+def test_the_rbac_kinds_and_jobs_a_chart_installs_are_applied_and_printed_as_kubectl_shows_them(
+    run, apiserver
+):
+    out = run("apply", "--server-side", "-f", "-", stdin=RBAC_AND_JOB)
+    assert out.count("serverside-applied") == 3
+    job = apiserver.get("jobs", "once", "default")
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert job["spec"]["completions"] == 1 and job["spec"]["backoffLimit"] == 6
+    rows = run("get", "clusterrole/reader", "rolebinding/read", "job/once", "-o", "wide").split("\n")
+    assert rows[0].split() == ["NAME", "CREATED", "AT"]
+    assert rows[3].split()[:5] == ["NAME", "ROLE", "AGE", "USERS", "GROUPS"]
+    assert "ClusterRole/reader" in rows[4] and "default/sa" in rows[4]
+    assert rows[6].split()[:5] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert rows[7].split()[1:3] == ["Running", "0/1"]
