@@ -149,6 +149,12 @@ def columns(rt: ResourceType) -> list[Column]:
         ]
     if rt.key == ("batch", "jobs"):
         return _JOB_COLUMNS
+    if rt.key == ("networking.k8s.io", "networkpolicies"):
+        return [
+            ("Name", "string", 0, _name),
+            ("Pod-Selector", "string", 0, _pod_selector),
+            ("Age", "string", 0, _age),
+        ]
     if rt.group == "rbac.authorization.k8s.io":
         if rt.kind in ("ClusterRole", "Role"):
             return [("Name", "string", 0, _name), ("Created At", "date", 0, _created_at)]
@@ -158,6 +164,21 @@ def columns(rt: ResourceType) -> list[Column]:
         core = events.to_core if rt.stored_as else (lambda o: o)
         return [(n, t, p, _on(core, f)) for n, t, p, f in _EVENT_COLUMNS]
     return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
+
+
+def _pod_selector(o: dict[str, Any]) -> str:
+    """metav1.FormatLabelSelector of spec.podSelector: `<none>` for an empty one."""
+    sel = ((o.get("spec") or {}).get("podSelector")) or {}
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for expr in sel.get("matchExpressions") or []:
+        op, values = str(expr.get("operator", "")), ",".join(expr.get("values") or [])
+        key = expr.get("key", "")
+        parts.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
+                op, f"!{key}"
+            )
+        )
+    return ",".join(parts) or "<none>"
 
 
 def _created_at(o: dict[str, Any]) -> str:

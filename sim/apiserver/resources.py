@@ -161,6 +161,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     ResourceType(
         "admissionregistration.k8s.io",
         "v1",

@@ -38,6 +38,7 @@ MODELS = {
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): "V1ClusterRoleBinding",
     ("rbac.authorization.k8s.io", "Role"): "V1Role",
     ("rbac.authorization.k8s.io", "RoleBinding"): "V1RoleBinding",
+    ("networking.k8s.io", "NetworkPolicy"): "V1NetworkPolicy",
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): "V1MutatingWebhookConfiguration",
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): "V1ValidatingWebhookConfiguration",
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"): "V1ValidatingAdmissionPolicy",

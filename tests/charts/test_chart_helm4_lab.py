@@ -112,9 +112,20 @@ def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_the_lab_api_server(
     deployment = apiserver.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE)
     assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
-    _helm(apiserver, tmp_path, "upgrade", RELEASE, str(CHART), "--set", "server.replicas=2")
+    _helm(
+        apiserver,
+        tmp_path,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "--set",
+        "server.replicas=2",
+        "--set",
+        "networkPolicy.enabled=true",
+    )
     assert apiserver.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE)["spec"]["replicas"] == 2
     assert len(job_runner) == 4  # pre-upgrade and post-upgrade hooks, recreated
+    assert apiserver.get("networkpolicies", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is not None
 
     _helm(apiserver, tmp_path, "uninstall", RELEASE)
     assert apiserver.get("clusterroles", f"{RELEASE}-dynmig-server") is None
