@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,12 +295,9 @@ class Filter:
         locked = self.blocked(namespace, name)  # binding there would fail on the node lock
         held = self.pending.held_for_others(uid)
         blocked: Mapping[str, str] = _Excluded(held, locked) if held else locked
-        if held or locked:
-            out = set(locked).union(held)
-            candidates: Sequence[str] = [n for n in args.node_names if n not in out]
-        else:
-            candidates = args.node_names
-        outcome = self.fleet.plan_and_reserve(request, candidates, uid, namespace, name)
+        # the fleet's index keeps the excluded nodes out of its ranking until the next filter
+        out = set(locked).union(held) if held or locked else set()
+        outcome = self.fleet.plan_and_reserve(request, args.node_names, uid, namespace, name, out)
         if isinstance(outcome, Refusal):
             # The fleet forgot the pod's previous reservation; so does the record the bind would carry.
             earlier = self.pending.reservation(uid)

@@ -165,14 +165,23 @@ class Fleet:
 
     # ---- reservations by the filter ----------------------------------------------------------
     def plan_and_reserve(
-        self, request: PodRequest, nodes: Collection[str] | None, uid: str, namespace: str, name: str
+        self,
+        request: PodRequest,
+        nodes: Collection[str] | None,
+        uid: str,
+        namespace: str,
+        name: str,
+        blocked: Collection[str] = (),
     ) -> Refusal | tuple[Plan, PodUsage]:
-        """Plan the pod over `nodes` (None: every node) and hold the plan in memory, atomically: the
-        next plan already counts it, so two pods are never handed overlapping placements. A
-        re-filter never counts the pod's previous reservation (held or in flight)."""
+        """Plan the pod over `nodes` (None: every node) but none of `blocked`, and hold the plan in
+        memory, atomically: the next plan already counts it, so two pods are never handed
+        overlapping placements. A re-filter never counts the pod's previous reservation (held or in
+        flight). `blocked` (nodes a bind would fail on now) is kept in the index until the next plan,
+        so passing about the same set every time moves only the nodes that changed."""
         self.sweep()
         with self.lock:
             self._forget_pod(uid)
+            self.index.block(blocked)
             outcome = self.index.plan(request, nodes=nodes)
             if isinstance(outcome, Refusal):
                 return outcome

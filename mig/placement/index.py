@@ -4,6 +4,8 @@ GPUs are grouped by (profile set, occupancy mask, NVML type) and, inside a group
 their node. A decision evaluates each group once (a memoized table lookup), ranks (group, node fill)
 buckets, and only then looks at the GPUs of the best bucket, so a decision over 5,000 nodes × 8 GPUs
 does not walk every placement of every GPU. A reservation moves the GPUs of one node between buckets.
+A blocked node (`block`: the caller knows a bind there would fail now, e.g. on its node lock) keeps
+its GPUs out of the buckets until it is unblocked, so a decision never walks them to skip them.
 
 Multi-device pods: the pickiest device (largest request) leads. Nodes are tried in the order of the
 lead device's best candidate on them; on each, every device of the pod is planned together, largest
@@ -16,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
@@ -156,6 +159,8 @@ class PlacementIndex:
         self._sig: dict[str, tuple[_Snapshot, ...]] = {}
         # NVML type -> [schedulable GPUs, empty ones among them], for the whole-GPU model choice
         self._types: dict[str, list[int]] = {}
+        # nodes that are never candidates: their GPUs stay counted (fill, types, snapshots) but unbucketed
+        self._blocked: set[str] = set()
         for g in gpus:
             self.upsert(g)
 
@@ -209,6 +214,20 @@ class PlacementIndex:
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
 
+    def block(self, nodes: Iterable[str]) -> None:
+        """From now on exactly `nodes` are blocked: `plan` decides as if they were left out of its
+        `nodes` (they may be unknown yet, or change meanwhile). Only the nodes entering or leaving
+        the set move: a caller that passes its current set on every decision pays for the changes."""
+        wanted = set(nodes)
+        for node in wanted.symmetric_difference(self._blocked):
+            self._change(node, partial(self._toggle_block, node))
+
+    def _toggle_block(self, node: str) -> None:
+        if node in self._blocked:
+            self._blocked.discard(node)
+        else:
+            self._blocked.add(node)
+
     def _change(self, node: str, mutate: Callable[[], None]) -> None:
         """Apply a change to one node: its GPUs leave their buckets, change, and come back."""
         for g in self._nodes.get(node, {}).values():
@@ -224,15 +243,19 @@ class PlacementIndex:
         total = sum(g.profile_set.axis for g in live)
         self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
+        bucketed = node not in self._blocked
         for g in live:
             self._count_type(g, 1)
-            self._groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
+            if bucketed:
+                self._groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
             return
+        self._count_type(g, -1)  # a blocked node's GPUs count fleet-wide too (`_loss`)
+        if g.node in self._blocked:
+            return
         key, fill = g.group(), self._fill[g.node]
-        self._count_type(g, -1)
         buckets = self._groups[key]
         members = buckets[fill]
         del members[g.uuid]
@@ -257,11 +280,14 @@ class PlacementIndex:
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
-        """Place every requested device of `pod` on one node (restricted to `nodes` if given)."""
+        """Place every requested device of `pod` on one node (restricted to `nodes` if given), never
+        on a blocked node: the decision and refusal are the ones over `nodes` without the blocked."""
         devices = pod.devices()
         if not devices:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
+        if self._blocked:
+            allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
         shares = any(isinstance(d[2], Percent) for d in devices)
         largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
         lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -351,7 +377,8 @@ class PlacementIndex:
         # kube-scheduler sends a sample of the nodes (and the filter leaves out nodes locked by binds
         # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
         # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
-        sample = allowed is not None and len(allowed) * 10 < len(self._nodes) * 9
+        # (blocked nodes are not bucketed; the count of the others is a guess when some are unknown)
+        sample = allowed is not None and len(allowed) * 10 < (len(self._nodes) - len(self._blocked)) * 9
         for entries in _best_first(heads, groups):
             found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
             if not sample:
