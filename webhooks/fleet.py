@@ -176,13 +176,14 @@ class Fleet:
         """Plan the pod over `nodes` (None: every node) but none of `blocked`, and hold the plan in
         memory, atomically: the next plan already counts it, so two pods are never handed
         overlapping placements. A re-filter never counts the pod's previous reservation (held or in
-        flight). `blocked` (nodes a bind would fail on now) is kept in the index until the next plan,
-        so passing about the same set every time moves only the nodes that changed."""
+        flight). `blocked` (nodes a bind would fail on now) stays blocked in the index until the next
+        plan, so passing about the same set every time moves only the nodes that changed; every
+        other reader of the index (defrag, diagnoses) plans over blocked nodes too."""
         self.sweep()
         with self.lock:
             self._forget_pod(uid)
             self.index.block(blocked)
-            outcome = self.index.plan(request, nodes=nodes)
+            outcome = self.index.plan(request, nodes=nodes, skip_blocked=True)
             if isinstance(outcome, Refusal):
                 return outcome
             usage = usage_from_plan(uid, namespace, name, outcome)

@@ -5,7 +5,8 @@ their node. A decision evaluates each group once (a memoized table lookup), rank
 buckets, and only then looks at the GPUs of the best bucket, so a decision over 5,000 nodes × 8 GPUs
 does not walk every placement of every GPU. A reservation moves the GPUs of one node between buckets.
 A blocked node (`block`: the caller knows a bind there would fail now, e.g. on its node lock) keeps
-its GPUs out of the buckets until it is unblocked, so a decision never walks them to skip them.
+its GPUs in buckets of their own until it is unblocked, so a decision that skips blocked nodes never
+walks them, and any other decision ranks both kinds of bucket together.
 
 Multi-device pods: the pickiest device (largest request) leads. Nodes are tried in the order of the
 lead device's best candidate on them; on each, every device of the pod is planned together, largest
@@ -159,8 +160,9 @@ class PlacementIndex:
         self._sig: dict[str, tuple[_Snapshot, ...]] = {}
         # NVML type -> [schedulable GPUs, empty ones among them], for the whole-GPU model choice
         self._types: dict[str, list[int]] = {}
-        # nodes that are never candidates: their GPUs stay counted (fill, types, snapshots) but unbucketed
+        # blocked nodes: their GPUs count as any (fill, types, snapshots) but are bucketed in `_parked`
         self._blocked: set[str] = set()
+        self._parked: dict[tuple[int, int, str, int], dict[float, dict[str, _Gpu]]] = {}
         for g in gpus:
             self.upsert(g)
 
@@ -215,9 +217,10 @@ class PlacementIndex:
         return sorted(self._nodes)
 
     def block(self, nodes: Iterable[str]) -> None:
-        """From now on exactly `nodes` are blocked: `plan` decides as if they were left out of its
-        `nodes` (they may be unknown yet, or change meanwhile). Only the nodes entering or leaving
-        the set move: a caller that passes its current set on every decision pays for the changes."""
+        """From now on exactly `nodes` are blocked: `plan(..., skip_blocked=True)` decides as if they
+        were left out of its `nodes` (they may be unknown yet, or change meanwhile). Only the nodes
+        entering or leaving the set move: a caller that passes its current set on every decision
+        pays for the changes."""
         wanted = set(nodes)
         for node in wanted.symmetric_difference(self._blocked):
             self._change(node, partial(self._toggle_block, node))
@@ -243,26 +246,24 @@ class PlacementIndex:
         total = sum(g.profile_set.axis for g in live)
         self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
-        bucketed = node not in self._blocked
+        groups = self._parked if node in self._blocked else self._groups
         for g in live:
             self._count_type(g, 1)
-            if bucketed:
-                self._groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
+            groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
             return
-        self._count_type(g, -1)  # a blocked node's GPUs count fleet-wide too (`_loss`)
-        if g.node in self._blocked:
-            return
+        self._count_type(g, -1)
+        groups = self._parked if g.node in self._blocked else self._groups
         key, fill = g.group(), self._fill[g.node]
-        buckets = self._groups[key]
+        buckets = groups[key]
         members = buckets[fill]
         del members[g.uuid]
         if not members:
             del buckets[fill]
             if not buckets:
-                del self._groups[key]
+                del groups[key]
 
     def _count_type(self, g: _Gpu, step: int) -> None:
         counts = self._types.setdefault(g.type, [0, 0])
@@ -279,21 +280,25 @@ class PlacementIndex:
         return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb)
 
     # ---- planning ----------------------------------------------------------------------------
-    def plan(self, pod: PodRequest, nodes: Collection[str] | None = None) -> Plan | R.Refusal:
-        """Place every requested device of `pod` on one node (restricted to `nodes` if given), never
-        on a blocked node: the decision and refusal are the ones over `nodes` without the blocked."""
+    def plan(
+        self, pod: PodRequest, nodes: Collection[str] | None = None, skip_blocked: bool = False
+    ) -> Plan | R.Refusal:
+        """Place every requested device of `pod` on one node (restricted to `nodes` if given). With
+        `skip_blocked`, never on a blocked node: the decision and refusal are the ones over `nodes`
+        without the blocked ones, found without looking at their GPUs."""
         devices = pod.devices()
         if not devices:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
-        if self._blocked:
+        skip = skip_blocked and bool(self._blocked)
+        if skip:
             allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
         shares = any(isinstance(d[2], Percent) for d in devices)
         largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
         lead = min(devices, key=lambda d: _pickiness(d, largest))
         tried: set[str] = set()
         memo: _Memo = {}  # (profile set, mask, request, type) -> (key on a node, best), this decision
-        for g, cand in self._lead_candidates(pod, lead, allowed):
+        for g, cand in self._lead_candidates(pod, lead, allowed, skip):
             if g.node in tried:
                 continue
             tried.add(g.node)
@@ -308,7 +313,7 @@ class PlacementIndex:
         return pod.uuid_exclusion(g.uuid) is None
 
     def _lead_candidates(
-        self, pod: PodRequest, lead: Device, allowed: set[str] | None
+        self, pod: PodRequest, lead: Device, allowed: set[str] | None, skip_blocked: bool
     ) -> Iterator[tuple[_Gpu, _Candidate]]:
         """GPUs able to take the lead device, best first (lazily: only the best buckets are sorted).
 
@@ -342,7 +347,10 @@ class PlacementIndex:
         groups: list[_Group] = []
         heads: list[tuple[tuple[object, ...], int, list[float]]] = []
         fuller_first = pod.node_policy == BINPACK
-        for (_, mask, gtype, total), by_fill in self._groups.items():
+        # a blocked node's GPUs sit in `_parked` buckets; ranked beside the others, a bucket of each
+        # with the same key is one bucket (`_best_first`)
+        sources = (self._groups,) if skip_blocked else (self._groups, self._parked)
+        for (_, mask, gtype, total), by_fill in (item for source in sources for item in source.items()):
             if filtered:
                 ok = type_ok.get(gtype)
                 if ok is None:
@@ -377,8 +385,9 @@ class PlacementIndex:
         # kube-scheduler sends a sample of the nodes (and the filter leaves out nodes locked by binds
         # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
         # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
-        # (blocked nodes are not bucketed; the count of the others is a guess when some are unknown)
-        sample = allowed is not None and len(allowed) * 10 < (len(self._nodes) - len(self._blocked)) * 9
+        # (skipped blocked nodes are not ranked; the count of the others is a guess if some are unknown)
+        ranked = len(self._nodes) - (len(self._blocked) if skip_blocked else 0)
+        sample = allowed is not None and len(allowed) * 10 < ranked * 9
         for entries in _best_first(heads, groups):
             found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
             if not sample:

@@ -55,8 +55,10 @@ def test_a_blocked_node_is_never_chosen_and_the_others_rank_as_without_it(fleet,
                 held.append((g.uuid, placement))
         nodes = data.draw(st.one_of(st.none(), st.lists(st.sampled_from(names), unique=True)))
         candidates = [n for n in (names if nodes is None else nodes) if n not in blocked]
-        chosen = blocked_index.plan(pod, nodes)
+        chosen = blocked_index.plan(pod, nodes, skip_blocked=True)
         assert _outcome(chosen) == _outcome(plain.plan(pod, candidates))
+        # any other reader (defrag, diagnoses) plans over the blocked nodes too
+        assert _outcome(blocked_index.plan(pod, nodes)) == _outcome(plain.plan(pod, nodes))
         if isinstance(chosen, Plan) and chosen.devices:
             assert chosen.node not in blocked
             blocked_index.apply(chosen)
@@ -89,6 +91,6 @@ def test_a_blocked_nodes_gpus_still_count_when_a_whole_gpu_job_picks_its_model()
         PlacementIndex(fleet).plan(whole, ["a30-empty", "a100-empty"])
     )
     index.block({"a30-busy"})
-    chosen = index.plan(whole)
+    chosen = index.plan(whole, skip_blocked=True)
     assert isinstance(chosen, Plan)
     assert chosen.node == "a100-empty"
