@@ -151,3 +151,19 @@ def test_a_reservation_the_binding_carried_counts_once_from_filter_to_the_pods_e
     f.set_pod(bound_copy("a", "a", plan, usage, "6", phase="Succeeded"))  # the pod ended
     assert f.held("a") is None
     assert [uid for uid, _ in f.placements()[plan.devices[0].gpu_uuid]] == ["b"]
+
+
+def test_a_node_locked_at_one_filter_is_a_candidate_again_once_a_later_filter_finds_it_free():
+    f = fleet("n1", "n2")
+    locked = f.plan_and_reserve(request(), ["n1", "n2"], "a", "team", "a", {"n1"})
+    assert not isinstance(locked, Refusal) and locked[0].node == "n2"
+    assert isinstance(f.plan_and_reserve(request(80000), ["n1"], "b", "team", "b", {"n1"}), Refusal)
+    freed = f.plan_and_reserve(request(80000), ["n1", "n2"], "c", "team", "c")
+    assert not isinstance(freed, Refusal) and freed[0].node == "n1"
+
+
+def test_the_defrag_advisor_still_sees_room_on_a_node_locked_at_the_last_filter():
+    f = fleet("n1")
+    assert isinstance(f.plan_and_reserve(request(), ["n1"], "a", "team", "a", {"n1"}), Refusal)
+    with f.lock:  # how webhooks/defrag.py asks whether a pending pod fits now
+        assert not isinstance(f.index.plan(request()), Refusal)
