@@ -712,7 +712,7 @@ class _Search:
         if self.cut is None or (self.best is not None and self.best.cost[1] == 0):
             return
         seen: set[tuple[str, ...]] = set()
-        frontier = []
+        frontier: list[tuple[Cost, _Node, tuple[Holder, ...], tuple[Holder, ...], Mapping[str, int]]] = []
         for bound, node, victims, likely in sorted(self.seeds, key=lambda s: s[0])[:BEAM_SEEDS]:
             seen.add(tuple(h.name for h in victims))
             frontier.append((bound, node, victims, likely, _left_beside(self.pod, node, victims)))
@@ -787,10 +787,9 @@ class _Search:
                 continue
             seen.add(key)
             priced.append((cost(node.name, grown, self.now), key, grown, new))
-        children = priced
         scored = [
             (c, sum(not self.homes.fits_in(h.request, left) for h in new), key, grown)
-            for c, key, grown, new in children
+            for c, key, grown, new in priced
         ]
         if len(scored) > CHAIN_BRANCH:
             scored.sort(key=lambda ch: (ch[1], ch[0]))

@@ -349,7 +349,7 @@ def fleet_problems(
 
 
 # ---- the bench's lines ----------------------------------------------------------------------------
-def _cells(values: Sequence[float | int], fmt: str = "{}") -> str:
+def _cells(values: Sequence[object], fmt: str = "{}") -> str:
     return "[" + ", ".join(fmt.format(v) for v in values) + "]"
 
 

@@ -4,12 +4,11 @@ moved first; the advisor names both, in the order to evict them, and nothing che
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import combinations
 
-from mig.defrag import Holder, advice_text, advise, cost, eviction_order, within_budgets
-from mig.placement import PlacementIndex, Plan, PodRequest
+from mig.defrag import Holder, advice_text, advise, cost, eviction_order
+from mig.placement import PodRequest
 from mig.types import Placement
-from tests.mig.test_defrag import NOW, fleet_of, holder, names, placed_after, pod
+from tests.mig.test_defrag import NOW, _brute_force, _lost_after, fleet_of, holder, names, placed_after, pod
 
 A100 = "A100-SXM4-40GB"
 THREE_G, ONE_G, WHOLE = pod(20000), pod(4000), pod(None)
@@ -84,58 +83,11 @@ def test_a_service_that_may_not_go_leaves_no_chain():
 
 
 def _simulate(shape, holders, subset, p: PodRequest) -> int | None:
-    """Free the subset, place the pod anywhere, then each replacement in the controller's order:
-    most important first; then the pod whose slices a pod placed so far took; else those whose
-    request fits nowhere before the eviction, then by name. How many are lost, or None when the pod
-    does not land or some removed pod is in no one's way (neither the pod's nor a replacement's)."""
-    before = PlacementIndex(fleet_of(holders, shape))
-    gone = {h.name for h in subset}
-    index = PlacementIndex(fleet_of([h for h in holders if h.name not in gone], shape))
-    plan = index.plan(p)
-    if not isinstance(plan, Plan) or not plan.devices:
-        return None
-    index.apply(plan)
-    placed, plans, lost = [plan], {}, 0
-
-    def overlaps(q: Plan, h: Holder) -> bool:
-        return any(
-            u == d.gpu_uuid and pl.mask & d.placement.mask for u, pl in h.placements for d in q.devices
-        )
-
-    def fits_before(h: Holder) -> bool:
-        return h.request is not None and isinstance(before.plan(h.request), Plan)
-
-    left = sorted(subset, key=lambda h: (-h.priority, fits_before(h), h.name))
-    while left:
-        top = left[0].priority
-        h = next((x for x in left if x.priority == top and any(overlaps(q, x) for q in placed)), left[0])
-        left.remove(h)
-        again = index.plan(h.request) if h.request is not None else None
-        if isinstance(again, Plan) and again.devices:
-            index.apply(again)
-            placed.append(again)
-            plans[h.name] = again
-        else:
-            lost += 1
-    for h in subset:
-        if not overlaps(plan, h) and not any(overlaps(q, h) for n, q in plans.items() if n != h.name):
-            return None
-    return lost
+    return _lost_after(shape, holders, subset, p)
 
 
 def _cheapest(shape, holders, p, budgets=None, require_homes=True):
-    best = None
-    pool = [h for h in holders if h.candidate]
-    for k in range(1, len(pool) + 1):
-        for subset in combinations(pool, k):
-            if within_budgets(subset, budgets or {}):
-                continue
-            lost = _simulate(shape, holders, subset, p)
-            if lost is None or (require_homes and lost):
-                continue
-            c = cost("", subset, NOW, lost)[:5]
-            best = c if best is None or c < best else best
-    return best
+    return _brute_force(shape, holders, budgets or {}, p, require_homes)
 
 
 def test_no_cheaper_set_than_the_chain_exists_by_brute_force():
