@@ -58,10 +58,11 @@ from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
 MAX_MOVES = 100  # sets per advice whose removed pods are placed on the whole fleet to count the lost
-MAX_CHAIN_TRIALS = 40  # grown sets tried on the whole fleet per advice (`_Search.chains`)
+MAX_CHAIN_TRIALS = 24  # grown sets tried on the whole fleet per advice, per phase (`_Search.chains`, `beam`)
 MAX_CHAIN_DEPTH = 3  # steps of a chain: a stranded pod given a home by moving the pods in its way
 CHAIN_BRANCH = 24  # sets kept per step, cheapest first (the rest are a cut: not proven cheapest)
 MAX_CHAIN_STEPS = 12  # sets grown per advice by the uniform-cost search (each reads a pod's rooms)
+CHAIN_WINDOW = 16 * CHAIN_BRANCH  # rooms of a stranded pod read per step, cheapest first
 BEAM_SEEDS, BEAM_WIDTH = 6, 3  # past the budget: stranding sets grown per step, and sets each grows
 
 
@@ -761,7 +762,11 @@ class _Search:
         names = {h.name for h in victims}
         base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
         children = []
-        for quick, pods in self.rooms(stuck.request):
+        rooms = self.rooms(stuck.request)
+        for n, (quick, pods) in enumerate(rooms):
+            if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
+                self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))  # a bound every one meets
+                break
             new = [h for h in pods if h.name not in names]
             if not new:
                 continue
@@ -769,12 +774,10 @@ class _Search:
                 quick = _quick(new)
             lead = (max(base[0], quick[0]), 0, base[1] + quick[1], base[2] + quick[2])
             if self.best is not None and lead > self.best.cost[:4]:
+                if quick[0] > base[0] and n + 1 < len(rooms) and rooms[n + 1][0][0] >= quick[0]:
+                    break  # rooms are in order of priority: every one left is dearer too
                 continue  # dearer than the best on the leading terms, whatever its age
             children.append((lead, new))
-        if len(children) > 4 * CHAIN_BRANCH:  # read the likeliest few only (`cut` covers the rest)
-            children.sort(key=lambda ch: ch[0])
-            self._cut((*children[4 * CHAIN_BRANCH][0], 0.0, "", ()))
-            children = children[: 4 * CHAIN_BRANCH]
         priced = []
         for _, new in children:
             grown = tuple(sorted((*victims, *new), key=lambda h: h.name))
