@@ -761,7 +761,7 @@ class _Search:
             return []  # only a one-device pod is given a home by a chain
         names = {h.name for h in victims}
         base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
-        children = []
+        children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
         rooms = self.rooms(stuck.request)
         for n, (quick, pods) in enumerate(rooms):
             if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
