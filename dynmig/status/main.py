@@ -9,6 +9,10 @@ examples:
   kubectl dynmig status --node gpu-a100 one node
   dynmig status -o json | jq .fits      the fleet's counts of each profile that still fits
   dynmig status --watch                 re-draw when something changes (Ctrl-C ends it)
+  dynmig status --device-config FILE    read pods by the resource names in serve's device config
+
+Pods are read by the resource names of dynmig serve's device config: the ConfigMap labelled
+dynmig.io/device-config=true (read at start), or --device-config FILE.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from typing import Any, TextIO
 
 import yaml
 
+from dynmig.status import names
 from dynmig.status.cluster import Advisor, fleet_view
+from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
+from mig.allowlist import ResourceNames
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
 from webhooks.defrag import status_advisor
@@ -76,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--watch-for", type=_interval, default=None, help="with --watch, stop after this many seconds"
     )
+    p.add_argument(
+        "--device-config",
+        default="",
+        metavar="FILE",
+        help="the device config dynmig serve reads, for its resource names (default: the ConfigMap "
+        f"labelled {SELECTOR}, else nvidia.com/gpu, nvidia.com/gpumem, ...)",
+    )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
     p.add_argument(
@@ -97,9 +111,29 @@ def _nodes(values: list[str]) -> tuple[str, ...]:
     return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
 
 
-def snapshot(source: Source, args: argparse.Namespace) -> FleetMap:
+def resource_names(source: Source, args: argparse.Namespace, err: TextIO) -> ResourceNames:
+    """The names pods are read by (see `dynmig.status.names`); warnings go to `err`."""
+    try:
+        if args.device_config:
+            found = names.from_file(args.device_config)
+        else:
+            found = names.from_config_maps(source.device_configs(SELECTOR))
+    except names.NamesError as error:
+        raise StatusError(str(error)) from None
+    for warning in found.warnings:
+        print(f"dynmig status: warning: {warning}", file=err)
+    return found.names
+
+
+def snapshot(source: Source, args: argparse.Namespace, resources: ResourceNames | None = None) -> FleetMap:
     cluster = source.read()
-    fleet = fleet_view(cluster.nodes, cluster.pods, only_nodes=_nodes(args.node), advisor=_advisor(cluster))
+    fleet = fleet_view(
+        cluster.nodes,
+        cluster.pods,
+        names=resources,
+        only_nodes=_nodes(args.node),
+        advisor=_advisor(cluster, resources),
+    )
     missing = [n for n in _nodes(args.node) if n not in {m.name for m in fleet.nodes}]
     if missing:
         raise StatusError(f"--node: no node named {', '.join(missing)} in the cluster")
@@ -116,9 +150,9 @@ def snapshot(source: Source, args: argparse.Namespace) -> FleetMap:
 NO_BUDGETS = " (PodDisruptionBudgets could not be listed, so they were not checked)"
 
 
-def _advisor(cluster: Cluster) -> Advisor:
+def _advisor(cluster: Cluster, resources: ResourceNames | None) -> Advisor:
     """Defrag advice for pods that do not fit: the scheduler's rule (webhooks.defrag), read-only."""
-    advice = status_advisor(cluster.pods, cluster.pdbs or ())
+    advice = status_advisor(cluster.pods, cluster.pdbs or (), names=resources)
     if cluster.pdbs is not None:
         return advice
 
@@ -197,9 +231,10 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     try:
         source = Source(api_client(args.kubeconfig, args.context))
         style = _style(args, out)
+        resources = resource_names(source, args, sys.stderr)
 
         def draw() -> str:
-            return format_fleet(snapshot(source, args), args.output, style)
+            return format_fleet(snapshot(source, args, resources), args.output, style)
 
         if not args.watch:
             out.write(draw() + "\n")

@@ -7,6 +7,7 @@ the ClusterRole rule that grants it), a 401 the credentials, an unreachable serv
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,6 +90,15 @@ class Source:
         nodes = list(self._list("nodes", "in the cluster", self.core.list_node))
         pods = list(self._list("pods", "in all namespaces", self.core.list_pod_for_all_namespaces))
         return Cluster(nodes, pods, self._budgets())
+
+    def device_configs(self, selector: str) -> list[dict[str, Any]] | None:
+        """The ConfigMaps `selector` picks (the device configs, for the resource names); optional like the
+        budgets: None when they may not be listed."""
+        call = functools.partial(self.core.list_config_map_for_all_namespaces, label_selector=selector)
+        try:
+            return list(self._list("configmaps", "in all namespaces", call))
+        except StatusError:
+            return None
 
     def _budgets(self) -> list[dict[str, Any]] | None:
         """PodDisruptionBudgets for defrag advice: optional (a read-only role may not grant them)."""
