@@ -478,6 +478,7 @@ def bench_end_to_end(
     pods: int = 600,
     warmup: int = 30,
     extender_pid: int | None = None,
+    other_pids: dict[str, int] | None = None,
 ) -> dict:
     """Pods/s = pods bound / wall time from the first create to the last binding, after a warm-up.
 
@@ -486,7 +487,7 @@ def bench_end_to_end(
     process creates `pods` pods back to back while the scheduler runs; the clock starts when it is
     told to begin and stops at the scheduler's last successful binding. Over the same window, the CPU
     each process spent per bound pod (`cpu_ms_per_pod`: the API server, the extender when its pid is
-    given, this process with the simulated kube-scheduler, the pod creator): on two shared cores the
+    given, this process with the simulated kube-scheduler, the pod creator, any `other_pids`): on two shared cores the
     sum bounds pods/s as much as any latency.
     """
     from sim.scheduler import Scheduler, parse
@@ -526,6 +527,7 @@ def bench_end_to_end(
         pids = {"apiserver": apiserver.process.pid, "scheduler": os.getpid(), "creator": measured.pid}
         if extender_pid is not None:
             pids["extender"] = extender_pid
+        pids.update(other_pids or {})  # other processes of the run (a simulated node agent)
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.monotonic()
         measured.stdin.write("go\n")

@@ -5,13 +5,23 @@ the host and the environment's proxies again on every call: a few hundred micros
 call, which the scheduler extender pays twice per pod on its bind path (node lock, Binding).
 `JsonRequests` sends the same request on the same urllib3 pool manager the `ApiClient` built from
 its Configuration (TLS, client certificates, proxy, retries), with the same authentication
-(`ApiClient.update_params_for_auth`: bearer tokens, refreshed when the client would refresh them),
-and reports a failure as the same `KubeError` as every other call (`kube.errors.translated`).
+(`ApiClient.update_params_for_auth`: bearer tokens), and reports a failure as the same `KubeError`
+as every other call (`kube.errors.translated`).
+
+Two costs of the client's own path are paid less often, not skipped:
+- authentication: the client runs its refresh hook (re-read an expired token file, an exec plugin's
+  expiry) on every call, and the hook re-assigns the host, which scans the whole environment for
+  proxies (about 50 µs); here the headers it yields are kept for `AUTH_REUSE` seconds and dropped at
+  once on a 401, so a rotated token is picked up at most that much later than the client would;
+- the pool: without a proxy, the request goes straight to the host's connection pool (looked up by
+  host, not by parsing the URL again); with one, through the pool manager as before.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +31,7 @@ from kubernetes import client
 from kube.errors import from_status, status_message, translated
 
 JSON = "application/json"
+AUTH_REUSE = 1.0  # seconds the authentication headers of one refresh serve every request
 
 
 def segment(name: str) -> str:
@@ -31,11 +42,37 @@ def segment(name: str) -> str:
 class JsonRequests:
     """`request(what, method, path, body)`: the decoded JSON answer, or a KubeError naming `what`."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: float = 10.0):
+    def __init__(
+        self, api_client: client.ApiClient, timeout: float = 10.0, clock: Any = time.monotonic
+    ) -> None:
         self.api_client = api_client
         self.timeout = urllib3.Timeout(total=timeout)
         self._host = api_client.configuration.host.rstrip("/")
         self._pool = api_client.rest_client.pool_manager
+        url = urllib3.util.parse_url(self._host)
+        self._origin = (url.host, url.port, url.scheme or "http")
+        self._base = url.path or ""  # a host URL may carry a path prefix
+        self._direct = not isinstance(self._pool, urllib3.ProxyManager)
+        self._clock = clock
+        self._auth_lock = threading.Lock()
+        self._auth: tuple[float, dict[str, str]] | None = None  # (when refreshed, the headers it gave)
+
+    def _auth_headers(self, path: str, method: str) -> dict[str, str]:
+        """The authentication headers, from the client's own refresh at most AUTH_REUSE seconds ago."""
+        now = self._clock()
+        with self._auth_lock:
+            cached = self._auth
+            if cached is not None and now - cached[0] < AUTH_REUSE:
+                return cached[1]
+        headers: dict[str, str] = {}
+        self.api_client.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
+        with self._auth_lock:
+            self._auth = (now, headers)
+        return headers
+
+    def _forget_auth(self) -> None:
+        with self._auth_lock:
+            self._auth = None
 
     def request(
         self,
@@ -48,18 +85,31 @@ class JsonRequests:
     ) -> Any:
         """Send `body` as JSON to `path` (already escaped: `segment`); the answer decoded, or with
         `decode=False` read and dropped (the connection goes back to the pool either way)."""
-        headers = {**self.api_client.default_headers, "Accept": JSON}
+        headers = {**self.api_client.default_headers, "Accept": JSON, **self._auth_headers(path, method)}
         if self.api_client.cookie:
             headers["Cookie"] = self.api_client.cookie
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
             data = json.dumps(body, separators=(",", ":")).encode()
-        self.api_client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         with translated(what):
-            reply = self._pool.request(
-                method, self._host + path, body=data, headers=headers, timeout=self.timeout
-            )
+            if self._direct:
+                pool = self._pool.connection_from_host(*self._origin)
+                reply = pool.urlopen(
+                    method,
+                    self._base + path,
+                    body=data,
+                    headers=headers,
+                    timeout=self.timeout,
+                    assert_same_host=False,
+                    redirect=False,
+                )
+            else:
+                reply = self._pool.request(
+                    method, self._host + path, body=data, headers=headers, timeout=self.timeout
+                )
+            if reply.status == 401:
+                self._forget_auth()  # the next call asks the client for its credentials again
             if not 200 <= reply.status < 300:
                 raise from_status(what, reply.status, reply.reason or "", status_message(reply.data))
             return json.loads(reply.data) if decode and reply.data else None

@@ -43,7 +43,7 @@ from __future__ import annotations
 import calendar
 import heapq
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +58,11 @@ from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
 MAX_MOVES = 100  # sets per advice whose removed pods are placed on the whole fleet to count the lost
+MAX_CHAIN_TRIALS = 40  # grown sets tried on the whole fleet per advice (`_Search.chains`)
+MAX_CHAIN_DEPTH = 3  # steps of a chain: a stranded pod given a home by moving the pods in its way
+CHAIN_BRANCH = 24  # sets kept per step, cheapest first (the rest are a cut: not proven cheapest)
+MAX_CHAIN_STEPS = 12  # sets grown per advice by the uniform-cost search (each reads a pod's rooms)
+BEAM_SEEDS, BEAM_WIDTH = 6, 3  # past the budget: stranding sets grown per step, and sets each grows
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,15 @@ class Advice:
         return tuple(m.victim for m in self.moves if m.plan is None)
 
 
+def eviction_order(advice: Advice) -> tuple[Holder, ...]:
+    """The order to evict the set in: the order the advisor placed the replacements in (among equal
+    priorities kube-scheduler takes the replacement queued first), so a pod that needs the room
+    another's move makes is placed before that other pod can take its own room back."""
+    if len(advice.moves) == len(advice.victims):
+        return tuple(m.victim for m in advice.moves)
+    return tuple(replacement_order(advice.victims))
+
+
 def within_budgets(victims: Iterable[Holder], budgets: Mapping[str, int]) -> str:
     """The first PodDisruptionBudget group the set would take below zero, or "" when none."""
     taken: dict[str, int] = {}
@@ -163,9 +177,14 @@ def _place(pod: PodRequest, gpus: Sequence[GpuState]) -> Plan | None:
     return result if isinstance(result, Plan) and result.devices else None
 
 
-def replacement_order(victims: Iterable[Holder]) -> list[Holder]:
-    """The order replacements are placed in: most important first (kube-scheduler's queue), then name."""
-    return sorted(victims, key=lambda h: (-h.priority, h.name))
+def replacement_order(
+    victims: Iterable[Holder], fits_now: Callable[[PodRequest | None], bool] = lambda r: False
+) -> list[Holder]:
+    """The order replacements are placed in, which is the order the controller evicts them in: most
+    important first (kube-scheduler's queue pops higher priority first, and among equal ones the one
+    queued first), then those whose request fits nowhere now (they need the room the set frees: a pod
+    evicted only to make room for another goes after it, or it might take its own room back), then name."""
+    return sorted(victims, key=lambda h: (-h.priority, fits_now(h.request), h.name))
 
 
 def _in_the_way(plan: Plan, victims: Iterable[Holder]) -> bool:
@@ -194,6 +213,8 @@ class Homes:
         self._usable: dict[PodRequest, dict[tuple[int, int], list[Placement]]] = {}
         self._free: dict[tuple[int, int, int, int], bool] = {}  # (request, profiles, MiB, mask) -> fits
         self.placed = 0  # sets placed on the whole fleet
+        self._by_uuid: dict[str, GpuState] | None = None
+        self._fit_gpus: dict[PodRequest, tuple[str, ...]] = {}  # one-device request -> GPUs it fits now
 
     @property
     def index(self) -> PlacementIndex:
@@ -332,12 +353,64 @@ class Homes:
             self._own[key] = isinstance(again, Plan) and bool(again.devices)
         return self._own[key]
 
+    def fits_in(self, request: PodRequest | None, left: Mapping[str, int]) -> bool:
+        """The request fits on some GPU with the slices `left` says are taken on the GPUs it names
+        (the others as they are now); a request of several devices: fits now on a node it names not."""
+        if request is None:
+            return False
+        if request.device_count != 1:
+            return any(all(u not in left for u in self._node_uuids(n)) for n in self._nodes_fitting(request))
+        fitting = self._fit_gpus.get(request)
+        if fitting is None:
+            fitting = self._fit_gpus[request] = tuple(
+                g.uuid for g in self.gpus if self._fits_gpu(request, g, g.occupied_mask)
+            )
+        if any(u not in left for u in fitting):
+            return True
+        by_uuid = self._gpu_by_uuid()
+        return any(self._fits_gpu(request, by_uuid[u], m) for u, m in left.items() if u in by_uuid)
+
+    def _gpu_by_uuid(self) -> dict[str, GpuState]:
+        if self._by_uuid is None:
+            self._by_uuid = {g.uuid: g for g in self.gpus}
+        return self._by_uuid
+
+    def _node_uuids(self, node: str) -> list[str]:
+        return [g.uuid for g in self.gpus if g.node == node]
+
+    def fits_now(self, request: PodRequest | None) -> bool:
+        """The request fits somewhere in the fleet as it is now (before any set is freed)."""
+        return request is not None and bool(self._nodes_fitting(request))
+
+    def _in_order(self, victims: Sequence[Holder], placed: list[Plan]) -> Iterable[Holder]:
+        """The victims in the order their replacements are placed (`placed` grows as they are): most
+        important first; among equal priorities, next the one whose slices a pod placed so far took
+        (the pending pod, or a replacement: it was moved to make that room, so it goes right after the
+        pod that needed it), else `replacement_order`'s (those that fit nowhere now first, then name)."""
+        left = replacement_order(victims, self.fits_now)
+        while left:
+            top = left[0].priority
+            pick = next(
+                (h for h in left if h.priority == top and any(_in_the_way(p, (h,)) for p in placed)), left[0]
+            )
+            left.remove(pick)
+            yield pick
+
     def place(
-        self, pod: PodRequest, node: str, victims: Sequence[Holder]
+        self, pod: PodRequest, node: str | Collection[str] | None, victims: Sequence[Holder]
     ) -> tuple[Plan, tuple[Move, ...]] | None:
-        """Free the set, place the pod on `node` and each replacement (most important first) anywhere,
-        as the engine would; None when the pod does not then land there with every victim in its way.
+        """Free the set, place the pod on `node` (a name, several, or None: anywhere) and each
+        replacement (in `order`) anywhere, as the engine would; None when the pod does not then land
+        there or some victim is in no one's way (neither the pod's nor another replacement's).
         The index is restored afterwards."""
+        trial = self.trial(pod, node, victims)
+        return None if trial is None or not trial.legal else (trial.plan, trial.moves)
+
+    def trial(
+        self, pod: PodRequest, node: str | Collection[str] | None, victims: Sequence[Holder]
+    ) -> Trial | None:
+        """`place`, also for a set some pod of which is in no one's way (`Trial.legal` False);
+        None when the pod does not land."""
         self.placed += 1
         index = self.index
         freed = [(u, p) for h in victims for u, p in h.placements]
@@ -345,13 +418,13 @@ class Homes:
         try:
             for u, p in freed:
                 index.release(u, p)
-            plan = index.plan(pod, nodes=(node,))
-            if not isinstance(plan, Plan) or not plan.devices or not _in_the_way(plan, victims):
+            plan = index.plan(pod, nodes=(node,) if isinstance(node, str) else node)
+            if not isinstance(plan, Plan) or not plan.devices:
                 return None
             index.apply(plan)
             applied.append(plan)
             moves = []
-            for h in replacement_order(victims):
+            for h in self._in_order(victims, applied):
                 again = index.plan(h.request) if h.request is not None else None
                 if isinstance(again, Plan) and again.devices:
                     index.apply(again)
@@ -359,7 +432,13 @@ class Homes:
                     moves.append(Move(h, again))
                 else:
                     moves.append(Move(h, None))
-            return plan, tuple(moves)
+            legal = all(
+                _in_the_way(plan, (m.victim,))
+                or any(o.plan is not None and o is not m and _in_the_way(o.plan, (m.victim,)) for o in moves)
+                for m in moves
+            )
+            touched = {u for u, _ in freed} | {d.gpu_uuid for done in applied for d in done.devices}
+            return Trial(plan, tuple(moves), legal, {u: index.occupied_mask(u) for u in touched})
         finally:
             for done in applied:
                 for d in done.devices:
@@ -367,6 +446,17 @@ class Homes:
             for u, p in freed:
                 if not index.occupied_mask(u) & p.mask:
                     index.reserve(u, p)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A set freed on the whole fleet: where the pod lands, each replacement's fate in placement
+    order, and whether every victim is in someone's way (the pod's, or another replacement's)."""
+
+    plan: Plan
+    moves: tuple[Move, ...]
+    legal: bool
+    left: Mapping[str, int]  # GPU UUID -> occupied slices afterwards, for the GPUs the set touched
 
 
 def _has_uuids(pod: PodRequest) -> bool:
@@ -426,7 +516,9 @@ def advise(
         return Advice(why_none="the pod fits without removing anything")
     homes = homes if homes is not None else Homes(gpus)
     homes.placed = 0
-    search = _Search(pod, fleet, budgets, now, homes, require_homes, max_moves)
+    everywhere = fleet if nodes is None else _nodes(gpus, holders, None)
+    allowed = None if nodes is None else [n.name for n in fleet]
+    search = _Search(pod, fleet, budgets, now, homes, require_homes, max_moves, everywhere, allowed)
     return search.one_device() if pod.device_count == 1 else search.many_devices(max_checks)
 
 
@@ -436,6 +528,7 @@ class _Best:
     node: _Node
     victims: tuple[Holder, ...]
     placed: tuple[Plan, tuple[Move, ...]] | None = None  # from `Homes.place`, when it was run
+    chain: bool = False  # found by the chain search: `placed` is its trial on the whole fleet
 
 
 class _Search:
@@ -451,13 +544,26 @@ class _Search:
         homes: Homes,
         require_homes: bool,
         max_moves: int,
+        everywhere: list[_Node] | None = None,
+        allowed: Collection[str] | None = None,
+        max_chain_trials: int = MAX_CHAIN_TRIALS,
     ):
         self.pod, self.fleet, self.budgets, self.now = pod, fleet, budgets, now
         self.homes, self.require_homes, self.max_moves = homes, require_homes, max_moves
+        self.everywhere = everywhere if everywhere is not None else fleet  # where replacements may go
+        self.allowed = allowed  # the nodes the pod may land on (None: any)
+        self.max_chain_trials = max_chain_trials
         self.best: _Best | None = None
         self.blocked: set[str] = set()
         self.capped = False  # a set needed the exact placement past `max_moves`
         self.homeless = 0  # legal sets ruled out by `require_homes`
+        # Sets that place the pod but strand a pod, with the victims known or likely lost: where
+        # chains start (`chains`).
+        self.seeds: list[tuple[Cost, _Node, tuple[Holder, ...], tuple[Holder, ...]]] = []
+        self.chain_trials = 0
+        self.chain_steps = 0  # sets grown (each looks at every room of one pod in the fleet)
+        self.cut: Cost | None = None  # the cheapest bound the chain search left unexplored
+        self._rooms: dict[PodRequest, list[tuple[tuple[int, int, int], tuple[Holder, ...]]]] = {}
 
     def _past(self, quick: tuple[int, int, int]) -> bool:
         """Sets from here on (taken in order of `_quick`) cannot beat the best: a more important pod,
@@ -479,6 +585,11 @@ class _Search:
         sure = self.homes.surely_lost(self.pod, node.gpus, victims)
         if sure is None:
             return
+        if sure:
+            likely = tuple(
+                h for h in victims if h.request is None or not self.homes.fits_elsewhere(h.request, h.node)
+            )
+            self.seeds.append((bound, node, victims, likely))
         if self.require_homes and sure:
             self.homeless += 1
             return
@@ -495,6 +606,8 @@ class _Search:
         if placed is None:
             return
         lost = sum(m.plan is None for m in placed[1])
+        if lost and not sure:
+            self.seeds.append((bound, node, victims, tuple(m.victim for m in placed[1] if m.plan is None)))
         if self.require_homes and lost:
             self.homeless += 1
             return
@@ -503,6 +616,11 @@ class _Search:
             self.best = _Best(c, node, victims, placed)
 
     def advice(self, checks: int, exact: bool = True) -> Advice:
+        if exact:
+            self.chains()
+            self.beam()
+        chain_cut = self.cut is not None and (self.best is None or self.cut < self.best.cost)
+        exact = exact and not chain_cut
         if self.best is None:
             return _none(self.blocked, checks, not exact or self.capped, self.homeless)
         best = self.best
@@ -513,7 +631,7 @@ class _Search:
             plan, moves = placed
         return Advice(
             best.victims,
-            best.node.name,
+            plan.node if best.chain and plan is not None else best.node.name,
             plan,
             exact and not self.capped,
             checks,
@@ -521,6 +639,184 @@ class _Search:
             tuple(sorted(self.blocked)),
             moves,
         )
+
+    # ---- chains: a stranded pod given a home by moving another ------------------------------
+    def chains(self) -> None:
+        """Sets that strand a pod, grown by the pods in that pod's way at a placement it could take
+        (anywhere in the fleet), and so on up to `MAX_CHAIN_DEPTH` steps: uniform-cost search by the
+        cost with none lost, each grown set tried on the whole fleet (`Homes.trial`). A step keeps
+        every grown set when there are at most `CHAIN_BRANCH`, else the cheapest `CHAIN_BRANCH` of
+        those whose new pods would fit in what the set leaves free (the room left beside the pending
+        pod and the other replacements, or anywhere now); at most `max_chain_trials` trials. What
+        that leaves unexplored is remembered (`cut`), so the advice says when a cheaper set may have
+        been missed. Only when the best set so far loses a pod (a chain adds pods, so it never beats
+        a set that loses none)."""
+        if not self.seeds or (self.best is not None and self.best.cost[1] == 0):
+            return
+        # (order key, tick, bound, node, set, its lost pods or None: not tried yet, depth). The key
+        # is the bound's highest priority and count, then how many new pods would not fit in what the
+        # set leaves free, then the bound: likelier sets are tried first among sets of one count.
+        Entry = tuple[
+            tuple[object, ...], int, Cost, _Node, tuple[Holder, ...], tuple[Holder, ...] | None, int
+        ]
+        heap: list[Entry] = []
+        seen: set[tuple[str, ...]] = set()
+        for n, (bound, node, victims, likely) in enumerate(self.seeds):
+            seen.add(tuple(h.name for h in victims))
+            heap.append(((bound[0], bound[2], 0, bound), -n - 1, bound, node, victims, likely, 0))
+        heapq.heapify(heap)
+        tick = 0
+        while heap:
+            _, _, bound, node, victims, lost, depth = heapq.heappop(heap)
+            if self.best is not None and (bound[0], 0, bound[2]) > self.best.cost[:3]:
+                return  # every set left is dearer than the best (the key orders by these terms)
+            if self.beaten(bound):
+                continue
+            if lost is None:  # a grown set: try it
+                if self.chain_trials >= self.max_chain_trials:
+                    self._cut(min((e[2] for e in heap), default=bound))
+                    self._cut(bound)
+                    return
+                self.chain_trials += 1
+                trial = self.homes.trial(self.pod, self.allowed, victims)
+                if trial is None:
+                    continue
+                lost = tuple(m.victim for m in trial.moves if m.plan is None)
+                if trial.legal and not (self.require_homes and lost):
+                    c = cost(trial.plan.node, victims, self.now, len(lost))
+                    if not self.beaten(c):
+                        self.best = _Best(c, node, victims, (trial.plan, trial.moves), chain=True)
+                if not lost:
+                    continue
+                left = trial.left
+            else:  # a seed: what its pod leaves free on its node, without a whole-fleet trial
+                left = _left_beside(self.pod, node, victims)
+            if depth >= MAX_CHAIN_DEPTH:
+                self._cut(bound)
+                continue
+            if self.chain_steps >= MAX_CHAIN_STEPS:
+                self._cut(min((e[2] for e in heap), default=bound))
+                self._cut(bound)
+                return
+            self.chain_steps += 1
+            for c, unlikely, grown in self._grow(node, victims, lost, left, seen):
+                tick += 1
+                heapq.heappush(heap, ((c[0], c[2], unlikely, c), tick, c, node, grown, None, depth + 1))
+        # explored everything the steps kept: exact up to `cut`
+
+    def beam(self) -> None:
+        """Past the uniform-cost search's budget with no set that loses nobody: grow the cheapest
+        `BEAM_SEEDS` stranding sets depth first, keeping per step the `BEAM_WIDTH` likeliest (new pods
+        that fit in what the set leaves free, then cost), at most `max_chain_trials` more trials.
+        Whatever it finds is not proven cheapest (the `cut` says so)."""
+        if self.cut is None or (self.best is not None and self.best.cost[1] == 0):
+            return
+        seen: set[tuple[str, ...]] = set()
+        frontier: list[tuple[Cost, _Node, tuple[Holder, ...], tuple[Holder, ...], Mapping[str, int]]] = []
+        for bound, node, victims, likely in sorted(self.seeds, key=lambda s: s[0])[:BEAM_SEEDS]:
+            seen.add(tuple(h.name for h in victims))
+            frontier.append((bound, node, victims, likely, _left_beside(self.pod, node, victims)))
+        trials = 0
+        for _ in range(MAX_CHAIN_DEPTH):
+            grown_states = []
+            for _, node, victims, lost, left in frontier:
+                self.chain_steps += 1
+                for c, _, grown in self._grow(node, victims, lost, left, seen)[:BEAM_WIDTH]:
+                    if self.beaten(c):
+                        continue
+                    if trials >= self.max_chain_trials:
+                        return
+                    trials += 1
+                    self.chain_trials += 1
+                    trial = self.homes.trial(self.pod, self.allowed, grown)
+                    if trial is None:
+                        continue
+                    now_lost = tuple(m.victim for m in trial.moves if m.plan is None)
+                    if trial.legal and not (self.require_homes and now_lost):
+                        done = cost(trial.plan.node, grown, self.now, len(now_lost))
+                        if not self.beaten(done):
+                            self.best = _Best(done, node, grown, (trial.plan, trial.moves), chain=True)
+                            if not now_lost:
+                                return
+                    if now_lost:
+                        grown_states.append((len(now_lost), c, node, grown, now_lost, trial.left))
+            grown_states.sort(key=lambda g: (g[0], g[1]))
+            frontier = [
+                (c, node, grown, lost, left) for _, c, node, grown, lost, left in grown_states[:BEAM_SEEDS]
+            ]
+
+    def _grow(
+        self,
+        node: _Node,
+        victims: tuple[Holder, ...],
+        lost: tuple[Holder, ...],
+        left: Mapping[str, int],
+        seen: set[tuple[str, ...]],
+    ) -> list[tuple[Cost, int, tuple[Holder, ...]]]:
+        """The sets one step longer: the first stranded one-device pod given a home by freeing the
+        pods in its way at one of its placements (see `chains` for which are kept)."""
+        stuck = next((h for h in lost if h.request is not None and h.request.device_count == 1), None)
+        if stuck is None or stuck.request is None:
+            return []  # only a one-device pod is given a home by a chain
+        names = {h.name for h in victims}
+        base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
+        children = []
+        for quick, pods in self.rooms(stuck.request):
+            new = [h for h in pods if h.name not in names]
+            if not new:
+                continue
+            if len(new) < len(pods):
+                quick = _quick(new)
+            lead = (max(base[0], quick[0]), 0, base[1] + quick[1], base[2] + quick[2])
+            if self.best is not None and lead > self.best.cost[:4]:
+                continue  # dearer than the best on the leading terms, whatever its age
+            children.append((lead, new))
+        if len(children) > 4 * CHAIN_BRANCH:  # read the likeliest few only (`cut` covers the rest)
+            children.sort(key=lambda ch: ch[0])
+            self._cut((*children[4 * CHAIN_BRANCH][0], 0.0, "", ()))
+            children = children[: 4 * CHAIN_BRANCH]
+        priced = []
+        for _, new in children:
+            grown = tuple(sorted((*victims, *new), key=lambda h: h.name))
+            key = tuple(h.name for h in grown)
+            if key in seen:
+                continue
+            group = within_budgets(grown, self.budgets)
+            if group:
+                self.blocked.add(group)
+                continue
+            seen.add(key)
+            priced.append((cost(node.name, grown, self.now), key, grown, new))
+        scored = [
+            (c, sum(not self.homes.fits_in(h.request, left) for h in new), key, grown)
+            for c, key, grown, new in priced
+        ]
+        if len(scored) > CHAIN_BRANCH:
+            scored.sort(key=lambda ch: (ch[1], ch[0]))
+            self._cut(min(ch[0] for ch in scored[CHAIN_BRANCH:]))
+            scored = scored[:CHAIN_BRANCH]
+        return [(c, unlikely, grown) for c, unlikely, _, grown in scored]
+
+    def _cut(self, bound: Cost) -> None:
+        self.cut = bound if self.cut is None or bound < self.cut else self.cut
+
+    def rooms(self, request: PodRequest) -> list[tuple[tuple[int, int, int], tuple[Holder, ...]]]:
+        """Every set of candidates in the way of a placement this one-device request could take,
+        anywhere in the fleet (free placements need no set), cheapest first; once per request."""
+        found = self._rooms.get(request)
+        if found is not None:
+            return found
+        ask, memo = request.devices()[0][2], self.homes._usable.setdefault(request, {})
+        sets: dict[tuple[str, ...], tuple[tuple[int, int, int], tuple[Holder, ...]]] = {}
+        for node in self.everywhere:
+            owners = _owners(node.holders)
+            for g in node.gpus:
+                for p in _usable_placements(request, g, ask, memo):
+                    pods = _overlapping(g, p, owners)
+                    if pods:
+                        sets.setdefault(tuple(h.name for h in pods), (_quick(pods), pods))
+        self._rooms[request] = found = sorted(sets.values(), key=lambda s: (s[0], [h.name for h in s[1]]))
+        return found
 
     # ---- one device: every usable placement, once ---------------------------------------------
     def one_device(self) -> Advice:
@@ -603,6 +899,20 @@ class _Search:
         if self.require_homes and lost:
             return _none(set(), found.checks, True, 1)
         return replace(found, moves=() if placed is None else placed[1])
+
+
+def _left_beside(pod: PodRequest, node: _Node, victims: Sequence[Holder]) -> dict[str, int]:
+    """The slices the set's GPUs keep taken once it is freed and the pod placed on its node (the
+    engine on that node alone; the other replacements not placed)."""
+    after = _without(node.gpus, victims)
+    plan = _place(pod, after)
+    taken = {
+        g.uuid: g.occupied_mask for g in after if any(u == g.uuid for h in victims for u, _ in h.placements)
+    }
+    for d in plan.devices if plan is not None else ():
+        if d.gpu_uuid in taken:
+            taken[d.gpu_uuid] |= d.placement.mask
+    return taken
 
 
 def _owners(holders: Iterable[Holder]) -> dict[tuple[str, Placement], Holder]:
@@ -730,11 +1040,18 @@ def _where(plan: Plan) -> str:
 
 def advice_text(advice: Advice) -> str:
     """One line for people: which pods to remove, on which node, what the pod then gets, and per
-    removed pod whether it is lost (first: what an operator most needs to see) or moves, and where."""
+    removed pod whether it is lost (first: what an operator most needs to see) or moves, and where,
+    in the order to evict them (a chain's pods on other nodes are named with their nodes)."""
     if not advice.found:
         return f"defrag: {advice.why_none}" if advice.why_none else ""
-    names = ", ".join(h.name for h in advice.victims)
-    where = f" and get {_where(advice.plan)}" if advice.plan is not None else ""
+    nodes = sorted({h.node for h in advice.victims}, key=lambda n: (n != advice.node, n))
+    if nodes == [advice.node]:
+        names = f"on {advice.node} (" + ", ".join(h.name for h in advice.victims) + ")"
+        landing = ""
+    else:  # a chain: pods on other nodes move out of the way of a pod that moves
+        by_node = [", ".join(h.name for h in advice.victims if h.node == n) + f" on {n}" for n in nodes]
+        names, landing = "(" + "; ".join(by_node) + ")", f" on {advice.node}"
+    where = f"{landing} and get {_where(advice.plan)}" if advice.plan is not None else landing
     proof = "" if advice.exact else " (search capped: not proven cheapest)"
     count = len(advice.victims)
     fates = []
@@ -751,7 +1068,7 @@ def advice_text(advice: Advice) -> str:
             + ", ".join(f"{m.victim.name} to {m.plan.node} ({_where(m.plan)})" for m in moved if m.plan)
         )
     tail = "; " + "; ".join(fates) if fates else ""
-    return f"defrag: removing {count} pod(s) on {advice.node} ({names}) would let it be placed{where}{proof}{tail}"
+    return f"defrag: removing {count} pod(s) {names} would let it be placed{where}{proof}{tail}"
 
 
 MAX_ADVICE_TEXT = 1024  # what goes into an annotation or an event line

@@ -46,10 +46,10 @@ from mig.defrag import (
     advice_text,
     advise,
     bounded,
+    eviction_order,
     opted_in,
     pod_priority,
     pod_started,
-    replacement_order,
     replacement_request,
 )
 from mig.placement import GpuState, Plan, PodRequest
@@ -381,7 +381,7 @@ class Defragmenter:
         pods = {h.name: p for h, p in world.holders}
         going = {m.victim.name: m for m in advice.moves}
         done = []
-        for victim in replacement_order(advice.victims):  # the order their replacements are placed in
+        for victim in eviction_order(advice):  # the order their replacements are expected to be placed in
             outcome = self._evict_one(victim, pods[victim.name], pending, who, _fate(going.get(victim.name)))
             done.append(f"{who}: {outcome}")
             if not outcome.startswith("evicted"):

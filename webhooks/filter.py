@@ -169,6 +169,16 @@ class _Excluded(Mapping[str, str]):
 _Lookup = Callable[[str, str, str], dict[str, Any] | None]
 
 
+def _asks_alike(body: Mapping[str, Any], cluster: Mapping[str, Any]) -> bool:
+    """The two pods ask for the same devices: `gpu_request` reads only the spec's containers and the
+    annotations (and the name and namespace, which the lookup matched)."""
+    if body.get("spec") != cluster.get("spec"):
+        return False
+    return (body.get("metadata") or {}).get("annotations") == (cluster.get("metadata") or {}).get(
+        "annotations"
+    )
+
+
 class _NotCached(Exception):
     """`Filter.inline` met a pod the cache does not have (or not with that UID)."""
 
@@ -225,8 +235,8 @@ class Filter:
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
         names = self.resources()
         # the body's request decides first (ExtenderArgs.parse has checked its types)
-        if _read_request(args.pod, names) is None:  # not a GPU pod: every candidate stays
-            return self._skipped(args), "skipped"
+        if self._body_request(args, names, namespace, name, uid) is None:  # not a GPU pod
+            return self._skipped(args), "skipped"  # every candidate stays
         raw = self._cluster_pod(namespace, name, uid, lookup)  # a GPU pod: the cluster's, not the body
         pod, request = self.readings.read(raw, names, f"the cluster's pod {namespace}/{name}")
         if request is None:  # not a GPU pod: every candidate stays
@@ -236,6 +246,17 @@ class Filter:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
         with self._pod_locks[hash(uid) % _STRIPES]:
             return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
+
+    def _body_request(
+        self, args: ExtenderArgs, names: ResourceNames, namespace: str, name: str, uid: str
+    ) -> PodRequest | None:
+        """What the body's pod asks for. A body that asks exactly what the cached pod asks (the same
+        spec and annotations: kube-scheduler sends its copy of the cluster's pod) is read once per
+        copy of that pod, shared with the cluster pod's reading below and with its bind."""
+        cached = self.cached(namespace, name, uid) if self.cached is not None else None
+        if cached is not None and _asks_alike(args.pod, cached):
+            return self.readings.read(cached, names, f"the cluster's pod {namespace}/{name}")[1]
+        return _read_request(args.pod, names)
 
     @staticmethod
     def _skipped(args: ExtenderArgs) -> ExtenderFilterResult:

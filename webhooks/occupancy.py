@@ -218,7 +218,9 @@ def reconstruct(published: NodeGpus, usages: Iterable[PodUsage]) -> NodeOccupanc
         if why:
             closed[g.uuid] = why
         occupied = (*occ.occupied, *published.blocked.get(g.uuid, ()))  # leftovers: not a holder's overlap
-        gpus.append(replace(g, occupied=occupied, healthy=g.healthy and not why))
+        # a GPU nothing holds and nothing closes stays the published one (most GPUs of a node)
+        same = not occupied and not why and not g.occupied
+        gpus.append(g if same else replace(g, occupied=occupied, healthy=g.healthy and not why))
         holders[g.uuid] = tuple(occ.holders)
     return NodeOccupancy(published.node, tuple(gpus), holders, closed)
 

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from _baselines import BGpu, BNode, Pick
 
 from mig.annotations import EVICTABLE
-from mig.defrag import Advice, Holder, advise, replacement_order
+from mig.defrag import Advice, Holder, advise, eviction_order
 from mig.placement import ContainerRequest, GpuState, PodRequest
 from mig.types import Placement
 from webhooks.defrag import TokenBucket, _may_evict
@@ -241,7 +241,7 @@ class _Replay:
         placed = self._place(key)  # the pending pod first: the scheduler retries it once the set is gone
         self.out.recovered += placed
         self.out.advice_missed += not placed
-        order = [int(h.name.rsplit("-", 1)[1]) for h in replacement_order(advice.victims)]
+        order = [int(h.name.rsplit("-", 1)[1]) for h in eviction_order(advice)]
         replaced = tuple(k for k in order if self._place(k))  # then the recreated pods, at once
         self.out.evicted_lost += len(victims) - len(replaced)
         lost = {int(h.name.rsplit("-", 1)[1]) for h in advice.lost}
@@ -349,7 +349,7 @@ def fleet_problems(
 
 
 # ---- the bench's lines ----------------------------------------------------------------------------
-def _cells(values: Sequence[float | int], fmt: str = "{}") -> str:
+def _cells(values: Sequence[object], fmt: str = "{}") -> str:
     return "[" + ", ".join(fmt.format(v) for v in values) + "]"
 
 
@@ -399,4 +399,17 @@ def report(
             + f"; evicted pods' run time so far {_cells([o.lost_minutes for o in runs], '{:.0f}')} min"
         )
         out[name] = [o.summary() for o in runs]
+    moving = outcomes.get(EVERYONE_MOVES.name)
+    if moving:
+        refused = [o.refused for o in moving]
+        lo = [_ratio(r, m) for r, m in zip(refused, most, strict=True)]
+        hi = [_ratio(r, p) for r, p in zip(refused, proved, strict=True)]
+        print(
+            "dynmig + defrag eviction / oracle (opt-in eviction with every pod opted in and the pending pod "
+            f"outranking it, move only; the oracle judged at plain dynmig's refusals): refused per seed "
+            f"{_cells(refused)} against the oracle's {_cells(list(proved))} (proved) to {_cells(list(most))} "
+            f"(at most); ratio per seed at least {_cells(lo)}×, at most {_cells(hi)}× (target ≤ 1.25× near "
+            "capacity; inf: the oracle refuses none; -: neither refuses)"
+        )
+        out["vs_oracle"] = {"ranking": EVERYONE_MOVES.name, "refused": refused, "at_least": lo, "at_most": hi}
     return out

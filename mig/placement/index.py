@@ -369,23 +369,28 @@ class PlacementIndex:
                         if g is not head and usable(g)
                     ]
             if found is None:  # only usable GPUs are ranked
-                found = (
-                    [
-                        (g.sort_key, cand)
-                        for cand, members in entries
-                        for g in members.values()
-                        if g.node in allowed
-                    ]
-                    if allowed is not None and not filtered
-                    else [
-                        (g.sort_key, cand) for cand, members in entries for g in members.values() if usable(g)
-                    ]
-                )
-                if not found:
+                # the best usable GPU first, without building the (often large) list of the others
+                # unless the caller asks for more than one
+                best: tuple[_Gpu, _Candidate] | None = None
+                for cand, members in entries:
+                    pool = (
+                        [g for g in members.values() if g.node in allowed]
+                        if allowed is not None and not filtered
+                        else [g for g in members.values() if usable(g)]
+                    )
+                    if pool:
+                        first = min(pool, key=_SORT_KEY)
+                        if best is None or first.sort_key < best[0].sort_key:
+                            best = (first, cand)
+                if best is None:
                     continue
-                best = min(found, key=_FIRST)
-                yield self._gpus[best[0][2]], best[1]
-                found = [pair for pair in found if pair is not best]
+                yield best
+                found = [
+                    (g.sort_key, cand)
+                    for cand, members in entries
+                    for g in members.values()
+                    if g is not best[0] and usable(g)
+                ]
             found.sort(key=_FIRST)
             for sort_key, cand in found:
                 yield self._gpus[sort_key[2]], cand

@@ -72,11 +72,44 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
         obj.setdefault("status", {})
     elif rt.key == ("", "secrets"):
         obj.setdefault("type", "Opaque")
+    elif rt.key == ("batch", "jobs"):
+        _job_defaults(obj)
     elif rt.key == ("policy", "poddisruptionbudgets"):
         meta["generation"] = 1  # the disruption controller answers it with status.observedGeneration
         obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     canonicalize_quantities(rt, obj)
     return obj
+
+
+def _job_defaults(job: dict[str, Any]) -> None:
+    """The Job defaults and the selector kube-apiserver gives a new Job (batch/v1 SetDefaults_Job and
+    the job strategy's generated selector: the template is labelled with the Job's uid and name)."""
+    spec = job.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault(
+        "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    )
+    meta = job["metadata"]
+    template = spec.get("template")
+    if spec.get("manualSelector") is not True and isinstance(template, dict):
+        tmeta = template.setdefault("metadata", {})
+        if isinstance(tmeta, dict):
+            if tmeta.get("labels") and isinstance(tmeta["labels"], dict) and not meta.get("labels"):
+                meta["labels"] = dict(tmeta["labels"])  # defaulting, before the selector is made
+            labels = tmeta.setdefault("labels", {}) if isinstance(tmeta.get("labels", {}), dict) else {}
+            for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+                labels[key] = meta["uid"]
+            for key in ("job-name", "batch.kubernetes.io/job-name"):
+                labels[key] = meta["name"]
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}}
+    job["status"] = {}
 
 
 def _pod_defaults(rt: ResourceType, pod: dict[str, Any]) -> None:
@@ -205,7 +238,7 @@ def _quantity_maps(rt: ResourceType, obj: dict[str, Any]) -> list[tuple[str, dic
 
     if rt.key == ("", "pods"):
         pod_spec(obj.get("spec"), "spec")
-    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets")):
+    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets"), ("batch", "jobs")):
         template = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), dict) else None
         if isinstance(template, dict):
             pod_spec(template.get("spec"), "spec.template.spec")

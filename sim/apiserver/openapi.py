@@ -7,9 +7,9 @@ validation to the server and sends `fieldValidation=Strict` (registry.py refuses
 then). So each document lists, per resource, its operations with `x-kubernetes-group-version-kind`
 and the write parameters, plus the kinds' schemas (schemas.py) for `kubectl explain`.
 
-The PATCH request body lists JSON patch and merge patch only: the schemas carry no strategic-merge
-keys, so kubectl computes strategic merge patches from its built-in types, as for any server
-whose document lacks them.
+The PATCH request body lists apply patch (server-side apply, apply.py), JSON patch and merge patch:
+the schemas carry no strategic-merge keys, so kubectl computes strategic merge patches from its
+built-in types, as for any server whose document lacks them.
 """
 
 from __future__ import annotations
@@ -90,7 +90,11 @@ def _operation(
     elif body == "patch":
         patch = {"schema": {"type": "object"}}
         op["requestBody"] = {
-            "content": {"application/json-patch+json": patch, "application/merge-patch+json": patch},
+            "content": {
+                "application/apply-patch+yaml": patch,
+                "application/json-patch+json": patch,
+                "application/merge-patch+json": patch,
+            },
             "required": True,
         }
     return op

@@ -1,5 +1,6 @@
 """The columns kube-apiserver's table printers give `kubectl get` (pkg/printers/internalversion),
-for the kinds where kubectl users read them: pods, nodes, namespaces, events.
+for the kinds where kubectl users read them: pods, nodes, namespaces, events, jobs and the RBAC
+kinds (other kinds get NAME and AGE).
 
 A column is (name, type, priority, cell function); priority 1 columns show with `-o wide` only.
 """
@@ -146,11 +147,130 @@ def columns(rt: ResourceType) -> list[Column]:
             ("Status", "string", 0, lambda o: _status(o).get("phase", "")),
             ("Age", "string", 0, _age),
         ]
+    if rt.key == ("batch", "jobs"):
+        return _JOB_COLUMNS
+    if rt.key == ("networking.k8s.io", "networkpolicies"):
+        return [
+            ("Name", "string", 0, _name),
+            ("Pod-Selector", "string", 0, _pod_selector),
+            ("Age", "string", 0, _age),
+        ]
+    if rt.group == "rbac.authorization.k8s.io":
+        if rt.kind in ("ClusterRole", "Role"):
+            return [("Name", "string", 0, _name), ("Created At", "date", 0, _created_at)]
+        return _BINDING_COLUMNS
     if rt.storage_key == ("", "events"):
         # One printer for both APIs, as in kube-apiserver: it reads the stored (core) form.
         core = events.to_core if rt.stored_as else (lambda o: o)
         return [(n, t, p, _on(core, f)) for n, t, p, f in _EVENT_COLUMNS]
     return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
+
+
+def _pod_selector(o: dict[str, Any]) -> str:
+    """metav1.FormatLabelSelector of spec.podSelector: `<none>` for an empty one."""
+    sel = ((o.get("spec") or {}).get("podSelector")) or {}
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for expr in sel.get("matchExpressions") or []:
+        op, values = str(expr.get("operator", "")), ",".join(expr.get("values") or [])
+        key = expr.get("key", "")
+        parts.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
+                op, f"!{key}"
+            )
+        )
+    return ",".join(parts) or "<none>"
+
+
+def _created_at(o: dict[str, Any]) -> str:
+    return str(o["metadata"].get("creationTimestamp") or "")
+
+
+def _subjects(kind: str) -> Callable[[dict[str, Any]], str]:
+    def cell(o: dict[str, Any]) -> str:
+        found = []
+        for s in o.get("subjects") or []:
+            if isinstance(s, dict) and s.get("kind") == kind:
+                ns = f"{s.get('namespace', '')}/" if kind == "ServiceAccount" else ""
+                found.append(f"{ns}{s.get('name', '')}")
+        return ", ".join(found)
+
+    return cell
+
+
+def _role_ref(o: dict[str, Any]) -> str:
+    ref = o.get("roleRef") if isinstance(o.get("roleRef"), dict) else {}
+    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+
+
+_BINDING_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Role", "string", 0, _role_ref),
+    ("Age", "string", 0, _age),
+    ("Users", "string", 1, _subjects("User")),
+    ("Groups", "string", 1, _subjects("Group")),
+    ("ServiceAccounts", "string", 1, _subjects("ServiceAccount")),
+]
+
+
+def _job_status(o: dict[str, Any]) -> str:
+    """printJob's STATUS: the condition that ends or holds it, else Running."""
+    conds = {
+        c.get("type"): c.get("status") for c in _status(o).get("conditions") or [] if isinstance(c, dict)
+    }
+    for kind in ("Complete", "Failed"):
+        if conds.get(kind) == "True":
+            return kind
+    if (o.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    for kind in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
+        if conds.get(kind) == "True":
+            return kind
+    return "Running"
+
+
+def _job_completions(o: dict[str, Any]) -> str:
+    spec = o.get("spec") if isinstance(o.get("spec"), dict) else {}
+    done = int(_status(o).get("succeeded") or 0)
+    if spec.get("completions") is not None:
+        return f"{done}/{spec['completions']}"
+    parallelism = int(spec.get("parallelism") or 0)
+    return f"{done}/1 of {parallelism}" if parallelism > 1 else f"{done}/1"
+
+
+def _job_duration(o: dict[str, Any]) -> str:
+    status = _status(o)
+    start = status.get("startTime")
+    if not start:
+        return ""
+    end = status.get("completionTime")
+    if not end:
+        return age(start)
+    try:
+        begun = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        ended = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    secs = int((ended - begun).total_seconds())
+    return f"{secs}s" if secs < 120 else f"{secs // 60}m"
+
+
+def _job_images(key: str) -> Callable[[dict[str, Any]], str]:
+    def cell(o: dict[str, Any]) -> str:
+        spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return ",".join(str(c.get(key, "")) for c in spec.get("containers") or [] if isinstance(c, dict))
+
+    return cell
+
+
+_JOB_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Status", "string", 0, _job_status),
+    ("Completions", "string", 0, _job_completions),
+    ("Duration", "string", 0, _job_duration),
+    ("Age", "string", 0, _age),
+    ("Containers", "string", 1, _job_images("name")),
+    ("Images", "string", 1, _job_images("image")),
+]
 
 
 def _on(

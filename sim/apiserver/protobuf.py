@@ -199,6 +199,16 @@ def decode(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
     return {"apiVersion": sent[0], "kind": sent[1], **obj}
 
 
+def decode_delete_options(body: bytes) -> dict[str, Any]:
+    """A protobuf DeleteOptions body (typed clients send it under meta.k8s.io/v1 or v1)."""
+    try:
+        return decode(body, "meta.k8s.io/v1", "DeleteOptions")
+    except ApiError as err:
+        if err.code != 415:
+            raise
+    return decode(body, "v1", "DeleteOptions")
+
+
 # ---- Encoding (for documents the server writes in protobuf, e.g. /openapi/v2) -----------------------
 
 

@@ -2,10 +2,13 @@
 bodies with, from Kubernetes' own `generated.proto` files (k8s.io/api and k8s.io/apimachinery):
 
     python -m sim.apiserver.protobuf_schema_gen OUT.json core/v1/generated.proto apps/v1/generated.proto \\
-        meta/v1/generated.proto runtime/generated.proto resource/generated.proto intstr/generated.proto
+        batch/v1/generated.proto rbac/v1/generated.proto meta/v1/generated.proto runtime/generated.proto \\
+        resource/generated.proto intstr/generated.proto
 
-Only the messages reachable from the kinds in ROOTS are kept. The wire format is Kubernetes'
-interface; this file records field numbers, names and types, nothing else of those files.
+Only the messages reachable from the kinds in ROOTS are kept. The Job, RBAC and DeleteOptions messages were added
+from the kubernetes-1.35.7 tags of k8s.io/api and apimachinery, keeping the messages already
+recorded. The wire format is Kubernetes' interface; this file records field numbers, names and
+types, nothing else of those files.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ ROOTS = {
     "v1/Service": "k8s.io.api.core.v1.Service",
     "apps/v1/Deployment": "k8s.io.api.apps.v1.Deployment",
     "apps/v1/DaemonSet": "k8s.io.api.apps.v1.DaemonSet",
+    "batch/v1/Job": "k8s.io.api.batch.v1.Job",
+    "rbac.authorization.k8s.io/v1/ClusterRole": "k8s.io.api.rbac.v1.ClusterRole",
+    "rbac.authorization.k8s.io/v1/ClusterRoleBinding": "k8s.io.api.rbac.v1.ClusterRoleBinding",
+    "rbac.authorization.k8s.io/v1/Role": "k8s.io.api.rbac.v1.Role",
+    "rbac.authorization.k8s.io/v1/RoleBinding": "k8s.io.api.rbac.v1.RoleBinding",
+    # the body of a DELETE from a typed client (helm uninstall purging its release Secret)
+    "meta.k8s.io/v1/DeleteOptions": "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    "v1/DeleteOptions": "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
 }
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"
 # Messages whose JSON form is not their fields (custom marshallers in Go).

@@ -11,7 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.apiserver import conversion, errors, events, metadata, objects, patches, policies, schemas
+from sim.apiserver import (
+    apply,
+    conversion,
+    errors,
+    events,
+    managedfields,
+    metadata,
+    objects,
+    patches,
+    policies,
+    schemas,
+)
 from sim.apiserver.admission import Admission, Attributes
 from sim.apiserver.errors import ApiError
 from sim.apiserver.identities import Identity
@@ -40,6 +51,18 @@ class Request:
     dry_run: bool = False
     field_validation: str = "Warn"  # Strict: unknown or duplicate fields are a 400; Warn: warnings
     duplicate_fields: list[str] = field(default_factory=list)  # keys the JSON body repeats
+    field_manager: str = ""  # the fieldManager query parameter
+    user_agent: str = ""
+    force: bool | None = None  # the force query parameter (apply only)
+
+    @property
+    def manager(self) -> str:
+        """Who managedFields credits this write to: fieldManager, else the User-Agent's product."""
+        return self.field_manager or managedfields.manager_from_user_agent(self.user_agent)
+
+    def check_manager(self, options_kind: str) -> None:
+        if self.field_manager:
+            managedfields.check_manager(options_kind, self.field_manager)
 
     def check_fields(self, obj: dict[str, Any], warnings: list[str]) -> None:
         """Server-side field validation of a decoded body, as kube-apiserver's strict decoder does."""
@@ -368,8 +391,11 @@ class Registry:
         warnings.extend(warns)
         return out
 
-    def create(self, req: Request, body: Any) -> Result:
+    def create(self, req: Request, body: Any, managed: bool = True) -> Result:
+        """Create; `managed=False` when the body already carries its managedFields (an apply)."""
         rt = req.rt
+        if managed:
+            req.check_manager("CreateOptions")
         if not isinstance(body, dict):
             raise ApiError(400, f"the body of a {rt.kind} create must be a JSON object")
         warnings: list[str] = []
@@ -389,6 +415,9 @@ class Registry:
         requested_name = meta.get("name", "")
         with self.store.lock:
             self._require_namespace(req, requested_name)
+        if managed and req.manager:
+            # the field manager runs before mutating admission: a webhook's changes are nobody's
+            body = managedfields.record_update(rt, None, body, req.manager, req.subresource)
         body = self._admit(req, "CREATE", body, None, requested_name, warnings, phase="mutate") or body
         obj = clone(body)
         obj_meta = obj.setdefault("metadata", {})
@@ -411,6 +440,7 @@ class Registry:
         return Result(conversion.served(rt, stored or record), 201, tuple(warnings))
 
     def update(self, req: Request, body: Any) -> Result:
+        req.check_manager("UpdateOptions")
         if not isinstance(body, dict):
             raise ApiError(400, f"the body of a {req.rt.kind} update must be a JSON object")
         meta = body.get("metadata") or {}
@@ -422,17 +452,16 @@ class Registry:
         return self._write(req, lambda current: body, str(meta.get("resourceVersion") or ""))
 
     def patch(self, req: Request, content_type: str, raw: bytes) -> Result:
+        ctype = content_type.split(";")[0].strip()
+        if ctype == patches.APPLY_PATCH:
+            return self.apply(req, raw)
+        if req.force is not None:
+            raise apply.forbidden_force()
+        req.check_manager("PatchOptions")
         try:
             doc = json.loads(raw or b"null")
         except ValueError as exc:
             raise ApiError(400, f"the patch body is not valid JSON: {exc}") from exc
-        ctype = content_type.split(";")[0].strip()
-        if ctype == patches.APPLY_PATCH:
-            raise ApiError(
-                415,
-                "server-side apply is not supported by the simulated API server; use a "
-                "JSON, merge or strategic merge patch",
-            )
         if ctype not in (patches.JSON_PATCH, patches.MERGE_PATCH, patches.STRATEGIC_PATCH):
             raise ApiError(
                 415,
@@ -443,7 +472,7 @@ class Registry:
         if ctype != patches.JSON_PATCH and not isinstance(doc, dict):
             raise ApiError(400, "a merge patch must be a JSON object")
 
-        def apply(current: dict[str, Any]) -> dict[str, Any]:
+        def patched(current: dict[str, Any]) -> dict[str, Any]:
             try:
                 if ctype == patches.JSON_PATCH:
                     return patches.apply_json_patch(current, doc)
@@ -453,10 +482,45 @@ class Registry:
             except patches.PatchError as exc:
                 raise ApiError(422, str(exc), "Invalid") from exc
 
-        return self._write(req, apply, None)
+        return self._write(req, patched, None)
+
+    def apply(self, req: Request, raw: bytes) -> Result:
+        """Server-side apply: `raw` (YAML or JSON) merged over the object by field ownership, the
+        object created when it does not exist (managedfields.py has the rules)."""
+        if not req.field_manager:
+            raise apply.required_manager()
+        req.check_manager("PatchOptions")
+        config = apply.decode(raw)
+        apply.check_object(req.rt, config, req.namespace, req.name)
+        # no fieldValidation here: a field the kind does not declare is always an error of apply's
+        warnings: list[str] = []
+        objects.canonicalize_quantities(req.rt, config)
+        force = bool(req.force)
+        with self.store.lock:
+            exists = self.store.table(req.rt).get(req.namespace, req.name) is not None
+        if not exists:
+            new = managedfields.apply(req.rt, None, config, req.field_manager, force, req.subresource)
+            new.setdefault("metadata", {})["name"] = req.name
+            try:
+                result = self.create(req, new, managed=False)
+            except ApiError as err:
+                if err.code != 409 or err.reason != "AlreadyExists":
+                    raise
+            else:
+                return Result(result.obj, result.code, (*warnings, *result.warnings))
+
+        def merge(current: dict[str, Any]) -> dict[str, Any]:
+            return managedfields.apply(req.rt, current, config, req.field_manager, force, req.subresource)
+
+        result = self._write(req, merge, None, managed=False)
+        return Result(result.obj, result.code, (*warnings, *result.warnings))
 
     def _write(
-        self, req: Request, make: Callable[[dict[str, Any]], dict[str, Any]], expected_rv: str | None
+        self,
+        req: Request,
+        make: Callable[[dict[str, Any]], dict[str, Any]],
+        expected_rv: str | None,
+        managed: bool = True,
     ) -> Result:
         """Read-modify-write with optimistic concurrency, retried when someone else wrote between
         our read and our commit (unless the client pinned a resourceVersion: then 409)."""
@@ -475,7 +539,9 @@ class Registry:
                 raise errors.conflict(rt.plural, rt.group, req.name)
             new = objects.prepare_update(rt, new, current, req.subresource)
             policies.check_config(rt, new)
-            if objects.same_content(new, current):
+            if managed and req.manager:
+                new = managedfields.record_update(rt, current, new, req.manager, req.subresource)
+            if objects.same_content(new, current) and _owners(new) == _owners(current):
                 return Result(current)
             warnings = field_warnings
             new = self._admit(req, "UPDATE", new, current, req.name, warnings) or new
@@ -719,6 +785,10 @@ class Registry:
                     self.store.commit(PODS, ns, name, None, "DELETED")
                     done += 1
         return done
+
+
+def _owners(obj: dict[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("managedFields")
 
 
 def invalid_name(rt: ResourceType) -> ApiError:

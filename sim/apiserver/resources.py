@@ -153,6 +153,15 @@ RESOURCES: tuple[ResourceType, ...] = (
         "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)
     ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
+    # Plain stored kinds a chart installs (no controller runs them: a Job's status is whoever writes it)
+    ResourceType(
+        "batch", "v1", "jobs", "Job", True, (), ("status",), status_via_subresource=True, categories=("all",)
+    ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     ResourceType(
         "admissionregistration.k8s.io",
         "v1",

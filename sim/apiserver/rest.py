@@ -228,6 +228,9 @@ class Handler(BaseHTTPRequestHandler):
             route.subresource,
             dry_run="All" in query.get("dryRun", ""),
             field_validation=_field_validation(query.get("fieldValidation", "")),
+            field_manager=query.get("fieldManager", ""),
+            user_agent=self.headers.get("User-Agent", ""),
+            force=flag(query, "force"),
         )
         getattr(self, f"_verb_{verb}")(req, query)
 
@@ -403,14 +406,13 @@ class Handler(BaseHTTPRequestHandler):
         raw = self._body()
         options: dict[str, Any] = {}
         if raw.strip():
-            if media.body_media_type(self.headers.get("Content-Type", "")) != media.JSON:
-                raise ApiError(
-                    415, "DeleteOptions are decoded from application/json only", "UnsupportedMediaType"
-                )
-            try:
-                options = json.loads(raw)
-            except ValueError as exc:
-                raise ApiError(400, f"the DeleteOptions body is not valid JSON: {exc}") from exc
+            if media.body_media_type(self.headers.get("Content-Type", "")) == media.PROTOBUF:
+                options = protobuf.decode_delete_options(raw)
+            else:
+                try:
+                    options = json.loads(raw)
+                except ValueError as exc:
+                    raise ApiError(400, f"the DeleteOptions body is not valid JSON: {exc}") from exc
         if "gracePeriodSeconds" in query:
             try:
                 options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])

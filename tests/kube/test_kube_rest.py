@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kube.errors import Conflict, Forbidden, NotFound
-from kube.rest import JsonRequests, segment
+from kube.rest import AUTH_REUSE, JsonRequests, segment
 from sim.apiserver import ApiServer
 
 
@@ -36,6 +36,32 @@ def test_a_request_without_a_known_token_is_refused_as_forbidden(https_apiserver
     api.configuration.refresh_api_key_hook = None
     with pytest.raises(Forbidden, match="read n1"):
         JsonRequests(api).request("read n1", "GET", "/api/v1/nodes/n1")
+
+
+def test_a_token_changed_in_the_client_is_sent_once_the_reuse_window_has_passed(https_apiserver):
+    api = https_apiserver.api_client("scheduler")
+    api.configuration.refresh_api_key_hook = None
+    now = [0.0]
+    calls = JsonRequests(api, clock=lambda: now[0])
+    https_apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    calls.request("read n1", "GET", "/api/v1/nodes/n1")
+    api.configuration.api_key["BearerToken"] = "Bearer not-a-token"
+    now[0] += AUTH_REUSE + 0.1
+    with pytest.raises(Forbidden, match="read n1"):
+        calls.request("read n1", "GET", "/api/v1/nodes/n1")
+
+
+def test_after_a_refused_token_the_next_request_asks_the_client_for_its_credentials_again(https_apiserver):
+    api = https_apiserver.api_client("scheduler")
+    api.configuration.refresh_api_key_hook = None
+    good = api.configuration.api_key["BearerToken"]
+    api.configuration.api_key["BearerToken"] = "Bearer not-a-token"
+    calls = JsonRequests(api, clock=lambda: 0.0)  # the clock stands still: only the 401 ends the reuse
+    https_apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    with pytest.raises(Forbidden):
+        calls.request("read n1", "GET", "/api/v1/nodes/n1")
+    api.configuration.api_key["BearerToken"] = good
+    assert calls.request("read n1", "GET", "/api/v1/nodes/n1")["metadata"]["name"] == "n1"
 
 
 def test_a_missing_object_is_not_found_and_a_stale_write_a_conflict_naming_the_call(apiserver):

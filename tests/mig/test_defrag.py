@@ -355,48 +355,63 @@ def small_worlds(draw: st.DrawFn):
 
 
 def _lost_after(shape, holders, subset, p) -> int | None:
-    """Independently of the advisor: free the subset, place the pod, then each removed pod's
-    replacement (most important first) anywhere; how many find no place, or None when the pod does
-    not land with every removed pod in its way."""
+    """Independently of the advisor: free the subset, place the pod anywhere, then each removed pod's
+    replacement anywhere, in the controller's order (most important first; then the pod whose slices
+    a pod placed so far took; else those whose request fits nowhere before, then by name); how many
+    find no place, or None when the pod does not land or a removed pod is in no one's way (neither
+    the pod's nor another replacement's)."""
+    before = PlacementIndex(fleet_of(holders, shape))
     gone = {h.name for h in subset}
     index = PlacementIndex(fleet_of([h for h in holders if h.name not in gone], shape))
     plan = index.plan(p)
-    if not isinstance(plan, Plan):
-        return None
-    given = {(d.gpu_uuid, d.placement) for d in plan.devices}
-    if not all(
-        any(u == gu and q.mask & gp.mask for u, q in h.placements for gu, gp in given) for h in subset
-    ):
+    if not isinstance(plan, Plan) or not plan.devices:
         return None
     index.apply(plan)
-    lost = 0
-    for h in sorted(subset, key=lambda h: (-h.priority, h.name)):
+    placed, plans, lost = [plan], {}, 0
+
+    def overlaps(q: Plan, h: Holder) -> bool:
+        return any(
+            u == d.gpu_uuid and pl.mask & d.placement.mask for u, pl in h.placements for d in q.devices
+        )
+
+    def fits_before(h: Holder) -> bool:
+        return h.request is not None and isinstance(before.plan(h.request), Plan)
+
+    left = sorted(subset, key=lambda h: (-h.priority, fits_before(h), h.name))
+    while left:
+        top = left[0].priority
+        h = next((x for x in left if x.priority == top and any(overlaps(q, x) for q in placed)), left[0])
+        left.remove(h)
         again = index.plan(h.request) if h.request is not None else None
-        if isinstance(again, Plan):
+        if isinstance(again, Plan) and again.devices:
             index.apply(again)
+            placed.append(again)
+            plans[h.name] = again
         else:
             lost += 1
+    for h in subset:
+        if not overlaps(plan, h) and not any(overlaps(q, h) for n, q in plans.items() if n != h.name):
+            return None
     return lost
 
 
 def _brute_force(shape, holders, budgets, p, require_homes=False):
-    """Every subset of candidates on one node, cheapest first by the cost's priority/lost/count/sum/age."""
+    """Every subset of candidates (on any nodes), cheapest by the cost's priority/lost/count/sum/age."""
     best = None
-    for node in sorted({n for n, _ in shape}):
-        pool = [h for h in holders if h.candidate and h.node == node]
-        for k in range(1, len(pool) + 1):
-            for subset in combinations(pool, k):
-                if within_budgets(subset, budgets):
-                    continue
-                lost = _lost_after(shape, holders, subset, p)
-                if lost is None or (require_homes and lost):
-                    continue
-                c = cost("", subset, NOW, lost)[:5]
-                best = c if best is None or c < best else best
+    pool = [h for h in holders if h.candidate]
+    for k in range(1, len(pool) + 1):
+        for subset in combinations(pool, k):
+            if within_budgets(subset, budgets):
+                continue
+            lost = _lost_after(shape, holders, subset, p)
+            if lost is None or (require_homes and lost):
+                continue
+            c = cost("", subset, NOW, lost)[:5]
+            best = c if best is None or c < best else best
     return best
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_worlds(), st.booleans())
 def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(world, require_homes):
     shape, holders, budgets, p = world
@@ -405,19 +420,18 @@ def test_no_cheaper_set_exists_than_the_advice_and_the_advice_places_the_pod(wor
     if isinstance(PlacementIndex(fleet).plan(p), Plan):
         assert not advice.found
         return
-    assume(sum(h.candidate for h in holders) <= 10)  # 2^10 subsets: brute force stays quick
+    assume(sum(h.candidate for h in holders) <= 9)  # 2^9 subsets: brute force stays quick
     cheapest = _brute_force(shape, holders, budgets, p, require_homes)
-    if cheapest is None:
-        assert not advice.found
-        return
-    assert advice.found and advice.exact
-    lost = len(advice.lost)
-    assert cost("", advice.victims, NOW, lost)[:5] == cheapest
-    assert _lost_after(shape, holders, advice.victims, p) == lost  # the moves it names are the engine's
-    assert len(advice.moves) == len(advice.victims)
-    assert within_budgets(advice.victims, budgets) == ""
-    assert all(h.candidate and h.node == advice.node for h in advice.victims)
-    assert placed_after(advice, p, fleet, holders) is not None
+    if advice.found:  # whatever the search's limits: a set that works as it says
+        lost = len(advice.lost)
+        assert _lost_after(shape, holders, advice.victims, p) == lost  # the moves it names are the engine's
+        assert len(advice.moves) == len(advice.victims)
+        assert within_budgets(advice.victims, budgets) == ""
+        assert all(h.candidate for h in advice.victims)
+        assert placed_after(advice, p, fleet, holders) is not None
+        assert cheapest is not None and cost("", advice.victims, NOW, lost)[:5] >= cheapest
+    if advice.exact:  # proven cheapest: nothing cheaper by brute force
+        assert (cost("", advice.victims, NOW, len(advice.lost))[:5] if advice.found else None) == cheapest
 
 
 # ---- reading pods and budgets --------------------------------------------------------------------

@@ -82,14 +82,12 @@ def test_kubectl_create_of_a_list_with_validate_false_skips_the_schema(run, apis
     assert apiserver.get("pods", "a", "default")["spec"]["containers"][0]["image"] == "busybox"
 
 
-def test_kubectl_server_side_apply_of_a_list_passes_validation_and_meets_the_same_answer_as_one_pod(run):
-    # The simulated server has no server-side apply (apply patches are refused for any object), so
-    # what a List can tell here is that client-side validation lets it through to that same answer.
-    single = run("apply", "--server-side", "-f", "-", stdin=json.dumps(_pod("a")), ok=False)
-    listed = run("apply", "--server-side", "-f", "-", stdin=_list(CONFIGMAP, _pod("a")), ok=False)
-    assert "error validating" not in listed
-    assert "server-side apply is not supported by the simulated API server" in single
-    assert "server-side apply is not supported by the simulated API server" in listed
+def test_kubectl_server_side_apply_of_a_list_passes_validation_and_applies_each_item(run, apiserver):
+    single = run("apply", "--server-side", "-f", "-", stdin=json.dumps(_pod("a")))
+    listed = run("apply", "--server-side", "-f", "-", stdin=_list(CONFIGMAP, _pod("a")))
+    assert "pod/a serverside-applied" in single
+    assert "configmap/settings serverside-applied" in listed and "pod/a serverside-applied" in listed
+    assert apiserver.get("configmaps", "settings", "default")["data"] == CONFIGMAP["data"]
 
 
 def test_kubectl_replace_of_a_list_written_by_get_replaces_both(run, apiserver):

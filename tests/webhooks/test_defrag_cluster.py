@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from webhooks_testkit import PluginStandIn, eventually, node
 
-from mig.annotations import DEFRAG_ADVICE, EVICTABLE, MIG_ALLOCATIONS, decode_allocations
+from mig.annotations import DEFRAG_ADVICE, EVICTABLE, MIG_ALLOCATIONS, USE_GPU_UUID, decode_allocations
 
 
 @pytest.fixture
@@ -114,6 +114,7 @@ def test_with_eviction_on_the_controller_moves_the_pod_no_budget_protects_and_th
     assert done == ["team/urgent: evicted team/loose"]
     assert read(apiserver, "loose")["metadata"].get("deletionTimestamp")
     assert read(apiserver, "guarded")["metadata"].get("deletionTimestamp") is None
+    assert eventually(lambda: events(apiserver, "DefragEvicted")), "no event on the evicted pod"
     (evicted,) = events(apiserver, "DefragEvicted")
     assert evicted["involvedObject"]["name"] == "loose" and "to place team/urgent" in evicted["message"]
     assert "its replacement is expected on n2 (1g.6gb" in evicted["message"]
@@ -144,6 +145,7 @@ def test_when_budgets_block_every_set_nothing_is_evicted_and_the_pod_is_told(api
     assert len(done) == 1 and "no evictable set" in done[0] and "PodDisruptionBudget" in done[0]
     assert not events(apiserver, "DefragEvicted")
     assert all(read(apiserver, n)["metadata"].get("deletionTimestamp") is None for n in ("loose", "guarded"))
+    assert eventually(lambda: events(apiserver, "DefragNoSet")), "the pending pod was not told"
     (told,) = events(apiserver, "DefragNoSet")
     assert told["involvedObject"]["name"] == "urgent"
     assert "team/guarded-budget" in told["message"] and "team/loose-budget" in told["message"]
@@ -226,6 +228,63 @@ def test_with_move_only_off_the_controller_evicts_a_pod_nothing_recreates_and_sa
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
     assert eventually(lambda: events(apiserver, "FilteringFailed"))
     assert defrag.pass_once() == ["team/urgent: evicted team/loose"]
+    assert eventually(lambda: events(apiserver, "DefragEvicted")), "no event on the evicted pod"
     (evicted,) = events(apiserver, "DefragEvicted")
     assert "nothing recreates it" in evicted["message"]
     assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
+
+
+def test_with_move_only_the_controller_evicts_a_chain_in_an_order_that_works_and_the_pod_lands(
+    apiserver, cluster, plugin
+):
+    # n1 holds two movable 3g jobs, the whole-GPU pod's only room. Elsewhere one free 3g room (n3)
+    # and a 1g service (n2) in the way of another; a free 1g room on n4. Freeing n1 alone strands a
+    # job; moving the service too gives it n2's room, and the service n4's.
+    api = admin(apiserver)
+    apiserver.create(node("n1", "A100-SXM4-40GB", gpus=1))
+    for name in ("job-a", "job-b"):
+        api.create_namespaced_pod("team", gpu_pod(name, 20000, evictable=True, owned=True))
+        running(apiserver, name)
+    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
+    keeper = gpu_pod("keeper-2", 20000)
+    keeper["metadata"]["annotations"][USE_GPU_UUID] = "GPU-n2-0"
+    api.create_namespaced_pod("team", keeper)
+    running(apiserver, "keeper-2")
+    api.create_namespaced_pod("team", gpu_pod("svc", 4000, evictable=True, owned=True))
+    running(apiserver, "svc")
+    apiserver.create(node("n3", "A100-SXM4-40GB", gpus=1))
+    apiserver.create(node("n4", "A100-SXM4-40GB", gpus=1))
+    for name, memory, gpu in (
+        ("keeper-3", 20000, "n3"),
+        ("keeper-4", 20000, "n4"),
+        ("keeper-4b", 9000, "n4"),
+    ):
+        pinned = gpu_pod(name, memory)
+        pinned["metadata"]["annotations"][USE_GPU_UUID] = f"GPU-{gpu}-0"
+        api.create_namespaced_pod("team", pinned)
+        running(apiserver, name)
+    assert {read(apiserver, n)["spec"]["nodeName"] for n in ("job-a", "job-b")} == {"n1"}
+    assert read(apiserver, "svc")["spec"]["nodeName"] == "n2"
+    defrag = cluster.service.defrag
+    defrag.evict = True
+    api.create_namespaced_pod("team", gpu_pod("urgent", 40000, priority=100))
+    assert eventually(lambda: events(apiserver, "FilteringFailed")), "the pod was never refused"
+    done = defrag.pass_once()
+    # the jobs first: their replacements, queued first, take the rooms before the service's could
+    # take its own back
+    assert done == [f"team/urgent: evicted team/{n}" for n in ("job-a", "job-b", "svc")], done
+    advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    assert advice.startswith(
+        "defrag: evicting 3 pod(s) (team/job-a, team/job-b on n1; team/svc on n2) would let it be placed on n1"
+    ), advice
+    assert "; moves team/job-a to n" in advice and "team/svc to n4 (1g.5gb on GPU-n4-0" in advice, advice
+    assert eventually(lambda: len(events(apiserver, "DefragEvicted")) == 3), events(
+        apiserver, "DefragEvicted"
+    )
+    expected = {e["involvedObject"]["name"]: e["message"] for e in events(apiserver, "DefragEvicted")}
+    assert sorted(expected) == ["job-a", "job-b", "svc"]
+    assert "its replacement is expected on n4" in expected["svc"]
+    assert {m.split("expected on ")[1][:2] for n, m in expected.items() if n != "svc"} == {"n2", "n3"}
+    assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
+    (alloc,) = decode_allocations(read(apiserver, "urgent")["metadata"]["annotations"][MIG_ALLOCATIONS])
+    assert alloc.profile == "7g.40gb"

@@ -152,6 +152,18 @@ def test_a_pod_without_gpus_keeps_every_candidate(apiserver, service, extender):
     assert out["NodeNames"] == ["a", "b"] and out["Error"] == ""
 
 
+def test_a_body_asking_for_no_gpu_keeps_every_candidate_even_when_the_clusters_pod_asks_for_one(
+    apiserver, service, extender
+):
+    _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=8000))
+    body = json.loads(json.dumps(pod))
+    body["spec"]["containers"][0]["resources"] = {}
+    out = post_filter(extender, service, body, ["n1", "n2"])
+    assert out["NodeNames"] == ["n1", "n2"] and out["Error"] == ""
+    assert service.fleet.placements()["GPU-n1-0"] == []  # nothing reserved for it
+    assert post_filter(extender, service, pod, ["n1"])["NodeNames"] == ["n1"]  # its own body is placed
+
+
 def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiserver, service, extender):
     service.filter.pending.ttl = 0
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000))

@@ -1,0 +1,111 @@
+"""Defrag chains: a pod in the pending pod's way has no free home, but would have one if another pod
+moved first; the advisor names both, in the order to evict them, and nothing cheaper exists."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mig.defrag import Holder, advice_text, advise, cost, eviction_order
+from mig.placement import PodRequest
+from mig.types import Placement
+from tests.mig.test_defrag import NOW, _brute_force, _lost_after, fleet_of, holder, names, placed_after, pod
+
+A100 = "A100-SXM4-40GB"
+THREE_G, ONE_G, WHOLE = pod(20000), pod(4000), pod(None)
+
+
+def chain_world(extra: list[Holder] | None = None) -> tuple[list[Holder], dict]:
+    """No empty GPU. n0: two movable 3g jobs, the pending whole-GPU pod's only room.
+    n1: a 1g service at 0:1 in the way of a 3g room at 0:4 (4:4 must stay).
+    n2: one free 3g room at 4:4 (0:4 must stay). n3: one free 1g room at 6:1, nothing larger.
+    Freeing n0 strands one job; moving the service too gives it n1's room, and the service n3's."""
+    holders = [
+        holder("job-a", "n0", 0, 0, 4, started=NOW - 50, request=THREE_G),
+        holder("job-b", "n0", 0, 4, 4, started=NOW - 50, request=THREE_G),
+        holder("svc", "n1", 0, 0, 1, started=NOW - 50, request=ONE_G),
+        holder("n1-stays", "n1", 0, 4, 4, candidate=False, request=THREE_G),
+        holder("n2-stays", "n2", 0, 0, 4, candidate=False, request=THREE_G),
+        holder("n3-stays", "n3", 0, 0, 4, candidate=False, request=THREE_G),
+        holder("n3-stays-2", "n3", 0, 4, 2, candidate=False, request=pod(9000)),
+        *(extra or []),
+    ]
+    shape = {("n0", 0): A100, ("n1", 0): A100, ("n2", 0): A100, ("n3", 0): A100}
+    return holders, shape
+
+
+def test_a_stranded_job_moves_where_a_1g_service_moves_out_of_its_way_and_the_pod_lands():
+    holders, shape = chain_world()
+    fleet = fleet_of(holders, shape)
+    jobs = [h for h in holders if h.name.startswith("default/job")]
+    assert _simulate(shape, holders, jobs, WHOLE) == 1  # the two jobs alone: one has no home
+    advice = advise(WHOLE, fleet, holders, now=NOW, require_homes=True)
+    assert names(advice) == ["job-a", "job-b", "svc"] and not advice.lost and advice.exact
+    assert advice.node == "n0" and advice.plan is not None
+    assert advice.plan.devices[0].placement == Placement(0, 8)
+    homes = {m.victim.name: (m.plan.node, str(m.plan.devices[0].placement)) for m in advice.moves if m.plan}
+    assert sorted(homes.values()) == [("n1", "0:4"), ("n2", "4:4"), ("n3", "6:1")]
+    # evicted in that order: the jobs' replacements are queued first and take the room the service
+    # frees before the service's replacement could take its own room back
+    assert [h.name for h in eviction_order(advice)] == ["default/job-a", "default/job-b", "default/svc"]
+    assert placed_after(advice, WHOLE, fleet, holders) is not None
+    assert _simulate(shape, holders, advice.victims, WHOLE) == 0
+    text = advice_text(advice)
+    assert "(default/job-a, default/job-b on n0; default/svc on n1)" in text, text
+    assert "moves default/job-a to n" in text and "default/svc to n3 (1g.5gb on GPU-n3-0 at 6:1)" in text, (
+        text
+    )
+
+
+def test_without_move_only_the_chain_still_wins_over_a_set_that_strands_a_pod():
+    holders, shape = chain_world()
+    advice = advise(WHOLE, fleet_of(holders, shape), holders, now=NOW)
+    # the cost puts pods lost before the count: three pods that move beat two of which one is lost
+    assert names(advice) == ["job-a", "job-b", "svc"] and not advice.lost
+
+
+def test_a_budget_that_holds_the_service_leaves_no_chain():
+    holders, shape = chain_world()
+    guarded = [replace(h, groups=("default/svc",)) if h.name == "default/svc" else h for h in holders]
+    fleet = fleet_of(guarded, shape)
+    advice = advise(WHOLE, fleet, guarded, {"default/svc": 0}, now=NOW, require_homes=True)
+    assert not advice.found and "default/svc" in advice.blocked_by_budget
+    assert _cheapest(shape, guarded, WHOLE, {"default/svc": 0}) is None
+
+
+def test_a_service_that_may_not_go_leaves_no_chain():
+    holders, shape = chain_world()
+    kept = [replace(h, candidate=False) if h.name == "default/svc" else h for h in holders]
+    advice = advise(WHOLE, fleet_of(kept, shape), kept, now=NOW, require_homes=True)
+    assert not advice.found
+
+
+# ---- brute force, independent of the advisor's search ---------------------------------------
+
+
+def _simulate(shape, holders, subset, p: PodRequest) -> int | None:
+    return _lost_after(shape, holders, subset, p)
+
+
+def _cheapest(shape, holders, p, budgets=None, require_homes=True):
+    return _brute_force(shape, holders, budgets or {}, p, require_homes)
+
+
+def test_no_cheaper_set_than_the_chain_exists_by_brute_force():
+    # beside the chain: an older 1g service in the way of another 3g room on n1, and a younger 2g
+    # one in the way of a 3g room on n2 (it fits n3's free 1g.10gb room)
+    extra = [
+        holder("old-svc", "n1", 1, 1, 1, started=NOW - 5000, request=ONE_G),
+        holder("n1-stays-b", "n1", 1, 4, 4, candidate=False, request=THREE_G),
+        holder("n2-svc", "n2", 1, 0, 2, started=NOW - 10, request=pod(9000)),
+        holder("n2-stays-b", "n2", 1, 4, 4, candidate=False, request=THREE_G),
+    ]
+    holders, shape = chain_world(extra)
+    shape[("n1", 1)] = shape[("n2", 1)] = A100
+    fleet = fleet_of(holders, shape)
+    for require_homes in (True, False):
+        advice = advise(WHOLE, fleet, holders, now=NOW, require_homes=require_homes)
+        cheapest = _cheapest(shape, holders, WHOLE, require_homes=require_homes)
+        assert cheapest is not None and advice.found and advice.exact
+        assert cost("", advice.victims, NOW, len(advice.lost))[:5] == cheapest
+        assert _simulate(shape, holders, advice.victims, WHOLE) == len(advice.lost)
+        assert names(advice) == ["job-a", "job-b", "n2-svc"]  # the youngest pod that makes the room
