@@ -18,10 +18,15 @@ says, per removed pod, where its replacement is expected to go (a move) or that 
 
 A set is legal when every pod in it is a candidate (the caller decides: e.g. only pods that opted in
 and have a lower priority than the pending one), no PodDisruptionBudget group loses more pods than it
-still allows, with the set's placements freed the placement engine itself places the pod on that
-node (so the advice is exactly what the scheduler would then do), and every pod of the set is in the
-pod's way (overlaps a slice the engine then gives the pod: freeing a bystander so that a removed pod
-can land in its gap is not a set the advisor names). `require_homes`: only sets that lose no pod.
+still allows, with the set's placements freed the placement engine itself places the pod (so the
+advice is exactly what the scheduler would then do), and every pod of the set is in someone's way:
+it overlaps a slice the engine then gives the pod, or one it gives another pod's replacement (a
+chain: a pod moved out of the way of a pod that moves). `require_homes`: only sets that lose no pod.
+
+Order. Replacements are placed, and the controller evicts, most important first (kube-scheduler's
+queue); among equal priorities next the pod whose slices a pod placed so far took (it was moved to
+make that room, so it goes right after the pod that needed it and cannot take its own room back
+first), else those whose request fits nowhere now, then by name (`eviction_order`).
 
 Search. The pod lands on one node, so a set lies on one node. A one-device pod needs one free
 placement: for every placement the engine could use, the pods overlapping it are the only legal set
@@ -36,6 +41,16 @@ searched per node in order of cost (uniform-cost search over sets, lost pods bou
 set is tried only after every cheaper one); the work is capped (`max_checks` engine calls) and, once
 capped with no set found, the advice falls back to a greedy set (every candidate on the node, then
 each dropped while the pod still fits) and says it is not proven cheapest.
+
+Chains, when the best set found loses a pod (or, with `require_homes`, none was found): a set that
+strands a pod grows by the pods in that pod's way at one placement it could take anywhere in the
+fleet, up to `MAX_CHAIN_DEPTH` steps. A uniform-cost search over the grown sets by their cost with
+none lost (likelier sets first among sets of one count: new pods that fit in what the set leaves
+free), each tried on the whole fleet, then a small beam from the cheapest stranding sets. Bounded:
+`MAX_CHAIN_TRIALS` trials per phase, `MAX_CHAIN_STEPS` sets grown, `CHAIN_WINDOW` rooms read and
+`CHAIN_BRANCH` sets kept per step; whatever a bound leaves unexplored is a cut, and an advice whose
+cost a cut could beat says it is not proven cheapest. Exact on small fleets (every room read, every
+grown set kept).
 """
 
 from __future__ import annotations
@@ -58,10 +73,11 @@ from mig.types import Placement
 
 MAX_CHECKS = 400  # engine calls per advice for multi-device pods; ~1 ms each on an 8-GPU node
 MAX_MOVES = 100  # sets per advice whose removed pods are placed on the whole fleet to count the lost
-MAX_CHAIN_TRIALS = 40  # grown sets tried on the whole fleet per advice (`_Search.chains`)
+MAX_CHAIN_TRIALS = 24  # grown sets tried on the whole fleet per advice, per phase (`_Search.chains`, `beam`)
 MAX_CHAIN_DEPTH = 3  # steps of a chain: a stranded pod given a home by moving the pods in its way
 CHAIN_BRANCH = 24  # sets kept per step, cheapest first (the rest are a cut: not proven cheapest)
 MAX_CHAIN_STEPS = 12  # sets grown per advice by the uniform-cost search (each reads a pod's rooms)
+CHAIN_WINDOW = 16 * CHAIN_BRANCH  # rooms of a stranded pod read per step, cheapest first
 BEAM_SEEDS, BEAM_WIDTH = 6, 3  # past the budget: stranding sets grown per step, and sets each grows
 
 
@@ -760,8 +776,12 @@ class _Search:
             return []  # only a one-device pod is given a home by a chain
         names = {h.name for h in victims}
         base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
-        children = []
-        for quick, pods in self.rooms(stuck.request):
+        children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
+        rooms = self.rooms(stuck.request)
+        for n, (quick, pods) in enumerate(rooms):
+            if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
+                self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))  # a bound every one meets
+                break
             new = [h for h in pods if h.name not in names]
             if not new:
                 continue
@@ -769,12 +789,10 @@ class _Search:
                 quick = _quick(new)
             lead = (max(base[0], quick[0]), 0, base[1] + quick[1], base[2] + quick[2])
             if self.best is not None and lead > self.best.cost[:4]:
+                if quick[0] > base[0] and n + 1 < len(rooms) and rooms[n + 1][0][0] >= quick[0]:
+                    break  # rooms are in order of priority: every one left is dearer too
                 continue  # dearer than the best on the leading terms, whatever its age
             children.append((lead, new))
-        if len(children) > 4 * CHAIN_BRANCH:  # read the likeliest few only (`cut` covers the rest)
-            children.sort(key=lambda ch: ch[0])
-            self._cut((*children[4 * CHAIN_BRANCH][0], 0.0, "", ()))
-            children = children[: 4 * CHAIN_BRANCH]
         priced = []
         for _, new in children:
             grown = tuple(sorted((*victims, *new), key=lambda h: h.name))

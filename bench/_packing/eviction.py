@@ -17,7 +17,9 @@ demand ends when the trace says) and does not itself evict: no cascades. The pen
 before the recreated ones, as kube-scheduler's queue pops the higher priority first. Refused work:
 each refused pod's share of a GPU (its smallest covering placements on its cheapest model, as the
 bench's offered load counts it) times the minutes it missed (an arrival: its lifetime; an evicted
-pod: the rest of it).
+pod: the rest of it). The set may be a chain (pods on other nodes moved out of the way of a pod that
+moves); the recreated pods are placed in the advice's order (`mig.defrag.eviction_order`), which is
+the order the controller evicts them in.
 
 Assumptions, stated where they are printed: no PodDisruptionBudgets (the traces carry none); the
 controller's pass interval, the eviction's grace period and the recreation are instantaneous; trace

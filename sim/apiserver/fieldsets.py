@@ -200,18 +200,7 @@ def _merge(old: Any, new: Any, t: str, path: Path, parent: str, field: str) -> A
     if sh.kind == "scalar" or sh.atomic:
         return clone(new)
     if sh.kind == "list":
-        right = _index(sh, new, path, True)
-        by_pe = {pe: item for pe, item in right}
-        used: set[PathElement] = set()
-        out = []
-        for pe, item in _index(sh, old, path, False):
-            if pe is not None and pe in by_pe:
-                out.append(_merge(item, by_pe[pe], sh.item, (*path, pe), "", ""))
-                used.add(pe)
-            else:
-                out.append(item)
-        out.extend(clone(item) for pe, item in right if pe not in used)
-        return out
+        return _merge_items(sh, _index(sh, old, path, False), _index(sh, new, path, True), path)
     merged = dict(old)
     for key, value in new.items():
         if value is None:
@@ -220,6 +209,58 @@ def _merge(old: Any, new: Any, t: str, path: Path, parent: str, field: str) -> A
         ct, _ = child_type(sh, key)
         merged[key] = _merge(old.get(key, MISSING), value, ct, (*path, ("f", key)), sh.model, key)
     return merged
+
+
+def _merge_items(
+    sh: Shape,
+    left: list[tuple[PathElement | None, Any]],
+    right: list[tuple[PathElement | None, Any]],
+    path: Path,
+) -> list[Any]:
+    """Two keyed lists merged in structured-merge-diff's order: the live items in their order, the
+    applied ones where the applied order puts them, items both have taken in the applied order."""
+    by_left = {pe: item for pe, item in left if pe is not None}
+    by_right = {pe: item for pe, item in right if pe is not None}
+    shared = [pe for pe, _ in right if pe in by_left]
+    nxt = shared.pop(0) if shared else None
+    done: set[PathElement] = set()
+    out: list[Any] = []
+
+    def both(pe: PathElement) -> Any:
+        if pe in by_left:
+            return _merge(by_left[pe], by_right[pe], sh.item, (*path, pe), "", "")
+        return clone(by_right[pe])
+
+    li = ri = 0
+    while li < len(left) or ri < len(right):
+        if li < len(left) and ri < len(right):
+            pe = left[li][0]
+            if pe is not None and pe == right[ri][0]:
+                done.add(pe)
+                out.append(both(pe))
+                li, ri = li + 1, ri + 1
+                nxt = shared.pop(0) if shared else None
+                continue
+            if pe in by_right and nxt is not None and nxt != pe:
+                li += 1  # a shared item, taken when the applied order reaches it
+                continue
+        if li < len(left):
+            pe, item = left[li]
+            if pe is None or pe not in by_right:
+                out.append(item)
+                li += 1
+                continue
+            if pe in done:
+                li += 1
+        if ri < len(right):
+            pe = right[ri][0]
+            assert pe is not None  # an applied list's items all have elements (strict)
+            done.add(pe)
+            out.append(both(pe))
+            ri += 1
+            if nxt == pe:
+                nxt = shared.pop(0) if shared else None
+    return out
 
 
 # ---- removing what nobody applies any more ---------------------------------------------------------

@@ -59,6 +59,9 @@ class Entry:
     time: str = ""
     subresource: str = ""
     fields: FieldSet = field(default_factory=set)
+    # the stored fieldsV1 this entry was read from and the set it named: written back as it was
+    # when the set did not change (a stored tree is never changed in place)
+    stored: tuple[dict[str, Any], frozenset[Path]] | None = None
 
     @property
     def key(self) -> Key:
@@ -82,7 +85,10 @@ class Entry:
         if self.time:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = fieldsets.encode(self.fields)
+        if self.stored is not None and self.stored[1] == self.fields:
+            out["fieldsV1"] = self.stored[0]
+        else:
+            out["fieldsV1"] = fieldsets.encode(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -147,6 +153,7 @@ def decode(entries: Any) -> dict[Key, Entry]:
             str(raw.get("subresource") or ""),
             fieldsets.decode(raw["fieldsV1"]),
         )
+        entry.stored = (raw["fieldsV1"], frozenset(entry.fields))
         if entry.operation not in ("Apply", "Update"):
             raise ValueError(f"operation {entry.operation[:32]!r}: Apply or Update")
         out[entry.key] = entry

@@ -537,7 +537,10 @@ class Registry:
             named = str((new.get("metadata") or {}).get("resourceVersion") or "")
             if (pinned or named) and (pinned or named) != current["metadata"]["resourceVersion"]:
                 raise errors.conflict(rt.plural, rt.group, req.name)
+            applied_owners = _owners(new)
             new = objects.prepare_update(rt, new, current, req.subresource)
+            if not managed:  # an apply: its managedFields, even where the status endpoint keeps metadata
+                _set_owners(new, applied_owners)
             policies.check_config(rt, new)
             if managed and req.manager:
                 new = managedfields.record_update(rt, current, new, req.manager, req.subresource)
@@ -789,6 +792,14 @@ class Registry:
 
 def _owners(obj: dict[str, Any]) -> Any:
     return (obj.get("metadata") or {}).get("managedFields")
+
+
+def _set_owners(obj: dict[str, Any], owners: Any) -> None:
+    meta = obj.setdefault("metadata", {})
+    if owners:
+        meta["managedFields"] = owners
+    else:
+        meta.pop("managedFields", None)
 
 
 def invalid_name(rt: ResourceType) -> ApiError:

@@ -350,3 +350,29 @@ def test_the_rbac_kinds_and_jobs_a_chart_installs_are_applied_and_printed_as_kub
     assert "ClusterRole/reader" in rows[4] and "default/sa" in rows[4]
     assert rows[6].split()[:5] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
     assert rows[7].split()[1:3] == ["Running", "0/1"]
+
+
+def test_an_apply_to_the_status_subresource_owns_only_status_under_its_own_entry(run, apiserver):
+    run("apply", "--server-side", "-f", "-", stdin=RBAC_AND_JOB.split("---")[2])
+    status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once", "namespace": "default"}}
+    stdin = json.dumps({**job, "spec": {"parallelism": 3}, "status": status})
+    run(
+        "apply",
+        "--server-side",
+        "--subresource=status",
+        "--field-manager=job-controller",
+        "-f",
+        "-",
+        stdin=stdin,
+    )
+    stored = apiserver.get("jobs", "once", "default")
+    assert (
+        stored["status"] == status and stored["spec"]["parallelism"] == 1
+    )  # spec is not the status's to change
+    entry = _entries(stored)[("job-controller", "Apply")]
+    assert entry["subresource"] == "status"
+    assert entry["fieldsV1"] == {
+        "f:status": {"f:conditions": {}, "f:succeeded": {}}
+    }  # conditions: atomic in 1.35
+    assert run("get", "job", "once").split("\n")[1].split()[1] == "Complete"
