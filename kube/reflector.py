@@ -79,7 +79,21 @@ def list_objects(what: str, call: Callable[..., Any], **kwargs: Any) -> tuple[li
         raise KubeError(f"{what}: answer has no items")
     if not all(isinstance(item, dict) for item in items):
         raise KubeError(f"{what}: an item is not an object")
+    for item in items:
+        strip_managed_fields(item)
     return items, str(meta.get("resourceVersion") or "")
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """`obj` without `metadata.managedFields` (server-side apply's ownership records), in place.
+
+    Nothing here reads them, and on a cluster they are often as large as the rest of the metadata:
+    kept, they would be held in every cache and walked by every comparison of an object's versions.
+    client-go informers drop them the same way (a transform), before the object is stored."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 class Reflector:
@@ -243,4 +257,4 @@ class Reflector:
         if rv:
             self.resource_version = str(rv)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._on_event(kind, obj)
+            self._on_event(kind, strip_managed_fields(obj))

@@ -195,3 +195,17 @@ def test_a_quiet_watch_that_reaches_its_timeout_is_resumed_without_a_warning(nam
         namespaces.create(config_map("late"))
         assert eventually(lambda: ("ADDED", "late") in mirror.events)
     assert [r.getMessage() for r in caplog.records if r.name == "kube.reflector"] == []
+
+
+def test_listed_and_watched_objects_come_without_their_managed_fields_and_keep_the_rest(namespaces, mirror):
+    core = client.CoreV1Api(namespaces.api_client("admin"))
+    core.create_namespaced_config_map("team", config_map("before", a="1"))
+    stored = core.read_namespaced_config_map("before", "team")
+    assert stored.metadata.managed_fields, "the API server records who wrote the object"
+    with reflect(namespaces, mirror):
+        listed = mirror.objects["before"]
+        assert "managedFields" not in listed["metadata"]
+        assert listed["data"] == {"a": "1"} and listed["metadata"]["resourceVersion"]
+        core.patch_namespaced_config_map("before", "team", {"data": {"a": "2"}})
+        assert eventually(lambda: mirror.objects["before"]["data"] == {"a": "2"})
+        assert "managedFields" not in mirror.objects["before"]["metadata"]
