@@ -693,18 +693,10 @@ class _Search:
                     self._cut(min((e[2] for e in heap), default=bound))
                     self._cut(bound)
                     return
-                self.chain_trials += 1
-                trial = self.homes.trial(self.pod, self.allowed, victims)
-                if trial is None:
+                tried = self._try_chain(node, victims)
+                if tried is None or not tried[0]:
                     continue
-                lost = tuple(m.victim for m in trial.moves if m.plan is None)
-                if trial.legal and not (self.require_homes and lost):
-                    c = cost(trial.plan.node, victims, self.now, len(lost))
-                    if not self.beaten(c):
-                        self.best = _Best(c, node, victims, (trial.plan, trial.moves), chain=True)
-                if not lost:
-                    continue
-                left = trial.left
+                lost, left, _ = tried
             else:  # a seed: what its pod leaves free on its node, without a whole-fleet trial
                 left = _left_beside(self.pod, node, victims)
             if depth >= MAX_CHAIN_DEPTH:
@@ -743,23 +735,36 @@ class _Search:
                     if trials >= self.max_chain_trials:
                         return
                     trials += 1
-                    self.chain_trials += 1
-                    trial = self.homes.trial(self.pod, self.allowed, grown)
-                    if trial is None:
+                    tried = self._try_chain(node, grown)
+                    if tried is None:
                         continue
-                    now_lost = tuple(m.victim for m in trial.moves if m.plan is None)
-                    if trial.legal and not (self.require_homes and now_lost):
-                        done = cost(trial.plan.node, grown, self.now, len(now_lost))
-                        if not self.beaten(done):
-                            self.best = _Best(done, node, grown, (trial.plan, trial.moves), chain=True)
-                            if not now_lost:
-                                return
+                    now_lost, now_left, better = tried
+                    if better and not now_lost:
+                        return
                     if now_lost:
-                        grown_states.append((len(now_lost), c, node, grown, now_lost, trial.left))
+                        grown_states.append((len(now_lost), c, node, grown, now_lost, now_left))
             grown_states.sort(key=lambda g: (g[0], g[1]))
             frontier = [
                 (c, node, grown, lost, left) for _, c, node, grown, lost, left in grown_states[:BEAM_SEEDS]
             ]
+
+    def _try_chain(
+        self, node: _Node, victims: tuple[Holder, ...]
+    ) -> tuple[tuple[Holder, ...], Mapping[str, int], bool] | None:
+        """One whole-fleet trial of a grown set, kept as the best when it works and beats it: (the
+        pods it strands, what it leaves occupied, whether it became the best); None: no trial."""
+        self.chain_trials += 1
+        trial = self.homes.trial(self.pod, self.allowed, victims)
+        if trial is None:
+            return None
+        lost = tuple(m.victim for m in trial.moves if m.plan is None)
+        better = False
+        if trial.legal and not (self.require_homes and lost):
+            c = cost(trial.plan.node, victims, self.now, len(lost))
+            if not self.beaten(c):
+                self.best = _Best(c, node, victims, (trial.plan, trial.moves), chain=True)
+                better = True
+        return lost, trial.left, better
 
     def _grow(
         self,
