@@ -339,6 +339,8 @@ class Registry:
                 next_bookmark = now + opts.bookmark_interval
                 if last_bookmark_due is not None and now >= last_bookmark_due:
                     last_bookmark_due = None
+            if stopped():  # a connection cut while waiting carries nothing that happened after the cut
+                break
             if out:
                 send(out)
 
