@@ -620,6 +620,8 @@ class _Search:
         self.chain_steps = 0  # sets grown (each looks at every room of one pod in the fleet)
         self.cut: Cost | None = None  # the cheapest bound the chain search left unexplored
         self._rooms: dict[PodRequest, list[tuple[tuple[int, int, int], tuple[Holder, ...]]]] = {}
+        self._overlaps: dict[tuple[str, Placement], tuple[tuple[str, ...], tuple[Holder, ...]] | None] = {}
+        self._owner_maps: dict[str, dict[tuple[str, Placement], Holder]] = {}
         self.relay_trials = 0
         self.relay_tried: set[frozenset[str]] = set()  # sets a re-lay tried (regions overlap)
         self.relay_done = False
@@ -868,6 +870,20 @@ class _Search:
     def _cut(self, bound: Cost) -> None:
         self.cut = bound if self.cut is None or bound < self.cut else self.cut
 
+    def overlapping(
+        self, node: _Node, g: GpuState, p: Placement
+    ) -> tuple[tuple[str, ...], tuple[Holder, ...]] | None:
+        """`_overlapping` (with the pods' names), once per placement of an advice: the one-device
+        search and every request's rooms ask about the same placements."""
+        key = (g.uuid, p)
+        if key not in self._overlaps:
+            owners = self._owner_maps.get(node.name)
+            if owners is None:
+                owners = self._owner_maps[node.name] = _owners(node.holders)
+            pods = _overlapping(g, p, owners)
+            self._overlaps[key] = None if pods is None else (tuple(h.name for h in pods), pods)
+        return self._overlaps[key]
+
     def rooms(self, request: PodRequest) -> list[tuple[tuple[int, int, int], tuple[Holder, ...]]]:
         """Every set of candidates in the way of a placement this one-device request could take,
         anywhere in the fleet (free placements need no set), cheapest first; once per request."""
@@ -877,12 +893,11 @@ class _Search:
         ask, memo = request.devices()[0][2], self.homes._usable.setdefault(request, {})
         sets: dict[tuple[str, ...], tuple[tuple[int, int, int], tuple[Holder, ...]]] = {}
         for node in self.everywhere:
-            owners = _owners(node.holders)
             for g in node.gpus:
                 for p in _usable_placements(request, g, ask, memo):
-                    pods = _overlapping(g, p, owners)
-                    if pods:
-                        sets.setdefault(tuple(h.name for h in pods), (_quick(pods), pods))
+                    found_here = self.overlapping(node, g, p)
+                    if found_here is not None and found_here[1]:
+                        sets.setdefault(found_here[0], (_quick(found_here[1]), found_here[1]))
         self._rooms[request] = found = sorted(sets.values(), key=lambda s: (s[0], [h.name for h in s[1]]))
         return found
 
@@ -1040,12 +1055,12 @@ class _Search:
         usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
         top: tuple[int, int, int] | None = None  # the leading terms of the cheapest set so far
         for i, node in enumerate(self.fleet):
-            owners = _owners(node.holders)
             for g in node.gpus:
                 for p in _usable_placements(self.pod, g, ask, usable):
-                    victims = _overlapping(g, p, owners)
-                    if victims is None:
+                    found_here = self.overlapping(node, g, p)
+                    if found_here is None:
                         continue
+                    victims = found_here[1]
                     group = within_budgets(victims, self.budgets)
                     if group:  # before it may prune dearer sets: a blocked set is no cheapest
                         self.blocked.add(group)
@@ -1054,7 +1069,7 @@ class _Search:
                     if top is not None and quick[0] > top[0] and not self.require_homes:
                         continue  # a more important pod: never cheaper, whatever it loses
                     top = quick if top is None or quick < top else top
-                    sets.setdefault((node.name, tuple(h.name for h in victims)), (quick, i, victims))
+                    sets.setdefault((node.name, found_here[0]), (quick, i, victims))
         for quick, i, victims in sorted(sets.values(), key=lambda s: s[0]):
             if self.best is not None and self._past(quick):
                 break

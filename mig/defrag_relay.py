@@ -53,6 +53,7 @@ class Waste:
                 self._models.setdefault((g.type, id(g.profiles)), g)
         self._least: dict[tuple[PodRequest, int], float] = {}  # (request, device) -> least share
         self._sizes: dict[tuple[int, int], int | None] = {}  # (id of profiles, MiB) -> least slices
+        self._by_object: dict[int, tuple[PodRequest, float | None]] = {}
 
     def _slices(self, g: GpuState, ask: Memory, pod: PodRequest) -> int | None:
         mem = memory_on(ask, g.memory_mb)
@@ -94,13 +95,21 @@ class Waste:
             return 0.0
         waste = (axis - bin(g.occupied_mask).count("1")) / axis
         for p, request, may_go in held:
-            if not may_go or request is None:
-                continue
+            if may_go and request is not None:
+                least = self._least_device(request)
+                if least is not None:
+                    waste += max(0.0, p.size / axis - least)
+        return waste
+
+    def _least_device(self, request: PodRequest) -> float | None:
+        """The least share any one device of the request takes (by identity first: holders keep
+        their request objects, and hashing a request is dear)."""
+        found = self._by_object.get(id(request))
+        if found is None or found[0] is not request:
             shares = [self.least_share(request, d) for d in range(len(request.devices()))]
             known = [x for x in shares if x is not None]
-            if known:
-                waste += max(0.0, p.size / axis - min(known))
-        return waste
+            found = self._by_object[id(request)] = (request, min(known) if known else None)
+        return found[1]
 
 
 def usable_free(g: GpuState) -> float:
@@ -134,14 +143,15 @@ def regions(
         yield (g.uuid,)
     position = {g.uuid: n for n, g in enumerate(ranked)}
     leads, partners = ranked[:RELAY_LEADS], ranked[:RELAY_PARTNERS]
+    look = _Pairs(held, usable)
     keyed = []
     for a in leads:
         for b in partners:
             if b is a or (position[b.uuid] < position[a.uuid] and b in leads):
                 continue
-            absorbs = _absorbs(a, b, held, usable) or _absorbs(b, a, held, usable)
+            absorbs = look.absorbs(a, b) or look.absorbs(b, a)
             exchanges = (a.type, id(a.profiles)) != (b.type, id(b.profiles)) and (
-                _exchanges(a, b, held, usable) or _exchanges(b, a, held, usable)
+                look.exchanges(a, b) or look.exchanges(b, a)
             )
             if not (absorbs or exchanges):
                 continue
@@ -160,41 +170,66 @@ def regions(
         yield pair
 
 
-def _absorbs(
-    a: GpuState,
-    b: GpuState,
-    held: Mapping[str, Sequence[Instance]],
-    usable: Callable[[PodRequest, GpuState], Sequence[Placement]],
-) -> bool:
-    """An instance that may go on `b` could take a free slice of `a`, at a placement over nothing that
-    must stay."""
-    free = ((1 << _axis(a)) - 1) & ~a.occupied_mask
-    if not free:
-        return False
-    stays = 0
-    for p, _, may_go in held.get(a.uuid, ()):
-        stays |= 0 if may_go else p.mask
-    return any(
-        may_go
-        and request is not None
-        and any(q.mask & free and not q.mask & stays for q in usable(request, a))
-        for _, request, may_go in held.get(b.uuid, ())
-    )
+class _Pairs:
+    """What moving instances between two GPUs could gain, answered once per GPU shape and request."""
 
+    def __init__(
+        self,
+        held: Mapping[str, Sequence[Instance]],
+        usable: Callable[[PodRequest, GpuState], Sequence[Placement]],
+    ):
+        self.held, self.usable = held, usable
+        self._kinds: dict[PodRequest, int] = {}
+        self._going: dict[str, list[tuple[int, PodRequest, int]]] = {}  # GPU -> (kind, request, size)
+        self._masks: dict[str, tuple[int, int]] = {}  # GPU -> (free slices, slices that stay)
+        self._absorb: dict[tuple[object, ...], bool] = {}
+        self._smaller: dict[tuple[object, ...], bool] = {}
 
-def _exchanges(
-    a: GpuState,
-    b: GpuState,
-    held: Mapping[str, Sequence[Instance]],
-    usable: Callable[[PodRequest, GpuState], Sequence[Placement]],
-) -> bool:
-    """An instance that may go on `a` would take a smaller share of `b`."""
-    axis_a, axis_b = _axis(a), _axis(b)
-    if not axis_a or not axis_b:
-        return False
-    for p, request, may_go in held.get(a.uuid, ()):
-        if may_go and request is not None:
-            sizes = [q.size for q in usable(request, b)]
-            if sizes and min(sizes) / axis_b < p.size / axis_a:
+    def _of(self, g: GpuState) -> tuple[list[tuple[int, PodRequest, int]], int, int]:
+        if g.uuid not in self._masks:
+            stays, going = 0, []
+            for p, request, may_go in self.held.get(g.uuid, ()):
+                if may_go and request is not None:
+                    going.append((self._kinds.setdefault(request, len(self._kinds)), request, p.size))
+                else:
+                    stays |= p.mask
+            self._going[g.uuid] = going
+            self._masks[g.uuid] = (((1 << _axis(g)) - 1) & ~g.occupied_mask, stays)
+        return self._going[g.uuid], *self._masks[g.uuid]
+
+    def absorbs(self, a: GpuState, b: GpuState) -> bool:
+        """An instance that may go on `b` could take a free slice of `a`, at a placement over nothing
+        that must stay."""
+        _, free, stays = self._of(a)
+        if not free:
+            return False
+        for kind, request, _ in self._of(b)[0]:
+            # per GPU shape; a request naming GPUs (UUID filters) is asked per GPU
+            key = (id(a.profiles), a.memory_mb, a.type, free, stays, kind, a.uuid if _named(request) else "")
+            found = self._absorb.get(key)
+            if found is None:
+                found = self._absorb[key] = any(
+                    q.mask & free and not q.mask & stays for q in self.usable(request, a)
+                )
+            if found:
                 return True
-    return False
+        return False
+
+    def exchanges(self, a: GpuState, b: GpuState) -> bool:
+        """An instance that may go on `a` would take a smaller share of `b`."""
+        axis_a, axis_b = _axis(a), _axis(b)
+        if not axis_a or not axis_b:
+            return False
+        for kind, request, size in self._of(a)[0]:
+            key = (kind, size, axis_a, id(b.profiles), b.memory_mb, b.type, b.uuid if _named(request) else "")
+            found = self._smaller.get(key)
+            if found is None:
+                sizes = [q.size for q in self.usable(request, b)]
+                found = self._smaller[key] = bool(sizes) and min(sizes) / axis_b < size / axis_a
+            if found:
+                return True
+        return False
+
+
+def _named(request: PodRequest) -> bool:
+    return bool(request.use_uuids or request.nouse_uuids)
