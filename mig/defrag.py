@@ -51,6 +51,17 @@ free), each tried on the whole fleet, then a small beam from the cheapest strand
 `CHAIN_BRANCH` sets kept per step; whatever a bound leaves unexplored is a cut, and an advice whose
 cost a cut could beat says it is not proven cheapest. Exact on small fleets (every room read, every
 grown set kept).
+
+Re-laid GPUs, when still no set found loses nobody (chains give a home only to a one-device pod, and
+a multi-device pod's capped search never reaches them): every candidate on one GPU, or on two, is
+removed and the set tried on the whole fleet, regions ranked by `mig.defrag_relay` (most waste first:
+free slices, and instances on a model where they take a larger share than on another; a pair only
+when moving an instance between its GPUs could gain room), skipped when even a perfect packing could
+not hold the pod (room the region could gain plus usable free room elsewhere). Pods in no one's way
+or placed nowhere keep their place and the rest is tried again; the set that works is made smaller
+(its core: the pods in the pod's way and those that change GPU; then each pod kept in place while the
+rest works). Bounded: `MAX_RELAY_TRIALS` trials (+ `MAX_RELAY_SHRINK`); a set found so is not proven
+cheapest.
 """
 
 from __future__ import annotations
