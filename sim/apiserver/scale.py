@@ -17,27 +17,10 @@ from typing import Any
 
 from sim.apiserver import patches
 from sim.apiserver.errors import ApiError, invalid
+from sim.apiserver.selectors import selector_string
 
 GROUP, VERSION, KIND = "autoscaling", "v1", "Scale"
 _META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-
-
-def selector_text(selector: Any) -> str:
-    """A LabelSelector as the label-selector string a Scale's status carries."""
-    if not isinstance(selector, dict):
-        return ""
-    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-        if op == "In":
-            terms.append(f"{key} in ({','.join(sorted(values))})")
-        elif op == "NotIn":
-            terms.append(f"{key} notin ({','.join(sorted(values))})")
-        elif op == "Exists":
-            terms.append(key)
-        elif op == "DoesNotExist":
-            terms.append(f"!{key}")
-    return ",".join(terms)
 
 
 def view(obj: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +32,7 @@ def view(obj: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": f"{GROUP}/{VERSION}",
         "metadata": {k: meta[k] for k in _META if k in meta},
         "spec": {"replicas": spec.get("replicas", 1)},
-        "status": {"replicas": status.get("replicas", 0), "selector": selector_text(spec.get("selector"))},
+        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(spec.get("selector"))},
     }
 
 
