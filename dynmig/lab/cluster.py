@@ -159,7 +159,7 @@ class Lab:
         return self
 
     def _start(self) -> None:
-        self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
+        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         self.rendered = chart.render(

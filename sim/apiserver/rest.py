@@ -9,7 +9,18 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, disruption, logs, media, openapi, openapi_v2, protobuf, scale, schemas
+from sim.apiserver import (
+    discovery,
+    disruption,
+    logs,
+    media,
+    openapi,
+    openapi_v2,
+    protobuf,
+    reviews,
+    scale,
+    schemas,
+)
 from sim.apiserver.errors import ApiError
 from sim.apiserver.params import flag, whole_number
 from sim.apiserver.registry import Request, Result, WatchOptions
@@ -434,6 +445,11 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(self.api.registry.bind(req, body))
         elif req.subresource == "eviction":
             self._reply(disruption.evict(self.api.registry, req, body))
+        elif req.rt.plural in reviews.KINDS and req.rt.group in (
+            reviews.AUTHORIZATION,
+            reviews.AUTHENTICATION,
+        ):
+            self._send_json(201, reviews.answer(req.rt.plural, req.user, req.namespace, body))
         else:
             self._reply(self.api.registry.create(req, body))
 
