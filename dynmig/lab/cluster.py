@@ -52,6 +52,7 @@ from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
+from sim.kubelet.lease import NodeLease
 from sim.nvml import SimulatedNvml
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
@@ -85,6 +86,7 @@ class NodeRuntime:
     nvml: SimulatedNvml
     kubelet: SimulatedKubelet
     agent: SimulatedPods | None = None  # the kubelet's pod side
+    lease: NodeLease | None = None  # the kubelet's heartbeat
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
 
@@ -201,6 +203,8 @@ class Lab:
         for runtime in self.nodes.values():
             if runtime.agent is not None:
                 runtime.agent.stop()
+            if runtime.lease is not None:
+                runtime.lease.stop()
         for scheduler in (self.scheduler, self.default_scheduler):
             if scheduler is not None:
                 scheduler.stop()
@@ -489,6 +493,7 @@ class Lab:
                         "osImage": "dynmig lab node (simulated)",
                         "kernelVersion": platform.release(),
                         "containerRuntimeVersion": "dynmig-lab://simulated",
+                        "kubeProxyVersion": "",  # no longer reported by kubelets, still in the schema
                         "operatingSystem": "linux",
                         "architecture": ARCH,
                         "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, spec.name).hex,
@@ -526,6 +531,7 @@ class Lab:
                 echo=self._say,
                 log_path=self._api.log_path,
             ).start()
+            runtime.lease = NodeLease(runtime.name, self.api_client("kubelet")).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device

@@ -213,6 +213,12 @@ def columns(rt: ResourceType) -> list[Column]:
             ("Kernel-Version", "string", 1, lambda o: _node_info(o, "kernelVersion")),
             ("Container-Runtime", "string", 1, lambda o: _node_info(o, "containerRuntimeVersion")),
         ]
+    if rt.key == ("coordination.k8s.io", "leases"):
+        return [
+            ("Name", "string", 0, _name),
+            ("Holder", "string", 0, lambda o: str((o.get("spec") or {}).get("holderIdentity") or "")),
+            ("Age", "string", 0, _age),
+        ]
     if rt.key == ("apps", "deployments"):
         return _DEPLOYMENT_COLUMNS
     if rt.key == ("apps", "daemonsets"):

@@ -5,10 +5,11 @@ bodies with, from Kubernetes' own `generated.proto` files (k8s.io/api and k8s.io
         batch/v1/generated.proto rbac/v1/generated.proto meta/v1/generated.proto runtime/generated.proto \\
         resource/generated.proto intstr/generated.proto
 
-Only the messages reachable from the kinds in ROOTS are kept. The Job, RBAC and DeleteOptions messages, then the
-authorization/v1 and authentication/v1 reviews, were added from the kubernetes-1.35.7 tags of
-k8s.io/api and apimachinery, keeping the messages already recorded (`--add` merges into OUT). The wire format is Kubernetes' interface; this file records field numbers, names and
-types, nothing else of those files.
+Only the messages reachable from the kinds in ROOTS are kept. The Job, RBAC and DeleteOptions
+messages, then the authorization/v1 and authentication/v1 reviews, were added from the
+kubernetes-1.35.7 tags of k8s.io/api and apimachinery, keeping the messages already recorded
+(`--add` merges into OUT). The wire format is Kubernetes' interface; this file records field
+numbers, names and types, nothing else of those files.
 """
 
 from __future__ import annotations
