@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import copy
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -30,6 +31,7 @@ import ssl
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
@@ -63,6 +65,8 @@ SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 RESTART_BACKOFF = (1.0, 16.0)
 # the Job controller's back-off before replacing a failed pod is 10 s doubling to 10 min; shorter here
 JOB_BACKOFF = (1.0, 60.0)
+# GOARCH names, as a kubelet reports its machine
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 class LabError(RuntimeError):
@@ -469,9 +473,30 @@ class Lab:
                 "kind": "Node",
                 "metadata": {
                     "name": spec.name,
-                    "labels": {"kubernetes.io/hostname": spec.name, "gpu": "on", "kubernetes.io/os": "linux"},
+                    "labels": {
+                        "kubernetes.io/hostname": spec.name,
+                        "gpu": "on",
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": ARCH,
+                    },
                 },
                 "status": {
+                    # what a kubelet reports of its machine; the lab's nodes are this machine's processes
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": spec.name},
+                    ],
+                    "nodeInfo": {
+                        "kubeletVersion": "v1.35.0-dynmig-sim",
+                        "osImage": "dynmig lab node (simulated)",
+                        "kernelVersion": platform.release(),
+                        "containerRuntimeVersion": "dynmig-lab://simulated",
+                        "operatingSystem": "linux",
+                        "architecture": ARCH,
+                        "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, spec.name).hex,
+                        "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, spec.name)),
+                        "bootID": str(uuid.uuid4()),
+                    },
                     "conditions": [
                         {
                             "type": "Ready",

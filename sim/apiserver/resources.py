@@ -150,7 +150,14 @@ RESOURCES: tuple[ResourceType, ...] = (
         field_paths=tuple(V1_FIELD_LABELS.items()),
     ),
     ResourceType(
-        "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        ("deploy",),
+        ("status", "scale"),
+        categories=("all",),
     ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
     # Plain stored kinds a chart installs (no controller runs them: a Job's status is whoever writes it)
