@@ -343,3 +343,12 @@ def test_a_job_the_lab_cannot_run_is_named_and_the_others_still_run(cluster):
         "Job default/indexed: not reconciled: ValueError: spec.completionMode 'Indexed'" in line
         for line in cluster.lines
     ), cluster.lines
+
+
+def test_a_deleted_running_job_takes_its_pods_with_it_despite_their_tracking_finalizer(cluster):
+    cluster.create_job("gone", parallelism=2)
+    pods = _wait(lambda: len(p := cluster.live("gone")) == 2 and p, "two pods")
+    for pod in pods:
+        cluster.run(pod)
+    cluster.batch.delete_namespaced_job("gone", NS)  # background propagation, kubectl's default
+    _wait(lambda: not cluster.pods("gone"), "the garbage collector and the finalizer release")
