@@ -58,9 +58,10 @@ def _helm(lab: Lab, tmp_path: Path, *args: str) -> str:
 
 
 def _hook_logs(lab: Lab, job: str) -> list[str]:
-    """What each hook pod's `dynmig certs` process printed, one entry per pod (the lab keeps each
-    child's log after its pod is gone)."""
-    return [p.read_text() for p in sorted((lab.workdir / "logs").glob(f"job-{NAMESPACE}-{job}-*.log"))]
+    """What each hook pod's `dynmig certs` process printed, one entry per pod, oldest first (the lab
+    keeps each child's log after its pod is gone)."""
+    logs = (lab.workdir / "logs").glob(f"job-{NAMESPACE}-{job}-*.log")
+    return [p.read_text() for p in sorted(logs, key=lambda p: p.stat().st_mtime_ns)]
 
 
 def _wait(condition, what: str, timeout: float = 30.0):
