@@ -12,8 +12,9 @@ default profile for the chart's own pods), kube-controller-manager (`controllers
 world). The lab creates the chart's Deployment and DaemonSet in the API; their pods' containers are
 real child processes that the kubelets start, signal and restart: `dynmig serve` and one
 `dynmig device-plugin` per node, unchanged, the device plugins under the simulated NVML (a state
-file per node that this process reads too). Every other pod runs the simulated workload on its MIG
-devices. `dynmig serve` gets the chart's
+file per node that this process reads too). A Job's pod whose container is of the dynmig image (the
+chart's certificate hooks) runs its args as a real `dynmig` process too, so `helm install` on a
+running lab completes. Every other pod runs the simulated workload on its MIG devices. `dynmig serve` gets the chart's
 args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
 the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mounts into it.
 """
@@ -43,14 +44,14 @@ import yaml
 from kubernetes import client
 
 from certs import main as certs_main
-from dynmig.lab import chart, report
+from dynmig.lab import chart, jobpods, report
 from dynmig.lab.controllers import ControllerManager
 from dynmig.lab.nodes import LabNode
 from dynmig.lab.processes import ProcessContainers
 from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
-from sim.apiserver.identities import Identity
+from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.kubelet.lease import NodeLease
 from sim.nvml import SimulatedNvml
@@ -64,6 +65,8 @@ PLUGIN_DAEMONSET = f"{chart.RELEASE}-device-plugin"
 SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 # kubelet's container restart back-off is 10 s doubling to 300 s; the lab keeps its shape, shorter
 RESTART_BACKOFF = (1.0, 16.0)
+# the Job controller's back-off before replacing a failed pod is 10 s doubling to 10 min; shorter here
+JOB_BACKOFF = (1.0, 60.0)
 # GOARCH names, as a kubelet reports its machine
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
@@ -536,12 +539,15 @@ class Lab:
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
         plugin) and Deployment's (dynmig serve; its kube-scheduler container is the lab's simulated
-        kube-scheduler). Every other pod gets the simulated workload."""
+        kube-scheduler), and Jobs' pods of the dynmig image (`_job_containers`). Every other pod
+        gets the simulated workload."""
 
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
             owner: dict[str, Any] = next(
                 (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {}
             )
+            if owner.get("kind") == "Job":
+                return self._job_containers(pod)
             if pod["metadata"].get("namespace") != NAMESPACE:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
@@ -566,12 +572,44 @@ class Lab:
 
         return containers
 
+    def _job_containers(self, pod: dict[str, Any]) -> ProcessContainers | None:
+        """A Job pod whose container is of the dynmig image runs its args as a real dynmig
+        process, as the pod's service account (`dynmig.lab.jobpods`); kubelet restarts it as the
+        pod's restartPolicy says and its exit ends the pod. Other Job pods run the simulated
+        workload."""
+        image = self._chart.find("Deployment", SERVE_DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]
+        args = jobpods.dynmig_args(pod, jobpods.repository(str(image.get("image") or "")))
+        if args is None:
+            return None
+        namespace, account = jobpods.service_account(pod)
+        handle = f"sa-{namespace}-{account}"
+        if handle not in self._api.identities:
+            self._api.add_identity(service_account(handle, namespace, account))
+        kubeconfig = str(self.kubeconfig(handle))
+        argv = python_argv("-m", "dynmig.cli", *jobpods.laptop_args(args, kubeconfig))
+        env = {**jobpods.literal_env(pod), "KUBECONFIG": kubeconfig}
+        meta = pod["metadata"]
+        container = pod["spec"]["containers"][0]["name"]
+        tee = self._container_log(pod, container)
+        return ProcessContainers(
+            self.supervisor,
+            container,
+            lambda: self.supervisor.start(f"job-{meta['namespace']}-{meta['name']}", argv, env=env, tee=tee),
+            on_start=lambda child: self._say(
+                f"{meta['namespace']}/{meta['name']}: dynmig {' '.join(args[:2])}"
+            ),
+            probe=lambda: True,  # no readinessProbe: ready while it runs
+            probe_period=0.0,
+        )
+
     def _start_controllers(self) -> None:
         if "controller-manager" not in self._api.identities:
             self._api.add_identity(
                 Identity("controller-manager", "system:kube-controller-manager", ("system:authenticated",))
             )
-        self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
+        self.controllers = ControllerManager(
+            self.api_client("controller-manager"), echo=self._say, job_backoff=JOB_BACKOFF
+        ).start()
 
     def _start_default_scheduler(self) -> None:
         """kube-scheduler's default profile, which places the chart's Deployment pod (no extender)."""
