@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -12,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 from sim.apiserver import (
     discovery,
     disruption,
+    headers,
     logs,
     media,
     openapi,
@@ -63,6 +65,16 @@ def _seconds(value: str | None, default: float) -> float:
     return float(whole_number("timeoutSeconds", value, "seconds")) or default
 
 
+def _http_version(text: str) -> tuple[int, int] | None:
+    """`HTTP/<major>.<minor>` as numbers (RFC 2145: separate integers, leading zeros ignored)."""
+    if not text.startswith("HTTP/"):
+        return None
+    parts = text.split("/", 1)[1].split(".")
+    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 10 for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
 class Route:
     """A parsed resource path."""
 
@@ -104,6 +116,63 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "dynmig-sim-apiserver"
     api: ApiServer  # set on the subclass made per server
+
+    def parse_request(self) -> bool:
+        """The request line and headers, as BaseHTTPRequestHandler.parse_request reads them, with
+        the headers read by sim.apiserver.headers instead of the standard library's email parser."""
+        self.command = None  # type: ignore[assignment]  # set in case of an error on the first line
+        self.request_version = version = self.default_request_version
+        self.close_connection = True
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = requestline
+        words = requestline.split()
+        if not words:
+            return False
+        if len(words) >= 3:  # enough to tell the protocol version
+            version = words[-1]
+            number = _http_version(version)
+            if number is None:
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
+                return False
+            if number >= (1, 1) and self.protocol_version >= "HTTP/1.1":
+                self.close_connection = False
+            if number >= (2, 0):
+                self.send_error(
+                    HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                    f"Invalid HTTP version ({version.split('/', 1)[1]})",
+                )
+                return False
+            self.request_version = version
+        if not 2 <= len(words) <= 3:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
+            return False
+        command, path = words[:2]
+        if len(words) == 2:
+            self.close_connection = True
+            if command != "GET":
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad HTTP/0.9 request type ({command!r})")
+                return False
+        self.command, self.path = command, path
+        if self.path.startswith("//"):
+            self.path = "/" + self.path.lstrip("/")  # as the standard library: no open redirects
+        try:
+            self.headers = headers.read(self.rfile)  # type: ignore[assignment]
+        except headers.TooLarge as err:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, err.reason, str(err))
+            return False
+        conntype = (self.headers.get("Connection") or "").lower()
+        if conntype == "close":
+            self.close_connection = True
+        elif conntype == "keep-alive" and self.protocol_version >= "HTTP/1.1":
+            self.close_connection = False
+        expect = (self.headers.get("Expect") or "").lower()
+        if (
+            expect == "100-continue"
+            and self.protocol_version >= "HTTP/1.1"
+            and self.request_version >= "HTTP/1.1"
+        ):
+            return bool(self.handle_expect_100())
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
