@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Any
 
-from sim.apiserver import metadata, quantity
+from sim.apiserver import defaults, metadata, quantity
 from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
 
@@ -115,14 +115,9 @@ def _pod_defaults(rt: ResourceType, pod: dict[str, Any]) -> None:
     spec = pod.setdefault("spec", {})
     if not spec.get("containers"):
         raise invalid(rt.kind, rt.group, pod["metadata"].get("name", ""), "spec.containers", "Required value")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("serviceAccountName", "default")
-    spec.setdefault("priority", 0)
+    defaults.pod(pod)  # done at decoding already; again for a pod created without admission
     # A new pod's status is the server's to set: Pending, whatever the client sent.
-    pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    pod["status"] = {"phase": "Pending", "qosClass": defaults.qos_class(pod)}
 
 
 _POD_MUTABLE_SPEC = (
