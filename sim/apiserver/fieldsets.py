@@ -156,7 +156,20 @@ def _keyed(sh: Shape, items: Any, path: Path) -> dict[PathElement, Any]:
     }
 
 
+def _unchanged(old: Any, new: Any) -> bool:
+    """True when `old` and `new` are the same JSON value, so nothing under them changed: a C-level
+    equality first, then (for maps and lists, where Python's `1 == 1.0 == True` would hide a change
+    of a set item or a list key) the same canonical JSON."""
+    if old is new:
+        return True
+    if old != new:
+        return False
+    return not isinstance(old, (dict, list)) or _json(old) == _json(new)
+
+
 def _compare(old: Any, new: Any, t: str, path: Path, out: Comparison, parent: str, field: str) -> None:
+    if old is not MISSING and new is not MISSING and _unchanged(old, new):
+        return  # as the walk below would find: nothing added, modified or removed
     sh = shape(t, new if new is not MISSING else old, parent, field)
     same_kind = old is MISSING or new is MISSING or type(old) is type(new)
     if sh.kind == "scalar" or sh.atomic or not same_kind or (_empty(old) and _empty(new)):

@@ -21,6 +21,7 @@ start of its User-Agent (`kubectl/v1.35.0 (linux/amd64) ...` -> `kubectl`). Rule
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sim.apiserver import fieldsets, fieldtypes, objects
@@ -31,19 +32,19 @@ from sim.apiserver.resources import ResourceType
 MAX_MANAGER = 128  # validation.FieldManagerMaxLength
 MAX_UPDATERS = 10  # Update entries kept; older ones are merged into ANCIENT
 ANCIENT = "ancient-changes"
-_IDENTITY: tuple[Path, ...] = tuple(
-    tuple(("f", p) for p in dotted.split("."))
-    for dotted in (
-        "apiVersion",
-        "kind",
-        "metadata.name",
-        "metadata.namespace",
-        "metadata.creationTimestamp",
-        "metadata.selfLink",
-        "metadata.uid",
-        "metadata.resourceVersion",
-        "metadata.generation",
-        "metadata.managedFields",
+# the identity fields: top-level ones, and those of metadata
+_IDENTITY_TOP = frozenset({("f", "apiVersion"), ("f", "kind")})
+_IDENTITY_META = frozenset(
+    ("f", name)
+    for name in (
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "managedFields",
     )
 )
 _STATUS = ("f", "status")
@@ -94,6 +95,7 @@ class Entry:
         return out
 
 
+@lru_cache(maxsize=256)  # clients send the same few User-Agents on every request
 def manager_from_user_agent(user_agent: str) -> str:
     """What the real handlers call a write whose request names no fieldManager: the User-Agent up
     to its first `/`, printable characters only, at most 128 bytes."""
@@ -198,7 +200,7 @@ def _ownable(rt: ResourceType, subresource: str, paths: FieldSet) -> FieldSet:
     for p in paths:
         if len(p) < 2 and p in ((), _METADATA):
             continue
-        if any(p[: len(i)] == i for i in _IDENTITY):
+        if p[0] in _IDENTITY_TOP or (p[0] == _METADATA[0] and p[1] in _IDENTITY_META):
             continue
         if subresource == "status":
             if p[:1] != (_STATUS,) or len(p) < 2:

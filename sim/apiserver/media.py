@@ -10,6 +10,8 @@ on a 415, so the few kinds they create are decoded (protobuf.py); other protobuf
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sim.apiserver.errors import ApiError
 
 JSON = "application/json"
@@ -19,7 +21,9 @@ DECODABLE = (JSON, PROTOBUF)
 ENCODABLE = (JSON,)
 
 
-def _media_types(header: str) -> list[tuple[str, dict[str, str]]]:
+@lru_cache(maxsize=64)  # clients send the same few Accept headers on every request
+def _media_types(header: str) -> tuple[tuple[str, dict[str, str]], ...]:
+    """(media type, parameters) of each entry of an Accept header; read-only (shared)."""
     out = []
     for part in header.split(","):
         fields = [f.strip() for f in part.split(";")]
@@ -27,7 +31,7 @@ def _media_types(header: str) -> list[tuple[str, dict[str, str]]]:
             continue
         params = {k.strip(): v.strip() for k, _, v in (f.partition("=") for f in fields[1:])}
         out.append((fields[0].lower(), params))
-    return out
+    return tuple(out)
 
 
 def body_media_type(content_type: str) -> str:

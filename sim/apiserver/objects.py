@@ -10,10 +10,9 @@ import time
 import uuid
 from typing import Any
 
-from sim.apiserver import metadata, quantity
+from sim.apiserver import defaults, metadata, quantity
 from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
-from sim.apiserver.trees import clone
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -116,14 +115,9 @@ def _pod_defaults(rt: ResourceType, pod: dict[str, Any]) -> None:
     spec = pod.setdefault("spec", {})
     if not spec.get("containers"):
         raise invalid(rt.kind, rt.group, pod["metadata"].get("name", ""), "spec.containers", "Required value")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("serviceAccountName", "default")
-    spec.setdefault("priority", 0)
+    defaults.pod(pod)  # done at decoding already; again for a pod created without admission
     # A new pod's status is the server's to set: Pending, whatever the client sent.
-    pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    pod["status"] = {"phase": "Pending", "qosClass": defaults.qos_class(pod)}
 
 
 _POD_MUTABLE_SPEC = (
@@ -145,8 +139,13 @@ def _pod_spec_shape(spec: dict[str, Any]) -> dict[str, Any]:
 def prepare_update(
     rt: ResourceType, new: dict[str, Any], old: dict[str, Any], subresource: str
 ) -> dict[str, Any]:
-    """Carry over what an update may not change, as the type's update strategy does."""
-    new = clone(new)
+    """Carry over what an update may not change, as the type's update strategy does.
+
+    The result shares every part this does not change with `new` and `old` (a stored object is
+    never changed in place): only the object and its metadata are copied here."""
+    new = dict(new)
+    if isinstance(new.get("metadata"), dict):
+        new["metadata"] = dict(new["metadata"])
     metadata.decode_annotations(rt.kind, rt.version, new.get("metadata"))
     meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
     for key in (
@@ -165,14 +164,14 @@ def prepare_update(
     new["apiVersion"], new["kind"] = rt.group_version, rt.kind
     if subresource == "status":
         # The status endpoint changes status only; spec and metadata stay as stored.
-        out = clone(old)
+        out = {**old, "metadata": dict(old_meta)}
         out["status"] = new.get("status", {})
         out["metadata"]["resourceVersion"] = meta.get("resourceVersion", old_meta.get("resourceVersion"))
         canonicalize_quantities(rt, out)
         return out
     metadata.check_annotations(rt.kind, rt.group, old_meta["name"], meta)
     if rt.status_via_subresource and "status" in old:
-        new["status"] = clone(old["status"])
+        new["status"] = old["status"]
     canonicalize_quantities(rt, new)
     if rt.key == ("", "pods") and _pod_spec_shape(new.get("spec", {})) != _pod_spec_shape(
         old.get("spec", {})
@@ -189,7 +188,7 @@ def prepare_update(
             "previously negative)",
         )
     if rt.key == ("", "namespaces"):
-        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = old_meta["name"]
+        meta["labels"] = {**meta.setdefault("labels", {}), "kubernetes.io/metadata.name": old_meta["name"]}
     return new
 
 
@@ -277,4 +276,5 @@ def canonicalize_quantities(rt: ResourceType, obj: dict[str, Any]) -> None:
                 )
             if container and _is_integer_resource(resource) and quantity.parse(text)[0].denominator != 1:
                 raise invalid(rt.kind, rt.group, name, where, f'Invalid value: "{text}": must be an integer')
-            values[resource] = text
+            if text != raw:  # a map left as it was stored is already canonical, and shared
+                values[resource] = text

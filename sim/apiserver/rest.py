@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import json
 import logging
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.apiserver import discovery, disruption, logs, media, openapi, openapi_v2, protobuf, schemas
+from sim.apiserver import (
+    discovery,
+    disruption,
+    headers,
+    logs,
+    media,
+    openapi,
+    openapi_v2,
+    protobuf,
+    reviews,
+    scale,
+    schemas,
+)
 from sim.apiserver.errors import ApiError
 from sim.apiserver.params import flag, whole_number
 from sim.apiserver.registry import Request, Result, WatchOptions
@@ -50,6 +63,16 @@ def _seconds(value: str | None, default: float) -> float:
     if not value:
         return default
     return float(whole_number("timeoutSeconds", value, "seconds")) or default
+
+
+def _http_version(text: str) -> tuple[int, int] | None:
+    """`HTTP/<major>.<minor>` as numbers (RFC 2145: separate integers, leading zeros ignored)."""
+    if not text.startswith("HTTP/"):
+        return None
+    parts = text.split("/", 1)[1].split(".")
+    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 10 for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 class Route:
@@ -94,6 +117,63 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "dynmig-sim-apiserver"
     api: ApiServer  # set on the subclass made per server
 
+    def parse_request(self) -> bool:
+        """The request line and headers, as BaseHTTPRequestHandler.parse_request reads them, with
+        the headers read by sim.apiserver.headers instead of the standard library's email parser."""
+        self.command = None  # type: ignore[assignment]  # set in case of an error on the first line
+        self.request_version = version = self.default_request_version
+        self.close_connection = True
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = requestline
+        words = requestline.split()
+        if not words:
+            return False
+        if len(words) >= 3:  # enough to tell the protocol version
+            version = words[-1]
+            number = _http_version(version)
+            if number is None:
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
+                return False
+            if number >= (1, 1) and self.protocol_version >= "HTTP/1.1":
+                self.close_connection = False
+            if number >= (2, 0):
+                self.send_error(
+                    HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                    f"Invalid HTTP version ({version.split('/', 1)[1]})",
+                )
+                return False
+            self.request_version = version
+        if not 2 <= len(words) <= 3:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
+            return False
+        command, path = words[:2]
+        if len(words) == 2:
+            self.close_connection = True
+            if command != "GET":
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad HTTP/0.9 request type ({command!r})")
+                return False
+        self.command, self.path = command, path
+        if self.path.startswith("//"):
+            self.path = "/" + self.path.lstrip("/")  # as the standard library: no open redirects
+        try:
+            self.headers = headers.read(self.rfile)  # type: ignore[assignment]
+        except headers.TooLarge as err:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, err.reason, str(err))
+            return False
+        conntype = (self.headers.get("Connection") or "").lower()
+        if conntype == "close":
+            self.close_connection = True
+        elif conntype == "keep-alive" and self.protocol_version >= "HTTP/1.1":
+            self.close_connection = False
+        expect = (self.headers.get("Expect") or "").lower()
+        if (
+            expect == "100-continue"
+            and self.protocol_version >= "HTTP/1.1"
+            and self.request_version >= "HTTP/1.1"
+        ):
+            return bool(self.handle_expect_100())
+        return True
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
@@ -135,12 +215,49 @@ class Handler(BaseHTTPRequestHandler):
         return length
 
     def _body(self) -> bytes:
+        if self._chunked():
+            self._body_read = True
+            return self._read_chunks()
         length = self._content_length()
         if length > MAX_BODY:
             raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
         raw = self.rfile.read(length) if length else b""
         self._body_read = True  # read once: an error reply must not wait for it again
         return raw
+
+    def _chunked(self) -> bool:
+        """Whether the body comes in chunks (a Go client streaming a body of unknown length, e.g.
+        `kubectl replace --raw -f -`, sends it so, and Go's server reads it)."""
+        return "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+
+    def _read_chunks(self) -> bytes:
+        """A chunked body, bounded: MAX_BODY bytes in all, size lines and trailers of bounded length;
+        anything malformed ends the connection with a 400 (the stream's framing is lost)."""
+        data = bytearray()
+        while True:
+            line = self.rfile.readline(1026)
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                size = -1
+            if size < 0 or not line.endswith(b"\n"):
+                self.close_connection = True
+                raise ApiError(400, "the chunked request body is malformed (a chunk size line)")
+            if size == 0:
+                break
+            if len(data) + size > MAX_BODY:
+                self.close_connection = True
+                raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
+            data += self.rfile.read(size)
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise ApiError(400, "the chunked request body is malformed (a chunk's end)")
+        for _ in range(64):  # trailers, up to the blank line
+            if self.rfile.readline(8194) in (b"\r\n", b"\n", b""):
+                return bytes(data)
+        self.close_connection = True
+        raise ApiError(400, "the chunked request body has too many trailer lines")
 
     def _json_body(self, req: Request | None = None) -> Any:
         raw = self._body()
@@ -183,6 +300,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _drain(self) -> None:
         if getattr(self, "_body_read", False):
+            return
+        if self._chunked():
+            self.close_connection = True  # unread chunks: the next request cannot be found after them
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -330,6 +450,9 @@ class Handler(BaseHTTPRequestHandler):
             self._serve_log(req, query)
             return
         obj = self.api.registry.get(req)
+        if req.subresource == "scale":
+            self._send_json(200, scale.view(obj))
+            return
         if self._wants_table() and not req.subresource:
             self._send_json(
                 200,
@@ -391,15 +514,28 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(self.api.registry.bind(req, body))
         elif req.subresource == "eviction":
             self._reply(disruption.evict(self.api.registry, req, body))
+        elif req.rt.plural in reviews.KINDS and req.rt.group in (
+            reviews.AUTHORIZATION,
+            reviews.AUTHENTICATION,
+        ):
+            self._send_json(201, reviews.answer(req.rt.plural, req.user, req.namespace, body))
         else:
             self._reply(self.api.registry.create(req, body))
 
     def _verb_update(self, req: Request, query: dict[str, str]) -> None:
         body = self._json_body(req if req.subresource in ("", "status") else None)
+        if req.subresource == "scale":
+            replicas, pinned = scale.from_body(req.name, body)
+            self._reply(self.api.registry.scale(req, lambda current: (replicas, ""), pinned))
+            return
         self._reply(self.api.registry.update(req, body))
 
     def _verb_patch(self, req: Request, query: dict[str, str]) -> None:
         raw = self._body()
+        if req.subresource == "scale":
+            change = scale.patcher(req.name, self.headers.get("Content-Type", ""), raw)
+            self._reply(self.api.registry.scale(req, change))
+            return
         self._reply(self.api.registry.patch(req, self.headers.get("Content-Type", ""), raw))
 
     def _delete_options(self, query: dict[str, str]) -> dict[str, Any]:
