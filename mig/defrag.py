@@ -928,6 +928,9 @@ class _Search:
         measure = Waste([g for node in self.everywhere for g in node.gpus])
         spare = {g.uuid: usable_free(g) for node in self.everywhere for g in node.gpus}
         spare_total, need = sum(spare.values()), measure.least(self.pod)
+        gains = sorted((waste[g.uuid] - spare[g.uuid] for g in gpus), reverse=True)[:2]
+        if sum(gains) + spare_total < need - 1e-9:
+            return  # no region of one or two GPUs could hold the pod (the bound below, at its best)
         memo: dict[PodRequest, dict[tuple[int, int], list[Placement]]] = {}
 
         def usable(request: PodRequest, g: GpuState) -> list[Placement]:
@@ -982,11 +985,16 @@ class _Search:
         pods: tuple[Holder, ...],
         usable: Callable[[PodRequest, GpuState], list[Placement]],
     ) -> bool:
-        """A one-device pod, which fits nowhere now, can land only on the region: at a usable placement
-        over none of what stays there (others: the trial decides)."""
-        if self.pod.device_count != 1:
-            return True
+        """The pod, which fits nowhere now, can land only on the region's nodes: a one-device pod at a
+        usable placement over none of what stays on a region GPU; others by the engine on each node
+        the region touches, with the region's pods gone (one node, not the whole fleet)."""
         going = {(u, p) for h in pods for u, p in h.placements}
+        if self.pod.device_count != 1:
+            return any(
+                _place(self.pod, _without(node.gpus, pods)) is not None
+                for node in self.fleet
+                if any(g.uuid in region for g in node.gpus)
+            )
         for node in self.fleet:
             for g in node.gpus:
                 if g.uuid not in region:
