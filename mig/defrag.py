@@ -75,7 +75,7 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.annotations import EVICTABLE
-from mig.defrag_relay import Instance, Waste, regions, usable_free
+from mig.defrag_relay import Instance, Waste, regions
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, RequestError
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
@@ -924,10 +924,17 @@ class _Search:
         if self.relay_done or (self.best is not None and self.best.cost[1] == 0):
             return
         self.relay_done = True
-        gpus, waste, held, by_gpu = self._waste()
-        measure = Waste([g for node in self.everywhere for g in node.gpus])
-        spare = {g.uuid: usable_free(g) for node in self.everywhere for g in node.gpus}
+        everything = [g for node in self.everywhere for g in node.gpus]
+        measure = Waste(everything)
+        spare = {g.uuid: measure.usable_free(g) for g in everything}
         spare_total, need = sum(spare.values()), measure.least(self.pod)
+        if len({(g.type, id(g.profiles), g.memory_mb) for g in everything}) == 1:
+            # One model: an instance takes no less room on another GPU, so a GPU wastes its free room
+            # only; the bound below at its best, before reading every instance.
+            free = sorted((measure.free(g) - spare[g.uuid] for g in everything), reverse=True)[:2]
+            if sum(free) + spare_total < need - 1e-9:
+                return
+        gpus, waste, held, by_gpu = self._waste(measure)
         gains = sorted((waste[g.uuid] - spare[g.uuid] for g in gpus), reverse=True)[:2]
         if sum(gains) + spare_total < need - 1e-9:
             return  # no region of one or two GPUs could hold the pod (the bound below, at its best)
@@ -959,7 +966,7 @@ class _Search:
             return
 
     def _waste(
-        self,
+        self, measure: Waste
     ) -> tuple[list[GpuState], dict[str, float], dict[str, list[Instance]], dict[str, list[Holder]]]:
         """The GPUs with candidates on them (in the fleet's order), their waste, the instances each
         GPU holds (placement, request, may go) and its candidates."""
@@ -975,7 +982,6 @@ class _Search:
                             mine.append(h)
         everything = [g for node in self.everywhere for g in node.gpus]
         gpus = [g for g in everything if g.uuid in by_gpu]
-        measure = Waste(everything)
         waste = {g.uuid: measure.of(g, held.get(g.uuid, ())) for g in gpus}
         return gpus, waste, held, by_gpu
 

@@ -29,18 +29,9 @@ RELAY_LEADS = 16  # GPUs that lead a pair (the most wasteful)
 RELAY_PARTNERS = 256  # GPUs each lead is paired with (the most wasteful, a lead's own waste aside)
 
 
-_AXES: dict[tuple[object, ...], int] = {}
-
-
 def _axis(g: GpuState) -> int:
     """The GPU's slices: the end of its last published placement (0 when it publishes none)."""
-    key = tuple(id(pr) for pr in g.profiles)
-    found = _AXES.get(key)
-    if found is None:
-        found = max((p.end for pr in g.profiles for p in pr.placements), default=0)
-        if len(_AXES) < 4096:
-            _AXES[key] = found
-    return found
+    return max((p.end for pr in g.profiles for p in pr.placements), default=0)
 
 
 class Waste:
@@ -54,6 +45,37 @@ class Waste:
         self._least: dict[tuple[PodRequest, int], float] = {}  # (request, device) -> least share
         self._sizes: dict[tuple[int, int], int | None] = {}  # (id of profiles, MiB) -> least slices
         self._by_object: dict[int, tuple[PodRequest, float | None]] = {}
+        self._axes: dict[int, int] = {}  # id of profiles -> slices (the GPUs outlive this object)
+        self._spare: dict[tuple[int, int], float] = {}  # (id of profiles, occupied) -> usable free share
+        self._keep = list(gpus)  # holds the profiles whose ids key the caches
+
+    def axis(self, g: GpuState) -> int:
+        found = self._axes.get(id(g.profiles))
+        if found is None:
+            found = self._axes[id(g.profiles)] = _axis(g)
+        return found
+
+    def usable_free(self, g: GpuState) -> float:
+        """The share of the GPU's slices that lie in a published placement with nothing on it (0 for
+        a GPU nothing may land on): what a replacement could take there without anything moving."""
+        axis = self.axis(g)
+        if not g.healthy or g.cordoned or not axis:
+            return 0.0
+        key = (id(g.profiles), g.occupied_mask)
+        found = self._spare.get(key)
+        if found is None:
+            mask = 0
+            for pr in g.profiles:
+                for p in pr.placements:
+                    if p.size > 0 and not p.mask & key[1]:
+                        mask |= p.mask
+            found = self._spare[key] = bin(mask).count("1") / axis
+        return found
+
+    def free(self, g: GpuState) -> float:
+        """The share of the GPU's slices nothing holds."""
+        axis = self.axis(g)
+        return (axis - bin(g.occupied_mask & ((1 << axis) - 1)).count("1")) / axis if axis else 0.0
 
     def _slices(self, g: GpuState, ask: Memory, pod: PodRequest) -> int | None:
         mem = memory_on(ask, g.memory_mb)
@@ -77,8 +99,8 @@ class Waste:
             shares = []
             for g in self._models.values():
                 size = self._slices(g, ask, pod)
-                if size is not None and _axis(g):
-                    shares.append(size / _axis(g))
+                if size is not None and self.axis(g):
+                    shares.append(size / self.axis(g))
             self._least[key] = min(shares, default=-1.0)
         found = self._least[key]
         return None if found < 0 else found
@@ -90,7 +112,7 @@ class Waste:
     def of(self, g: GpuState, held: Sequence[Instance]) -> float:
         """The GPU's waste: its free slices, plus each instance that may go's share above the least
         share a device of its request takes (the least over its devices: never less waste)."""
-        axis = _axis(g)
+        axis = self.axis(g)
         if not axis:
             return 0.0
         waste = (axis - bin(g.occupied_mask).count("1")) / axis
@@ -110,19 +132,6 @@ class Waste:
             known = [x for x in shares if x is not None]
             found = self._by_object[id(request)] = (request, min(known) if known else None)
         return found[1]
-
-
-def usable_free(g: GpuState) -> float:
-    """The share of the GPU's slices that lie in a published placement with nothing on it (0 for a
-    GPU nothing may land on): what a replacement could take there without anything moving."""
-    if not g.healthy or g.cordoned or not _axis(g):
-        return 0.0
-    taken, mask = g.occupied_mask, 0
-    for pr in g.profiles:
-        for p in pr.placements:
-            if p.size > 0 and not p.mask & taken:
-                mask |= p.mask
-    return bin(mask).count("1") / _axis(g)
 
 
 def regions(
@@ -184,6 +193,13 @@ class _Pairs:
         self._masks: dict[str, tuple[int, int]] = {}  # GPU -> (free slices, slices that stay)
         self._absorb: dict[tuple[object, ...], bool] = {}
         self._smaller: dict[tuple[object, ...], bool] = {}
+        self._axes: dict[str, int] = {}  # GPU -> slices
+
+    def _axis(self, g: GpuState) -> int:
+        found = self._axes.get(g.uuid)
+        if found is None:
+            found = self._axes[g.uuid] = _axis(g)
+        return found
 
     def _of(self, g: GpuState) -> tuple[list[tuple[int, PodRequest, int]], int, int]:
         if g.uuid not in self._masks:
@@ -194,7 +210,7 @@ class _Pairs:
                 else:
                     stays |= p.mask
             self._going[g.uuid] = going
-            self._masks[g.uuid] = (((1 << _axis(g)) - 1) & ~g.occupied_mask, stays)
+            self._masks[g.uuid] = (((1 << self._axis(g)) - 1) & ~g.occupied_mask, stays)
         return self._going[g.uuid], *self._masks[g.uuid]
 
     def absorbs(self, a: GpuState, b: GpuState) -> bool:
@@ -217,7 +233,7 @@ class _Pairs:
 
     def exchanges(self, a: GpuState, b: GpuState) -> bool:
         """An instance that may go on `a` would take a smaller share of `b`."""
-        axis_a, axis_b = _axis(a), _axis(b)
+        axis_a, axis_b = self._axis(a), self._axis(b)
         if not axis_a or not axis_b:
             return False
         for kind, request, size in self._of(a)[0]:
