@@ -12,8 +12,9 @@ default profile for the chart's own pods), kube-controller-manager (`controllers
 world). The lab creates the chart's Deployment and DaemonSet in the API; their pods' containers are
 real child processes that the kubelets start, signal and restart: `dynmig serve` and one
 `dynmig device-plugin` per node, unchanged, the device plugins under the simulated NVML (a state
-file per node that this process reads too). Every other pod runs the simulated workload on its MIG
-devices. `dynmig serve` gets the chart's
+file per node that this process reads too). A Job's pod whose container is of the dynmig image (the
+chart's certificate hooks) runs its args as a real `dynmig` process too, so `helm install` on a
+running lab completes. Every other pod runs the simulated workload on its MIG devices. `dynmig serve` gets the chart's
 args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
 the API, as in a cluster; only kube-scheduler reads a file, the CA the chart mounts into it.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import base64
 import copy
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -30,6 +32,7 @@ import ssl
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
@@ -41,15 +44,16 @@ import yaml
 from kubernetes import client
 
 from certs import main as certs_main
-from dynmig.lab import chart, report
+from dynmig.lab import chart, jobpods, report
 from dynmig.lab.controllers import ControllerManager
 from dynmig.lab.nodes import LabNode
 from dynmig.lab.processes import ProcessContainers
 from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
-from sim.apiserver.identities import Identity
+from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
+from sim.kubelet.lease import NodeLease
 from sim.nvml import SimulatedNvml
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
@@ -61,6 +65,10 @@ PLUGIN_DAEMONSET = f"{chart.RELEASE}-device-plugin"
 SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 # kubelet's container restart back-off is 10 s doubling to 300 s; the lab keeps its shape, shorter
 RESTART_BACKOFF = (1.0, 16.0)
+# the Job controller's back-off before replacing a failed pod is 10 s doubling to 10 min; shorter here
+JOB_BACKOFF = (1.0, 60.0)
+# GOARCH names, as a kubelet reports its machine
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 class LabError(RuntimeError):
@@ -81,6 +89,7 @@ class NodeRuntime:
     nvml: SimulatedNvml
     kubelet: SimulatedKubelet
     agent: SimulatedPods | None = None  # the kubelet's pod side
+    lease: NodeLease | None = None  # the kubelet's heartbeat
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
 
@@ -155,7 +164,7 @@ class Lab:
         return self
 
     def _start(self) -> None:
-        self.apiserver = ApiServer(workdir=self.workdir / "kube").start()
+        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         self.rendered = chart.render(
@@ -197,6 +206,8 @@ class Lab:
         for runtime in self.nodes.values():
             if runtime.agent is not None:
                 runtime.agent.stop()
+            if runtime.lease is not None:
+                runtime.lease.stop()
         for scheduler in (self.scheduler, self.default_scheduler):
             if scheduler is not None:
                 scheduler.stop()
@@ -467,9 +478,31 @@ class Lab:
                 "kind": "Node",
                 "metadata": {
                     "name": spec.name,
-                    "labels": {"kubernetes.io/hostname": spec.name, "gpu": "on", "kubernetes.io/os": "linux"},
+                    "labels": {
+                        "kubernetes.io/hostname": spec.name,
+                        "gpu": "on",
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": ARCH,
+                    },
                 },
                 "status": {
+                    # what a kubelet reports of its machine; the lab's nodes are this machine's processes
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": spec.name},
+                    ],
+                    "nodeInfo": {
+                        "kubeletVersion": "v1.35.0-dynmig-sim",
+                        "osImage": "dynmig lab node (simulated)",
+                        "kernelVersion": platform.release(),
+                        "containerRuntimeVersion": "dynmig-lab://simulated",
+                        "kubeProxyVersion": "",  # no longer reported by kubelets, still in the schema
+                        "operatingSystem": "linux",
+                        "architecture": ARCH,
+                        "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, spec.name).hex,
+                        "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, spec.name)),
+                        "bootID": str(uuid.uuid4()),
+                    },
                     "conditions": [
                         {
                             "type": "Ready",
@@ -501,16 +534,20 @@ class Lab:
                 echo=self._say,
                 log_path=self._api.log_path,
             ).start()
+            runtime.lease = NodeLease(runtime.name, self.api_client("kubelet")).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
         plugin) and Deployment's (dynmig serve; its kube-scheduler container is the lab's simulated
-        kube-scheduler). Every other pod gets the simulated workload."""
+        kube-scheduler), and Jobs' pods of the dynmig image (`_job_containers`). Every other pod
+        gets the simulated workload."""
 
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
             owner: dict[str, Any] = next(
                 (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {}
             )
+            if owner.get("kind") == "Job":
+                return self._job_containers(pod)
             if pod["metadata"].get("namespace") != NAMESPACE:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
@@ -535,12 +572,44 @@ class Lab:
 
         return containers
 
+    def _job_containers(self, pod: dict[str, Any]) -> ProcessContainers | None:
+        """A Job pod whose container is of the dynmig image runs its args as a real dynmig
+        process, as the pod's service account (`dynmig.lab.jobpods`); kubelet restarts it as the
+        pod's restartPolicy says and its exit ends the pod. Other Job pods run the simulated
+        workload."""
+        image = self._chart.find("Deployment", SERVE_DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]
+        args = jobpods.dynmig_args(pod, jobpods.repository(str(image.get("image") or "")))
+        if args is None:
+            return None
+        namespace, account = jobpods.service_account(pod)
+        handle = f"sa-{namespace}-{account}"
+        if handle not in self._api.identities:
+            self._api.add_identity(service_account(handle, namespace, account))
+        kubeconfig = str(self.kubeconfig(handle))
+        argv = python_argv("-m", "dynmig.cli", *jobpods.laptop_args(args, kubeconfig))
+        env = {**jobpods.literal_env(pod), "KUBECONFIG": kubeconfig}
+        meta = pod["metadata"]
+        container = pod["spec"]["containers"][0]["name"]
+        tee = self._container_log(pod, container)
+        return ProcessContainers(
+            self.supervisor,
+            container,
+            lambda: self.supervisor.start(f"job-{meta['namespace']}-{meta['name']}", argv, env=env, tee=tee),
+            on_start=lambda child: self._say(
+                f"{meta['namespace']}/{meta['name']}: dynmig {' '.join(args[:2])}"
+            ),
+            probe=lambda: True,  # no readinessProbe: ready while it runs
+            probe_period=0.0,
+        )
+
     def _start_controllers(self) -> None:
         if "controller-manager" not in self._api.identities:
             self._api.add_identity(
                 Identity("controller-manager", "system:kube-controller-manager", ("system:authenticated",))
             )
-        self.controllers = ControllerManager(self.api_client("controller-manager"), echo=self._say).start()
+        self.controllers = ControllerManager(
+            self.api_client("controller-manager"), echo=self._say, job_backoff=JOB_BACKOFF
+        ).start()
 
     def _start_default_scheduler(self) -> None:
         """kube-scheduler's default profile, which places the chart's Deployment pod (no extender)."""

@@ -1,5 +1,6 @@
-"""The part of kube-controller-manager the lab needs: the DaemonSet and Deployment controllers and
-the garbage collector, for every namespace, as one polling loop.
+"""The part of kube-controller-manager the lab needs: the DaemonSet, Deployment and Job controllers
+(the Job controller and its TTL-after-finished deletion live in `dynmig.lab.jobs`) and the garbage
+collector, for every namespace, as one polling loop.
 
 - **DaemonSet**: one pod on every node that matches the pod template's nodeSelector: a pod made
   from the template (its labels and annotations, `generateName: <daemonset>-`, an owner reference,
@@ -12,7 +13,7 @@ the garbage collector, for every namespace, as one polling loop.
   owned by the Deployment itself (one level less than in a cluster); a changed template replaces
   the pods (no surge). Terminal pods do not count, as in the ReplicaSet controller.
 - **Garbage collector**: a pod whose controlling owner is gone is deleted (background propagation,
-  what `kubectl delete deployment|daemonset` asks for by default).
+  what `kubectl delete deployment|daemonset|job` asks for by default).
 Status is written as the controllers write it, so `kubectl get ds|deploy` and
 `kubectl rollout status` read the right counts.
 """
@@ -29,9 +30,11 @@ from typing import Any
 
 from kubernetes import client
 
+from dynmig.lab.jobs import POD_FAILURE_BACKOFF, JobController
+
 log = logging.getLogger("dynmig.lab.controllers")
 TERMINAL = ("Succeeded", "Failed")
-OWNER_KINDS = ("DaemonSet", "Deployment")
+OWNER_KINDS = ("DaemonSet", "Deployment", "Job")
 MAX_REPLICAS = 1000
 CREATE_BATCH = 20  # pods a Deployment gets per pass, as the ReplicaSet controller creates in batches
 
@@ -146,11 +149,17 @@ def _active(pod: dict[str, Any]) -> bool:
 
 class ControllerManager:
     def __init__(
-        self, api_client: Any, echo: Callable[[str], None] | None = None, interval: float = 0.2
+        self,
+        api_client: Any,
+        echo: Callable[[str], None] | None = None,
+        interval: float = 0.2,
+        job_backoff: tuple[float, float] = POD_FAILURE_BACKOFF,
     ) -> None:
+        """job_backoff: the Job controller's back-off before replacing a failed pod (initial, cap)."""
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.echo = echo or (lambda text: None)
+        self.jobs = JobController(api_client, self.echo, job_backoff)
         self.interval = interval
         self._status: dict[str, dict[str, Any]] = {}
         self._failures: dict[str, tuple[str, str, str]] = {}
@@ -183,6 +192,7 @@ class ControllerManager:
         deploys = self._items(
             self.apps.list_deployment_for_all_namespaces(_preload_content=False, _request_timeout=5)
         )
+        jobs = self.jobs.list_jobs()
         pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5))
         nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5)) if sets else []
         for ds in sets:
@@ -191,7 +201,12 @@ class ControllerManager:
             self._guarded(
                 "Deployment", deploy, self._deployment, deploy, [p for p in pods if owned_by(p, deploy)]
             )
-        self._collect_garbage(pods, {o["metadata"]["uid"] for o in sets + deploys})
+        for job in jobs:
+            self._guarded("Job", job, self.jobs.sync_job, job, [p for p in pods if owned_by(p, job)])
+        by_uid = {j["metadata"]["uid"]: j for j in jobs}
+        self.jobs.forget(set(by_uid))
+        self.jobs.release_orphans(pods, by_uid)
+        self._collect_garbage(pods, {o["metadata"]["uid"] for o in sets + deploys + jobs})
 
     def _guarded(self, kind: str, owner: dict[str, Any], step: Callable[..., None], *args: Any) -> None:
         """One owner's pass; a malformed object or a refused write is logged and retried next pass,

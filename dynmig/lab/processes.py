@@ -15,7 +15,7 @@ class ProcessContainers:
     """The pod's one container as a child process of the lab. `spawn()` starts a fresh process
     (the same argv every time, as a container restarts from its image)."""
 
-    restartable = True  # DaemonSet and Deployment pods have restartPolicy Always
+    restartable = True  # kubelet restarts it as the pod's restartPolicy says
 
     def __init__(
         self,

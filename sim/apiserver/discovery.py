@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.apiserver import printers
+from sim.apiserver import printers, scale
 from sim.apiserver.resources import RESOURCES, ResourceType, groups
 
 
@@ -73,15 +73,16 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             verbs = {"binding": ["create"], "log": ["get"], "eviction": ["create"]}.get(
                 sub, ["get", "patch", "update"]
             )
-            out.append(
-                {
-                    "name": f"{rt.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": kind,
-                    "verbs": verbs,
-                }
-            )
+            entry = {
+                "name": f"{rt.plural}/{sub}",
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }
+            if sub == "scale":  # served in another group's kind, which discovery names
+                entry.update(group=scale.GROUP, version=scale.VERSION, kind=scale.KIND)
+            out.append(entry)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sim.apiserver import events
 from sim.apiserver.resources import ResourceType
+from sim.apiserver.selectors import selector_string
 
 Column = tuple[str, str, int, Callable[[dict[str, Any]], Any]]
 
@@ -113,6 +114,72 @@ def _age(o: dict[str, Any]) -> str:
     return age(o["metadata"].get("creationTimestamp"))
 
 
+def _node_info(node: dict[str, Any], key: str) -> str:
+    return str((_status(node).get("nodeInfo") or {}).get(key, ""))
+
+
+def _node_address(kind: str) -> Callable[[dict[str, Any]], str]:
+    def cell(node: dict[str, Any]) -> str:
+        for address in _status(node).get("addresses") or []:
+            if isinstance(address, dict) and address.get("type") == kind:
+                return str(address.get("address", ""))
+        return "<none>"
+
+    return cell
+
+
+def _count(where: str, key: str) -> Callable[[dict[str, Any]], int]:
+    def cell(o: dict[str, Any]) -> int:
+        value = (o.get(where) or {}).get(key, 0)
+        return value if isinstance(value, int) else 0
+
+    return cell
+
+
+def _template_cells(o: dict[str, Any], key: str) -> str:
+    template = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return ",".join(str(c.get(key, "")) for c in template.get("containers") or [] if isinstance(c, dict))
+
+
+_WORKLOAD_WIDE: list[Column] = [
+    ("Containers", "string", 1, lambda o: _template_cells(o, "name")),
+    ("Images", "string", 1, lambda o: _template_cells(o, "image")),
+    ("Selector", "string", 1, lambda o: selector_string((o.get("spec") or {}).get("selector")) or "<none>"),
+]
+_DEPLOYMENT_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    (
+        "Ready",
+        "string",
+        0,
+        lambda o: f"{_count('status', 'readyReplicas')(o)}/{(o.get('spec') or {}).get('replicas', 1)}",
+    ),
+    ("Up-to-date", "integer", 0, _count("status", "updatedReplicas")),
+    ("Available", "integer", 0, _count("status", "availableReplicas")),
+    ("Age", "string", 0, _age),
+    *_WORKLOAD_WIDE,
+]
+
+
+def _node_selector(o: dict[str, Any]) -> str:
+    template = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+    chosen = template.get("nodeSelector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(chosen.items())) or "<none>"
+
+
+_DAEMONSET_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Desired", "integer", 0, _count("status", "desiredNumberScheduled")),
+    ("Current", "integer", 0, _count("status", "currentNumberScheduled")),
+    ("Ready", "integer", 0, _count("status", "numberReady")),
+    ("Up-to-date", "integer", 0, _count("status", "updatedNumberScheduled")),
+    ("Available", "integer", 0, _count("status", "numberAvailable")),
+    ("Node Selector", "string", 0, _node_selector),
+    ("Age", "string", 0, _age),
+    *_WORKLOAD_WIDE,
+]
+
+
 def columns(rt: ResourceType) -> list[Column]:
     if rt.key == ("", "pods"):
         return [
@@ -139,8 +206,23 @@ def columns(rt: ResourceType) -> list[Column]:
             ("Status", "string", 0, _node_status),
             ("Roles", "string", 0, _node_roles),
             ("Age", "string", 0, _age),
-            ("Version", "string", 0, lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", "")),
+            ("Version", "string", 0, lambda o: _node_info(o, "kubeletVersion")),
+            ("Internal-IP", "string", 1, _node_address("InternalIP")),
+            ("External-IP", "string", 1, _node_address("ExternalIP")),
+            ("OS-Image", "string", 1, lambda o: _node_info(o, "osImage")),
+            ("Kernel-Version", "string", 1, lambda o: _node_info(o, "kernelVersion")),
+            ("Container-Runtime", "string", 1, lambda o: _node_info(o, "containerRuntimeVersion")),
         ]
+    if rt.key == ("coordination.k8s.io", "leases"):
+        return [
+            ("Name", "string", 0, _name),
+            ("Holder", "string", 0, lambda o: str((o.get("spec") or {}).get("holderIdentity") or "")),
+            ("Age", "string", 0, _age),
+        ]
+    if rt.key == ("apps", "deployments"):
+        return _DEPLOYMENT_COLUMNS
+    if rt.key == ("apps", "daemonsets"):
+        return _DAEMONSET_COLUMNS
     if rt.key == ("", "namespaces"):
         return [
             ("Name", "string", 0, _name),
@@ -168,17 +250,7 @@ def columns(rt: ResourceType) -> list[Column]:
 
 def _pod_selector(o: dict[str, Any]) -> str:
     """metav1.FormatLabelSelector of spec.podSelector: `<none>` for an empty one."""
-    sel = ((o.get("spec") or {}).get("podSelector")) or {}
-    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
-    for expr in sel.get("matchExpressions") or []:
-        op, values = str(expr.get("operator", "")), ",".join(expr.get("values") or [])
-        key = expr.get("key", "")
-        parts.append(
-            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
-                op, f"!{key}"
-            )
-        )
-    return ",".join(parts) or "<none>"
+    return selector_string((o.get("spec") or {}).get("podSelector")) or "<none>"
 
 
 def _created_at(o: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ _SCHEMA = json.loads((Path(__file__).parent / "protobuf_schema.json").read_text(
 MESSAGES: dict[str, dict[str, list[str]]] = {**_SCHEMA["messages"], **ENVELOPE}
 KINDS: dict[str, str] = _SCHEMA["kinds"]  # "apps/v1/Deployment" -> message
 _VARINTS = ("bool", "int32", "int64")
-_SPECIAL = ("time", "duration", "json", "quantity", "intorstring")
+_SPECIAL = ("time", "duration", "json", "quantity", "intorstring", "stringlist")
 
 
 class ProtobufError(ValueError):
@@ -115,6 +115,8 @@ def _value(kind: str, wire: int, value: Any, depth: int) -> Any:
 
 def _special(kind: str, buf: bytes) -> Any:
     """Types whose JSON form Go writes by hand."""
+    if kind == "stringlist":  # ExtraValue: a message of repeated strings, in JSON a plain list
+        return [_value("string", w, v, 0) for n, w, v in _fields(buf) if n == 1]
     f = {n: v for n, _, v in _fields(buf)}
     if kind == "time":
         secs = f.get(1, 0)

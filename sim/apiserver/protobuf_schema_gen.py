@@ -1,14 +1,15 @@
 """Regenerate protobuf_schema.json, the field numbers the simulated API server decodes protobuf
 bodies with, from Kubernetes' own `generated.proto` files (k8s.io/api and k8s.io/apimachinery):
 
-    python -m sim.apiserver.protobuf_schema_gen OUT.json core/v1/generated.proto apps/v1/generated.proto \\
+    python -m sim.apiserver.protobuf_schema_gen [--add] OUT.json core/v1/generated.proto apps/v1/generated.proto \\
         batch/v1/generated.proto rbac/v1/generated.proto meta/v1/generated.proto runtime/generated.proto \\
         resource/generated.proto intstr/generated.proto
 
-Only the messages reachable from the kinds in ROOTS are kept. The Job, RBAC and DeleteOptions messages were added
-from the kubernetes-1.35.7 tags of k8s.io/api and apimachinery, keeping the messages already
-recorded. The wire format is Kubernetes' interface; this file records field numbers, names and
-types, nothing else of those files.
+Only the messages reachable from the kinds in ROOTS are kept. The Job, RBAC and DeleteOptions
+messages, then the authorization/v1 and authentication/v1 reviews, were added from the
+kubernetes-1.35.7 tags of k8s.io/api and apimachinery, keeping the messages already recorded
+(`--add` merges into OUT). The wire format is Kubernetes' interface; this file records field
+numbers, names and types, nothing else of those files.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ ROOTS = {
     # the body of a DELETE from a typed client (helm uninstall purging its release Secret)
     "meta.k8s.io/v1/DeleteOptions": "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "v1/DeleteOptions": "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    # what `kubectl auth can-i` and `kubectl auth whoami` send
+    "authorization.k8s.io/v1/SelfSubjectAccessReview": "k8s.io.api.authorization.v1.SelfSubjectAccessReview",
+    "authorization.k8s.io/v1/SubjectAccessReview": "k8s.io.api.authorization.v1.SubjectAccessReview",
+    "authorization.k8s.io/v1/LocalSubjectAccessReview": "k8s.io.api.authorization.v1.LocalSubjectAccessReview",
+    "authorization.k8s.io/v1/SelfSubjectRulesReview": "k8s.io.api.authorization.v1.SelfSubjectRulesReview",
+    "authentication.k8s.io/v1/SelfSubjectReview": "k8s.io.api.authentication.v1.SelfSubjectReview",
 }
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"
 # Messages whose JSON form is not their fields (custom marshallers in Go).
@@ -46,6 +53,8 @@ SPECIAL = {
     "k8s.io.apimachinery.pkg.runtime.RawExtension": "json",
     "k8s.io.apimachinery.pkg.api.resource.Quantity": "quantity",
     "k8s.io.apimachinery.pkg.util.intstr.IntOrString": "intorstring",
+    "k8s.io.api.authorization.v1.ExtraValue": "stringlist",
+    "k8s.io.api.authentication.v1.ExtraValue": "stringlist",
 }
 SCALARS = ("string", "bool", "int32", "int64", "bytes")
 _FIELD = re.compile(
@@ -93,11 +102,14 @@ def reachable(messages: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, 
 
 
 def main(argv: list[str]) -> int:
-    out, *protos = argv
-    messages: dict[str, dict[str, list[str]]] = {}
+    add = argv[:1] == ["--add"]
+    out, *protos = argv[1:] if add else argv
+    recorded: dict[str, dict[str, list[str]]] = json.loads(Path(out).read_text())["messages"] if add else {}
+    messages = dict(recorded)
     for path in protos:
         messages.update(parse(Path(path).read_text()))
-    doc = {"kinds": ROOTS, "messages": dict(sorted(reachable(messages).items()))}
+    # --add keeps every message already recorded, reachable from the roots or not
+    doc = {"kinds": ROOTS, "messages": dict(sorted({**recorded, **reachable(messages)}.items()))}
     Path(out).write_text(json.dumps(doc, separators=(",", ":"), sort_keys=False) + "\n")
     return 0
 

@@ -21,6 +21,7 @@ from sim.apiserver import (
     objects,
     patches,
     policies,
+    scale,
     schemas,
 )
 from sim.apiserver.admission import Admission, Attributes
@@ -516,6 +517,22 @@ class Registry:
 
         result = self._write(req, merge, None, managed=False)
         return Result(result.obj, result.code, (*warnings, *result.warnings))
+
+    def scale(
+        self, req: Request, change: Callable[[dict[str, Any]], tuple[int, str]], pinned: str = ""
+    ) -> Result:
+        """A write through the `scale` subresource: `change(current)` gives (replicas, the
+        resourceVersion the Scale names or ""); only spec.replicas changes. The answer is the Scale."""
+
+        def make(current: dict[str, Any]) -> dict[str, Any]:
+            replicas, named = change(current)
+            new = scale.scaled(current, replicas)
+            if named:
+                new["metadata"] = {**current["metadata"], "resourceVersion": named}
+            return new
+
+        result = self._write(req, make, pinned or None)
+        return Result(scale.view(result.obj), result.code, result.warnings)
 
     def _write(
         self,

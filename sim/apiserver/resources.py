@@ -150,12 +150,50 @@ RESOURCES: tuple[ResourceType, ...] = (
         field_paths=tuple(V1_FIELD_LABELS.items()),
     ),
     ResourceType(
-        "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",), categories=("all",)
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        ("deploy",),
+        ("status", "scale"),
+        categories=("all",),
     ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
     # Plain stored kinds a chart installs (no controller runs them: a Job's status is whoever writes it)
     ResourceType(
         "batch", "v1", "jobs", "Job", True, (), ("status",), status_via_subresource=True, categories=("all",)
+    ),
+    # Reviews: answered at once, never stored (reviews.py)
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False, verbs=("create",)
+    ),
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        True,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)
     ),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
@@ -195,9 +233,9 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 
 BY_KEY: dict[tuple[str, str], ResourceType] = {r.key: r for r in RESOURCES}
-# Bindings are written through pods/binding; they are never stored. A resource served from another
-# one's storage has no table of its own.
-STORED = tuple(r for r in RESOURCES if r.plural != "bindings" and not r.stored_as)
+# Create-only resources (Bindings, written through pods/binding; reviews, answered at once) are
+# never stored. A resource served from another one's storage has no table of its own.
+STORED = tuple(r for r in RESOURCES if r.verbs != ("create",) and not r.stored_as)
 
 
 def groups() -> dict[str, list[ResourceType]]:

@@ -19,6 +19,8 @@ from sim.apiserver import (
     openapi,
     openapi_v2,
     protobuf,
+    reviews,
+    scale,
     schemas,
 )
 from sim.apiserver.errors import ApiError
@@ -213,12 +215,49 @@ class Handler(BaseHTTPRequestHandler):
         return length
 
     def _body(self) -> bytes:
+        if self._chunked():
+            self._body_read = True
+            return self._read_chunks()
         length = self._content_length()
         if length > MAX_BODY:
             raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
         raw = self.rfile.read(length) if length else b""
         self._body_read = True  # read once: an error reply must not wait for it again
         return raw
+
+    def _chunked(self) -> bool:
+        """Whether the body comes in chunks (a Go client streaming a body of unknown length, e.g.
+        `kubectl replace --raw -f -`, sends it so, and Go's server reads it)."""
+        return "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+
+    def _read_chunks(self) -> bytes:
+        """A chunked body, bounded: MAX_BODY bytes in all, size lines and trailers of bounded length;
+        anything malformed ends the connection with a 400 (the stream's framing is lost)."""
+        data = bytearray()
+        while True:
+            line = self.rfile.readline(1026)
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                size = -1
+            if size < 0 or not line.endswith(b"\n"):
+                self.close_connection = True
+                raise ApiError(400, "the chunked request body is malformed (a chunk size line)")
+            if size == 0:
+                break
+            if len(data) + size > MAX_BODY:
+                self.close_connection = True
+                raise ApiError(413, f"Request entity too large: limit is {MAX_BODY}", "RequestEntityTooLarge")
+            data += self.rfile.read(size)
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise ApiError(400, "the chunked request body is malformed (a chunk's end)")
+        for _ in range(64):  # trailers, up to the blank line
+            if self.rfile.readline(8194) in (b"\r\n", b"\n", b""):
+                return bytes(data)
+        self.close_connection = True
+        raise ApiError(400, "the chunked request body has too many trailer lines")
 
     def _json_body(self, req: Request | None = None) -> Any:
         raw = self._body()
@@ -261,6 +300,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _drain(self) -> None:
         if getattr(self, "_body_read", False):
+            return
+        if self._chunked():
+            self.close_connection = True  # unread chunks: the next request cannot be found after them
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -408,6 +450,9 @@ class Handler(BaseHTTPRequestHandler):
             self._serve_log(req, query)
             return
         obj = self.api.registry.get(req)
+        if req.subresource == "scale":
+            self._send_json(200, scale.view(obj))
+            return
         if self._wants_table() and not req.subresource:
             self._send_json(
                 200,
@@ -469,15 +514,28 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(self.api.registry.bind(req, body))
         elif req.subresource == "eviction":
             self._reply(disruption.evict(self.api.registry, req, body))
+        elif req.rt.plural in reviews.KINDS and req.rt.group in (
+            reviews.AUTHORIZATION,
+            reviews.AUTHENTICATION,
+        ):
+            self._send_json(201, reviews.answer(req.rt.plural, req.user, req.namespace, body))
         else:
             self._reply(self.api.registry.create(req, body))
 
     def _verb_update(self, req: Request, query: dict[str, str]) -> None:
         body = self._json_body(req if req.subresource in ("", "status") else None)
+        if req.subresource == "scale":
+            replicas, pinned = scale.from_body(req.name, body)
+            self._reply(self.api.registry.scale(req, lambda current: (replicas, ""), pinned))
+            return
         self._reply(self.api.registry.update(req, body))
 
     def _verb_patch(self, req: Request, query: dict[str, str]) -> None:
         raw = self._body()
+        if req.subresource == "scale":
+            change = scale.patcher(req.name, self.headers.get("Content-Type", ""), raw)
+            self._reply(self.api.registry.scale(req, change))
+            return
         self._reply(self.api.registry.patch(req, self.headers.get("Content-Type", ""), raw))
 
     def _delete_options(self, query: dict[str, str]) -> dict[str, Any]:

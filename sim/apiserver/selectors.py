@@ -92,6 +92,24 @@ def match_label_selector(selector: dict[str, Any] | None, labels: dict[str, str]
     return True
 
 
+def selector_string(selector: Any) -> str:
+    """A structured LabelSelector as its selector string, requirements sorted by key and set values
+    sorted (as kube-apiserver's LabelSelectorAsSelector(...).String() writes it); "" when empty."""
+    if not isinstance(selector, dict):
+        return ""
+    terms = [(str(k), f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        if not isinstance(expr, dict):
+            continue
+        key, op = str(expr.get("key", "")), expr.get("operator")
+        values = ",".join(sorted(str(v) for v in expr.get("values") or []))
+        text = {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
+            str(op), f"!{key}"
+        )
+        terms.append((key, text))
+    return ",".join(text for _, text in sorted(terms))
+
+
 def field_value(obj: dict[str, Any], path: str) -> str:
     cur: Any = obj
     for part in path.split("."):

@@ -256,7 +256,7 @@ class SimulatedKubelet:
         )
 
     def wait_for(
-        self, condition: Callable[[SimulatedKubelet], bool], timeout: float = 10.0, what: str = ""
+        self, condition: Callable[[SimulatedKubelet], bool], timeout: float = 30.0, what: str = ""
     ) -> None:
         """Block until `condition(kubelet)` holds; TimeoutError says what was awaited and what is."""
         with self._cond:
@@ -268,7 +268,7 @@ class SimulatedKubelet:
                 )
 
     def wait_for_resource(
-        self, name: str, predicate: Callable[[ResourceView], bool], timeout: float = 10.0, what: str = ""
+        self, name: str, predicate: Callable[[ResourceView], bool], timeout: float = 30.0, what: str = ""
     ) -> ResourceView:
         def check(k: SimulatedKubelet) -> bool:
             view = k._view(name)
@@ -278,7 +278,7 @@ class SimulatedKubelet:
         return self.resource(name)
 
     def wait_for_devices(
-        self, name: str, healthy: int, unhealthy: int | None = None, timeout: float = 10.0
+        self, name: str, healthy: int, unhealthy: int | None = None, timeout: float = 30.0
     ) -> ResourceView:
         return self.wait_for_resource(
             name,
@@ -289,7 +289,7 @@ class SimulatedKubelet:
             f"{name} with {healthy} healthy" + ("" if unhealthy is None else f", {unhealthy} unhealthy"),
         )
 
-    def wait_for_registration(self, name: str, count: int = 1, timeout: float = 10.0) -> ResourceView:
+    def wait_for_registration(self, name: str, count: int = 1, timeout: float = 30.0) -> ResourceView:
         return self.wait_for_resource(
             name,
             lambda v: v.registrations >= count and v.connected,

@@ -16,11 +16,12 @@ it changes nothing, as a kubelet that lost the API server keeps its pods running
   terminationGracePeriodSeconds (30 when unset), at least 2 s (kuberuntime's minimum), and it
   only ever shrinks. Once they stopped, the devices are free and a pod that still exists gets its
   final status and is deleted with grace 0 and its UID as precondition (kubelet's status manager).
-- restarts containers that exit on their own when they are `restartable` (restartPolicy Always),
-  after a back-off that doubles from `backoff[0]` up to `backoff[1]` (kubelet: 10 s to 300 s) and
-  is forgotten once they ran 2 × `backoff[1]` without exiting; each restart is logged and counted
-  in the pod's restartCount. Other containers that exit end the pod: Succeeded on exit 0, else
-  Failed.
+- restarts containers that exit on their own when they are `restartable` and the pod's
+  restartPolicy asks for it (Always, the default: any exit; OnFailure: a non-zero exit; Never: no
+  restart), after a back-off that doubles from `backoff[0]` up to `backoff[1]` (kubelet: 10 s to
+  300 s) and is forgotten once they ran 2 × `backoff[1]` without exiting; each restart is logged
+  and counted in the pod's restartCount. Other containers that exit end the pod: Succeeded on
+  exit 0, else Failed.
 - finishes a running simulated workload whose pod is annotated `lab.dynmig.io/exit-code`.
 """
 
@@ -149,6 +150,15 @@ def grace_period(pod: dict[str, Any]) -> float:
     except (TypeError, ValueError):
         seconds = DEFAULT_GRACE_S  # the API server validates it; a stored oddity gets the default
     return max(MIN_GRACE_S, seconds)
+
+
+def restarted_after(pod: dict[str, Any], code: int) -> bool:
+    """Whether kubelet restarts a container of `pod` that exited with `code` (as `subprocess`
+    reports it), by the pod's restartPolicy."""
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    if policy == "OnFailure":
+        return container_exit_code(code) != 0
+    return policy != "Never"
 
 
 def backoff_delay(step: int, backoff: tuple[float, float]) -> float:
@@ -386,7 +396,7 @@ class SimulatedPods:
                 if became_ready:
                     self.echo(f"{self.node}: {record.namespace}/{record.name} Ready")
             return
-        if not containers.restartable:
+        if not (containers.restartable and restarted_after(record.pod, code)):
             self._ended(record, code)
         elif record.restart_at is None:
             self._schedule_restart(record, code)

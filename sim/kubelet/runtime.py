@@ -23,7 +23,7 @@ class Containers(Protocol):
     """A pod's containers. `exit_code` is None while they run, else the exit status the way
     `subprocess` reports it (negative: killed by that signal)."""
 
-    restartable: bool  # kubelet restarts them when they exit (restartPolicy Always)
+    restartable: bool  # they can be restarted when they exit (kubelet does as restartPolicy says)
 
     def signal(self, sig: int) -> None: ...
 

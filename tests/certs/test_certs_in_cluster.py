@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import time
 
 import kubernetes
 import pytest
@@ -16,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from tls_server_testkit import RunningServer
+from waiting_testkit import wait_for
 
 from certs.authority import ServiceIdentity, load_certs, utcnow
 from certs.main import main
@@ -206,14 +206,6 @@ def _mutating_app() -> Starlette:
     return Starlette(
         routes=[Route("/mutate", mutate, methods=["POST"]), Route("/validate", validate, methods=["POST"])]
     )
-
-
-def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
 
 
 def test_the_api_server_verifies_the_webhook_with_the_injected_bundle_before_and_after_a_live_rotation(

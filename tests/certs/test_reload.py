@@ -15,6 +15,7 @@ from certs_testkit import IDENTITY
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 from tls_server_testkit import RunningServer
+from waiting_testkit import wait_for
 
 from certs.authority import KeyPair, certs_to_pem, make_ca, make_serving, utcnow
 from certs.reload import FileSource, TLSReloader
@@ -33,14 +34,6 @@ def served_serial(port: int, trust: ssl.SSLContext) -> int:
         trust.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
         return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)
 
 
 def test_a_new_pair_is_served_to_new_connections_while_open_ones_keep_working(tls_server, ca, serving, now):

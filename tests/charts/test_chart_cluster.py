@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import time
 
 import kubernetes
 import pytest
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from tls_server_testkit import RunningServer
+from waiting_testkit import wait_for
 
 from certs.authority import make_ca, utcnow
 from certs.main import main as certs_main
@@ -43,15 +43,6 @@ NODE = {
     "spec": {},
     "status": {"conditions": [{"type": "Ready", "status": "True"}]},
 }
-
-
-def wait_for(predicate, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
-    return result
 
 
 def run_hook_job(apiserver, job: dict) -> int:

@@ -1,92 +1,52 @@
 """helm 4 with its default flags (server-side apply, hooks waited on) installs, upgrades and uninstalls
-charts/dynmig against the lab's simulated API server, through the admin kubeconfig the lab writes.
-
-No controller runs Jobs in the lab: the test stands in for the Job controller and the kubelet, as
-test_chart_cluster does, by running each hook Job's `dynmig certs ...` command against the API server
-and then writing the Job's status as the Job controller writes it when its pod succeeds."""
+charts/dynmig on a running lab, through the admin kubeconfig the lab writes, as a user does against
+`dynmig lab --serve`. Nothing in the test writes a Job's status: the lab's Job controller makes each
+certificate hook's pod, the lab's kubelet runs its container as a real `dynmig certs init|inject`
+process as the pod's service account, and the pod's exit completes the Job, which helm waits on and
+then deletes (hook-delete-policy before-hook-creation,hook-succeeded)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
-import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes
 import pytest
-from chart_testkit import CHART, container, helm_binary
+from chart_testkit import CHART, helm_binary
+from cryptography import x509
 
-from certs.main import main as certs_main
-from sim.apiserver.objects import now
+from dynmig.lab.cluster import Lab
+from dynmig.lab.nodes import parse_nodes
 
-NAMESPACE = "dynmig"
+NAMESPACE = "dynmig"  # the lab's release namespace; the test's release has other names
 RELEASE = "lab"
+HOOK_JOBS = (f"{RELEASE}-dynmig-certs-init", f"{RELEASE}-dynmig-certs-inject")
 
 
-def _run_job(apiserver, job) -> int:
-    args = [a for a in container(job, "certs")["args"][1:] if a != "--in-cluster"]
-    return certs_main([*args, "--kubeconfig", str(apiserver.kubeconfig("certs"))])
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    helm_binary()  # skips without helm
+    started = Lab(parse_nodes("gpu-a=1xA100-SXM4-40GB"), tmp_path_factory.mktemp("helm4-lab")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
 
 
-def _complete(batch: kubernetes.client.BatchV1Api, job) -> None:
-    """The Job controller's status for a Job whose one pod succeeded."""
-    stamp = now()
-    status = {
-        "startTime": stamp,
-        "completionTime": stamp,
-        "succeeded": 1,
-        "ready": 0,
-        "terminating": 0,
-        "uncountedTerminatedPods": {},
-        "conditions": [
-            {"type": t, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
-            for t in ("SuccessCriteriaMet", "Complete")
-        ],
-    }
-    batch.patch_namespaced_job_status(job["metadata"]["name"], NAMESPACE, {"status": status})
-
-
-@pytest.fixture
-def job_runner(apiserver) -> Iterator[list[str]]:
-    """Runs each new Job's command once and marks it Complete; yields the names of the Jobs run."""
-    batch = kubernetes.client.BatchV1Api(apiserver.api_client("admin"))
-    done: list[str] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(0.1):
-            for job in apiserver.registry.list(_jobs_request(apiserver))["items"]:
-                uid = job["metadata"]["uid"]
-                if uid in done or job.get("status", {}).get("conditions"):
-                    continue
-                done.append(uid)
-                assert _run_job(apiserver, job) == 0
-                _complete(batch, job)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield done
-    stop.set()
-    thread.join(timeout=5)
-
-
-def _jobs_request(apiserver):
-    from sim.apiserver.registry import Request
-    from sim.apiserver.resources import BY_KEY
-
-    return Request(apiserver.identity("admin"), BY_KEY[("batch", "jobs")], NAMESPACE)
-
-
-def _helm(apiserver, tmp_path, *args: str) -> str:
+def _helm(lab: Lab, tmp_path: Path, *args: str) -> str:
     env = {
         **os.environ,
         "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
         "HELM_CONFIG_HOME": str(tmp_path / "helm-config"),
         "HELM_DATA_HOME": str(tmp_path / "helm-data"),
-        "KUBECONFIG": str(apiserver.kubeconfig("admin")),
+        "KUBECONFIG": str(lab.kubeconfig("admin")),
     }
     done = subprocess.run(
-        [helm_binary(), *args, "--namespace", NAMESPACE],
+        [helm_binary(), *args, "--namespace", NAMESPACE, "--timeout", "180s"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -97,23 +57,55 @@ def _helm(apiserver, tmp_path, *args: str) -> str:
     return done.stdout
 
 
-def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_the_lab_api_server(
-    apiserver, job_runner, tmp_path
-):
-    apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    out = _helm(apiserver, tmp_path, "install", RELEASE, str(CHART))
+def _hook_logs(lab: Lab, job: str) -> list[str]:
+    """What each hook pod's `dynmig certs` process printed, one entry per pod, oldest first (the lab
+    keeps each child's log after its pod is gone)."""
+    logs = (lab.workdir / "logs").glob(f"job-{NAMESPACE}-{job}-*.log")
+    return [p.read_text() for p in sorted(logs, key=lambda p: p.stat().st_mtime_ns)]
+
+
+def _wait(condition, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def _hook_pods(core: kubernetes.client.CoreV1Api) -> list[str]:
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/component=certs").items
+    return [p.metadata.name for p in pods if p.metadata.labels.get("app.kubernetes.io/instance") == RELEASE]
+
+
+def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_a_running_lab(lab, tmp_path):
+    api = lab.apiserver
+    assert api is not None
+    core = lab.core()
+    out = _helm(lab, tmp_path, "install", RELEASE, str(CHART))
     assert "STATUS: deployed" in out
-    assert len(job_runner) == 2  # the pre-install and post-install certificate hooks ran
-    role = apiserver.get("clusterroles", f"{RELEASE}-dynmig-server")
-    assert role is not None, [
-        r["metadata"]["name"] for r in apiserver.registry.list(_cluster_roles(apiserver))["items"]
-    ]
+
+    # the pre-install hook's pod ran the real `dynmig certs init`, which wrote both Secrets
+    init, inject = (_hook_logs(lab, job) for job in HOOK_JOBS)
+    assert len(init) == 1 and "init: new CA" in init[0] and "init: new serving certificate" in init[0], init
+    tls = core.read_namespaced_secret(f"{RELEASE}-dynmig-tls", NAMESPACE).data
+    ca = core.read_namespaced_secret(f"{RELEASE}-dynmig-ca", NAMESPACE).data
+    cert = x509.load_pem_x509_certificate(base64.b64decode(tls["tls.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{RELEASE}-dynmig.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+    # the post-install hook's pod ran `dynmig certs inject`: the webhooks trust that CA
+    assert len(inject) == 1, inject
+    hooks = kubernetes.client.AdmissionregistrationV1Api(lab.api_client())
+    mutating = hooks.read_mutating_webhook_configuration(f"{RELEASE}-dynmig-mutating")
+    assert base64.b64decode(mutating.webhooks[0].client_config.ca_bundle) == base64.b64decode(ca["ca.crt"])
+    # hook-succeeded: helm deleted both Jobs; the garbage collector then deletes their pods
+    for job in HOOK_JOBS:
+        assert api.get("jobs", job, NAMESPACE) is None
+    _wait(lambda: not _hook_pods(core), "the hook pods to be garbage collected")
+    role = api.get("clusterroles", f"{RELEASE}-dynmig-server")
     assert [(e["manager"], e["operation"]) for e in role["metadata"]["managedFields"]] == [("helm", "Apply")]
-    deployment = apiserver.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE)
-    assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
     _helm(
-        apiserver,
+        lab,
         tmp_path,
         "upgrade",
         RELEASE,
@@ -123,17 +115,12 @@ def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_the_lab_api_server(
         "--set",
         "networkPolicy.enabled=true",
     )
-    assert apiserver.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE)["spec"]["replicas"] == 2
-    assert len(job_runner) == 4  # pre-upgrade and post-upgrade hooks, recreated
-    assert apiserver.get("networkpolicies", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is not None
+    assert api.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE)["spec"]["replicas"] == 2
+    init, inject = (_hook_logs(lab, job) for job in HOOK_JOBS)
+    assert (len(init), len(inject)) == (2, 2), "pre-upgrade and post-upgrade hooks, recreated, ran again"
+    assert f"certificates in {NAMESPACE}/{RELEASE}-dynmig-tls are valid and not due" in init[1], init[1]
+    assert api.get("networkpolicies", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is not None
 
-    _helm(apiserver, tmp_path, "uninstall", RELEASE)
-    assert apiserver.get("clusterroles", f"{RELEASE}-dynmig-server") is None
-    assert apiserver.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is None
-
-
-def _cluster_roles(apiserver):
-    from sim.apiserver.registry import Request
-    from sim.apiserver.resources import BY_KEY
-
-    return Request(apiserver.identity("admin"), BY_KEY[("rbac.authorization.k8s.io", "clusterroles")])
+    _helm(lab, tmp_path, "uninstall", RELEASE)
+    assert api.get("clusterroles", f"{RELEASE}-dynmig-server") is None
+    assert api.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is None

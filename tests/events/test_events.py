@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import kubernetes
 import pytest
+from waiting_testkit import eventually as _eventually
 
 from dynmig.events import EventRecorder, Regarding
 
@@ -16,16 +15,6 @@ def _pod(name="p", uid="uid-1", ns="default"):
 
 def _events(core, reason):
     return [e for e in core.list_namespaced_event("default").to_dict()["items"] if e["reason"] == reason]
-
-
-def _eventually(check, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    return check()
 
 
 @pytest.fixture

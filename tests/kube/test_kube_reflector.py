@@ -6,24 +6,15 @@ import contextlib
 import functools
 import itertools
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting_testkit import eventually
 
 from kube.reflector import MAX_LINE, LineTooLong, Reflector, lines
 from sim.apiserver import ApiServer
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 def config_map(name: str, namespace: str = "team", **data: str) -> dict[str, Any]:

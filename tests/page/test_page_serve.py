@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from registration_testkit import registration
+from waiting_testkit import eventually
 
 from dynmig.lab.chart import CHART, ChartError, helm_binary
 from mig.allowlist import DEFAULT_POLICY, load_device_config
@@ -25,17 +26,6 @@ with warnings.catch_warnings():  # starlette suggests httpx2; the httpx-based cl
     from starlette.testclient import TestClient
 
 MODEL = "A100-SXM4-40GB"
-
-
-def eventually(check, timeout: float = 10.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def mig_node(name: str, gpus: int) -> dict[str, Any]:

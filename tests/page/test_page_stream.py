@@ -4,7 +4,6 @@ and a slot given back when a watcher goes away."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,21 +11,13 @@ from typing import Any
 import httpx
 import pytest
 from starlette.applications import Starlette
+from waiting_testkit import eventually
 
 from webhooks.page.app import CSP, create_page_app
 from webhooks.page.stream import Feed, Timing, event
 from webhooks.runner import Listeners, Page
 
 FAST = Timing(poll=0.02, heartbeat=0.2)
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 @contextmanager

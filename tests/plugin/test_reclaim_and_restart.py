@@ -251,8 +251,8 @@ def test_after_a_kubelet_restart_the_plugin_registers_again_and_keeps_allocating
 
     node.kubelet.restart()
 
-    node.kubelet.wait_for_registration(RESOURCE, count=2, timeout=5)
-    node.kubelet.wait_for_devices(RESOURCE, healthy=7, timeout=5)
+    node.kubelet.wait_for_registration(RESOURCE, count=2)
+    node.kubelet.wait_for_devices(RESOURCE, healthy=7)
     node.add_pod("after", [[Want(0, "1g.5gb", 0, 1)]])
     assert node.admit("after").ok
     assert len(node.instances(0)) == 1

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from waiting_testkit import eventually
 
 
 def pod(name: str, node: str = "", grace: int | None = None, finalizers: list[str] | None = None) -> dict:
@@ -26,15 +26,6 @@ def pod(name: str, node: str = "", grace: int | None = None, finalizers: list[st
 @pytest.fixture
 def core(apiserver):
     return client.CoreV1Api(apiserver.api_client("admin"))
-
-
-def eventually(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def test_a_bound_pod_gets_its_own_grace_period_and_an_asked_one_overrides_it(apiserver, core):

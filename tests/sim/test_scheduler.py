@@ -6,13 +6,13 @@ kubectl 1.35 as a cluster shows them."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from https_testkit import JsonServer, make_pki
 from kubernetes import client
+from waiting_testkit import wait_for
 
 from sim.scheduler import ConfigError, Scheduler, messages, parse
 from sim.scheduler.api import ApiWriter
@@ -79,16 +79,6 @@ def config(url: str, **extender) -> dict:
         "profiles": [{"schedulerName": "dynmig-scheduler"}],
         "extenders": [ext],
     }
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from kubernetes import client
+from waiting_testkit import wait_for
 
 from sim.scheduler import ConfigError, Scheduler, parse
 
@@ -75,16 +76,6 @@ def lease(apiserver) -> dict:
 
 def scheduled(apiserver, name: str) -> str | None:
     return apiserver.get("pods", name, "default")["spec"].get("nodeName")
-
-
-def wait_for(predicate, timeout: float = 30.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-    return value
 
 
 def test_only_the_lease_holder_schedules_and_a_killed_holder_is_replaced(apiserver, start):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from webhooks_testkit import eventually, gpu_pod, node
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node
 
 from mig.annotations import BIND_PHASE, NODE_LOCK, VGPU_NODE
 

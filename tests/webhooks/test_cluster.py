@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
-from webhooks_testkit import PluginStandIn, eventually, node
+from waiting_testkit import eventually
+from webhooks_testkit import PluginStandIn, node
 
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, VGPU_NODE, decode_allocations
 

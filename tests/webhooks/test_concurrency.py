@@ -7,7 +7,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from webhooks_testkit import eventually, gpu_pod, node
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node
 
 from mig.annotations import MIG_ALLOCATIONS, decode_allocations
 

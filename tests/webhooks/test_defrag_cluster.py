@@ -8,7 +8,8 @@ import json
 
 import pytest
 from kubernetes import client
-from webhooks_testkit import PluginStandIn, eventually, node
+from waiting_testkit import eventually
+from webhooks_testkit import PluginStandIn, node
 
 from mig.annotations import DEFRAG_ADVICE, EVICTABLE, MIG_ALLOCATIONS, USE_GPU_UUID, decode_allocations
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from kubernetes import client
-from webhooks_testkit import eventually, gpu_pod, node
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node
 
 from mig.annotations import DEVICE_CORDON, DEVICES_ALLOCATED, MAX_CORDON_TEXT, MIG_ALLOCATIONS, VGPU_NODE
 from mig.placement.request import ContainerRequest, PodRequest

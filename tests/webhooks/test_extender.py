@@ -7,7 +7,8 @@ import time
 
 import pytest
 from kubernetes import client
-from webhooks_testkit import eventually, gpu_pod, node
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node
 
 from mig.annotations import (
     BIND_PHASE,

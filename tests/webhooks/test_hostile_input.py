@@ -8,7 +8,8 @@ import json
 import pytest
 from kubernetes import client
 from test_extender import filter_args, seed, stored_pod
-from webhooks_testkit import eventually, gpu_pod, node, pod, review
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node, pod, review
 
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, decode_allocations
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
-from webhooks_testkit import PluginStandIn, eventually, gpu_pod, node, scheduler_configuration
+from waiting_testkit import eventually
+from webhooks_testkit import PluginStandIn, gpu_pod, node, scheduler_configuration
 
 from certs.authority import ServiceIdentity, make_ca, make_serving
 from certs.reload import FileSource, TLSReloader

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from kubernetes import client
-from webhooks_testkit import eventually, gpu_pod, node
+from waiting_testkit import eventually
+from webhooks_testkit import gpu_pod, node
 
 from mig.placement.reasons import (
     _CLOSEST_FIRST,

@@ -12,13 +12,13 @@ import datetime as dt
 import http.client
 import ssl
 import threading
-import time
 import urllib.request
 from contextlib import ExitStack
 
 import pytest
 from cryptography import x509
 from kubernetes import client
+from waiting_testkit import wait_for as eventually
 from webhooks_testkit import webhook_configurations
 
 from certs.authority import Lifetimes, ServiceIdentity, load_certs, make_ca, make_serving, utcnow
@@ -39,15 +39,6 @@ FAST = {
     "watch_timeout": 5,
 }
 THREADS = ("dynmig-cert-renewer", "dynmig-tls-reload", "dynmig-leader")
-
-
-def eventually(check, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture

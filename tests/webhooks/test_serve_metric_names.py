@@ -7,7 +7,8 @@ from __future__ import annotations
 import urllib.request
 
 from test_serve_certificates import TLS_SECRET, Serve, cluster  # noqa: F401 - `cluster` is a fixture
-from webhooks_testkit import eventually, node
+from waiting_testkit import eventually
+from webhooks_testkit import node
 
 from tests.metrics_testkit import documented, exposed
 

@@ -5,26 +5,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from registration_testkit import registration
 
 SCHEDULER = "system:serviceaccount:dynmig:dynmig-scheduler"
 PLUGIN = "system:serviceaccount:dynmig:dynmig-device-plugin"
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """check()'s first truthy value within `timeout` seconds, else its last (falsy) one: caches and
-    events catch up in the background, so `assert eventually(...)` waits for them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 def pod(

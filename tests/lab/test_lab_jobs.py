@@ -1,0 +1,100 @@
+"""Jobs on a running lab: a Job pod of the dynmig image runs its args as a real `dynmig` process,
+its exit ends the pod by its restartPolicy, and the Job controller counts it against backoffLimit,
+with nothing in the test writing a pod's or a Job's status."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dynmig.lab.chart import ChartError, helm_binary
+from dynmig.lab.cluster import Lab
+from dynmig.lab.nodes import parse_nodes
+
+NS = "default"
+IMAGE = "ghcr.io/dynmig/dynmig:0.1.0"
+# a dynmig command that fails at once: argparse refuses the key type (exit code 2)
+FAILING = ["certs", "init", "--in-cluster", f"--namespace={NS}", "--service=web", "--key-type=bogus"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    try:
+        helm_binary()
+    except ChartError as error:
+        pytest.skip(str(error))
+    started = Lab(parse_nodes("gpu-a=1xA100-SXM4-40GB"), tmp_path_factory.mktemp("jobs-lab")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _wait(condition, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def _job(name: str, restart: str, args: list[str], backoff_limit: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {
+                "spec": {
+                    "restartPolicy": restart,
+                    "containers": [{"name": "certs", "image": IMAGE, "args": args}],
+                }
+            },
+        },
+    }
+
+
+def _failed(batch: client.BatchV1Api, name: str) -> Any:
+    job = batch.read_namespaced_job(name, NS)
+    reasons = [c.reason for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"]
+    return job if reasons else None
+
+
+def test_a_dynmig_job_pod_that_exits_non_zero_is_retried_until_backoff_limit_then_the_job_fails(lab):
+    batch, core = client.BatchV1Api(lab.api_client()), lab.core()
+    batch.create_namespaced_job(NS, _job("bad-never", "Never", FAILING, backoff_limit=1))
+    job = _wait(lambda: _failed(batch, "bad-never"), "the Job to fail")
+    assert [(c.type, c.reason) for c in job.status.conditions] == [
+        ("FailureTarget", "BackoffLimitExceeded"),
+        ("Failed", "BackoffLimitExceeded"),
+    ]
+    assert (job.status.failed, job.status.active) == (2, 0)  # backoffLimit 1: a second pod, then no more
+    pods = core.list_namespaced_pod(NS, label_selector="job-name=bad-never").items
+    assert [p.status.phase for p in pods] == ["Failed", "Failed"]
+    assert {p.status.container_statuses[0].state.terminated.exit_code for p in pods} == {2}
+    log = core.read_namespaced_pod_log(pods[0].metadata.name, NS)
+    assert "argument --key-type: invalid choice: 'bogus'" in log
+
+
+def test_a_dynmig_job_pod_with_restart_on_failure_is_restarted_in_place_until_backoff_limit(lab):
+    batch, core = client.BatchV1Api(lab.api_client()), lab.core()
+    batch.create_namespaced_job(NS, _job("bad-onfailure", "OnFailure", FAILING, backoff_limit=1))
+    first = _wait(
+        lambda: core.list_namespaced_pod(NS, label_selector="job-name=bad-onfailure").items, "the pod"
+    )[0]
+    job = _wait(lambda: _failed(batch, "bad-onfailure"), "the Job to fail")
+    assert [(c.type, c.reason) for c in job.status.conditions] == [
+        ("FailureTarget", "BackoffLimitExceeded"),
+        ("Failed", "BackoffLimitExceeded"),
+    ]
+    assert job.status.failed == 1  # one pod, restarted in place, deleted once its restarts reached the limit
+    _wait(
+        lambda: not core.list_namespaced_pod(NS, label_selector="job-name=bad-onfailure").items,
+        "the restarted pod deleted",
+    )
+    assert first.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
