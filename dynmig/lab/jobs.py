@@ -1,11 +1,10 @@
 """The Job controller of the lab's kube-controller-manager, and its TTL-after-finished controller, for
 NonIndexed Jobs, as kube-controller-manager 1.31+ runs them where a user can tell:
 
-- **Pods**: made from `spec.template` with `generateName: <job>-`, the labels kube-apiserver puts on a
-  Job's template (`batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and their
-  legacy `controller-uid`, `job-name`; the simulated API server does not add them to the Job, so
-  they are added to the pod), a controlling owner reference (blockOwnerDeletion) and the
-  `batch.kubernetes.io/job-tracking` finalizer: a finished pod is counted once into
+- **Pods**: made from `spec.template` (with the labels the API server put on it:
+  `batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and their legacy
+  `controller-uid`, `job-name`), `generateName: <job>-`, a controlling owner reference
+  (blockOwnerDeletion) and the `batch.kubernetes.io/job-tracking` finalizer: a finished pod is counted once into
   `status.succeeded`/`failed` (through `status.uncountedTerminatedPods`), then the finalizer is
   removed, so deleting a pod never loses or doubles a count.
 - **How many**: `parallelism` (default 1) active pods, never more than the completions left;
@@ -129,13 +128,7 @@ def job_pod(job: dict[str, Any]) -> dict[str, Any]:
     template = copy.deepcopy(job["spec"]["template"])
     tmeta = template.get("metadata") or {}
     uid, name = meta["uid"], meta["name"]
-    labels = {
-        **(tmeta.get("labels") or {}),
-        "batch.kubernetes.io/controller-uid": uid,
-        "batch.kubernetes.io/job-name": name,
-        "controller-uid": uid,
-        "job-name": name,
-    }
+    labels = dict(tmeta.get("labels") or {})  # the API server labelled the template (unless manualSelector)
     spec = template.get("spec") or {}
     for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
         for kind in ("limits", "requests"):
