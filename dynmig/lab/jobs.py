@@ -99,14 +99,18 @@ def read_spec(job: dict[str, Any]) -> JobSpec:
     """The Job's spec as the controller reads it; ValueError names a field the lab does not run."""
     spec = job.get("spec") or {}
     if spec.get("completionMode", "NonIndexed") != "NonIndexed":
-        raise ValueError(f"spec.completionMode {spec['completionMode']!r}: the lab runs NonIndexed Jobs only")
+        raise ValueError(
+            f"spec.completionMode {str(spec['completionMode'])[:40]!r}: the lab runs NonIndexed Jobs only"
+        )
     for field in UNSUPPORTED:
         if spec.get(field) is not None:
             raise ValueError(f"spec.{field}: the lab's Job controller does not run it")
     template = (spec.get("template") or {}).get("spec") or {}
     policy = template.get("restartPolicy")
     if policy not in ("Never", "OnFailure"):
-        raise ValueError(f"spec.template.spec.restartPolicy {policy!r}: a Job's pods use Never or OnFailure")
+        raise ValueError(
+            f"spec.template.spec.restartPolicy {str(policy)[:40]!r}: a Job's pods use Never or OnFailure"
+        )
     parallelism = _count(spec, "parallelism", None, MAX_PODS)
     # kube-apiserver's defaults: both unset -> 1 and 1; only parallelism set -> a work queue
     completions = _count(spec, "completions", 1 if parallelism is None else None, MAX_PODS)

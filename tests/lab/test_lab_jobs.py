@@ -14,6 +14,7 @@ from kubernetes import client
 from dynmig.lab.chart import ChartError, helm_binary
 from dynmig.lab.cluster import Lab
 from dynmig.lab.nodes import parse_nodes
+from sim.kubelet.pods import restarted_after
 
 NS = "default"
 IMAGE = "ghcr.io/dynmig/dynmig:0.1.0"
@@ -98,3 +99,20 @@ def test_a_dynmig_job_pod_with_restart_on_failure_is_restarted_in_place_until_ba
         "the restarted pod deleted",
     )
     assert first.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "restarted"),
+    [
+        (None, 0, True),  # Always, the API default
+        ("Always", 1, True),
+        ("OnFailure", 0, False),
+        ("OnFailure", 2, True),
+        ("OnFailure", -9, True),  # killed by SIGKILL: exit code 137
+        ("Never", 1, False),
+        ("Never", 0, False),
+    ],
+)
+def test_kubelet_restarts_an_exited_container_only_as_the_pods_restart_policy_says(policy, code, restarted):
+    pod = {"spec": {"restartPolicy": policy} if policy else {}}
+    assert restarted_after(pod, code) is restarted
