@@ -189,8 +189,11 @@ def _compare(old: Any, new: Any, t: str, path: Path, out: Comparison, parent: st
         lm = {} if old is MISSING else old
         rm = {} if new is MISSING else new
         for key in [*lm, *(k for k in rm if k not in lm)]:
+            before, after = lm.get(key, MISSING), rm.get(key, MISSING)
+            if before is after:
+                continue  # one shared value (a write keeps what it does not change): nothing changed
             ct, _ = child_type(sh, key)
-            _compare(lm.get(key, MISSING), rm.get(key, MISSING), ct, (*path, ("f", key)), out, sh.model, key)
+            _compare(before, after, ct, (*path, ("f", key)), out, sh.model, key)
     if old is MISSING:
         out.added.add(path)
     elif new is MISSING:
