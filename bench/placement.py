@@ -4,6 +4,12 @@ Run by `make bench` as `python bench/placement.py` (`--quick`: one seed; `--work
 `--workload inference-heavy`: that workload only). Prints a table per workload and load and writes
 bench/results/placement.json. Seeded and deterministic apart from the timings.
 
+`--evict-only` (for trying a change to the defrag advisor, a minute or two): per trace only plain
+dynmig with the oracle at its refusals and the defrag eviction replays, printed as the full run prints
+them (nothing written); with `--load near` or `--load overload` that load only, `--seeds A,B` those
+seeds, `--ranking NAME` (e.g. "evict: all opted in, move only") that ranking beside plain dynmig's.
+`--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
+
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
   two-device pods; `inference-heavy`: 1g/2g services with rare long whole-GPU jobs), each at two
@@ -68,7 +74,7 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import eviction
+from _packing import advise_cost, eviction
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 
@@ -445,22 +451,26 @@ EVICTING = "defrag eviction"  # _packing/eviction.py's replays, one per ranking
 ARRIVALS = 5000
 
 
-def run_churn(mix, target: float, seed: int, small: tuple[int, int]) -> tuple[dict[str, dict], float]:
-    """Every policy on one trace (rate set so the offered work is `target`); dynmig's refusals judged."""
+def run_churn(
+    mix, target: float, seed: int, small: tuple[int, int], evict_only: bool = False, rankings=None
+) -> tuple[dict[str, dict], float]:
+    """Every policy on one trace (rate set so the offered work is `target`); dynmig's refusals judged.
+    `evict_only`: plain dynmig (judged) and the defrag eviction replays only (`rankings`: those)."""
     unit = trace(ARRIVALS, 1.0, seed, mix)
     rate = target / offered_load(unit, make_fleet(*small))
     arrivals = trace(ARRIVALS, rate, seed, mix)
     out = {}
-    for cls in POLICIES:
+    for cls in (Dynmig,) if evict_only else POLICIES:
         t0 = time.perf_counter()
         out[cls.name] = churn(cls, arrivals, *small, judge=cls is Dynmig)
         print(f"  churn {cls.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    t0 = time.perf_counter()
-    out[REPLAY] = churn_repacking(arrivals, *small)
-    print(f"  churn {REPLAY}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    if not evict_only:
+        t0 = time.perf_counter()
+        out[REPLAY] = churn_repacking(arrivals, *small)
+        print(f"  churn {REPLAY}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     harness = eviction.Harness(Dynmig, apply, release, gpu_states, kind)
     out[EVICTING] = {}
-    for ranking in eviction.RANKINGS:
+    for ranking in rankings or eviction.RANKINGS:
         t0 = time.perf_counter()
         out[EVICTING][ranking.name] = eviction.churn_evicting(arrivals, make_fleet(*small), harness, ranking)
         print(f"  churn dynmig + {ranking.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
@@ -482,7 +492,58 @@ def decision_times() -> dict[str, dict[str, float]]:
     return timing
 
 
+def _option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv[:-1] else None
+
+
+def evict_only(argv: list[str], only: str | None) -> int:
+    """`--evict-only`: plain dynmig judged by the oracle and the defrag eviction replays, per trace."""
+    load = _option(argv, "--load")
+    seeds_text = _option(argv, "--seeds")
+    ranking = _option(argv, "--ranking")
+    names = {r.name: r for r in eviction.RANKINGS}
+    if load not in (None, "near", "overload") or (ranking is not None and ranking not in names):
+        print(
+            "--load: near or overload; --ranking: one of " + "; ".join(repr(n) for n in names),
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        seeds = tuple(int(x) for x in seeds_text.split(",")) if seeds_text else SEEDS
+    except ValueError:
+        print(f"--seeds: comma-separated integers, e.g. {SEED},{SEED + 10}", file=sys.stderr)
+        return 2
+    rankings = (
+        None
+        if ranking is None
+        else [eviction.NONE] + ([names[ranking]] if ranking != eviction.NONE.name else [])
+    )
+    small = (24, 8)
+    print(eviction.MEANS)
+    for wname, mix, loads in (w for w in WORKLOADS if only in (None, w[0])):
+        for label, target in loads:
+            if load is not None and not label.startswith(load):
+                continue
+            res = []
+            for seed in seeds:
+                print(f"== {wname}, {label}, seed {seed}", file=sys.stderr)
+                res.append(run_churn(mix, target, seed, small, evict_only=True, rankings=rankings)[0])
+            print(f"\n== workload: {wname}, load: {label}, seeds {', '.join(map(str, seeds))}")
+            refused = [r["dynmig"]["refused"] for r in res]
+            proved = [r["dynmig"]["verdicts"][INFEASIBLE] for r in res]
+            most = [sum(r["dynmig"]["verdicts"][v] for v in (INFEASIBLE, UNKNOWN, NOT_SEARCHED)) for r in res]
+            print(
+                f"dynmig refused {refused}; oracle at its refusals refused {proved} (proved) to {most} (at most)"
+            )
+            eviction.report(
+                {n: [r[EVICTING][n] for r in res] for n in res[0][EVICTING]}, refused, proved, most
+            )
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if "--advise-cost" in argv:
+        return advise_cost.main()
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
     # --workload NAME: that workload only (mixed, inference-heavy), for trying a change on it
     only = argv[argv.index("--workload") + 1] if "--workload" in argv[:-1] else None
@@ -491,6 +552,8 @@ def main(argv: list[str]) -> int:
             f"--workload: unknown {only!r}; one of {', '.join(w for w, _, _ in WORKLOADS)}", file=sys.stderr
         )
         return 2
+    if "--evict-only" in argv:
+        return evict_only(argv, only)
     small = (24, 8)  # churn fleet: 24 nodes × 8 GPUs
     runs: dict[tuple[str, str], list[dict[str, dict]]] = {}
     offered: dict[tuple[str, str], list[float]] = {}

@@ -51,6 +51,17 @@ free), each tried on the whole fleet, then a small beam from the cheapest strand
 `CHAIN_BRANCH` sets kept per step; whatever a bound leaves unexplored is a cut, and an advice whose
 cost a cut could beat says it is not proven cheapest. Exact on small fleets (every room read, every
 grown set kept).
+
+Re-laid GPUs, when still no set found loses nobody (chains give a home only to a one-device pod, and
+a multi-device pod's capped search never reaches them): every candidate on one GPU, or on two, is
+removed and the set tried on the whole fleet, regions ranked by `mig.defrag_relay` (most waste first:
+free slices, and instances on a model where they take a larger share than on another; a pair only
+when moving an instance between its GPUs could gain room), skipped when even a perfect packing could
+not hold the pod (room the region could gain plus usable free room elsewhere). Pods in no one's way
+or placed nowhere keep their place and the rest is tried again; the set that works is made smaller
+(its core: the pods in the pod's way and those that change GPU; then each pod kept in place while the
+rest works). Bounded: `MAX_RELAY_TRIALS` trials (+ `MAX_RELAY_SHRINK`); a set found so is not proven
+cheapest.
 """
 
 from __future__ import annotations
@@ -64,6 +75,7 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.annotations import EVICTABLE
+from mig.defrag_relay import Instance, Waste, regions, usable_free
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, RequestError
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import candidate_order
@@ -79,6 +91,9 @@ CHAIN_BRANCH = 24  # sets kept per step, cheapest first (the rest are a cut: not
 MAX_CHAIN_STEPS = 12  # sets grown per advice by the uniform-cost search (each reads a pod's rooms)
 CHAIN_WINDOW = 16 * CHAIN_BRANCH  # rooms of a stranded pod read per step, cheapest first
 BEAM_SEEDS, BEAM_WIDTH = 6, 3  # past the budget: stranding sets grown per step, and sets each grows
+MAX_RELAY_TRIALS = 96  # whole-fleet trials of re-laid GPUs per advice (`_Search.relay`)
+MAX_RELAY_SHRINK = 16  # more trials to make a working re-laid set smaller
+RELAY_SETTLE = 3  # trials per region: pods in no one's way, or placed nowhere, keep their place
 
 
 @dataclass(frozen=True)
@@ -423,10 +438,15 @@ class Homes:
         return None if trial is None or not trial.legal else (trial.plan, trial.moves)
 
     def trial(
-        self, pod: PodRequest, node: str | Collection[str] | None, victims: Sequence[Holder]
+        self,
+        pod: PodRequest,
+        node: str | Collection[str] | None,
+        victims: Sequence[Holder],
+        until_lost: bool = False,
     ) -> Trial | None:
         """`place`, also for a set some pod of which is in no one's way (`Trial.legal` False);
-        None when the pod does not land."""
+        None when the pod does not land. `until_lost`: stop at the first replacement placed nowhere
+        (the moves then end with it; `legal` False)."""
         self.placed += 1
         index = self.index
         freed = [(u, p) for h in victims for u, p in h.placements]
@@ -448,6 +468,8 @@ class Homes:
                     moves.append(Move(h, again))
                 else:
                     moves.append(Move(h, None))
+                    if until_lost:
+                        return Trial(plan, tuple(moves), False, {})
             legal = all(
                 _in_the_way(plan, (m.victim,))
                 or any(o.plan is not None and o is not m and _in_the_way(o.plan, (m.victim,)) for o in moves)
@@ -462,6 +484,35 @@ class Homes:
             for u, p in freed:
                 if not index.occupied_mask(u) & p.mask:
                     index.reserve(u, p)
+
+
+def _idle(trial: Trial) -> set[str]:
+    """The victims of a trial in no one's way (neither the pod's nor another replacement's)."""
+    return {
+        m.victim.name
+        for m in trial.moves
+        if not _in_the_way(trial.plan, (m.victim,))
+        and not any(
+            o.plan is not None and o is not m and _in_the_way(o.plan, (m.victim,)) for o in trial.moves
+        )
+    }
+
+
+def _works(trial: Trial | None) -> bool:
+    """The trial placed the pod and every replacement, each victim in someone's way."""
+    return trial is not None and trial.legal and all(m.plan is not None for m in trial.moves)
+
+
+def _core(trial: Trial) -> set[str]:
+    """The victims in the pod's way, and those whose replacement goes to another GPU than they held."""
+    return {
+        m.victim.name
+        for m in trial.moves
+        if _in_the_way(trial.plan, (m.victim,))
+        or (
+            m.plan is not None and {d.gpu_uuid for d in m.plan.devices} != {u for u, _ in m.victim.placements}
+        )
+    }
 
 
 @dataclass(frozen=True)
@@ -580,6 +631,12 @@ class _Search:
         self.chain_steps = 0  # sets grown (each looks at every room of one pod in the fleet)
         self.cut: Cost | None = None  # the cheapest bound the chain search left unexplored
         self._rooms: dict[PodRequest, list[tuple[tuple[int, int, int], tuple[Holder, ...]]]] = {}
+        self._overlaps: dict[tuple[str, Placement], tuple[tuple[str, ...], tuple[Holder, ...]] | None] = {}
+        self._owner_maps: dict[str, dict[tuple[str, Placement], Holder]] = {}
+        self.relay_trials = 0
+        self.relay_tried: set[frozenset[str]] = set()  # sets a re-lay tried (regions overlap)
+        self.relay_done = False
+        self.relayed = False  # the best set is a re-laid region's: not proven cheapest
 
     def _past(self, quick: tuple[int, int, int]) -> bool:
         """Sets from here on (taken in order of `_quick`) cannot beat the best: a more important pod,
@@ -635,8 +692,9 @@ class _Search:
         if exact:
             self.chains()
             self.beam()
+        self.relay()
         chain_cut = self.cut is not None and (self.best is None or self.cut < self.best.cost)
-        exact = exact and not chain_cut
+        exact = exact and not chain_cut and not self.relayed
         if self.best is None:
             return _none(self.blocked, checks, not exact or self.capped, self.homeless)
         best = self.best
@@ -823,6 +881,20 @@ class _Search:
     def _cut(self, bound: Cost) -> None:
         self.cut = bound if self.cut is None or bound < self.cut else self.cut
 
+    def overlapping(
+        self, node: _Node, g: GpuState, p: Placement
+    ) -> tuple[tuple[str, ...], tuple[Holder, ...]] | None:
+        """`_overlapping` (with the pods' names), once per placement of an advice: the one-device
+        search and every request's rooms ask about the same placements."""
+        key = (g.uuid, p)
+        if key not in self._overlaps:
+            owners = self._owner_maps.get(node.name)
+            if owners is None:
+                owners = self._owner_maps[node.name] = _owners(node.holders)
+            pods = _overlapping(g, p, owners)
+            self._overlaps[key] = None if pods is None else (tuple(h.name for h in pods), pods)
+        return self._overlaps[key]
+
     def rooms(self, request: PodRequest) -> list[tuple[tuple[int, int, int], tuple[Holder, ...]]]:
         """Every set of candidates in the way of a placement this one-device request could take,
         anywhere in the fleet (free placements need no set), cheapest first; once per request."""
@@ -832,14 +904,160 @@ class _Search:
         ask, memo = request.devices()[0][2], self.homes._usable.setdefault(request, {})
         sets: dict[tuple[str, ...], tuple[tuple[int, int, int], tuple[Holder, ...]]] = {}
         for node in self.everywhere:
-            owners = _owners(node.holders)
             for g in node.gpus:
                 for p in _usable_placements(request, g, ask, memo):
-                    pods = _overlapping(g, p, owners)
-                    if pods:
-                        sets.setdefault(tuple(h.name for h in pods), (_quick(pods), pods))
+                    found_here = self.overlapping(node, g, p)
+                    if found_here is not None and found_here[1]:
+                        sets.setdefault(found_here[0], (_quick(found_here[1]), found_here[1]))
         self._rooms[request] = found = sorted(sets.values(), key=lambda s: (s[0], [h.name for h in s[1]]))
         return found
+
+    # ---- re-laid GPUs: every candidate on a GPU or two removed, the engine lays them again --------
+    def relay(self) -> None:
+        """When no set found so far gives every pod a home: re-lay regions, most wasteful first
+        (`mig.defrag_relay`): remove every candidate on one GPU, or on two (a PodDisruptionBudget's
+        pods past what it allows stay), and try the set on the whole fleet. A pod in no one's way, or
+        one the engine places nowhere, keeps its place and the rest is tried again (`RELAY_SETTLE`
+        trials a region). The first set that works is made smaller (each pod, costliest first, kept in
+        place while the rest still works) and kept when it beats the best. At most `MAX_RELAY_TRIALS`
+        (+ `MAX_RELAY_SHRINK`) trials; what it finds is not proven cheapest."""
+        if self.relay_done or (self.best is not None and self.best.cost[1] == 0):
+            return
+        self.relay_done = True
+        gpus, waste, held, by_gpu = self._waste()
+        measure = Waste([g for node in self.everywhere for g in node.gpus])
+        spare = {g.uuid: usable_free(g) for node in self.everywhere for g in node.gpus}
+        spare_total, need = sum(spare.values()), measure.least(self.pod)
+        memo: dict[PodRequest, dict[tuple[int, int], list[Placement]]] = {}
+
+        def usable(request: PodRequest, g: GpuState) -> list[Placement]:
+            return _usable_placements(request, g, request.devices()[0][2], memo.setdefault(request, {}))
+
+        for region in regions(gpus, waste, held, usable):
+            if self.relay_trials >= MAX_RELAY_TRIALS:
+                return
+            # Room the region could gain (its waste) plus what is free and usable elsewhere must hold
+            # the pod: each pod takes at least its least share wherever it goes (a bound for every
+            # subset of the region's pods too: a pod that stays keeps at least that share).
+            if sum(waste[u] - spare[u] for u in region) + spare_total < need - 1e-9:
+                continue
+            pods = self._within_budgets({h.name: h for u in region for h in by_gpu[u]}.values())
+            if not self._may_land(region, pods, usable):
+                continue
+            settled = self._settle(pods)
+            if settled is None:
+                continue
+            victims, trial = self._smaller(*settled)
+            c = cost(trial.plan.node, victims, self.now)
+            if not self.beaten(c):
+                node = next(n for n in self.everywhere if n.name == trial.plan.node)
+                self.best = _Best(c, node, victims, (trial.plan, trial.moves), chain=True)
+                self.relayed = True
+            return
+
+    def _waste(
+        self,
+    ) -> tuple[list[GpuState], dict[str, float], dict[str, list[Instance]], dict[str, list[Holder]]]:
+        """The GPUs with candidates on them (in the fleet's order), their waste, the instances each
+        GPU holds (placement, request, may go) and its candidates."""
+        by_gpu: dict[str, list[Holder]] = {}
+        held: dict[str, list[Instance]] = {}
+        for node in self.everywhere:
+            for h in node.holders:
+                for u, p in h.placements:
+                    held.setdefault(u, []).append((p, h.request, h.candidate))
+                    if h.candidate:
+                        mine = by_gpu.setdefault(u, [])
+                        if not mine or mine[-1] is not h:
+                            mine.append(h)
+        everything = [g for node in self.everywhere for g in node.gpus]
+        gpus = [g for g in everything if g.uuid in by_gpu]
+        measure = Waste(everything)
+        waste = {g.uuid: measure.of(g, held.get(g.uuid, ())) for g in gpus}
+        return gpus, waste, held, by_gpu
+
+    def _may_land(
+        self,
+        region: tuple[str, ...],
+        pods: tuple[Holder, ...],
+        usable: Callable[[PodRequest, GpuState], list[Placement]],
+    ) -> bool:
+        """A one-device pod, which fits nowhere now, can land only on the region: at a usable placement
+        over none of what stays there (others: the trial decides)."""
+        if self.pod.device_count != 1:
+            return True
+        going = {(u, p) for h in pods for u, p in h.placements}
+        for node in self.fleet:
+            for g in node.gpus:
+                if g.uuid not in region:
+                    continue
+                stays = 0
+                for p in g.occupied:
+                    stays |= 0 if p.size <= 0 or (g.uuid, p) in going else p.mask
+                if any(not q.mask & stays for q in usable(self.pod, g)):
+                    return True
+        return False
+
+    def _within_budgets(self, pods: Iterable[Holder]) -> tuple[Holder, ...]:
+        """The pods, cheapest first, each kept while the set stays within every budget."""
+        kept: list[Holder] = []
+        for h in sorted(pods, key=lambda h: cost("", (h,), self.now)):
+            if within_budgets((*kept, h), self.budgets):
+                self.blocked.add(within_budgets((*kept, h), self.budgets))
+            else:
+                kept.append(h)
+        return tuple(sorted(kept, key=lambda h: h.name))
+
+    def _relay_trial(self, victims: tuple[Holder, ...]) -> Trial | None:
+        """A whole-fleet trial of the set, stopped at the first pod it would lose (it must lose none)."""
+        self.relay_trials += 1
+        return self.homes.trial(self.pod, self.allowed, victims, until_lost=True)
+
+    def _fresh(self, victims: tuple[Holder, ...]) -> bool:
+        """The set was not tried by an earlier region (whose answer it would repeat); now it is."""
+        key = frozenset(h.name for h in victims)
+        if key in self.relay_tried:
+            return False
+        self.relay_tried.add(key)
+        return True
+
+    def _settle(self, victims: tuple[Holder, ...]) -> tuple[tuple[Holder, ...], Trial] | None:
+        """The region's set, pods in no one's way or placed nowhere dropped until it works (or None)."""
+        for _ in range(RELAY_SETTLE):
+            if not victims or self.relay_trials >= MAX_RELAY_TRIALS or not self._fresh(victims):
+                return None
+            trial = self._relay_trial(victims)
+            if trial is None:
+                return None
+            lost = {m.victim.name for m in trial.moves if m.plan is None}
+            drop = lost or _idle(trial)  # a stopped trial says nothing of who is in whose way
+            if not drop:
+                return victims, trial
+            victims = tuple(h for h in victims if h.name not in drop)
+        return None
+
+    def _smaller(self, victims: tuple[Holder, ...], trial: Trial) -> tuple[tuple[Holder, ...], Trial]:
+        """A working set made smaller: first its core (the pods in the pending pod's way and those
+        whose replacement goes to another GPU; the rest only changed places on their own GPU), then
+        each pod, costliest first, kept in place when the others still work without it."""
+        spent = 0
+        core = _core(trial)
+        if len(core) < len(victims):
+            spent += 1
+            again = self._relay_trial(tuple(h for h in victims if h.name in core))
+            if _works(again):
+                assert again is not None
+                victims, trial = tuple(h for h in victims if h.name in core), again
+        for h in sorted(victims, key=lambda h: cost("", (h,), self.now), reverse=True):
+            if spent >= MAX_RELAY_SHRINK or len(victims) == 1:
+                break
+            spent += 1
+            fewer = tuple(x for x in victims if x is not h)
+            again = self._relay_trial(fewer)
+            if _works(again):
+                assert again is not None
+                victims, trial = fewer, again
+        return victims, trial
 
     # ---- one device: every usable placement, once ---------------------------------------------
     def one_device(self) -> Advice:
@@ -848,12 +1066,12 @@ class _Search:
         usable: dict[tuple[int, int], list[Placement]] = {}  # (id of profiles, memory) -> placements
         top: tuple[int, int, int] | None = None  # the leading terms of the cheapest set so far
         for i, node in enumerate(self.fleet):
-            owners = _owners(node.holders)
             for g in node.gpus:
                 for p in _usable_placements(self.pod, g, ask, usable):
-                    victims = _overlapping(g, p, owners)
-                    if victims is None:
+                    found_here = self.overlapping(node, g, p)
+                    if found_here is None:
                         continue
+                    victims = found_here[1]
                     group = within_budgets(victims, self.budgets)
                     if group:  # before it may prune dearer sets: a blocked set is no cheapest
                         self.blocked.add(group)
@@ -862,7 +1080,7 @@ class _Search:
                     if top is not None and quick[0] > top[0] and not self.require_homes:
                         continue  # a more important pod: never cheaper, whatever it loses
                     top = quick if top is None or quick < top else top
-                    sets.setdefault((node.name, tuple(h.name for h in victims)), (quick, i, victims))
+                    sets.setdefault((node.name, found_here[0]), (quick, i, victims))
         for quick, i, victims in sorted(sets.values(), key=lambda s: s[0]):
             if self.best is not None and self._past(quick):
                 break
@@ -910,7 +1128,9 @@ class _Search:
         return self.advice(checks)
 
     def _capped(self, pools: list[list[Holder]], checks: int, allowance: int) -> Advice:
-        """Past the cap: the best set found so far, or else the greedy one; not proven cheapest."""
+        """Past the cap: the best set found so far, or a re-laid region's (`relay`), or else the greedy
+        one; not proven cheapest."""
+        self.relay()
         if self.best is not None:
             return self.advice(checks, exact=False)
         found = _greedy(self.pod, self.fleet, pools, self.budgets, self.now, checks, allowance)

@@ -350,15 +350,24 @@ def fleet_problems(
     return wrong
 
 
+def _met(refused: int, oracle: int) -> bool:
+    """Within 1.25× the oracle's refusals (both 0 counts as met)."""
+    return refused <= 1.25 * oracle
+
+
 # ---- the bench's lines ----------------------------------------------------------------------------
 def _cells(values: Sequence[object], fmt: str = "{}") -> str:
     return "[" + ", ".join(fmt.format(v) for v in values) + "]"
 
 
+BOTH_ZERO = "1.00 (both 0)"
+
+
 def _ratio(a: float, b: float) -> str:
-    """'-' when both are 0 (nothing to compare), 'inf' when only b is."""
+    """a/b; 'inf' when only b is 0; when both are, 1.00 and says so (neither refuses: as good as the
+    reference, which meets a ≤ 1.25× target)."""
     if not a and not b:
-        return "-"
+        return BOTH_ZERO
     return "inf" if not b else f"{a / b:.2f}"
 
 
@@ -411,7 +420,8 @@ def report(
             f"outranking it, move only; the oracle judged at plain dynmig's refusals): refused per seed "
             f"{_cells(refused)} against the oracle's {_cells(list(proved))} (proved) to {_cells(list(most))} "
             f"(at most); ratio per seed at least {_cells(lo)}×, at most {_cells(hi)}× (target ≤ 1.25× near "
-            "capacity; inf: the oracle refuses none; -: neither refuses)"
+            f"capacity; inf: the oracle refuses none; {BOTH_ZERO}: neither refuses, met); within 1.25× the oracle (at "
+            f"most) on {sum(_met(r, m) for r, m in zip(refused, most, strict=True))} of {len(refused)} seeds"
         )
         out["vs_oracle"] = {"ranking": EVERYONE_MOVES.name, "refused": refused, "at_least": lo, "at_most": hi}
     return out

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.apiserver import cel
+from sim.apiserver import cel, defaults
 from sim.apiserver.attributes import Attributes, object_selector_matches, rule_matches
 from sim.apiserver.errors import ApiError, forbidden
 from sim.apiserver.patches import PatchError, apply_json_patch
@@ -142,6 +142,8 @@ class Admission:
             try:
                 ops = json.loads(base64.b64decode(response["patch"]))
                 a.obj = apply_json_patch(a.obj, ops)
+                if a.rt.key == ("", "pods") and isinstance(a.obj, dict):
+                    defaults.pod(a.obj)  # the patched object is decoded, so defaulted, again
             except (ValueError, PatchError) as exc:
                 raise ApiError(
                     500,

@@ -14,6 +14,7 @@ from typing import Any
 from sim.apiserver import (
     apply,
     conversion,
+    defaults,
     errors,
     events,
     managedfields,
@@ -404,6 +405,8 @@ class Registry:
         warnings: list[str] = []
         req.check_fields(body, warnings)
         objects.canonicalize_quantities(rt, body)  # decoding: admission sees canonical quantities
+        if rt.key == PODS.key:
+            defaults.pod(body)  # decoding: admission sees a defaulted pod
         if conversion.is_event(rt):
             events.decode(rt.group, conversion.to_storage(rt, body))
         meta = body.setdefault("metadata", {})

@@ -236,3 +236,21 @@ def test_webhook_warnings_reach_the_client_and_a_v1beta1_only_webhook_gets_v1bet
     resp = client.CoreV1Api(api).create_namespaced_pod("default", POD, _preload_content=False)
     assert resp.headers["Warning"] == '299 - "profile 7g.96gb is large"'
     assert hook.reviews[0]["apiVersion"] == "admission.k8s.io/v1beta1"
+
+
+def test_a_mutating_webhook_sees_a_defaulted_pod_and_a_limit_it_adds_gets_its_request(
+    apiserver, webhook, pki
+):
+    hook = webhook(
+        lambda req: patch_of(
+            [{"op": "add", "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu", "value": "1"}]
+        )
+    )
+    apiserver.register_service("dynmig", "dynmig", "127.0.0.1", hook.port)
+    service = {"namespace": "dynmig", "name": "dynmig", "path": "/mutate", "port": 443}
+    register(apiserver, "mutating", "mutate", {"service": service, "caBundle": ca_bundle(pki[0])})
+    created = client.CoreV1Api(apiserver.api_client("alice")).create_namespaced_pod("default", POD)
+    seen = hook.reviews[0]["request"]["object"]["spec"]
+    assert seen["schedulerName"] == "default-scheduler"
+    assert seen["containers"][0]["resources"]["requests"] == {"nvidia.com/gpumem": "8k"}
+    assert created.spec.containers[0].resources.requests == {"nvidia.com/gpumem": "8k", "nvidia.com/gpu": "1"}

@@ -103,7 +103,11 @@ def test_a_created_pod_stores_its_quantities_canonically_and_keeps_them_on_updat
         "default", _pod({"nvidia.com/gpumem": "8000", "memory": "1024Mi"}, {"cpu": "1000m"})
     )
     stored = apiserver.get("pods", "p", "default")["spec"]["containers"][0]["resources"]
-    assert stored == {"limits": {"nvidia.com/gpumem": "8k", "memory": "1Gi"}, "requests": {"cpu": "1"}}
+    # a limit without a request is also the request (pod defaulting)
+    assert stored == {
+        "limits": {"nvidia.com/gpumem": "8k", "memory": "1Gi"},
+        "requests": {"cpu": "1", "nvidia.com/gpumem": "8k", "memory": "1Gi"},
+    }
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}})
     assert apiserver.get("pods", "p", "default")["spec"]["containers"][0]["resources"] == stored
 

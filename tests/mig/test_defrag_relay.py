@@ -1,0 +1,139 @@
+"""Re-laid GPUs: when no chain gives every pod a home, the advisor re-lays a GPU or two (their
+candidates removed, the pod and the replacements placed again by the engine) and names the set that
+works; it says the set is not proven cheapest, and the brute force agrees nothing it names is illegal."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from mig.defrag import Holder, advice_text, advise, cost, eviction_order, within_budgets
+from mig.placement import PlacementIndex, Plan
+from mig.types import Placement
+from tests.mig.test_defrag import (
+    NOW,
+    _brute_force,
+    _lost_after,
+    fleet_of,
+    holder,
+    names,
+    placed_after,
+    pod,
+    small_worlds,
+)
+
+A100, H100 = "A100-SXM4-40GB", "H100-SXM5-80GB"
+THREE_G, ONE_G, TWO_G = pod(20000), pod(4000), pod(9000)
+
+
+def two_device(name: str, node: str, first: tuple[int, int, int], second: tuple[int, int, int]) -> Holder:
+    """A pod with two 1g devices: (GPU index, start, size) of each."""
+    return Holder(
+        f"default/{name}",
+        node,
+        tuple((f"GPU-{node}-{i}", Placement(s, n)) for i, s, n in (first, second)),
+        started=NOW - 50,
+        request=pod(4000, count=2),
+    )
+
+
+def relay_world() -> tuple[list[Holder], dict]:
+    """The pending 3g's only room is n0's 4:4, held by a two-device 1g pod (x). x has a home only on
+    n1, once the 2g pod there (y) moves to n2's single free slot (an H100 takes a 9,000 MiB pod in one
+    slice). A chain gives a home only to a one-device pod, so it is the re-lay of n0 and n1 that finds
+    the set."""
+    holders = [
+        holder("n0-stays", "n0", 0, 0, 4, candidate=False, request=THREE_G),
+        two_device("x", "n0", (0, 4, 1), (0, 5, 1)),
+        holder("y", "n1", 0, 0, 2, started=NOW - 50, request=TWO_G),
+        holder("n1-stays", "n1", 0, 2, 1, candidate=False, request=ONE_G),
+        holder("n1-stays-2", "n1", 0, 4, 4, candidate=False, request=THREE_G),
+        holder("n2-stays", "n2", 0, 0, 4, candidate=False, request=pod(30000)),
+        holder("n2-stays-2", "n2", 0, 4, 1, candidate=False, request=ONE_G),
+        holder("n2-stays-3", "n2", 0, 5, 1, candidate=False, request=ONE_G),
+    ]
+    return holders, {("n0", 0): A100, ("n1", 0): A100, ("n2", 0): H100}
+
+
+def test_a_two_device_pod_in_the_way_moves_where_a_2g_pod_moves_out_of_its_way_and_the_pod_lands():
+    holders, shape = relay_world()
+    fleet = fleet_of(holders, shape)
+    x = [h for h in holders if h.name == "default/x"]
+    assert _lost_after(shape, holders, x, THREE_G) == 1  # x alone: it has no home
+    advice = advise(THREE_G, fleet, holders, now=NOW, require_homes=True)
+    assert names(advice) == ["x", "y"] and not advice.lost
+    assert not advice.exact  # a re-laid region's set is not proven cheapest
+    assert advice.node == "n0" and advice.plan is not None
+    assert advice.plan.devices[0].placement == Placement(4, 4)
+    homes = {m.victim.name: m.plan.node for m in advice.moves if m.plan}
+    assert homes == {"default/x": "n1", "default/y": "n2"}
+    assert [h.name for h in eviction_order(advice)] == ["default/x", "default/y"]
+    assert _lost_after(shape, holders, advice.victims, THREE_G) == 0
+    assert placed_after(advice, THREE_G, fleet, holders) is not None
+    cheapest = _brute_force(shape, holders, {}, THREE_G, require_homes=True)
+    assert cheapest is not None and cost("", advice.victims, NOW)[:5] == cheapest
+    assert "not proven cheapest" in advice_text(advice)
+
+
+def test_without_move_only_the_re_laid_set_wins_over_the_set_that_strands_the_two_device_pod():
+    holders, shape = relay_world()
+    advice = advise(THREE_G, fleet_of(holders, shape), holders, now=NOW)
+    assert names(advice) == ["x", "y"] and not advice.lost
+
+
+def test_a_budget_that_holds_the_2g_pod_leaves_no_re_laid_set():
+    holders, shape = relay_world()
+    guarded = [replace(h, groups=("default/y",)) if h.name == "default/y" else h for h in holders]
+    advice = advise(THREE_G, fleet_of(guarded, shape), guarded, {"default/y": 0}, now=NOW, require_homes=True)
+    assert not advice.found
+    assert _brute_force(shape, guarded, {"default/y": 0}, THREE_G, require_homes=True) is None
+
+
+def test_a_2g_pod_that_may_not_go_leaves_no_re_laid_set():
+    holders, shape = relay_world()
+    kept = [replace(h, candidate=False) if h.name == "default/y" else h for h in holders]
+    assert not advise(THREE_G, fleet_of(kept, shape), kept, now=NOW, require_homes=True).found
+
+
+# ---- brute force on small fleets with two-device pods (which chains never move) -----------------
+
+
+@st.composite
+def worlds_with_two_device_pods(draw: st.DrawFn):
+    shape, holders, budgets, p = draw(small_worlds())
+    by_node: dict[str, list[Holder]] = {}
+    for h in holders:
+        by_node.setdefault(h.node, []).append(h)
+    out: list[Holder] = []
+    for _, mine in sorted(by_node.items()):
+        while len(mine) >= 2 and draw(st.booleans()):
+            a, b = mine.pop(0), mine.pop(0)
+            out.append(replace(a, placements=a.placements + b.placements, request=pod(4000, count=2)))
+        out += mine
+    return shape, out, budgets, p
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds_with_two_device_pods(), st.booleans())
+def test_with_two_device_pods_no_cheaper_set_exists_than_a_proven_advice_and_every_set_named_works(
+    world, require_homes
+):
+    shape, holders, budgets, p = world
+    fleet = fleet_of(holders, shape)
+    advice = advise(p, fleet, holders, budgets, now=NOW, require_homes=require_homes)
+    if isinstance(PlacementIndex(fleet).plan(p), Plan):
+        assert not advice.found
+        return
+    assume(sum(h.candidate for h in holders) <= 9)
+    cheapest = _brute_force(shape, holders, budgets, p, require_homes)
+    if advice.found:
+        lost = len(advice.lost)
+        assert _lost_after(shape, holders, advice.victims, p) == lost
+        assert within_budgets(advice.victims, budgets) == ""
+        assert all(h.candidate for h in advice.victims)
+        assert placed_after(advice, p, fleet, holders) is not None
+        assert cheapest is not None and cost("", advice.victims, NOW, lost)[:5] >= cheapest
+    if advice.exact:
+        assert (cost("", advice.victims, NOW, len(advice.lost))[:5] if advice.found else None) == cheapest
