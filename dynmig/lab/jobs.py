@@ -1,11 +1,10 @@
 """The Job controller of the lab's kube-controller-manager, and its TTL-after-finished controller, for
 NonIndexed Jobs, as kube-controller-manager 1.31+ runs them where a user can tell:
 
-- **Pods**: made from `spec.template` with `generateName: <job>-`, the labels kube-apiserver puts on a
-  Job's template (`batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and their
-  legacy `controller-uid`, `job-name`; the simulated API server does not add them to the Job, so
-  they are added to the pod), a controlling owner reference (blockOwnerDeletion) and the
-  `batch.kubernetes.io/job-tracking` finalizer: a finished pod is counted once into
+- **Pods**: made from `spec.template` (with the labels the API server put on it:
+  `batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and their legacy
+  `controller-uid`, `job-name`), `generateName: <job>-`, a controlling owner reference
+  (blockOwnerDeletion) and the `batch.kubernetes.io/job-tracking` finalizer: a finished pod is counted once into
   `status.succeeded`/`failed` (through `status.uncountedTerminatedPods`), then the finalizer is
   removed, so deleting a pod never loses or doubles a count.
 - **How many**: `parallelism` (default 1) active pods, never more than the completions left;
@@ -100,14 +99,18 @@ def read_spec(job: dict[str, Any]) -> JobSpec:
     """The Job's spec as the controller reads it; ValueError names a field the lab does not run."""
     spec = job.get("spec") or {}
     if spec.get("completionMode", "NonIndexed") != "NonIndexed":
-        raise ValueError(f"spec.completionMode {spec['completionMode']!r}: the lab runs NonIndexed Jobs only")
+        raise ValueError(
+            f"spec.completionMode {str(spec['completionMode'])[:40]!r}: the lab runs NonIndexed Jobs only"
+        )
     for field in UNSUPPORTED:
         if spec.get(field) is not None:
             raise ValueError(f"spec.{field}: the lab's Job controller does not run it")
     template = (spec.get("template") or {}).get("spec") or {}
     policy = template.get("restartPolicy")
     if policy not in ("Never", "OnFailure"):
-        raise ValueError(f"spec.template.spec.restartPolicy {policy!r}: a Job's pods use Never or OnFailure")
+        raise ValueError(
+            f"spec.template.spec.restartPolicy {str(policy)[:40]!r}: a Job's pods use Never or OnFailure"
+        )
     parallelism = _count(spec, "parallelism", None, MAX_PODS)
     # kube-apiserver's defaults: both unset -> 1 and 1; only parallelism set -> a work queue
     completions = _count(spec, "completions", 1 if parallelism is None else None, MAX_PODS)
@@ -129,13 +132,7 @@ def job_pod(job: dict[str, Any]) -> dict[str, Any]:
     template = copy.deepcopy(job["spec"]["template"])
     tmeta = template.get("metadata") or {}
     uid, name = meta["uid"], meta["name"]
-    labels = {
-        **(tmeta.get("labels") or {}),
-        "batch.kubernetes.io/controller-uid": uid,
-        "batch.kubernetes.io/job-name": name,
-        "controller-uid": uid,
-        "job-name": name,
-    }
+    labels = dict(tmeta.get("labels") or {})  # the API server labelled the template (unless manualSelector)
     spec = template.get("spec") or {}
     for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
         for kind in ("limits", "requests"):

@@ -17,6 +17,10 @@ defaults, and the admission plugins that run before webhooks):
   (NoExecute) for 300 s unless the pod tolerates them already;
 - status.qosClass from cpu and memory requests and limits (Guaranteed, Burstable, BestEffort).
 
+Deployments and DaemonSets get their apps/v1 defaults (rolling update parameters, revision
+history, progress deadline, replicas) and their pod template the PodSpec defaults above (not the
+requests, service account, priority or tolerations: those are a pod's).
+
 Not done: the service account token volume and its mounts.
 """
 
@@ -42,12 +46,7 @@ def pod(obj: dict[str, Any]) -> dict[str, Any]:
     for key in _CONTAINER_LISTS:
         for container in _dicts(spec.get(key)):
             _requests_from_limits(container)
-            _container(container)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("securityContext", {})
+    pod_spec(spec)
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
     spec.setdefault("serviceAccount", spec["serviceAccountName"])
@@ -55,6 +54,51 @@ def pod(obj: dict[str, Any]) -> dict[str, Any]:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     _tolerations(spec)
     return obj
+
+
+def pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The defaults of a PodSpec, in a pod or a pod template, in place."""
+    for key in _CONTAINER_LISTS:
+        for container in _dicts(spec.get(key)):
+            _container(container)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    return spec
+
+
+def workload(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment's or DaemonSet's defaults (apps/v1), its pod template's included, in place."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return obj
+    template = spec.get("template")
+    if isinstance(template, dict):
+        template.setdefault("metadata", {})
+        if isinstance(template.get("spec"), dict):
+            pod_spec(template["spec"])
+    spec.setdefault("revisionHistoryLimit", 10)
+    if kind == "Deployment":
+        spec.setdefault("replicas", 1)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        _rolling(spec, "strategy", {"maxUnavailable": "25%", "maxSurge": "25%"})
+    elif kind == "DaemonSet":
+        _rolling(spec, "updateStrategy", {"maxUnavailable": 1, "maxSurge": 0})
+    return obj
+
+
+def _rolling(spec: dict[str, Any], key: str, parameters: dict[str, Any]) -> None:
+    strategy = spec.setdefault(key, {})
+    if not isinstance(strategy, dict):
+        return
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        rolling = strategy.setdefault("rollingUpdate", {})
+        if isinstance(rolling, dict):
+            for name, value in parameters.items():
+                rolling.setdefault(name, value)
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:

@@ -69,10 +69,22 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
     for rt in rts:
         out.append(_resource_entry(rt))
         for sub in rt.subresources:
-            kind = {"binding": "Binding", "eviction": "Eviction"}.get(sub, rt.kind)
-            verbs = {"binding": ["create"], "log": ["get"], "eviction": ["create"]}.get(
-                sub, ["get", "patch", "update"]
-            )
+            kind = {
+                "binding": "Binding",
+                "eviction": "Eviction",
+                "exec": "PodExecOptions",
+                "attach": "PodAttachOptions",
+                "portforward": "PodPortForwardOptions",
+            }.get(sub, rt.kind)
+            streaming = ["create", "get"]
+            verbs = {
+                "binding": ["create"],
+                "log": ["get"],
+                "eviction": ["create"],
+                "exec": streaming,
+                "attach": streaming,
+                "portforward": streaming,
+            }.get(sub, ["get", "patch", "update"])
             entry = {
                 "name": f"{rt.plural}/{sub}",
                 "singularName": "",

@@ -52,9 +52,15 @@ def status_object(
         out["message"] = message
     if reason:
         out["reason"] = reason
-    if details:
+    if details is not None:  # an empty {} is sent: clients tell a missing route by its empty details
         out["details"] = details
     return out
+
+
+def no_route() -> ApiError:
+    """The 404 for a path the server does not serve (no such resource, subresource or group), as
+    kube-apiserver words it: with empty details, unlike a missing object's 404 (which names it)."""
+    return ApiError(404, "the server could not find the requested resource", "NotFound", {})
 
 
 def _what(plural: str, group: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from sim.apiserver import defaults, metadata, quantity
 from sim.apiserver.errors import ApiError, invalid
 from sim.apiserver.resources import ResourceType
+from sim.apiserver.trees import clone
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -62,6 +63,8 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
     obj["kind"] = rt.kind
     if rt.key == ("", "pods"):
         _pod_defaults(rt, obj)
+    elif rt.key in WORKLOADS:
+        defaults.workload(rt.kind, obj)
     elif rt.key == ("", "namespaces"):
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -78,6 +81,9 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
         obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     canonicalize_quantities(rt, obj)
     return obj
+
+
+WORKLOADS = (("apps", "deployments"), ("apps", "daemonsets"))
 
 
 def _job_defaults(job: dict[str, Any]) -> None:
@@ -170,6 +176,9 @@ def prepare_update(
         canonicalize_quantities(rt, out)
         return out
     metadata.check_annotations(rt.kind, rt.group, old_meta["name"], meta)
+    if rt.key in WORKLOADS:
+        new = clone(new)  # defaulting fills in nested maps a shallow copy shares with the stored object
+        defaults.workload(rt.kind, new)
     if rt.status_via_subresource and "status" in old:
         new["status"] = old["status"]
     canonicalize_quantities(rt, new)

@@ -104,7 +104,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "Pod",
         True,
         ("po",),
-        ("binding", "status", "log", "eviction"),
+        ("binding", "status", "log", "eviction", "exec", "attach", "portforward"),
         POD_FIELDS,
         status_via_subresource=True,
         categories=("all",),

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 from sim.apiserver import (
     discovery,
     disruption,
+    errors,
     headers,
     logs,
     media,
@@ -37,6 +38,12 @@ log = logging.getLogger("sim.apiserver")
 # is refused with 413 before it is decoded.
 MAX_BODY = 3 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800.0
+# Streams into a container need a container runtime, which the simulation has not got
+STREAMING = ("exec", "attach", "portforward")
+STREAMING_REFUSAL = (
+    "pods/{what} is not simulated: pod {name}'s containers are simulated processes with no container "
+    "runtime to open a stream into; read their output with `kubectl logs {name}`"
+)
 
 
 def _warning(text: str) -> str:
@@ -330,12 +337,16 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "resourcelist":
             doc = discovery.resource_list(*target)
             if doc is None:
-                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+                raise errors.no_route()
             self._send_json(200, doc)
             return
         if kind == "notfound":
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise errors.no_route()
         route: Route = target
+        if route.subresource in STREAMING:
+            raise ApiError(
+                400, STREAMING_REFUSAL.format(what=route.subresource, name=route.name), "BadRequest"
+            )
         media.check_accept(self.headers.get("Accept", ""))
         verb = self._verb(route, query)
         resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
@@ -398,7 +409,7 @@ class Handler(BaseHTTPRequestHandler):
         elif len(parts) == 2 and parts[0] == "apis" and discovery.api_group(parts[1]):
             self._send_json(200, discovery.api_group(parts[1]))
         else:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise errors.no_route()
 
     def _serve_openapi(self, gv_path: str) -> None:
         if not gv_path:

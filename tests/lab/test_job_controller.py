@@ -352,3 +352,10 @@ def test_a_deleted_running_job_takes_its_pods_with_it_despite_their_tracking_fin
         cluster.run(pod)
     cluster.batch.delete_namespaced_job("gone", NS)  # background propagation, kubectl's default
     _wait(lambda: not cluster.pods("gone"), "the garbage collector and the finalizer release")
+
+
+def test_a_job_with_a_manual_selector_gets_pods_with_only_its_template_labels(cluster):
+    cluster.create_job("manual", manualSelector=True, selector={"matchLabels": {"app": "manual"}})
+    pod = _wait(lambda: cluster.api.registry.list(_pods_request(cluster.api))["items"], "the Job's pod")[0]
+    assert pod["metadata"]["labels"] == {"app": "manual"}
+    assert pod["metadata"]["ownerReferences"][0]["name"] == "manual"

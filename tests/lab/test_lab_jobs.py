@@ -13,7 +13,10 @@ from kubernetes import client
 
 from dynmig.lab.chart import ChartError, helm_binary
 from dynmig.lab.cluster import Lab
+from dynmig.lab.kit import gpu_pod
 from dynmig.lab.nodes import parse_nodes
+from mig.annotations import MIG_ALLOCATIONS
+from sim.kubelet.pods import restarted_after
 
 NS = "default"
 IMAGE = "ghcr.io/dynmig/dynmig:0.1.0"
@@ -98,3 +101,55 @@ def test_a_dynmig_job_pod_with_restart_on_failure_is_restarted_in_place_until_ba
         "the restarted pod deleted",
     )
     assert first.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "restarted"),
+    [
+        (None, 0, True),  # Always, the API default
+        ("Always", 1, True),
+        ("OnFailure", 0, False),
+        ("OnFailure", 2, True),
+        ("OnFailure", -9, True),  # killed by SIGKILL: exit code 137
+        ("Never", 1, False),
+        ("Never", 0, False),
+    ],
+)
+def test_kubelet_restarts_an_exited_container_only_as_the_pods_restart_policy_says(policy, code, restarted):
+    pod = {"spec": {"restartPolicy": policy} if policy else {}}
+    assert restarted_after(pod, code) is restarted
+
+
+def test_a_gpu_job_runs_its_pods_on_mig_slices_and_completes_when_they_finish_leaving_no_instance(lab):
+    batch, core = client.BatchV1Api(lab.api_client()), lab.core()
+    pod = gpu_pod("train", memory_mib=5000)
+    template = {"spec": {**pod["spec"], "restartPolicy": "Never"}}
+    batch.create_namespaced_job(
+        NS,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train"},
+            "spec": {"completions": 3, "parallelism": 2, "template": template},
+        },
+    )
+    finished: set[str] = set()
+
+    def step() -> bool:
+        for p in core.list_namespaced_pod(NS, label_selector="job-name=train").items:
+            placed = (p.metadata.annotations or {}).get(MIG_ALLOCATIONS)
+            if p.status.phase == "Running" and placed and p.metadata.name not in finished:
+                finished.add(p.metadata.name)  # the workload ran on its MIG device: let it end
+                lab.finish(p.metadata.name, NS)
+        return _complete(batch, "train")
+
+    _wait(step, "the GPU Job to complete")
+    job = batch.read_namespaced_job("train", NS)
+    assert (job.status.succeeded, job.status.failed, len(finished)) == (3, 0, 3)
+    nvml = lab.nodes["gpu-a"].nvml
+    _wait(lambda: not [gi for gpu in nvml.gpus() for gi in gpu.gpu_instances], "every MIG instance destroyed")
+
+
+def _complete(batch: client.BatchV1Api, name: str) -> bool:
+    job = batch.read_namespaced_job(name, NS)
+    return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])

@@ -95,3 +95,53 @@ def test_odd_shapes_are_left_for_validation_and_defaulting_twice_changes_nothing
     once = defaults.pod(copy.deepcopy(odd))
     assert defaults.pod(copy.deepcopy(once)) == once
     assert once["spec"]["tolerations"] == "z"
+
+
+def test_a_deployment_gets_its_apps_defaults_and_its_template_the_pod_spec_ones(apiserver):
+    apps = client.AppsV1Api(apiserver.api_client("admin"))
+    template = {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": [{"name": "c", "image": "w:1"}]}}
+    body = {
+        "metadata": {"name": "w"},
+        "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template},
+    }
+    created = apps.create_namespaced_deployment("default", body)
+    assert (created.spec.replicas, created.spec.revision_history_limit) == (1, 10)
+    assert created.spec.progress_deadline_seconds == 600
+    rolling = created.spec.strategy.rolling_update
+    assert (created.spec.strategy.type, rolling.max_surge, rolling.max_unavailable) == (
+        "RollingUpdate",
+        "25%",
+        "25%",
+    )
+    pod_spec = created.spec.template.spec
+    assert (pod_spec.restart_policy, pod_spec.dns_policy, pod_spec.termination_grace_period_seconds) == (
+        "Always",
+        "ClusterFirst",
+        30,
+    )
+    assert pod_spec.service_account_name is None and pod_spec.tolerations is None  # a pod's, not a template's
+    # an update that leaves the defaults out keeps them: the template does not change
+    replaced = apps.replace_namespaced_deployment(
+        "w",
+        "default",
+        {**body, "metadata": {"name": "w", "resourceVersion": created.metadata.resource_version}},
+    )
+    assert replaced.spec.template == created.spec.template
+
+
+def test_a_daemon_set_rolls_one_node_at_a_time_by_default(apiserver):
+    apps = client.AppsV1Api(apiserver.api_client("admin"))
+    template = {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "d:1"}]}}
+    created = apps.create_namespaced_daemon_set(
+        "default",
+        {
+            "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": template},
+        },
+    )
+    rolling = created.spec.update_strategy.rolling_update
+    assert (created.spec.update_strategy.type, rolling.max_unavailable, rolling.max_surge) == (
+        "RollingUpdate",
+        1,
+        0,
+    )

@@ -369,7 +369,7 @@ def test_kubectl_create_deployment_and_service_work_with_their_protobuf_bodies(r
     assert (container["image"], container["command"], container["ports"]) == (
         "nginx",
         ["sleep", "10"],
-        [{"containerPort": 8080}],
+        [{"containerPort": 8080, "protocol": "TCP"}],
     )
     run("create", "service", "clusterip", "web", "--tcp=80:8080")
     assert apiserver.get("services", "web", "default")["spec"]["ports"][0]["targetPort"] == 8080

@@ -81,8 +81,15 @@ def test_reapplying_without_a_field_the_applier_owned_removes_it_and_keeps_the_r
     slim = {k: v for k, v in WEB.items() if k != "env"}
     run("apply", "--server-side", "-f", "-", stdin=json.dumps(_deployment([slim], replicas=None)))
     stored = apiserver.get("deployments", "web", "default")
-    assert stored["spec"]["template"]["spec"]["containers"] == [slim]
-    assert "replicas" not in stored["spec"] and stored["metadata"]["labels"] == {"app": "web"}
+    (container,) = stored["spec"]["template"]["spec"]["containers"]
+    assert "env" not in container
+    assert (container["name"], container["image"], container["ports"]) == (
+        "web",
+        slim["image"],
+        [{"containerPort": 80, "protocol": "TCP"}],  # the port's protocol defaulted
+    )
+    # the released replicas go, and defaulting puts back the Deployment's default, as on a cluster
+    assert stored["spec"]["replicas"] == 1 and stored["metadata"]["labels"] == {"app": "web"}
 
 
 def test_an_apply_changing_a_field_another_manager_set_is_a_conflict_until_forced(run, apiserver):
@@ -121,7 +128,7 @@ def test_two_appliers_share_the_container_list_by_name_and_each_removes_only_its
     assert names == ["web", "log"]
     _apply_json(apiserver, _deployment([sidecar], replicas=None), "team-a")  # team-a drops "web"
     containers = apiserver.get("deployments", "web", "default")["spec"]["template"]["spec"]["containers"]
-    assert containers == [sidecar]
+    assert [(c["name"], c["image"]) for c in containers] == [("log", "fluent:2")]
     # A merge patch by the client records its default manager, the User-Agent's product
     _apps(apiserver).patch_namespaced_deployment("web", "default", {"metadata": {"annotations": {"n": "1"}}})
     assert ("OpenAPI-Generator", "Update") in _entries(apiserver.get("deployments", "web", "default"))
