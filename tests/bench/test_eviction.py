@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,13 +146,13 @@ def _accounted(out: Outcome, arrivals: list, ranking) -> None:
             assert all(ranking.evictable(arrivals[v][1]) for v in s.victims)
 
 
-def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for():
+@pytest.mark.parametrize("ranking", [EVERYONE, JOBS, EVERYONE_MOVES, JOBS_MOVES], ids=lambda r: r.name)
+def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for(ranking):
     arrivals = placement.trace(160, 2.0, placement.SEED, placement.MIX)  # 2 nodes × 4 GPUs, overloaded
-    for ranking in (EVERYONE, JOBS, EVERYONE_MOVES, JOBS_MOVES):
-        nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
-        out = replay(arrivals, nodes, ranking)
-        _accounted(out, arrivals, ranking)
-        assert out.evictions > 0  # the trace is loaded enough to exercise the mode
+    nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
+    out = replay(arrivals, nodes, ranking)
+    _accounted(out, arrivals, ranking)
+    assert out.evictions > 0  # the trace is loaded enough to exercise the mode
 
 
 def test_with_no_pod_opted_in_the_replay_refuses_exactly_what_the_benchs_dynmig_row_refuses():
