@@ -27,7 +27,7 @@ def eventually(check: Callable[[], T], timeout: float = WAIT, interval: float = 
         time.sleep(interval)
 
 
-def wait_for(check: Callable[[], T], timeout: float = WAIT, what: str = "condition") -> T:
+def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = WAIT) -> T:
     """check()'s first truthy value within `timeout` seconds; AssertionError naming `what` if none."""
     value = eventually(check, timeout)
     if not value:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import kubernetes
 import pytest
 from chart_testkit import CHART, helm_binary
 from cryptography import x509
+from waiting_testkit import wait_for
 
 from dynmig.lab.cluster import Lab
 from dynmig.lab.nodes import parse_nodes
@@ -64,14 +64,6 @@ def _hook_logs(lab: Lab, job: str) -> list[str]:
     return [p.read_text() for p in sorted(logs, key=lambda p: p.stat().st_mtime_ns)]
 
 
-def _wait(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
-
-
 def _hook_pods(core: kubernetes.client.CoreV1Api) -> list[str]:
     pods = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/component=certs").items
     return [p.metadata.name for p in pods if p.metadata.labels.get("app.kubernetes.io/instance") == RELEASE]
@@ -100,7 +92,7 @@ def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_a_running_lab(lab, 
     # hook-succeeded: helm deleted both Jobs; the garbage collector then deletes their pods
     for job in HOOK_JOBS:
         assert api.get("jobs", job, NAMESPACE) is None
-    _wait(lambda: not _hook_pods(core), "the hook pods to be garbage collected")
+    wait_for(lambda: not _hook_pods(core), "the hook pods to be garbage collected")
     role = api.get("clusterroles", f"{RELEASE}-dynmig-server")
     assert [(e["manager"], e["operation"]) for e in role["metadata"]["managedFields"]] == [("helm", "Apply")]
 

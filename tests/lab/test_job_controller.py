@@ -10,22 +10,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting_testkit import wait_for
 
 from dynmig.lab.controllers import ControllerManager
 from dynmig.lab.jobs import TRACKING_FINALIZER
 from sim.apiserver import ApiServer
 
 NS = "default"
-
-
-def _wait(condition, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @dataclass
@@ -216,7 +207,7 @@ def test_a_job_ends_as_kube_controller_manager_ends_it(
                 cluster.end(pod, todo.pop(0))
         return _finished(cluster.job("work"))
 
-    _wait(step, "the Job to finish")
+    wait_for(step, "the Job to finish")
     job = cluster.job("work")
     assert _conditions(job) == conditions
     assert (job["status"]["succeeded"], job["status"]["failed"]) == counts
@@ -229,12 +220,12 @@ def test_a_job_ends_as_kube_controller_manager_ends_it(
         p for p in cluster.pods("work") if TRACKING_FINALIZER in (p["metadata"].get("finalizers") or [])
     ]
     reason = "Completed" if conditions == DONE else "BackoffLimitExceeded"
-    _wait(lambda: reason in cluster.events("work"), f"the {reason} event")
+    wait_for(lambda: reason in cluster.events("work"), f"the {reason} event")
 
 
 def test_a_job_pod_carries_the_job_labels_an_owner_reference_and_the_tracking_finalizer(cluster):
     job = cluster.create_job("shape")
-    pod = _wait(lambda: cluster.pods("shape"), "the Job's pod")[0]
+    pod = wait_for(lambda: cluster.pods("shape"), "the Job's pod")[0]
     meta = pod["metadata"]
     assert meta["name"].startswith("shape-")
     uid = job["metadata"]["uid"]
@@ -257,21 +248,21 @@ def test_a_job_pod_carries_the_job_labels_an_owner_reference_and_the_tracking_fi
     ]
     assert meta["finalizers"] == [TRACKING_FINALIZER]
     assert pod["spec"]["restartPolicy"] == "Never"
-    status = _wait(lambda: cluster.job("shape").get("status"), "the Job's status")
+    status = wait_for(lambda: cluster.job("shape").get("status"), "the Job's status")
     assert status["active"] == 1 and status["ready"] == 0 and status["startTime"]
     cluster.run(pod)
-    _wait(lambda: cluster.job("shape")["status"].get("ready") == 1, "the ready count")
-    _wait(lambda: "SuccessfulCreate" in cluster.events("shape"), "the SuccessfulCreate event")
+    wait_for(lambda: cluster.job("shape")["status"].get("ready") == 1, "the ready count")
+    wait_for(lambda: "SuccessfulCreate" in cluster.events("shape"), "the SuccessfulCreate event")
 
 
 def test_a_job_whose_restarts_reach_the_backoff_limit_fails_and_its_pod_is_deleted(cluster):
     cluster.create_job("flaky", restart="OnFailure", backoffLimit=2)
-    pod = _wait(lambda: cluster.live("flaky"), "the Job's pod")[0]
+    pod = wait_for(lambda: cluster.live("flaky"), "the Job's pod")[0]
     cluster.run(pod, ready=False, restarts=1)
     time.sleep(0.3)
     assert not _finished(cluster.job("flaky")), "one restart is below backoffLimit 2"
     cluster.run(pod, ready=False, restarts=2)
-    _wait(lambda: _finished(cluster.job("flaky")), "the Job to fail")
+    wait_for(lambda: _finished(cluster.job("flaky")), "the Job to fail")
     assert _conditions(cluster.job("flaky")) == BACKOFF
     assert cluster.pods("flaky") == []  # deleted (grace 0), counted, finalizer removed
     assert cluster.job("flaky")["status"]["failed"] == 1
@@ -279,65 +270,65 @@ def test_a_job_whose_restarts_reach_the_backoff_limit_fails_and_its_pod_is_delet
 
 def test_a_job_past_its_active_deadline_fails_and_its_running_pod_is_deleted(cluster):
     cluster.create_job("slow", activeDeadlineSeconds=1)
-    pod = _wait(lambda: cluster.live("slow"), "the Job's pod")[0]
+    pod = wait_for(lambda: cluster.live("slow"), "the Job's pod")[0]
     cluster.run(pod)
-    _wait(lambda: _finished(cluster.job("slow")), "the deadline")
+    wait_for(lambda: _finished(cluster.job("slow")), "the deadline")
     assert _conditions(cluster.job("slow")) == [
         ("FailureTarget", "DeadlineExceeded"),
         ("Failed", "DeadlineExceeded"),
     ]
     assert cluster.pods("slow") == []
     assert cluster.job("slow")["status"]["failed"] == 1
-    _wait(lambda: "DeadlineExceeded" in cluster.events("slow"), "the DeadlineExceeded event")
+    wait_for(lambda: "DeadlineExceeded" in cluster.events("slow"), "the DeadlineExceeded event")
 
 
 def test_a_suspended_job_runs_no_pod_until_it_is_resumed(cluster):
     cluster.create_job("held", suspend=True)
-    _wait(lambda: ("Suspended", "JobSuspended") in _conditions(cluster.job("held")), "Suspended")
+    wait_for(lambda: ("Suspended", "JobSuspended") in _conditions(cluster.job("held")), "Suspended")
     assert cluster.pods("held") == []
     assert "startTime" not in cluster.job("held")["status"]
     cluster.batch.patch_namespaced_job("held", NS, {"spec": {"suspend": False}})
-    pod = _wait(lambda: cluster.live("held"), "a pod once resumed")[0]
-    job = _wait(lambda: (j := cluster.job("held"))["status"].get("startTime") and j, "startTime")
+    pod = wait_for(lambda: cluster.live("held"), "a pod once resumed")[0]
+    job = wait_for(lambda: (j := cluster.job("held"))["status"].get("startTime") and j, "startTime")
     suspended = next(c for c in job["status"]["conditions"] if c["type"] == "Suspended")
     assert (suspended["status"], suspended["reason"]) == ("False", "JobResumed")
     cluster.batch.patch_namespaced_job("held", NS, {"spec": {"suspend": True}})
-    _wait(lambda: not cluster.pods("held"), "the running pod deleted on suspend")
-    job = _wait(lambda: (j := cluster.job("held"))["status"]["active"] == 0 and j, "active 0")
+    wait_for(lambda: not cluster.pods("held"), "the running pod deleted on suspend")
+    job = wait_for(lambda: (j := cluster.job("held"))["status"]["active"] == 0 and j, "active 0")
     assert job["status"]["failed"] == 0, "a pod deleted by a suspend is not a failure"
     assert pod["metadata"]["uid"]
-    _wait(lambda: {"Suspended", "Resumed"} <= set(cluster.events("held")), "the events")
+    wait_for(lambda: {"Suspended", "Resumed"} <= set(cluster.events("held")), "the events")
 
 
 def test_a_running_pod_that_is_deleted_counts_as_failed_and_is_replaced(cluster):
     cluster.create_job("lost", backoffLimit=3)
-    first = _wait(lambda: cluster.live("lost"), "the Job's pod")[0]
+    first = wait_for(lambda: cluster.live("lost"), "the Job's pod")[0]
     cluster.run(first)
     cluster.core.delete_namespaced_pod(first["metadata"]["name"], NS)
-    second = _wait(
+    second = wait_for(
         lambda: [p for p in cluster.live("lost") if p["metadata"]["uid"] != first["metadata"]["uid"]],
         "a replacement",
     )[0]
-    _wait(lambda: cluster.job("lost")["status"]["failed"] == 1, "the deleted pod counted as failed")
+    wait_for(lambda: cluster.job("lost")["status"]["failed"] == 1, "the deleted pod counted as failed")
     cluster.end(second, S)
-    _wait(lambda: _finished(cluster.job("lost")), "the Job to complete")
+    wait_for(lambda: _finished(cluster.job("lost")), "the Job to complete")
     assert _conditions(cluster.job("lost")) == DONE
 
 
 def test_a_finished_job_with_a_ttl_is_deleted_with_its_pods(cluster):
     cluster.create_job("brief", ttlSecondsAfterFinished=0)
-    pod = _wait(lambda: cluster.live("brief"), "the Job's pod")[0]
+    pod = wait_for(lambda: cluster.live("brief"), "the Job's pod")[0]
     cluster.end(pod, S)
-    _wait(lambda: not cluster.job("brief"), "the TTL to delete the Job")
-    _wait(lambda: not cluster.pods("brief"), "the garbage collector to delete its pod")
+    wait_for(lambda: not cluster.job("brief"), "the TTL to delete the Job")
+    wait_for(lambda: not cluster.pods("brief"), "the garbage collector to delete its pod")
 
 
 def test_a_job_the_lab_cannot_run_is_named_and_the_others_still_run(cluster):
     cluster.create_job("indexed", completionMode="Indexed", completions=2)
     cluster.create_job("plain")
-    pod = _wait(lambda: cluster.live("plain"), "plain's pod")[0]
+    pod = wait_for(lambda: cluster.live("plain"), "plain's pod")[0]
     cluster.end(pod, S)
-    _wait(lambda: _finished(cluster.job("plain")), "plain to complete")
+    wait_for(lambda: _finished(cluster.job("plain")), "plain to complete")
     assert cluster.pods("indexed") == []
     assert any(
         "Job default/indexed: not reconciled: ValueError: spec.completionMode 'Indexed'" in line
@@ -347,15 +338,15 @@ def test_a_job_the_lab_cannot_run_is_named_and_the_others_still_run(cluster):
 
 def test_a_deleted_running_job_takes_its_pods_with_it_despite_their_tracking_finalizer(cluster):
     cluster.create_job("gone", parallelism=2)
-    pods = _wait(lambda: len(p := cluster.live("gone")) == 2 and p, "two pods")
+    pods = wait_for(lambda: len(p := cluster.live("gone")) == 2 and p, "two pods")
     for pod in pods:
         cluster.run(pod)
     cluster.batch.delete_namespaced_job("gone", NS)  # background propagation, kubectl's default
-    _wait(lambda: not cluster.pods("gone"), "the garbage collector and the finalizer release")
+    wait_for(lambda: not cluster.pods("gone"), "the garbage collector and the finalizer release")
 
 
 def test_a_job_with_a_manual_selector_gets_pods_with_only_its_template_labels(cluster):
     cluster.create_job("manual", manualSelector=True, selector={"matchLabels": {"app": "manual"}})
-    pod = _wait(lambda: cluster.api.registry.list(_pods_request(cluster.api))["items"], "the Job's pod")[0]
+    pod = wait_for(lambda: cluster.api.registry.list(_pods_request(cluster.api))["items"], "the Job's pod")[0]
     assert pod["metadata"]["labels"] == {"app": "manual"}
     assert pod["metadata"]["ownerReferences"][0]["name"] == "manual"

@@ -4,12 +4,12 @@ with nothing in the test writing a pod's or a Job's status."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting_testkit import wait_for
 
 from dynmig.lab.chart import ChartError, helm_binary
 from dynmig.lab.cluster import Lab
@@ -35,14 +35,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield started
     finally:
         started.stop()
-
-
-def _wait(condition, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def _job(name: str, restart: str, args: list[str], backoff_limit: int) -> dict[str, Any]:
@@ -71,7 +63,7 @@ def _failed(batch: client.BatchV1Api, name: str) -> Any:
 def test_a_dynmig_job_pod_that_exits_non_zero_is_retried_until_backoff_limit_then_the_job_fails(lab):
     batch, core = client.BatchV1Api(lab.api_client()), lab.core()
     batch.create_namespaced_job(NS, _job("bad-never", "Never", FAILING, backoff_limit=1))
-    job = _wait(lambda: _failed(batch, "bad-never"), "the Job to fail")
+    job = wait_for(lambda: _failed(batch, "bad-never"), "the Job to fail")
     assert [(c.type, c.reason) for c in job.status.conditions] == [
         ("FailureTarget", "BackoffLimitExceeded"),
         ("Failed", "BackoffLimitExceeded"),
@@ -87,16 +79,16 @@ def test_a_dynmig_job_pod_that_exits_non_zero_is_retried_until_backoff_limit_the
 def test_a_dynmig_job_pod_with_restart_on_failure_is_restarted_in_place_until_backoff_limit(lab):
     batch, core = client.BatchV1Api(lab.api_client()), lab.core()
     batch.create_namespaced_job(NS, _job("bad-onfailure", "OnFailure", FAILING, backoff_limit=1))
-    first = _wait(
+    first = wait_for(
         lambda: core.list_namespaced_pod(NS, label_selector="job-name=bad-onfailure").items, "the pod"
     )[0]
-    job = _wait(lambda: _failed(batch, "bad-onfailure"), "the Job to fail")
+    job = wait_for(lambda: _failed(batch, "bad-onfailure"), "the Job to fail")
     assert [(c.type, c.reason) for c in job.status.conditions] == [
         ("FailureTarget", "BackoffLimitExceeded"),
         ("Failed", "BackoffLimitExceeded"),
     ]
     assert job.status.failed == 1  # one pod, restarted in place, deleted once its restarts reached the limit
-    _wait(
+    wait_for(
         lambda: not core.list_namespaced_pod(NS, label_selector="job-name=bad-onfailure").items,
         "the restarted pod deleted",
     )
@@ -143,11 +135,13 @@ def test_a_gpu_job_runs_its_pods_on_mig_slices_and_completes_when_they_finish_le
                 lab.finish(p.metadata.name, NS)
         return _complete(batch, "train")
 
-    _wait(step, "the GPU Job to complete")
+    wait_for(step, "the GPU Job to complete")
     job = batch.read_namespaced_job("train", NS)
     assert (job.status.succeeded, job.status.failed, len(finished)) == (3, 0, 3)
     nvml = lab.nodes["gpu-a"].nvml
-    _wait(lambda: not [gi for gpu in nvml.gpus() for gi in gpu.gpu_instances], "every MIG instance destroyed")
+    wait_for(
+        lambda: not [gi for gpu in nvml.gpus() for gi in gpu.gpu_instances], "every MIG instance destroyed"
+    )
 
 
 def _complete(batch: client.BatchV1Api, name: str) -> bool:

@@ -7,10 +7,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kubernetes import client as k8s
+from waiting_testkit import wait_for
 
 from mig.allowlist import DEFAULT_POLICY
 from sim.kubelet import SimulatedKubelet
@@ -18,14 +18,6 @@ from sim.nvml import SimulatedNvml
 from tests.plugin.conftest import NODE, RESOURCE, Node, Want
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(check, timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def plugin_argv(state, plugin_dir, apiserver, *extra: str) -> list[str]:
@@ -67,7 +59,7 @@ def test_the_console_script_serves_allocates_and_reclaims_in_its_own_process(api
         assert result.containers[0].response.envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid
 
         node.set_phase("job", "Succeeded")
-        wait_until(lambda: node.instances(0) == [], what="the reconcile loop to reclaim the instance")
+        wait_for(lambda: node.instances(0) == [], what="the reconcile loop to reclaim the instance")
     finally:
         child.send_signal(signal.SIGTERM)
         try:

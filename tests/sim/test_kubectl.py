@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 
 import pytest
 from kubernetes import client
+from waiting_testkit import wait_for
 
 POD = """apiVersion: v1
 kind: Pod
@@ -61,13 +61,6 @@ def fake_kubelet(apiserver):
     yield
     done.set()
     thread.join(5)
-
-
-def _wait(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def _ready(apiserver, name: str) -> None:
@@ -135,7 +128,7 @@ def test_kubectl_get_watch_shows_the_phase_change(run, start, apiserver, tmp_pat
         # kubectl prints the pod it GETs, then watches that one pod from resourceVersion 0 and
         # hides the watch's first (synthetic ADDED) event: a change that lands before its watch
         # request is served is never printed, against any API server. Change it once the watch is on.
-        _wait(lambda: apiserver.open_watches("pods") > watchers)
+        wait_for(lambda: apiserver.open_watches("pods") > watchers)
         _ready(apiserver, "worker")
         seen = []
         for line in watching.stdout:  # ends at EOF if the killer fires

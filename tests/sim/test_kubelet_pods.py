@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from types import SimpleNamespace
 
 import pynvml
@@ -14,6 +13,7 @@ import pytest
 from kubelet_testkit import TinyPlugin
 from kubernetes import client
 from nvml_testkit import A100, create_gi, full_ci, gpu0
+from waiting_testkit import wait_for
 
 from plugin.api import deviceplugin_pb2 as pb
 from sim.apiserver import ApiServer
@@ -23,17 +23,6 @@ from sim.kubelet.runtime import mig_uuids
 
 RESOURCE = "example.com/gpu"
 NODE = "node-1"
-
-
-def _wait(condition, what: str, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -100,7 +89,7 @@ def _gone(world, name: str, namespace: str = "default") -> bool:
 
 
 def _running(world, name: str, namespace: str = "default"):
-    _wait(
+    wait_for(
         lambda: world.core.read_namespaced_pod(name, namespace).status.phase == "Running", f"{name} Running"
     )
     record = world.pods.pods_by_name(namespace, name)
@@ -127,7 +116,7 @@ def test_a_containers_output_goes_to_the_log_file_the_api_server_serves(world):
     world.core.create_namespaced_pod("default", _pod("train"))
     record = _running(world, "train")
     world.core.delete_namespaced_pod("train", "default")
-    _wait(lambda: _gone(world, "train"), "the pod to be gone")
+    wait_for(lambda: _gone(world, "train"), "the pod to be gone")
     text = world.api.log_path("default", "train", record.uid, "main").read_text()
     assert text.splitlines()[-2:] == [
         f"NVIDIA_VISIBLE_DEVICES={record.env['main']}; working",
@@ -139,7 +128,7 @@ def test_a_deleted_pods_workload_stops_and_the_kubelet_then_removes_the_pod(worl
     world.core.create_namespaced_pod("default", _pod("train"))
     _running(world, "train")
     world.core.delete_namespaced_pod("train", "default")  # graceful: 30 s, and the API server never reaps
-    _wait(lambda: _gone(world, "train"), "the kubelet to delete the pod once its workload stopped")
+    wait_for(lambda: _gone(world, "train"), "the kubelet to delete the pod once its workload stopped")
     assert _busy(world) == set()
     assert any(
         "default/train was deleted: stopping its containers (SIGTERM, 30s grace period)" in line
@@ -156,8 +145,8 @@ def test_a_pod_that_vanishes_from_the_api_has_its_workload_stopped(world, how):
         world.core.delete_namespaced_pod("train", "team", grace_period_seconds=0)
     else:
         world.core.delete_namespace("team")
-    _wait(lambda: not _busy(world), "the workload of the vanished pod to stop")
-    _wait(lambda: world.pods.pods_by_name("team", "train") is None, "the kubelet to be done with the pod")
+    wait_for(lambda: not _busy(world), "the workload of the vanished pod to stop")
+    wait_for(lambda: world.pods.pods_by_name("team", "train") is None, "the kubelet to be done with the pod")
     # force-deleted: gone at once; namespace deleted: gone, or (graceful, as kube-apiserver's
     # namespace controller deletes pods) marked for deletion first
     assert any(
@@ -172,7 +161,7 @@ def test_the_devices_of_a_stopped_pod_go_to_the_next_pod(world):
     for name in ("a", "b", "c"):
         _running(world, name)
     world.core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
-    _wait(lambda: world.pods.pods_by_name("default", "a") is None, "the kubelet to be done with pod a")
+    wait_for(lambda: world.pods.pods_by_name("default", "a") is None, "the kubelet to be done with pod a")
     world.core.create_namespaced_pod("default", _pod("d"))
     record = _running(world, "d")
     assert record.allocation.ok and len(_busy(world)) == 3
@@ -184,7 +173,7 @@ def test_a_workload_that_ignores_sigterm_is_killed_once_the_grace_period_is_over
     )
     record = _running(world, "stubborn")
     world.core.delete_namespaced_pod("stubborn", "default")
-    _wait(lambda: _gone(world, "stubborn"), "the kubelet to delete the pod after SIGKILL")
+    wait_for(lambda: _gone(world, "stubborn"), "the kubelet to delete the pod after SIGKILL")
     assert _busy(world) == set()
     log = record.containers.logs()
     assert log.index("SIGTERM ignored") < log.index("killed (SIGKILL)")
@@ -236,7 +225,7 @@ def _daemon(world, crashy: Crashy, backoff=(0.1, 0.4)) -> SimulatedPods:
     daemon = _pod("daemon")
     del daemon["spec"]["containers"][0]["resources"]
     world.core.create_namespaced_pod("default", daemon)
-    _wait(
+    wait_for(
         lambda: world.core.read_namespaced_pod("daemon", "default").status.phase == "Running",
         "daemon Running",
     )
@@ -248,11 +237,11 @@ def test_a_container_that_dies_is_restarted_after_a_back_off_that_doubles_up_to_
     _daemon(world, crashy)
     crashy.crash_on_start = 3
     crashy.code = -signal.SIGKILL
-    _wait(lambda: crashy.starts == 5, "four restarts")
+    wait_for(lambda: crashy.starts == 5, "four restarts")
     restarts = [line.split("restarting in ")[1] for line in world.lines if "restarting in" in line]
     assert restarts == ["0.1s", "0.2s", "0.4s", "0.4s"]
     assert any("main of default/daemon exited (signal 9); restarting in 0.1s" in line for line in world.lines)
-    _wait(
+    wait_for(
         lambda: (
             world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count
             == 4
@@ -267,10 +256,10 @@ def test_with_the_api_server_down_a_dead_container_is_still_restarted(world):
     world.api.down("refuse")
     try:
         crashy.code = 0
-        _wait(lambda: crashy.starts == 2, "the restart without the API")
+        wait_for(lambda: crashy.starts == 2, "the restart without the API")
     finally:
         world.api.up()
-    _wait(
+    wait_for(
         lambda: (
             world.core.read_namespaced_pod("daemon", "default").status.container_statuses[0].restart_count
             == 1
@@ -326,7 +315,7 @@ def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(w
     world.core.create_namespaced_pod("default", bad)
     world.core.create_namespaced_pod("default", _pod("good"))
     _running(world, "good")
-    _wait(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
+    wait_for(lambda: world.core.read_namespaced_pod("bad", "default").status.phase == "Failed", "bad to fail")
     message = world.core.read_namespaced_pod("bad", "default").status.message
     # the API server may store 5000 in canonical form (5k): the same quantity either way
     assert re.search(
