@@ -350,7 +350,8 @@ class _Pass:
     def recreate(self) -> None:
         scaled_down = False
         for rs in self.olds:
-            scaled_down |= self.scale(rs, 0)
+            if _spec_replicas(rs) > 0:
+                scaled_down |= self.scale(rs, 0)
         if scaled_down or self.old_pods > 0:
             return
         if self.new is None:
