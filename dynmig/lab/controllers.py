@@ -43,9 +43,14 @@ log = logging.getLogger("dynmig.lab.controllers")
 OWNER_KINDS = ("DaemonSet", "ReplicaSet", "Job", "Deployment")
 
 
-def owned_by(pod: dict[str, Any], owner: dict[str, Any]) -> bool:
-    ref = controller_of(pod)
-    return ref is not None and ref.get("uid") == owner["metadata"]["uid"]
+def _by_controller(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Objects by their controlling owner's uid."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in objs:
+        ref = controller_of(obj)
+        if ref is not None and ref.get("uid"):
+            out.setdefault(str(ref["uid"]), []).append(obj)
+    return out
 
 
 def node_matches(node: dict[str, Any], template_spec: dict[str, Any]) -> bool:
@@ -169,29 +174,36 @@ class ControllerManager:
         jobs = self.jobs.list_jobs()
         pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5))
         nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5)) if sets else []
+        by_owner = _by_controller(pods)
         for ds in sets:
-            self._guarded("DaemonSet", ds, self._daemonset, ds, nodes, [p for p in pods if owned_by(p, ds)])
+            self._guarded(
+                "DaemonSet", ds, self._daemonset, ds, nodes, by_owner.get(ds["metadata"]["uid"], [])
+            )
         changed: dict[str, dict[str, Any]] = {}
+        sets_of = _by_controller(replica_sets)
         for deploy in deploys:
-            owned = [rs for rs in replica_sets if owned_by(rs, deploy)]
+            owned = sets_of.get(deploy["metadata"]["uid"], [])
             self._guarded("Deployment", deploy, self._deployment, deploy, owned, pods, changed)
-        deleted = {uid for uid, rs in changed.items() if not rs}
-        current = [changed.get(rs["metadata"]["uid"], rs) for rs in replica_sets]
-        current = [rs for rs in current if rs["metadata"]["uid"] not in deleted]
-        current += [
-            rs for uid, rs in changed.items() if rs and uid not in {r["metadata"]["uid"] for r in current}
-        ]
+        current = self._after(replica_sets, changed)
         for rs in current:
-            self._guarded("ReplicaSet", rs, self._replicaset, rs, [p for p in pods if owned_by(p, rs)])
+            self._guarded("ReplicaSet", rs, self._replicaset, rs, by_owner.get(rs["metadata"]["uid"], []))
         for job in jobs:
-            self._guarded("Job", job, self.jobs.sync_job, job, [p for p in pods if owned_by(p, job)])
+            self._guarded("Job", job, self.jobs.sync_job, job, by_owner.get(job["metadata"]["uid"], []))
         by_uid = {j["metadata"]["uid"]: j for j in jobs}
         self.jobs.forget(set(by_uid))
         self.jobs.release_orphans(pods, by_uid)
         self._collect_garbage(current, {d["metadata"]["uid"] for d in deploys}, self._delete_replica_set)
-        self._collect_garbage(
-            pods, {o["metadata"]["uid"] for o in sets + current + deploys + jobs}, self._delete
-        )
+        owners = {o["metadata"]["uid"] for o in sets + current + deploys + jobs}
+        self._collect_garbage(pods, owners, self._delete)
+        self._status = {uid: status for uid, status in self._status.items() if uid in owners}
+
+    @staticmethod
+    def _after(listed: list[dict[str, Any]], changed: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ReplicaSets once this pass's Deployment writes are in: as written, made or gone."""
+        uids = {rs["metadata"]["uid"] for rs in listed}
+        kept = [changed.get(rs["metadata"]["uid"], rs) for rs in listed]
+        made = [rs for uid, rs in changed.items() if rs and uid not in uids]
+        return [rs for rs in kept if rs] + made
 
     def _guarded(self, kind: str, owner: dict[str, Any], step: Callable[..., None], *args: Any) -> None:
         """One owner's pass; a malformed object or a refused write is logged and retried next pass,
