@@ -43,6 +43,14 @@ log = logging.getLogger("dynmig.lab.controllers")
 OWNER_KINDS = ("DaemonSet", "ReplicaSet", "Job", "Deployment")
 
 
+def _reason_of(error: client.ApiException) -> str:
+    """The API server's message for a refused write (the Status body's), else the HTTP reason."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
+
+
 def _by_controller(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Objects by their controlling owner's uid."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -139,6 +147,7 @@ class ControllerManager:
         self.interval = interval
         self._status: dict[str, dict[str, Any]] = {}
         self._failures: dict[str, tuple[str, str, str]] = {}
+        self._refused: dict[str, replicasets.Refusal] = {}  # ReplicaSet uid -> its last refused pod
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-manager", daemon=True)
 
@@ -196,6 +205,7 @@ class ControllerManager:
         owners = {o["metadata"]["uid"] for o in sets + current + deploys + jobs}
         self._collect_garbage(pods, owners, self._delete)
         self._status = {uid: status for uid, status in self._status.items() if uid in owners}
+        self._refused = {uid: r for uid, r in self._refused.items() if uid in owners}
 
     @staticmethod
     def _after(listed: list[dict[str, Any]], changed: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,20 +320,54 @@ class ControllerManager:
                 _request_timeout=5,
             )
         for message in plan.events:
-            self._event(deploy, "ScalingReplicaSet", message)
+            self._event({**deploy, "kind": "Deployment"}, "Normal", "ScalingReplicaSet", message)
         self._write_status(deploy, "deployment", plan.status)
 
     # ---- ReplicaSet -----------------------------------------------------------------------------
 
     def _replicaset(self, rs: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        meta = rs["metadata"]
         replicas = rollout.replicas_of(rs)
         live = [p for p in pods if replicasets.active(p)]
         for pod in replicasets.surplus(live, len(live) - replicas):
             self._delete(pod)
             live.remove(pod)
-        for _ in range(min(replicasets.CREATE_BATCH, replicas - len(live))):  # the rest in the next passes
-            live.append(self._create(replicasets.pod_for(rs), f"replicaset {rs['metadata']['name']}"))
-        self._write_status(rs, "replica_set", replicasets.status(rs, live, time.time()))
+            self._event(
+                {**rs, "kind": "ReplicaSet"},
+                "Normal",
+                "SuccessfulDelete",
+                f"Deleted pod: {pod['metadata']['name']}",
+            )
+        now = time.time()
+        refused = self._refused.get(meta["uid"])
+        missing = replicas - len(live) if refused is None or refused.retry_at <= now else 0
+        for _ in range(min(replicasets.CREATE_BATCH, missing)):  # the rest in the next passes
+            try:
+                made = self._create(replicasets.pod_for(rs), f"replicaset {meta['name']}")
+            except client.ApiException as error:
+                refused = self._refuse(rs, refused, _reason_of(error), now)
+                break
+            live.append(made)
+            self._event(
+                {**rs, "kind": "ReplicaSet"},
+                "Normal",
+                "SuccessfulCreate",
+                f"Created pod: {made['metadata']['name']}",
+            )
+            self._refused.pop(meta["uid"], None)
+            refused = None
+        self._write_status(rs, "replica_set", replicasets.status(rs, live, now, refused))
+
+    def _refuse(
+        self, rs: dict[str, Any], last: replicasets.Refusal | None, message: str, now: float
+    ) -> replicasets.Refusal:
+        """A pod the API server refused (a webhook's denial, a quota): a FailedCreate event once per
+        message, the ReplicaFailure condition, and the next try after a doubling back-off."""
+        refusal = replicasets.refused(last, message, now)
+        self._refused[rs["metadata"]["uid"]] = refusal
+        if last is None or last.message != message:
+            self._event({**rs, "kind": "ReplicaSet"}, "Warning", "FailedCreate", f"Error creating: {message}")
+        return refusal
 
     # ---- garbage collector ----------------------------------------------------------------------
 
@@ -379,16 +423,19 @@ class ControllerManager:
             if error.status != 404:
                 raise
 
-    def _event(self, owner: dict[str, Any], reason: str, message: str) -> None:
-        """A Normal event on a Deployment, as the deployment controller's recorder writes it."""
+    def _event(self, owner: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on a Deployment or ReplicaSet (`owner` as listed: with its kind), as its
+        controller's event recorder writes it."""
         meta = owner["metadata"]
+        owner_kind = str(owner.get("kind") or "ReplicaSet")
+        component = f"{owner_kind.lower()}-controller"
         stamp = rfc3339(time.time())
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
             "involvedObject": {
-                "kind": "Deployment",
+                "kind": owner_kind,
                 "namespace": meta["namespace"],
                 "name": meta["name"],
                 "uid": meta["uid"],
@@ -396,10 +443,10 @@ class ControllerManager:
                 "resourceVersion": meta.get("resourceVersion", ""),
             },
             "reason": reason,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": "deployment-controller"},
-            "reportingComponent": "deployment-controller",
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": component},
+            "reportingComponent": component,
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
@@ -409,12 +456,20 @@ class ControllerManager:
                 meta["namespace"], body, _preload_content=False, _request_timeout=5
             )
         except Exception as error:  # noqa: BLE001 - events are best effort, as the event recorder's
-            log.debug("event %s of deployment %s not written: %s", reason, meta["name"], error)
+            log.debug("event %s of %s %s not written: %s", reason, owner_kind, meta["name"], error)
 
     def _write_status(self, owner: dict[str, Any], kind: str, status: dict[str, Any]) -> None:
         meta = owner["metadata"]
         if self._status.get(meta["uid"]) == status:
             return
         patch = getattr(self.apps, f"patch_namespaced_{'daemon_set' if kind == 'daemonset' else kind}_status")
-        patch(meta["name"], meta["namespace"], {"status": status}, _preload_content=False, _request_timeout=5)
+        # a merge patch: lists (conditions) replaced whole, a null field removed
+        patch(
+            meta["name"],
+            meta["namespace"],
+            {"status": status},
+            _content_type=MERGE,
+            _preload_content=False,
+            _request_timeout=5,
+        )
         self._status[meta["uid"]] = status

@@ -6,6 +6,10 @@ it controls (kube-controller-manager's pkg/controller/replicaset, the parts a us
   annotations, the ReplicaSet as controlling owner), at most `CREATE_BATCH` a pass; surplus ones
   are deleted, the ones that cost least first: unscheduled before scheduled, pending before
   running, not ready before ready, and the most recently made among equals.
+- A pod the API server refuses (a webhook's denial) is a FailedCreate event on the ReplicaSet
+  ("Error creating: <the server's message>", once per message), the ReplicaFailure condition, and
+  another try after a back-off doubling from 1 s to 60 s; events SuccessfulCreate and
+  SuccessfulDelete name each pod made or deleted.
 - Status: replicas (active pods), fullyLabeledReplicas (those carrying every template label),
   readyReplicas, availableReplicas (ready for at least `minReadySeconds`), observedGeneration.
 """
@@ -14,10 +18,32 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from typing import Any
 
 CREATE_BATCH = 20  # pods a ReplicaSet gets per pass; the rest in the next passes
 TERMINAL = ("Succeeded", "Failed")
+RETRY = (1.0, 60.0)  # back-off after a refused pod: initial, cap (the controller's queue backs off too)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The last pod the API server refused a ReplicaSet: why, since when, when to try again."""
+
+    message: str
+    since: str
+    retry_at: float
+    delay: float
+
+
+def refused(last: Refusal | None, message: str, now: float) -> Refusal:
+    delay = RETRY[0] if last is None else min(RETRY[1], last.delay * 2)
+    since = last.since if last is not None and last.message == message else _stamp(now)
+    return Refusal(message, since, now + delay, delay)
+
+
+def _stamp(now: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -117,12 +143,14 @@ def surplus(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     return sorted(newest_first, key=_cost)[: max(0, count)]
 
 
-def status(rs: dict[str, Any], pods: list[dict[str, Any]], now: float) -> dict[str, Any]:
-    """The ReplicaSet's status from its active pods."""
+def status(
+    rs: dict[str, Any], pods: list[dict[str, Any]], now: float, refusal: Refusal | None = None
+) -> dict[str, Any]:
+    """The ReplicaSet's status from its active pods, and ReplicaFailure while pods are refused."""
     labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
     min_ready = rs["spec"].get("minReadySeconds", 0)
     min_ready = min_ready if isinstance(min_ready, int) and not isinstance(min_ready, bool) else 0
-    return {
+    out: dict[str, Any] = {
         "replicas": len(pods),
         "fullyLabeledReplicas": sum(
             1 for p in pods if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
@@ -131,3 +159,15 @@ def status(rs: dict[str, Any], pods: list[dict[str, Any]], now: float) -> dict[s
         "availableReplicas": sum(1 for p in pods if available(p, min_ready, now)),
         "observedGeneration": int(rs["metadata"].get("generation") or 1),
     }
+    out["conditions"] = None  # none: removed from the stored status
+    if refusal is not None:
+        out["conditions"] = [
+            {
+                "type": "ReplicaFailure",
+                "status": "True",
+                "lastTransitionTime": refusal.since,
+                "reason": "FailedCreate",
+                "message": refusal.message[:1024],
+            }
+        ]
+    return out

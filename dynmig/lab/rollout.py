@@ -17,11 +17,13 @@ tell): the plan of ReplicaSet writes, the events and the Deployment's status.
 - Recreate: every old ReplicaSet to 0, and the new one made and scaled up only once no old pod
   runs (terminating ones included), so two generations of a GPU pod never overlap.
 - Once complete, old ReplicaSets at 0 beyond `revisionHistoryLimit` are deleted, oldest revision
-  first. A paused Deployment is only counted.
+  first. A paused Deployment makes no new ReplicaSet; a scale reaches its one active one.
 - Status: replicas, updatedReplicas, readyReplicas, availableReplicas, unavailableReplicas,
   observedGeneration; conditions Available (MinimumReplicasAvailable/Unavailable) and Progressing
   (NewReplicaSetCreated, FoundNewReplicaSet, ReplicaSetUpdated, NewReplicaSetAvailable,
-  ProgressDeadlineExceeded after `progressDeadlineSeconds` without progress, DeploymentPaused).
+  ProgressDeadlineExceeded after `progressDeadlineSeconds` without progress, DeploymentPaused,
+  DeploymentResumed), and ReplicaFailure while a ReplicaSet's pods are refused (the new one's
+  first).
 Not done: proportional scaling of a rollout in flight (a scale during a rollout goes through the
 rolling rules above), pod-template-hash collisions (collisionCount), adoption of orphans.
 """
@@ -359,6 +361,12 @@ class _Pass:
         elif not self.scale(self.new, self.replicas):
             self.cleanup()
 
+    def paused(self) -> None:
+        """A paused Deployment rolls nothing out; a scale still reaches its one active ReplicaSet."""
+        active = [rs for rs in self.all if _spec_replicas(rs) > 0]
+        if len(active) == 1 and active[0] is self.new:
+            self.scale(self.new, self.replicas)
+
     def cleanup(self) -> None:
         """Old ReplicaSets at 0 beyond revisionHistoryLimit go, once the rollout is complete."""
         if not self.complete():
@@ -421,25 +429,45 @@ class _Pass:
                 "Deployment does not have minimum availability.",
             )
         self._progress(conditions, counts, old)
-        return {
-            **counts,
-            "conditions": [conditions[t] for t in ("Available", "Progressing") if t in conditions],
-        }
+        failure = self._replica_failure()
+        if failure is None:
+            conditions.pop("ReplicaFailure", None)
+        else:
+            self._condition(conditions, "ReplicaFailure", *failure)
+        kinds = ("Available", "Progressing", "ReplicaFailure")
+        return {**counts, "conditions": [conditions[t] for t in kinds if t in conditions]}
+
+    def _replica_failure(self) -> tuple[str, str, str] | None:
+        """A ReplicaSet's ReplicaFailure (the new one's first), as the Deployment's condition."""
+        for rs in [*([self.new] if self.new else []), *self.olds]:
+            for c in (rs.get("status") or {}).get("conditions") or []:
+                if isinstance(c, dict) and c.get("type") == "ReplicaFailure":
+                    return str(c.get("status")), str(c.get("reason")), str(c.get("message"))
+        return None
 
     def _progress(
         self, conditions: dict[str, dict[str, Any]], counts: dict[str, Any], old: dict[str, Any]
     ) -> None:
         name = self.new["metadata"]["name"] if self.new else ""
-        if self.d["spec"].get("paused"):
-            self._condition(conditions, "Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
-            return
         current = conditions.get("Progressing")
+        timed_out = current is not None and current.get("reason") == "ProgressDeadlineExceeded"
+        if self.d["spec"].get("paused"):
+            if not timed_out:
+                self._condition(
+                    conditions, "Progressing", "Unknown", "DeploymentPaused", "Deployment is paused"
+                )
+            return
+        if current is not None and current.get("reason") == "DeploymentPaused":
+            self._condition(
+                conditions, "Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed"
+            )
+            current = conditions["Progressing"]
         if self.created:
             self._condition(
                 conditions, "Progressing", "True", "NewReplicaSetCreated", f'Created new replica set "{name}"'
             )
             return
-        if current is None or current.get("reason") == "DeploymentPaused":
+        if current is None:
             self._condition(
                 conditions, "Progressing", "True", "FoundNewReplicaSet", f'Found new replica set "{name}"'
             )
@@ -535,11 +563,12 @@ def plan(
     of its old ReplicaSets still run (terminating ones included; what Recreate waits for)."""
     step = _Pass(deploy, sets, old_pods, time.time() if now is None else now)
     step.sync_revision()
-    if not deploy["spec"].get("paused"):
-        if is_recreate(deploy):
-            step.recreate()
-        else:
-            step.rolling()
+    if deploy["spec"].get("paused"):
+        step.paused()
+    elif is_recreate(deploy):
+        step.recreate()
+    else:
+        step.rolling()
     if step.new is None:
         step.plan.revision = ""  # the Deployment's revision is its new ReplicaSet's, once there is one
     step.plan.status = step.status()

@@ -20,8 +20,16 @@ from sim.apiserver import ApiServer
 
 
 @pytest.fixture
-def kubectl_lab(tmp_path: Path, kubectl: str) -> Iterator[Callable[..., str]]:
-    api = ApiServer(workdir=tmp_path / "api").start()
+def api(tmp_path: Path) -> Iterator[ApiServer]:
+    server = ApiServer(workdir=tmp_path / "api").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kubectl_lab(api: ApiServer, tmp_path: Path, kubectl: str) -> Iterator[Callable[..., str]]:
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     manager = ControllerManager(api.api_client(), interval=0.05).start()
     core = client.CoreV1Api(api.api_client("kubelet"))
@@ -61,7 +69,6 @@ def kubectl_lab(tmp_path: Path, kubectl: str) -> Iterator[Callable[..., str]]:
         done.set()
         thread.join(5)
         manager.stop()
-        api.stop()
 
 
 def _table(text: str) -> list[list[str]]:
@@ -139,3 +146,25 @@ def test_deleting_a_deployment_deletes_its_replica_sets_and_their_pods(kubectl_l
     while run("get", "rs,pods", "-o", "name").strip():
         assert time.monotonic() < deadline, "the ReplicaSet and its pods were not collected"
         time.sleep(0.1)
+
+
+def test_a_refused_pod_shows_as_failed_create_and_replica_failure_until_the_server_accepts_it(
+    kubectl_lab, api
+):
+    run = kubectl_lab
+    denial = 'admission webhook "pods.dynmig.io" denied the request: no GPU fits'
+    api.faults.fail_next(2, verb="create", resource="pods", code=400, message=denial)
+    run("create", "deployment", "web", "--image=nginx:1.25")
+    deadline = time.monotonic() + 30
+    while "ReplicaFailure" not in (
+        conditions := run("get", "deployment", "web", "-o", "jsonpath={.status.conditions}")
+    ):
+        assert time.monotonic() < deadline, "no ReplicaFailure condition"
+        time.sleep(0.1)
+    assert "FailedCreate" in conditions and "no GPU fits" in conditions
+    assert f"Error creating: {denial}" in run("describe", "rs")
+    assert "successfully rolled out" in run("rollout", "status", "deployment/web", "--timeout=60s")
+    while "ReplicaFailure" in run("get", "deployment", "web", "-o", "jsonpath={.status.conditions}"):
+        assert time.monotonic() < deadline, "the ReplicaFailure condition stayed after the pods were made"
+        time.sleep(0.1)
+    assert "SuccessfulCreate" in run("describe", "rs")

@@ -262,6 +262,62 @@ def test_a_paused_deployment_is_counted_and_not_rolled_out():
     plan = rollout.plan(_deploy(3, paused=True), [_rs("v1", 3, 3, 1)], now=NOW)
     assert (plan.create, plan.update, plan.delete) == ([], [], [])
     assert plan.status["availableReplicas"] == 3
+    progressing = plan.status["conditions"][1]
+    assert (progressing["status"], progressing["reason"]) == ("Unknown", "DeploymentPaused")
+
+
+def test_a_paused_deployment_still_scales_its_one_active_replica_set():
+    plan = rollout.plan(_deploy(5, paused=True), [_rs("v2", 3, 3, 1)], now=NOW)
+    assert [n for _, n, _ in plan.update] == [5]
+    assert plan.events[0].endswith("to 5 from 3")
+
+
+def test_a_resumed_deployment_says_so_until_it_progresses():
+    deploy = _deploy(3)
+    deploy["status"] = {
+        "replicas": 3,
+        "updatedReplicas": 3,
+        "readyReplicas": 0,
+        "availableReplicas": 0,
+        "conditions": [{"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused"}],
+    }
+    plan = rollout.plan(deploy, [_rs("v2", 3, 0, 1)], now=NOW)
+    progressing = plan.status["conditions"][1]
+    assert (progressing["status"], progressing["reason"]) == ("Unknown", "DeploymentResumed")
+    moved = rollout.plan(deploy, [_rs("v2", 3, 1, 1)], now=NOW).status["conditions"][1]
+    assert (moved["status"], moved["reason"]) == ("True", "ReplicaSetUpdated")
+
+
+def test_a_replica_sets_refused_pods_show_on_the_deployment_as_replica_failure():
+    failing = _rs("v2", 3, 0, 1)
+    failing["status"]["conditions"] = [
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": "denied: no GPU fits",
+        }
+    ]
+    status = rollout.plan(_deploy(3), [failing], now=NOW).status
+    failure = status["conditions"][2]
+    assert (failure["type"], failure["reason"], failure["message"]) == (
+        "ReplicaFailure",
+        "FailedCreate",
+        "denied: no GPU fits",
+    )
+    healed = rollout.plan({**_deploy(3), "status": status}, [_rs("v2", 3, 0, 1)], now=NOW).status
+    assert [c["type"] for c in healed["conditions"]] == ["Available", "Progressing"]
+
+
+def test_a_refused_pod_is_retried_after_a_back_off_that_doubles_to_a_minute():
+    first = replicasets.refused(None, "denied", NOW)
+    delays = [first.delay]
+    last = first
+    for _ in range(8):
+        last = replicasets.refused(last, "denied", NOW)
+        delays.append(last.delay)
+    assert delays[:4] == [1.0, 2.0, 4.0, 8.0] and delays[-1] == 60.0
+    assert last.since == first.since, "the same refusal keeps the time it began"
 
 
 def test_a_template_from_a_protobuf_body_equals_the_same_template_in_json():
