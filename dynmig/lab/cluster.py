@@ -574,15 +574,18 @@ class Lab:
 
     def _deployment_of(self, namespace: str, owner: dict[str, Any]) -> str:
         """The Deployment that controls a pod whose controller is `owner`: its ReplicaSet's
-        controlling owner (read from the API, as the uid names it); "" for any other pod."""
+        controlling owner (read from the API, as the uid names it); "" for any other pod. An API
+        error other than 404 is raised, so the pod is not started as the wrong thing."""
         if owner.get("kind") != "ReplicaSet":
             return ""
         try:
             rs = client.AppsV1Api(self.api_client()).read_namespaced_replica_set(
                 str(owner.get("name")), namespace, _request_timeout=5
             )
-        except client.ApiException:
-            return ""
+        except client.ApiException as error:
+            if error.status == 404:
+                return ""  # the ReplicaSet is gone: the garbage collector takes the pod
+            raise  # the kubelet tries the pod again on its next pass
         if rs.metadata.uid != owner.get("uid"):
             return ""
         ref = next((o for o in rs.metadata.owner_references or [] if o.controller), None)
