@@ -132,7 +132,8 @@ def max_unavailable(deploy: dict[str, Any]) -> int:
 
 def revision(obj: dict[str, Any]) -> int:
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(REVISION, "")
-    return int(text) if isinstance(text, str) and text.isdigit() else 0
+    # a revision is an int64: longer digit strings are not one (and no huge int is parsed)
+    return int(text) if isinstance(text, str) and text.isdigit() and len(text) <= 18 else 0
 
 
 def _semantic(value: Any) -> Any:

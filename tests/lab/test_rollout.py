@@ -404,3 +404,10 @@ def test_a_replica_set_pod_is_its_template_owned_by_the_replica_set():
     assert pod["metadata"]["labels"] == rs["spec"]["template"]["metadata"]["labels"]
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
     assert pod["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+@pytest.mark.parametrize("written", ["", "x", "-3", "9" * 5000, "3.5"])
+def test_a_revision_annotation_that_is_not_a_revision_counts_as_none(written):
+    rs = _rs("v1", 0, 0, 1)
+    rs["metadata"]["annotations"][rollout.REVISION] = written
+    assert rollout.revision(rs) == 0
