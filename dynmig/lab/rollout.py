@@ -17,7 +17,8 @@ tell): the plan of ReplicaSet writes, the events and the Deployment's status.
 - Recreate: every old ReplicaSet to 0, and the new one made and scaled up only once no old pod
   runs (terminating ones included), so two generations of a GPU pod never overlap.
 - Once complete, old ReplicaSets at 0 beyond `revisionHistoryLimit` are deleted, oldest revision
-  first. A paused Deployment makes no new ReplicaSet; a scale reaches its one active one.
+  first. A paused Deployment makes no new ReplicaSet; a scale reaches its one active one (the
+  new one or the newest when none is active).
 - Status: replicas, updatedReplicas, readyReplicas, availableReplicas, unavailableReplicas,
   observedGeneration; conditions Available (MinimumReplicasAvailable/Unavailable) and Progressing
   (NewReplicaSetCreated, FoundNewReplicaSet, ReplicaSetUpdated, NewReplicaSetAvailable,
@@ -363,10 +364,13 @@ class _Pass:
             self.cleanup()
 
     def paused(self) -> None:
-        """A paused Deployment rolls nothing out; a scale still reaches its one active ReplicaSet."""
+        """A paused Deployment rolls nothing out; a scale still reaches its one active ReplicaSet
+        (with none active: the new one, else the newest)."""
         active = [rs for rs in self.all if _spec_replicas(rs) > 0]
-        if len(active) == 1 and active[0] is self.new:
-            self.scale(self.new, self.replicas)
+        if len(active) == 1:
+            self.scale(active[0], self.replicas)
+        elif not active and self.all:
+            self.scale(self.new or self.olds[-1], self.replicas)
 
     def cleanup(self) -> None:
         """Old ReplicaSets at 0 beyond revisionHistoryLimit go, once the rollout is complete."""

@@ -266,10 +266,19 @@ def test_a_paused_deployment_is_counted_and_not_rolled_out():
     assert (progressing["status"], progressing["reason"]) == ("Unknown", "DeploymentPaused")
 
 
-def test_a_paused_deployment_still_scales_its_one_active_replica_set():
-    plan = rollout.plan(_deploy(5, paused=True), [_rs("v2", 3, 3, 1)], now=NOW)
-    assert [n for _, n, _ in plan.update] == [5]
-    assert plan.events[0].endswith("to 5 from 3")
+@pytest.mark.parametrize(
+    ("sets", "scaled"),
+    [
+        pytest.param([("v2", 3)], {"v2": 5}, id="the new one"),
+        pytest.param([("v1", 3)], {"v1": 5}, id="an old one when the template changed while paused"),
+        pytest.param([("v1", 0), ("v2", 0)], {"v2": 5}, id="the new one when none is active"),
+        pytest.param([("v1", 2), ("v2", 1)], {}, id="none while two are active"),
+    ],
+)
+def test_a_paused_deployment_still_scales_its_one_active_replica_set(sets, scaled):
+    made = [_rs(image, n, n, i + 1, f"2026-01-0{i + 1}T00:00:00Z") for i, (image, n) in enumerate(sets)]
+    plan = rollout.plan(_deploy(5, paused=True), made, now=NOW)
+    assert {_image(rs): n for rs, n, _ in plan.update} == scaled
 
 
 def test_a_resumed_deployment_says_so_until_it_progresses():
