@@ -167,7 +167,25 @@ def _unchanged(old: Any, new: Any) -> bool:
     return not isinstance(old, (dict, list)) or _json(old) == _json(new)
 
 
+def _added(new: Any, t: str, path: Path, out: FieldSet, parent: str, field: str) -> None:
+    """`_compare(MISSING, new, ...)`: every path of a value that was not there (a create), walked
+    without the comparison's branches."""
+    sh = shape(t, new, parent, field)
+    if sh.kind == "list" and not sh.atomic and new:
+        for pe, item in _index(sh, new, path, False):
+            if pe is not None:
+                _added(item, sh.item, (*path, pe), out, "", "")
+    elif sh.kind not in ("scalar", "list") and not sh.atomic and new:
+        for key, child in new.items():
+            ct, _ = child_type(sh, key)
+            _added(child, ct, (*path, ("f", key)), out, sh.model, key)
+    out.add(path)
+
+
 def _compare(old: Any, new: Any, t: str, path: Path, out: Comparison, parent: str, field: str) -> None:
+    if old is MISSING and new is not MISSING:
+        _added(new, t, path, out.added, parent, field)
+        return
     if old is not MISSING and new is not MISSING and _unchanged(old, new):
         return  # as the walk below would find: nothing added, modified or removed
     sh = shape(t, new if new is not MISSING else old, parent, field)

@@ -296,7 +296,8 @@ class ApiServer:
         return self.registry.create(req, obj).obj
 
     def get(self, kind_or_plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
-        """Read an object in-process (None if absent)."""
+        """Read an object in-process (None if absent): the stored object itself, which later versions
+        share their unchanged parts with, so never change it in place (edit a trees.clone of it)."""
         found = sorted(
             (r for r in STORED if kind_or_plural in (r.kind, r.plural, f"{r.plural}.{r.group}")),
             key=lambda r: r.group != "",

@@ -2,7 +2,8 @@
 watch history per resource type.
 
 Objects are stored as plain dicts and never mutated once stored, so watch events and readers can
-share them without copying. Pods (and every namespaced type) are indexed by namespace and name, so
+share them without copying, and a new version shares every part a write did not change with the
+version before it. Pods (and every namespaced type) are indexed by namespace and name, so
 get and namespaced list are not proportional to the whole cluster.
 """
 
