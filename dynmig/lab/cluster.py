@@ -538,7 +538,7 @@ class Lab:
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
-        plugin) and Deployment's (dynmig serve; its kube-scheduler container is the lab's simulated
+        plugin) and Deployment's, through its ReplicaSet (dynmig serve; its kube-scheduler container is the lab's simulated
         kube-scheduler), and Jobs' pods of the dynmig image (`_job_containers`). Every other pod
         gets the simulated workload."""
 
@@ -559,7 +559,7 @@ class Lab:
                     on_start=lambda child: self._plugin_started(runtime, child),
                     on_ready=lambda child: self._plugin_ready(runtime, child),
                 )
-            if (owner.get("kind"), owner.get("name")) == ("Deployment", SERVE_DEPLOYMENT):
+            if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
                 tee = self._container_log(pod, "server")
                 return ProcessContainers(
                     self.supervisor,
@@ -571,6 +571,25 @@ class Lab:
             return None
 
         return containers
+
+    def _deployment_of(self, namespace: str, owner: dict[str, Any]) -> str:
+        """The Deployment that controls a pod whose controller is `owner`: its ReplicaSet's
+        controlling owner (read from the API, as the uid names it); "" for any other pod. An API
+        error other than 404 is raised, so the pod is not started as the wrong thing."""
+        if owner.get("kind") != "ReplicaSet":
+            return ""
+        try:
+            rs = client.AppsV1Api(self.api_client()).read_namespaced_replica_set(
+                str(owner.get("name")), namespace, _request_timeout=5
+            )
+        except client.ApiException as error:
+            if error.status == 404:
+                return ""  # the ReplicaSet is gone: the garbage collector takes the pod
+            raise  # the kubelet tries the pod again on its next pass
+        if rs.metadata.uid != owner.get("uid"):
+            return ""
+        ref = next((o for o in rs.metadata.owner_references or [] if o.controller), None)
+        return str(ref.name) if ref is not None and ref.kind == "Deployment" else ""
 
     def _job_containers(self, pod: dict[str, Any]) -> ProcessContainers | None:
         """A Job pod whose container is of the dynmig image runs its args as a real dynmig

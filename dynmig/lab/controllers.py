@@ -8,14 +8,16 @@ collector, for every namespace, as one polling loop.
   While the node's pod is still terminating no second one is made, so two device plugins never run
   on a node at once. The lab has no default scheduler, so the pod is created bound to its node
   (`spec.nodeName`), which is what the scheduler would do with that affinity.
-- **Deployment**: `spec.replicas` active pods from the template, named `<deployment>-<hash>-xxxxx`
-  with a `pod-template-hash` label. The simulated API server serves no ReplicaSets, so the pods are
-  owned by the Deployment itself (one level less than in a cluster); a changed template replaces
-  the pods (no surge). Terminal pods do not count, as in the ReplicaSet controller.
-- **Garbage collector**: a pod whose controlling owner is gone is deleted (background propagation,
-  what `kubectl delete deployment|daemonset|job` asks for by default).
-Status is written as the controllers write it, so `kubectl get ds|deploy` and
-`kubectl rollout status` read the right counts.
+- **Deployment** and **ReplicaSet**: a Deployment runs through ReplicaSets, one per pod template
+  (`dynmig.lab.rollout`: revisions, rolling update or Recreate, history, status and
+  ScalingReplicaSet events), and each ReplicaSet keeps `spec.replicas` active pods from its
+  template (`dynmig.lab.replicasets`), named `<deployment>-<hash>-xxxxx`. Terminal pods do not
+  count.
+- **Garbage collector**: a pod whose controlling owner is gone is deleted, and so is a ReplicaSet
+  whose Deployment is (background propagation, what `kubectl delete deployment|daemonset|job`
+  asks for by default).
+Status is written as the controllers write it, so `kubectl get ds|deploy|rs` and
+`kubectl rollout status|history|undo` read the right counts and revisions.
 """
 
 from __future__ import annotations
@@ -25,27 +27,38 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
-from dynmig.lab.jobs import POD_FAILURE_BACKOFF, JobController
+from dynmig.lab import replicasets, rollout
+from dynmig.lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController, rfc3339
+from dynmig.lab.replicasets import TERMINAL, controller_of
 
 log = logging.getLogger("dynmig.lab.controllers")
-TERMINAL = ("Succeeded", "Failed")
-OWNER_KINDS = ("DaemonSet", "Deployment", "Job")
-MAX_REPLICAS = 1000
-CREATE_BATCH = 20  # pods a Deployment gets per pass, as the ReplicaSet controller creates in batches
+# kinds whose pods the garbage collector deletes once they are gone ("Deployment": pods a lab
+# before ReplicaSets made)
+OWNER_KINDS = ("DaemonSet", "ReplicaSet", "Job", "Deployment")
 
 
-def controller_of(pod: dict[str, Any]) -> dict[str, Any] | None:
-    return next((ref for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")), None)
+def _reason_of(error: client.ApiException) -> str:
+    """The API server's message for a refused write (the Status body's), else the HTTP reason."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
 
 
-def owned_by(pod: dict[str, Any], owner: dict[str, Any]) -> bool:
-    ref = controller_of(pod)
-    return ref is not None and ref.get("uid") == owner["metadata"]["uid"]
+def _by_controller(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Objects by their controlling owner's uid."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in objs:
+        ref = controller_of(obj)
+        if ref is not None and ref.get("uid"):
+            out.setdefault(str(ref["uid"]), []).append(obj)
+    return out
 
 
 def node_matches(node: dict[str, Any], template_spec: dict[str, Any]) -> bool:
@@ -68,24 +81,12 @@ def _owner_ref(owner: dict[str, Any], kind: str) -> dict[str, Any]:
     }
 
 
-def _quantities_as_strings(spec: dict[str, Any]) -> None:
-    """Resource quantities as the strings a Quantity serializes to (an API server that stores a
-    JSON number as typed would otherwise hand the client a number it refuses to send)."""
-    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-        for kind in ("limits", "requests"):
-            values = (c.get("resources") or {}).get(kind)
-            if isinstance(values, dict):
-                for name, value in values.items():
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        values[name] = str(value)
-
-
 def _from_template(
     owner: dict[str, Any], kind: str, generate_name: str, labels: dict[str, str]
 ) -> dict[str, Any]:
     template = copy.deepcopy(owner["spec"]["template"])
     meta = template.get("metadata") or {}
-    _quantities_as_strings(template.get("spec") or {})
+    replicasets.quantities_as_strings(template.get("spec") or {})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -126,25 +127,8 @@ def daemon_pod(ds: dict[str, Any], node: str) -> dict[str, Any]:
     return pod
 
 
-def deployment_pod(deploy: dict[str, Any]) -> dict[str, Any]:
-    digest = template_hash(deploy["spec"]["template"])
-    return _from_template(
-        deploy, "Deployment", f"{deploy['metadata']['name']}-{digest}-", {"pod-template-hash": digest}
-    )
-
-
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
-def _active(pod: dict[str, Any]) -> bool:
-    return (
-        not pod["metadata"].get("deletionTimestamp")
-        and (pod.get("status") or {}).get("phase") not in TERMINAL
-    )
+    return replicasets.ready(pod)
 
 
 class ControllerManager:
@@ -163,6 +147,7 @@ class ControllerManager:
         self.interval = interval
         self._status: dict[str, dict[str, Any]] = {}
         self._failures: dict[str, tuple[str, str, str]] = {}
+        self._refused: dict[str, replicasets.Refusal] = {}  # ReplicaSet uid -> its last refused pod
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-manager", daemon=True)
 
@@ -192,21 +177,43 @@ class ControllerManager:
         deploys = self._items(
             self.apps.list_deployment_for_all_namespaces(_preload_content=False, _request_timeout=5)
         )
+        replica_sets = self._items(
+            self.apps.list_replica_set_for_all_namespaces(_preload_content=False, _request_timeout=5)
+        )
         jobs = self.jobs.list_jobs()
         pods = self._items(self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5))
         nodes = self._items(self.core.list_node(_preload_content=False, _request_timeout=5)) if sets else []
+        by_owner = _by_controller(pods)
         for ds in sets:
-            self._guarded("DaemonSet", ds, self._daemonset, ds, nodes, [p for p in pods if owned_by(p, ds)])
-        for deploy in deploys:
             self._guarded(
-                "Deployment", deploy, self._deployment, deploy, [p for p in pods if owned_by(p, deploy)]
+                "DaemonSet", ds, self._daemonset, ds, nodes, by_owner.get(ds["metadata"]["uid"], [])
             )
+        changed: dict[str, dict[str, Any]] = {}
+        sets_of = _by_controller(replica_sets)
+        for deploy in deploys:
+            owned = sets_of.get(deploy["metadata"]["uid"], [])
+            self._guarded("Deployment", deploy, self._deployment, deploy, owned, pods, changed)
+        current = self._after(replica_sets, changed)
+        for rs in current:
+            self._guarded("ReplicaSet", rs, self._replicaset, rs, by_owner.get(rs["metadata"]["uid"], []))
         for job in jobs:
-            self._guarded("Job", job, self.jobs.sync_job, job, [p for p in pods if owned_by(p, job)])
+            self._guarded("Job", job, self.jobs.sync_job, job, by_owner.get(job["metadata"]["uid"], []))
         by_uid = {j["metadata"]["uid"]: j for j in jobs}
         self.jobs.forget(set(by_uid))
         self.jobs.release_orphans(pods, by_uid)
-        self._collect_garbage(pods, {o["metadata"]["uid"] for o in sets + deploys + jobs})
+        self._collect_garbage(current, {d["metadata"]["uid"] for d in deploys}, self._delete_replica_set)
+        owners = {o["metadata"]["uid"] for o in sets + current + deploys + jobs}
+        self._collect_garbage(pods, owners, self._delete)
+        self._status = {uid: status for uid, status in self._status.items() if uid in owners}
+        self._refused = {uid: r for uid, r in self._refused.items() if uid in owners}
+
+    @staticmethod
+    def _after(listed: list[dict[str, Any]], changed: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ReplicaSets once this pass's Deployment writes are in: as written, made or gone."""
+        uids = {rs["metadata"]["uid"] for rs in listed}
+        kept = [changed.get(rs["metadata"]["uid"], rs) for rs in listed]
+        made = [rs for uid, rs in changed.items() if rs and uid not in uids]
+        return [rs for rs in kept if rs] + made
 
     def _guarded(self, kind: str, owner: dict[str, Any], step: Callable[..., None], *args: Any) -> None:
         """One owner's pass; a malformed object or a refused write is logged and retried next pass,
@@ -256,67 +263,128 @@ class ControllerManager:
             },
         )
 
-    # ---- Deployment -----------------------------------------------------------------------------
+    # ---- Deployment ---------------------------------------------------------------------------
 
-    def _deployment(self, deploy: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        meta = deploy["metadata"]
-        replicas = int(deploy["spec"].get("replicas", 1))
-        if not 0 <= replicas <= MAX_REPLICAS:
-            raise ValueError(f"spec.replicas {replicas}: the lab runs 0 to {MAX_REPLICAS} replicas")
-        digest = template_hash(deploy["spec"]["template"])
-        active = [p for p in pods if _active(p)]
-        stale = [p for p in active if (p["metadata"].get("labels") or {}).get("pod-template-hash") != digest]
-        current = [p for p in active if p not in stale]
-        for pod in (
-            stale + sorted(current, key=lambda p: p["metadata"].get("creationTimestamp") or "")[replicas:]
-        ):
-            self._delete(pod)
-        current = current[:replicas]
-        for _ in range(min(CREATE_BATCH, replicas - len(current))):  # the rest in the next passes
-            current.append(self._create(deployment_pod(deploy), f"deployment {meta['name']}"))
-        ready = sum(1 for p in current if _ready(p))
-        available = ready >= replicas
-        self._write_status(
-            deploy,
-            "deployment",
-            {
-                "observedGeneration": meta.get("generation", 1),
-                "replicas": len(current),
-                "updatedReplicas": len(current),
-                "readyReplicas": ready,
-                "availableReplicas": ready,
-                "unavailableReplicas": max(0, replicas - ready),
-                "conditions": [
-                    {
-                        "type": "Available",
-                        "status": "True" if available else "False",
-                        "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-                        "message": "Deployment has minimum availability."
-                        if available
-                        else "Deployment does not have minimum availability.",
-                    },
-                    {
-                        "type": "Progressing",
-                        "status": "True",
-                        "reason": "NewReplicaSetAvailable" if available else "ReplicaSetUpdated",
-                        "message": f"Deployment {meta['name']} is progressing.",
-                    },
-                ],
-            },
+    def _deployment(
+        self,
+        deploy: dict[str, Any],
+        owned: list[dict[str, Any]],
+        pods: list[dict[str, Any]],
+        changed: dict[str, dict[str, Any]],
+    ) -> None:
+        """One rollout step; `changed` gets the ReplicaSets written, by uid ({} once deleted)."""
+        _, olds = rollout.split(deploy, owned)
+        old_uids = {rs["metadata"]["uid"] for rs in olds}
+        old_pods = sum(
+            1
+            for p in pods
+            if (ref := controller_of(p)) is not None
+            and ref.get("uid") in old_uids
+            and (p.get("status") or {}).get("phase") not in TERMINAL
         )
+        plan = rollout.plan(deploy, owned, old_pods, time.time())
+        meta = deploy["metadata"]
+        for body in plan.create:
+            made = self._json(
+                self.apps.create_namespaced_replica_set(
+                    meta["namespace"], body, _preload_content=False, _request_timeout=5
+                )
+            )
+            changed[made["metadata"]["uid"]] = made
+            self.echo(
+                f"deployment {meta['name']}: created replica set {meta['namespace']}/{body['metadata']['name']}"
+            )
+        for rs, replicas, wanted in plan.update:
+            if "uid" not in rs["metadata"]:
+                continue  # made in this pass, with these already
+            changed[rs["metadata"]["uid"]] = self._json(
+                self.apps.patch_namespaced_replica_set(
+                    rs["metadata"]["name"],
+                    meta["namespace"],
+                    {"metadata": {"annotations": wanted}, "spec": {"replicas": replicas}},
+                    _content_type=MERGE,
+                    _preload_content=False,
+                    _request_timeout=5,
+                )
+            )
+        for rs in plan.delete:
+            self._delete_replica_set(rs)
+            changed[rs["metadata"]["uid"]] = {}
+        if plan.revision and (meta.get("annotations") or {}).get(rollout.REVISION) != plan.revision:
+            self.apps.patch_namespaced_deployment(
+                meta["name"],
+                meta["namespace"],
+                {"metadata": {"annotations": {rollout.REVISION: plan.revision}}},
+                _content_type=MERGE,
+                _preload_content=False,
+                _request_timeout=5,
+            )
+        for message in plan.events:
+            self._event({**deploy, "kind": "Deployment"}, "Normal", "ScalingReplicaSet", message)
+        self._write_status(deploy, "deployment", plan.status)
+
+    # ---- ReplicaSet -----------------------------------------------------------------------------
+
+    def _replicaset(self, rs: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        meta = rs["metadata"]
+        replicas = rollout.replicas_of(rs)
+        live = [p for p in pods if replicasets.active(p)]
+        for pod in replicasets.surplus(live, len(live) - replicas):
+            self._delete(pod)
+            live.remove(pod)
+            self._event(
+                {**rs, "kind": "ReplicaSet"},
+                "Normal",
+                "SuccessfulDelete",
+                f"Deleted pod: {pod['metadata']['name']}",
+            )
+        now = time.time()
+        refused = self._refused.get(meta["uid"])
+        missing = replicas - len(live) if refused is None or refused.retry_at <= now else 0
+        for _ in range(min(replicasets.CREATE_BATCH, missing)):  # the rest in the next passes
+            try:
+                made = self._create(replicasets.pod_for(rs), f"replicaset {meta['name']}")
+            except client.ApiException as error:
+                refused = self._refuse(rs, refused, _reason_of(error), now)
+                break
+            live.append(made)
+            self._event(
+                {**rs, "kind": "ReplicaSet"},
+                "Normal",
+                "SuccessfulCreate",
+                f"Created pod: {made['metadata']['name']}",
+            )
+            self._refused.pop(meta["uid"], None)
+            refused = None
+        self._write_status(rs, "replica_set", replicasets.status(rs, live, now, refused))
+
+    def _refuse(
+        self, rs: dict[str, Any], last: replicasets.Refusal | None, message: str, now: float
+    ) -> replicasets.Refusal:
+        """A pod the API server refused (a webhook's denial, a quota): a FailedCreate event once per
+        message, the ReplicaFailure condition, and the next try after a doubling back-off."""
+        refusal = replicasets.refused(last, message, now)
+        self._refused[rs["metadata"]["uid"]] = refusal
+        if last is None or last.message != message:
+            self._event({**rs, "kind": "ReplicaSet"}, "Warning", "FailedCreate", f"Error creating: {message}")
+        return refusal
 
     # ---- garbage collector ----------------------------------------------------------------------
 
-    def _collect_garbage(self, pods: list[dict[str, Any]], owners: set[str]) -> None:
-        for pod in pods:
-            ref = controller_of(pod)
+    @staticmethod
+    def _collect_garbage(
+        dependents: list[dict[str, Any]], owners: set[str], delete: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """Delete each pod or ReplicaSet whose controlling owner (of the kinds run here) is gone."""
+        for obj in dependents:
+            ref = controller_of(obj)
             if (
                 ref
                 and ref.get("kind") in OWNER_KINDS
                 and ref.get("uid") not in owners
-                and not pod["metadata"].get("deletionTimestamp")
+                and not obj["metadata"].get("deletionTimestamp")
             ):
-                self._delete(pod)
+                delete(obj)
 
     # ---- API writes -----------------------------------------------------------------------------
 
@@ -341,10 +409,67 @@ class ControllerManager:
             if error.status != 404:
                 raise
 
+    @staticmethod
+    def _json(resp: Any) -> dict[str, Any]:
+        return dict(json.loads(resp.data))
+
+    def _delete_replica_set(self, rs: dict[str, Any]) -> None:
+        meta = rs["metadata"]
+        try:
+            self.apps.delete_namespaced_replica_set(
+                meta["name"], meta["namespace"], _preload_content=False, _request_timeout=5
+            )
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+    def _event(self, owner: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on a Deployment or ReplicaSet (`owner` as listed: with its kind), as its
+        controller's event recorder writes it."""
+        meta = owner["metadata"]
+        owner_kind = str(owner.get("kind") or "ReplicaSet")
+        component = f"{owner_kind.lower()}-controller"
+        stamp = rfc3339(time.time())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": owner_kind,
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "apiVersion": "apps/v1",
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(
+                meta["namespace"], body, _preload_content=False, _request_timeout=5
+            )
+        except Exception as error:  # noqa: BLE001 - events are best effort, as the event recorder's
+            log.debug("event %s of %s %s not written: %s", reason, owner_kind, meta["name"], error)
+
     def _write_status(self, owner: dict[str, Any], kind: str, status: dict[str, Any]) -> None:
         meta = owner["metadata"]
         if self._status.get(meta["uid"]) == status:
             return
         patch = getattr(self.apps, f"patch_namespaced_{'daemon_set' if kind == 'daemonset' else kind}_status")
-        patch(meta["name"], meta["namespace"], {"status": status}, _preload_content=False, _request_timeout=5)
+        # a merge patch: lists (conditions) replaced whole, a null field removed
+        patch(
+            meta["name"],
+            meta["namespace"],
+            {"status": status},
+            _content_type=MERGE,
+            _preload_content=False,
+            _request_timeout=5,
+        )
         self._status[meta["uid"]] = status

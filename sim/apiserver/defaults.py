@@ -17,8 +17,8 @@ defaults, and the admission plugins that run before webhooks):
   (NoExecute) for 300 s unless the pod tolerates them already;
 - status.qosClass from cpu and memory requests and limits (Guaranteed, Burstable, BestEffort).
 
-Deployments and DaemonSets get their apps/v1 defaults (rolling update parameters, revision
-history, progress deadline, replicas) and their pod template the PodSpec defaults above (not the
+Deployments, ReplicaSets and DaemonSets get their apps/v1 defaults (rolling update parameters,
+revision history, progress deadline, replicas) and their pod template the PodSpec defaults above (not the
 requests, service account, priority or tolerations: those are a pod's).
 
 Not done: the service account token volume and its mounts.
@@ -70,7 +70,8 @@ def pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def workload(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment's or DaemonSet's defaults (apps/v1), its pod template's included, in place."""
+    """A Deployment's, ReplicaSet's or DaemonSet's defaults (apps/v1), its pod template's included,
+    in place (a ReplicaSet has no revision history or strategy: only replicas)."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return obj
@@ -79,6 +80,9 @@ def workload(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         template.setdefault("metadata", {})
         if isinstance(template.get("spec"), dict):
             pod_spec(template["spec"])
+    if kind == "ReplicaSet":
+        spec.setdefault("replicas", 1)
+        return obj
     spec.setdefault("revisionHistoryLimit", 10)
     if kind == "Deployment":
         spec.setdefault("replicas", 1)

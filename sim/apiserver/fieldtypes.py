@@ -32,6 +32,7 @@ LISTS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("V1ContainerStatus", "volumeMounts"): ("map", ("mountPath",)),
     ("V1DaemonSetStatus", "conditions"): ("map", ("type",)),
     ("V1DeploymentStatus", "conditions"): ("map", ("type",)),
+    ("V1ReplicaSetStatus", "conditions"): ("map", ("type",)),
     ("V1EphemeralContainer", "env"): ("map", ("name",)),
     ("V1EphemeralContainer", "ports"): ("map", ("containerPort", "protocol")),
     ("V1EphemeralContainer", "volumeDevices"): ("map", ("devicePath",)),

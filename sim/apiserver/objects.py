@@ -65,6 +65,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
         _pod_defaults(rt, obj)
     elif rt.key in WORKLOADS:
         defaults.workload(rt.kind, obj)
+        meta["generation"] = 1  # its controller answers with status.observedGeneration
     elif rt.key == ("", "namespaces"):
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -83,7 +84,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], namespace: str) -> dic
     return obj
 
 
-WORKLOADS = (("apps", "deployments"), ("apps", "daemonsets"))
+WORKLOADS = (("apps", "deployments"), ("apps", "replicasets"), ("apps", "daemonsets"))
 
 
 def _job_defaults(job: dict[str, Any]) -> None:
@@ -179,6 +180,9 @@ def prepare_update(
     if rt.key in WORKLOADS:
         new = clone(new)  # defaulting fills in nested maps a shallow copy shares with the stored object
         defaults.workload(rt.kind, new)
+        # a change of spec is a new generation (what `kubectl rollout status` waits to be observed)
+        generation = int(old_meta.get("generation") or 1)
+        new["metadata"]["generation"] = generation + (new.get("spec") != old.get("spec"))
     if rt.status_via_subresource and "status" in old:
         new["status"] = old["status"]
     canonicalize_quantities(rt, new)
@@ -246,7 +250,7 @@ def _quantity_maps(rt: ResourceType, obj: dict[str, Any]) -> list[tuple[str, dic
 
     if rt.key == ("", "pods"):
         pod_spec(obj.get("spec"), "spec")
-    elif rt.key in (("apps", "deployments"), ("apps", "daemonsets"), ("batch", "jobs")):
+    elif rt.key in (*WORKLOADS, ("batch", "jobs")):
         template = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), dict) else None
         if isinstance(template, dict):
             pod_spec(template.get("spec"), "spec.template.spec")

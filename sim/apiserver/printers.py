@@ -161,6 +161,21 @@ _DEPLOYMENT_COLUMNS: list[Column] = [
 ]
 
 
+_REPLICASET_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Desired", "integer", 0, lambda o: _replicas(o)),
+    ("Current", "integer", 0, _count("status", "replicas")),
+    ("Ready", "integer", 0, _count("status", "readyReplicas")),
+    ("Age", "string", 0, _age),
+    *_WORKLOAD_WIDE,
+]
+
+
+def _replicas(o: dict[str, Any]) -> int:
+    value = (o.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _node_selector(o: dict[str, Any]) -> str:
     template = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
     chosen = template.get("nodeSelector") or {}
@@ -221,6 +236,8 @@ def columns(rt: ResourceType) -> list[Column]:
         ]
     if rt.key == ("apps", "deployments"):
         return _DEPLOYMENT_COLUMNS
+    if rt.key == ("apps", "replicasets"):
+        return _REPLICASET_COLUMNS
     if rt.key == ("apps", "daemonsets"):
         return _DAEMONSET_COLUMNS
     if rt.key == ("", "namespaces"):

@@ -159,6 +159,17 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("status", "scale"),
         categories=("all",),
     ),
+    ResourceType(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        True,
+        ("rs",),
+        ("status", "scale"),
+        status_via_subresource=True,
+        categories=("all",),
+    ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
     # Plain stored kinds a chart installs (no controller runs them: a Job's status is whoever writes it)
     ResourceType(

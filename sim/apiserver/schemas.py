@@ -32,6 +32,7 @@ MODELS = {
     ("policy", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("events.k8s.io", "Event"): "EventsV1Event",
     ("apps", "Deployment"): "V1Deployment",
+    ("apps", "ReplicaSet"): "V1ReplicaSet",
     ("apps", "DaemonSet"): "V1DaemonSet",
     ("batch", "Job"): "V1Job",
     ("rbac.authorization.k8s.io", "ClusterRole"): "V1ClusterRole",
