@@ -10,16 +10,7 @@ from kubernetes import client
 
 from dynmig.lab.controllers import ControllerManager
 from sim.apiserver import ApiServer
-
-
-def _wait(condition, what: str, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+from waiting_testkit import wait_for
 
 
 @pytest.fixture
@@ -63,7 +54,7 @@ def test_a_daemonset_gets_one_pod_per_matching_node_and_a_new_name_after_a_delet
             },
         },
     )
-    first = _wait(lambda: (p := _pods(core)) and len(p) == 2 and p, "two daemon pods")
+    first = wait_for(lambda: (p := _pods(core)) and len(p) == 2 and p, "two daemon pods")
     assert sorted(first.values()) == ["gpu-1", "gpu-2"]
     assert all(name.startswith("plugin-") for name in first)
     old = next(n for n, node in first.items() if node == "gpu-1")
@@ -71,11 +62,11 @@ def test_a_daemonset_gets_one_pod_per_matching_node_and_a_new_name_after_a_delet
     time.sleep(0.5)
     assert "gpu-1" not in _pods(core).values(), "a second pod while the first is still terminating"
     core.delete_namespaced_pod(old, "default", grace_period_seconds=0)
-    new = _wait(
+    new = wait_for(
         lambda: next((n for n, node in _pods(core).items() if node == "gpu-1"), None), "a replacement"
     )
     assert new != old
-    status = _wait(
+    status = wait_for(
         lambda: (
             (ds := apps.read_namespaced_daemon_set("plugin", "default").status)
             and ds.current_number_scheduled == 2
@@ -99,12 +90,12 @@ def test_a_deployment_keeps_its_replicas_and_its_pods_go_with_it(cluster):
             },
         },
     )
-    pods = _wait(lambda: (p := _pods(core)) and len(p) == 3 and p, "three replicas")
+    pods = wait_for(lambda: (p := _pods(core)) and len(p) == 3 and p, "three replicas")
     victim = next(iter(pods))
     core.delete_namespaced_pod(victim, "default", grace_period_seconds=0)
-    _wait(lambda: (p := _pods(core)) and len(p) == 3 and victim not in p, "a replacement replica")
+    wait_for(lambda: (p := _pods(core)) and len(p) == 3 and victim not in p, "a replacement replica")
     apps.delete_namespaced_deployment("web", "default")
-    _wait(lambda: not _pods(core), "the garbage collector to delete the Deployment's pods")
+    wait_for(lambda: not _pods(core), "the garbage collector to delete the Deployment's pods")
 
 
 def test_a_deployment_the_lab_cannot_run_is_named_and_the_others_are_still_reconciled(cluster):
@@ -131,7 +122,7 @@ def test_a_deployment_the_lab_cannot_run_is_named_and_the_others_are_still_recon
             },
         },
     )
-    _wait(lambda: any(n.startswith("small-") for n in _pods(core)), "small's replica")
+    wait_for(lambda: any(n.startswith("small-") for n in _pods(core)), "small's replica")
     assert not any(n.startswith("huge-") for n in _pods(core))
     assert any(
         "Deployment default/huge: not reconciled: ValueError: spec.replicas 100000" in line for line in lines
