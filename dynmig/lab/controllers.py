@@ -34,8 +34,9 @@ from typing import Any
 from kubernetes import client
 
 from dynmig.lab import replicasets, rollout
-from dynmig.lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController, rfc3339
+from dynmig.lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController
 from dynmig.lab.replicasets import TERMINAL, controller_of
+from sim import recorder
 
 log = logging.getLogger("dynmig.lab.controllers")
 # kinds whose pods the garbage collector deletes once they are gone ("Deployment": pods a lab
@@ -426,37 +427,17 @@ class ControllerManager:
     def _event(self, owner: dict[str, Any], kind: str, reason: str, message: str) -> None:
         """An event on a Deployment or ReplicaSet (`owner` as listed: with its kind), as its
         controller's event recorder writes it."""
-        meta = owner["metadata"]
         owner_kind = str(owner.get("kind") or "ReplicaSet")
-        component = f"{owner_kind.lower()}-controller"
-        stamp = rfc3339(time.time())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "kind": owner_kind,
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "apiVersion": "apps/v1",
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": component},
-            "reportingComponent": component,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(
-                meta["namespace"], body, _preload_content=False, _request_timeout=5
-            )
-        except Exception as error:  # noqa: BLE001 - events are best effort, as the event recorder's
-            log.debug("event %s of %s %s not written: %s", reason, owner_kind, meta["name"], error)
+        recorder.record(
+            self.core,
+            owner,
+            api_version="apps/v1",
+            kind=owner_kind,
+            type_=kind,
+            reason=reason,
+            message=message,
+            component=f"{owner_kind.lower()}-controller",
+        )
 
     def _write_status(self, owner: dict[str, Any], kind: str, status: dict[str, Any]) -> None:
         meta = owner["metadata"]

@@ -46,6 +46,8 @@ from typing import Any
 
 from kubernetes import client
 
+from sim import recorder
+
 log = logging.getLogger("dynmig.lab.jobs")
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 JOB_CONTROLLER = "kubernetes.io/job-controller"
@@ -432,34 +434,16 @@ class JobController:
         job["status"] = status
 
     def event(self, job: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        meta = job["metadata"]
-        stamp = rfc3339(time.time())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "kind": "Job",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "apiVersion": "batch/v1",
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": "job-controller"},
-            "reportingComponent": "job-controller",
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(
-                meta["namespace"], body, _preload_content=False, _request_timeout=5
-            )
-        except Exception as error:  # noqa: BLE001 - events are best effort, as the event recorder's
-            log.debug("event %s of job %s not written: %s", reason, meta["name"], error)
+        recorder.record(
+            self.core,
+            job,
+            api_version="batch/v1",
+            kind="Job",
+            type_=kind,
+            reason=reason,
+            message=message,
+            component="job-controller",
+        )
 
 
 class Pass:

@@ -41,6 +41,7 @@ from typing import Any
 
 from kubernetes import client
 
+from sim import recorder
 from sim.kubelet.runtime import Containers, SimulatedWorkload, container_exit_code, describe_exit, mig_uuids
 
 log = logging.getLogger("sim.kubelet.pods")
@@ -553,35 +554,17 @@ class SimulatedPods:
         return True
 
     def _event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        now = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "apiVersion": "v1",
-            },
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": "kubelet", "host": self.node},
-            "reportingComponent": "kubelet",
-            "reportingInstance": self.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(
-                meta["namespace"], body, _preload_content=False, _request_timeout=5
-            )
-        except Exception as error:  # noqa: BLE001 - events are best effort, as kubelet's recorder
-            log.debug("kubelet %s: event %s not written: %s", self.node, reason, error)
+        recorder.record(
+            self.core,
+            pod,
+            api_version="v1",
+            kind="Pod",
+            type_=type_,
+            reason=reason,
+            message=message,
+            component="kubelet",
+            host=self.node,
+        )
 
 
 def _containers(pod: dict[str, Any]) -> list[tuple[str, str]]:
