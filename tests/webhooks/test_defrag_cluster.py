@@ -155,10 +155,12 @@ def test_when_budgets_block_every_set_nothing_is_evicted_and_the_pod_is_told(api
 def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_nothing_is_evicted(
     apiserver, cluster, plugin
 ):
-    fill_one_a100(apiserver)
-    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))  # full, with a pod that did not opt in
+    # n2 is full with a pod that did not opt in, made first: it is never younger than 'loose', so the
+    # cheapest set (the youngest pod, ties by node) is 'loose' whether or not a second passes between
+    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
     admin(apiserver).create_namespaced_pod("team", gpu_pod("whole", 40000))
     running(apiserver, "whole")
+    fill_one_a100(apiserver)
     defrag = cluster.service.defrag
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
     assert eventually(lambda: events(apiserver, "FilteringFailed"))
