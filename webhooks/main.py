@@ -14,6 +14,7 @@ from typing import Any
 
 from certs.reload import TLSReloader
 from dynmig import logs
+from dynmig.heap import HeapKeeper
 from dynmig.version import version
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from mig.allowlist import PolicyError
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     service = Service(cfg, device_config=device_config)
     service.use_certificates()
     service.start(wait=None)
+    heap = HeapKeeper(lambda: service.cache.synced).start()  # once the caches hold the fleet
     listeners = Listeners(
         service.app,
         service.metrics_app,
@@ -244,5 +246,6 @@ def main(argv: list[str] | None = None) -> int:
         listeners.run()
     finally:
         exit_if_stop_hangs(STOP_DEADLINE)
+        heap.stop()
         service.stop()
     return 0
