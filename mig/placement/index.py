@@ -168,16 +168,19 @@ class PlacementIndex:
 
     # ---- maintenance -------------------------------------------------------------------------
     def upsert(self, state: GpuState) -> None:
-        """Add or replace a GPU (its published profiles, health and reserved placements)."""
-        self.remove(state.uuid)
+        """Add or replace a GPU (its published profiles, health and reserved placements). A GPU that
+        stays on its node is replaced in one change of that node (the filter's reservations do this)."""
+        old = self._gpus.get(state.uuid)
+        if old is not None and old.node != state.node:
+            self.remove(state.uuid)
         pset = profile_set(state.profiles) if state.profiles else None
         g = _Gpu(state, pset)
 
-        def add() -> None:
+        def put() -> None:
             self._gpus[g.uuid] = g
             self._nodes.setdefault(g.node, {})[g.uuid] = g
 
-        self._change(g.node, add)
+        self._change(g.node, put)
 
     def remove(self, uuid: str) -> None:
         g = self._gpus.get(uuid)
