@@ -54,13 +54,15 @@ grown set kept).
 
 Re-laid GPUs, when still no set found loses nobody (chains give a home only to a one-device pod, and
 a multi-device pod's capped search never reaches them): every candidate on one GPU, or on two, is
-removed and the set tried on the whole fleet, regions ranked by `mig.defrag_relay` (most waste first:
-free slices, and instances on a model where they take a larger share than on another; a pair only
-when moving an instance between its GPUs could gain room), skipped when even a perfect packing could
-not hold the pod (room the region could gain plus usable free room elsewhere). Pods in no one's way
-or placed nowhere keep their place and the rest is tried again; the set that works is made smaller
-(its core: the pods in the pod's way and those that change GPU; then each pod kept in place while the
-rest works). Bounded: `MAX_RELAY_TRIALS` trials (+ `MAX_RELAY_SHRINK`); a set found so is not proven
+removed and the set tried on the whole fleet, regions ranked by `mig.defrag_relay` (most waste
+first: free slices, and instances on a model where they take a larger share than on another; a pair
+only when moving an instance between its GPUs could gain room), skipped when even a perfect packing
+could not hold the pod (room the region could gain plus usable free room elsewhere). Pods in no
+one's way or placed nowhere keep their place and the rest is tried again; a set that works is made
+smaller (first the pods the pod needed moved: those in its way, those in the way of where a needed
+pod went, and so on; then its core: the pods in the pod's way and those that change GPU; then each
+pod kept in place while the rest works: a smaller set spends fewer of the controller's eviction
+tokens). Bounded: `MAX_RELAY_TRIALS` trials (+ `MAX_RELAY_SHRINK`); a set found so is not proven
 cheapest.
 """
 
@@ -515,6 +517,23 @@ def _core(trial: Trial) -> set[str]:
     }
 
 
+def _needed(trial: Trial) -> set[str]:
+    """The victims a working trial needed: those in the pod's way, then those in the way of where a
+    needed one's replacement went, and so on (the others only took room that pods not needed freed)."""
+    by_name = {m.victim.name: m for m in trial.moves}
+    todo = [m.victim.name for m in trial.moves if _in_the_way(trial.plan, (m.victim,))]
+    needed = set(todo)
+    while todo:
+        plan = by_name[todo.pop()].plan
+        if plan is None:
+            continue
+        for m in trial.moves:
+            if m.victim.name not in needed and _in_the_way(plan, (m.victim,)):
+                needed.add(m.victim.name)
+                todo.append(m.victim.name)
+    return needed
+
+
 @dataclass(frozen=True)
 class Trial:
     """A set freed on the whole fleet: where the pod lands, each replacement's fate in placement
@@ -918,9 +937,9 @@ class _Search:
         (`mig.defrag_relay`): remove every candidate on one GPU, or on two (a PodDisruptionBudget's
         pods past what it allows stay), and try the set on the whole fleet. A pod in no one's way, or
         one the engine places nowhere, keeps its place and the rest is tried again (`RELAY_SETTLE`
-        trials a region). The first set that works is made smaller (each pod, costliest first, kept in
-        place while the rest still works) and kept when it beats the best. At most `MAX_RELAY_TRIALS`
-        (+ `MAX_RELAY_SHRINK`) trials; what it finds is not proven cheapest."""
+        trials a region). The first set that works is made smaller (`_smaller`) and kept when it beats
+        the best. At most `MAX_RELAY_TRIALS` (+ `MAX_RELAY_SHRINK`) trials; what it finds is not proven
+        cheapest."""
         if self.relay_done or (self.best is not None and self.best.cost[1] == 0):
             return
         self.relay_done = True
@@ -1051,10 +1070,19 @@ class _Search:
         return None
 
     def _smaller(self, victims: tuple[Holder, ...], trial: Trial) -> tuple[tuple[Holder, ...], Trial]:
-        """A working set made smaller: first its core (the pods in the pending pod's way and those
-        whose replacement goes to another GPU; the rest only changed places on their own GPU), then
-        each pod, costliest first, kept in place when the others still work without it."""
+        """A working set made smaller: first the pods it needed (`_needed`: pods that only took rooms
+        pods not needed freed, e.g. two that swapped GPUs, stay where they are), then its core (the
+        pods in the pending pod's way and those whose replacement goes to another GPU; the rest only
+        changed places on their own GPU), then each pod, costliest first, kept in place when the
+        others still work without it."""
         spent = 0
+        needed = _needed(trial)
+        if len(needed) < len(victims):
+            spent += 1
+            again = self._relay_trial(tuple(h for h in victims if h.name in needed))
+            if _works(again):
+                assert again is not None
+                victims, trial = tuple(h for h in victims if h.name in needed), again
         core = _core(trial)
         if len(core) < len(victims):
             spent += 1

@@ -9,8 +9,20 @@ from dataclasses import replace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mig.defrag import Holder, advice_text, advise, cost, eviction_order, within_budgets
+from mig.defrag import (
+    Holder,
+    Move,
+    Trial,
+    _core,
+    _needed,
+    advice_text,
+    advise,
+    cost,
+    eviction_order,
+    within_budgets,
+)
 from mig.placement import PlacementIndex, Plan
+from mig.placement.plan import DevicePlacement
 from mig.types import Placement
 from tests.mig.test_defrag import (
     NOW,
@@ -137,3 +149,33 @@ def test_with_two_device_pods_no_cheaper_set_exists_than_a_proven_advice_and_eve
         assert cheapest is not None and cost("", advice.victims, NOW, lost)[:5] >= cheapest
     if advice.exact:
         assert (cost("", advice.victims, NOW, len(advice.lost))[:5] if advice.found else None) == cheapest
+
+
+# ---- a working re-lay made smaller: only the pods a chain of moves needs ------------------------
+
+
+def _on(uuid: str, start: int, node: str = "n0") -> Plan:
+    return Plan(node, (DevicePlacement(0, 0, node, uuid, "1g.5gb", Placement(start, 1), 4864, 1),))
+
+
+def test_a_working_re_lay_needs_the_pods_in_the_way_and_those_whose_room_a_needed_pod_took_only():
+    """a is in the pod's way and moves into b's room, b into free room; c and d only swapped GPUs
+    (each took the other's room), which the pod needed neither of: one at a time neither can stay
+    (the other would find its room held), so only dropping both at once makes the set smaller."""
+    a, b, c, d = (
+        Holder(f"default/{n}", "n0", ((u, Placement(s, 1)),), request=ONE_G)
+        for n, u, s in (("a", "G0", 0), ("b", "G1", 2), ("c", "G3", 0), ("d", "G4", 0))
+    )
+    trial = Trial(
+        _on("G0", 0),
+        (
+            Move(a, _on("G1", 2)),
+            Move(b, _on("G2", 5)),
+            Move(c, _on("G4", 0)),
+            Move(d, _on("G3", 0)),
+        ),
+        True,
+        {},
+    )
+    assert _needed(trial) == {"default/a", "default/b"}
+    assert _core(trial) == {"default/a", "default/b", "default/c", "default/d"}  # all change GPU
