@@ -742,9 +742,10 @@ class _Search:
         those whose new pods would fit in what the set leaves free (the room left beside the pending
         pod and the other replacements, or anywhere now); at most `max_chain_trials` trials. What
         that leaves unexplored is remembered (`cut`), so the advice says when a cheaper set may have
-        been missed. Only when the best set so far loses a pod (a chain adds pods, so it never beats
-        a set that loses none)."""
-        if not self.seeds or (self.best is not None and self.best.cost[1] == 0):
+        been missed. Also when the best set so far loses no pod: a chain adds pods, but one as large
+        as that set may still be cheaper by its priorities or its pods' age; the best's cost bounds
+        the search (no set grows past the best's count)."""
+        if not self.seeds:
             return
         # (order key, tick, bound, node, set, its lost pods or None: not tried yet, depth). The key
         # is the bound's highest priority and count, then how many new pods would not fit in what the

@@ -109,3 +109,20 @@ def test_no_cheaper_set_than_the_chain_exists_by_brute_force():
         assert cost("", advice.victims, NOW, len(advice.lost))[:5] == cheapest
         assert _simulate(shape, holders, advice.victims, WHOLE) == len(advice.lost)
         assert names(advice) == ["job-a", "job-b", "n2-svc"]  # the youngest pod that makes the room
+
+
+def test_a_chain_as_large_as_a_set_that_loses_nobody_wins_when_its_pods_are_younger():
+    """One node, two A100s. GPU 0: a young 3g job. GPU 1: a young 1g service at 0:1 and an older
+    2g service at 4:2. Emptying GPU 1 (both services, one of them older) loses nobody, and so does
+    the chain that frees GPU 0: the job moves to GPU 1's 0:4 once the young service moves to 6:1.
+    Both sets are two pods; the chain's are younger, so it is the cheaper one."""
+    holders = [
+        holder("job", "n0", 0, 0, 4, started=NOW - 1, request=THREE_G),
+        holder("young-svc", "n0", 1, 0, 1, started=NOW - 1, request=ONE_G),
+        holder("old-svc", "n0", 1, 4, 2, started=NOW - 50, request=pod(9000)),
+    ]
+    shape = {("n0", 0): A100, ("n0", 1): A100}
+    advice = advise(WHOLE, fleet_of(holders, shape), holders, now=NOW)
+    assert names(advice) == ["job", "young-svc"] and not advice.lost and advice.exact
+    assert cost("", advice.victims, NOW, 0)[:5] == _cheapest(shape, holders, WHOLE, require_homes=False)
+    assert placed_after(advice, WHOLE, fleet_of(holders, shape), holders) is not None
