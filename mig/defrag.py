@@ -585,6 +585,7 @@ def advise(
     require_homes: bool = False,
     max_moves: int = MAX_MOVES,
     homes: Homes | None = None,
+    max_relay_trials: int = MAX_RELAY_TRIALS,
 ) -> Advice:
     """The cheapest legal set of `holders` whose removal lets the engine place `pod` (see module doc).
 
@@ -593,6 +594,7 @@ def advise(
     `require_homes`: only sets whose every removed pod is placed again (moves, none lost).
     Replacements are placed on all of `gpus` (any node), whatever `nodes` allows for the pod.
     `homes`: a `Homes` over these same `gpus`, shared between advice over one fleet (else built here).
+    `max_relay_trials`: whole-fleet trials of re-laid GPUs; a search they run out in is not exact.
     """
     budgets = budgets or {}
     if not pod.devices():
@@ -604,7 +606,18 @@ def advise(
     homes.placed = 0
     everywhere = fleet if nodes is None else _nodes(gpus, holders, None)
     allowed = None if nodes is None else [n.name for n in fleet]
-    search = _Search(pod, fleet, budgets, now, homes, require_homes, max_moves, everywhere, allowed)
+    search = _Search(
+        pod,
+        fleet,
+        budgets,
+        now,
+        homes,
+        require_homes,
+        max_moves,
+        everywhere,
+        allowed,
+        max_relay_trials=max_relay_trials,
+    )
     return search.one_device() if pod.device_count == 1 else search.many_devices(max_checks)
 
 
@@ -633,6 +646,7 @@ class _Search:
         everywhere: list[_Node] | None = None,
         allowed: Collection[str] | None = None,
         max_chain_trials: int = MAX_CHAIN_TRIALS,
+        max_relay_trials: int = MAX_RELAY_TRIALS,
     ):
         self.pod, self.fleet, self.budgets, self.now = pod, fleet, budgets, now
         self.homes, self.require_homes, self.max_moves = homes, require_homes, max_moves
@@ -656,6 +670,8 @@ class _Search:
         self.relay_tried: set[frozenset[str]] = set()  # sets a re-lay tried (regions overlap)
         self.relay_done = False
         self.relayed = False  # the best set is a re-laid region's: not proven cheapest
+        self.max_relay_trials = max_relay_trials
+        self.relay_cut = False  # the re-lay's trials ran out before its regions did: a set may be missed
 
     def _past(self, quick: tuple[int, int, int]) -> bool:
         """Sets from here on (taken in order of `_quick`) cannot beat the best: a more important pod,
@@ -713,7 +729,7 @@ class _Search:
             self.beam()
         self.relay()
         chain_cut = self.cut is not None and (self.best is None or self.cut < self.best.cost)
-        exact = exact and not chain_cut and not self.relayed
+        exact = exact and not chain_cut and not self.relayed and not self.relay_cut
         if self.best is None:
             return _none(self.blocked, checks, not exact or self.capped, self.homeless)
         best = self.best
@@ -964,7 +980,8 @@ class _Search:
             return _usable_placements(request, g, request.devices()[0][2], memo.setdefault(request, {}))
 
         for region in regions(gpus, waste, held, usable):
-            if self.relay_trials >= MAX_RELAY_TRIALS:
+            if self.relay_trials >= self.max_relay_trials:
+                self.relay_cut = True
                 return
             # Room the region could gain (its waste) plus what is free and usable elsewhere must hold
             # the pod: each pod takes at least its least share wherever it goes (a bound for every
@@ -1058,7 +1075,12 @@ class _Search:
     def _settle(self, victims: tuple[Holder, ...]) -> tuple[tuple[Holder, ...], Trial] | None:
         """The region's set, pods in no one's way or placed nowhere dropped until it works (or None)."""
         for _ in range(RELAY_SETTLE):
-            if not victims or self.relay_trials >= MAX_RELAY_TRIALS or not self._fresh(victims):
+            if not victims:
+                return None
+            if self.relay_trials >= self.max_relay_trials:
+                self.relay_cut = True
+                return None
+            if not self._fresh(victims):
                 return None
             trial = self._relay_trial(victims)
             if trial is None:

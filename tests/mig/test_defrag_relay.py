@@ -109,6 +109,15 @@ def test_a_2g_pod_that_may_not_go_leaves_no_re_laid_set():
     assert not advise(THREE_G, fleet_of(kept, shape), kept, now=NOW, require_homes=True).found
 
 
+def test_a_search_whose_re_lay_ran_out_of_trials_says_so_instead_of_that_no_set_exists():
+    holders, shape = relay_world()
+    fleet = fleet_of(holders, shape)
+    advice = advise(THREE_G, fleet, holders, now=NOW, require_homes=True, max_relay_trials=0)
+    assert not advice.found and not advice.exact  # the set of x and y exists (the test above)
+    assert "search limit" in advice.why_none, advice.why_none
+    assert advise(THREE_G, fleet, holders, now=NOW, require_homes=True).found  # with its trials it does
+
+
 # ---- brute force on small fleets with two-device pods (which chains never move) -----------------
 
 
