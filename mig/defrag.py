@@ -1099,20 +1099,15 @@ class _Search:
         changed places on their own GPU), then each pod, costliest first, kept in place when the
         others still work without it."""
         spent = 0
-        needed = _needed(trial)
-        if len(needed) < len(victims):
-            spent += 1
-            again = self._relay_trial(tuple(h for h in victims if h.name in needed))
-            if _works(again):
-                assert again is not None
-                victims, trial = tuple(h for h in victims if h.name in needed), again
-        core = _core(trial)
-        if len(core) < len(victims):
-            spent += 1
-            again = self._relay_trial(tuple(h for h in victims if h.name in core))
-            if _works(again):
-                assert again is not None
-                victims, trial = tuple(h for h in victims if h.name in core), again
+        for keep in (_needed, _core):  # each read from the trial that works so far
+            kept = keep(trial)
+            if len(kept) < len(victims):
+                spent += 1
+                fewer = tuple(h for h in victims if h.name in kept)
+                again = self._relay_trial(fewer)
+                if _works(again):
+                    assert again is not None
+                    victims, trial = fewer, again
         for h in sorted(victims, key=lambda h: cost("", (h,), self.now), reverse=True):
             if spent >= MAX_RELAY_SHRINK or len(victims) == 1:
                 break
