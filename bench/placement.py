@@ -541,7 +541,38 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
+FLAGS = ("--quick", "--evict-only", "--advise-cost")  # flags on their own
+OPTIONS = ("--workload", "--load", "--seeds", "--ranking")  # flags followed by a value
+
+
+def usage_problem(argv: list[str]) -> str:
+    """What is wrong with the command line ("" when nothing): an unknown flag or an option without
+    its value (the full run takes about 15 minutes, so a typo must not start it)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in OPTIONS:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                return f"{arg} needs a value"
+            i += 2
+            continue
+        if arg not in FLAGS:
+            return f"unknown argument {arg!r}"
+        i += 1
+    return ""
+
+
 def main(argv: list[str]) -> int:
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
+    problem = usage_problem(argv)
+    if problem:
+        print(
+            f"placement.py: {problem}; flags: {' '.join(FLAGS)}; options: {' '.join(OPTIONS)} (--help)",
+            file=sys.stderr,
+        )
+        return 2
     if "--advise-cost" in argv:
         return advise_cost.main()
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
