@@ -955,8 +955,9 @@ class _Search:
         pods past what it allows stay), and try the set on the whole fleet. A pod in no one's way, or
         one the engine places nowhere, keeps its place and the rest is tried again (`RELAY_SETTLE`
         trials a region). The first set that works is made smaller (`_smaller`) and kept when it beats
-        the best. At most `MAX_RELAY_TRIALS` (+ `MAX_RELAY_SHRINK`) trials; what it finds is not proven
-        cheapest."""
+        the best. At most `max_relay_trials` (`MAX_RELAY_TRIALS` unless the caller says) plus
+        `MAX_RELAY_SHRINK` trials; what it finds is not proven cheapest, and a search its trials ran
+        out in is not exact (`relay_cut`)."""
         if self.relay_done or (self.best is not None and self.best.cost[1] == 0):
             return
         self.relay_done = True
