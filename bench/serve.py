@@ -470,6 +470,15 @@ def cpu_per_pod(before: dict[str, float | None], pids: dict[str, int], pods: int
     return out
 
 
+def _filter_time(scheduler) -> float:
+    """Seconds the simulated kube-scheduler has spent in its extenders' filter calls."""
+    return sum(ext.filter_seconds for ext in scheduler.extenders)
+
+
+def _per_attempt(seconds: float, attempts: int) -> float:
+    return ms(seconds / max(attempts, 1))
+
+
 def bench_end_to_end(
     apiserver,
     serve_url: str,
@@ -488,7 +497,9 @@ def bench_end_to_end(
     told to begin and stops at the scheduler's last successful binding. Over the same window, the CPU
     each process spent per bound pod (`cpu_ms_per_pod`: the API server, the extender when its pid is
     given, this process with the simulated kube-scheduler, the pod creator, any `other_pids`): on two shared cores the
-    sum bounds pods/s as much as any latency.
+    sum bounds pods/s as much as any latency. And per scheduling attempt, the mean wall time of the
+    scheduling cycle (`cycle_ms_mean`; cycles run one at a time, so pods/s is at most 1,000 / it) and
+    of the extender's filter call within it (`filter_round_trip_ms_mean`).
     """
     from sim.scheduler import Scheduler, parse
 
@@ -524,6 +535,7 @@ def bench_end_to_end(
         if not wait_scheduled(scheduler, warmup, 60):
             raise RuntimeError(f"warm-up: only {scheduler.stats.scheduled}/{warmup} pods bound")
         before = (scheduler.stats.attempts, scheduler.stats.unschedulable, scheduler.stats.errors)
+        cycle_before, filter_before = scheduler.stats.cycle_seconds, _filter_time(scheduler)
         pids = {"apiserver": apiserver.process.pid, "scheduler": os.getpid(), "creator": measured.pid}
         if extender_pid is not None:
             pids["extender"] = extender_pid
@@ -537,6 +549,9 @@ def bench_end_to_end(
         bound = stats.scheduled - warmup
         elapsed = (stats.last_scheduled_at if bound >= pods else time.monotonic()) - started
         cpu = cpu_per_pod(cpu_before, pids, bound)
+        attempts = stats.attempts - before[0]
+        cycle = _per_attempt(stats.cycle_seconds - cycle_before, attempts)
+        filter_round_trip = _per_attempt(_filter_time(scheduler) - filter_before, attempts)
         measured.wait(30)
     finally:
         scheduler.stop()
@@ -549,7 +564,9 @@ def bench_end_to_end(
         "bound": bound,
         "seconds": round(elapsed, 2),
         "pods_per_second": round(bound / elapsed, 1),
-        "attempts": stats.attempts - before[0],
+        "attempts": attempts,
+        "cycle_ms_mean": cycle,
+        "filter_round_trip_ms_mean": filter_round_trip,
         "unschedulable_attempts": stats.unschedulable - before[1],
         "errors": stats.errors - before[2],
         "cpu_ms_per_pod": cpu,

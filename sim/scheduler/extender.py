@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class Extender:
                 kwargs["server_hostname"] = cfg.tls.server_name
         self._http = urllib3.PoolManager(**kwargs)
         self.filter_calls = 0
+        self.filter_seconds = 0.0  # wall time of the filter calls, encoding the args to decoding the reply
         self.bind_calls = 0
 
     def interested(self, pod: dict[str, Any]) -> bool:
@@ -113,7 +115,11 @@ class Extender:
         else:
             args = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
         self.filter_calls += 1
-        result = self._post(self.cfg.filter_verb, args)
+        started = time.perf_counter()
+        try:
+            result = self._post(self.cfg.filter_verb, args)
+        finally:
+            self.filter_seconds += time.perf_counter() - started
         if result.get("error"):
             raise ExtenderError(str(result["error"]))
         known = set(names)

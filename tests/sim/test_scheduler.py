@@ -6,6 +6,7 @@ kubectl 1.35 as a cluster shows them."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -428,3 +429,21 @@ def test_a_note_over_the_api_limit_is_cut_to_1024_bytes_as_kube_scheduler_does(a
     finally:
         recorder.stop()
     assert len(event["note"].encode()) <= 1024 and event["note"].endswith(" ...")
+
+
+def test_the_scheduler_counts_the_wall_time_of_its_cycles_and_of_the_extender_filter_calls_in_them(
+    cluster, run_scheduler, extenders
+):
+    def slow_keep_all(args: dict) -> dict:
+        time.sleep(0.2)
+        return {"NodeNames": args["NodeNames"], "Error": ""}
+
+    ext = extenders(slow_keep_all, binder(cluster))
+    sched = run_scheduler(config(f"http://127.0.0.1:{ext.port}"))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    wait_for(lambda: sched.stats.scheduled == 1)
+    (extender,) = sched.extenders
+    assert sched.stats.attempts == extender.filter_calls == 1
+    # the filter call took the extender's 0.2 s at least, and it is part of the cycle
+    assert 0.2 <= extender.filter_seconds <= sched.stats.cycle_seconds
