@@ -16,6 +16,7 @@ GPU). The first node that takes the whole pod wins.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -103,10 +104,12 @@ class _Candidate:
     choice: Choice
 
 
-_Bucket = list[tuple[_Candidate, dict[str, _Gpu]]]  # (candidate, GPUs) of the groups sharing a key
+# GPUs of one (group, node fill) bucket, sorted by `_Gpu.sort_key`: the first usable one is the best
+_Members = list[_Gpu]
+_Bucket = list[tuple[_Candidate, _Members]]  # (candidate, GPUs) of the groups sharing a key
 _Memo = dict[tuple[object, ...], tuple[tuple[object, ...], _Candidate] | None]
 # (candidate, node fill -> GPUs, node fill -> bucket key) of one group, for `_best_first`
-_Group = tuple[_Candidate, dict[float, dict[str, _Gpu]], Callable[[float], tuple[object, ...]]]
+_Group = tuple[_Candidate, dict[float, _Members], Callable[[float], tuple[object, ...]]]
 
 
 def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
@@ -120,6 +123,14 @@ def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _
 
 def _has_filters(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
+
+
+def _gpu_order(pair: tuple[_Gpu, object]) -> tuple[int, str, str]:
+    return pair[0].sort_key
+
+
+def _walk(cand: _Candidate, members: _Members) -> Iterator[tuple[_Gpu, _Candidate]]:
+    return ((g, cand) for g in members)
 
 
 def _best_first(
@@ -152,8 +163,8 @@ class PlacementIndex:
 
     def __init__(self, gpus: Iterable[GpuState] = ()):
         self._gpus: dict[str, _Gpu] = {}
-        # group key -> node fill -> uuid -> GPU
-        self._groups: dict[tuple[int, int, str, int], dict[float, dict[str, _Gpu]]] = {}
+        # group key -> node fill -> GPUs in sort_key order
+        self._groups: dict[tuple[int, int, str, int], dict[float, _Members]] = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
         self._fill: dict[str, float] = {}
         # node -> immutable snapshot of its GPUs (for refusals)
@@ -162,7 +173,7 @@ class PlacementIndex:
         self._types: dict[str, list[int]] = {}
         # blocked nodes: their GPUs count as any (fill, types, snapshots) but are bucketed in `_parked`
         self._blocked: set[str] = set()
-        self._parked: dict[tuple[int, int, str, int], dict[float, dict[str, _Gpu]]] = {}
+        self._parked: dict[tuple[int, int, str, int], dict[float, _Members]] = {}
         for g in gpus:
             self.upsert(g)
 
@@ -252,7 +263,7 @@ class PlacementIndex:
         groups = self._parked if node in self._blocked else self._groups
         for g in live:
             self._count_type(g, 1)
-            groups.setdefault(g.group(), {}).setdefault(self._fill[node], {})[g.uuid] = g
+            bisect.insort(groups.setdefault(g.group(), {}).setdefault(self._fill[node], []), g, key=_SORT_KEY)
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
@@ -262,7 +273,7 @@ class PlacementIndex:
         key, fill = g.group(), self._fill[g.node]
         buckets = groups[key]
         members = buckets[fill]
-        del members[g.uuid]
+        del members[bisect.bisect_left(members, g.sort_key, key=_SORT_KEY)]
         if not members:
             del buckets[fill]
             if not buckets:
@@ -360,7 +371,7 @@ class PlacementIndex:
                     ok = type_ok[gtype] = pod.type_exclusion(gtype) is None
                 if not ok:
                     continue
-            first = next(iter(next(iter(by_fill.values())).values()))
+            first = next(iter(by_fill.values()))[0]
             pset = first.profile_set
             cand = _best_on(pset, mask, memory_on(lead[2], total), pod)
             if cand is None:
@@ -385,54 +396,20 @@ class PlacementIndex:
         def usable(g: _Gpu) -> bool:
             return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
 
-        # kube-scheduler sends a sample of the nodes (and the filter leaves out nodes locked by binds
-        # in progress), so a bucket's first GPU is then often not usable: with a sample, a membership
-        # test per GPU comes before any ranking; with (nearly) every node, the first GPU is found first.
-        # (skipped blocked nodes are not ranked; the count of the others is a guess if some are unknown)
-        ranked = len(self._nodes) - (len(self._blocked) if skip_blocked else 0)
-        sample = allowed is not None and len(allowed) * 10 < ranked * 9
+        # Each bucket is kept in GPU order, so its usable GPUs come in rank order by walking it and
+        # skipping the others; the walk stops where the caller does (most decisions take the first).
+        # kube-scheduler sends a sample of the nodes and binds in progress lock some, so the first
+        # GPU of a bucket is often not usable: the walk costs the GPUs skipped, not the bucket.
         for entries in _best_first(heads, groups):
-            found: list[tuple[tuple[int, str, str], _Candidate]] | None = None
-            if not sample:
-                # Most decisions take the bucket's first GPU: find it without sorting the bucket.
-                head, head_cand = min(
-                    ((min(members.values(), key=_SORT_KEY), cand) for cand, members in entries),
-                    key=lambda pair: pair[0].sort_key,
-                )
-                if usable(head):
-                    yield head, head_cand
-                    found = [
-                        (g.sort_key, cand)
-                        for cand, members in entries
-                        for g in members.values()
-                        if g is not head and usable(g)
-                    ]
-            if found is None:  # only usable GPUs are ranked
-                # the best usable GPU first, without building the (often large) list of the others
-                # unless the caller asks for more than one
-                best: tuple[_Gpu, _Candidate] | None = None
-                for cand, members in entries:
-                    pool = (
-                        [g for g in members.values() if g.node in allowed]
-                        if allowed is not None and not filtered
-                        else [g for g in members.values() if usable(g)]
-                    )
-                    if pool:
-                        first = min(pool, key=_SORT_KEY)
-                        if best is None or first.sort_key < best[0].sort_key:
-                            best = (first, cand)
-                if best is None:
-                    continue
-                yield best
-                found = [
-                    (g.sort_key, cand)
-                    for cand, members in entries
-                    for g in members.values()
-                    if g is not best[0] and usable(g)
-                ]
-            found.sort(key=_FIRST)
-            for sort_key, cand in found:
-                yield self._gpus[sort_key[2]], cand
+            if len(entries) == 1:
+                cand, members = entries[0]
+                for g in members:
+                    if usable(g):
+                        yield g, cand
+                continue
+            for g, cand in heapq.merge(*(_walk(c, m) for c, m in entries), key=_gpu_order):
+                if usable(g):
+                    yield g, cand
 
     def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:
         prof = g.profile_set.profiles[cand.profile]
