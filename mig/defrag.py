@@ -49,8 +49,9 @@ none lost (likelier sets first among sets of one count: new pods that fit in wha
 free), each tried on the whole fleet, then a small beam from the cheapest stranding sets. Bounded:
 `MAX_CHAIN_TRIALS` trials per phase, `MAX_CHAIN_STEPS` sets grown, `CHAIN_WINDOW` rooms read and
 `CHAIN_BRANCH` sets kept per step; whatever a bound leaves unexplored is a cut, and an advice whose
-cost a cut could beat says it is not proven cheapest. Exact on small fleets (every room read, every
-grown set kept).
+cost a cut could beat says it is not proven cheapest. A set that strands a multi-device pod is such a
+cut too: no chain gives that pod a home, so the sets one pod larger that might are not searched.
+Exact on small fleets (every room read, every grown set kept) with no multi-device pod stranded.
 
 Re-laid GPUs, when still no set found loses nobody (chains give a home only to a one-device pod, and
 a multi-device pod's capped search never reaches them): every candidate on one GPU, or on two, is
@@ -870,11 +871,15 @@ class _Search:
     ) -> list[tuple[Cost, int, tuple[Holder, ...]]]:
         """The sets one step longer: the first stranded one-device pod given a home by freeing the
         pods in its way at one of its placements (see `chains` for which are kept)."""
+        base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
+        if any(h.request is not None and h.request.device_count > 1 for h in lost):
+            # only a one-device pod is given a home by a chain: the sets that would give this one a
+            # home (each one pod larger at least) are not searched here, so a proof stops below them
+            self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))
         stuck = next((h for h in lost if h.request is not None and h.request.device_count == 1), None)
         if stuck is None or stuck.request is None:
-            return []  # only a one-device pod is given a home by a chain
+            return []
         names = {h.name for h in victims}
-        base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
         children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
         rooms = self.rooms(stuck.request)
         for n, (quick, pods) in enumerate(rooms):

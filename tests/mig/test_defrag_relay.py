@@ -188,3 +188,25 @@ def test_a_working_re_lay_needs_the_pods_in_the_way_and_those_whose_room_a_neede
     )
     assert _needed(trial) == {"default/a", "default/b"}
     assert _core(trial) == {"default/a", "default/b", "default/c", "default/d"}  # all change GPU
+
+
+def test_an_advice_that_strands_a_two_device_pod_is_not_called_cheapest_when_a_larger_set_could_home_it():
+    """Found by the brute force below. Two whole GPUs on one node are asked for: removing x (two 1g
+    on n0) frees n0, and x is lost, since n1's shared GPU has one free slice. Removing z too (two 1g
+    pods' worth of a request, laid wide on that GPU) gives both room there: two pods, none lost, which
+    is cheaper. No chain gives a two-device pod a home, so the advice must not say it is cheapest."""
+    a100 = "A100-SXM4-40GB"
+    shape = {("n0", 0): a100, ("n0", 1): a100, ("n1", 0): a100, ("n1", 1): a100}
+    holders = [
+        two_device("x", "n0", (0, 0, 1), (0, 1, 1)),
+        replace(two_device("n1-stays", "n1", (0, 0, 4), (0, 4, 4)), candidate=False),
+        two_device("z", "n1", (1, 2, 2), (1, 4, 4)),
+        holder("n1-stays-2", "n1", 1, 0, 1, candidate=False, request=ONE_G),
+    ]
+    two_whole = pod(None, count=2)
+    advice = advise(two_whole, fleet_of(holders, shape), holders, now=NOW)
+    assert names(advice) == ["x"] and [h.name for h in advice.lost] == ["default/x"]
+    cheapest = _brute_force(shape, holders, {}, two_whole)
+    assert cheapest is not None and cheapest[1:3] == (0, 2)  # none lost, two pods: cheaper
+    assert cheapest < cost("", advice.victims, NOW, len(advice.lost))[:5]
+    assert not advice.exact and "not proven cheapest" in advice_text(advice)
