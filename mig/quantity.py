@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_TEXT = 256
 INT64_MAX = (1 << 63) - 1
@@ -123,6 +124,11 @@ def parse_quantity(text: str) -> Quantity:
         raise QuantityError("an empty string is not a quantity")
     if len(text) > MAX_TEXT:
         raise QuantityError(f"a quantity of {len(text)} characters is longer than {MAX_TEXT}")
+    return _parse(text)
+
+
+@lru_cache(maxsize=1024)  # the same few texts ("1", "8k") on every pod; bounded, so any input is
+def _parse(text: str) -> Quantity:  # safe; a Quantity is immutable, so sharing one is too
     positive, num, denom, suffix = _scan(text)
     base, exponent, fmt = _suffix(text, suffix)
     digits = (num + denom).lstrip("0")
