@@ -27,7 +27,7 @@ def decode_json(body: bytes, limit_bytes: int, max_depth: int = MAX_DEPTH) -> An
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
         raise BadBody(f"body is not UTF-8 (byte {error.start})") from None
-    if nesting_depth_exceeds(text, max_depth):
+    if nesting_depth_exceeds(body, max_depth):  # the bytes: no second encoding of the text
         raise BadBody(f"body nests deeper than {max_depth} levels (or its brackets do not balance)")
     try:
         return json.loads(text)
