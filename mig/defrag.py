@@ -869,34 +869,19 @@ class _Search:
         left: Mapping[str, int],
         seen: set[tuple[str, ...]],
     ) -> list[tuple[Cost, int, tuple[Holder, ...]]]:
-        """The sets one step longer: the first stranded one-device pod given a home by freeing the
-        pods in its way at one of its placements (see `chains` for which are kept)."""
+        """The sets one step longer: a stranded one-device pod (each of them: a set that homes the
+        second may be cheaper than every set that homes the first) given a home by freeing the pods
+        in its way at one of its placements (see `chains` for which are kept)."""
         base = (max(h.priority for h in victims), len(victims), sum(h.priority for h in victims))
         if any(h.request is not None and h.request.device_count > 1 for h in lost):
             # only a one-device pod is given a home by a chain: the sets that would give this one a
             # home (each one pod larger at least) are not searched here, so a proof stops below them
             self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))
-        stuck = next((h for h in lost if h.request is not None and h.request.device_count == 1), None)
-        if stuck is None or stuck.request is None:
-            return []
+        requests = {h.request for h in lost if h.request is not None and h.request.device_count == 1}
         names = {h.name for h in victims}
         children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
-        rooms = self.rooms(stuck.request)
-        for n, (quick, pods) in enumerate(rooms):
-            if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
-                self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))  # a bound every one meets
-                break
-            new = [h for h in pods if h.name not in names]
-            if not new:
-                continue
-            if len(new) < len(pods):
-                quick = _quick(new)
-            lead = (max(base[0], quick[0]), 0, base[1] + quick[1], base[2] + quick[2])
-            if self.best is not None and lead > self.best.cost[:4]:
-                if quick[0] > base[0] and n + 1 < len(rooms) and rooms[n + 1][0][0] >= quick[0]:
-                    break  # rooms are in order of priority: every one left is dearer too
-                continue  # dearer than the best on the leading terms, whatever its age
-            children.append((lead, new))
+        for request in sorted(requests, key=repr):  # the rooms of a request home each pod asking it
+            children += self._children(base, names, self.rooms(request))
         priced = []
         for _, new in children:
             grown = tuple(sorted((*victims, *new), key=lambda h: h.name))
@@ -918,6 +903,31 @@ class _Search:
             self._cut(min(ch[0] for ch in scored[CHAIN_BRANCH:]))
             scored = scored[:CHAIN_BRANCH]
         return [(c, unlikely, grown) for c, unlikely, _, grown in scored]
+
+    def _children(
+        self,
+        base: tuple[int, int, int],
+        names: set[str],
+        rooms: list[tuple[tuple[int, int, int], tuple[Holder, ...]]],
+    ) -> list[tuple[tuple[int, int, int, int], list[Holder]]]:
+        """(bound, new pods) of the rooms of one request, cheapest first, at most `CHAIN_WINDOW`."""
+        children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
+        for n, (quick, pods) in enumerate(rooms):
+            if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
+                self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))  # a bound every one meets
+                break
+            new = [h for h in pods if h.name not in names]
+            if not new:
+                continue
+            if len(new) < len(pods):
+                quick = _quick(new)
+            lead = (max(base[0], quick[0]), 0, base[1] + quick[1], base[2] + quick[2])
+            if self.best is not None and lead > self.best.cost[:4]:
+                if quick[0] > base[0] and n + 1 < len(rooms) and rooms[n + 1][0][0] >= quick[0]:
+                    break  # rooms are in order of priority: every one left is dearer too
+                continue  # dearer than the best on the leading terms, whatever its age
+            children.append((lead, new))
+        return children
 
     def _cut(self, bound: Cost) -> None:
         self.cut = bound if self.cut is None or bound < self.cut else self.cut

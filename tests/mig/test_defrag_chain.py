@@ -126,3 +126,23 @@ def test_a_chain_as_large_as_a_set_that_loses_nobody_wins_when_its_pods_are_youn
     assert names(advice) == ["job", "young-svc"] and not advice.lost and advice.exact
     assert cost("", advice.victims, NOW, 0)[:5] == _cheapest(shape, holders, WHOLE, require_homes=False)
     assert placed_after(advice, WHOLE, fleet_of(holders, shape), holders) is not None
+
+
+def test_a_chain_also_homes_the_second_stranded_pod_when_the_first_has_no_room_anywhere():
+    """Two whole GPUs on one node are asked for. Emptying n0 strands both its jobs: one needs a whole
+    H100 (none other exists), the other any whole GPU. Moving a 1g service off n1's second A100 gives
+    the second job that GPU (the service moves beside the 1g that stays): three pods, one lost, which
+    beats two pods with both lost. A chain grown from the first stranded job only found nothing."""
+    holders = [
+        holder("h100-job", "n0", 0, 0, 8, request=pod(81152)),
+        holder("whole-job", "n0", 1, 0, 8, request=WHOLE),
+        holder("n1-stays", "n1", 0, 0, 1, candidate=False, request=ONE_G),
+        holder("svc", "n1", 1, 0, 1, request=ONE_G),
+    ]
+    shape = {("n0", 0): "H100-SXM5-80GB", ("n0", 1): A100, ("n1", 0): A100, ("n1", 1): A100}
+    two_whole = pod(None, count=2)
+    advice = advise(two_whole, fleet_of(holders, shape), holders, now=NOW)
+    assert names(advice) == ["h100-job", "svc", "whole-job"]
+    assert [h.name for h in advice.lost] == ["default/h100-job"] and advice.exact
+    assert cost("", advice.victims, NOW, 1)[:5] == _brute_force(shape, holders, {}, two_whole)
+    assert placed_after(advice, two_whole, fleet_of(holders, shape), holders) is not None
