@@ -4,10 +4,11 @@ Run by `make bench` as `python bench/placement.py` (`--quick`: one seed; `--work
 `--workload inference-heavy`: that workload only). Prints a table per workload and load and writes
 bench/results/placement.json. Seeded and deterministic apart from the timings.
 
-`--evict-only` (for trying a change to the defrag advisor, a minute or two): per trace only plain
-dynmig with the oracle at its refusals and the defrag eviction replays, printed as the full run prints
-them (nothing written); with `--load near` or `--load overload` that load only, `--seeds A,B` those
-seeds, `--ranking NAME` (e.g. "evict: all opted in, move only") that ranking beside plain dynmig's.
+`--evict-only` (for trying a change to the defrag advisor; about 7 minutes on two shared cores, most
+of it the overload traces): per trace only plain dynmig with the oracle at its refusals and the defrag
+eviction replays, printed as the full run prints them (nothing written); with `--load near` (under a
+minute) or `--load overload` that load only, `--seeds A,B` those seeds, `--ranking NAME` (e.g. "evict:
+all opted in, move only") that ranking beside plain dynmig's.
 `--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
