@@ -518,6 +518,12 @@ def _core(trial: Trial) -> set[str]:
     }
 
 
+def _one_more(base: tuple[int, int, int]) -> Cost:
+    """A bound every set one pod larger than a set of (highest priority, count, priority sum) meets:
+    as important, none lost, one pod more (what a chain step that is not taken leaves unexplored)."""
+    return (base[0], 0, base[1] + 1, base[2], 0.0, "", ())
+
+
 def _needed(trial: Trial) -> set[str]:
     """The victims a working trial needed: those in the pod's way, then those in the way of where a
     needed one's replacement went, and so on (the others only took room that pods not needed freed)."""
@@ -876,7 +882,7 @@ class _Search:
         if any(h.request is not None and h.request.device_count > 1 for h in lost):
             # only a one-device pod is given a home by a chain: the sets that would give this one a
             # home (each one pod larger at least) are not searched here, so a proof stops below them
-            self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))
+            self._cut(_one_more(base))
         requests = {h.request for h in lost if h.request is not None and h.request.device_count == 1}
         names = {h.name for h in victims}
         children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
@@ -914,7 +920,7 @@ class _Search:
         children: list[tuple[tuple[int, int, int, int], list[Holder]]] = []
         for n, (quick, pods) in enumerate(rooms):
             if len(children) >= CHAIN_WINDOW:  # the rest (dearer by the rooms' order) are a cut
-                self._cut((base[0], 0, base[1] + 1, base[2], 0.0, "", ()))  # a bound every one meets
+                self._cut(_one_more(base))
                 break
             new = [h for h in pods if h.name not in names]
             if not new:

@@ -401,13 +401,8 @@ class PlacementIndex:
         # kube-scheduler sends a sample of the nodes and binds in progress lock some, so the first
         # GPU of a bucket is often not usable: the walk costs the GPUs skipped, not the bucket.
         for entries in _best_first(heads, groups):
-            if len(entries) == 1:
-                cand, members = entries[0]
-                for g in members:
-                    if usable(g):
-                        yield g, cand
-                continue
-            for g, cand in heapq.merge(*(_walk(c, m) for c, m in entries), key=_gpu_order):
+            walks = [_walk(cand, members) for cand, members in entries]
+            for g, cand in walks[0] if len(walks) == 1 else heapq.merge(*walks, key=_gpu_order):
                 if usable(g):
                     yield g, cand
 
