@@ -41,6 +41,8 @@ sys.path.append(str(ROOT / "tests"))  # appended: nothing there shadows a packag
 
 from registration_testkit import registration  # noqa: E402 - found through the path set just above
 
+from dynmig.lab.cluster import free_ports  # noqa: E402 - the lab's: distinct ports, chosen together
+
 RESULTS = ROOT / "bench" / "results" / "serve.json"
 TARGETS = {
     "admission_p99_ms": 10.0,
@@ -747,7 +749,7 @@ def start_serve(
 ) -> ServeChild:
     """`dynmig serve` as a child process on three free ports (webhooks, metrics, extender), TLS from
     `cert`/`key`, no leader election; its log goes to work/serve.log. The caller waits for readiness."""
-    port, metrics_port, extender_port = _free_ports(3)
+    port, metrics_port, extender_port = free_ports(3)
     args = [
         *("--bind-address", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)),
         *("--extender-port", str(extender_port), "--tls-cert", str(cert), "--tls-key", str(key)),
@@ -760,18 +762,6 @@ def start_serve(
         stderr=(work / "serve.log").open("wb"),
     )
     return ServeChild(process, port, metrics_port, extender_port)
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: each socket stays bound until all are chosen."""
-    import contextlib
-    import socket
-
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 if __name__ == "__main__":

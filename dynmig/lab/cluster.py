@@ -34,7 +34,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout, suppress
+from contextlib import ExitStack, redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -75,10 +75,18 @@ class LabError(RuntimeError):
     pass
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct free ports: each socket stays bound until all are chosen (one at a time, the
+    kernel may hand the same port out twice once the first socket is closed)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
 
 
 @dataclass
@@ -179,8 +187,8 @@ class Lab:
         )
         self._certs("init", "--extra-host", "127.0.0.1")
         self._mount_scheduler_secrets()
-        self.serve_port, self.metrics_port, self.extender_port = free_port(), free_port(), free_port()
-        self.page_port = free_port() if self.page else 0
+        self.serve_port, self.metrics_port, self.extender_port, page_port = free_ports(4)
+        self.page_port = page_port if self.page else 0
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -407,7 +415,7 @@ class Lab:
         while time.monotonic() < deadline and self.serve is not None:
             if self.serve.process.poll() is not None:
                 raise ChildFailed(
-                    f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail()}"
+                    f"dynmig serve exited with {self.serve.process.returncode}:\n{self.serve.tail(80)}"
                 )
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
