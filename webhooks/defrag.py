@@ -1,7 +1,10 @@
 """The defrag loop of `dynmig serve`: advice for pending MIG pods, and opt-in eviction of the cheapest set.
 
-Every `interval` seconds, while this replica leads, for each waiting MIG pod of ours that does not fit
-now (at most `max_pods` per pass, highest priority and oldest first):
+Every `interval` seconds, while this replica leads, for each waiting MIG pod of ours that kube-scheduler
+could not place (this server's filter refused it, or its PodScheduled condition says Unschedulable, so
+a restarted server sees it too) and that does not fit now (at most `max_pods` per pass, highest
+priority and oldest first); a pod the scheduler has not tried yet is not looked at (in a burst of
+hundreds of new pods, planning each on every pass cost CPU the filter needs):
 - the advice (mig/defrag.py) over the fleet as the scheduler sees it, among running MIG pods of no
   higher priority, within the PodDisruptionBudgets the API server reports, goes into the pod's
   `dynmig.io/defrag-advice` annotation (cleared once the pod is placed) and into the filter's
@@ -280,7 +283,7 @@ class Defragmenter:
             phase = (pod.get("status") or {}).get("phase")
             if spec.get("nodeName") or is_terminating(pod) or is_terminal(phase):
                 continue
-            if spec.get("schedulerName") != self.scheduler_name:
+            if spec.get("schedulerName") != self.scheduler_name or not self._refused(pod):
                 continue
             try:
                 request = pod_request(dict(pod), self.resources())
@@ -292,6 +295,19 @@ class Defragmenter:
             key=lambda pr: (-pod_priority(pr[0]), str(metadata_of(pr[0]).get("creationTimestamp") or ""))
         )
         return out
+
+    def _refused(self, pod: Mapping[str, Any]) -> bool:
+        """kube-scheduler could not place the pod: the filter refused it, or its condition says so."""
+        if self.fleet.refused(_uid(pod)):
+            return True
+        conditions = (pod.get("status") or {}).get("conditions")
+        return isinstance(conditions, list) and any(
+            isinstance(c, dict)
+            and c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+            for c in conditions
+        )
 
     def _names(self) -> ResourceNames | None:
         names = self.resources()

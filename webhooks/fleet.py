@@ -227,6 +227,10 @@ class Fleet:
         with self.lock:
             self._pending[uid] = reason
 
+    def refused(self, uid: str) -> bool:
+        """The filter refused this pod and has not placed it since (it is still waiting)."""
+        return uid in self._pending
+
     def in_flight(self, uid: str) -> PodUsage | None:
         flight = self._in_flight.get(uid)
         return flight.usage if flight else None

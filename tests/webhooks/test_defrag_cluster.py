@@ -82,6 +82,11 @@ def events(apiserver, reason: str) -> list[dict]:
     return [e for e in items if e["reason"] == reason]
 
 
+def refused(apiserver, name: str) -> bool:
+    """The extender has refused this pod (events of other pods' refusals do not count)."""
+    return any(e["involvedObject"]["name"] == name for e in events(apiserver, "FilteringFailed"))
+
+
 def fill_one_a100(apiserver, loose: int = 20000, owned: bool = False) -> None:
     """An A100-40GB held by a 3g.20gb pod of app 'guarded' under a budget and a 'loose' pod (a 3g.20gb
     unless told), both opted in."""
@@ -110,7 +115,7 @@ def test_with_eviction_on_the_controller_moves_the_pod_no_budget_protects_and_th
     defrag.evict = True
     assert defrag.move_only  # the default
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed")), "the pod was never refused"
+    assert eventually(lambda: refused(apiserver, "urgent")), "the pod was never refused"
     done = defrag.pass_once()
     assert done == ["team/urgent: evicted team/loose"]
     assert read(apiserver, "loose")["metadata"].get("deletionTimestamp")
@@ -141,7 +146,7 @@ def test_when_budgets_block_every_set_nothing_is_evicted_and_the_pod_is_told(api
     defrag = cluster.service.defrag
     defrag.evict = True
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert eventually(lambda: refused(apiserver, "urgent"))
     done = defrag.pass_once()
     assert len(done) == 1 and "no evictable set" in done[0] and "PodDisruptionBudget" in done[0]
     assert not events(apiserver, "DefragEvicted")
@@ -163,7 +168,7 @@ def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_n
     fill_one_a100(apiserver)
     defrag = cluster.service.defrag
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert eventually(lambda: refused(apiserver, "urgent"))
     assert defrag.pass_once() == []
     advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
     assert advice.startswith("defrag: removing 1 pod(s) on n1 (team/loose)")
@@ -190,6 +195,30 @@ def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_n
     assert read(apiserver, "loose")["metadata"].get("deletionTimestamp") is None
 
 
+def test_a_pod_the_scheduler_has_not_tried_gets_no_advice_and_one_it_marked_unschedulable_does(
+    apiserver, cluster, plugin
+):
+    # A restarted server never refused the pod itself: kube-scheduler's PodScheduled condition tells it.
+    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("whole", 40000))
+    running(apiserver, "whole")
+    fill_one_a100(apiserver)
+    cluster.scheduler.stop()  # the new pod waits untried, as in a burst the scheduler has not reached
+    defrag = cluster.service.defrag
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: cluster.service.cache.pod("team", "urgent") is not None)
+    assert defrag.pass_once() == []
+    assert DEFRAG_ADVICE not in read(apiserver, "urgent")["metadata"]["annotations"]
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes"}
+    admin(apiserver).patch_namespaced_pod_status("urgent", "team", {"status": {"conditions": [condition]}})
+    assert eventually(
+        lambda: (cluster.service.cache.pod("team", "urgent") or {}).get("status", {}).get("conditions")
+    )
+    assert defrag.pass_once() == []  # advice only: eviction is off
+    advice = read(apiserver, "urgent")["metadata"]["annotations"][DEFRAG_ADVICE]
+    assert advice.startswith("defrag: removing 1 pod(s) on n1 (team/loose)")
+
+
 def test_pods_that_did_not_opt_in_or_matter_as_much_are_never_evicted(apiserver, cluster, plugin):
     apiserver.create(node("n1", "A100-SXM4-40GB", gpus=1))
     api = admin(apiserver)
@@ -200,7 +229,7 @@ def test_pods_that_did_not_opt_in_or_matter_as_much_are_never_evicted(apiserver,
     defrag = cluster.service.defrag
     defrag.evict = True
     api.create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert eventually(lambda: refused(apiserver, "urgent"))
     done = defrag.pass_once()
     assert len(done) == 1 and "no evictable set" in done[0]
     assert not events(apiserver, "DefragEvicted")
@@ -213,7 +242,7 @@ def test_with_move_only_a_pod_with_no_other_home_is_not_evicted_and_the_pending_
     defrag = cluster.service.defrag
     defrag.evict = True
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert eventually(lambda: refused(apiserver, "urgent"))
     (done,) = defrag.pass_once()
     assert "no evictable set" in done and "team/guarded-budget" in done and "no other home" in done
     assert not events(apiserver, "DefragEvicted")
@@ -229,7 +258,7 @@ def test_with_move_only_off_the_controller_evicts_a_pod_nothing_recreates_and_sa
     defrag = cluster.service.defrag
     defrag.evict, defrag.move_only = True, False
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed"))
+    assert eventually(lambda: refused(apiserver, "urgent"))
     assert defrag.pass_once() == ["team/urgent: evicted team/loose"]
     assert eventually(lambda: events(apiserver, "DefragEvicted")), "no event on the evicted pod"
     (evicted,) = events(apiserver, "DefragEvicted")
@@ -271,7 +300,7 @@ def test_with_move_only_the_controller_evicts_a_chain_in_an_order_that_works_and
     defrag = cluster.service.defrag
     defrag.evict = True
     api.create_namespaced_pod("team", gpu_pod("urgent", 40000, priority=100))
-    assert eventually(lambda: events(apiserver, "FilteringFailed")), "the pod was never refused"
+    assert eventually(lambda: refused(apiserver, "urgent")), "the pod was never refused"
     done = defrag.pass_once()
     # the jobs first: their replacements, queued first, take the rooms before the service's could
     # take its own back
