@@ -20,7 +20,6 @@ import bisect
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
@@ -153,6 +152,26 @@ def _best_first(
         yield bucket
 
 
+_Groups = dict[tuple[int, int, str, int], dict[float, _Members]]
+
+
+def _put(groups: _Groups, g: _Gpu, fill: float) -> None:
+    """File a GPU in its (group, node fill) bucket, in GPU order."""
+    bisect.insort(groups.setdefault(g.group(), {}).setdefault(fill, []), g, key=_SORT_KEY)
+
+
+def _take(groups: _Groups, g: _Gpu, fill: float) -> None:
+    """Take a GPU out of its (group, node fill) bucket; empty buckets and groups go."""
+    key = g.group()
+    buckets = groups[key]
+    members = buckets[fill]
+    del members[bisect.bisect_left(members, g.sort_key, key=_SORT_KEY)]
+    if not members:
+        del buckets[fill]
+        if not buckets:
+            del groups[key]
+
+
 class PlacementIndex:
     """Occupancy of a fleet of MIG GPUs, kept up to date by the scheduler.
 
@@ -237,10 +256,18 @@ class PlacementIndex:
         pays for the changes."""
         wanted = set(nodes)
         for node in wanted.symmetric_difference(self._blocked):
-            self._change(node, partial(self._toggle_block, node))
+            self._toggle_block(node)
 
     def _toggle_block(self, node: str) -> None:
-        if node in self._blocked:
+        """Move a node's GPUs between the ranked buckets and the parked ones (same keys, same fill)."""
+        blocked = node in self._blocked
+        source, target = (self._parked, self._groups) if blocked else (self._groups, self._parked)
+        fill = self._fill.get(node)
+        for g in self._nodes.get(node, {}).values():
+            if g.schedulable and fill is not None:
+                _take(source, g, fill)
+                _put(target, g, fill)
+        if blocked:
             self._blocked.discard(node)
         else:
             self._blocked.add(node)
@@ -263,21 +290,13 @@ class PlacementIndex:
         groups = self._parked if node in self._blocked else self._groups
         for g in live:
             self._count_type(g, 1)
-            bisect.insort(groups.setdefault(g.group(), {}).setdefault(self._fill[node], []), g, key=_SORT_KEY)
+            _put(groups, g, self._fill[node])
 
     def _unlink(self, g: _Gpu) -> None:
         if not g.schedulable:
             return
         self._count_type(g, -1)
-        groups = self._parked if g.node in self._blocked else self._groups
-        key, fill = g.group(), self._fill[g.node]
-        buckets = groups[key]
-        members = buckets[fill]
-        del members[bisect.bisect_left(members, g.sort_key, key=_SORT_KEY)]
-        if not members:
-            del buckets[fill]
-            if not buckets:
-                del groups[key]
+        _take(self._parked if g.node in self._blocked else self._groups, g, self._fill[g.node])
 
     def _count_type(self, g: _Gpu, step: int) -> None:
         counts = self._types.setdefault(g.type, [0, 0])
