@@ -157,15 +157,20 @@ def test_when_budgets_block_every_set_nothing_is_evicted_and_the_pod_is_told(api
     assert "team/guarded-budget" in told["message"] and "team/loose-budget" in told["message"]
 
 
-def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_nothing_is_evicted(
-    apiserver, cluster, plugin
-):
-    # n2 is full with a pod that did not opt in, made first: it is never younger than 'loose', so the
-    # cheapest set (the youngest pod, ties by node) is 'loose' whether or not a second passes between
+def full_n2_then_one_a100(apiserver) -> None:
+    """n2 full with a pod that did not opt in, made first: it is never younger than 'loose', so the
+    cheapest set (the youngest pod, ties by node) is 'loose' whether or not a second passes between;
+    then n1 as `fill_one_a100` leaves it."""
     apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
     admin(apiserver).create_namespaced_pod("team", gpu_pod("whole", 40000))
     running(apiserver, "whole")
     fill_one_a100(apiserver)
+
+
+def test_without_eviction_the_advice_is_on_the_pod_and_in_the_next_refusal_and_nothing_is_evicted(
+    apiserver, cluster, plugin
+):
+    full_n2_then_one_a100(apiserver)
     defrag = cluster.service.defrag
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
     assert eventually(lambda: refused(apiserver, "urgent"))
@@ -199,10 +204,7 @@ def test_a_pod_the_scheduler_has_not_tried_gets_no_advice_and_one_it_marked_unsc
     apiserver, cluster, plugin
 ):
     # A restarted server never refused the pod itself: kube-scheduler's PodScheduled condition tells it.
-    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
-    admin(apiserver).create_namespaced_pod("team", gpu_pod("whole", 40000))
-    running(apiserver, "whole")
-    fill_one_a100(apiserver)
+    full_n2_then_one_a100(apiserver)
     cluster.scheduler.stop()  # the new pod waits untried, as in a burst the scheduler has not reached
     defrag = cluster.service.defrag
     admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
