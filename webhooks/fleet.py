@@ -148,6 +148,8 @@ class Fleet:
         with self.lock:
             for uid in [u for u in self._versions if u not in uids]:
                 del self._versions[uid]
+            for uid in [u for u in self._pending if u not in uids]:
+                del self._pending[uid]  # refused, then deleted while the watch was down
             for uid in [u for u in self._held if u not in uids]:
                 old = self._unhold(uid)
                 if old:

@@ -167,3 +167,16 @@ def test_the_defrag_advisor_still_sees_room_on_a_node_locked_at_the_last_filter(
     assert isinstance(f.plan_and_reserve(request(), ["n1"], "a", "team", "a", {"n1"}), Refusal)
     with f.lock:  # how webhooks/defrag.py asks whether a pending pod fits now
         assert not isinstance(f.index.plan(request()), Refusal)
+
+
+def test_a_relist_forgets_refused_pods_that_are_gone_so_they_neither_count_nor_get_advice():
+    f = fleet("n1")
+    assert isinstance(f.plan_and_reserve(request(200000), None, "gone", "team", "gone"), Refusal)
+    f.set_pending("gone", "not-enough-free-slices")
+    f.set_pending("stays", "not-enough-free-slices")
+    assert f.refused("gone") and f.snapshot().pending == (("not-enough-free-slices", 2),)
+    stays = gpu_pod("stays", 200000)
+    stays["metadata"]["uid"] = "stays"
+    f.replace_pods([stays])  # the delete of 'gone' was missed while the watch was down
+    assert not f.refused("gone") and f.refused("stays")
+    assert f.snapshot().pending == (("not-enough-free-slices", 1),)
