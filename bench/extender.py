@@ -20,7 +20,10 @@ Both figures are set against what is measured in the same run on the same machin
   and what the ratio is made of: the scheduler runs one scheduling cycle at a time, so pods/s
   follows the mean cycle; per run the cycle, the extender's filter call within it, and for dynmig
   the part of that call spent inside its filter (its /metrics), and at the end their medians and
-  the cycle the target needs.
+  the cycle the target needs; and the CPU all processes spend per pod, dynmig's extra over the
+  no-op's against what the target allows (on two busy cores pods/s follows it).
+- the floor (`bench_floor`): what the pieces of that extra that HAMi's protocol fixes cost on their
+  own: the API server's CPU per node-lock merge patch and per Binding, a client's CPU per call.
 
 Writes bench/results/extender.json (not committed).
 """
@@ -37,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +290,127 @@ def bench_own_time(apiserver, pods: int = 300) -> dict:
     }
 
 
+# ---------------------------------------------------------------- the floor: pieces the protocol fixes
+
+FLOOR_CALLS = 300  # API calls per piece
+
+
+def bench_floor(apiserver, calls: int = FLOOR_CALLS) -> dict:
+    """What the pieces of dynmig's extra work per pod cost on their own, against a fresh API server
+    with no watcher (the end-to-end runs add two node watchers and two pod watchers): the API
+    server's CPU per node-lock merge patch (HAMi's protocol; the no-op takes no lock), per Binding
+    carrying dynmig's annotations and per plain Binding (the no-op's); and this process's CPU per
+    merge patch sent through the extender's client (kube.rest.JsonRequests on urllib3) and through
+    `http.client` alone on one kept-alive connection."""
+    from kube.rest import JsonRequests
+
+    api_client = apiserver.api_client("admin")
+    requests = JsonRequests(api_client)
+    node = requests.request("node", "GET", "/api/v1/nodes?limit=1")["items"][0]["metadata"]["name"]
+    owned = requests.request("pod", "GET", "/api/v1/namespaces/team/pods/own-0")["metadata"]["annotations"]
+    annotations = {k: v for k, v in owned.items() if k.startswith(("hami.io/", "dynmig.io/", "nvidia.com/"))}
+    api_pid = apiserver.process.pid
+    path = f"/api/v1/nodes/{node}"
+
+    def lock(i: int, version: str) -> str:
+        value = {
+            "resourceVersion": version,
+            "annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,f-{i}"},
+        }
+        reply = requests.request("lock", "PATCH", path, {"metadata": value}, "application/merge-patch+json")
+        return reply["metadata"]["resourceVersion"]
+
+    def bind(name: str, extra: dict[str, str]) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "annotations": extra},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        requests.request("bind", "POST", f"/api/v1/namespaces/team/pods/{name}/binding", body, decode=False)
+
+    def server_ms(run) -> float:
+        before = serve_bench.cpu_seconds(api_pid) or 0.0
+        run()
+        return round(((serve_bench.cpu_seconds(api_pid) or 0.0) - before) / calls * 1e3, 3)
+
+    version = requests.request("node", "GET", path)["metadata"]["resourceVersion"]
+    state = {"version": version}
+
+    def locks() -> None:
+        for i in range(calls):
+            state["version"] = lock(i, state["version"])
+
+    for kind in ("dynmig", "plain"):
+        for i in range(calls):
+            requests.request(
+                "pod", "POST", "/api/v1/namespaces/team/pods", serve_bench.gpu_pod(f"f-{kind}-{i}", i)
+            )
+
+    def bindings(kind: str, extra: dict[str, str]) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(calls):
+                bind(f"f-{kind}-{i}", extra)
+
+        return run
+
+    out = {
+        "calls": calls,
+        "lock_patch_api_server_ms": server_ms(locks),
+        "binding_dynmig_api_server_ms": server_ms(bindings("dynmig", annotations)),
+        "binding_plain_api_server_ms": server_ms(bindings("plain", {})),
+    }
+
+    def unconditional(i: int) -> None:  # the same patch as through http.client below
+        body = {"metadata": {"annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,j-{i}"}}}
+        requests.request("lock", "PATCH", path, body, "application/merge-patch+json")
+
+    out["client_json_requests_ms"] = _client_ms(unconditional, calls)
+    out["client_http_client_ms"] = _http_client_ms(api_client, path, calls)
+    return out
+
+
+def _client_ms(call, calls: int) -> float:
+    """This process's CPU per call."""
+    before = time.process_time()
+    for i in range(calls):
+        call(i)
+    return round((time.process_time() - before) / calls * 1e3, 3)
+
+
+def _http_client_ms(api_client, path: str, calls: int) -> float:
+    """The same merge patch (no resourceVersion) through `http.client` alone, one kept-alive connection."""
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    cfg = api_client.configuration
+    url = urlsplit(cfg.host)
+    if url.scheme == "https":
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(url.hostname, url.port, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(url.hostname, url.port)
+    headers = {"Accept": "application/json", "Content-Type": "application/merge-patch+json"}
+    api_client.update_params_for_auth(headers, None, ["BearerToken"], path, "PATCH", None)
+
+    def call(i: int) -> None:
+        body = {"metadata": {"annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,h-{i}"}}}
+        conn.request("PATCH", path, json.dumps(body, separators=(",", ":")).encode(), headers)
+        reply = conn.getresponse()
+        data = reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"merge patch through http.client: {reply.status} {data[:200]!r}")
+        json.loads(data)
+
+    try:
+        return _client_ms(call, calls)
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -305,11 +430,21 @@ def main(agent: bool = False) -> int:
 
     try:
         print(f"extender's own time per pod (in process, {NODES} nodes x 8 GPUs) ...", flush=True)
-        results["own_time"] = o = bench_own_time(fresh("own"))
+        own_api = fresh("own")
+        results["own_time"] = o = bench_own_time(own_api)
         print(
             f"  filter + bind p50 {o['own_p50_ms']} ms p99 {o['own_p99_ms']} ms (target p50 <= "
             f"{TARGETS['own_p50_ms']} ms); filter p50 {o['filter_own_p50_ms']} ms, bind p50 "
             f"{o['bind_own_p50_ms']} ms; API round trips on that path p50 {o['api_in_filter_and_bind_p50_ms']} ms",
+            flush=True,
+        )
+        results["floor"] = f = bench_floor(own_api)
+        print(
+            f"  pieces the protocol fixes, each on its own ({f['calls']} calls, no watchers): API server CPU "
+            f"per node-lock merge patch {f['lock_patch_api_server_ms']} ms, per Binding with dynmig's "
+            f"annotations {f['binding_dynmig_api_server_ms']} ms, per plain Binding "
+            f"{f['binding_plain_api_server_ms']} ms; client CPU per merge patch: the extender's (urllib3) "
+            f"{f['client_json_requests_ms']} ms, http.client alone {f['client_http_client_ms']} ms",
             flush=True,
         )
         stop_children(children)
@@ -346,6 +481,12 @@ def main(agent: bool = False) -> int:
             f"(the target needs <= {c['cycle_for_target_ms']} ms); dynmig's filter call takes "
             f"{c['filter_call_extra_ms']} ms longer than the no-op's, {c['filter_inside_dynmig_ms']} ms of "
             "the call inside dynmig's filter",
+            flush=True,
+        )
+        print(
+            f"  CPU per pod over all processes, medians: no-op {c['noop_cpu_ms_per_pod']} ms, dynmig "
+            f"{c['dynmig_cpu_ms_per_pod']} ms; on two busy cores pods/s follows it: dynmig's extra "
+            f"{c['dynmig_extra_cpu_ms']} ms against the {c['extra_cpu_the_target_allows_ms']} ms the target allows",
             flush=True,
         )
     finally:
@@ -421,7 +562,15 @@ def cycle_anatomy(rounds: list[dict[str, Any]], target: float) -> dict[str, floa
         return round(statistics.median(r[kind][field] for r in rounds), 2)
 
     noop_cycle, cycle = median("noop", "cycle_ms_mean"), median("dynmig", "cycle_ms_mean")
+    cpu = {
+        k: round(statistics.median(r[k]["cpu_ms_per_pod"]["total"] for r in rounds), 2)
+        for k in ("noop", "dynmig")
+    }
     return {
+        "noop_cpu_ms_per_pod": cpu["noop"],
+        "dynmig_cpu_ms_per_pod": cpu["dynmig"],
+        "dynmig_extra_cpu_ms": round(cpu["dynmig"] - cpu["noop"], 2),
+        "extra_cpu_the_target_allows_ms": round(cpu["noop"] * (1 / target - 1), 2),
         "noop_cycle_ms": noop_cycle,
         "dynmig_cycle_ms": cycle,
         "cycle_for_target_ms": round(noop_cycle / target, 2),
