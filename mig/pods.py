@@ -103,6 +103,20 @@ def active_for_scheduler(pod: Mapping[str, Any]) -> bool:
     return not is_terminal(phase_of(pod))
 
 
+def is_waiting(pod: Mapping[str, Any]) -> bool:
+    """The pod waits for a node: none bound, not ended, not being deleted."""
+    return not _map(pod.get("spec")).get("nodeName") and active_for_scheduler(pod) and not is_terminating(pod)
+
+
+def not_scheduled(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """kube-scheduler's last word on a pod it could not place: its PodScheduled=False condition."""
+    conditions = _map(pod.get("status")).get("conditions")
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond
+    return None
+
+
 def active_for_plugin(phase: str | None, terminating: bool) -> bool:
     """The device plugin treats the pod as the owner of its instances: not terminal, not terminating."""
     return not terminating and not is_terminal(phase)

@@ -62,7 +62,7 @@ from mig.defrag import (
 )
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
-from mig.pods import is_terminal, is_terminating, metadata_of
+from mig.pods import is_waiting, metadata_of, not_scheduled
 from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
@@ -279,11 +279,9 @@ class Defragmenter:
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
         out = []
         for pod in list(self.pods()):
-            spec = pod.get("spec") or {}
-            phase = (pod.get("status") or {}).get("phase")
-            if spec.get("nodeName") or is_terminating(pod) or is_terminal(phase):
+            if not is_waiting(pod) or (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name:
                 continue
-            if spec.get("schedulerName") != self.scheduler_name or not self._refused(pod):
+            if not self._refused(pod):
                 continue
             try:
                 request = pod_request(dict(pod), self.resources())
@@ -300,14 +298,8 @@ class Defragmenter:
         """kube-scheduler could not place the pod: the filter refused it, or its condition says so."""
         if self.fleet.refused(_uid(pod)):
             return True
-        conditions = (pod.get("status") or {}).get("conditions")
-        return isinstance(conditions, list) and any(
-            isinstance(c, dict)
-            and c.get("type") == "PodScheduled"
-            and c.get("status") == "False"
-            and c.get("reason") == "Unschedulable"
-            for c in conditions
-        )
+        cond = not_scheduled(pod)
+        return cond is not None and cond.get("reason") == "Unschedulable"
 
     def _names(self) -> ResourceNames | None:
         names = self.resources()

@@ -14,7 +14,7 @@ from typing import Any
 from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
-from mig.pods import active_for_scheduler, gpu_request, is_terminating, metadata_of, qualified_name
+from mig.pods import gpu_request, is_terminating, is_waiting, metadata_of, not_scheduled, qualified_name
 from mig.slicemap import (
     FleetMap,
     GpuMap,
@@ -71,19 +71,11 @@ def _gpu(occ: NodeOccupancy, state: GpuState, leftovers: Sequence[Leftover], ter
 
 def _reason(pod: Mapping[str, Any]) -> str:
     """The scheduler's last word on the pod: its PodScheduled=False condition, on one line."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for cond in conditions if isinstance(conditions, list) else ():
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            text = " ".join(str(cond.get("message") or cond.get("reason") or "").split())
-            return text[:MAX_REASON] + ("…" if len(text) > MAX_REASON else "")
-    return "not tried by the scheduler yet"
-
-
-def _is_waiting(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return not node and active_for_scheduler(pod) and not is_terminating(pod)
+    cond = not_scheduled(pod)
+    if cond is None:
+        return "not tried by the scheduler yet"
+    text = " ".join(str(cond.get("message") or cond.get("reason") or "").split())
+    return text[:MAX_REASON] + ("…" if len(text) > MAX_REASON else "")
 
 
 class Diagnoses:
@@ -162,7 +154,7 @@ def fleet_view(
         states += gpus
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
-    waiting = [p for p in pods if _is_waiting(p) and qualified_name(p) not in holding]
+    waiting = [p for p in pods if is_waiting(p) and qualified_name(p) not in holding]
     diagnosis = Diagnoses(states)
     pending = [v for p in waiting if (v := pending_view(p, states, names, advisor, diagnosis)) is not None]
     return fleet_map(maps, pending, unreadable)
