@@ -183,7 +183,7 @@ class PlacementIndex:
     def __init__(self, gpus: Iterable[GpuState] = ()):
         self._gpus: dict[str, _Gpu] = {}
         # group key -> node fill -> GPUs in sort_key order
-        self._groups: dict[tuple[int, int, str, int], dict[float, _Members]] = {}
+        self._groups: _Groups = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
         self._fill: dict[str, float] = {}
         # node -> immutable snapshot of its GPUs (for refusals)
@@ -192,7 +192,7 @@ class PlacementIndex:
         self._types: dict[str, list[int]] = {}
         # blocked nodes: their GPUs count as any (fill, types, snapshots) but are bucketed in `_parked`
         self._blocked: set[str] = set()
-        self._parked: dict[tuple[int, int, str, int], dict[float, _Members]] = {}
+        self._parked: _Groups = {}
         for g in gpus:
             self.upsert(g)
 
@@ -260,17 +260,20 @@ class PlacementIndex:
 
     def _toggle_block(self, node: str) -> None:
         """Move a node's GPUs between the ranked buckets and the parked ones (same keys, same fill)."""
-        blocked = node in self._blocked
-        source, target = (self._parked, self._groups) if blocked else (self._groups, self._parked)
+        source = self._buckets_of(node)
+        self._blocked.symmetric_difference_update((node,))
         fill = self._fill.get(node)
-        for g in self._nodes.get(node, {}).values():
-            if g.schedulable and fill is not None:
+        if fill is None:  # a node the index does not hold (yet): none of its GPUs is filed
+            return
+        target = self._buckets_of(node)
+        for g in self._nodes[node].values():
+            if g.schedulable:
                 _take(source, g, fill)
                 _put(target, g, fill)
-        if blocked:
-            self._blocked.discard(node)
-        else:
-            self._blocked.add(node)
+
+    def _buckets_of(self, node: str) -> _Groups:
+        """Where the node's GPUs are filed: the parked buckets while it is blocked, else the ranked."""
+        return self._parked if node in self._blocked else self._groups
 
     def _change(self, node: str, mutate: Callable[[], None]) -> None:
         """Apply a change to one node: its GPUs leave their buckets, change, and come back."""
@@ -287,7 +290,7 @@ class PlacementIndex:
         total = sum(g.profile_set.axis for g in live)
         self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
-        groups = self._parked if node in self._blocked else self._groups
+        groups = self._buckets_of(node)
         for g in live:
             self._count_type(g, 1)
             _put(groups, g, self._fill[node])
@@ -296,7 +299,7 @@ class PlacementIndex:
         if not g.schedulable:
             return
         self._count_type(g, -1)
-        _take(self._parked if g.node in self._blocked else self._groups, g, self._fill[g.node])
+        _take(self._buckets_of(g.node), g, self._fill[g.node])
 
     def _count_type(self, g: _Gpu, step: int) -> None:
         counts = self._types.setdefault(g.type, [0, 0])
