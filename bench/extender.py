@@ -309,73 +309,64 @@ def bench_floor(apiserver, calls: int = FLOOR_CALLS) -> dict:
     node = requests.request("node", "GET", "/api/v1/nodes?limit=1")["items"][0]["metadata"]["name"]
     owned = requests.request("pod", "GET", "/api/v1/namespaces/team/pods/own-0")["metadata"]["annotations"]
     annotations = {k: v for k, v in owned.items() if k.startswith(("hami.io/", "dynmig.io/", "nvidia.com/"))}
-    api_pid = apiserver.process.pid
-    path = f"/api/v1/nodes/{node}"
+    path, merge = f"/api/v1/nodes/{node}", "application/merge-patch+json"
+    versions = [requests.request("node", "GET", path)["metadata"]["resourceVersion"]]
 
-    def lock(i: int, version: str) -> str:
-        value = {
-            "resourceVersion": version,
-            "annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,f-{i}"},
-        }
-        reply = requests.request("lock", "PATCH", path, {"metadata": value}, "application/merge-patch+json")
-        return reply["metadata"]["resourceVersion"]
+    def lock(i: int) -> None:  # as the extender takes it: on the node's version it read
+        reply = requests.request("lock", "PATCH", path, _lock_patch(f"f-{i}", versions[-1]), merge)
+        versions.append(reply["metadata"]["resourceVersion"])
 
-    def bind(name: str, extra: dict[str, str]) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "annotations": extra},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        requests.request("bind", "POST", f"/api/v1/namespaces/team/pods/{name}/binding", body, decode=False)
+    def binder(kind: str, extra: dict[str, str]) -> Callable[[int], None]:
+        def bind(i: int) -> None:
+            name = f"f-{kind}-{i}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "annotations": extra},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            requests.request(
+                "bind", "POST", f"/api/v1/namespaces/team/pods/{name}/binding", body, decode=False
+            )
 
-    def server_ms(run) -> float:
-        before = serve_bench.cpu_seconds(api_pid) or 0.0
-        run()
-        return round(((serve_bench.cpu_seconds(api_pid) or 0.0) - before) / calls * 1e3, 3)
-
-    version = requests.request("node", "GET", path)["metadata"]["resourceVersion"]
-    state = {"version": version}
-
-    def locks() -> None:
-        for i in range(calls):
-            state["version"] = lock(i, state["version"])
+        return bind
 
     for kind in ("dynmig", "plain"):
         for i in range(calls):
-            requests.request(
-                "pod", "POST", "/api/v1/namespaces/team/pods", serve_bench.gpu_pod(f"f-{kind}-{i}", i)
-            )
+            pod = serve_bench.gpu_pod(f"f-{kind}-{i}", i)
+            requests.request("pod", "POST", "/api/v1/namespaces/team/pods", pod)
 
-    def bindings(kind: str, extra: dict[str, str]) -> Callable[[], None]:
-        def run() -> None:
-            for i in range(calls):
-                bind(f"f-{kind}-{i}", extra)
+    def server() -> float:
+        return serve_bench.cpu_seconds(apiserver.process.pid) or 0.0
 
-        return run
-
-    out = {
+    return {
         "calls": calls,
-        "lock_patch_api_server_ms": server_ms(locks),
-        "binding_dynmig_api_server_ms": server_ms(bindings("dynmig", annotations)),
-        "binding_plain_api_server_ms": server_ms(bindings("plain", {})),
+        "lock_patch_api_server_ms": _ms_per_call(server, lock, calls),
+        "binding_dynmig_api_server_ms": _ms_per_call(server, binder("dynmig", annotations), calls),
+        "binding_plain_api_server_ms": _ms_per_call(server, binder("plain", {}), calls),
+        "client_json_requests_ms": _ms_per_call(
+            time.process_time,
+            lambda i: requests.request("lock", "PATCH", path, _lock_patch(f"j-{i}"), merge),
+            calls,
+        ),
+        "client_http_client_ms": _http_client_ms(api_client, path, calls),
     }
 
-    def unconditional(i: int) -> None:  # the same patch as through http.client below
-        body = {"metadata": {"annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,j-{i}"}}}
-        requests.request("lock", "PATCH", path, body, "application/merge-patch+json")
 
-    out["client_json_requests_ms"] = _client_ms(unconditional, calls)
-    out["client_http_client_ms"] = _http_client_ms(api_client, path, calls)
-    return out
+def _lock_patch(holder: str, version: str | None = None) -> dict[str, Any]:
+    """A merge patch setting the node lock for pod team/`holder`, on `version` when given."""
+    meta: dict[str, Any] = {"annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,{holder}"}}
+    if version is not None:
+        meta["resourceVersion"] = version
+    return {"metadata": meta}
 
 
-def _client_ms(call, calls: int) -> float:
-    """This process's CPU per call."""
-    before = time.process_time()
+def _ms_per_call(clock: Callable[[], float], call: Callable[[int], Any], calls: int) -> float:
+    """Milliseconds of `clock` (CPU seconds of some process) per call."""
+    before = clock()
     for i in range(calls):
         call(i)
-    return round((time.process_time() - before) / calls * 1e3, 3)
+    return round((clock() - before) / calls * 1e3, 3)
 
 
 def _http_client_ms(api_client, path: str, calls: int) -> float:
@@ -397,8 +388,9 @@ def _http_client_ms(api_client, path: str, calls: int) -> float:
     api_client.update_params_for_auth(headers, None, ["BearerToken"], path, "PATCH", None)
 
     def call(i: int) -> None:
-        body = {"metadata": {"annotations": {LOCK_ANNOTATION: f"2026-01-01T00:00:00Z,team,h-{i}"}}}
-        conn.request("PATCH", path, json.dumps(body, separators=(",", ":")).encode(), headers)
+        conn.request(
+            "PATCH", path, json.dumps(_lock_patch(f"h-{i}"), separators=(",", ":")).encode(), headers
+        )
         reply = conn.getresponse()
         data = reply.read()
         if reply.status != 200:
@@ -406,7 +398,7 @@ def _http_client_ms(api_client, path: str, calls: int) -> float:
         json.loads(data)
 
     try:
-        return _client_ms(call, calls)
+        return _ms_per_call(time.process_time, call, calls)
     finally:
         conn.close()
 
