@@ -26,9 +26,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
-	@echo "== 2/3 installing dynmig and its test dependencies into $(VENV) (one line per package)"
-	@set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[test]' 2>&1 \
+# dynmig itself, its test dependencies, and the testbed (testbed/: the simulated world and the lab).
+# Editable in compat mode (a path entry, not an import hook), so the packages `sim` and `lab` win over
+# the test folders tests/sim and tests/lab that pytest puts on sys.path.
+$(STAMP): pyproject.toml testbed/pyproject.toml | $(PY)
+	@echo "== 2/3 installing dynmig, its test dependencies and the testbed into $(VENV) (one line per package)"
+	@set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[test]' -e ./testbed --config-settings editable_mode=compat 2>&1 \
 	  | grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' | cut -c1-100
 	touch $(STAMP)
 

@@ -39,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
 
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.nodes import parse_nodes
+from lab.cluster import Lab
+from lab.kit import Kit, gpu_pod
+from lab.nodes import parse_nodes
+
 from mig.annotations import MIG_ALLOCATIONS, AnnotationError, decode_allocations
 from mig.types import Placement
 

@@ -223,9 +223,9 @@ def start_serve(apiserver, work: Path, cert: Path, key: Path, ctx) -> tuple[subp
 def bench_own_time(apiserver, pods: int = 300) -> dict:
     """Filter + bind per pod inside the Service, minus the time spent in API calls on that thread."""
     from kubernetes import client
+    from sim.scheduler.fit import num_feasible_nodes_to_find
 
     from kube.errors import api_seconds
-    from sim.scheduler.fit import num_feasible_nodes_to_find
     from webhooks.config import ServeConfig
     from webhooks.main import Service
 

@@ -24,13 +24,13 @@ from typing import Any
 
 from serve import catalog_registration  # bench/serve.py: the benches' node registrations
 
-from dynmig.status.cluster import fleet_view
 from mig.allowlist import ResourceNames
 from mig.annotations import NODE_REGISTER
+from mig.fleetview import fleet_view
 from mig.placement import ContainerRequest, PlacementIndex, Plan, PodRequest
+from mig.reconstruct import node_gpus
 from webhooks.filter import reservation_patch
 from webhooks.fleet import Fleet, usage_from_plan
-from webhooks.occupancy import node_gpus
 from webhooks.page.view import FleetPage
 
 SEED = 20261201

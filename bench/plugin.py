@@ -31,6 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes import client as k8s
+from sim.apiserver import ApiServer
+from sim.kubelet import SimulatedKubelet
+from sim.nvml import SimulatedNvml
 
 from mig.allowlist import DeviceConfig, default_allowlist
 from mig.annotations import (
@@ -52,9 +55,6 @@ from plugin.kube import Kube
 from plugin.main import DevicePluginApp
 from plugin.nvml import Nvml
 from plugin.reconcile import active_reservations, plan_reclaim
-from sim.apiserver import ApiServer
-from sim.kubelet import SimulatedKubelet
-from sim.nvml import SimulatedNvml
 
 NODE = "bench-node"
 RESOURCE = "nvidia.com/gpu"

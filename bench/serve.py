@@ -39,9 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "tests"))  # appended: nothing there shadows a package
 
+from lab.cluster import free_ports  # noqa: E402 - the lab's: distinct ports, chosen together
 from registration_testkit import registration  # noqa: E402 - found through the path set just above
-
-from dynmig.lab.cluster import free_ports  # noqa: E402 - the lab's: distinct ports, chosen together
 
 RESULTS = ROOT / "bench" / "results" / "serve.json"
 TARGETS = {

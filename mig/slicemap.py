@@ -1,7 +1,7 @@
 """The slice map: per node and per GPU, which memory slices hold which instance, which are free, and
 how many of each allowed profile still fit. Pure (no I/O); `dynmig status` and the live page draw it.
 
-Inputs are what the scheduler itself reconstructs (`webhooks.occupancy.reconstruct` turns node and pod
+Inputs are what the scheduler itself reconstructs (`mig.reconstruct.reconstruct` turns node and pod
 annotations into `GpuState`s with their occupied placements and fail-closed health), plus who holds
 each placement and the node's published leftovers. So the map shows exactly the scheduler's view.
 

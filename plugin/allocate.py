@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from dynmig.logs import about
+from base.logs import about
 from mig.annotations import (
     BIND_PHASE,
     BIND_PHASE_FAILED,

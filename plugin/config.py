@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynmig.flags import FlagError, Flags, positive_seconds
-from dynmig.logs import FORMATS, LEVELS
+from base.flags import FlagError, Flags, positive_seconds
+from base.logs import FORMATS, LEVELS
 from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
 
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
@@ -142,7 +142,7 @@ def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
 
 
 def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) -> Flags:
-    """Every `dynmig device-plugin` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py). The names the
+    """Every `dynmig device-plugin` flag; each also reads DYNMIG_<NAME> (base/flags.py). The names the
     plugin read before (HAMi's style, e.g. METRICS_ADDRESS) still work, with a warning."""
     f = Flags(
         "dynmig device-plugin",

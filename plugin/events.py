@@ -1,7 +1,7 @@
 """Events the device plugin posts on the pod it serves: what it created, what it reclaimed, and why
 an Allocate was refused. They show in `kubectl describe pod`, next to kubelet's and the scheduler's.
 
-Posting goes through dynmig.events (aggregated, one background sender, bounded): it never blocks
+Posting goes through base.events (aggregated, one background sender, bounded): it never blocks
 or fails Allocate or a reclaim pass; what cannot be posted is counted in
 `dynmig_plugin_events_dropped_total`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dynmig.events import EventRecorder, Regarding
+from base.events import EventRecorder, Regarding
 from plugin.journal import UNKNOWN, Owner
 from plugin.kube import PodView
 

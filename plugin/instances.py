@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from dynmig.logs import about
+from base.logs import about
 from mig.annotations import MigAllocation
 from mig.types import Placement
 from plugin.discovery import GpuInventory, Inventory

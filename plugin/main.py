@@ -14,8 +14,8 @@ import threading
 import time
 from wsgiref.simple_server import WSGIServer
 
-from dynmig import logs
-from dynmig.version import version
+from base import logs
+from base.version import version
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config

@@ -16,8 +16,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 
-from dynmig.process_metrics import register_process_collectors
-from dynmig.version import register_build_info
+from base.process_metrics import register_process_collectors
+from base.version import register_build_info
 
 # A health check: (healthy, what to say). Served as 200 or 503 with the text.
 Check = Callable[[], tuple[bool, str]]

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from sim.apiserver import ApiServer
 
 TOOLS = Path(os.environ.get("DYNMIG_TOOLS", Path(__file__).resolve().parent.parent / ".cache" / "tools"))

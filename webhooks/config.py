@@ -1,6 +1,6 @@
 """`dynmig serve` settings (flags and environment) and the device-config file that reloads itself.
 
-Every setting has a flag and an environment variable (`DYNMIG_<NAME>`, dynmig/flags.py); flags win.
+Every setting has a flag and an environment variable (`DYNMIG_<NAME>`, base/flags.py); flags win.
 Defaults follow HAMi's chart where HAMi has one (metrics on 9395, node-lock expiry 5 minutes).
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynmig.flags import Flags, boolean, port, positive_seconds
-from dynmig.logs import FORMATS, LEVELS
+from base.flags import Flags, boolean, port, positive_seconds
+from base.logs import FORMATS, LEVELS
 from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def _validity(text: str) -> dt.timedelta:
 
 
 def flags(environ: Mapping[str, str] | None = None) -> Flags:
-    """Every `dynmig serve` flag; each also reads DYNMIG_<NAME> (dynmig/flags.py)."""
+    """Every `dynmig serve` flag; each also reads DYNMIG_<NAME> (base/flags.py)."""
     d = ServeConfig()
     f = Flags(
         "dynmig serve",

@@ -63,12 +63,12 @@ from mig.defrag import (
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
 from mig.pods import is_waiting, metadata_of, not_scheduled
+from mig.reconstruct import PodUsage, pod_usage
 from mig.types import Placement
 from webhooks.extender import BadArgs
 from webhooks.filter import pod_request
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube
-from webhooks.occupancy import PodUsage, pod_usage
 
 log = logging.getLogger(__name__)
 VICTIM_TIMEOUT = 300.0  # seconds a pod's evicted set may take to go before it may be chosen again

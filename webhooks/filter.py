@@ -33,12 +33,12 @@ from mig.annotations import (
 from mig.placement import Plan, PodRequest, Refusal, RequestError
 from mig.placement.reasons import MAX_NODE_TEXT
 from mig.pods import PodReservation, gpu_request, is_terminal
+from mig.reconstruct import PodUsage
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder
 from webhooks.metrics import Metrics
 from webhooks.objects import ObjectError, ObjectMeta, Pod, check
-from webhooks.occupancy import PodUsage
 from webhooks.pending import PendingBinds, Reservation
 
 log = logging.getLogger(__name__)

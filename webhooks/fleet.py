@@ -25,9 +25,7 @@ from typing import Any
 from mig.annotations import MigAllocation, PlacementModel
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
 from mig.pods import active_for_scheduler
-from mig.types import Placement
-from webhooks.metrics import DeviceSample, GpuSample, Snapshot
-from webhooks.occupancy import (
+from mig.reconstruct import (
     NodeGpus,
     NodeOccupancy,
     PodUsage,
@@ -38,6 +36,8 @@ from webhooks.occupancy import (
     pod_usage,
     reconstruct,
 )
+from mig.types import Placement
+from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 
 
 @dataclass(frozen=True)

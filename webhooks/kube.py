@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dynmig import events
+from base import events
 from kube.client import api_client
 from kube.errors import NotFound, translated
 from kube.rest import JsonRequests, segment
@@ -174,7 +174,7 @@ class Kube:
 
 
 class EventRecorder(events.EventRecorder):
-    """The scheduler's events (dynmig.events: aggregated, posted off the filter and bind path)."""
+    """The scheduler's events (base.events: aggregated, posted off the filter and bind path)."""
 
     def __init__(
         self,

@@ -12,10 +12,10 @@ import logging
 import sys
 from typing import Any
 
+from base import logs
+from base.heap import HeapKeeper
+from base.version import version
 from certs.reload import TLSReloader
-from dynmig import logs
-from dynmig.heap import HeapKeeper
-from dynmig.version import version
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from mig.allowlist import PolicyError
 from webhooks.admission import AdmissionPolicy

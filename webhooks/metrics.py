@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from dynmig.process_metrics import register_process_collectors
-from dynmig.version import register_build_info
+from base.process_metrics import register_process_collectors
+from base.version import register_build_info
 
 MIB = 1024 * 1024
 HAMI_ZONE = ("zone", "vGPU")  # HAMi's scheduler wraps its registry with this constant label

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from webhooks.occupancy import PodUsage
+from mig.reconstruct import PodUsage
 
 HELD = "chosen for another pod whose bind is in progress"
 

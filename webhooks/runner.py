@@ -40,7 +40,7 @@ class Page:
 
 
 def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: int) -> uvicorn.Config:
-    # log_config=None: uvicorn's lines go through the process's handler and format (dynmig/logs.py)
+    # log_config=None: uvicorn's lines go through the process's handler and format (base/logs.py)
     return uvicorn.Config(
         app,
         host=host,

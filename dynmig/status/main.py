@@ -32,11 +32,11 @@ from typing import Any, TextIO
 import yaml
 
 from dynmig.status import names
-from dynmig.status.cluster import Advisor, fleet_view
 from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
 from mig.allowlist import ResourceNames
+from mig.fleetview import Advisor, fleet_view
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
 from webhooks.defrag import status_advisor

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from sim.apiserver.identities import service_account
+
 from tests.charts.chart_testkit import NAMESPACE, one, render
 from tests.sim.https_testkit import JsonServer, make_pki
 

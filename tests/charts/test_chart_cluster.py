@@ -11,6 +11,8 @@ import kubernetes
 import pytest
 import yaml
 from chart_testkit import NAMESPACE, container, env, of_kind, one, render, scheduler_config
+from sim.scheduler import Scheduler, parse
+from sim.scheduler.extender import Extender, ExtenderError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -22,8 +24,6 @@ from waiting_testkit import wait_for
 from certs.authority import make_ca, utcnow
 from certs.main import main as certs_main
 from certs.reload import SecretSource, TLSReloader
-from sim.scheduler import Scheduler, parse
-from sim.scheduler.extender import Extender, ExtenderError
 
 GPU_POD = {
     "apiVersion": "v1",

@@ -17,10 +17,9 @@ import kubernetes
 import pytest
 from chart_testkit import CHART, helm_binary
 from cryptography import x509
+from lab.cluster import Lab
+from lab.nodes import parse_nodes
 from waiting_testkit import wait_for
-
-from dynmig.lab.cluster import Lab
-from dynmig.lab.nodes import parse_nodes
 
 NAMESPACE = "dynmig"  # the lab's release namespace; the test's release has other names
 RELEASE = "lab"

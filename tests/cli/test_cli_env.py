@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from base.flags import apply_environment
 from certs.main import build_parser as certs_parser
-from dynmig.flags import apply_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAIN = ["policy", "explain", "--model", "A100-SXM4-40GB", "--json"]

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 
-from dynmig import logs
+from base import logs
 from plugin.config import flags as plugin_flags
 from plugin.config import load_config
 from plugin.metrics import PluginMetrics

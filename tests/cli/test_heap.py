@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dynmig.heap import HeapKeeper
+from base.heap import HeapKeeper
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def _child(script: str) -> str:
 
 PRELUDE = """
 import gc, threading, time, weakref
-from dynmig.heap import HeapKeeper, YOUNG_THRESHOLD
+from base.heap import HeapKeeper, YOUNG_THRESHOLD
 
 def until(check, what):
     deadline = time.monotonic() + 20

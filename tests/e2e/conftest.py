@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from dynmig.lab.chart import ChartError, helm_binary
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import Kit
-from dynmig.lab.nodes import DEFAULT_NODES, parse_nodes
+from lab.chart import ChartError, helm_binary
+from lab.cluster import Lab
+from lab.kit import Kit
+from lab.nodes import DEFAULT_NODES, parse_nodes
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from lab.kit import gpu_pod
 
-from dynmig.lab.kit import gpu_pod
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, USE_GPU_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import subprocess
 
-from dynmig.lab.kit import gpu_pod
+from lab.kit import gpu_pod
+
 from mig.annotations import USE_GPU_TYPE
 from mig.placement.reasons import DETAIL_MARK, MAX_HEADLINE
 

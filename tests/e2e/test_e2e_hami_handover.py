@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from kubernetes import client
+from lab.kit import Kit, gpu_pod
 
-from dynmig.lab.kit import Kit, gpu_pod
 from mig.annotations import (
     BIND_PHASE,
     BIND_TIME,

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from sim.nvml import SimulatedNvml
 
 ROOT = Path(__file__).resolve().parents[2]

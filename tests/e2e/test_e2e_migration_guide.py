@@ -10,9 +10,8 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-
-from dynmig.lab.scenario import Run, ScenarioFailed
-from dynmig.lab.scenarios import SCENARIOS
+from lab.scenario import Run, ScenarioFailed
+from lab.scenarios import SCENARIOS
 
 GUIDE = [
     "create-delete",

@@ -6,7 +6,7 @@ import kubernetes
 import pytest
 from waiting_testkit import eventually as _eventually
 
-from dynmig.events import EventRecorder, Regarding
+from base.events import EventRecorder, Regarding
 
 
 def _pod(name="p", uid="uid-1", ns="default"):

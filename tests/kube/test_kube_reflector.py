@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from sim.apiserver import ApiServer
 from waiting_testkit import eventually
 
 from kube.reflector import MAX_LINE, LineTooLong, Reflector, lines
-from sim.apiserver import ApiServer
 
 
 def config_map(name: str, namespace: str = "team", **data: str) -> dict[str, Any]:

@@ -4,10 +4,10 @@ own calls do (TLS from the kubeconfig, the identity's bearer token) and fail as 
 from __future__ import annotations
 
 import pytest
+from sim.apiserver import ApiServer
 
 from kube.errors import Conflict, Forbidden, NotFound
 from kube.rest import AUTH_REUSE, JsonRequests, segment
-from sim.apiserver import ApiServer
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ import time
 
 import pytest
 from kubernetes import client
-from waiting_testkit import wait_for
-
-from dynmig.lab.controllers import ControllerManager
+from lab.controllers import ControllerManager
 from sim.apiserver import ApiServer
+from waiting_testkit import wait_for
 
 
 @pytest.fixture

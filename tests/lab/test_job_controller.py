@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from waiting_testkit import wait_for
-
-from dynmig.lab.controllers import ControllerManager
-from dynmig.lab.jobs import TRACKING_FINALIZER
+from lab.controllers import ControllerManager
+from lab.jobs import TRACKING_FINALIZER
 from sim.apiserver import ApiServer
+from waiting_testkit import wait_for
 
 NS = "default"
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
-from dynmig.lab.controllers import ControllerManager
+from lab.controllers import ControllerManager
 from sim.apiserver import ApiServer
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from lab.chart import ChartError, helm_binary
+from lab.cluster import Lab
+from lab.kit import gpu_pod
+from lab.nodes import parse_nodes
+from sim.kubelet.pods import restarted_after
 from waiting_testkit import wait_for
 
-from dynmig.lab.chart import ChartError, helm_binary
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import gpu_pod
-from dynmig.lab.nodes import parse_nodes
 from mig.annotations import MIG_ALLOCATIONS
-from sim.kubelet.pods import restarted_after
 
 NS = "default"
 IMAGE = "ghcr.io/dynmig/dynmig:0.1.0"

@@ -4,10 +4,9 @@ chart's scheduler config, and the texts a person reads (reasons, startup summary
 from __future__ import annotations
 
 import pytest
-
-from dynmig.lab import main
-from dynmig.lab.chart import ChartError, helm_binary, laptop_args, laptop_scheduler_config, render
-from dynmig.lab.report import gpu_reason, startup_summary, table
+from lab import main
+from lab.chart import ChartError, helm_binary, laptop_args, laptop_scheduler_config, render
+from lab.report import gpu_reason, startup_summary, table
 from sim.kubelet.pods import gpu_containers
 
 

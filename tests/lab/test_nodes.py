@@ -1,8 +1,7 @@
 """`dynmig lab --nodes` describes simulated GPU nodes; mistakes are named, not guessed."""
 
 import pytest
-
-from dynmig.lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
+from lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
 
 
 def test_the_default_lab_has_an_a100_node_and_an_rtx_pro_6000_node():

@@ -8,8 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-
-from dynmig.lab import replicasets, rollout
+from lab import replicasets, rollout
 
 NOW = 1_800_000_000.0
 

@@ -48,6 +48,21 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+# what only the testbed needs (the simulated world, the lab, CEL for the simulated API server, and CEL's
+# command-line dependencies) never reaches a cluster
+TEST_WORLD = {
+    "sim",
+    "lab",
+    "cel",
+    "common_expression_language",
+    "typer",
+    "rich",
+    "pygments",
+    "prompt_toolkit",
+}
+TEST_WORLD_DISTRIBUTIONS = {"common-expression-language", "dynmig-testbed", "typer", "rich", "httpx"}
+
+
 def test_the_image_lock_pins_every_runtime_dependency_of_pyproject():
     wanted = {
         _name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -173,6 +188,22 @@ def test_the_image_checks_its_packaged_default_policy(image):
     done = image.run("policy", "check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "/site-packages/mig/_data/policies/default.yaml: ok" in done.stdout
+
+
+def test_the_image_holds_no_simulated_world_and_no_cel(image):
+    site = next(image.rootfs.glob("opt/dynmig/lib/python3*/site-packages"))
+    top = {path.name.split("-")[0].lower() for path in site.iterdir()}
+    assert not top & TEST_WORLD, f"the image carries the test world: {sorted(top & TEST_WORLD)}"
+    assert {"mig", "webhooks", "plugin", "base", "dynmig"} <= top, sorted(top)
+
+
+def test_the_image_lock_pins_nothing_of_the_test_world():
+    pinned = {
+        _name(line)
+        for line in (ROOT / "image" / "requirements.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert not pinned & TEST_WORLD_DISTRIBUTIONS, sorted(pinned & TEST_WORLD_DISTRIBUTIONS)
 
 
 def test_the_image_shows_the_servers_help(image):

@@ -32,7 +32,9 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] |
     )
 
 
-PACKAGES = ("dynmig", "mig", "webhooks", "plugin", "certs", "sim")
+PACKAGES = ("dynmig", "base", "mig", "webhooks", "plugin", "certs", "kube")
+# the testbed's packages and what only it needs (CEL for the simulated API server): never in the product
+TEST_WORLD = ("sim", "lab", "cel")
 # top-level folders the wheel carries inside mig/_data (mig/_data/<name> is a symlink to <name>)
 DATA_FOLDERS = ("charts", "policies")
 
@@ -67,6 +69,18 @@ def test_the_wheel_carries_every_file_of_the_source_packages_and_the_chart_and_p
     assert not missing, (
         f"in the tree but not in the wheel (add them to package-data in pyproject.toml): {missing}"
     )
+
+
+def test_the_wheel_carries_no_simulated_world_and_requires_no_cel(wheel_dir):
+    with zipfile.ZipFile(next(wheel_dir.glob("dynmig-*.whl"))) as wheel:
+        names = wheel.namelist()
+        metadata = next(wheel.read(name).decode() for name in names if name.endswith(".dist-info/METADATA"))
+    tops = {name.split("/", 1)[0] for name in names}
+    assert not tops & set(TEST_WORLD), sorted(tops & set(TEST_WORLD))
+    required = [
+        line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    assert required and not [line for line in required if "common-expression-language" in line], required
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +143,49 @@ def test_policy_check_accepts_the_packaged_default_and_its_examples(installed):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_lab_tour_passes_from_a_fresh_venv_with_the_packaged_chart(installed):
+def test_dynmig_lab_without_the_testbed_says_in_one_line_how_to_get_it(installed):
+    bin_dir, work = installed
+    done = _run([str(bin_dir / "dynmig"), "lab"], cwd=work, env=_env(bin_dir))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "testbed" in done.stderr and "make lab" in done.stderr, (
+        done.stderr
+    )
+    assert not done.stdout
+
+
+@pytest.fixture(scope="module")
+def with_testbed(installed: tuple[Path, Path], wheel_dir: Path) -> tuple[Path, Path]:
+    """The same venv with the testbed's wheel added (after the product-only tests above have run)."""
+    bin_dir, work = installed
+    built = _run(
+        [str(ROOT / "scripts" / "build_wheel.sh"), str(wheel_dir / "testbed"), "testbed"],
+        cwd=wheel_dir,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    testbed = next((wheel_dir / "testbed").glob("dynmig_testbed-*.whl"))
+    wheel = next(wheel_dir.glob("dynmig-*.whl"))
+    done = _run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(testbed),
+            str(wheel),
+        ],
+        cwd=work,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return installed
+
+
+def test_the_lab_tour_passes_from_a_fresh_venv_with_the_packaged_chart(with_testbed):
     if not (TOOLS / "helm").exists():
         pytest.skip(f"helm not found in {TOOLS} (run `make tools`)")
-    bin_dir, work = installed
+    bin_dir, work = with_testbed
     done = _run(
         [str(bin_dir / "dynmig"), "lab", "--scenario", "tour"], cwd=work, env=_env(bin_dir), timeout=300
     )

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 from browser_testkit import Chromium, Tab, chromium_binary, is_png
-
-from dynmig.lab.chart import ChartError, helm_binary
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.nodes import parse_nodes
+from lab.chart import ChartError, helm_binary
+from lab.cluster import Lab
+from lab.kit import Kit, gpu_pod
+from lab.nodes import parse_nodes
 
 pytestmark = pytest.mark.timeout(300)
 # one node of two A100s: three pods fill it and the third waits for a reason the engine gives

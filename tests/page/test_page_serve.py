@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
+from lab.chart import CHART, ChartError, helm_binary
 from registration_testkit import registration
 from waiting_testkit import eventually
 
-from dynmig.lab.chart import CHART, ChartError, helm_binary
 from mig.allowlist import DEFAULT_POLICY, load_device_config
 from mig.annotations import NODE_REGISTER
 from webhooks.config import ServeConfig, StaticDeviceConfig, parse_args

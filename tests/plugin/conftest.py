@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from sim.kubelet import SimulatedKubelet
+from sim.nvml import SimulatedNvml
 
 from mig.allowlist import DeviceConfig, default_allowlist
 from mig.annotations import (
@@ -36,8 +38,6 @@ from mig.annotations import (
 from plugin.config import DeviceFilter, NodeConfig, PluginConfig
 from plugin.kube import Kube
 from plugin.main import DevicePluginApp
-from sim.kubelet import SimulatedKubelet
-from sim.nvml import SimulatedNvml
 
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"

@@ -8,11 +8,11 @@ import os
 import signal
 
 import pytest
+from lab.cluster import Lab
+from lab.kit import Kit, gpu_pod
+from lab.nodes import parse_nodes
 
 from bench.chaos import run
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.nodes import parse_nodes
 from mig.leftovers import LEFTOVERS
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from sim.nvml import SimulatedNvml
 
 from mig.allowlist import default_allowlist
 from plugin.config import DeviceFilter
 from plugin.discovery import discover
 from plugin.instances import InstanceError, InstanceKey, InstanceManager
 from plugin.nvml import Nvml
-from sim.nvml import SimulatedNvml
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from kubernetes import client as k8s
+from sim.kubelet import SimulatedKubelet
+from sim.nvml import SimulatedNvml
 from waiting_testkit import wait_for
 
 from mig.allowlist import DEFAULT_POLICY
-from sim.kubelet import SimulatedKubelet
-from sim.nvml import SimulatedNvml
 from tests.plugin.conftest import NODE, RESOURCE, Node, Want
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ from typing import Any
 
 import pynvml
 import pytest
-
 from sim.nvml import SimulatedNvml
 
 

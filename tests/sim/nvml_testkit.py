@@ -6,7 +6,6 @@ import ctypes
 from typing import Any
 
 import pynvml
-
 from sim.nvml import hardware
 from sim.nvml.hardware import CI_ENUM_BY_SLICES
 

@@ -9,7 +9,6 @@ import threading
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-
 from sim.apiserver import Identity, write_kubeconfig
 
 

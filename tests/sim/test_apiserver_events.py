@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
 from sim.scheduler.api import ApiWriter
 
 V1_PATH = "/apis/events.k8s.io/v1/namespaces/default/events"

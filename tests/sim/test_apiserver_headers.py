@@ -9,7 +9,6 @@ import socket
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sim.apiserver import headers
 
 _NAMES = st.sampled_from(

@@ -10,7 +10,6 @@ import json
 
 import kubernetes
 import pytest
-
 from sim.apiserver import fieldsets
 from sim.apiserver.registry import Request
 from sim.apiserver.resources import BY_KEY

@@ -6,9 +6,8 @@ import copy
 
 import pytest
 from kubernetes import client
-from test_apiserver_admission import POD
-
 from sim.apiserver import defaults
+from test_apiserver_admission import POD
 
 
 def test_a_created_pod_has_the_defaults_a_cluster_gives_it(apiserver):

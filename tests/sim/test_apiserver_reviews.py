@@ -10,7 +10,6 @@ import subprocess
 from urllib.parse import urlsplit
 
 import pytest
-
 from sim.apiserver import ApiServer
 from sim.apiserver.reviews import REASON
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-
 from sim.apiserver.errors import no_route
 
 POD = {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-
 from sim.apiserver.selectors import selector_string
 
 TEMPLATE = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 from kubelet_testkit import TinyPlugin
+from sim.kubelet import SimulatedKubelet
 
 from plugin.api import UNHEALTHY
-from sim.kubelet import SimulatedKubelet
 
 RESOURCE = "example.com/gpu"
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from waiting_testkit import eventually
-
 from sim.kubelet.lease import DURATION_S, NAMESPACE, NodeLease
+from waiting_testkit import eventually
 
 
 def lease(apiserver, name: str = "n1"):

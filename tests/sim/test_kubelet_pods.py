@@ -13,13 +13,13 @@ import pytest
 from kubelet_testkit import TinyPlugin
 from kubernetes import client
 from nvml_testkit import A100, create_gi, full_ci, gpu0
-from waiting_testkit import wait_for
-
-from plugin.api import deviceplugin_pb2 as pb
 from sim.apiserver import ApiServer
 from sim.kubelet import IGNORE_SIGTERM, SimulatedKubelet, SimulatedPods
 from sim.kubelet.pods import backoff_delay, device_count, grace_period
 from sim.kubelet.runtime import mig_uuids
+from waiting_testkit import wait_for
+
+from plugin.api import deviceplugin_pb2 as pb
 
 RESOURCE = "example.com/gpu"
 NODE = "node-1"

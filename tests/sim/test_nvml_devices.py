@@ -8,7 +8,6 @@ import re
 import pynvml
 import pytest
 from nvml_testkit import A100, H100, RTX, create_gi, find_model, full_ci
-
 from sim.nvml import SimulatedNvml, SpecError
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from sim.nvml import hardware
 
 from mig import catalog
-from sim.nvml import hardware
 
 
 def disagreements(cat: catalog.GpuModel) -> list[str]:

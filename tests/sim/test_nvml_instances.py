@@ -21,7 +21,6 @@ from nvml_testkit import (
     gpu_instances,
     mig_uuids_by_index,
 )
-
 from sim.nvml import SimulatedNvml, SpecError
 
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")

@@ -25,7 +25,6 @@ from nvml_testkit import (
     mig_uuids_by_index,
     placements,
 )
-
 from sim.nvml import SimulatedNvml
 from sim.nvml.hardware import CI_ENUM_BY_SLICES
 

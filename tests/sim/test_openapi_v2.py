@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from sim.apiserver import protobuf
 
 PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"

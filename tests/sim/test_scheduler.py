@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 from https_testkit import JsonServer, make_pki
 from kubernetes import client
-from waiting_testkit import wait_for
-
 from sim.scheduler import ConfigError, Scheduler, messages, parse
 from sim.scheduler.api import ApiWriter
 from sim.scheduler.recorder import EventRecorder
+from waiting_testkit import wait_for
 
 GPU_POD = {
     "apiVersion": "v1",

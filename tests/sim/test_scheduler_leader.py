@@ -8,9 +8,8 @@ import uuid
 
 import pytest
 from kubernetes import client
-from waiting_testkit import wait_for
-
 from sim.scheduler import ConfigError, Scheduler, parse
+from waiting_testkit import wait_for
 
 ELECTION = {
     "leaderElect": True,

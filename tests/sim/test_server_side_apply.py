@@ -13,7 +13,6 @@ import kubernetes
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
-
 from sim.apiserver import fieldtypes, schemas
 from sim.apiserver.resources import RESOURCES
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 from registration_testkit import registration
+from sim.apiserver import ApiServer
 
-from dynmig.status.cluster import fleet_view
 from dynmig.status.main import ctrl_c_noted, main, watch
 from mig.annotations import (
     DEVICES_ALLOCATED,
@@ -24,8 +24,8 @@ from mig.annotations import (
     NODE_REGISTER,
     VGPU_NODE,
 )
+from mig.fleetview import fleet_view
 from mig.leftovers import LEFTOVERS
-from sim.apiserver import ApiServer
 
 NAMES = ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab.chart import ChartError, helm_binary
+from lab.cluster import Lab
+from lab.kit import Kit, gpu_pod
+from lab.nodes import DEFAULT_NODES, parse_nodes
 
-from dynmig.lab.chart import ChartError, helm_binary
-from dynmig.lab.cluster import Lab
-from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.nodes import DEFAULT_NODES, parse_nodes
 from mig.annotations import PROFILE_PREFERENCE, USE_GPU_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from registration_testkit import registration
+from sim.apiserver import ApiServer
 
 from dynmig.status.main import main
 from mig.annotations import NODE_REGISTER
-from sim.apiserver import ApiServer
 
 RENAMED = """nvidia:
   resourceCountName: example.com/mig

@@ -85,11 +85,11 @@ def cluster(apiserver, start_service, tmp_path):
     import datetime as dt
     from types import SimpleNamespace
 
+    from sim.scheduler import Scheduler, parse
     from webhooks_testkit import scheduler_configuration, webhook_configurations
 
     from certs.authority import ServiceIdentity, make_ca, make_serving
     from certs.reload import FileSource, TLSReloader
-    from sim.scheduler import Scheduler, parse
     from webhooks.runner import Extender, Listeners
 
     now = dt.datetime.now(dt.UTC)

@@ -8,8 +8,8 @@ from webhooks_testkit import registration
 
 from mig.annotations import DEVICES_ALLOCATED, MIG_ALLOCATIONS, VGPU_NODE
 from mig.placement import ContainerRequest, PodRequest
+from mig.reconstruct import node_gpus, pod_usage, reconstruct
 from webhooks.defrag import status_advisor
-from webhooks.occupancy import node_gpus, pod_usage, reconstruct
 
 
 def holding(name: str, start: int, priority: int = 0, node: str = "n1") -> dict:

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
+from sim.scheduler import Scheduler, parse
 from waiting_testkit import eventually
 from webhooks_testkit import PluginStandIn, gpu_pod, node, scheduler_configuration
 
 from certs.authority import ServiceIdentity, make_ca, make_serving
 from certs.reload import FileSource, TLSReloader
 from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS, decode_allocations
-from sim.scheduler import Scheduler, parse
 from webhooks.runner import Extender, Listeners
 
 LEASE = "dynmig-scheduler"

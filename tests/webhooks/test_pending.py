@@ -9,8 +9,8 @@ from webhooks_testkit import gpu_pod, node
 from mig.allowlist import ResourceNames
 from mig.placement import PodRequest, Refusal
 from mig.pods import gpu_request
+from mig.reconstruct import PodUsage
 from webhooks.fleet import Fleet
-from webhooks.occupancy import PodUsage
 from webhooks.pending import HELD, PendingBinds, Reservation
 
 

@@ -1,6 +1,6 @@
 """What the page shows, read from serve's own memory: the scheduler's `Fleet` (each node's decoded
 occupancy and its placement index) and its watch cache (the pods), drawn with the same slice-map
-model as `dynmig status` (`mig.slicemap`, `dynmig.status.cluster.pending_view`), so both say the same.
+model as `dynmig status` (`mig.slicemap`, `mig.fleetview.pending_view`), so both say the same.
 
 Bounded work per rendering, however big or hostile the cluster:
 - a node's section is rebuilt only when the Fleet replaced its occupancy (a pod came, went or was
@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynmig.status.cluster import UNREADABLE, Diagnoses, pending_view
 from mig.allowlist import ResourceNames
+from mig.fleetview import UNREADABLE, Diagnoses, pending_view
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.pods import active_for_scheduler, is_terminating, metadata_of, qualified_name
+from mig.reconstruct import NodeGpus, NodeOccupancy
 from mig.slicemap import Holding, NodeMap, PendingPod, fleet_map, gpu_map, node_map
 from webhooks.fleet import Fleet
-from webhooks.occupancy import NodeGpus, NodeOccupancy
 from webhooks.page.render import MAX_PENDING, compose, node_section
 
 MAX_WAITING = MAX_PENDING + 1  # one more than listed, so the page can say that there are more

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynmig.lab.kit import Kit, WaitTimeout
+from lab.kit import Kit, WaitTimeout
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The part of kube-controller-manager the lab needs: the DaemonSet, Deployment and Job controllers
-(the Job controller and its TTL-after-finished deletion live in `dynmig.lab.jobs`) and the garbage
+(the Job controller and its TTL-after-finished deletion live in `lab.jobs`) and the garbage
 collector, for every namespace, as one polling loop.
 
 - **DaemonSet**: one pod on every node that matches the pod template's nodeSelector: a pod made
@@ -9,9 +9,9 @@ collector, for every namespace, as one polling loop.
   on a node at once. The lab has no default scheduler, so the pod is created bound to its node
   (`spec.nodeName`), which is what the scheduler would do with that affinity.
 - **Deployment** and **ReplicaSet**: a Deployment runs through ReplicaSets, one per pod template
-  (`dynmig.lab.rollout`: revisions, rolling update or Recreate, history, status and
+  (`lab.rollout`: revisions, rolling update or Recreate, history, status and
   ScalingReplicaSet events), and each ReplicaSet keeps `spec.replicas` active pods from its
-  template (`dynmig.lab.replicasets`), named `<deployment>-<hash>-xxxxx`. Terminal pods do not
+  template (`lab.replicasets`), named `<deployment>-<hash>-xxxxx`. Terminal pods do not
   count.
 - **Garbage collector**: a pod whose controlling owner is gone is deleted, and so is a ReplicaSet
   whose Deployment is (background propagation, what `kubectl delete deployment|daemonset|job`
@@ -32,13 +32,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-
-from dynmig.lab import replicasets, rollout
-from dynmig.lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController
-from dynmig.lab.replicasets import TERMINAL, controller_of
 from sim import recorder
 
-log = logging.getLogger("dynmig.lab.controllers")
+from lab import replicasets, rollout
+from lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController
+from lab.replicasets import TERMINAL, controller_of
+
+log = logging.getLogger("lab.controllers")
 # kinds whose pods the garbage collector deletes once they are gone ("Deployment": pods a lab
 # before ReplicaSets made)
 OWNER_KINDS = ("DaemonSet", "ReplicaSet", "Job", "Deployment")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from dynmig.lab.kit import Kit
+from lab.kit import Kit
 
 ALLOCATION_HEADER = ("POD", "PARENT_GPU", "PROFILE", "START", "SIZE", "MIG_UUID", "GI", "CI")
 

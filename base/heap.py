@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("dynmig.heap")
+log = logging.getLogger("base.heap")
 
 YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 SETTLE_INTERVAL = 600.0  # seconds between full collections of everything, frozen objects included

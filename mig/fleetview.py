@@ -1,5 +1,5 @@
 """From Kubernetes objects (nodes and pods as JSON dicts) to the slice map, through the scheduler's own
-reconstruction (`webhooks.occupancy`), so `dynmig status` shows what the scheduler sees.
+reconstruction (`mig.reconstruct`), so `dynmig status` shows what the scheduler sees.
 
 Hostile input never raises here: an unreadable node registration becomes the node's `unreadable`
 text, an unreadable pod annotation is listed among `unreadable_pods` (and, as in the scheduler, closes
@@ -15,6 +15,16 @@ from mig.allowlist import ResourceNames
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
 from mig.pods import gpu_request, is_terminating, is_waiting, metadata_of, not_scheduled, qualified_name
+from mig.reconstruct import (
+    NodeOccupancy,
+    PodUsage,
+    node_cordon,
+    node_gpus,
+    node_leftovers,
+    node_register,
+    pod_usage,
+    reconstruct,
+)
 from mig.slicemap import (
     FleetMap,
     GpuMap,
@@ -26,16 +36,6 @@ from mig.slicemap import (
     fleet_map,
     gpu_map,
     node_map,
-)
-from webhooks.occupancy import (
-    NodeOccupancy,
-    PodUsage,
-    node_cordon,
-    node_gpus,
-    node_leftovers,
-    node_register,
-    pod_usage,
-    reconstruct,
 )
 
 UNREADABLE = "unreadable: "

@@ -45,10 +45,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-
 from sim import recorder
 
-log = logging.getLogger("dynmig.lab.jobs")
+log = logging.getLogger("lab.jobs")
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 JOB_CONTROLLER = "kubernetes.io/job-controller"
 TERMINAL = ("Succeeded", "Failed")

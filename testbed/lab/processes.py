@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable
 
-from dynmig.lab.supervisor import Child, Supervisor
+from lab.supervisor import Child, Supervisor
 
 
 class ProcessContainers:

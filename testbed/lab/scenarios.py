@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes import client
 
-from dynmig.lab import report
-from dynmig.lab.kit import Kit, gpu_pod
-from dynmig.lab.scenario import Run, ScenarioFailed
+from lab import report
+from lab.kit import Kit, gpu_pod
+from lab.scenario import Run, ScenarioFailed
 from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL, MigAllocation
 
 RTX = "RTX PRO 6000"

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from dynmig.lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
+from lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -67,7 +67,7 @@ def _print(line: str) -> None:
 
 
 def _list() -> int:
-    from dynmig.lab.scenarios import SCENARIOS
+    from lab.scenarios import SCENARIOS
 
     width = max(len(n) for n in SCENARIOS)
     for s in SCENARIOS.values():
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     if args.policy is not None and not args.policy.is_file():
         print(f"dynmig lab: --policy {args.policy}: no such file", file=sys.stderr)
         return EXIT_USAGE
-    from dynmig.lab.scenarios import SCENARIOS
+    from lab.scenarios import SCENARIOS
 
     if args.scenario and args.scenario not in SCENARIOS:
         print(
@@ -126,9 +126,9 @@ class _SignalFlag:
 
 
 def _run(args: argparse.Namespace, nodes) -> int:
-    from dynmig.lab.chart import ChartError
-    from dynmig.lab.cluster import Lab, LabError, write_admin_kubeconfig
-    from dynmig.lab.supervisor import ChildFailed
+    from lab.chart import ChartError
+    from lab.cluster import Lab, LabError, write_admin_kubeconfig
+    from lab.supervisor import ChildFailed
 
     stop = _SignalFlag()
     previous = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -172,9 +172,9 @@ def _run(args: argparse.Namespace, nodes) -> int:
 
 
 def _scenario(lab, name: str) -> int:
-    from dynmig.lab import report
-    from dynmig.lab.scenario import Run, ScenarioFailed
-    from dynmig.lab.scenarios import SCENARIOS
+    from lab import report
+    from lab.scenario import Run, ScenarioFailed
+    from lab.scenarios import SCENARIOS
 
     chosen = SCENARIOS[name]
     _print("")

@@ -42,14 +42,6 @@ from typing import Any, Self
 
 import yaml
 from kubernetes import client
-
-from certs import main as certs_main
-from dynmig.lab import chart, jobpods, report
-from dynmig.lab.controllers import ControllerManager
-from dynmig.lab.nodes import LabNode
-from dynmig.lab.processes import ProcessContainers
-from dynmig.lab.supervisor import Child, ChildFailed, Supervisor, python_argv
-from mig.allowlist import load_device_config
 from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
@@ -58,6 +50,14 @@ from sim.nvml import SimulatedNvml
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
+
+from certs import main as certs_main
+from lab import chart, jobpods, report
+from lab.controllers import ControllerManager
+from lab.nodes import LabNode
+from lab.processes import ProcessContainers
+from lab.supervisor import Child, ChildFailed, Supervisor, python_argv
+from mig.allowlist import load_device_config
 
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
@@ -108,7 +108,7 @@ class NodeRuntime:
 
 class Lab:
     """Args:
-    nodes: the simulated GPU nodes (`dynmig.lab.nodes.parse_nodes`).
+    nodes: the simulated GPU nodes (`lab.nodes.parse_nodes`).
     workdir: where state files, configs, kubeconfigs and child logs go (a temp dir if None).
     policy: a device-config file to use instead of the chart's default allowlist.
     echo: where progress lines go (one line per call).
@@ -601,7 +601,7 @@ class Lab:
 
     def _job_containers(self, pod: dict[str, Any]) -> ProcessContainers | None:
         """A Job pod whose container is of the dynmig image runs its args as a real dynmig
-        process, as the pod's service account (`dynmig.lab.jobpods`); kubelet restarts it as the
+        process, as the pod's service account (`lab.jobpods`); kubelet restarts it as the
         pod's restartPolicy says and its exit ends the pod. Other Job pods run the simulated
         workload."""
         image = self._chart.find("Deployment", SERVE_DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]

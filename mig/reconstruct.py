@@ -16,7 +16,7 @@ them stays counted, as in HAMi. A cordon list dynmig cannot read closes every GP
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -87,7 +87,7 @@ def node_gpus(
         return NodeGpus(name, gpus, leftover_error=str(error))
 
 
-def _cordon(value: object):
+def _cordon(value: object) -> Callable[[str], str]:
     """GPU UUID -> why it is cordoned ("" = open), from the node's `hami.io/device-cordon`."""
     try:
         listed = decode_device_cordon(value)
