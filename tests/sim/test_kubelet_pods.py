@@ -321,3 +321,34 @@ def test_a_pod_with_a_bad_device_count_fails_alone_and_the_next_pod_still_runs(w
     assert re.search(
         r"container 'main': example.com/gpu: '(5000|5k)' is not a device count between 0 and 1024", message
     ), message
+
+
+def test_pending_pods_are_admitted_one_at_a_time_oldest_first(world, socket_dir):
+    """kubelet's HandlePodAdditions sorts new pods by creation time and admits each in turn, its
+    Allocate calls inside the admission (pkg/kubelet/kubelet.go, pkg/kubelet/cm)."""
+    world.pods.paused.set()  # the running kubelet admits nothing; this one is driven by hand
+    agent = SimulatedPods(NODE, world.api.api_client("kubelet"), world.pods.kubelet, world.nvml, RESOURCE)
+    listed = [
+        {
+            **_pod(name),
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"uid-{name}",
+                "creationTimestamp": stamp,
+            },
+        }
+        for name, stamp in (
+            ("late", "2026-01-01T00:00:09Z"),
+            ("early", "2026-01-01T00:00:01Z"),
+            ("middle", "2026-01-01T00:00:05Z"),
+        )
+    ]
+    agent._list = lambda: [dict(p) for p in listed]
+    before = len(world.pods.kubelet.allocations)
+    agent.sync()
+    admitted = [a.pod_uid for a in world.pods.kubelet.allocations[before:]]
+    assert admitted == ["uid-early", "uid-middle", "uid-late"]
+    assert all(
+        c.allocate_seconds is not None for a in world.pods.kubelet.allocations[before:] for c in a.containers
+    )

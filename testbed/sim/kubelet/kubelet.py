@@ -11,6 +11,7 @@ kubelet.stop()
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ class ContainerAllocation:
     devices: list[str] = field(default_factory=list)
     response: pb.ContainerAllocateResponse | None = None
     pre_started: bool = False
+    allocate_seconds: float | None = None  # how long the plugin's Allocate took (None: not called)
+    started_at: float = 0.0  # time.monotonic() when kubelet called Allocate
 
 
 @dataclass
@@ -123,6 +126,7 @@ class SimulatedKubelet:
         self._resources: dict[str, _Resource] = {}
         self._in_use: dict[str, set[str]] = {}  # pod uid -> device IDs (all resources)
         self._cond = threading.Condition()
+        self._admitting = threading.Lock()  # kubelet admits one pod at a time
         self._server: grpc.Server | None = None
         self.restarts = 0
 
@@ -307,7 +311,17 @@ class SimulatedKubelet:
     ) -> PodAllocation:
         """Admit a pod as kubelet does: per container that requests `resource`, choose healthy free
         devices (GetPreferredAllocation first when offered), call Allocate once, then
-        PreStartContainer when the plugin asks for it. Failures are recorded, never raised."""
+        PreStartContainer when the plugin asks for it. Failures are recorded, never raised. One pod
+        at a time: kubelet admits pods in turn in its sync loop, and a second caller waits here."""
+        with self._admitting:
+            return self._admit(resource, containers, pod_uid)
+
+    def _admit(
+        self,
+        resource: str,
+        containers: Iterable[int] | Iterable[tuple[str, int]] | dict[str, int],
+        pod_uid: str,
+    ) -> PodAllocation:
         result = PodAllocation(pod_uid, resource)
         self.allocations.append(result)
         with self._cond:
@@ -360,7 +374,11 @@ class SimulatedKubelet:
         with self._cond:
             self._in_use.setdefault(pod_uid, set()).update(chosen)
         request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)])
-        response = _call(endpoint.stub.Allocate, request, "Allocate")
+        entry.started_at = time.monotonic()
+        try:
+            response = _call(endpoint.stub.Allocate, request, "Allocate")
+        finally:
+            entry.allocate_seconds = time.monotonic() - entry.started_at
         if not response.container_responses:
             raise _AdmissionError("Allocate returned no container responses")
         entry.response = response.container_responses[0]

@@ -6,9 +6,14 @@
 
 Every `interval` it lists the pods bound to its node (a complete list or nothing: on an API error
 it changes nothing, as a kubelet that lost the API server keeps its pods running) and, like kubelet:
-- admits a Pending pod: one Allocate per container that requests the device resource (through the
-  device-plugin manager, `SimulatedKubelet`); a failed Allocate fails the pod
-  (UnexpectedAdmissionError). Then it starts the pod's containers: `runtime(pod)` when the caller
+- admits Pending pods one at a time, oldest creationTimestamp first, each with one Allocate per
+  container that requests the device resource (through the device-plugin manager,
+  `SimulatedKubelet`) inside its admission, so a slow Allocate holds up every pod behind it; a
+  failed Allocate fails the pod (UnexpectedAdmissionError). (kubelet: `HandlePodAdditions` in
+  pkg/kubelet/kubelet.go sorts the new pods by creation time and runs `canAdmitPod` for each in
+  turn, in the sync loop; the resource allocator's admit handler in pkg/kubelet/cm calls the device
+  manager's Allocate for the init containers, then the app containers.) Then it starts the pod's
+  containers: `runtime(pod)` when the caller
   supplies one for that pod, else a `SimulatedWorkload` on the MIG devices the plugin answered with.
 - stops the containers of a pod that has a deletionTimestamp, or that is gone from the API
   (deleted with grace 0, force-deleted, its namespace deleted): SIGTERM, then SIGKILL when the
@@ -261,6 +266,8 @@ class SimulatedPods:
                     self._watch_containers(record)
             raise
         present = set()
+        # kubelet admits new pods oldest first (HandlePodAdditions sorts by creation time)
+        listed.sort(key=lambda pod: (pod.get("metadata") or {}).get("creationTimestamp") or "")
         for pod in listed:
             meta = pod["metadata"]
             present.add(meta["uid"])

@@ -307,11 +307,12 @@ def destroy_ci(state: State, gpu: Gpu, gi: GpuInstance, ci: ComputeInstance) -> 
 # ---- MIG devices and processes ------------------------------------------------------------------
 
 
-def mig_devices(gpu: Gpu) -> list[tuple[GpuInstance, ComputeInstance]]:
-    """One MIG device per CI, indexed in (GI ID, CI ID) order as the driver does."""
+def mig_devices(gpu: Gpu, listed_at: float | None = None) -> list[tuple[GpuInstance, ComputeInstance]]:
+    """One MIG device per CI, indexed in (GI ID, CI ID) order as the driver does. With `listed_at`
+    (a wall-clock time), only the MIG devices NVML's list shows by then (a node spec's listing lag)."""
     if gpu.mig_current != codes.MIG_ENABLE:
         return []
-    pairs = [(gi, ci) for gi in gpu.gis for ci in gi.cis]
+    pairs = [(gi, ci) for gi in gpu.gis for ci in gi.cis if listed_at is None or ci.visible_at <= listed_at]
     return sorted(pairs, key=lambda pair: (pair[0].gi_id, pair[1].ci_id))
 
 

@@ -89,6 +89,26 @@ class Release:
     version: str  # what nvmlSystemGetDriverVersion returns
 
 
+SERIALIZATIONS = ("gpu", "node")  # which simulated MIG mutations wait for each other
+TIMED_CALLS = ("create_gi", "create_ci", "destroy_ci", "destroy_gi")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds one MIG mutation takes on this model (estimates: see drivers/ampere.yaml), how far
+    NVML's MIG device list may lag a compute-instance create, and the default serialization."""
+
+    create_gi_s: float = 0.0
+    create_ci_s: float = 0.0
+    destroy_ci_s: float = 0.0
+    destroy_gi_s: float = 0.0
+    listing_lag_s: float = 0.0
+    serialization: str = "gpu"
+
+    def seconds(self, call: str) -> float:
+        return float(getattr(self, f"{call}_s"))
+
+
 @dataclass(frozen=True)
 class GpuModel:
     """A MIG-capable GPU under one driver release."""
@@ -103,6 +123,7 @@ class GpuModel:
     release: Release
     releases: tuple[str, ...]  # every release the data knows, default first
     profiles: tuple[GiProfile, ...]
+    timing: Timing = Timing()
 
     @property
     def nvml_name(self) -> str:
@@ -184,11 +205,26 @@ def _norm(text: str) -> str:
 def _raw_models() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(_DATA.glob("*.yaml")):
-        for entry in yaml.safe_load(path.read_text())["models"]:
+        doc = yaml.safe_load(path.read_text())
+        for entry in doc["models"]:
             if entry["key"] in out:
                 raise ValueError(f"{path.name}: model {entry['key']} is defined twice")
-            out[entry["key"]] = entry
+            out[entry["key"]] = {**entry, "timing": {**(doc.get("timing") or {}), **entry.get("timing", {})}}
     return out
+
+
+def _timing(raw: dict[str, Any], key: str) -> Timing:
+    allowed = {f"{c}_s" for c in TIMED_CALLS} | {"listing_lag_s", "serialization"}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ValueError(f"{key}: unknown timing fields {sorted(unknown)}")
+    serialization = str(raw.get("serialization", "gpu"))
+    if serialization not in SERIALIZATIONS:
+        raise ValueError(f"{key}: timing.serialization must be one of {SERIALIZATIONS}")
+    values = {k: float(v) for k, v in raw.items() if k != "serialization"}
+    if any(not 0 <= v <= 60 for v in values.values()):
+        raise ValueError(f"{key}: timing values are seconds from 0 to 60")
+    return Timing(**values, serialization=serialization)
 
 
 @functools.cache
@@ -216,6 +252,7 @@ def _resolve(key: str, release: str) -> GpuModel:
         release=Release(release, str(rel["version"])),
         releases=(raw["default_release"], *others),
         profiles=profiles,
+        timing=_timing(raw.get("timing") or {}, key),
     )
 
 

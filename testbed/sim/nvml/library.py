@@ -20,6 +20,7 @@ from typing import Any
 from sim.nvml import codes, driver
 from sim.nvml.codes import NvmlFault
 from sim.nvml.hardware import GpuModel, Placement
+from sim.nvml.state import DRIVER as TIMED
 from sim.nvml.state import ComputeInstance, Gpu, GpuInstance, State
 
 MIB = 1024 * 1024
@@ -220,14 +221,14 @@ class SimulatedLibrary:
             for gpu in state.gpus:
                 if gpu.uuid == text:
                     return _put_handle(out, self.gpu_addr(gpu))
-                for gi, ci in driver.mig_devices(gpu):
+                for gi, ci in driver.mig_devices(gpu, time.time()):
                     if ci.uuid == text:
                         return _put_handle(out, self.mig_addr(gpu, gi, ci))
         raise NvmlFault(codes.NOT_FOUND, f"no device {text}")
 
     def _legacy_mig_handle(self, state: State, gpu_uuid: str, gi_id: int, ci_id: int, out: Any) -> None:
         gpu = state.gpu(gpu_uuid)
-        for gi, ci in driver.mig_devices(gpu) if gpu else []:
+        for gi, ci in driver.mig_devices(gpu, time.time()) if gpu else []:
             if (gi.gi_id, ci.ci_id) == (gi_id, ci_id):
                 return _put_handle(out, self.mig_addr(gpu, gi, ci))
         raise NvmlFault(codes.NOT_FOUND, f"no MIG device {gpu_uuid}/{gi_id}/{ci_id}")
@@ -312,7 +313,7 @@ class SimulatedLibrary:
             i = _int(index)
             if not 0 <= i < gpu.model.max_mig_devices:
                 raise NvmlFault(codes.INVALID_ARGUMENT, f"MIG device index {i}")
-            devices = driver.mig_devices(gpu)
+            devices = driver.mig_devices(gpu, time.time())
             if i >= len(devices):
                 raise NvmlFault(codes.NOT_FOUND, f"no MIG device at index {i}")
             _put_handle(out, self.mig_addr(gpu, *devices[i]))
@@ -380,19 +381,24 @@ class SimulatedLibrary:
 
     def _nvmlDeviceCreateGpuInstance(self, handle: Any, profile_id: Any, out: Any) -> None:
         # Why: creating a GI claims memory slices on the GPU until it is destroyed.
-        with self.store.mutate() as state:
+        def create(state: State) -> None:
             gpu = self._parent(state, handle)
             gi = driver.create_gi(state, gpu, _int(profile_id), None)
             _put_handle(out, self.gi_addr(gpu, gi))
+
+        self._timed("create_gi", handle, create)
 
     def _nvmlDeviceCreateGpuInstanceWithPlacement(
         self, handle: Any, profile_id: Any, placement: Any, out: Any
     ) -> None:
         wanted = self._placement_arg(placement, "nvmlDeviceCreateGpuInstanceWithPlacement")
-        with self.store.mutate() as state:
+
+        def create(state: State) -> None:
             gpu = self._parent(state, handle)
             gi = driver.create_gi(state, gpu, _int(profile_id), wanted)
             _put_handle(out, self.gi_addr(gpu, gi))
+
+        self._timed("create_gi", handle, create)
 
     def _nvmlDeviceGetGpuInstances(self, handle: Any, profile_id: Any, arr: Any, count: Any) -> int:
         with self.store.read() as state:
@@ -419,10 +425,13 @@ class SimulatedLibrary:
             delay = state.faults.destroy_delay_s
         if delay:
             time.sleep(delay)
+
         # Why: destroying a GI frees its slices; the driver refuses while CIs or processes live.
-        with self.store.mutate() as state:
+        def destroy(state: State) -> None:
             gpu, gi = self._gi(state, handle)
             driver.destroy_gi(state, gpu, gi)
+
+        self._timed("destroy_gi", handle, destroy)
 
     # ---- compute instances ----------------------------------------------------------------------
 
@@ -457,19 +466,24 @@ class SimulatedLibrary:
             return _fill_array(count, arr, len(places), lambda i, item: _set_placement(item, places[i]))
 
     def _nvmlGpuInstanceCreateComputeInstance(self, handle: Any, profile_id: Any, out: Any) -> None:
-        with self.store.mutate() as state:
-            gpu, gi = self._gi(state, handle)
-            ci = driver.create_ci(state, gpu, gi, _int(profile_id), None)
-            _put_handle(out, self.ci_addr(gpu, gi, ci))
+        self._create_ci(handle, profile_id, None, out)
 
     def _nvmlGpuInstanceCreateComputeInstanceWithPlacement(
         self, handle: Any, profile_id: Any, placement: Any, out: Any
     ) -> None:
         wanted = self._placement_arg(placement, "nvmlGpuInstanceCreateComputeInstanceWithPlacement")
-        with self.store.mutate() as state:
+        self._create_ci(handle, profile_id, wanted, out)
+
+    def _create_ci(self, handle: Any, profile_id: Any, wanted: Placement | None, out: Any) -> None:
+        def create(state: State) -> None:
             gpu, gi = self._gi(state, handle)
             ci = driver.create_ci(state, gpu, gi, _int(profile_id), wanted)
+            lag = _listing_lag(state, gpu)
+            if lag:
+                ci.visible_at = time.time() + lag  # NVML's MIG device list shows it only then
             _put_handle(out, self.ci_addr(gpu, gi, ci))
+
+        self._timed("create_ci", handle, create)
 
     def _nvmlGpuInstanceGetComputeInstances(self, handle: Any, profile_id: Any, arr: Any, count: Any) -> int:
         with self.store.read() as state:
@@ -493,9 +507,28 @@ class SimulatedLibrary:
             _set_placement(info.placement, Placement(ci.start, ci.size))
 
     def _nvmlComputeInstanceDestroy(self, handle: Any) -> None:
-        with self.store.mutate() as state:
+        def destroy(state: State) -> None:
             gpu, gi, ci = self._ci(state, handle)
             driver.destroy_ci(state, gpu, gi, ci)
+
+        self._timed("destroy_ci", handle, destroy)
+
+    def _timed(self, call: str, handle: Any, mutate: Callable[[State], None]) -> None:
+        """Run a MIG mutation as the timing model says: instantly (timing "zero"), or holding its
+        serialization scope (the GPU, or the node) for the model's seconds for `call`. The change
+        lands when the call starts, the caller gets control back when the seconds are over; a call
+        the driver refuses returns at once."""
+        with self.store.read() as state:
+            _, gpu, _, _ = self._resolve(state, handle)
+            seconds, scope = _latency(state, gpu, call)
+        if not seconds:
+            with self.store.mutate() as state:
+                mutate(state)
+            return
+        with self.store.serial(scope):
+            with self.store.mutate() as state:
+                mutate(state)
+            time.sleep(seconds)
 
     def _placement_arg(self, placement: Any, symbol: str) -> Placement:
         if placement is None:
@@ -510,6 +543,26 @@ class SimulatedLibrary:
 
 
 _EXPORTS = [name[1:] for name in vars(SimulatedLibrary) if name.startswith("_nvml")]
+
+
+# ---- the timing model ---------------------------------------------------------------------------
+
+
+def _latency(state: State, gpu: Gpu, call: str) -> tuple[float, str]:
+    """(seconds, serialization scope) of one MIG mutation on `gpu` under the state's timing."""
+    if state.timing.mode != TIMED:
+        return 0.0, ""
+    timing = gpu.model.timing
+    serialization = state.timing.serialization
+    if serialization == "model":
+        serialization = timing.serialization
+    return timing.seconds(call), "node" if serialization == "node" else f"gpu-{gpu.uuid}"
+
+
+def _listing_lag(state: State, gpu: Gpu) -> float:
+    if state.timing.listing_lag_s is not None:
+        return state.timing.listing_lag_s
+    return gpu.model.timing.listing_lag_s if state.timing.mode == TIMED else 0.0
 
 
 # ---- ctypes helpers -----------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from typing import Any, Self
 
 from sim.nvml import codes, driver, views
 from sim.nvml.library import _EXPORTS, _VERSION_SUFFIX, SimulatedLibrary
-from sim.nvml.spec import build_state, shuffle
-from sim.nvml.state import CreateFailure, Gpu, Process
+from sim.nvml.spec import build_state, shuffle, timing_config
+from sim.nvml.state import CreateFailure, Gpu, Process, TimingConfig
 from sim.nvml.store import FileStore, MemoryStore
 
 _ALIASES = {"nvmlInit": "nvmlInitWithFlags"}
@@ -103,6 +103,21 @@ class SimulatedNvml:
         """Make every nvmlGpuInstanceDestroy take this long (real GIs take about a second)."""
         with self.store.mutate() as state:
             state.faults.destroy_delay_s = float(seconds)
+
+    def set_timing(self, mode: str, serialization: str = "model", listing_lag_s: float | None = None) -> None:
+        """The timing model from now on: mode "zero" (instant) or "driver" (drivers/*.yaml's
+        latencies), serialization "model", "gpu" or "node", and the MIG device list's lag after a
+        create (None: the model's). The same checks as a node spec's fields."""
+        config = timing_config(
+            {"timing": mode, "timing_serialization": serialization, "listing_lag_s": listing_lag_s}
+        )
+        with self.store.mutate() as state:
+            state.timing = config
+
+    @property
+    def timing(self) -> TimingConfig:
+        with self.store.read() as state:
+            return TimingConfig(**vars(state.timing))
 
     def clear_faults(self) -> None:
         with self.store.mutate() as state:

@@ -10,7 +10,10 @@ A spec is small JSON-able data::
      "driver": "R570",                          # the node's driver release (default: each model's)
      "gi_ids": "driver",                        # "driver" (default), "heap", "halves-swapped", "shuffled"
      "shuffle_gi_ids": 7,                       # seed of the shuffled GI IDs (implies "shuffled")
-     "mig_uuids": "fresh"}                      # "fresh" (default) or "stable" on re-creation
+     "mig_uuids": "fresh",                      # "fresh" (default) or "stable" on re-creation
+     "timing": "driver",                        # "zero" (default: instant) or "driver" latencies
+     "timing_serialization": "gpu",             # "model" (default: the data's), "gpu" or "node"
+     "listing_lag_s": 1.5}                      # MIG device list lag after a create (default: data's)
 
 Models are resolved with `hardware.find_model` (key, NVML name or a unique part of it); their facts
 come from `drivers/*.yaml`. With "gi_ids": "driver" each GPU numbers its GIs the way its model's
@@ -21,9 +24,17 @@ NVIDIA's DRA driver states that a MIG UUID changes across destruction and re-cre
 configuration and nvml.h promises immutability only "for the lifetime of a MIG device"; walkthroughs
 that show a UUID coming back are served by "stable".
 
-Whole test runs can change the two defaults from the environment (a spec's own fields still win):
-DYNMIG_SIM_GI_IDS (one of the gi_ids values) and DYNMIG_SIM_MIG_UUIDS ("fresh" or "stable"), e.g.
-`DYNMIG_SIM_GI_IDS=shuffled make test` proves nothing infers a placement from a GI ID.
+Timing: with "timing": "driver" every GI/CI create and destroy takes the seconds its model's
+`timing` block in drivers/*.yaml gives (estimates, with their sources there), the calls of one GPU
+(or of the whole node) in series, and a new MIG device may show in NVML's list only after
+`listing_lag_s`. "zero" keeps every call instant, which is what unit tests want; the benches choose
+"driver" (bench/startup.py).
+
+Whole test runs can change the defaults from the environment (a spec's own fields still win):
+DYNMIG_SIM_GI_IDS (one of the gi_ids values), DYNMIG_SIM_MIG_UUIDS ("fresh" or "stable") and
+DYNMIG_SIM_TIMING ("zero" or "driver"), e.g. `DYNMIG_SIM_GI_IDS=shuffled make test` proves nothing
+infers a placement from a GI ID, and `DYNMIG_SIM_TIMING=driver dynmig lab` runs the lab at the
+driver data's speed.
 """
 
 from __future__ import annotations
@@ -35,11 +46,24 @@ from typing import Any
 from sim.nvml import hardware
 from sim.nvml.hardware import UnknownModel, UnknownRelease
 from sim.nvml.identity import gpu_uuid, shuffled_ids
-from sim.nvml.state import FRESH, STABLE, Gpu, State
+from sim.nvml.state import DRIVER as TIMED
+from sim.nvml.state import FRESH, STABLE, ZERO, Gpu, State, TimingConfig
 
 _GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _ENTRY_KEYS = {"model", "count", "uuid", "mig", "driver"}
-_NODE_KEYS = {"node", "gpus", "driver", "gi_ids", "shuffle_gi_ids", "mig_uuids"}
+_NODE_KEYS = {
+    "node",
+    "gpus",
+    "driver",
+    "gi_ids",
+    "shuffle_gi_ids",
+    "mig_uuids",
+    "timing",
+    "timing_serialization",
+    "listing_lag_s",
+}
+TIMING_MODES = (ZERO, TIMED)
+SERIALIZATIONS = ("model", *hardware.SERIALIZATIONS)
 DRIVER, SHUFFLED = "driver", "shuffled"
 GI_ID_MODES = (DRIVER, *hardware.NUMBERINGS, SHUFFLED)
 _MAX_GPUS = 64
@@ -57,6 +81,7 @@ def build_state(spec: dict[str, Any]) -> State:
         raise SpecError(f"node spec: unknown fields {sorted(unknown)}; allowed: {sorted(_NODE_KEYS)}")
     seed = str(spec.get("node", "sim-node"))
     state = State(mig_uuids=_choice(spec, "mig_uuids", (FRESH, STABLE), _env("DYNMIG_SIM_MIG_UUIDS", FRESH)))
+    state.timing = timing_config(spec)
     node_driver = _driver(spec.get("driver"), "driver")
     for n, entry in enumerate(spec["gpus"]):
         for _ in range(_count(entry, n)):
@@ -77,6 +102,16 @@ def build_state(spec: dict[str, Any]) -> State:
         for gpu in state.gpus:
             gpu.gi_numbering = mode
     return state
+
+
+def timing_config(spec: dict[str, Any]) -> TimingConfig:
+    """The spec's timing fields (with DYNMIG_SIM_TIMING as the mode's default), checked."""
+    mode = _choice(spec, "timing", TIMING_MODES, _env("DYNMIG_SIM_TIMING", ZERO))
+    serialization = _choice(spec, "timing_serialization", SERIALIZATIONS, "model")
+    lag = spec.get("listing_lag_s")
+    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int | float) or not 0 <= lag <= 60):
+        raise SpecError(f"node spec: listing_lag_s must be seconds from 0 to 60, got {lag!r}")
+    return TimingConfig(mode, serialization, None if lag is None else float(lag))
 
 
 def shuffle(state: State, seed: int | None) -> None:

@@ -29,6 +29,7 @@ class ComputeInstance:
     start: int  # placement in compute slices inside the GI
     size: int
     uuid: str  # MIG device UUID
+    visible_at: float = 0.0  # wall-clock time its MIG device shows in NVML's list (listing lag)
 
 
 @dataclass
@@ -84,6 +85,20 @@ class Faults:
     destroy_delay_s: float = 0.0
 
 
+ZERO, DRIVER = "zero", "driver"  # timing modes: instant mutations, or the driver data's latencies
+
+
+@dataclass
+class TimingConfig:
+    """How long the simulated MIG mutations take: `mode` zero (instant, for tests) or driver (each
+    model's `timing` in drivers/*.yaml); `serialization` "model" (the data's default), "gpu" or
+    "node"; `listing_lag_s` None = the model's."""
+
+    mode: str = ZERO
+    serialization: str = "model"
+    listing_lag_s: float | None = None
+
+
 @dataclass
 class State:
     gpus: list[Gpu] = field(default_factory=list)
@@ -91,6 +106,7 @@ class State:
     next_serial: int = 1
     events: list[dict[str, Any]] = field(default_factory=list)
     mig_uuids: str = FRESH
+    timing: TimingConfig = field(default_factory=TimingConfig)
 
     def gpu(self, uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -121,6 +137,7 @@ class State:
             next_serial=int(data.get("next_serial", 1)),
             events=list(data.get("events", [])),
             mig_uuids=str(data.get("mig_uuids", FRESH)),
+            timing=TimingConfig(**data.get("timing", {})),
         )
 
 

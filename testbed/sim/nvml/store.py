@@ -25,6 +25,15 @@ class MemoryStore:
     def __init__(self, state: State) -> None:
         self._state = state
         self._lock = threading.RLock()
+        self._serial: dict[str, threading.Lock] = {}
+
+    @contextlib.contextmanager
+    def serial(self, scope: str) -> Iterator[None]:
+        """Calls of one serialization scope (a GPU, or the node) wait for each other."""
+        with self._lock:
+            lock = self._serial.setdefault(scope, threading.Lock())
+        with lock:
+            yield
 
     @contextlib.contextmanager
     def read(self) -> Iterator[State]:
@@ -87,6 +96,20 @@ class FileStore:
             json.dump(state.to_json(), handle, indent=1, sort_keys=True)
         os.replace(tmp, self.path)
         self._cached = None
+
+    @contextlib.contextmanager
+    def serial(self, scope: str) -> Iterator[None]:
+        """Calls of one serialization scope (a GPU, or the node) wait for each other, across every
+        process that shares the state file (an flock per scope; flock excludes threads too, since
+        each call opens its own file description)."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in scope)[:80]
+        path = self.path.with_name(f"{self.path.name}.serial-{safe}.lock")
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
