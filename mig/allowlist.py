@@ -1,26 +1,83 @@
 """The MIG profile allowlist (device-config `nvidia.migProfileAllowlist`, HAMi format).
 
 An allowlist is an ordered list of `{models: [...], profiles: [...]}` entries. A GPU uses the first
-entry whose any model string is a substring of its NVML name (HAMi semantics). Validation applies
-HAMi's rules (errors) plus dynmig's own checks against the GPU catalog (warnings): a model string that
-matches no known GPU, a profile that does not exist on a GPU the entry applies to, and an entry that
-an earlier, broader model string shadows.
+entry whose any model string is a substring of its NVML name (HAMi semantics). An entry may instead
+say `migOff: true` (and list no profiles): the GPUs it matches publish no MIG profiles, on purpose.
+
+Findings come at three levels (`Level`), each a superset of the one before:
+- `hami`: HAMi's own rules, plus keys that are near misses of the keys dynmig reads (a miscased
+  `migProfileAllowList` is otherwise MIG off without a word). What the device plugin and status read:
+  a file HAMi accepts is accepted, with the catalog findings below as warnings.
+- `check` (`dynmig policy check`): the catalog findings are errors: a catalog model left with no
+  profile and no `migOff`, a profile name that no GPU has.
+- `strict` (`dynmig policy check --strict`, `dynmig serve`, the chart's pre-install check): a profile
+  that exists, but not on a model the entry applies to, is an error too.
+A model string that matches no known GPU, and an unknown `nvidia` key HAMi does not read, stay
+warnings at every level.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from mig import catalog, resources
+from mig.jsontext import replace_lone_surrogates
 
 ERROR, WARNING = "error", "warning"
 ALLOWLIST_KEY = "migProfileAllowlist"
-ENTRY_KEYS = ("models", "profiles")
+MIG_OFF_KEY = "migOff"
+ENTRY_KEYS = ("models", "profiles", MIG_OFF_KEY)
+NVIDIA_KEY = "nvidia"
+# HAMi's `nvidia:` section (v2.10 chart and docs, older names included): accepted, read or not
+HAMI_NVIDIA_KEYS = (
+    "resourceCountName",
+    "resourceMemoryName",
+    "resourceMemoryPercentageName",
+    "resourceCoreName",
+    "resourcePriorityName",
+    "overwriteEnv",
+    "defaultMemory",
+    "defaultMem",
+    "defaultCores",
+    "defaultGPUNum",
+    "preConfiguredDeviceMemory",
+    "memoryFactor",
+    "deviceSplitCount",
+    "deviceMemoryScaling",
+    "deviceCoreScaling",
+    "enableNumaTopology",
+    "gpuCorePolicy",
+    "libCudaLogLevel",
+    "runtimeClassName",
+    "migstrategy",
+    "migStrategy",
+    "disablecorelimit",
+    "knownMigGeometries",
+    ALLOWLIST_KEY,
+)
 DEFAULT_POLICY = resources.default_policy()
+# a catch-all model string: every NVIDIA GPU's NVML name holds it
+CATCH_ALL = "NVIDIA"
+
+Level = Literal["hami", "check", "strict"]
+HAMI: Level = "hami"
+CHECK: Level = "check"
+STRICT: Level = "strict"
+LEVELS: tuple[Level, ...] = ("hami", "check", "strict")
+# what kind of finding, and from which level on it is an error
+Kind = Literal["rule", "catalog", "other-model", "advice"]
+_ERROR_FROM: dict[Kind, tuple[Level, ...]] = {
+    "rule": LEVELS,
+    "catalog": ("check", "strict"),
+    "other-model": ("strict",),
+    "advice": (),
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +95,10 @@ class Issue:
         return f"{source}: {self.path}: {tag}{self.problem}{hint}"
 
 
+def _issue(level: Level, kind: Kind, path: str, problem: str, hint: str = "") -> Issue:
+    return Issue(path, problem, hint, ERROR if level in _ERROR_FROM[kind] else WARNING)
+
+
 class PolicyError(ValueError):
     """A policy that must not be used; `.issues` says field by field why."""
 
@@ -51,9 +112,14 @@ class PolicyError(ValueError):
 class AllowlistEntry:
     models: tuple[str, ...]
     profiles: tuple[str, ...]
+    mig_off: bool = False
 
     def matches(self, nvml_name: str) -> bool:
         return any(model in nvml_name for model in self.models)
+
+    def matched_by(self, nvml_name: str) -> str:
+        """The first model string of the entry that matches the NVML name ("" when none does)."""
+        return next((m for m in self.models if m in nvml_name), "")
 
 
 @dataclass(frozen=True)
@@ -91,6 +157,64 @@ class DeviceConfig:
     warnings: tuple[Issue, ...] = ()
 
 
+def nearest(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The closest choices to `word` (a case-only difference first), for a "did you mean" hint."""
+    options = list(dict.fromkeys(choices))
+    same_case = [c for c in options if c.casefold() == word.casefold() and c != word]
+    close = difflib.get_close_matches(word, options, n=n, cutoff=cutoff)
+    return list(dict.fromkeys(same_case + close))[:n]
+
+
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
+    close = nearest(word, choices, cutoff=cutoff)
+    return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+# ---------------------------------------------------------------- keys
+
+
+def _misspelt(key: str, known: Sequence[str]) -> str | None:
+    """The known key that `key` is a near miss of (case, a letter or two), or None."""
+    if key in known:
+        return None
+    close = nearest(key, known, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def key_issues(doc: object) -> list[Issue]:
+    """Near misses of the keys dynmig reads, at the top and in `nvidia:` (errors at every level), and
+    keys of `nvidia:` that HAMi does not define (warnings). Other top-level keys are other vendors'
+    sections of HAMi's device config and are left alone."""
+    if not isinstance(doc, dict):
+        return []
+    issues: list[Issue] = []
+    for key in doc:
+        meant = _misspelt(str(key), (NVIDIA_KEY, ALLOWLIST_KEY))
+        if meant and meant not in doc:
+            issues.append(_key_error(str(key), str(key), meant))
+    section = doc.get(NVIDIA_KEY)
+    for key in section if isinstance(section, dict) else ():
+        path = f"{NVIDIA_KEY}.{key}"
+        meant = _misspelt(str(key), HAMI_NVIDIA_KEYS)
+        if meant:
+            issues.append(_key_error(path, str(key), meant))
+        elif str(key) not in HAMI_NVIDIA_KEYS:
+            issues.append(
+                Issue(
+                    path,
+                    f"unknown key {str(key)[:64]!r}: neither HAMi nor dynmig reads it",
+                    "remove it",
+                    WARNING,
+                )
+            )
+    return issues
+
+
+def _key_error(path: str, key: str, meant: str) -> Issue:
+    case = " keys are case-sensitive" if key.casefold() == meant.casefold() else ""
+    return Issue(path, f"unknown key {key[:64]!r}", f"did you mean {meant!r}?{case}")
+
+
 # ---------------------------------------------------------------- parsing (HAMi rules)
 
 
@@ -123,14 +247,40 @@ def _strings(value: object, path: str, what: str, issues: list[Issue]) -> tuple[
 _EXAMPLE = {"models": "A100-SXM4-40GB", "profiles": "1g.5gb"}
 
 
+def _entry_key_issues(raw: Mapping[Any, Any], path: str) -> list[Issue]:
+    issues = []
+    for key in raw:
+        if key not in ENTRY_KEYS:
+            hint = did_you_mean(str(key), ENTRY_KEYS) or f"allowed keys: {', '.join(ENTRY_KEYS)}"
+            issues.append(Issue(f"{path}.{key}", f"unknown key {str(key)[:64]!r}", hint))
+    return issues
+
+
+def _mig_off(raw: Mapping[Any, Any], path: str, issues: list[Issue]) -> bool:
+    """The entry's `migOff` flag; with it the entry lists no profiles (dynmig's own field)."""
+    value: object = raw.get(MIG_OFF_KEY, False)
+    if not isinstance(value, bool):
+        issues.append(Issue(f"{path}.{MIG_OFF_KEY}", "must be true or false", f"write {MIG_OFF_KEY}: true"))
+        return False
+    if value and raw.get("profiles"):
+        issues.append(
+            Issue(
+                f"{path}.profiles",
+                f"an entry with {MIG_OFF_KEY}: true lists no profiles",
+                f"remove the profiles, or remove {MIG_OFF_KEY} to offer them",
+            )
+        )
+    return value
+
+
 def _parse_entry(raw: object, path: str, issues: list[Issue]) -> AllowlistEntry | None:
     if not isinstance(raw, dict):
         issues.append(Issue(path, "an allowlist entry must be a mapping with 'models' and 'profiles'"))
         return None
-    for key in raw:
-        if key not in ENTRY_KEYS:
-            issues.append(Issue(f"{path}.{key}", f"unknown key {key!r}", "allowed keys: models, profiles"))
+    issues.extend(_entry_key_issues(raw, path))
     models = _strings(raw.get("models"), f"{path}.models", "models", issues)
+    if _mig_off(raw, path, issues):
+        return AllowlistEntry(models, (), mig_off=True) if models else None
     profiles = _strings(raw.get("profiles"), f"{path}.profiles", "profiles", issues)
     for i, name in enumerate(profiles):
         problem = _profile_problem(name)
@@ -141,11 +291,13 @@ def _parse_entry(raw: object, path: str, issues: list[Issue]) -> AllowlistEntry 
     return AllowlistEntry(models, profiles) if models and profiles else None
 
 
-def parse_allowlist(raw: object, path: str = f"nvidia.{ALLOWLIST_KEY}") -> tuple[Allowlist, list[Issue]]:
-    """Parse an allowlist value; returns it with every issue found (errors and warnings)."""
+def parse_allowlist(
+    raw: object, path: str = f"{NVIDIA_KEY}.{ALLOWLIST_KEY}", level: Level = HAMI
+) -> tuple[Allowlist, list[Issue]]:
+    """Parse an allowlist value; returns it with every issue found at `level` (errors and warnings)."""
     issues: list[Issue] = []
-    if raw is None:
-        return Allowlist(), issues
+    if raw is None:  # HAMi: no allowlist is an empty one
+        return Allowlist(), catalog_issues(Allowlist(), path, level)
     if not isinstance(raw, list):
         issues.append(Issue(path, "must be a list of {models, profiles} entries"))
         return Allowlist(), issues
@@ -156,45 +308,170 @@ def parse_allowlist(raw: object, path: str = f"nvidia.{ALLOWLIST_KEY}") -> tuple
             entries.append(entry)
     allowlist = Allowlist(tuple(entries))
     if not any(i.severity == ERROR for i in issues):
-        issues.extend(catalog_warnings(allowlist, path))
+        issues.extend(catalog_issues(allowlist, path, level))
     return allowlist, issues
 
 
 # ---------------------------------------------------------------- catalog checks (dynmig's own)
 
 
-def catalog_warnings(allowlist: Allowlist, path: str) -> list[Issue]:
+def catalog_issues(allowlist: Allowlist, path: str, level: Level = HAMI) -> list[Issue]:
     """Check an allowlist against the GPU catalog: what each entry really does on known GPUs."""
-    issues: list[Issue] = []
-    known = catalog.all_profile_names()
+    issues = coverage_issues(allowlist, path, level)
     for i, entry in enumerate(allowlist.entries):
-        for j, model_text in enumerate(entry.models):
-            if not any(model_text in n for m in catalog.MODELS for n in m.nvml_names):
-                issues.append(
-                    Issue(
-                        f"{path}[{i}].models[{j}]",
-                        f"{model_text!r} is not part of any known GPU's NVML name",
-                        "a model matches when it is a substring of nvidia-smi's name, e.g. "
-                        "'H100 80GB HBM3' or 'A100-SXM4-40GB'",
-                        WARNING,
-                    )
-                )
-        for model in catalog.MODELS:
-            if allowlist.entry_for(model.nvml_name) is not entry:
-                continue
-            missing = [p for p in entry.profiles if model.profile(p) is None]
-            if missing:
-                how = next(t for t in entry.models if t in model.nvml_name)
-                kind = "does" if all(p in known for p in missing) else "do"
-                issues.append(
-                    Issue(
-                        f"{path}[{i}].profiles",
-                        f"on {model.nvml_name} (matched by {how!r}) {', '.join(missing)} {kind} not exist",
-                        f"its profiles are {', '.join(model.profile_names)}; put a more specific entry first",
-                        WARNING,
-                    )
-                )
+        where = f"{path}[{i}]"
+        issues.extend(_model_string_issues(entry, where))
+        issues.extend(_unknown_profile_issues(entry, where, level))
+        issues.extend(_other_model_issues(allowlist, entry, where, level))
     return issues
+
+
+def _covered(allowlist: Allowlist, model: catalog.GpuModel) -> bool:
+    """The model gets a profile it has, or an entry that says MIG is off on it."""
+    entry = allowlist.entry_for(model.nvml_name)
+    return entry is not None and (entry.mig_off or any(model.profile(p) for p in entry.profiles))
+
+
+def coverage_issues(allowlist: Allowlist, path: str, level: Level) -> list[Issue]:
+    """Catalog models the allowlist leaves with no profile, unless an entry says `migOff: true`."""
+    off = f"{{models: [{CATCH_ALL}], {MIG_OFF_KEY}: true}}"
+    if not allowlist.entries:
+        return [
+            _issue(
+                level,
+                "catalog",
+                path,
+                "is empty or missing: no GPU would publish a MIG profile",
+                f"list profiles per model, starting from `dynmig policy default`, or write [{off}] "
+                "to switch MIG off on every GPU on purpose",
+            )
+        ]
+    issues = []
+    unmatched = [m.key for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is None]
+    if unmatched:
+        issues.append(
+            _issue(
+                level,
+                "catalog",
+                path,
+                f"no entry matches {', '.join(unmatched)}: those GPUs would publish no MIG profile",
+                f"add an entry for them, or end the list with {off} to say MIG is off on every GPU "
+                "not listed",
+            )
+        )
+    for i, entry in enumerate(allowlist.entries):
+        issues.extend(_entry_leaves_without(allowlist, entry, f"{path}[{i}]", level))
+    return issues
+
+
+def _entry_leaves_without(
+    allowlist: Allowlist, entry: AllowlistEntry, where: str, level: Level
+) -> list[Issue]:
+    issues = []
+    for model in catalog.MODELS:
+        if allowlist.entry_for(model.nvml_name) is not entry or _covered(allowlist, model):
+            continue
+        issues.append(
+            _issue(
+                level,
+                "catalog",
+                f"{where}.profiles",
+                f"applies to {model.key} ({model.nvml_name}, matched by {entry.matched_by(model.nvml_name)!r}) "
+                f"but none of its profiles exists there, so that GPU would publish none",
+                f"{model.key} has {', '.join(model.profile_names)}: give it its own entry before this "
+                f"one, or one with {MIG_OFF_KEY}: true",
+            )
+        )
+    return issues
+
+
+def _model_string_issues(entry: AllowlistEntry, where: str) -> list[Issue]:
+    issues = []
+    for j, text in enumerate(entry.models):
+        if any(text in n for m in catalog.MODELS for n in m.nvml_names):
+            continue
+        issues.append(
+            Issue(
+                f"{where}.models[{j}]",
+                f"{text!r} is not part of any known GPU's NVML name",
+                _model_hint(text),
+                WARNING,
+            )
+        )
+    return issues
+
+
+def _model_hint(text: str) -> str:
+    """What to write instead of a model string that matches no NVML name."""
+    try:
+        model = catalog.find_model(text)
+    except catalog.UnknownModel:
+        model = None
+    if model is not None:
+        return f"{model.key}'s NVML name is {model.nvml_name!r}: write {model.nvml_name.removeprefix('NVIDIA ')!r}"
+    return (
+        "a model matches when it is a substring of nvidia-smi's name, e.g. 'H100 80GB HBM3' or "
+        "'A100-SXM4-40GB'"
+    )
+
+
+def _applies_to(allowlist: Allowlist, entry: AllowlistEntry) -> list[catalog.GpuModel]:
+    return [m for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is entry]
+
+
+def _unknown_profile_issues(entry: AllowlistEntry, where: str, level: Level) -> list[Issue]:
+    """Profile names no known GPU has (typos): the nearest names, those of the entry's models first."""
+    known = catalog.all_profile_names()
+    own = [n for m in catalog.MODELS if entry.matches(m.nvml_name) for n in m.profile_names]
+    issues = []
+    for j, name in enumerate(entry.profiles):
+        if name in known:
+            continue
+        hint = did_you_mean(name, own) or did_you_mean(name, sorted(known)) or "see `dynmig policy default`"
+        issues.append(
+            _issue(
+                level, "catalog", f"{where}.profiles[{j}]", f"{name!r} is not a MIG profile of any GPU", hint
+            )
+        )
+    return issues
+
+
+def _other_model_issues(allowlist: Allowlist, entry: AllowlistEntry, where: str, level: Level) -> list[Issue]:
+    """Profiles that exist, but not on a model the entry applies to (that has some of its profiles)."""
+    known = catalog.all_profile_names()
+    models = _applies_to(allowlist, entry)
+    issues = []
+    for model in models:
+        missing = [p for p in entry.profiles if p in known and model.profile(p) is None]
+        if not missing or not _covered(allowlist, model) or entry.mig_off:
+            continue
+        issues.append(
+            _issue(
+                level,
+                "other-model",
+                f"{where}.profiles",
+                f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not a profile of {model.key} "
+                f"({model.nvml_name}, matched by {entry.matched_by(model.nvml_name)!r})",
+                _other_model_hint(missing, model, models),
+            )
+        )
+    return issues
+
+
+def _other_model_hint(missing: list[str], model: catalog.GpuModel, siblings: list[catalog.GpuModel]) -> str:
+    owners = sorted({m.key for m in catalog.MODELS for p in missing if m.profile(p)})
+    shared = [m.key for m in siblings if m is not model and any(m.profile(p) for p in missing)]
+    if shared:
+        return (
+            f"this entry also applies to {', '.join(shared)}, which has them: give {model.key} an entry of "
+            f"its own before this one (its profiles are {', '.join(model.profile_names)})"
+        )
+    names, verb = ", ".join(missing), ("is a profile" if len(missing) == 1 else "are profiles")
+    more = "…" if len(owners) > 4 else ""
+    return (
+        f"{names} {verb} of {', '.join(owners[:4])}{more}; {model.key}'s profiles are "
+        f"{', '.join(model.profile_names)}: use one of those, or move {names} to an entry for its models"
+    )
 
 
 # ---------------------------------------------------------------- files
@@ -237,7 +514,9 @@ def _shape_problem(text: str) -> Issue | None:
 
 
 def load_yaml(text: str) -> tuple[Any, list[Issue]]:
-    """A YAML document, bounded in size, depth and work; or the issue that refuses it."""
+    """A YAML document, bounded in size, depth and work; or the issue that refuses it. A lone
+    surrogate (no Unicode character, e.g. from a `"\\ud800"` JSON escape) reads as U+FFFD."""
+    text = replace_lone_surrogates(text)
     try:
         problem = _shape_problem(text)
         if problem is not None:
@@ -267,8 +546,8 @@ def _read_yaml(path: Path) -> tuple[Any, list[Issue]]:
 
 def _allowlist_node(doc: object) -> tuple[object, str, list[Issue]]:
     """Find the allowlist in a device-config document (`nvidia.migProfileAllowlist`) or a bare one."""
-    if isinstance(doc, dict) and isinstance(doc.get("nvidia"), dict):
-        return doc["nvidia"].get(ALLOWLIST_KEY), f"nvidia.{ALLOWLIST_KEY}", []
+    if isinstance(doc, dict) and isinstance(doc.get(NVIDIA_KEY), dict):
+        return doc[NVIDIA_KEY].get(ALLOWLIST_KEY), f"{NVIDIA_KEY}.{ALLOWLIST_KEY}", []
     if isinstance(doc, dict) and ALLOWLIST_KEY in doc:
         return doc[ALLOWLIST_KEY], ALLOWLIST_KEY, []
     if isinstance(doc, list):
@@ -299,42 +578,45 @@ def _resources(doc: object) -> ResourceNames:
     )
 
 
-def check_document(doc: object) -> tuple[DeviceConfig, list[Issue]]:
+def check_document(doc: object, level: Level = HAMI) -> tuple[DeviceConfig, list[Issue]]:
+    """A device-config document's config and every issue found at `level`."""
+    keys = key_issues(doc)
     node, path, issues = _allowlist_node(doc)
     if issues:
-        return DeviceConfig(Allowlist()), issues
-    allowlist, issues = parse_allowlist(node, path)
+        return DeviceConfig(Allowlist()), keys + issues
+    allowlist, issues = parse_allowlist(node, path, level)
+    issues = keys + issues
     warnings = tuple(i for i in issues if i.severity == WARNING)
     return DeviceConfig(allowlist, _resources(doc), warnings), issues
 
 
-def check_text(text: str) -> tuple[DeviceConfig, list[Issue]]:
+def check_text(text: str, level: Level = HAMI) -> tuple[DeviceConfig, list[Issue]]:
     """Check device-config YAML text (e.g. a ConfigMap's data value), bounded in size, depth and work."""
     doc, issues = load_yaml(text)
     if issues:
         return DeviceConfig(Allowlist()), issues
-    return check_document(doc)
+    return check_document(doc, level)
 
 
-def check_allowlist_file(path: str | Path) -> list[Issue]:
+def check_allowlist_file(path: str | Path, level: Level = CHECK) -> list[Issue]:
     doc, issues = _read_yaml(Path(path))
     if issues:
         return issues
-    return check_document(doc)[1]
+    return check_document(doc, level)[1]
 
 
-def load_device_config(path: str | Path) -> DeviceConfig:
-    """Load a device-config file; raise PolicyError when it has any error."""
+def load_device_config(path: str | Path, level: Level = HAMI) -> DeviceConfig:
+    """Load a device-config file; raise PolicyError when it has any error at `level`."""
     doc, issues = _read_yaml(Path(path))
     if not issues:
-        config, issues = check_document(doc)
+        config, issues = check_document(doc, level)
     if any(i.severity == ERROR for i in issues):
         raise PolicyError(str(path), issues)
     return config
 
 
-def load_allowlist(path: str | Path) -> Allowlist:
-    return load_device_config(path).allowlist
+def load_allowlist(path: str | Path, level: Level = HAMI) -> Allowlist:
+    return load_device_config(path, level).allowlist
 
 
 def default_allowlist() -> Allowlist:

@@ -1,6 +1,7 @@
-"""How deep JSON text nests, measured without recursion (so before `json.loads` recurses into it).
+"""JSON text from outside: how deep it nests, measured without recursion (so before `json.loads`
+recurses into it), and a decoder that turns lone surrogate escapes into U+FFFD as kube-apiserver does.
 
-On the UTF-8 bytes: escape pairs and every byte but brackets and quotes are dropped, then what lies
+Depth, on the UTF-8 bytes: escape pairs and every byte but brackets and quotes are dropped, then what lies
 between quotes (strings), and innermost pairs are removed one level per pass (each step runs at C
 speed); anything left after `limit` passes is deeper than `limit`. Text with fewer brackets than
 `limit` is not scanned at all.
@@ -8,7 +9,9 @@ speed); anything left after `limit` passes is deeper than `limit`. Text with few
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # inside a string an escape pair means nothing structural
 _KEEP = b'[]{}"'
@@ -37,3 +40,47 @@ def nesting_depth_exceeds(text: str | bytes, limit: int) -> bool:
             return depth + brackets.count(b"(") > limit
         brackets = shorter
     return bool(brackets)
+
+
+# ---------------------------------------------------------------- lone surrogates
+
+# `\ud800` alone is valid JSON but no Unicode character: Python decodes it to a lone surrogate, which
+# then fails the first time the text is encoded (a reply, a log line, an Event). kube-apiserver's
+# decoder (Go's encoding/json) turns each one into U+FFFD; so do these.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """The text with each lone surrogate code point replaced by U+FFFD (a pair decodes to one code
+    point before this runs, so every surrogate left is a lone one)."""
+    return _LONE_SURROGATE.sub(REPLACEMENT, text)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def may_hold_surrogates(text: str | bytes) -> bool:
+    """True if the JSON text has a surrogate escape (`\\ud800`-`\\udfff`) or a surrogate itself."""
+    if isinstance(text, bytes):
+        return _SURROGATE_ESCAPE_BYTES.search(text) is not None
+    return _SURROGATE_ESCAPE.search(text) is not None or _LONE_SURROGATE.search(text) is not None
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads`, with every lone surrogate (from an escape or in the text) decoded as U+FFFD.
+
+    The walk over the decoded value runs only when the text holds a surrogate escape; callers bound
+    the nesting depth first (`nesting_depth_exceeds`), which bounds the walk's recursion too.
+    """
+    value = json.loads(text)
+    return _clean(value) if may_hold_surrogates(text) else value

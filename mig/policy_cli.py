@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from mig import catalog
 from mig.allowlist import (
+    CHECK,
     DEFAULT_POLICY,
     ERROR,
+    STRICT,
     Allowlist,
     PolicyError,
     check_allowlist_file,
@@ -34,7 +36,7 @@ from mig.types import Placement
 # "for 10 GiB" lands on a profile sold as 10gb (whose memory is slightly under 10 GiB).
 LADDER_GIB = (1, 4, 8, 10, 16, 20, 24, 32, 40, 48, 64, 80, 96, 141, 180)
 LADDER_MIB = tuple(round(g * 1024 * 0.95) for g in LADDER_GIB)
-NODE, GPU = "explain-node", "GPU-explain"
+NODE = "explain-node"
 
 
 MAX_AXIS = 64  # no GPU has more memory slices (they have 8)
@@ -97,13 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynmig policy", description="Check, explain and diff MIG allowlists."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,explain,diff,default}")
     check = sub.add_parser("check", help="validate an allowlist / device-config file")
     check.add_argument(
         "file",
         nargs="?",
         default=str(DEFAULT_POLICY),
         help="allowlist or device-config file (default: the packaged default policy, %(default)s)",
+    )
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also refuse profiles that exist only on other models than the entry's (what dynmig serve "
+        "and the chart's pre-install check apply)",
+    )
+    sub.add_parser(
+        "default",
+        help="print the packaged default device config: a file given to serve replaces it, so start from it",
     )
     explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
     explain.add_argument(
@@ -131,22 +143,27 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
     parser = parser or build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "check":
-        return _check(args.file)
+        return _check(args.file, args.strict)
     if args.command == "explain":
         return _explain(parser, args)
+    if args.command == "default":
+        print(DEFAULT_POLICY.read_text(), end="")
+        return 0
     return _diff(args.old, args.new)
 
 
 # ---- check -------------------------------------------------------------------------------------
-def _check(path: str) -> int:
-    issues = check_allowlist_file(path)
+def _check(path: str, strict: bool = False) -> int:
+    issues = check_allowlist_file(path, STRICT if strict else CHECK)
     for issue in issues:
         print(issue.render(path), file=sys.stderr if issue.severity == ERROR else sys.stdout)
     errors = sum(1 for i in issues if i.severity == ERROR)
     if errors:
         print(f"{path}: {errors} error(s); the policy would be rejected", file=sys.stderr)
         return 1
-    print(f"{path}: ok" + (f" ({len(issues)} warning(s))" if issues else ""))
+    print(
+        f"{path}: ok" + (f" ({len(issues)} warning(s))" if issues else "") + (" (strict)" if strict else "")
+    )
     return 0
 
 
@@ -182,24 +199,30 @@ def explain(
     """The placement engine's answer for one GPU of `model`, with the reasoning in words."""
     profiles = from_catalog(model, allowlist.profiles_for(model.nvml_name))
     if not profiles:
-        return Explanation(
-            False,
-            (),
-            (),
-            f"{model.key} ({model.nvml_name}) matches no allowlist entry with "
-            "profiles of this model, so it publishes no MIG profiles",
-        )
-    gpu = GpuState(NODE, GPU, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
+        return Explanation(False, (), (), _no_profiles(model, allowlist))
+    gpu = GpuState(NODE, model.key, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
     pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):
-        return Explanation(False, (), (), result.node_message(NODE))
+        return Explanation(False, (), (), "; ".join(r.message for r in result.reasons))
     return Explanation(
         True,
         tuple(d.profile for d in result.devices),
         tuple(d.placement for d in result.devices),
         _why(gpu, pod, result),
     )
+
+
+def _no_profiles(model: catalog.GpuModel, allowlist: Allowlist) -> str:
+    """Why a GPU of `model` publishes no MIG profile under `allowlist`, in words."""
+    entry = allowlist.entry_for(model.nvml_name)
+    name = f"{model.key} ({model.nvml_name})"
+    if entry is None:
+        return f"no allowlist entry matches {name}, so its GPUs publish no MIG profile"
+    how = f"matched by {entry.matched_by(model.nvml_name)!r}"
+    if entry.mig_off:
+        return f"the allowlist switches MIG off on {name} ({how}, migOff: true)"
+    return f"the allowlist entry for {name} ({how}) lists none of its profiles, so it publishes none"
 
 
 def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
@@ -274,23 +297,53 @@ def _first_profile(model: catalog.GpuModel, allowlist: Allowlist, memory: int) -
     return "(nothing large enough)"
 
 
+def _profile_changes(model: catalog.GpuModel, old: Allowlist, new: Allowlist) -> tuple[list[str], list[str]]:
+    """Profiles of `model` the new policy adds and removes (names the model has)."""
+    was, now = set(old.profiles_for(model.nvml_name)), set(new.profiles_for(model.nvml_name))
+    return sorted(n for n in now - was if model.profile(n)), sorted(n for n in was - now if model.profile(n))
+
+
+def diff_summary(old: Allowlist, new: Allowlist) -> list[str]:
+    """What a person reads first: models whose MIG goes on or off, profiles added and removed."""
+    lines: list[str] = []
+    on: list[str] = []
+    off: list[str] = []
+    added = removed = 0
+    for model in catalog.MODELS:
+        plus, minus = _profile_changes(model, old, new)
+        if not plus and not minus:
+            continue
+        added, removed = added + len(plus), removed + len(minus)
+        had, has = (
+            bool(from_catalog(model, old.profiles_for(model.nvml_name))),
+            bool(from_catalog(model, new.profiles_for(model.nvml_name))),
+        )
+        (on if has and not had else off if had and not has else []).append(model.key)
+        lines.append(f"  {model.key:<16} " + " ".join([*(f"+{n}" for n in plus), *(f"-{n}" for n in minus)]))
+    head = f"summary: {len(lines)} model(s) change, {added} profile(s) added, {removed} removed"
+    models = [f"models gaining MIG profiles: {', '.join(on)}"] if on else []
+    models += [f"models left with no MIG profile: {', '.join(off)}"] if off else []
+    note = (
+        [
+            "  (an added profile is chosen by default only where it is the smallest that fits; otherwise "
+            "through nvidia.com/mig-profile-preference)"
+        ]
+        if added
+        else []
+    )
+    return [head, *(f"  {m}" for m in models), *lines, *note]
+
+
 def _diff(old_path: str, new_path: str) -> int:
     try:
         old, new = load_allowlist(old_path), load_allowlist(new_path)
     except (PolicyError, OSError) as error:
         print(f"dynmig policy diff: {error}", file=sys.stderr)
         return 1
-    changes = 0
+    for line in diff_summary(old, new):
+        print(line)
+    changes = sum(1 for m in catalog.MODELS if any(_profile_changes(m, old, new)))
     for model in catalog.MODELS:
-        was, now = set(old.profiles_for(model.nvml_name)), set(new.profiles_for(model.nvml_name))
-        for verb, names in (("adds", now - was), ("removes", was - now)):
-            real = sorted(n for n in names if model.profile(n))
-            if real:
-                changes += 1
-                print(
-                    f"{model.key:<16} {verb} {', '.join(real)} (chosen by default only where smallest; "
-                    "otherwise through nvidia.com/mig-profile-preference)"
-                )
         for mib in LADDER_MIB:
             before, after = _first_profile(model, old, mib), _first_profile(model, new, mib)
             if before != after:

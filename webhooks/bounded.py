@@ -2,15 +2,15 @@
 
 `json.loads` recurses once per nesting level (a body of `[` × 2000 is a RecursionError), and whatever
 it builds is walked again by validation and by the reply encoder. So the depth is measured first,
-without recursion (`mig.jsontext`).
+without recursion (`mig.jsontext`). A lone surrogate escape (`"\\ud800"`: valid JSON, no Unicode
+character) decodes to U+FFFD, as kube-apiserver decodes it, so no reply or log line fails to encode.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from mig.jsontext import nesting_depth_exceeds
+from mig.jsontext import loads, nesting_depth_exceeds
 
 MAX_DEPTH = 64  # a pod is about 10 levels deep; AdmissionReview adds 3
 
@@ -30,6 +30,6 @@ def decode_json(body: bytes, limit_bytes: int, max_depth: int = MAX_DEPTH) -> An
     if nesting_depth_exceeds(body, max_depth):  # the bytes: no second encoding of the text
         raise BadBody(f"body nests deeper than {max_depth} levels (or its brackets do not balance)")
     try:
-        return json.loads(text)
+        return loads(text)  # lone surrogate escapes become U+FFFD, as in kube-apiserver
     except (ValueError, RecursionError) as error:
         raise BadBody(f"body is not JSON: {str(error)[:200]}") from None

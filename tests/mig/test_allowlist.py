@@ -8,10 +8,18 @@ from mig import allowlist as al
 from mig import catalog
 
 
-def issues_of(yaml_text, tmp_path):
+def issues_of(yaml_text, tmp_path, level=al.HAMI):
     path = tmp_path / "policy.yaml"
     path.write_text(textwrap.dedent(yaml_text))
-    return al.check_allowlist_file(path)
+    return al.check_allowlist_file(path, level)
+
+
+def at(issues, path):
+    return [i for i in issues if i.path == path]
+
+
+# the rest of the catalog, switched off on purpose, so a test's findings are about its own entries
+REST_OFF = "        - {models: [NVIDIA], migOff: true}\n"  # after the closing line's 4 spaces
 
 
 def errors(issues):
@@ -27,9 +35,10 @@ def test_the_default_policy_matches_every_catalog_gpu_with_profiles_it_really_ha
         assert model.profile(name) is not None, f"{model.nvml_name} has no {name}"
 
 
-def test_the_default_policy_and_the_4g_example_pass_the_check_without_findings():
-    assert al.check_allowlist_file(al.DEFAULT_POLICY) == []
-    assert al.check_allowlist_file(al.DEFAULT_POLICY.parent / "examples" / "with-4g.yaml") == []
+@pytest.mark.parametrize("level", al.LEVELS)
+def test_the_default_policy_and_the_4g_example_pass_the_check_without_findings(level):
+    assert al.check_allowlist_file(al.DEFAULT_POLICY, level) == []
+    assert al.check_allowlist_file(al.DEFAULT_POLICY.parent / "examples" / "with-4g.yaml", level) == []
 
 
 def test_the_first_entry_whose_model_is_a_substring_of_the_nvml_name_wins():
@@ -85,8 +94,10 @@ def test_a_profile_the_matched_gpu_lacks_is_a_warning_naming_its_real_profiles(t
           migProfileAllowlist:
             - models: ["H100 80GB HBM3"]
               profiles: [1g.5gb, 2g.20gb]
-    """,
+    """
+        + REST_OFF,
         tmp_path,
+        al.CHECK,
     )
     assert errors(found) == []
     (warning,) = found
@@ -102,11 +113,14 @@ def test_a_model_string_no_real_gpu_reports_is_a_warning(tmp_path):
           migProfileAllowlist:
             - models: ["H100-SXM5-80GB"]
               profiles: [1g.10gb]
-    """,
+    """
+        + REST_OFF,
         tmp_path,
+        al.STRICT,
     )
     assert [i.path for i in found] == ["nvidia.migProfileAllowlist[0].models[0]"]
     assert found[0].severity == al.WARNING
+    assert "write 'H100 80GB HBM3'" in found[0].hint
 
 
 def test_a_broader_model_string_that_shadows_a_later_entry_is_reported(tmp_path):
@@ -143,3 +157,76 @@ def test_resource_names_come_from_the_device_config(tmp_path):
     config = al.load_device_config(path)
     assert config.resources.count == "example.com/gpu"
     assert config.resources.memory == "nvidia.com/gpumem"
+
+
+HAMIS_OWN_DEVICE_CONFIG = """
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+  resourceCoreName: nvidia.com/gpucores
+  resourcePriorityName: nvidia.com/priority
+  overwriteEnv: false
+  defaultMemory: 0
+  defaultCores: 0
+  defaultGPUNum: 1
+  preConfiguredDeviceMemory: 0
+  memoryFactor: 1
+  deviceSplitCount: 10
+  deviceMemoryScaling: 1
+  deviceCoreScaling: 1
+  enableNumaTopology: false
+  gpuCorePolicy: default
+  libCudaLogLevel: 1
+  runtimeClassName: ""
+  migProfileAllowlist:
+    - models: ["A30"]
+      profiles: ["1g.6gb", "2g.12gb", "4g.24gb"]
+    - models: ["A100-SXM4-40GB", "A100-40GB-PCIe", "A100-PCIE-40GB"]
+      profiles: ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]
+    - models: ["A100-SXM4-80GB", "A100-80GB-PCIe", "A100-PCIE-80GB"]
+      profiles: ["1g.10gb", "2g.20gb", "3g.40gb", "7g.79gb"]
+    - models: ["H100-PCIE-80GB", "H100-SXM5-80GB"]
+      profiles: ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]
+    - models: ["H20", "H100 on GH200"]
+      profiles: ["1g.12gb", "2g.24gb", "3g.48gb", "7g.96gb"]
+    - models: ["B200"]
+      profiles: ["1g.23gb", "2g.45gb", "3g.90gb", "7g.180gb"]
+cambricon:
+  resourceCountName: cambricon.com/vmlu
+"""
+
+
+def test_hamis_own_device_config_loads_as_hami_reads_it_with_the_catalog_findings_as_warnings(tmp_path):
+    path = tmp_path / "hami.yaml"
+    path.write_text(HAMIS_OWN_DEVICE_CONFIG)
+    config = al.load_device_config(path)
+    assert config.allowlist.profiles_for("NVIDIA A30") == ("1g.6gb", "2g.12gb", "4g.24gb")
+    assert config.warnings and all(w.severity == al.WARNING for w in config.warnings)
+    assert not any("unknown key" in w.problem for w in config.warnings)
+    problems = " ".join(i.problem for i in errors(al.check_allowlist_file(path, al.CHECK)))
+    assert "no entry matches" in problems and "'7g.79gb' is not a MIG profile of any GPU" in problems
+
+
+def test_a_near_miss_of_a_key_dynmig_reads_is_an_error_even_as_hami_reads_the_file(tmp_path):
+    found = issues_of("Nvidia:\n  migProfileAllowlist: []\n", tmp_path)
+    assert next((i.path, i.hint) for i in errors(found)) == (
+        "Nvidia",
+        "did you mean 'nvidia'? keys are case-sensitive",
+    )
+    found = issues_of("nvidia:\n  resourceCountNmae: x\n  migProfileAllowlist: []\n", tmp_path)
+    assert at(errors(found), "nvidia.resourceCountNmae")[0].hint == "did you mean 'resourceCountName'?"
+
+
+def test_an_unknown_nvidia_key_hami_does_not_define_is_a_warning(tmp_path):
+    found = issues_of("nvidia:\n  shinyNewThing: 1\n  migProfileAllowlist: []\n", tmp_path)
+    (warning,) = at(found, "nvidia.shinyNewThing")
+    assert warning.severity == al.WARNING and "neither HAMi nor dynmig reads it" in warning.problem
+
+
+def test_a_mig_off_entry_shadows_later_entries_like_any_first_match(tmp_path):
+    allow, _issues = al.parse_allowlist(
+        [{"models": ["H100 NVL"], "migOff": True}, {"models": ["H100"], "profiles": ["1g.10gb"]}]
+    )
+    assert allow.profiles_for("NVIDIA H100 NVL") == () and allow.entry_for("NVIDIA H100 NVL").mig_off
+    assert allow.profiles_for("NVIDIA H100 PCIe") == ("1g.10gb",)

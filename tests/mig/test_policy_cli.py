@@ -42,9 +42,14 @@ def test_check_rejects_an_entry_without_profiles_naming_the_file_and_field(tmp_p
     assert f"{path}: nvidia.migProfileAllowlist[0].profiles:" in err
 
 
+REST_OFF = "    - {models: [NVIDIA], migOff: true}\n"
+
+
 def test_check_prints_warnings_and_still_passes(tmp_path, capsys):
     path = write(
-        tmp_path, "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.40gb]\n"
+        tmp_path,
+        "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.40gb]\n"
+        + REST_OFF,
     )
     code, out, _ = run(capsys, "check", path)
     assert code == 0
@@ -176,7 +181,9 @@ def test_diff_prints_only_what_changes_between_two_policies(tmp_path, capsys):
 
 def test_diff_of_a_policy_with_itself_has_no_changes(capsys):
     code, out, _ = run(capsys, "diff", DEFAULT, DEFAULT)
-    assert code == 0 and out.startswith("0 change(s)")
+    summary, total = out.splitlines()
+    assert code == 0 and summary == "summary: 0 model(s) change, 0 profile(s) added, 0 removed"
+    assert total.startswith("0 change(s)")
 
 
 @pytest.mark.parametrize(
@@ -204,3 +211,103 @@ def test_explain_reads_memory_as_a_kubernetes_quantity(capsys):
     _, as_k, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "8k", "--json")
     _, plain, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "8000", "--json")
     assert json.loads(as_k) == json.loads(plain)
+
+
+# ---- issue 31: a check that catches mistakes ---------------------------------------------------
+H100_ONLY = '    - models: ["H100 80GB HBM3"]\n      profiles: [{profiles}]\n'
+
+
+def allowlist_file(tmp_path: Path, entries: str, key: str = "migProfileAllowlist") -> str:
+    return write(tmp_path, f"nvidia:\n  {key}:\n{entries}")
+
+
+@pytest.mark.parametrize("strict", [[], ["--strict"]])
+def test_a_miscased_allowlist_key_is_an_error_naming_the_key_it_meant(tmp_path, capsys, strict):
+    path = allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb") + REST_OFF, "migProfileAllowList")
+    code, _, err = run(capsys, "check", *strict, path)
+    assert code == 1
+    assert "nvidia.migProfileAllowList: unknown key 'migProfileAllowList'" in err
+    assert "did you mean 'migProfileAllowlist'? keys are case-sensitive" in err
+
+
+def test_an_empty_allowlist_is_an_error_that_shows_how_to_switch_mig_off_on_purpose(tmp_path, capsys):
+    code, _, err = run(capsys, "check", write(tmp_path, "nvidia:\n  migProfileAllowlist: []\n"))
+    assert code == 1 and "nvidia.migProfileAllowlist: is empty or missing" in err
+    assert "{models: [NVIDIA], migOff: true}" in err and "dynmig policy default" in err
+
+
+def test_a_model_left_without_profiles_is_an_error_unless_an_entry_says_mig_off(tmp_path, capsys):
+    code, _, err = run(capsys, "check", allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb")))
+    assert code == 1 and "no entry matches A30, A100-SXM4-40GB" in err
+    code, out, _ = run(
+        capsys, "check", "--strict", allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb") + REST_OFF)
+    )
+    assert code == 0 and out.strip().endswith("ok (strict)")
+
+
+def test_a_broad_model_string_that_leaves_a_gpu_with_none_of_its_profiles_says_which(tmp_path, capsys):
+    path = allowlist_file(tmp_path, '    - models: ["H100"]\n      profiles: [1g.10gb]\n' + REST_OFF)
+    code, _, err = run(capsys, "check", path)
+    assert code == 1
+    assert "applies to H100-NVL-94GB (NVIDIA H100 NVL, matched by 'H100') but none of its profiles" in err
+    assert "give it its own entry before this one" in err
+
+
+def test_a_profile_name_no_gpu_has_is_an_error_with_the_nearest_names(tmp_path, capsys):
+    path = allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb, 3g.40bg") + REST_OFF)
+    code, _, err = run(capsys, "check", path)
+    assert code == 1
+    assert "profiles[1]: '3g.40bg' is not a MIG profile of any GPU (did you mean '3g.40gb'" in err
+    assert "more specific entry" not in err
+
+
+def test_a_profile_of_another_model_is_a_warning_and_an_error_under_strict(tmp_path, capsys):
+    path = allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb, 3g.20gb") + REST_OFF)
+    code, out, _ = run(capsys, "check", path)
+    assert code == 0 and "warning: 3g.20gb is not a profile of H100-SXM5-80GB" in out
+    assert "3g.20gb is a profile of A100-PCIE-40GB, A100-SXM4-40GB; H100-SXM5-80GB's profiles are" in out
+    code, _, err = run(capsys, "check", "--strict", path)
+    assert code == 1 and "3g.20gb is not a profile of H100-SXM5-80GB" in err and "warning" not in err
+
+
+def test_an_unknown_entry_key_is_an_error_with_the_nearest_key(tmp_path, capsys):
+    path = allowlist_file(tmp_path, '    - models: [A30]\n      Profiles: ["1g.6gb"]\n')
+    code, _, err = run(capsys, "check", path)
+    assert code == 1 and "[0].Profiles: unknown key 'Profiles' (did you mean 'profiles'?)" in err
+
+
+def test_mig_off_with_profiles_or_not_a_boolean_is_an_error(tmp_path, capsys):
+    path = allowlist_file(tmp_path, '    - {models: [A30], migOff: true, profiles: ["1g.6gb"]}\n')
+    code, _, err = run(capsys, "check", path)
+    assert code == 1 and "an entry with migOff: true lists no profiles" in err
+    code, _, err = run(capsys, "check", allowlist_file(tmp_path, '    - {models: [NVIDIA], migOff: "yes"}\n'))
+    assert code == 1 and "[0].migOff: must be true or false" in err
+
+
+def test_diff_starts_with_a_summary_of_models_and_profiles_added_and_removed(tmp_path, capsys):
+    only_a30 = allowlist_file(tmp_path, '    - {models: [A30], profiles: ["1g.6gb", "4g.24gb"]}\n' + REST_OFF)
+    code, out, _ = run(capsys, "diff", DEFAULT, only_a30)
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0] == "summary: 16 model(s) change, 0 profile(s) added, 59 removed"
+    assert lines[1].startswith("  models left with no MIG profile: A100-SXM4-40GB, A100-PCIE-40GB")
+    assert "  A30              -2g.12gb" in lines
+
+
+def test_policy_default_prints_the_packaged_default_to_start_a_policy_from(capsys):
+    code, out, _ = run(capsys, "default")
+    assert code == 0 and out == Path(DEFAULT).read_text()
+
+
+def test_explain_says_why_in_words_without_a_placeholder_gpu_id(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", "80000")
+    assert code == 0 and "GPU-explain" not in out
+    assert "why: no allowlisted profile has 80000 MiB; the largest is 7g.40gb" in out
+
+
+def test_explain_on_a_model_the_policy_switches_off_says_so(tmp_path, capsys):
+    path = allowlist_file(tmp_path, H100_ONLY.format(profiles="1g.10gb") + REST_OFF)
+    _code, out, _ = run(capsys, "explain", "--model", "A30", "--memory", "4000", "--policy", path)
+    assert (
+        "why: the allowlist switches MIG off on A30 (NVIDIA A30) (matched by 'NVIDIA', migOff: true)" in out
+    )
