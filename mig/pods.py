@@ -4,7 +4,8 @@
   (`active_for_scheduler`, `active_for_plugin`; the docstring below says why they differ).
 - What GPU a pod asks for (`gpu_request`, `names_gpu`): read from its containers' resources, init
   containers first, as HAMi reads them.
-- What its reservation annotations say (`PodReservation`): decoded once per copy of the pod.
+- What its record says (`PodRecord`): the reservation as HAMi's annotations wrote it on the pod,
+  decoded once per copy of the pod.
 
 Pure functions over pod JSON as the API server sends it. Fields of the wrong type read as absent
 (admission and the extender check types at their boundary before they act on a pod).
@@ -187,11 +188,12 @@ def gpu_request(pod: Mapping[str, Any], names: ResourceNames) -> PodRequest | No
     )
 
 
-# ---------------------------------------------------------------- the reservation
+# ---------------------------------------------------------------- the record
 
 
-class PodReservation:
-    """A pod's reservation as HAMi's protocol writes it on the pod, each annotation decoded at most
+class PodRecord:
+    """A pod's record: its reservation as HAMi's protocol writes it on the pod (the scheduler's
+    in-memory reservation is webhooks/fleet.py's `Reservation`), each annotation decoded at most
     once (on first use). The decoding properties raise AnnotationError naming the annotation."""
 
     def __init__(self, annotations: Mapping[str, Any]) -> None:
@@ -251,3 +253,6 @@ class PodReservation:
     def left_after(self, container_index: int) -> bool:
         """Another container still has devices to allocate once this one is served."""
         return any(d for i, d in enumerate(self.to_allocate) if i != container_index)
+
+
+PodReservation = PodRecord  # the former name, still imported by mig/reconstruct.py (another owner's file)

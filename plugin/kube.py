@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kube import client as kube_client
 from kube.errors import Conflict, KubeError, NotFound, translated
 from kube.reflector import list_objects
-from mig.pods import PodReservation, active_for_plugin
+from mig.pods import PodRecord, active_for_plugin
 
 TIMEOUT = kube_client.REQUEST_TIMEOUT  # an unreachable API must not hang Allocate
 
@@ -47,9 +47,9 @@ class PodView:
         return active_for_plugin(self.phase, self.deleting)
 
     @cached_property
-    def reservation(self) -> PodReservation:
+    def reservation(self) -> PodRecord:
         """Its reservation annotations, decoded at most once for this copy of the pod."""
-        return PodReservation(self.annotations)
+        return PodRecord(self.annotations)
 
     @property
     def ref(self) -> str:

@@ -33,6 +33,12 @@ JSON = "application/json"
 
 class Extender(Protocol):
     def filter(self, args: dict[str, Any]) -> dict[str, Any]: ...
+
+    def filter_inline(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The filter's answer when it needs no API call, run on the event loop; None: the server
+        runs `filter` in a worker thread instead."""
+        ...
+
     def bind(self, args: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -107,12 +113,11 @@ def _extender_route(server: Server, verb: str):
         if not isinstance(args, dict):
             return _bad_request(f"{verb}: bad request body: must be a JSON object")
         handler = server.extender.filter if verb == "filter" else server.extender.bind
-        inline = getattr(server.extender, "filter_inline", None) if verb == "filter" else None
         try:
             # A filter that needs no API call runs here, on the event loop: kube-scheduler waits for
             # each filter before its next scheduling cycle, and a hand-off to a worker thread costs
             # that cycle a thread switch (and the GIL) each way. Binds call the API: a worker each.
-            result = inline(args) if inline is not None else None
+            result = server.extender.filter_inline(args) if verb == "filter" else None
             if result is None:
                 result = await run_in_threadpool(handler, args)
         except WireError as error:

@@ -1,10 +1,12 @@
 """Extender filter: plan the whole pod with the placement engine and reserve it in memory at once.
 
 The filter writes nothing to the cluster: `Fleet.plan_and_reserve` plans and reserves under one
-lock (the next filter already sees this reservation), and the pod's HAMi annotations wait in
-`PendingBinds` for its bind, which carries them on the Binding. A pod that fits nowhere gets
-per-node reasons and a `FilteringFailed` event; a pod that fits gets no event of ours
-(kube-scheduler posts `Scheduled` once it is bound).
+lock (the next filter already sees this reservation), and the pod's HAMi annotations wait in that
+reservation for its bind, which carries them on the Binding. A pod that fits nowhere gets per-node
+reasons and a `FilteringFailed` event; a pod that fits gets no event of ours (kube-scheduler posts
+`Scheduled` once it is bound). A pod refused only because the nodes that could place it are busy
+with other pods' binds (locked, or chosen by a reservation whose bind is coming) gets no event
+either: kube-scheduler retries it when those binds finish, and its FailedNodes say why meanwhile.
 """
 
 from __future__ import annotations
@@ -32,14 +34,13 @@ from mig.annotations import (
 )
 from mig.placement import Plan, PodRequest, Refusal, RequestError
 from mig.placement.reasons import MAX_NODE_TEXT
-from mig.pods import PodReservation, gpu_request, is_terminal
+from mig.pods import PodRecord, gpu_request, is_terminal
 from mig.reconstruct import PodUsage
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder
 from webhooks.metrics import Metrics
 from webhooks.objects import ObjectError, ObjectMeta, Pod, check
-from webhooks.pending import PendingBinds, Reservation
 
 log = logging.getLogger(__name__)
 DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
@@ -112,7 +113,7 @@ def replan_problem(pod: Pod) -> str:
     if is_terminal(phase):
         return f"has ended ({phase})"
     try:
-        held = PodReservation(meta.annotations or {}).holds_instance
+        held = PodRecord(meta.annotations or {}).holds_instance
     except AnnotationError:
         return ""  # an unreadable record on a pod without a node is replaced by the new plan
     if held:
@@ -145,25 +146,22 @@ def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) 
     return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
 
 
-_STRIPES = 64
-
-
 class _Excluded(Mapping[str, str]):
     """Nodes a filter leaves out, with the reason: chosen for another pod whose bind is in progress
     (first), or locked by a bind (worded only when read)."""
 
-    def __init__(self, held: Mapping[str, str], locked: Mapping[str, str]):
-        self._held, self._locked = held, locked
+    def __init__(self, chosen: Mapping[str, str], locked: Mapping[str, str]):
+        self._chosen, self._locked = chosen, locked
 
     def __getitem__(self, node: str) -> str:
-        return self._held[node] if node in self._held else self._locked[node]
+        return self._chosen[node] if node in self._chosen else self._locked[node]
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._held
-        yield from (n for n in self._locked if n not in self._held)
+        yield from self._chosen
+        yield from (n for n in self._locked if n not in self._chosen)
 
     def __len__(self) -> int:
-        return len(self._held) + sum(1 for n in self._locked if n not in self._held)
+        return len(self._chosen) + sum(1 for n in self._locked if n not in self._chosen)
 
 
 _Lookup = Callable[[str, str, str], dict[str, Any] | None]
@@ -189,14 +187,8 @@ class Filter:
     resources: Callable[[], ResourceNames]
     events: EventRecorder
     metrics: Metrics
-    pending: PendingBinds  # shared with bind: nodes held for binds, the reservations they carry
     # Nodes a bind of pod namespace/name would fail on now because of their node lock, with the reason.
     blocked: Callable[[str, str], Mapping[str, str]] = lambda namespace, name: {}
-    # Two filters of the same pod must not interleave: the earlier one's reservation could reach
-    # `pending` last, disagreeing with the fleet's (bind would then refuse it; this avoids that).
-    _pod_locks: tuple[threading.Lock, ...] = field(
-        default_factory=lambda: tuple(threading.Lock() for _ in range(_STRIPES))
-    )
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
@@ -244,8 +236,7 @@ class Filter:
         problem = replan_problem(pod)
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
-        with self._pod_locks[hash(uid) % _STRIPES]:
-            return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
+        return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
 
     def _body_request(
         self, args: ExtenderArgs, names: ResourceNames, namespace: str, name: str, uid: str
@@ -293,40 +284,62 @@ class Filter:
         containers: int,
     ) -> tuple[ExtenderFilterResult, str]:
         locked = self.blocked(namespace, name)  # binding there would fail on the node lock
-        held = self.pending.held_for_others(uid)
-        blocked: Mapping[str, str] = _Excluded(held, locked) if held else locked
+        chosen = self.fleet.chosen_for_others(uid)
+        blocked: Mapping[str, str] = _Excluded(chosen, locked) if chosen else locked
         # the fleet's index keeps the excluded nodes out of its ranking until the next filter
-        out = set(locked).union(held) if held or locked else set()
-        outcome = self.fleet.plan_and_reserve(request, args.node_names, uid, namespace, name, out)
-        if isinstance(outcome, Refusal):
-            # The fleet forgot the pod's previous reservation; so does the record the bind would carry.
-            earlier = self.pending.reservation(uid)
-            if earlier is not None:
-                self.pending.done(uid, earlier.node)
-            return self._refuse(pod, uid, args, outcome, blocked), "unschedulable"
-        plan, usage = outcome
-        annotations = reservation_annotations(plan, usage, containers, time.time())
-        self.pending.choose(uid, Reservation(plan.node, annotations, usage))
-        chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
-        return ExtenderFilterResult(node_names=[plan.node], nodes=chosen), "scheduled"
+        out = set(locked).union(chosen) if chosen or locked else set()
+
+        def annotate(plan: Plan, usage: PodUsage) -> dict[str, str]:
+            return reservation_annotations(plan, usage, containers, time.time())
+
+        outcome = self.fleet.plan_and_reserve(request, args.node_names, uid, namespace, name, out, annotate)
+        if isinstance(outcome, Refusal):  # the fleet forgot the pod's previous reservation
+            return self._refuse(pod, uid, request, args, outcome, blocked), "unschedulable"
+        plan = outcome[0]
+        chosen_nodes = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
+        return ExtenderFilterResult(node_names=[plan.node], nodes=chosen_nodes), "scheduled"
 
     def _refuse(
-        self, pod: dict[str, Any], uid: str, args: ExtenderArgs, refusal: Refusal, blocked: Mapping[str, str]
+        self,
+        pod: dict[str, Any],
+        uid: str,
+        request: PodRequest,
+        args: ExtenderArgs,
+        refusal: Refusal,
+        blocked: Mapping[str, str],
     ) -> ExtenderFilterResult:
         counts = refusal.counts()
-        headline = counts.most_common(1)[0][0] if counts else ("node-locked" if blocked else "no-mig-gpus")
+        busy = self._busy(request, args.node_names, blocked)
+        headline = "node-locked" if busy else counts.most_common(1)[0][0] if counts else "no-mig-gpus"
         self.fleet.set_pending(uid, headline)
         closed = self._closed_texts(args.node_names)
-        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
         # The same text for every refused node: kube-scheduler counts identical reasons, so its
         # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
-        hint = self.advice(uid)
+        hint = None if busy else self.advice(uid)
         per_node = (
             refusal_text(refusal, closed, hint[1] if hint else "")
             if refusal.reasons
             else f"{NODES_PREFIX}no MIG GPU"
         )
         failed = {node: blocked.get(node) or per_node for node in args.node_names}
+        if not busy:  # a wait for other pods' binds is no failure: kube-scheduler retries after them
+            self.events.record(
+                pod, "Warning", "FilteringFailed", self._event_text(refusal, closed, blocked, hint)
+            )
+        return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
+
+    def _busy(self, request: PodRequest, candidates: Iterable[str], blocked: Mapping[str, str]) -> bool:
+        """The pod would be placed now on a candidate node left out only because another pod's bind
+        is in progress there (its node lock, or a reservation whose bind is coming)."""
+        waiting = [n for n in candidates if n in blocked] if blocked else []
+        return bool(waiting) and self.fleet.fits(request, waiting)
+
+    @staticmethod
+    def _event_text(
+        refusal: Refusal, closed: list[str], blocked: Mapping[str, str], hint: tuple[str, str] | None
+    ) -> str:
+        """The FilteringFailed event's text: the locked nodes, the refusal, and the defrag advice."""
+        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
         locked = (
             (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
             if blocked
@@ -335,8 +348,7 @@ class Filter:
         text = "; ".join(t for t in (locked, text) if t)
         if hint is not None:  # its own line here; in every refused node's text, after the headline
             text += "\n" + hint[1]
-        self.events.record(pod, "Warning", "FilteringFailed", text)
-        return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
+        return text
 
     def _closed_texts(self, nodes: Iterable[str]) -> list[str]:
         out: list[str] = []

@@ -1,15 +1,22 @@
-"""The scheduler's view of the fleet: published GPUs, what active pods hold, and in-flight reservations.
+"""The scheduler's view of the fleet: published GPUs, what active pods hold, and reservations.
 
 One lock guards everything here, and the placement index is kept in step on every change;
 `plan_and_reserve` plans and reserves under that lock, so two filters can never be handed
 overlapping placements.
 
-Two sources of occupancy per pod, never both at once:
+Two sources of what a pod uses, never both at once:
 - *held*: what the cache shows in the pod's annotations (the durable record);
-- *in flight*: what a filter reserved in memory before its patch lands. It wins over whatever the
-  cache shows for that pod until the cache shows exactly this reservation (then it is dropped as
-  confirmed), the pod ends, the filter rolls it back (failed patch or bind), or it expires because
-  the pod never showed it. So a lost patch never leaves a phantom reservation.
+- *reserved*: what a filter decided in memory (a `Reservation`), which its bind carries onto the pod
+  on the Binding. It wins over whatever the cache shows for that pod until the cache shows exactly
+  this reservation (then it is dropped as confirmed), the pod ends, a failed bind releases it, or
+  it expires `ttl` seconds after the filter because the pod never showed it. So a lost bind never
+  leaves a phantom reservation.
+
+A reservation is the only record of a filter's decision: bind reads it here, and it is usable by
+bind exactly as long as the fleet counts its slices (one store, one deadline). Until its Binding is
+created, its node is *chosen*: other pods' filters leave that node out, since their binds would only
+fail on the node lock this pod's bind takes. Nothing survives a restart: a bind that finds no
+reservation fails, and kube-scheduler filters the pod again.
 """
 
 from __future__ import annotations
@@ -39,11 +46,24 @@ from mig.reconstruct import (
 from mig.types import Placement
 from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 
+CHOSEN = "chosen for another pod whose bind is in progress"
+
 
 @dataclass(frozen=True)
-class InFlight:
+class Reservation:
+    """What a filter decided for one pod: the slices the fleet counts for it (`usage`), the HAMi
+    annotations its Binding carries, and when it lapses unless the cache shows it first."""
+
     usage: PodUsage
+    annotations: Mapping[str, str]
     deadline: float
+
+    @property
+    def node(self) -> str:
+        return self.usage.node
+
+
+Annotate = Callable[[Plan, PodUsage], Mapping[str, str]]
 
 
 def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage:
@@ -68,19 +88,27 @@ def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage
 
 
 class Fleet:
-    """Nodes, pod usages and in-flight reservations, with a `PlacementIndex` kept in step."""
+    """Nodes, pod usages and reservations, with a `PlacementIndex` kept in step.
 
-    def __init__(self, ttl: float = 120.0, clock: Callable[[], float] = time.monotonic):
+    `ttl`: how long a reservation lives after its filter unless the cache shows it (`serve`'s
+    `reservation_ttl`). `hold_chosen`: False leaves a chosen node a candidate for other pods (for
+    benches and stress tests that filter without binding)."""
+
+    def __init__(
+        self, ttl: float = 120.0, clock: Callable[[], float] = time.monotonic, hold_chosen: bool = True
+    ):
         self.lock = threading.RLock()
         self.index = PlacementIndex()
         self.ttl = ttl
         self.clock = clock
+        self.hold_chosen = hold_chosen
         self._register: dict[str, tuple[Any, ...]] = {}  # node -> (registration, leftovers, cordon)
         self._published: dict[str, NodeGpus] = {}
         self._held: dict[str, PodUsage] = {}
         self._on_node: dict[str, set[str]] = {}
-        self._in_flight: dict[str, InFlight] = {}
-        self._in_flight_on: dict[str, set[str]] = {}  # node -> uids with an in-flight reservation there
+        self._reserved: dict[str, Reservation] = {}
+        self._reserved_on: dict[str, set[str]] = {}  # node -> uids with a reservation there
+        self._chosen: dict[str, str] = {}  # node -> uid whose unbound reservation chose it (the latest)
         self._deadlines: list[tuple[float, str]] = []
         self._occupancy: dict[str, NodeOccupancy] = {}
         self._pending: dict[str, str] = {}
@@ -117,13 +145,13 @@ class Fleet:
             if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
                 self._pending.pop(uid, None)
             dirty: list[str] = []
-            flight = self._in_flight.get(uid)
+            reservation = self._reserved.get(uid)
             old = self._held.get(uid)
-            # the cache shows exactly the reservation held in flight (the bind's Binding carried it):
-            # it moves from in flight to held, and what the node's GPUs hold does not change
-            handover = flight is not None and old is None and usage == flight.usage
-            if flight is not None and (not active_for_scheduler(pod) or _same(usage, flight.usage)):
-                dirty = self._drop_in_flight(uid)
+            # the cache shows exactly the pod's reservation (the bind's Binding carried it): it moves
+            # from reserved to held, and what the node's GPUs hold does not change
+            handover = reservation is not None and old is None and usage == reservation.usage
+            if reservation is not None and (not active_for_scheduler(pod) or _same(usage, reservation.usage)):
+                dirty = self._drop_reservation(uid)
             if old != usage:
                 self._unhold(uid)
                 if usage is not None:
@@ -138,7 +166,7 @@ class Fleet:
         with self.lock:
             self._pending.pop(uid, None)
             self._versions.pop(uid, None)
-            nodes = self._drop_in_flight(uid)
+            nodes = self._drop_reservation(uid)
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
 
@@ -165,7 +193,7 @@ class Fleet:
             for node in nodes:
                 self.set_node(node)
 
-    # ---- reservations by the filter ----------------------------------------------------------
+    # ---- reservations: made by the filter, carried out by bind ------------------------------
     def plan_and_reserve(
         self,
         request: PodRequest,
@@ -174,11 +202,13 @@ class Fleet:
         namespace: str,
         name: str,
         blocked: Collection[str] = (),
+        annotate: Annotate | None = None,
     ) -> Refusal | tuple[Plan, PodUsage]:
-        """Plan the pod over `nodes` (None: every node) but none of `blocked`, and hold the plan in
-        memory, atomically: the next plan already counts it, so two pods are never handed
-        overlapping placements. A re-filter never counts the pod's previous reservation (held or in
-        flight). `blocked` (nodes a bind would fail on now) stays blocked in the index until the next
+        """Plan the pod over `nodes` (None: every node) but none of `blocked`, and reserve the plan,
+        atomically: the next plan already counts it, so two pods are never handed overlapping
+        placements. `annotate(plan, usage)` gives the annotations its bind carries. A re-filter
+        never counts the pod's previous reservation or record, and a refused one leaves the pod
+        none. `blocked` (nodes a bind would fail on now) stays blocked in the index until the next
         plan, so passing about the same set every time moves only the nodes that changed; every
         other reader of the index (defrag, diagnoses) plans over blocked nodes too."""
         self.sweep()
@@ -189,43 +219,75 @@ class Fleet:
             if isinstance(outcome, Refusal):
                 return outcome
             usage = usage_from_plan(uid, namespace, name, outcome)
-            self._reserve(usage)
+            self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
             return outcome, usage
 
-    def _reserve(self, usage: PodUsage) -> None:
-        """Hold a plan in memory (under the lock, planned under it)."""
-        deadline = self.clock() + self.ttl
-        self._drop_in_flight(usage.uid)
-        self._in_flight[usage.uid] = InFlight(usage, deadline)
-        self._in_flight_on.setdefault(usage.node, set()).add(usage.uid)
-        heapq.heappush(self._deadlines, (deadline, usage.uid))
-        self._pending.pop(usage.uid, None)
-        self._refresh(usage.node)
+    def _deadline(self) -> float:
+        return self.clock() + self.ttl
+
+    def _reserve(self, reservation: Reservation) -> None:
+        """Count a reservation and choose its node (under the lock, planned under it)."""
+        uid, node = reservation.usage.uid, reservation.node
+        self._drop_reservation(uid)
+        self._reserved[uid] = reservation
+        self._reserved_on.setdefault(node, set()).add(uid)
+        self._chosen[node] = uid
+        heapq.heappush(self._deadlines, (reservation.deadline, uid))
+        self._pending.pop(uid, None)
+        self._refresh(node)
+
+    def reservation(self, uid: str) -> Reservation | None:
+        """The pod's reservation from its last filter, unless it lapsed (then its slices are free too)."""
+        self.sweep()
+        with self.lock:
+            return self._reserved.get(uid)
+
+    def chosen_for_others(self, uid: str) -> dict[str, str]:
+        """Nodes chosen for another pod whose bind has not happened yet, each with the reason."""
+        if not self.hold_chosen:
+            return {}
+        self.sweep()
+        with self.lock:
+            return {node: CHOSEN for node, owner in self._chosen.items() if owner != uid}
+
+    def bound(self, reservation: Reservation) -> None:
+        """Its Binding was created: the node is no longer chosen for it, and the reservation waits
+        for the cache to show it (or its deadline). Nothing when it is no longer the pod's."""
+        uid = reservation.usage.uid
+        with self.lock:
+            if self._reserved.get(uid) is reservation:
+                self._unchoose(uid, reservation.node)
 
     def release(self, uid: str, usage: PodUsage | None = None) -> None:
-        """Drop a pod's in-flight reservation (failed patch or bind). `usage` guards against a newer one."""
+        """Drop a pod's reservation (a failed bind). `usage` guards against a newer one."""
         with self.lock:
-            flight = self._in_flight.get(uid)
-            if flight is not None and (usage is None or flight.usage == usage):
-                self._refresh(*self._drop_in_flight(uid))
+            reservation = self._reserved.get(uid)
+            if reservation is not None and (usage is None or reservation.usage == usage):
+                self._refresh(*self._drop_reservation(uid))
 
     def _forget_pod(self, uid: str) -> None:
-        """Before a re-filter: the pod's previous reservation (held or in flight) is not counted."""
-        nodes = self._drop_in_flight(uid)
+        """Before a re-filter: the pod's previous reservation or record is not counted."""
+        nodes = self._drop_reservation(uid)
         old = self._unhold(uid)
         self._refresh(*nodes, *([old.node] if old else []))
 
     def sweep(self) -> None:
-        """Expire in-flight reservations whose pod never showed them."""
+        """Expire reservations whose pod never showed them: their slices and node are free again."""
         now = self.clock()
         with self.lock:
             while self._deadlines and self._deadlines[0][0] <= now:
                 deadline, uid = heapq.heappop(self._deadlines)
-                flight = self._in_flight.get(uid)
-                if flight is not None and flight.deadline == deadline:
-                    self._refresh(*self._drop_in_flight(uid))
+                reservation = self._reserved.get(uid)
+                if reservation is not None and reservation.deadline == deadline:
+                    self._refresh(*self._drop_reservation(uid))
+
+    def fits(self, request: PodRequest, nodes: Collection[str]) -> bool:
+        """The pod could be placed on one of `nodes` now, were none of them blocked (nothing reserved)."""
+        with self.lock:
+            return not isinstance(self.index.plan(request, nodes=nodes), Refusal)
 
     def set_pending(self, uid: str, reason: str) -> None:
+        """The filter refused this pod (`reason`: the headline): it waits for a node."""
         with self.lock:
             self._pending[uid] = reason
 
@@ -234,8 +296,10 @@ class Fleet:
         return uid in self._pending
 
     def in_flight(self, uid: str) -> PodUsage | None:
-        flight = self._in_flight.get(uid)
-        return flight.usage if flight else None
+        """What the pod's reservation uses (None: it has none). The same as `reservation(uid).usage`;
+        webhooks/defrag.py still reads it by this name."""
+        reservation = self._reserved.get(uid)
+        return reservation.usage if reservation else None
 
     def held(self, uid: str) -> PodUsage | None:
         return self._held.get(uid)
@@ -275,16 +339,22 @@ class Fleet:
             return Snapshot(tuple(instances), tuple(gpus), pending, self.synced, tuple(devices))
 
     # ---- internals ---------------------------------------------------------------------------
-    def _drop_in_flight(self, uid: str) -> list[str]:
-        flight = self._in_flight.pop(uid, None)
-        if flight is None:
+    def _drop_reservation(self, uid: str) -> list[str]:
+        reservation = self._reserved.pop(uid, None)
+        if reservation is None:
             return []
-        members = self._in_flight_on.get(flight.usage.node)
+        node = reservation.node
+        self._unchoose(uid, node)
+        members = self._reserved_on.get(node)
         if members is not None:
             members.discard(uid)
             if not members:
-                del self._in_flight_on[flight.usage.node]
-        return [flight.usage.node]
+                del self._reserved_on[node]
+        return [node]
+
+    def _unchoose(self, uid: str, node: str) -> None:
+        if self._chosen.get(node) == uid:
+            del self._chosen[node]
 
     def _unhold(self, uid: str) -> PodUsage | None:
         old = self._held.pop(uid, None)
@@ -304,8 +374,8 @@ class Fleet:
             if published is None:
                 self.index.remove_node(node)
                 continue
-            usages = [self._held[u] for u in self._on_node.get(node, ()) if u not in self._in_flight]
-            usages.extend(self._in_flight[u].usage for u in self._in_flight_on.get(node, ()))
+            usages = [self._held[u] for u in self._on_node.get(node, ()) if u not in self._reserved]
+            usages.extend(self._reserved[u].usage for u in self._reserved_on.get(node, ()))
             occ = reconstruct(published, usages)
             self._occupancy[node] = occ
             previous = {g.uuid: g for g in before.gpus} if before else {}

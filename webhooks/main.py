@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from base import logs
+from base.events import Regarding
 from base.heap import HeapKeeper
 from base.version import version
 from certs.reload import TLSReloader
@@ -22,7 +23,7 @@ from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
-from webhooks.config import DeviceConfigFile, ServeConfig, parse_args
+from webhooks.config import REFUSED_REASON, DeviceConfigCollector, DeviceConfigFile, ServeConfig, parse_args
 from webhooks.defrag import Defragmenter
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
@@ -32,7 +33,6 @@ from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock
 from webhooks.page.app import create_page_app
 from webhooks.page.view import FleetPage
-from webhooks.pending import PendingBinds
 from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
@@ -80,13 +80,15 @@ class Service:
         self.cfg = cfg
         self.device_config = device_config or DeviceConfigFile(cfg.device_config)
         self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
-        self.fleet = Fleet(ttl=cfg.reservation_ttl)
+        self.fleet = Fleet(ttl=cfg.reservation_ttl)  # one timeout: a reservation from filter to bind
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.cache = ClusterCache(self.kube, self.fleet, locks=lock.table())
         self.events = EventRecorder(
             self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
         )
+        self.metrics.registry.register(DeviceConfigCollector(self.device_config))
+        self.device_config.on_refused = self._device_config_refused
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads
@@ -99,13 +101,11 @@ class Service:
             if cfg.leader_elect
             else AlwaysLeader()
         )
-        pending = PendingBinds()  # what filter decided and bind carries out
         self.filter = Filter(
             self.fleet,
             resources,
             self.events,
             self.metrics,
-            pending,
             blocked=self.cache.blocked,
             lookup=self.cache.find_pod,
             cached=self.cache.cached_pod,
@@ -118,6 +118,7 @@ class Service:
             pods=lambda: list(self.cache.pods.values()),
             pod_of=self.cache.pod,
             scheduler_name=cfg.scheduler_name,
+            node_of=self.cache.node,
             is_leader=self.leader.is_leader,
             evict=cfg.defrag_evict,
             move_only=cfg.defrag_move_only,
@@ -133,7 +134,6 @@ class Service:
             resources,
             self.events,
             self.metrics,
-            pending,
             self.filter.readings,
         )
         self.tls = tls
@@ -160,6 +160,7 @@ class Service:
                     lambda: self.cache.synced,
                     resources,
                     cfg.scheduler_name,
+                    nodes=lambda: self.cache.objects()[0],
                 )
             )
             if cfg.page
@@ -197,6 +198,11 @@ class Service:
         self.leader.start()
         self.defrag.start()
         return self
+
+    def _device_config_refused(self, message: str) -> None:
+        """A refused device-config reload, as a Warning Event about this serve pod."""
+        me = Regarding("Pod", self.cfg.namespace, self.cfg.identity)
+        self.events.record_about(me, "Warning", REFUSED_REASON, message)
 
     def stop(self) -> None:
         self.defrag.stop()

@@ -192,7 +192,7 @@ ALLOC = (
 
 
 def test_a_reservation_reads_node_phase_allocations_and_devices_from_hamis_annotations():
-    r = pods.PodReservation(
+    r = pods.PodRecord(
         {
             ann.VGPU_NODE: "n1",
             ann.BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
@@ -210,7 +210,7 @@ def test_a_reservation_reads_node_phase_allocations_and_devices_from_hamis_annot
 
 
 def test_a_pod_without_a_reservation_has_nothing_to_allocate_and_holds_no_instance():
-    r = pods.PodReservation({})
+    r = pods.PodRecord({})
     assert (r.node, r.bind_phase, r.allocations, r.allocated, r.to_allocate) == ("", "", (), (), ())
     assert r.next_container() is None and not r.holds_instance and r.drained(0) == ""
 
@@ -227,7 +227,7 @@ def test_a_pod_without_a_reservation_has_nothing_to_allocate_and_holds_no_instan
     ],
 )
 def test_draining_a_container_writes_what_hami_writes_and_leaves_the_rest_to_allocate(text):
-    r = pods.PodReservation({ann.DEVICES_TO_ALLOCATE: text})
+    r = pods.PodRecord({ann.DEVICES_TO_ALLOCATE: text})
     assert [list(c) for c in r.to_allocate] == decode_devices(text)
     for index in range(len(r.to_allocate) + 1):
         drained = r.drained(index)
@@ -236,7 +236,7 @@ def test_draining_a_container_writes_what_hami_writes_and_leaves_the_rest_to_all
 
 
 def test_each_annotation_is_decoded_once_per_copy_of_the_pod():
-    r = pods.PodReservation({ann.MIG_ALLOCATIONS: ALLOC, ann.DEVICES_TO_ALLOCATE: "GPU-a,NVIDIA,1,0:;"})
+    r = pods.PodRecord({ann.MIG_ALLOCATIONS: ALLOC, ann.DEVICES_TO_ALLOCATE: "GPU-a,NVIDIA,1,0:;"})
     first = (r.allocations, r.to_allocate)
     assert (r.allocations, r.to_allocate) == first
     assert r.allocations is first[0] and r.to_allocate is first[1]
@@ -252,6 +252,6 @@ def test_each_annotation_is_decoded_once_per_copy_of_the_pod():
     ],
 )
 def test_an_unreadable_reservation_annotation_raises_naming_it(annotations, read):
-    r = pods.PodReservation(annotations)
+    r = pods.PodRecord(annotations)
     with pytest.raises(AnnotationError, match=next(iter(annotations))):
         getattr(r, read)

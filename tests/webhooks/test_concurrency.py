@@ -16,7 +16,7 @@ from mig.annotations import MIG_ALLOCATIONS, decode_allocations
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_concurrent_filters_never_get_overlapping_placements(apiserver, service, seed):
     rng = random.Random(seed)
-    service.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
+    service.fleet.hold_chosen = False  # filters without binds in between: do not hold chosen nodes
     nodes = [node("a", gpus=2), node("b", "H100-SXM5-80GB", gpus=2), node("c", "A30", gpus=2)]
     for n in nodes:
         apiserver.create(n)
@@ -43,7 +43,7 @@ def test_concurrent_filters_never_get_overlapping_placements(apiserver, service,
 
     recorded: dict[str, list] = {}
     for p in pods:
-        reservation = service.filter.pending.reservation(p["metadata"]["uid"])
+        reservation = service.fleet.reservation(p["metadata"]["uid"])
         ann = reservation.annotations if reservation else {}
         for a in decode_allocations(ann.get(MIG_ALLOCATIONS)):
             recorded.setdefault(a.gpuUUID, []).append((p["metadata"]["uid"], a.placement_value))

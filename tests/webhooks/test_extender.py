@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kubernetes import client
@@ -166,7 +165,6 @@ def test_a_body_asking_for_no_gpu_keeps_every_candidate_even_when_the_clusters_p
 
 
 def test_refiltering_a_pod_replaces_its_reservation_instead_of_adding_one(apiserver, service, extender):
-    service.filter.pending.ttl = 0
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1", memory=40000))
     for _ in range(3):
         out = post_filter(extender, service, pod, ["n1"])
@@ -219,28 +217,37 @@ def test_a_bind_to_another_node_than_the_reservations_fails(apiserver, service, 
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_bind_after_the_fleet_let_the_reservation_expire_fails(apiserver, start_service):
-    service = start_service(reservation_ttl=0.2)
+    service = start_service(reservation_ttl=120.0)
+    service.fleet.clock = clock = Clock()
     from starlette.testclient import TestClient
 
     _, pod = seed(apiserver, service, node("n1"), gpu_pod("p1"))
     with TestClient(service.extender_app) as http:
         assert post_filter(http, service, pod, ["n1"])["NodeNames"] == ["n1"]
-        time.sleep(0.3)
-        service.fleet.sweep()  # its slices may now go to another pod: the bind must not record them
-        assert "replaced or expired" in post_bind(http, pod, "n1")["Error"]
+        clock.now += 120.0  # its slices may now go to another pod: the bind must not record them
+        assert "holds no MIG reservation for the pod" in post_bind(http, pod, "n1")["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
 
 
 def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
-    service = start_service(reservation_ttl=0.2)
+    service = start_service(reservation_ttl=120.0)
+    service.fleet.clock = clock = Clock()
     seed(apiserver, service, node("n1"))
     pod = apiserver.create(gpu_pod("p1"))
     request = pod_request(pod, service.device_config.get().resources)
     assert request is not None
     service.fleet.plan_and_reserve(request, None, pod["metadata"]["uid"], "team", "p1")
     assert service.fleet.placements()["GPU-n1-0"]
-    time.sleep(0.3)
+    clock.now += 120.0
     service.fleet.sweep()
     assert service.fleet.placements()["GPU-n1-0"] == []
 
@@ -256,7 +263,7 @@ def test_a_finished_or_deleted_pod_frees_its_placement(apiserver, service, exten
     for pod in (p1, p2):
         (chosen,) = post_filter(extender, service, pod, ["n1", "n2"])["NodeNames"]
         assert post_bind(extender, pod, chosen) == {"Error": ""}
-    assert eventually(lambda: held() == 2 and not service.fleet._in_flight)
+    assert eventually(lambda: held() == 2 and not service.fleet._reserved)
     core = client.CoreV1Api(apiserver.api_client("admin"))
     core.patch_namespaced_pod_status("p1", "team", {"status": {"phase": "Succeeded"}})
     assert eventually(lambda: held() == 1)
@@ -293,7 +300,6 @@ def release_lock(apiserver, service, node_name: str) -> None:
 
 def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service):
     first = start_service()
-    first.filter.pending.ttl = 0  # filters without binds in between: do not hold chosen nodes
     seed(apiserver, first, node("n1", gpus=2), node("n2", "H100-SXM5-80GB", gpus=2))
     from starlette.testclient import TestClient
 
@@ -304,7 +310,7 @@ def test_a_restarted_server_rebuilds_the_same_occupancy(apiserver, start_service
             (chosen,) = http.post("/filter", json=filter_args(pod, ["n1", "n2"])).json()["NodeNames"]
             assert post_bind(http, pod, chosen) == {"Error": ""}
             release_lock(apiserver, first, chosen)  # as the device plugin does after Allocate
-    assert eventually(lambda: not first.fleet._in_flight)
+    assert eventually(lambda: not first.fleet._reserved)
     before = {k: sorted(v) for k, v in first.fleet.placements().items()}
     first.stop()
     second = start_service()

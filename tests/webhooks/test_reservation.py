@@ -1,5 +1,5 @@
-"""What filter hands to bind: the fleet plans and reserves at once; pending binds hold the node and
-the reservation the bind records."""
+"""What filter hands to bind: the fleet plans and reserves at once, and its reservation is all bind
+carries out: the node it chose, the slices it counts, the annotations the Binding records."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from mig.allowlist import ResourceNames
 from mig.placement import PodRequest, Refusal
 from mig.pods import gpu_request
 from mig.reconstruct import PodUsage
-from webhooks.fleet import Fleet
-from webhooks.pending import HELD, PendingBinds, Reservation
+from webhooks.fleet import CHOSEN, Fleet
 
 
 def request(memory: int = 8000, devices: int = 1) -> PodRequest:
@@ -20,8 +19,8 @@ def request(memory: int = 8000, devices: int = 1) -> PodRequest:
     return asked
 
 
-def fleet(*names: str, gpus: int = 1) -> Fleet:
-    f = Fleet()
+def fleet(*names: str, gpus: int = 1, clock=None) -> Fleet:
+    f = Fleet(clock=clock) if clock is not None else Fleet()
     for name in names:
         f.set_node(node(name, gpus=gpus))
     return f
@@ -70,56 +69,90 @@ class Clock:
         return self.now
 
 
-def reserved(uid: str, node: str = "n1") -> Reservation:
-    return Reservation(node, {"hami.io/vgpu-node": node}, PodUsage(uid, "team", uid, node))
+def reserve(f: Fleet, uid: str, nodes: list[str] | None = None) -> None:
+    outcome = f.plan_and_reserve(
+        request(), nodes, uid, "team", uid, annotate=lambda plan, usage: {"for": uid}
+    )
+    assert not isinstance(outcome, Refusal)
 
 
 @pytest.mark.parametrize(
-    ("asking", "elapsed", "held"),
+    ("asking", "elapsed", "chosen"),
     [
-        ("other", 0.0, {"n1": HELD}),  # another pod's bind is coming: not there
+        ("other", 0.0, {"n1": CHOSEN}),  # another pod's bind is coming: not there
         ("owner", 0.0, {}),  # its own chosen node stays a candidate
-        ("other", 30.0, {"n1": HELD}),
-        ("other", 30.5, {}),  # a bind that never came stops holding the node
+        ("other", 119.0, {"n1": CHOSEN}),
+        ("other", 120.0, {}),  # a bind that never came stops holding the node with its reservation
     ],
 )
-def test_a_node_chosen_for_a_pod_is_held_from_other_pods_until_its_bind_or_the_ttl(asking, elapsed, held):
+def test_a_node_chosen_for_a_pod_is_held_from_other_pods_until_its_bind_or_its_reservation_lapses(
+    asking, elapsed, chosen
+):
     clock = Clock()
-    pending = PendingBinds(ttl=30.0, clock=clock)
-    pending.choose("owner", reserved("owner"))
+    f = fleet("n1", gpus=2, clock=clock)
+    reserve(f, "owner")
     clock.now += elapsed
-    assert pending.held_for_others(asking) == held
+    assert f.chosen_for_others(asking) == chosen
 
 
-def test_a_finished_bind_frees_its_node_but_not_a_node_chosen_since_for_another_pod():
-    pending = PendingBinds()
-    pending.choose("a", reserved("a"))
-    pending.done("a", "n1")
-    assert pending.held_for_others("b") == {}
-    pending.choose("b", reserved("b"))
-    pending.done("a", "n1")  # a late bind of the earlier pod
-    assert pending.held_for_others("c") == {"n1": HELD}
+def test_a_bound_reservation_frees_its_node_but_not_a_node_chosen_since_for_another_pod():
+    f = fleet("n1", gpus=2)
+    reserve(f, "a")
+    first = f.reservation("a")
+    assert first is not None
+    f.bound(first)
+    assert f.chosen_for_others("b") == {}
+    reserve(f, "b")
+    f.bound(first)  # a late word about the earlier pod's bind
+    assert f.chosen_for_others("c") == {"n1": CHOSEN}
+    assert f.reservation("a") is first  # counted until the cache shows the bound pod
 
 
-def test_the_bind_finds_the_pods_latest_reservation_until_its_bind_is_done():
-    pending = PendingBinds()
-    pending.choose("a", reserved("a", "n1"))
-    pending.choose("a", reserved("a", "n2"))  # filtered again: the later plan replaces the earlier
-    found = pending.reservation("a")
-    assert found is not None and found.node == "n2"
-    assert pending.reservation("never-filtered") is None
-    pending.done("a", "n2")
-    assert pending.reservation("a") is None
+def test_the_bind_finds_the_pods_latest_reservation_with_the_annotations_it_carries():
+    f = fleet("n1", "n2")
+    reserve(f, "a", ["n1"])
+    reserve(f, "a", ["n2"])  # filtered again: the later plan replaces the earlier
+    found = f.reservation("a")
+    assert found is not None and found.node == "n2" and found.annotations == {"for": "a"}
+    assert f.reservation("never-filtered") is None
+    assert {uid for held in f.placements().values() for uid, _ in held} == {"a"}
 
 
-def test_a_reservation_whose_bind_never_comes_expires_and_is_forgotten():
+def test_a_refused_refilter_leaves_the_pod_no_reservation_for_its_bind():
+    f = fleet("n1")
+    reserve(f, "a")
+    assert isinstance(f.plan_and_reserve(request(200000), None, "a", "team", "a"), Refusal)
+    assert f.reservation("a") is None and f.chosen_for_others("b") == {}
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 29.0, 31.0, 60.0, 119.9])
+def test_a_reservation_is_usable_by_bind_exactly_as_long_as_the_fleet_counts_its_slices(elapsed):
     clock = Clock()
-    pending = PendingBinds(reservation_ttl=30.0, clock=clock)
-    pending.choose("a", reserved("a"))
-    clock.now += 31.0
-    assert pending.reservation("a") is None
-    pending.choose("b", reserved("b", "n2"))  # the next filter drops what expired: memory stays bounded
-    assert list(pending._reserved) == ["b"]
+    f = fleet("n1", clock=clock)
+    reserve(f, "a")
+    clock.now += elapsed
+    assert f.reservation("a") is not None
+    assert [uid for uid, _ in f.placements()["GPU-n1-0"]] == ["a"]
+
+
+@pytest.mark.parametrize("elapsed", [120.0, 121.0, 600.0])
+def test_a_lapsed_reservation_frees_its_slices_and_bind_no_longer_finds_it(elapsed):
+    clock = Clock()
+    f = fleet("n1", clock=clock)
+    reserve(f, "a")
+    clock.now += elapsed
+    assert f.reservation("a") is None
+    assert f.placements()["GPU-n1-0"] == []
+    assert not isinstance(f.plan_and_reserve(request(80000), None, "b", "team", "b"), Refusal)
+
+
+def test_lapsed_reservations_are_forgotten_so_memory_stays_bounded():
+    clock = Clock()
+    f = fleet("n1", "n2", clock=clock)
+    reserve(f, "a", ["n1"])
+    clock.now += 120.0
+    reserve(f, "b", ["n2"])
+    assert list(f._reserved) == ["b"] and len(f._deadlines) == 1
 
 
 def bound_copy(name: str, uid: str, plan, usage: PodUsage, version: str, phase: str = "Pending") -> dict:
@@ -141,7 +174,7 @@ def test_a_reservation_the_binding_carried_counts_once_from_filter_to_the_pods_e
     plan, usage = outcome
     before = f.placements()
     f.set_pod(bound_copy("a", "a", plan, usage, "5"))  # the cache sees the pod bound
-    assert f.in_flight("a") is None and f.held("a") == usage
+    assert f.reservation("a") is None and f.held("a") == usage
     assert f.placements() == before
     # what the fleet holds is what it then plans around: a second 40 GB pod takes the other half
     second = f.plan_and_reserve(request(40000), None, "b", "team", "b")
