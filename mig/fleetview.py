@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mig.allowlist import ResourceNames
+from mig.eligibility import Constraints, Eligibility, NodeFacts, constraints_of, eligibility, node_facts
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
 from mig.pods import gpu_request, is_terminating, is_waiting, metadata_of, not_scheduled, qualified_name
@@ -26,6 +27,7 @@ from mig.reconstruct import (
     reconstruct,
 )
 from mig.slicemap import (
+    NO_ELIGIBLE_NODE,
     FleetMap,
     GpuMap,
     Holding,
@@ -40,6 +42,7 @@ from mig.slicemap import (
 
 UNREADABLE = "unreadable: "
 MAX_REASON = 300  # one line of a pending pod's reason
+FITS_NOW = "fits now: the scheduler places it at its next try"
 
 
 def node_view(
@@ -78,25 +81,57 @@ def _reason(pod: Mapping[str, Any]) -> str:
     return text[:MAX_REASON] + ("…" if len(text) > MAX_REASON else "")
 
 
+Restriction = frozenset[str] | None  # the nodes a pod may run on (None: every node)
+
+
 class Diagnoses:
     """`diagnose` for many pending pods against one fleet: one placement index (planning does not
-    change it), and one answer per distinct request (pods of one workload ask alike)."""
+    change it), and one answer per distinct request and nodes (pods of one workload ask alike)."""
 
     def __init__(self, fleet: Sequence[GpuState] | PlacementIndex):
         # an index already built (the scheduler's own, in `dynmig serve`) is only read
         self.index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
-        self._memo: dict[PodRequest, tuple[str, str]] = {}
+        self._memo: dict[tuple[PodRequest, Restriction], tuple[str, str]] = {}
 
-    def __call__(self, request: PodRequest) -> tuple[str, str]:
-        found = self._memo.get(request)
+    def __call__(self, request: PodRequest, nodes: Restriction = None) -> tuple[str, str]:
+        found = self._memo.get((request, nodes))
         if found is None:
-            found = self._memo[request] = diagnose(request, self.index)
+            found = self._memo[(request, nodes)] = diagnose(request, self.index, nodes)
         return found
 
 
-# The defrag hook: given a waiting pod, its request and the fleet's GPUs as the scheduler sees them,
-# the text of the advice ("" for none) shown under the pod's fix (`PendingPod.advice`).
-Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
+class Eligibilities:
+    """`mig.eligibility` for many pending pods against one set of nodes: each node's facts read once,
+    one answer per distinct set of constraints (pods of one workload have the same)."""
+
+    def __init__(self, nodes: Iterable[tuple[str, Mapping[str, Any] | None]]):
+        self.nodes: list[tuple[str, NodeFacts | None]] = [
+            (name, node_facts(obj) if isinstance(obj, Mapping) else None) for name, obj in nodes
+        ]
+        self._memo: dict[Constraints, Eligibility] = {}
+
+    def __call__(self, pod: Mapping[str, Any]) -> Eligibility:
+        constraints = constraints_of(pod)
+        found = self._memo.get(constraints)
+        if found is None:
+            found = self._memo[constraints] = eligibility(constraints, self.nodes)
+        return found
+
+
+# The defrag hook: given a waiting pod, its request, the fleet's GPUs as the scheduler sees them and
+# the nodes the pod may run on (None: every node), the text of the advice ("" for none) shown under
+# the pod's fix (`PendingPod.advice`).
+Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState], Restriction], str]
+Diagnosis = Callable[[PodRequest, Restriction], tuple[str, str]]
+
+
+def constrained_fix(code: str, fix: str, eligible: Eligibility, fits_elsewhere: bool) -> str:
+    """The fix of a pod that some nodes refuse (its nodeSelector, affinity, taints) and that does
+    not fit on the others: says that only the nodes it may run on were looked at."""
+    if code == NO_ELIGIBLE_NODE:
+        return f"no node this pod may run on has MIG GPUs ({eligible.summary()}): {fix}"
+    elsewhere = "; it would fit now on a node that refuses it" if fits_elsewhere else ""
+    return f"no node this pod may run on has room for it ({eligible.summary()}{elsewhere}): {fix}"
 
 
 def pending_view(
@@ -104,11 +139,13 @@ def pending_view(
     states: Sequence[GpuState],
     names: ResourceNames,
     advisor: Advisor | None = None,
-    diagnosis: Callable[[PodRequest], tuple[str, str]] | None = None,
+    diagnosis: Diagnosis | None = None,
+    eligible: Eligibility | None = None,
 ) -> PendingPod | None:
-    """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now and,
-    when an advisor is given and the pod does not fit, its advice. `diagnosis`: `diagnose` against
-    `states`, shared by a caller that asks about many pods (see `Diagnoses`)."""
+    """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now (over
+    the nodes the pod may run on, `eligible`; None: every node) and, when an advisor is given and the
+    pod does not fit, its advice. `diagnosis`: `diagnose` against `states`, shared by a caller that
+    asks about many pods (see `Diagnoses`)."""
     meta = metadata_of(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
@@ -117,10 +154,15 @@ def pending_view(
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
-    code, fix = diagnosis(request) if diagnosis is not None else diagnose(request, states)
+    diagnosis = diagnosis or Diagnoses(states)
+    nodes = eligible.restriction if eligible is not None else None
+    code, fix = diagnosis(request, nodes)
     if not code:
-        fix = "fits now: the scheduler places it at its next try"
-    advice = advisor(pod, request, states) if advisor is not None and code else ""
+        fix = FITS_NOW
+    elif eligible is not None and nodes is not None:
+        fix = constrained_fix(code, fix, eligible, fits_elsewhere=not diagnosis(request, None)[0])
+    wanted = advisor is not None and code and code != NO_ELIGIBLE_NODE
+    advice = advisor(pod, request, states, nodes) if advisor is not None and wanted else ""
     return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=fix, advice=advice, code=code)
 
 
@@ -132,7 +174,7 @@ def fleet_view(
     advisor: Advisor | None = None,
 ) -> FleetMap:
     """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods (with
-    `advisor`'s advice for those that do not fit)."""
+    `advisor`'s advice for those that do not fit), each diagnosed over the nodes it may run on."""
     names = names or ResourceNames()
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
@@ -149,12 +191,19 @@ def fleet_view(
         usages.setdefault(usage.node, []).append(usage)
     maps = []
     states: list[GpuState] = []
+    gpu_nodes: list[tuple[str, Mapping[str, Any]]] = []  # the nodes whose GPUs the engine plans over
     for node in nodes:
         view, gpus = node_view(node, usages.get(str(metadata_of(node).get("name") or ""), []), terminating)
         states += gpus
+        if gpus:
+            gpu_nodes.append((view.name, node))
         if not only_nodes or view.name in only_nodes:
             maps.append(view)
     waiting = [p for p in pods if is_waiting(p) and qualified_name(p) not in holding]
-    diagnosis = Diagnoses(states)
-    pending = [v for p in waiting if (v := pending_view(p, states, names, advisor, diagnosis)) is not None]
+    diagnosis, eligible = Diagnoses(states), Eligibilities(gpu_nodes)
+    pending = [
+        v
+        for p in waiting
+        if (v := pending_view(p, states, names, advisor, diagnosis, eligible(p))) is not None
+    ]
     return fleet_map(maps, pending, unreadable)

@@ -24,7 +24,7 @@ the plugin may not destroy). Every phase occupies its slices for the scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -257,22 +257,34 @@ _FIXES = {
     R.NO_PROFILES: "allow MIG profiles for these GPUs in the device config",
     R.NO_GPUS: "no node publishes MIG GPUs: is the dynmig device plugin running?",
 }
+NO_ELIGIBLE_NODE = "no-eligible-node"  # every node with MIG GPUs refuses the pod (nodeSelector, ...)
+NO_ELIGIBLE_FIX = (
+    "change its nodeSelector, node affinity or tolerations, or the nodes' labels, taints or cordon"
+)
 
 
 def _closeness(code: str) -> int:
     return CLOSEST_FIRST.index(code) if code in CLOSEST_FIRST else len(CLOSEST_FIRST)
 
 
-def diagnose(request: PodRequest, fleet: Iterable[GpuState] | PlacementIndex) -> tuple[str, str]:
+def diagnose(
+    request: PodRequest,
+    fleet: Iterable[GpuState] | PlacementIndex,
+    nodes: Collection[str] | None = None,
+) -> tuple[str, str]:
     """(reason code, fix) for a pending pod against the current fleet, by the engine itself: the code
     of the node closest to fitting (the engine's order: devices apart, fragmented, too few slices, ...);
-    ("", "") when the pod would fit now (the scheduler will place it at its next try). Pass one
-    `PlacementIndex(states)` for many pods: planning never changes it."""
+    ("", "") when the pod would fit now (the scheduler will place it at its next try). `nodes`: only
+    the nodes the pod may run on (`mig.eligibility`; None: every node); when none of them has MIG
+    GPUs the code is `NO_ELIGIBLE_NODE`. Pass one `PlacementIndex(states)` for many pods: planning
+    never changes it."""
     index = fleet if isinstance(fleet, PlacementIndex) else PlacementIndex(fleet)
-    result = index.plan(request)
+    result = index.plan(request, nodes=nodes)
     if isinstance(result, Plan):
         return "", ""
     codes = result.counts()
+    if not codes and nodes is not None:
+        return NO_ELIGIBLE_NODE, NO_ELIGIBLE_FIX
     code = min(codes, key=_closeness) if codes else R.NO_GPUS  # the node closest to fitting speaks
     return code, _FIXES.get(code, "")
 
@@ -348,6 +360,7 @@ def to_dict(fleet: FleetMap) -> dict[str, Any]:
 
 
 __all__ = [
+    "NO_ELIGIBLE_NODE",
     "PHASES",
     "SCHEMA_VERSION",
     "FleetMap",

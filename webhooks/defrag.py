@@ -30,7 +30,9 @@ evicted in `eviction_order` (the order the advisor placed their replacements in:
 priorities kube-scheduler takes the replacement queued first), and the first refused eviction ends
 the set. Chains cost more to find: on 1,000 packed nodes × 8 A100 an advice takes 1.2-3.6 s CPU
 (0.55-1.4 s without chains) on this 2-core machine under load, so a pass then advises fewer pods.
-Advice looks at dynmig's view only: it does not know the pod's nodeSelector, affinity or taints.
+Advice places the pending pod only on nodes it may run on, as kube-scheduler's NodeUnschedulable,
+TaintToleration and NodeAffinity filters decide it from the Node objects (mig/eligibility.py: its
+nodeSelector, required node affinity and tolerations); the pods a set removes may move to any node.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,6 +62,7 @@ from mig.defrag import (
     pod_started,
     replacement_request,
 )
+from mig.eligibility import constraints_of, eligibility, node_facts
 from mig.placement import GpuState, Plan, PodRequest
 from mig.placement.request import MAX_DEVICES
 from mig.pods import is_waiting, metadata_of, not_scheduled
@@ -137,7 +140,7 @@ def holder_of(
     )
 
 
-Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState]], str]
+Advisor = Callable[[Mapping[str, Any], PodRequest, Sequence[GpuState], Collection[str] | None], str]
 
 
 def status_advisor(
@@ -150,7 +153,8 @@ def status_advisor(
 
     Read-only and the same rule as the scheduler's advice: running MIG pods of no higher priority than
     the pending one, within the budgets `pdbs` report (none given: budgets are not known). Ask it only
-    for pods that do not fit now (status does): it does not check again.
+    for pods that do not fit now on the nodes it may run on (`nodes`, None: any; status does): it
+    does not check again.
     """
     budgets = Budgets.from_objects(pdbs)
     when = time.time() if now is None else now
@@ -165,13 +169,25 @@ def status_advisor(
 
     shared: list[tuple[Sequence[GpuState], Homes]] = []  # the fleet last asked about, and its homes
 
-    def advice(pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState]) -> str:
+    def advice(
+        pod: Mapping[str, Any],
+        request: PodRequest,
+        gpus: Sequence[GpuState],
+        nodes: Collection[str] | None = None,
+    ) -> str:
         priority = pod_priority(pod)
         candidates = [replace(h, candidate=h.priority <= priority) for h in holders]
         if not shared or shared[0][0] is not gpus:  # status asks for every pending pod over one fleet
             shared[:] = [(gpus, Homes(gpus))]
         found = advise(
-            request, gpus, candidates, budgets.allowed, when, known_unplaceable=True, homes=shared[0][1]
+            request,
+            gpus,
+            candidates,
+            budgets.allowed,
+            when,
+            nodes=nodes,
+            known_unplaceable=True,
+            homes=shared[0][1],
         )
         return bounded(advice_text(found)) if found.found or "fits without" not in found.why_none else ""
 
@@ -206,6 +222,7 @@ class Defragmenter:
     pods: Callable[[], Iterable[Mapping[str, Any]]]  # every pod the cache has
     pod_of: Callable[[str, str], Mapping[str, Any] | None]
     scheduler_name: str
+    node_of: Callable[[str], Mapping[str, Any] | None] = lambda name: None  # the Node object, if known
     is_leader: Callable[[], bool] = lambda: True
     evict: bool = False
     move_only: bool = True  # evict only sets whose every pod the engine places again elsewhere
@@ -260,7 +277,8 @@ class Defragmenter:
         done: list[str] = []
         waiting = self._waiting()
         self._clear_placed({(_ns(p), _name(p)) for p, _ in waiting})
-        unplaced = [(p, r) for p, r in waiting if not self._fits(r)]
+        allowed = self._allowed_nodes([p for p, _ in waiting])
+        unplaced = [(p, r) for p, r in waiting if not self._fits(r, allowed[_uid(p)])]
         live = {_uid(p) for p, _ in unplaced}
         for uid in [u for u in self._advice if u not in live]:
             self._advice.pop(uid, None)
@@ -273,7 +291,7 @@ class Defragmenter:
         for pod, request in unplaced[: self.max_pods]:
             if time.monotonic() - started > self.interval:
                 break  # a pass takes at most about one interval; the rest wait (most important first)
-            done += self._handle(pod, request, world, budgets, now, homes)
+            done += self._handle(pod, request, world, budgets, now, homes, allowed[_uid(pod)])
         return done
 
     def _waiting(self) -> list[tuple[Mapping[str, Any], PodRequest]]:
@@ -305,9 +323,23 @@ class Defragmenter:
         names = self.resources()
         return names if isinstance(names, ResourceNames) else None
 
-    def _fits(self, request: PodRequest) -> bool:
+    def _allowed_nodes(self, pods: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str] | None]:
+        """Per pending pod (by uid), the nodes with MIG GPUs it may run on (None: all of them)."""
         with self.fleet.lock:
-            return isinstance(self.fleet.index.plan(request), Plan)
+            names = self.fleet.index.nodes()
+        facts = [(n, node_facts(obj) if isinstance(obj := self.node_of(n), Mapping) else None) for n in names]
+        found: dict[Any, frozenset[str] | None] = {}
+        out: dict[str, frozenset[str] | None] = {}
+        for pod in pods:
+            constraints = constraints_of(pod)
+            if constraints not in found:
+                found[constraints] = eligibility(constraints, facts).restriction
+            out[_uid(pod)] = found[constraints]
+        return out
+
+    def _fits(self, request: PodRequest, nodes: frozenset[str] | None = None) -> bool:
+        with self.fleet.lock:
+            return isinstance(self.fleet.index.plan(request, nodes=nodes), Plan)
 
     def _budgets(self) -> Budgets:
         try:
@@ -327,15 +359,25 @@ class Defragmenter:
         budgets: Budgets,
         now: float,
         homes: Homes | None = None,
+        nodes: frozenset[str] | None = None,
     ) -> list[str]:
         uid, priority = _uid(pod), pod_priority(pod)
         going = self._still_going(uid)
-        advice = self._advise(request, world, budgets, now, lambda h, p: h.priority <= priority, homes=homes)
+        advice = self._advise(
+            request, world, budgets, now, lambda h, p: h.priority <= priority, homes=homes, nodes=nodes
+        )
         text = advice_text(advice)
         done = []
         if self.evict and not going:
             chosen = self._advise(
-                request, world, budgets, now, lambda h, p: _may_evict(h, p, priority), self.move_only, homes
+                request,
+                world,
+                budgets,
+                now,
+                lambda h, p: _may_evict(h, p, priority),
+                self.move_only,
+                homes,
+                nodes,
             )
             if chosen.found:
                 advice, text = chosen, advice_text(chosen).replace("defrag: removing", "defrag: evicting", 1)
@@ -358,6 +400,7 @@ class Defragmenter:
         candidate: Callable[[Holder, Mapping[str, Any]], bool],
         require_homes: bool = False,
         homes: Homes | None = None,
+        nodes: frozenset[str] | None = None,
     ) -> Advice:
         holders = [replace(h, candidate=candidate(h, p)) for h, p in world.holders]
         return advise(
@@ -366,6 +409,7 @@ class Defragmenter:
             holders,
             budgets.allowed,
             now,
+            nodes=nodes,
             known_unplaceable=True,
             require_homes=require_homes,
             homes=homes,

@@ -36,7 +36,7 @@ from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
 from mig.allowlist import ResourceNames
-from mig.fleetview import Advisor, fleet_view
+from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
 from webhooks.defrag import status_advisor
@@ -156,8 +156,10 @@ def _advisor(cluster: Cluster, resources: ResourceNames | None) -> Advisor:
     if cluster.pdbs is not None:
         return advice
 
-    def unchecked(pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState]) -> str:
-        text = advice(pod, request, gpus)
+    def unchecked(
+        pod: Mapping[str, Any], request: PodRequest, gpus: Sequence[GpuState], nodes: Restriction
+    ) -> str:
+        text = advice(pod, request, gpus, nodes)
         return text + NO_BUDGETS if text.startswith("defrag: removing") else text
 
     return unchecked

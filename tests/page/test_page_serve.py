@@ -217,3 +217,31 @@ def test_the_page_redraws_only_the_node_whose_pods_changed():
     assert page.nodes_drawn == 4  # a terminating pod's node is drawn again: its phase changes
     phases = {a["data-pod"]: a["data-phase"] for a in shown.of("segment")}
     assert phases == {"team/a": "reclaiming", "team/b": "reserved"}
+
+
+def test_the_page_tells_a_pod_pinned_to_a_full_node_that_no_node_it_may_run_on_has_room():
+    from mig.allowlist import ResourceNames
+    from webhooks.fleet import Fleet
+    from webhooks.page.view import FleetPage
+
+    full, free = mig_node("n1", 1), mig_node("n2", 1)
+    full["metadata"]["labels"] = {"pool": "train"}
+    fleet = Fleet()
+    fleet.replace_nodes([full, free])
+    holder = held_pod("a", "n1", "GPU-n1-0", 0, realized=True)
+    pinned, loose = waiting_pod("pinned", 4000), waiting_pod("loose", 4000)
+    for whole in (pinned, loose):  # no gpumem: a whole GPU, which n1's 1g.5gb leaves no room for
+        del whole["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"]
+    pinned["spec"]["nodeSelector"] = {"pool": "train"}
+    pods = [holder, pinned, loose]
+    fleet.replace_pods([holder])
+    page = FleetPage(
+        fleet, lambda: pods, lambda: True, ResourceNames, "dynmig-scheduler", nodes=lambda: [full, free]
+    )
+    fixes = {row["data-pod"]: row for row in Classes(page()).of("pending-pod")}
+    assert fixes["team/loose"]["data-code"] == ""  # it fits now on n2
+    assert fixes["team/pinned"]["data-code"] != ""
+    assert (
+        "no node this pod may run on has room for it (1 of 2 nodes refuse it: 1 not matching its nodeSelector"
+        in page()
+    )

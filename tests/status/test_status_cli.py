@@ -191,7 +191,7 @@ def test_an_advisor_hook_gives_advice_only_to_pods_that_do_not_fit():
     pods = [waiting("big", "80000"), waiting("ok", "4000")]
     seen: list[int] = []
 
-    def advisor(pod: dict[str, Any], request: Any, states: Any) -> str:
+    def advisor(pod: dict[str, Any], request: Any, states: Any, nodes: Any) -> str:
         seen.append(len(states))
         return f"advice for {pod['metadata']['name']}"
 

@@ -322,3 +322,34 @@ def test_with_move_only_the_controller_evicts_a_chain_in_an_order_that_works_and
     assert eventually(lambda: read(apiserver, "urgent")["spec"].get("nodeName") == "n1", timeout=30)
     (alloc,) = decode_allocations(read(apiserver, "urgent")["metadata"]["annotations"][MIG_ALLOCATIONS])
     assert alloc.profile == "7g.40gb"
+
+
+def test_a_pod_pinned_by_node_selector_to_a_full_node_gets_advice_there_though_another_node_is_free(
+    apiserver, cluster, plugin
+):
+    # n1 (A100) holds 'guarded' and 'loose'; n2 (A100) is free, but 'pinned' may only run on n1:
+    # kube-scheduler never offers n2, so the advice must be about n1, not "it fits on n2".
+    fill_one_a100(apiserver)
+    apiserver.create(node("n2", "A100-SXM4-40GB", gpus=1))
+    admin(apiserver).patch_node("n1", {"metadata": {"labels": {"pool": "train"}}})
+    pinned = gpu_pod("pinned", 20000, priority=100)
+    pinned["spec"]["nodeSelector"] = {"pool": "train"}
+    admin(apiserver).create_namespaced_pod("team", pinned)
+    assert eventually(lambda: refused(apiserver, "pinned")), "the pod was never refused"
+    assert cluster.service.defrag.pass_once() == []
+    advice = read(apiserver, "pinned")["metadata"]["annotations"].get(DEFRAG_ADVICE, "")
+    assert advice.startswith("defrag: removing 1 pod(s) on n1 (team/loose)"), advice
+
+
+def test_a_node_whose_taint_the_pending_pod_does_not_tolerate_is_left_out_of_its_advice(
+    apiserver, cluster, plugin
+):
+    fill_one_a100(apiserver)
+    tainted = node("n2", "A100-SXM4-40GB", gpus=1)
+    tainted["spec"] = {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}
+    apiserver.create(tainted)
+    admin(apiserver).create_namespaced_pod("team", gpu_pod("urgent", 20000, priority=100))
+    assert eventually(lambda: refused(apiserver, "urgent")), "the pod was never refused"
+    assert cluster.service.defrag.pass_once() == []
+    advice = read(apiserver, "urgent")["metadata"]["annotations"].get(DEFRAG_ADVICE, "")
+    assert advice.startswith("defrag: removing 1 pod(s) on n1 (team/loose)"), advice

@@ -7,18 +7,19 @@ Bounded work per rendering, however big or hostile the cluster:
   realized there), its leftover list changed, or one of its pods started terminating; otherwise the
   HTML drawn last time is reused, so a rendering costs about the nodes that changed;
 - pending pods are diagnosed against the scheduler's own placement index (read under its lock, one
-  pod at a time, so a filter never waits for more than one diagnosis), and at most `MAX_WAITING` of
-  them; the others are only counted.
+  pod at a time, so a filter never waits for more than one diagnosis), over the nodes each may run
+  on (`mig.eligibility`, from the watch cache's Node objects), and at most `MAX_WAITING` of them;
+  the others are only counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mig.allowlist import ResourceNames
-from mig.fleetview import UNREADABLE, Diagnoses, pending_view
+from mig.fleetview import UNREADABLE, Diagnoses, Eligibilities, pending_view
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.pods import active_for_scheduler, is_terminating, metadata_of, qualified_name
 from mig.reconstruct import NodeGpus, NodeOccupancy
@@ -70,9 +71,11 @@ class FleetPage:
         synced: Callable[[], bool],
         names: Callable[[], ResourceNames],
         scheduler_name: str = "",
+        nodes: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
     ):
         self.fleet, self.pods, self.synced = fleet, pods, synced
         self.names, self.scheduler_name = names, scheduler_name
+        self.nodes = nodes  # the Node objects now (labels, taints): which nodes a pending pod may run on
         self._drawn: dict[str, _Drawn] = {}
         self.nodes_drawn = 0  # node sections built (not reused) so far
 
@@ -127,13 +130,22 @@ class FleetPage:
         ours = isinstance(spec, Mapping) and spec.get("schedulerName") == self.scheduler_name
         return (not ours, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
+    def _eligibilities(self) -> Eligibilities:
+        """Which nodes with MIG GPUs pods may run on, from the Node objects the cache holds."""
+        objects = {str(metadata_of(n).get("name") or ""): n for n in self.nodes() if isinstance(n, Mapping)}
+        with self.fleet.lock:
+            names = self.fleet.index.nodes()
+        return Eligibilities((name, objects.get(name)) for name in names)
+
     def _pending(self, pods: list[dict[str, Any]]) -> tuple[list[PendingPod], int]:
         waiting = sorted((p for p in pods if self._waiting(p)), key=self._order)
         names = self.names()
         pending = []
+        eligible = self._eligibilities() if waiting else None
         for pod in waiting[:MAX_WAITING]:
+            allowed = eligible(pod) if eligible is not None else None
             with self.fleet.lock:  # the scheduler's index, read between two of its filters
-                view = pending_view(pod, (), names, diagnosis=Diagnoses(self.fleet.index))
+                view = pending_view(pod, (), names, diagnosis=Diagnoses(self.fleet.index), eligible=allowed)
             if view is not None:
                 pending.append(view)
         return pending, max(0, len(waiting) - MAX_WAITING)
