@@ -11,16 +11,17 @@ by the time admission runs the apiserver has applied the patch and we see its re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mig.allowlist import ERROR, Allowlist, DeviceConfig, ResourceNames, check_text
+from mig.allowlist import ERROR, STRICT, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.placement.preference import parse_preference, unknown_entries
 from mig.placement.request import RequestError, annotation_problem
 from mig.pods import annotations_of, container_label, containers, names_gpu, read_container, resources
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
+from webhooks.intent import bounded, memory_unit_problem, pod_warnings
 from webhooks.objects import ConfigMap, ObjectError, Pod, check
 from webhooks.review import Decision, Review, pointer
 
@@ -38,6 +39,9 @@ class AdmissionPolicy:
     config_label: str = DEVICE_CONFIG_LABEL
     config_key: str = DEVICE_CONFIG_KEY
     ignored_namespaces: Callable[[str], bool] = lambda namespace: False
+    # NVML names of the fleet's GPUs (for warnings about preferences no model there can meet); none
+    # known: every catalog model counts
+    fleet_models: Callable[[], Iterable[str]] = lambda: ()
 
 
 # ---------------------------------------------------------------- helpers on pod JSON
@@ -173,7 +177,9 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
             f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
             f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)"
         )
-    bad = next((why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), "")
+    bad = next((why for key, i, c in gpu if (why := memory_unit_problem(key, i, c, names))), "") or next(
+        (why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), ""
+    )
     if bad:
         return Decision.deny(
             f"{bad}; fix the container's resources (see the README's section on pod resources)"
@@ -196,7 +202,9 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
                 f"container {container_label(key, i, c)}: {names.cores} has no effect on a MIG device; "
                 f"the MIG profile fixes the compute share"
             )
-    return Decision.patched(ops, tuple(warnings))
+    config = policy.device_config()
+    warnings += pod_warnings(gpu, names, config.allowlist, policy.fleet_models, _annotations(pod))
+    return Decision.patched(ops, bounded(warnings))
 
 
 def _default_count(key: str, i: int, c: Mapping[str, Any], names: ResourceNames) -> list[dict[str, Any]]:
@@ -234,7 +242,8 @@ def validate(review: Review, policy: AdmissionPolicy) -> Decision:
 
 
 def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
-    """An allowlist `dynmig policy check` would reject never reaches the scheduler or the plugins."""
+    """An allowlist `dynmig policy check --strict` would reject never reaches the scheduler or the
+    plugins (serve reloads its file under the same check); what only warns comes back as warnings."""
     cm = review.object
     if review.operation not in ("CREATE", "UPDATE") or cm is None:
         return Decision.allow(result="skipped")
@@ -248,7 +257,7 @@ def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
             f"{source}: data.{policy.config_key} is missing; a ConfigMap labelled "
             f"{policy.config_label}=true carries the device config under that key"
         )
-    _, issues = check_text(text)
+    _, issues = check_text(text, STRICT)
     rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
     errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
     if errors:

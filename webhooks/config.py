@@ -12,13 +12,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from base.flags import Flags, boolean, port, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+from mig.allowlist import DEFAULT_POLICY, STRICT, DeviceConfig, PolicyError, load_device_config
 
 log = logging.getLogger(__name__)
 
@@ -360,21 +362,39 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
     )
 
 
+REFUSED_REASON = "DeviceConfigRefused"
+
+
 class DeviceConfigFile:
     """The device config, re-read when the file changes (checked at most once per `interval`).
 
-    A changed file that fails validation is not used: the last good config stays in force and the
-    error is logged, so a typo never reaches scheduling decisions.
+    Serve holds it to `dynmig policy check --strict`: a file that fails (at startup: PolicyError, serve
+    does not start) is refused, and on a reload the last good config stays in force. Each refusal is
+    logged, counted (`refusals`, `refused`: the metrics below) and handed to `on_refused` once per
+    changed file (serve posts it as a Warning Event about its own pod), so a typo never reaches
+    scheduling decisions in silence.
     """
 
-    def __init__(self, path: str | Path, interval: float = 1.0):
+    def __init__(
+        self,
+        path: str | Path,
+        interval: float = 1.0,
+        on_refused: Callable[[str], None] | None = None,
+    ):
         self.path = Path(path)
         self.interval = interval
+        self.on_refused = on_refused or (lambda message: None)
         self._lock = threading.Lock()
         self._stamp = self._stat()
         self._checked = time.monotonic()
-        self._config = load_device_config(self.path)
+        self._config = load_device_config(self.path, STRICT)
         self.last_error = ""
+        self.refusals = 0
+
+    @property
+    def refused(self) -> bool:
+        """True while the file on disk is refused and the last good config is in force."""
+        return bool(self.last_error)
 
     def _stat(self) -> tuple[float, int, int] | None:
         try:
@@ -393,16 +413,26 @@ class DeviceConfigFile:
             if stamp is None or stamp == self._stamp:
                 return self._config
             self._stamp = stamp
-            try:
-                self._config = load_device_config(self.path)
-                self.last_error = ""
-                log.info("device config %s reloaded", self.path)
-            except PolicyError as error:
-                self.last_error = str(error)
-                log.error(
-                    "device config %s changed but is invalid; keeping the previous one:\n%s", self.path, error
-                )
+            self._reload()
         return self._config
+
+    def _reload(self) -> None:
+        try:
+            self._config = load_device_config(self.path, STRICT)
+        except PolicyError as error:
+            self._refuse(str(error))
+            return
+        self.last_error = ""
+        log.info("device config %s reloaded", self.path)
+
+    def _refuse(self, why: str) -> None:
+        self.last_error = why
+        self.refusals += 1
+        log.error("device config %s changed but is refused; keeping the previous one:\n%s", self.path, why)
+        self.on_refused(
+            f"device config {self.path} refused (dynmig policy check --strict fails); the previous one "
+            f"stays in force: {why}"
+        )
 
 
 class StaticDeviceConfig:
@@ -411,6 +441,30 @@ class StaticDeviceConfig:
     def __init__(self, config: DeviceConfig):
         self._config = config
         self.last_error = ""
+        self.refusals = 0
+        self.refused = False
+        self.on_refused: Callable[[str], None] = lambda message: None
 
     def get(self) -> DeviceConfig:
         return self._config
+
+
+class DeviceConfigCollector:
+    """`dynmig_device_config_refused` (1 while a changed file is refused and the last good config is
+    in force) and `dynmig_device_config_refusals_total`, read from the source at scrape time."""
+
+    def __init__(self, source: DeviceConfigFile | StaticDeviceConfig):
+        self.source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        refused = GaugeMetricFamily(
+            "dynmig_device_config_refused",
+            "1 while the device-config file fails dynmig policy check --strict and the last good one is used",
+        )
+        refused.add_metric([], 1.0 if self.source.refused else 0.0)
+        refusals = CounterMetricFamily(
+            "dynmig_device_config_refusals",
+            "Changed device-config files refused (they fail dynmig policy check --strict)",
+        )
+        refusals.add_metric([], float(self.source.refusals))
+        return [refused, refusals]

@@ -181,8 +181,11 @@ def cm_review(obj, **kw):
     return review(obj, kind="ConfigMap", resource="configmaps", **kw)
 
 
+REST_OFF = "    - {models: [NVIDIA], migOff: true}\n"
+
+
 def test_a_valid_device_config_configmap_is_accepted(client):
-    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 2g.12gb]\n"
+    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 2g.12gb]\n" + REST_OFF
     out = post(client, "validate", cm_review(configmap(text)))["response"]
     assert out["allowed"] is True
 
@@ -209,10 +212,22 @@ def test_an_unlabelled_configmap_is_not_checked(client):
 
 
 def test_a_device_config_with_catalog_warnings_is_allowed_with_warnings(client):
-    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.20gb]\n"
+    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30X]\n      profiles: [1g.6gb]\n" + REST_OFF
     out = post(client, "validate", cm_review(configmap(text)))["response"]
     assert out["allowed"] is True
-    assert any("3g.20gb" in w for w in out["warnings"])
+    assert any("'A30X' is not part of any known GPU's NVML name" in w for w in out["warnings"])
+
+
+def test_a_device_config_that_fails_the_strict_check_is_denied_as_serve_would_refuse_it(client):
+    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.20gb]\n" + REST_OFF
+    out = post(client, "validate", cm_review(configmap(text)))["response"]
+    assert out["allowed"] is False and "3g.20gb is not a profile of A30" in out["status"]["message"]
+
+
+def test_a_device_config_that_leaves_models_without_profiles_is_denied(client):
+    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb]\n"
+    out = post(client, "validate", cm_review(configmap(text)))["response"]
+    assert out["allowed"] is False and "no entry matches A100-SXM4-40GB" in out["status"]["message"]
 
 
 @pytest.mark.parametrize(
