@@ -20,8 +20,10 @@ from kubernetes import client as k8s
 from kube import client as kube_client
 from kube.errors import Conflict, KubeError, NotFound, translated
 from kube.reflector import list_objects
+from mig.annotations import VGPU_NODE
 from mig.pods import PodRecord, active_for_plugin
 
+VGPU_NODE_LABEL = VGPU_NODE  # HAMi writes the node as a pod label of the same key (its monitor lists by it)
 TIMEOUT = kube_client.REQUEST_TIMEOUT  # an unreachable API must not hang Allocate
 
 __all__ = ["Conflict", "Kube", "KubeError", "NodeView", "PodView", "api_client"]
@@ -37,6 +39,7 @@ class PodView:
     node_name: str = ""
     resource_version: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
     init_containers: tuple[str, ...] = ()
     containers: tuple[str, ...] = ()
 
@@ -69,9 +72,19 @@ class PodView:
             node_name=spec.get("nodeName") or "",
             resource_version=str(meta.get("resourceVersion") or ""),
             annotations=dict(meta.get("annotations") or {}),
+            labels=dict(meta.get("labels") or {}),
             init_containers=tuple(c.get("name", "") for c in spec.get("initContainers") or ()),
             containers=tuple(c.get("name", "") for c in spec.get("containers") or ()),
         )
+
+
+def vgpu_label(pod: PodView) -> dict[str, str]:
+    """The `hami.io/vgpu-node` label to add so the pod carries it as HAMi's scheduler writes it (the
+    node its record names), or nothing when it has it already or names no node. dynmig's reservation
+    rides on the Binding, whose annotations the API server copies onto the pod but not its labels:
+    the plugin's first patch of the pod adds it, with no write of its own."""
+    node = pod.reservation.node
+    return {VGPU_NODE_LABEL: node} if node and pod.labels.get(VGPU_NODE_LABEL) != node else {}
 
 
 @dataclass(frozen=True)
@@ -121,8 +134,13 @@ class Kube:
     def patch_pod_annotations(
         self, pod: PodView, annotations: Mapping[str, str | None], resource_version: str | None = None
     ) -> PodView:
-        """Merge-patch annotations (None deletes); with a resourceVersion, a 409 raises Conflict."""
+        """Merge-patch annotations (None deletes); with a resourceVersion, a 409 raises Conflict.
+
+        The same patch writes HAMi's `hami.io/vgpu-node` pod label when the pod lacks it (`vgpu_label`)."""
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        labels = vgpu_label(pod)
+        if labels:
+            metadata["labels"] = labels
         if resource_version:
             metadata["resourceVersion"] = resource_version
         body = self._raw(
