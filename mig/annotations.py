@@ -33,6 +33,7 @@ from pydantic import (
     field_validator,
 )
 
+from mig import jsontext
 from mig.jsontext import nesting_depth_exceeds
 from mig.types import Placement
 
@@ -176,7 +177,7 @@ def _json_array(text: str, annotation: str, items: str) -> list[Any]:
     if nesting_depth_exceeds(text, MAX_ANNOTATION_DEPTH):
         raise AnnotationError(f"{annotation}: nests deeper than {MAX_ANNOTATION_DEPTH} levels")
     try:
-        raw = json.loads(text)
+        raw = jsontext.loads(text)  # lone surrogate escapes decode as U+FFFD
     except json.JSONDecodeError as error:
         raise AnnotationError(f"{annotation}: not JSON ({error.msg} at {error.pos})") from None
     if not isinstance(raw, list):
