@@ -279,3 +279,34 @@ def test_health_and_readiness_over_tls(cluster):
     for path in ("/healthz", "/readyz"):
         reply = urllib.request.urlopen(cluster.listeners.url + path, context=ctx, timeout=5)
         assert reply.status == 200
+
+
+def team_events(apiserver, reason: str) -> list[dict]:
+    events = json.loads(core(apiserver, "admin").list_namespaced_event("team", _preload_content=False).data)
+    return [e for e in events["items"] if e["reason"] == reason]
+
+
+def test_pods_created_at_once_wait_for_each_others_binds_without_a_dynmig_warning(apiserver, cluster):
+    apiserver.create(node("n1", gpus=1))
+    api = core(apiserver)
+    names = ["pair-small", "pair-medium", "pair-large"]
+    for name in names:  # three at once: the second and third filters find n1 locked by the first bind
+        api.create_namespaced_pod("team", user_pod(name, memory=9000))
+    bound = lambda: [n for n in names if read(apiserver, n)["spec"].get("nodeName")]  # noqa: E731
+    assert eventually(lambda: len(bound()) == 1)  # no device plugin yet: the first lock stays
+    first = bound()[0]
+    waiting = lambda: {e["involvedObject"]["name"] for e in team_events(apiserver, "FailedScheduling")}  # noqa: E731
+    assert eventually(lambda: waiting() == set(names) - {first})
+    message = team_events(apiserver, "FailedScheduling")[0]["message"]
+    assert f"1 node lock held by team/{first} (a bind is in progress" in message  # kube-scheduler's words
+
+    plugin = PluginStandIn(apiserver).start()  # Allocate done: each bind's lock is released
+    try:
+        assert eventually(lambda: len(bound()) == 3)
+    finally:
+        plugin.stop()
+    # a pod that fits nowhere gets dynmig's Warning; the recorder posts in order, so once it shows,
+    # any warning about the three would have shown before it
+    api.create_namespaced_pod("team", user_pod("too-big", memory=200000))
+    assert eventually(lambda: team_events(apiserver, "FilteringFailed"))
+    assert {e["involvedObject"]["name"] for e in team_events(apiserver, "FilteringFailed")} == {"too-big"}
