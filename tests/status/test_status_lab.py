@@ -18,7 +18,7 @@ from lab.cluster import Lab
 from lab.kit import Kit, gpu_pod
 from lab.nodes import DEFAULT_NODES, parse_nodes
 
-from mig.annotations import PROFILE_PREFERENCE, USE_GPU_TYPE
+from mig.annotations import PROFILE_PREFERENCE, USE_GPU_TYPE, USE_GPU_UUID
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / ".cache" / "tools" / "kubectl"
@@ -116,3 +116,26 @@ def test_what_status_says_fits_is_placed_by_the_scheduler_and_one_more_is_not(la
     after = fleet(lab)
     assert node_named(after, "gpu-a100")["fits"]["3g.20gb"] == 0
     assert [p["pod"] for p in after["pending"]] == ["default/one-more"]
+
+
+def test_a_whole_gpu_pod_pinned_to_a_partly_used_node_is_told_no_node_it_may_run_on_has_room(lab, kit):
+    # each A100 of gpu-a100 holds a 1g.5gb; the RTX node is free, but the pod's nodeSelector
+    # keeps it off: kube-scheduler never offers it, so "fits now" would be wrong advice.
+    a100s = [g.uuid for _, g in kit.gpus_of_model("A100")]
+    assert len(a100s) == 2
+    for name, uuid in zip(("small-a", "small-b"), a100s, strict=True):
+        kit.create(gpu_pod(name, 4000, annotations={USE_GPU_UUID: uuid}, node="gpu-a100"))
+    for name in ("small-a", "small-b"):
+        kit.wait_phase(name, "Running", 60)
+    kit.create(gpu_pod("whole", None, node="gpu-a100"))
+    kit.wait_event("whole", "FailedScheduling", 60)
+    (pending,) = fleet(lab)["pending"]
+    assert pending["pod"] == "default/whole" and pending["code"], pending
+    assert pending["fix"].startswith(
+        "no node this pod may run on has room for it (1 of 2 nodes refuse it: 1 not matching its nodeSelector; "
+        "it would fit now on a node that refuses it): "
+    ), pending["fix"]
+    assert (pending["advice"] or "").startswith("defrag: removing 1 pod(s) on gpu-a100 (default/small-"), (
+        pending
+    )
+    assert "fits now: the scheduler places it" not in kubectl_dynmig(lab)
