@@ -71,8 +71,9 @@ def inject_ca_bundle(
             "no webhook configuration named; pass --mutating-webhook and/or --validating-webhook"
         )
     results = [_inject_one(kind, name, read, patch, encoded) for kind, name, read, patch in targets]
-    for result in results:
-        (log.warning if result.outcome == "absent" else log.info)(result.describe())
+    for result in results:  # serve injects on every check: an unchanged bundle is not news
+        level = {"absent": logging.WARNING, "unchanged": logging.DEBUG}.get(result.outcome, logging.INFO)
+        log.log(level, result.describe())
     if require_one and all(r.outcome == "absent" for r in results):
         raise InjectError("; ".join(r.describe() for r in results))
     return results
