@@ -309,6 +309,11 @@ class Fleet:
         with self.lock:
             return self._occupancy.get(node)
 
+    def models(self) -> frozenset[str]:
+        """The GPU types the fleet's nodes publish (admission warns about preferences none of them offer)."""
+        with self.lock:
+            return frozenset(g.type for published in self._published.values() for g in published.gpus)
+
     def node_views(self) -> list[tuple[NodeGpus, NodeOccupancy, str | None]]:
         """Per published node: what it publishes, its occupancy now, and its leftover list as text
         (the live page draws them; each object is immutable and replaced, never changed, on a change)."""

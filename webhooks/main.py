@@ -142,6 +142,7 @@ class Service:
             device_config=self.device_config.get,
             scheduler_name=cfg.scheduler_name,
             privileged_users=frozenset(cfg.privileged_users),
+            fleet_models=self.fleet.models,
         )
         self.server = Server(
             policy=policy,

@@ -202,6 +202,18 @@ def test_a_bad_preference_is_rejected_at_create_naming_the_allowed_values(apiser
     assert "'5g' matches no profile" in denied.value.body and "3g.40gb" in denied.value.body
 
 
+def test_a_preference_no_gpu_model_of_the_fleet_offers_is_admitted_with_a_warning(apiserver, cluster):
+    apiserver.create(node("a100-node", "A100-SXM4-40GB"))
+    # the fleet is what serve's cache has seen: the warning names the fleet's models once the node is in
+    eventually(lambda: cluster.service.fleet.models() == {"NVIDIA A100-SXM4-40GB"})
+    created = core(apiserver).create_namespaced_pod_with_http_info(
+        "team", user_pod("p", **{"nvidia.com/mig-profile-preference": "3g.40gb"}), _preload_content=False
+    )
+    assert created.status == 201
+    warning = created.headers.get("Warning", "")
+    assert "3g.40gb is allowed on no profile of the fleet's GPU models" in warning, warning
+
+
 def test_a_device_config_typo_is_rejected_with_the_policy_checks_message(apiserver, cluster):
     cm = {
         "apiVersion": "v1",
