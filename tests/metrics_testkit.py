@@ -1,4 +1,4 @@
-"""The metric names the README documents per process, and the names a /metrics page exposes."""
+"""The metric names docs/operating.md documents per process, and the names a /metrics page exposes."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "operating.md"
 _SUFFIX = {"counter": "_total"}  # the parser names a counter's family without it
 
 
 def documented(component: str) -> set[str]:
-    """Backticked names in the first column of the README's `<!-- metrics: component -->` table."""
+    """Backticked names in the first column of docs/operating.md's `<!-- metrics: component -->` table."""
     text = README.read_text()
     start = text.index(f"<!-- metrics: {component} -->")
     table = text[start : text.index("<!-- /metrics -->", start)]

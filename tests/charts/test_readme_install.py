@@ -1,12 +1,20 @@
 """README's "Installing on a cluster", followed step by step: its values files are written as shown,
 each `helm install` command runs as `helm template` with exactly its flags, and what it renders is
-valid for Kubernetes 1.28 and 1.35 and does what the step says."""
+valid for Kubernetes 1.28 and 1.35 and does what the step says; the image the README builds (its
+`make image` line) and pushes (its `skopeo copy` line) is the image those installs run; and
+`make image` as written builds it, where the image tools are present. The handover install of
+docs/migrating-from-hami.md is rendered the same way. (tests/docs/test_readme_lab.py runs the
+install and its check on a lab.)"""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import tarfile
 
 import pytest
 import yaml
@@ -14,16 +22,19 @@ from chart_testkit import CHART, ROOT, container, helm_binary, of_kind, one
 from test_chart_schemas import problems
 
 FENCE = re.compile(r"^ *```(\w+)\n(.*?)^ *```", re.DOTALL | re.MULTILINE)
+README = ROOT / "README.md"
+MIGRATING = ROOT / "docs" / "migrating-from-hami.md"
 
 
-def section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def section(title: str, path=README) -> str:
+    text = path.read_text()
     start = text.index(f"## {title}\n")
-    return text[start : text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
 
 
-def blocks(kind: str, title: str = "Installing on a cluster") -> list[str]:
-    return [_dedent(body) for lang, body in FENCE.findall(section(title)) if lang == kind]
+def blocks(kind: str, title: str = "Installing on a cluster", path=README) -> list[str]:
+    return [_dedent(body) for lang, body in FENCE.findall(section(title, path)) if lang == kind]
 
 
 def _dedent(body: str) -> str:
@@ -42,9 +53,9 @@ def values_files() -> dict[str, str]:
     return files
 
 
-def install_commands(title: str = "Installing on a cluster") -> list[list[str]]:
+def install_commands(title: str = "Installing on a cluster", path=README) -> list[list[str]]:
     commands = []
-    for body in blocks("sh", title):
+    for body in blocks("sh", title, path):
         for command in body.replace("\\\n", " ").splitlines():
             if command.startswith("helm install"):
                 commands.append(shlex.split(command))
@@ -103,7 +114,7 @@ def test_each_documented_install_renders_valid_objects_that_do_what_the_step_say
 
 
 def test_the_documented_hami_handover_lets_hamis_service_accounts_write_allocations(tmp_path):
-    (command,) = install_commands("Migrating from HAMi")
+    (command,) = install_commands("Let HAMi keep working while both run", MIGRATING)
     docs = render_documented(command, "1.35", tmp_path)
     assert not problems("1.35", docs)
     policy = one(docs, "ValidatingAdmissionPolicy")["spec"]["matchConditions"][0]["expression"]
@@ -111,3 +122,87 @@ def test_the_documented_hami_handover_lets_hamis_service_accounts_write_allocati
     for account in ("hami-scheduler", "hami-device-plugin"):
         user = f"system:serviceaccount:kube-system:{account}"
         assert f"'{user}'" in policy and f"--privileged-user={user}" in server["args"]
+
+
+# ---- the image: what `make image` builds and `skopeo copy` pushes is what the installs run -------------
+
+
+def _lines(starting: str) -> list[str]:
+    return [
+        line.split(" #", 1)[0].strip()
+        for body in blocks("sh")
+        for line in body.replace("\\\n", " ").splitlines()
+        if line.startswith(starting)
+    ]
+
+
+def _make_image() -> tuple[str, str]:
+    """(archive, image name) of the README's `make image` line, from make's own dry run."""
+    (line,) = _lines("make image")
+    done = subprocess.run(
+        [*shlex.split(line), "-n"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    (build,) = [out for out in done.stdout.splitlines() if "scripts/build_image.sh" in out]
+    archive, name = shlex.split(build)[-2:]
+    return archive, name
+
+
+def _dynmig_images(docs: list[dict]) -> set[str]:
+    """Every image the chart runs but kube-scheduler's: the server, the device plugin, the hooks."""
+    images = set()
+    for doc in docs:
+        template = (doc.get("spec") or {}).get("template") or {}
+        pod = template.get("spec") or {}
+        for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+            if c["name"] != "kube-scheduler":
+                images.add(c["image"])
+    return images
+
+
+def test_the_readme_says_what_make_image_writes():
+    archive, name = _make_image()
+    (line,) = [x for body in blocks("sh") for x in body.splitlines() if x.startswith("make image")]
+    comment = line.split("#", 1)[1]
+    assert archive in comment and name in comment, (line, archive, name)
+
+
+@pytest.mark.parametrize("step", range(len(COMMANDS)))
+def test_each_documented_install_runs_the_image_make_image_builds(step, tmp_path):
+    _, name = _make_image()
+    images = _dynmig_images(render_documented(COMMANDS[step], "1.35", tmp_path))
+    assert images == {name}, f"{shlex.join(COMMANDS[step])} runs {images}; make image builds {name}"
+
+
+@pytest.mark.parametrize("step", range(len(COMMANDS)))
+def test_each_documented_install_with_the_registry_values_runs_the_image_skopeo_pushed(step, tmp_path):
+    archive, _ = _make_image()
+    (push,) = _lines("skopeo copy")
+    source, destination = shlex.split(push)[-2:]
+    assert source == f"oci-archive:{archive}", push
+    assert destination.startswith("docker://"), push
+    # the README's own words for adding the registry values to an install
+    (files,) = re.findall(r"`(-f my-values\.yaml -f my-registry\.yaml)`", section("Installing on a cluster"))
+    command = shlex.split(shlex.join(COMMANDS[step]).replace("-f my-values.yaml", files))
+    images = _dynmig_images(render_documented(command, "1.35", tmp_path))
+    assert images == {destination.removeprefix("docker://")}, f"runs {images}; pushed {destination}"
+
+
+@pytest.mark.timeout(1600)
+def test_make_image_as_written_builds_the_image_the_installs_run():
+    """The README's `make image` line, run as written in the checkout; ~3-5 min."""
+    missing = [t for t in ("mmdebstrap", "umoci") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"make image needs {', '.join(missing)} (`make image-tools` installs them as root)")
+    if os.geteuid() != 0:
+        pytest.skip("make image builds a root filesystem: it needs root")
+    archive, name = _make_image()
+    (line,) = _lines("make image")
+    done = subprocess.run(
+        shlex.split(line), cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    with tarfile.open(ROOT / archive) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.lstrip("./") == "index.json"]
+        index = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+    assert [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]] == [name]
