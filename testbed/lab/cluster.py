@@ -67,6 +67,7 @@ SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 RESTART_BACKOFF = (1.0, 16.0)
 # the Job controller's back-off before replacing a failed pod is 10 s doubling to 10 min; shorter here
 JOB_BACKOFF = (1.0, 60.0)
+DEVICES_TIMEOUT = 10.0  # seconds from a device plugin's registration to its first healthy device
 # GOARCH names, as a kubelet reports its machine
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
@@ -702,11 +703,44 @@ class Lab:
             time.sleep(0.05)
         assert runtime.plugin is not None, "a started device plugin is recorded before plugin_starts grows"
         self.supervisor.wait_ready(runtime.plugin, max(1.0, deadline - time.monotonic()))
-        view = runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
-        view = runtime.kubelet.wait_for_resource(
-            self.resource, lambda v: v.connected and v.healthy > 0, timeout, f"{self.resource} devices"
-        )
+        try:
+            runtime.kubelet.wait_for_registration(self.resource, registrations, timeout=timeout)
+        except TimeoutError:
+            raise LabError(
+                f"{runtime.name}: the device plugin did not register {self.resource} with the kubelet "
+                f"within {timeout:.0f}s (its log: {self.supervisor.log_dir})"
+            ) from None
+        try:
+            view = runtime.kubelet.wait_for_resource(
+                self.resource,
+                lambda v: v.connected and v.healthy > 0,
+                DEVICES_TIMEOUT,
+                f"{self.resource} devices",
+            )
+        except TimeoutError:
+            raise LabError(self._no_devices(runtime)) from None
         self._set_allocatable(runtime.name, view.healthy)
+
+    def _no_devices(self, runtime: NodeRuntime) -> str:
+        """Why a node whose plugin registered publishes no device, for a person: node, models, policy."""
+        view = runtime.kubelet.resource(self.resource)
+        got = "no device list" if view is None or not view.updates else f"{view.healthy} healthy devices"
+        policy = f"the policy {self.policy}" if self.policy else "the chart's default policy"
+        allowlist = load_device_config(self.device_config_file).allowlist
+        models = [g.model.nvml_name for g in runtime.spec.gpus]
+        bare = [m for m in models if not allowlist.profiles_for(m)]
+        why = (
+            f"{policy} allows no MIG profile for {', '.join(bare)}: give that model profiles in its "
+            f"migProfileAllowlist, "
+            f"or leave {runtime.name} out of --nodes"
+            if bare
+            else f"{policy} allows profiles for {', '.join(models)}, so see the device plugin's log in "
+            f"{self.supervisor.log_dir}"
+        )
+        return (
+            f"{runtime.name} ({runtime.spec.describe()}) publishes no {self.resource} devices: its device "
+            f"plugin registered, then sent {got} within {DEVICES_TIMEOUT:.0f}s; {why}"
+        )
 
     def _plugin_ready(self, runtime: NodeRuntime, child: Child) -> None:
         startup = next(
