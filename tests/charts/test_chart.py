@@ -363,6 +363,29 @@ def test_a_user_allowlist_replaces_only_the_allowlist_of_the_default_device_conf
     )
 
 
+def test_an_allowlist_entry_may_switch_mig_off_on_its_models_only_by_saying_so():
+    docs = render(
+        "1.35",
+        "deviceConfig.allowlist[0].models[0]=H100",
+        "deviceConfig.allowlist[0].profiles[0]=1g.10gb",
+        "deviceConfig.allowlist[1].models[0]=NVIDIA",
+        "deviceConfig.allowlist[1].migOff=true",
+    )
+    config = yaml.safe_load(one(docs, "ConfigMap", "-device-config")["data"]["device-config.yaml"])
+    assert config["nvidia"]["migProfileAllowlist"][1] == {"models": ["NVIDIA"], "migOff": True}
+    for silent in ("deviceConfig.allowlist[0].migOff=false", "deviceConfig.allowlist[0].profiles=null"):
+        done = helm(
+            "template",
+            "dynmig",
+            str(CHART),
+            "--set",
+            "deviceConfig.allowlist[0].models[0]=H100",
+            "--set",
+            silent,
+        )
+        assert done.returncode != 0 and "/deviceConfig/allowlist/0" in done.stderr, (silent, done.stderr)
+
+
 def test_the_node_config_lists_mig_nodes_and_their_excluded_gpus():
     docs = render(
         "1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3"
