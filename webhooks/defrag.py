@@ -325,6 +325,8 @@ class Defragmenter:
 
     def _allowed_nodes(self, pods: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str] | None]:
         """Per pending pod (by uid), the nodes with MIG GPUs it may run on (None: all of them)."""
+        if not pods:
+            return {}
         with self.fleet.lock:
             names = self.fleet.index.nodes()
         facts = [(n, node_facts(obj) if isinstance(obj := self.node_of(n), Mapping) else None) for n in names]
