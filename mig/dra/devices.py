@@ -157,15 +157,35 @@ def mig_device(gpu: Gpu, spec: ProfileSpec, placement: Placement) -> MigDevice:
     )
 
 
+_NATURAL: dict[tuple[object, ...], tuple[MigDevice, ...]] = {}
+
+
 def natural_devices(gpu: Gpu) -> tuple[MigDevice, ...]:
-    """Every allowed profile × legal placement of the GPU, in the driver's order (by device name)."""
-    devices = [mig_device(gpu, spec, p) for spec in gpu.specs() for p in spec.placements if p.size > 0]
-    return tuple(sorted(devices, key=lambda d: d.name))
+    """Every allowed profile × legal placement of the GPU, in the driver's order (by device name).
+    They do not depend on the occupancy (memoized per GPU identity, model and allowlist)."""
+    key = (gpu.minor, gpu.uuid, gpu.model.key, gpu.allowed)
+    hit = _NATURAL.get(key)
+    if hit is None:
+        devices = [mig_device(gpu, spec, p) for spec in gpu.specs() for p in spec.placements if p.size > 0]
+        if len(_NATURAL) > 65536:
+            _NATURAL.clear()
+        hit = _NATURAL[key] = tuple(sorted(devices, key=lambda d: d.name))
+    return hit
+
+
+_COUNTERS: dict[str, dict[str, int]] = {}
 
 
 def counter_set(gpu: Gpu) -> dict[str, int]:
     """The GPU's shared counters: per capacity the largest value over all of the model's profiles,
-    and one counter per memory slice."""
+    and one counter per memory slice (a fresh dict; the model's is memoized)."""
+    hit = _COUNTERS.get(gpu.model.key)
+    if hit is None:
+        hit = _COUNTERS[gpu.model.key] = _counter_set(gpu)
+    return dict(hit)
+
+
+def _counter_set(gpu: Gpu) -> dict[str, int]:
     out: dict[str, int] = {}
     for spec in gpu.model.profiles:
         for cap, value in _capacities(spec):

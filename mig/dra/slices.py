@@ -18,6 +18,7 @@ that fails it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -72,6 +73,16 @@ def device_json(d: MigDevice, model_key: str) -> JSON:
     }
 
 
+@functools.lru_cache(maxsize=65536)
+def _checked_device(d: MigDevice, model_key: str) -> JSON:
+    """`device_json`, validated once per distinct device; shared between slices: never modify it."""
+    out = device_json(d, model_key)
+    problems = _device_problems(out, {d.counter_set})
+    if problems:
+        raise ValueError(f"device {d.name}: {'; '.join(problems)}")
+    return out
+
+
 def counter_set_json(gpu: Gpu) -> JSON:
     return {
         "name": counter_set_name(gpu.minor),
@@ -106,7 +117,7 @@ def _pool(
         raise ValueError(f"node {node}: {len(out)} slices, more than {MAX_SLICES_PER_POOL}")
     for s in out:
         s["spec"]["pool"] |= {"generation": gen, "resourceSliceCount": len(out)}
-        problems = validate_slice(s)
+        problems = _validate(s, None, deep=False)  # each device was checked when first built
         if problems:
             raise ValueError(f"slice {s['metadata']['name']}: {'; '.join(problems)}")
     return out
@@ -119,7 +130,8 @@ def _short(driver: str) -> str:
 def natural_slices(node: str, driver: str, gpus: Sequence[Gpu], generation: int) -> list[JSON]:
     """NVIDIA's layout: counters, then one slice per GPU with its devices sorted by name."""
     groups = [
-        [device_json(d, g.model.key) for d in natural_devices(g)] for g in sorted(gpus, key=lambda g: g.minor)
+        [_checked_device(d, g.model.key) for d in natural_devices(g)]
+        for g in sorted(gpus, key=lambda g: g.minor)
     ]
     return _pool(node, driver, gpus, groups, generation)
 
@@ -133,12 +145,12 @@ def steered_slices(
     st = steer(sorted(gpus, key=lambda g: g.minor), per_gpu)
     groups: list[list[JSON]] = [[]]
     for _, devices in st.candidates:
-        block = [device_json(d, keys[d.gpu_minor]) for d in devices]
+        block = [_checked_device(d, keys[d.gpu_minor]) for d in devices]
         for part in _chunks(block, MAX_DEVICES_WITH_COUNTERS):  # a profile beyond 64: order kept per part
             if len(groups[-1]) + len(part) > MAX_DEVICES_WITH_COUNTERS:
                 groups.append([])
             groups[-1].extend(part)
-    allocated = [device_json(d, keys[d.gpu_minor]) for d in st.allocated]
+    allocated = [_checked_device(d, keys[d.gpu_minor]) for d in st.allocated]
     groups.extend(list(c) for c in _chunks(allocated, MAX_DEVICES_WITH_COUNTERS))
     return _pool(node, driver, gpus, groups, generation)
 
@@ -206,6 +218,10 @@ def validate_slice(obj: object, counter_sets: set[str] | None = None) -> list[st
     """Problems the API server (or dynmig's own bounds) would reject this ResourceSlice for ([] = valid).
 
     `counter_sets`, if given, are the counter set names of the pool: consumptions must name one."""
+    return _validate(obj, counter_sets, deep=True)
+
+
+def _validate(obj: object, counter_sets: set[str] | None, deep: bool) -> list[str]:
     if (
         not isinstance(obj, dict)
         or obj.get("apiVersion") != API_VERSION
@@ -264,7 +280,7 @@ def validate_slice(obj: object, counter_sets: set[str] | None = None) -> list[st
         names = [d.get("name") if isinstance(d, dict) else None for d in devices]
         if len(set(names)) != len(names):
             out.append("duplicate device names")
-        for d in devices[: MAX_DEVICES + 1]:
+        for d in devices[: MAX_DEVICES + 1] if deep else ():
             out.extend(_device_problems(d, counter_sets))
     return out
 

@@ -63,6 +63,42 @@ def _overlapping(placements: Sequence[Placement]) -> bool:
     return any(a.overlaps(b) for i, a in enumerate(placements) for b in placements[i + 1 :])
 
 
+_Ranked = tuple[tuple[str, tuple[tuple[tuple[object, ...], MigDevice], ...]], ...]
+_RANKED: dict[tuple[object, ...], _Ranked] = {}
+_RANKED_LIMIT = 65536
+
+
+def _ranked(g: Gpu, position: int, model_gpus: int, model_empty: int, per_gpu: int) -> _Ranked:
+    """Per allowed profile of the GPU: its kept free placements as (engine key, device), best first.
+    Memoized: a GPU's candidates depend only on what is in the key."""
+    memo = (g.minor, g.uuid, g.model.key, g.allowed, g.instances, position, model_gpus, model_empty, per_gpu)
+    hit = _RANKED.get(memo)
+    if hit is not None:
+        return hit
+    ps = _pset(g)
+    mask = g.mask
+    used = (mask & ps.full_mask).bit_count() / ps.axis if ps.axis else 0.0
+    out = []
+    for spec in g.specs():
+        legal = [p for p in spec.placements if p.size > 0]
+        ranked = []
+        for p in legal:
+            if p.mask & mask:
+                continue
+            whole = 0.0
+            if p.size >= ps.axis:  # a whole GPU: the engine prices it by its model's empty GPUs
+                whole = whole_gpu_cost(ps.capacity(0), model_gpus, max(1, model_empty))
+            loss = fragmentation(placement_loss(ps, mask, p), whole, spec.memory_mib)
+            key = (*rank_key(_BINPACK, (0, 0), loss, 0.0, used, p.start), position)
+            ranked.append((key, mig_device(g, spec, p)))
+        ranked.sort(key=lambda kd: kd[0])
+        out.append((spec.name, tuple(ranked if _overlapping(legal) else ranked[:per_gpu])))
+    if len(_RANKED) >= _RANKED_LIMIT:
+        _RANKED.clear()
+    result = _RANKED[memo] = tuple(out)
+    return result
+
+
 def steer(gpus: Sequence[Gpu], per_gpu: int = 2) -> Steered:
     """The node's candidates per profile, best first across its GPUs, and its allocated devices."""
     if per_gpu < 1:
@@ -75,29 +111,13 @@ def steer(gpus: Sequence[Gpu], per_gpu: int = 2) -> Steered:
         empty_by_model[g.model.key] = empty_by_model.get(g.model.key, 0) + (0 if g.instances else 1)
     allocated = []
     for position, g in enumerate(gpus):
-        ps = _pset(g)
-        mask = g.mask
-        used = (mask & ps.full_mask).bit_count() / ps.axis if ps.axis else 0.0
         for inst in g.instances:
             d = instance_device(g, inst)
             if d is not None:
                 allocated.append(d)
-        for spec in g.specs():
-            legal = [p for p in spec.placements if p.size > 0]
-            free = [p for p in legal if not p.mask & mask]
-            ranked = []
-            for p in free:
-                whole = 0.0
-                if p.size >= ps.axis:  # a whole GPU: the engine prices it by its model's empty GPUs
-                    whole = whole_gpu_cost(
-                        ps.capacity(0), count_by_model[g.model.key], max(1, empty_by_model[g.model.key])
-                    )
-                loss = fragmentation(placement_loss(ps, mask, p), whole, spec.memory_mib)
-                key = (*rank_key(_BINPACK, (0, 0), loss, 0.0, used, p.start), position)
-                ranked.append((key, mig_device(g, spec, p)))
-            ranked.sort(key=lambda kd: kd[0])
-            keep = ranked if _overlapping(legal) else ranked[:per_gpu]
-            keyed.setdefault(spec.name, []).extend(keep)
+        ranked = _ranked(g, position, count_by_model[g.model.key], empty_by_model[g.model.key], per_gpu)
+        for name, keep in ranked:
+            keyed.setdefault(name, []).extend(keep)
     candidates = tuple(
         (name, tuple(d for _, d in sorted(group, key=lambda kd: kd[0])))
         for name, group in sorted(keyed.items())
