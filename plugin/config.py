@@ -19,6 +19,7 @@ from base.logs import FORMATS, LEVELS
 from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
 
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
+IDLE_SCOPES = ("namespace", "any")
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_SOCKET = "nvidia-gpu.sock"
 DEFAULT_DEVICE_CONFIG = "/device-config.yaml"
@@ -67,6 +68,9 @@ class PluginConfig:
     state_dir: Path | None = None  # the ownership journal's directory; None = in memory only (embedded use)
     log_level: str = "info"
     log_format: str = "text"
+    idle_ttl: float = 0.0  # seconds an ended pod's instance stays for reuse; 0 = reuse off
+    idle_per_gpu: int = 2  # at most this many idle instances per GPU
+    idle_scope: str = "namespace"  # who may get an idle instance: the same namespace, or any pod
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
     @property
@@ -216,6 +220,27 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
         default=DEFAULT_STATE_DIR,
         help="node-local directory of the ownership journal (a hostPath that survives the pod)",
     )
+    f.add(
+        "--idle-ttl",
+        default=0.0,
+        type=seconds_or_zero,
+        show_default="0: off",
+        help="keep an ended pod's MIG instance this long for a pod whose reservation matches it "
+        "exactly (no create in its Allocate); e.g. 60, 2m; 0 destroys it at once",
+    )
+    f.add(
+        "--idle-per-gpu",
+        default=2,
+        type=idle_cap,
+        help="at most this many idle instances per GPU (1 to 8)",
+    )
+    f.add(
+        "--idle-scope",
+        default="namespace",
+        choices=IDLE_SCOPES,
+        help="who may get an idle instance: a pod of the same namespace as its last user, or any "
+        "pod (see docs/startup.md: GPU memory clearing between users is not proven here)",
+    )
     f.add("--log-level", default="info", choices=LEVELS, help="least severe log level written")
     f.add(
         "--log-format",
@@ -224,6 +249,26 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
         help="text: one readable line per event; json: one JSON object per line",
     )
     return f
+
+
+def seconds_or_zero(text: str) -> float:
+    """A duration as `positive_seconds` reads it, or 0 (off)."""
+    if text.strip() in ("0", "0s", "0m", "0h"):
+        return 0.0
+    value = positive_seconds(text)
+    if value > 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than a week; use e.g. 60, 5m, 1h")
+    return value
+
+
+def idle_cap(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 8:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 8")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -263,5 +308,8 @@ def load_config(argv: list[str]) -> PluginConfig:
         state_dir=Path(args.state_dir),
         log_level=args.log_level,
         log_format=args.log_format,
+        idle_ttl=args.idle_ttl,
+        idle_per_gpu=args.idle_per_gpu,
+        idle_scope=args.idle_scope,
         warnings=tuple(f.warnings),
     )

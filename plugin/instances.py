@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -29,6 +30,9 @@ from plugin.metrics import PluginMetrics
 from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
 
 log = logging.getLogger("dynmig.plugin.instances")
+
+LISTING_WAIT_S = 3.0  # how long a new MIG device may take to show in NVML's list before a rollback
+LISTING_POLL_S = 0.05
 
 
 @dataclass(frozen=True, order=True)
@@ -65,6 +69,11 @@ class ManagedInstance:
     adopted: bool = False
     owner: Owner | None = None  # the pod it was created or adopted for (None: not known)
     journaled: bool = False  # managed again after a restart on the journal's proof alone
+    idle_since: float | None = None  # Unix seconds since its pod ended and it was kept for reuse
+
+    @property
+    def idle(self) -> bool:
+        return self.idle_since is not None
 
     @property
     def has_ci(self) -> bool:
@@ -156,12 +165,14 @@ class InstanceManager:
 
         An existing instance of another pod is never returned: InstanceError `owned-by-another-pod`."""
         existing = self.get(key)
-        if existing is not None:
+        if existing is not None and not existing.idle:
             return self._mine(existing, owner), False
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
         with self.gpu_lock(key.gpu_uuid):
             existing = self.get(key)
+            if existing is not None and existing.idle:
+                return self._hand_over(gpu, existing, owner), False
             if existing is not None:
                 return self._mine(existing, owner), False
             intent = Entry.intent(key.journal_key, owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN))
@@ -170,6 +181,7 @@ class InstanceManager:
             except JournalError as error:
                 self.metrics.fail("create", "journal-write")
                 raise InstanceError("journal-write", f"create {key}: {error}; nothing was created") from None
+            started = time.perf_counter()
             try:
                 instance = self._create(gpu, profile, key)
             except InstanceError as error:
@@ -177,6 +189,7 @@ class InstanceManager:
                 if not error.leaked:
                     self._unjournal(key)
                 raise
+            self.metrics.create_seconds.observe(time.perf_counter() - started)
             instance = ManagedInstance(key, instance.gi_id, instance.ci_id, instance.mig_uuid, owner=owner)
             self._journal_created(intent, instance)
         self._remember(instance)
@@ -228,7 +241,7 @@ class InstanceManager:
             except NvmlError as error:
                 raise InstanceError("create-ci", f"create CI in GI {gi.gi_id} ({key}): {error}") from None
             try:
-                mig_uuid = self.nvml.mig_uuid(handle, gi.gi_id, ci.ci_id)
+                mig_uuid = self._listed_mig_uuid(handle, gi.gi_id, ci.ci_id)
                 if mig_uuid is None:
                     raise InstanceError("mig-uuid", f"no MIG device for GI {gi.gi_id} CI {ci.ci_id} ({key})")
             except (InstanceError, NvmlError) as error:
@@ -241,6 +254,120 @@ class InstanceManager:
                 error.leaked = True  # the journal's intent entry stays, so reclaim finds this GI
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
+
+    def _listed_mig_uuid(self, handle: object, gi_id: int, ci_id: int) -> str | None:
+        """The new CI's MIG UUID, waiting up to LISTING_WAIT_S for NVML's MIG device list to show it
+        (DCGM's view is known to lag a create by 1-2 s, NVIDIA/DCGM#230; NVML's may too)."""
+        deadline = time.monotonic() + LISTING_WAIT_S
+        while True:
+            found = self.nvml.mig_uuid(handle, gi_id, ci_id)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(LISTING_POLL_S)
+
+    # ---- idle instances (kept after their pod ended, for a pod whose reservation matches)
+
+    def idle_instances(self) -> list[ManagedInstance]:
+        return [m for m in self.managed() if m.idle]
+
+    def park(self, instance: ManagedInstance, since: float) -> bool:
+        """Keep an ended pod's instance idle for reuse (journaled durably first); False when the
+        journal cannot record it (then it is reclaimed as before)."""
+        key = instance.key
+        with self.gpu_lock(key.gpu_uuid):
+            current = self.get(key)
+            if current is None or current != instance:
+                return False  # changed meanwhile: the next pass decides again
+            entry = self.journal.get(key.journal_key)
+            if entry is None or not entry.created:
+                entry = Entry.intent(key.journal_key, instance.owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN))
+                entry = entry.with_runtime(instance.gi_id, instance.ci_id, instance.mig_uuid)
+            try:
+                self.journal.record(entry.idle(since))
+            except JournalError as error:
+                log.error("cannot journal %s as idle (%s); reclaiming it instead", key, error)
+                return False
+            self._remember(replace(instance, idle_since=float(int(since))))
+        self._count_idle()
+        log.info(
+            "keeping MIG instance %s (GI %d, %s) of ended pod %s idle for reuse",
+            key,
+            instance.gi_id,
+            instance.mig_uuid,
+            instance.owner.ref if instance.owner else "?",
+        )
+        return True
+
+    def unpark(self, instance: ManagedInstance) -> ManagedInstance:
+        """No longer idle (a process showed on it): reclaimed, and published as a leftover, as any
+        ended pod's instance. The journal keeps proving it ours."""
+        key = instance.key
+        with self.gpu_lock(key.gpu_uuid):
+            current = replace(instance, idle_since=None)
+            entry = self.journal.get(key.journal_key)
+            if entry is not None and entry.idleSince is not None:
+                try:
+                    self.journal.record(entry.idle(None))
+                except JournalError as error:
+                    log.error("could not journal %s as no longer idle: %s", key, error)
+            self._remember(current)
+        self._count_idle()
+        return current
+
+    def _hand_over(self, gpu: GpuInventory, idle: ManagedInstance, owner: Owner | None) -> ManagedInstance:
+        """Give an idle instance to `owner` (caller holds the GPU lock): NVML must still show it as
+        recorded and show no process on it; the journal names the new owner before it is handed."""
+        key = idle.key
+        try:
+            gi = self.nvml.gi_by_id(gpu.device.handle, idle.gi_id)
+            same = (
+                gi is not None
+                and gi.placement == key.placement
+                and self.nvml.ci_by_id(gi.handle, idle.ci_id) is not None
+                and self.nvml.mig_uuid(gpu.device.handle, idle.gi_id, idle.ci_id) == idle.mig_uuid
+            )
+            pids = self.nvml.mig_processes(gpu.device.handle, idle.gi_id, idle.ci_id) if same else []
+        except NvmlError as error:
+            self.metrics.busy_handovers.inc()
+            raise InstanceError(
+                "instance-busy", f"{key}: NVML cannot tell whether the idle instance is free ({error})"
+            ) from None
+        if not same:
+            self._forget(key)
+            self._count_idle()
+            self._unjournal(key)
+            raise InstanceError("idle-gone", f"idle instance {key} is no longer as recorded; kubelet retries")
+        if pids:
+            self.metrics.busy_handovers.inc()
+            raise InstanceError(
+                "instance-busy",
+                f"idle instance {key} ({idle.mig_uuid}) runs process(es) {', '.join(map(str, pids[:8]))}; "
+                "dynmig never hands over an instance a process uses",
+            )
+        entry = self.journal.get(key.journal_key)
+        if entry is None:
+            entry = Entry.intent(key.journal_key, owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN))
+            entry = entry.with_runtime(idle.gi_id, idle.ci_id, idle.mig_uuid)
+        try:
+            self.journal.record(entry.for_owner(owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN)))
+        except JournalError as error:
+            raise InstanceError("journal-write", f"hand over {key}: {error}; kept idle") from None
+        instance = replace(idle, owner=owner, idle_since=None, adopted=False, journaled=False)
+        self._remember(instance)
+        self._count_idle()
+        self.metrics.idle_reuse_hits.inc()
+        log.info(
+            "handed idle MIG instance %s (GI %d, %s) to pod %s: no create",
+            key,
+            idle.gi_id,
+            idle.mig_uuid,
+            owner.ref if owner else "?",
+            extra=about(pod=owner.ref if owner is not None else None),
+        )
+        return instance
+
+    def _count_idle(self) -> None:
+        self.metrics.idle_instances.set(len(self.idle_instances()))
 
     def _mine(self, existing: ManagedInstance, owner: Owner | None) -> ManagedInstance:
         if existing.owner is not None and owner is not None and existing.owner.pod_uid != owner.pod_uid:
@@ -314,13 +441,17 @@ class InstanceManager:
             return
         gpu = self._mutable_gpu(key.gpu_uuid)
         with self.gpu_lock(key.gpu_uuid):
+            started = time.perf_counter()
             try:
                 self._destroy(gpu, instance)
             except InstanceError as error:
                 self.metrics.fail("destroy", error.reason)
                 raise
+            self.metrics.destroy_seconds.observe(time.perf_counter() - started)
             self._forget(key)
             self._unjournal(key)
+        if instance.idle:
+            self._count_idle()
         self.metrics.destroys.labels(cause=cause).inc()
         pod = instance.owner.ref if instance.owner is not None else "(unknown)"
         log.info(
@@ -384,6 +515,7 @@ class InstanceManager:
                 for key in [k for k in self._managed if k.gpu_uuid == uuid]:
                     del self._managed[key]
                 self.metrics.managed.set(len(self._managed))
+                self.metrics.idle_instances.set(sum(1 for m in self._managed.values() if m.idle))
             self._unjournal(*(InstanceKey(*e.key) for e in self.journal.entries() if e.gpuUUID == uuid))
         if destroyed:
             self.metrics.destroys.labels(cause="startup-clean").inc(destroyed)
@@ -479,7 +611,13 @@ class InstanceManager:
             self._gone(key, f"its MIG UUID is now {found}, not {entry.migUUID}")
             return None
         return ManagedInstance(
-            key, gi.gi_id, entry.computeInstanceID or 0, found or "", adopted=True, owner=owner
+            key,
+            gi.gi_id,
+            entry.computeInstanceID or 0,
+            found or "",
+            adopted=True,
+            owner=owner,
+            idle_since=None if entry.idleSince is None else float(entry.idleSince),
         )
 
     def _claim_intent(
@@ -512,6 +650,8 @@ class InstanceManager:
         instance = replace(instance, journaled=True)
         with self.gpu_lock(instance.key.gpu_uuid):
             self._remember(instance)
+        if instance.idle:
+            self._count_idle()
         log.info(
             "journal proves MIG instance %s ours (GI %d, pod %s)",
             instance.key,

@@ -4,11 +4,14 @@ A pod's annotation proves who owns a placement only while the pod exists; a plug
 after its pod was deleted would otherwise find an instance nobody can prove is ours. So before a GI
 is created the plugin writes its *intent* here (GPU UUID, profile, placement, pod UID, namespace,
 name, container and device index); after the create it adds the GI ID, CI ID and MIG UUID; an entry
-goes away only after NVML confirmed the destroy. Every write is atomic: a temporary file is written
-and fsync'ed, renamed over the journal, and the directory is fsync'ed, so a kill -9 or a power loss
-leaves either the old or the new journal, never half of one. (The runtime identity added after a
-create skips the fsyncs, keeping Allocate fast: the rename alone survives a killed process, and the
-durable intent already proves the instance; GPU instances do not outlive an OS crash anyway.)
+goes away only after NVML confirmed the destroy. An instance kept idle for reuse after its pod ended
+keeps its entry, with `idleSince` set; handing it to the next pod rewrites the owner durably first.
+(A plugin older than idle reuse reads such an entry as an untrusted journal: fail safe.) Every write
+is atomic: a temporary file is written and fsync'ed, renamed over the journal, and the directory is
+fsync'ed, so a kill -9 or a power loss leaves either the old or the new journal, never half of one.
+(The runtime identity added after a create skips the fsyncs, keeping Allocate fast: the rename alone
+survives a killed process, and the durable intent already proves the instance; GPU instances do not
+outlive an OS crash anyway.)
 
 Fail safe: a missing journal proves nothing (first start, or a lost state directory). A journal that
 cannot be trusted — not JSON, an unknown version, any invalid entry, larger than `MAX_BYTES` — is
@@ -81,6 +84,9 @@ class Entry(BaseModel):
     gpuInstanceID: NonNegative | None = None
     computeInstanceID: NonNegative | None = None
     migUUID: Text | None = None
+    # set while the instance is kept idle after its pod ended (Unix seconds): the owner fields then
+    # name its last user, whose namespace the reuse rule compares
+    idleSince: Annotated[StrictInt, Field(ge=0, le=1 << 34)] | None = None
 
     @property
     def key(self) -> Key:
@@ -112,6 +118,23 @@ class Entry(BaseModel):
             name=owner.name or UNKNOWN,
             containerIndex=owner.container_index,
             deviceIndex=owner.device_index,
+        )
+
+    def idle(self, since: float | None) -> Entry:
+        """The entry kept idle since `since` (Unix seconds), or in use again (None)."""
+        return self.model_copy(update={"idleSince": None if since is None else max(0, int(since))})
+
+    def for_owner(self, owner: Owner) -> Entry:
+        """The same instance handed over to another pod (in use: no longer idle)."""
+        return self.model_copy(
+            update={
+                "podUID": owner.pod_uid or UNKNOWN,
+                "namespace": owner.namespace or UNKNOWN,
+                "name": owner.name or UNKNOWN,
+                "containerIndex": owner.container_index,
+                "deviceIndex": owner.device_index,
+                "idleSince": None,
+            }
         )
 
     def with_runtime(self, gi_id: int, ci_id: int, mig_uuid: str) -> Entry:

@@ -2,7 +2,8 @@
 `dynmig.io/node-leftover-instances` (mig/leftovers.py) so the scheduler treats them as occupied.
 
 `reclaiming`: an instance we manage whose pod ended (its destroy is pending or failing);
-`unowned`: one nothing proves ours (we never destroy it on a busy GPU). Computed only from a pass that
+`unowned`: one nothing proves ours (we never destroy it on a busy GPU). Instances kept idle for
+reuse are not leftovers (plugin/idle.py). Computed only from a pass that
 fully understood the node; written only when the text changes.
 """
 
@@ -30,6 +31,8 @@ def find_leftovers(manager: InstanceManager, node: NodeReservations) -> list[Lef
         (r.allocation.gpuUUID, r.allocation.profile, r.allocation.placement_value) for r in node.reservations
     }
     managed = {(m.key.gpu_uuid, m.key.profile, m.key.placement) for m in manager.managed()}
+    # kept idle for reuse: free for the scheduler, published in the idle annotation instead
+    idle = {(m.key.gpu_uuid, m.key.profile, m.key.placement) for m in manager.managed() if m.idle}
     out: list[Leftover] = []
     for gpu in manager.inventory.managed:
         try:
@@ -43,7 +46,7 @@ def find_leftovers(manager: InstanceManager, node: NodeReservations) -> list[Lef
             profile = gpu.any_profile(gi.profile_id)
             name = profile.name if profile else f"profile-{gi.profile_id}"
             where: tuple[str, str, Placement] = (gpu.uuid, name, gi.placement)
-            if where in covered:
+            if where in covered or where in idle:
                 continue
             out.append(Leftover.of(gpu.uuid, name, gi.placement, RECLAIMING if where in managed else UNOWNED))
     return out

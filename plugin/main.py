@@ -21,6 +21,7 @@ from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
 from plugin.events import PodEvents
+from plugin.idle import IdlePolicy, IdlePublisher, idle_list
 from plugin.instances import InstanceManager
 from plugin.journal import Journal
 from plugin.kube import Kube, api_client
@@ -48,10 +49,12 @@ class DevicePluginApp:
         self.manager.events = self.events = PodEvents.for_node(
             kube.core, kube.node_name, dropped=self.metrics.event_dropped
         )
-        self.reconciler = Reconciler(kube, self.manager, self.metrics)
+        self.idle = IdlePolicy(config.idle_ttl, config.idle_per_gpu, config.idle_scope)
+        self.reconciler = Reconciler(kube, self.manager, self.metrics, idle=self.idle)
         self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
         self.publisher = Publisher(kube, self.metrics)
         self.leftovers = LeftoverPublisher(kube, self.metrics)
+        self.idle_publisher = IdlePublisher(kube, self.metrics)
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
@@ -126,6 +129,7 @@ class DevicePluginApp:
                 found = find_leftovers(self.manager, result.reservations)
                 if found is not None:
                     self.leftovers.publish(found)
+                self.idle_publisher.publish(idle_list(self.manager.managed()))
         return result
 
     def _run(self) -> None:

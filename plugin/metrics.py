@@ -95,6 +95,34 @@ class PluginMetrics:
             ["reason"],
             registry=r,
         )
+        self.idle_instances = Gauge(
+            "dynmig_plugin_idle_instances",
+            "MIG instances kept idle after their pod ended, for a pod whose reservation matches them",
+            registry=r,
+        )
+        self.idle_reuse_hits = Counter(
+            "dynmig_plugin_idle_reuse_hits",
+            "Allocates served by handing over an idle instance (no create)",
+            registry=r,
+        )
+        self.idle_reuse_misses = Counter(
+            "dynmig_plugin_idle_reuse_misses",
+            "Allocates that created an instance while idle reuse is on, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.create_seconds = Histogram(
+            "dynmig_plugin_create_seconds",
+            "Time to create one MIG instance (GI + CI + its MIG device), NVML included",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10),
+        )
+        self.destroy_seconds = Histogram(
+            "dynmig_plugin_destroy_seconds",
+            "Time to destroy one MIG instance (CI then GI), NVML included",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10),
+        )
 
         self.events_dropped = Counter(
             "dynmig_plugin_events_dropped",

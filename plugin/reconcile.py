@@ -12,6 +12,10 @@ a process still runs) backs off exponentially up to `BACKOFF_CAP` seconds, posts
 naming the instance and its pod, and shows in `dynmig_plugin_reclaims_stuck` — except while its pod
 is still terminating (its containers have a grace period): that is retried each pass, quietly.
 Allocate passes `urgent` for instances in its way: those are tried whatever their back-off.
+
+With idle reuse on (plugin/idle.py), an unbacked instance whose pod is terminal or gone and that runs
+no process is kept idle instead of destroyed (journaled first), within the per-GPU cap; an idle one
+goes when its TTL is over, when it is urgent (in Allocate's way) or when a process shows on it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from dataclasses import dataclass, field
 
 from mig.annotations import AnnotationError, MigAllocation
 from mig.pods import is_terminal
+from plugin.idle import IdlePolicy
 from plugin.instances import InstanceError, InstanceKey, InstanceManager, ManagedInstance
 from plugin.journal import Owner
 from plugin.kube import Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
+from plugin.nvml import NvmlError
 
 log = logging.getLogger("dynmig.plugin.reconcile")
 
@@ -155,6 +161,7 @@ class PassResult:
     destroyed: list[InstanceKey] = field(default_factory=list)
     failed: list[tuple[InstanceKey, str]] = field(default_factory=list)
     deferred: list[InstanceKey] = field(default_factory=list)  # backing off after failed destroys
+    kept_idle: list[InstanceKey] = field(default_factory=list)  # idle for reuse after this pass
     pods: list[PodView] | None = None
     reservations: NodeReservations | None = None  # set when the pass fully understood the node
 
@@ -168,11 +175,13 @@ class Reconciler:
         manager: InstanceManager,
         metrics: PluginMetrics,
         clock: Callable[[], float] = time.monotonic,
+        idle: IdlePolicy | None = None,
     ):
         self.kube = kube
         self.manager = manager
         self.metrics = metrics
         self.clock = clock
+        self.idle = idle or IdlePolicy()
         self.backoff = ReclaimBackoff()
         self.lock = threading.RLock()
 
@@ -194,13 +203,26 @@ class Reconciler:
         result = PassResult(pods=pods, reservations=node)
         now = self.clock()
         by_uid = {p.uid: p for p in pods}
+        parked = {
+            g: sum(1 for m in managed if m.idle and m.key.gpu_uuid == g)
+            for g in {m.key.gpu_uuid for m in managed}
+        }
         for instance in plan_reclaim(managed, node.keys, node.holders):
+            cause = "reclaim"
+            if instance.idle:
+                keep, cause = self._still_idle(instance, urgent)
+                if keep:
+                    result.kept_idle.append(instance.key)
+                    continue
+            elif self._park(instance, by_uid, urgent, parked):
+                result.kept_idle.append(instance.key)
+                continue
             forced = not self.backoff.due(instance.key, now)
             if forced and not (urgent and urgent(instance)):
                 result.deferred.append(instance.key)
                 continue
             try:
-                self.manager.release(instance.key, cause="reclaim")
+                self.manager.release(instance.key, cause=cause)
             except InstanceError as error:
                 result.failed.append((instance.key, error.reason))
                 owner = by_uid.get(instance.owner.pod_uid) if instance.owner else None
@@ -223,6 +245,48 @@ class Reconciler:
         self.backoff.prune({m.key for m in self.manager.managed()})
         self.metrics.reclaims_stuck.set(len(self.backoff.retries))
         return result
+
+    def _still_idle(
+        self, instance: ManagedInstance, urgent: Callable[[ManagedInstance], bool] | None
+    ) -> tuple[bool, str]:
+        """(keep it idle, else the destroy's cause) for an idle instance no active pod holds."""
+        if urgent is not None and urgent(instance):
+            return False, "idle-evicted"
+        if not self.idle.enabled or self.idle.expired(instance):
+            return False, "idle-expired"
+        if self._busy(instance):
+            log.warning("a process runs on idle MIG instance %s; it is no longer idle", instance.key)
+            self.manager.unpark(instance)
+            return False, "reclaim"
+        return True, ""
+
+    def _park(
+        self,
+        instance: ManagedInstance,
+        by_uid: Mapping[str, PodView],
+        urgent: Callable[[ManagedInstance], bool] | None,
+        parked: dict[str, int],
+    ) -> bool:
+        """Keep an ended pod's instance idle instead of destroying it, when every rule allows."""
+        if not self.idle.enabled or instance.owner is None or not instance.has_ci or not instance.mig_uuid:
+            return False
+        if urgent is not None and urgent(instance):
+            return False
+        owner = by_uid.get(instance.owner.pod_uid)
+        if owner is not None and not is_terminal(owner.phase):
+            return False  # terminating: its containers may still run and use the device
+        if parked.get(instance.key.gpu_uuid, 0) >= self.idle.per_gpu or self._busy(instance):
+            return False
+        if not self.manager.park(instance, self.idle.clock()):
+            return False
+        parked[instance.key.gpu_uuid] = parked.get(instance.key.gpu_uuid, 0) + 1
+        return True
+
+    def _busy(self, instance: ManagedInstance) -> bool:
+        try:
+            return bool(self.manager.instance_processes(instance))
+        except NvmlError:
+            return True  # NVML cannot tell: never idle
 
     def _stuck(self, instance: ManagedInstance, error: InstanceError, now: float) -> None:
         retry = self.backoff.failed(instance.key, now)

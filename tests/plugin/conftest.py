@@ -71,6 +71,7 @@ class Node:
         strategy: str = "envvar",
         excluded: DeviceFilter | None = None,
         device_config: DeviceConfig | None = None,
+        **more: Any,
     ) -> PluginConfig:
         return PluginConfig(
             node_name=NODE,
@@ -80,6 +81,7 @@ class Node:
             strategy=strategy,
             reconcile_interval=3600.0,
             state_dir=self.plugin_dir / "state",
+            **more,
         )
 
     def start_plugin(self, **kwargs: Any) -> DevicePluginApp:
@@ -114,6 +116,7 @@ class Node:
         phase: str | None = None,
         lock: bool = True,
         allocations: str | None = None,
+        namespace: str = "default",
     ) -> dict[str, Any]:
         devices, reservations = [], []
         for c, wants in enumerate(containers):
@@ -145,7 +148,7 @@ class Node:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
             "spec": {
                 "nodeName": NODE,
                 "containers": [
@@ -154,29 +157,29 @@ class Node:
                 ],
             },
         }
-        created = self.core.create_namespaced_pod("default", pod)
+        created = self.core.create_namespaced_pod(namespace, pod)
         if phase:
-            self.set_phase(name, phase)
+            self.set_phase(name, phase, namespace)
         if lock:
             self.core.patch_node(
-                NODE, {"metadata": {"annotations": {NODE_LOCK: f"2026-01-01T00:00:00Z,default,{name}"}}}
+                NODE, {"metadata": {"annotations": {NODE_LOCK: f"2026-01-01T00:00:00Z,{namespace},{name}"}}}
             )
         return {"uid": created.metadata.uid, "containers": [len(w) for w in containers]}
 
-    def admit(self, name: str) -> Any:
+    def admit(self, name: str, namespace: str = "default") -> Any:
         """kubelet admits the pod: one Allocate per container that requests GPUs."""
-        pod = self.core.read_namespaced_pod(name, "default")
+        pod = self.core.read_namespaced_pod(name, namespace)
         counts = [(c.name, int(c.resources.limits.get(RESOURCE, 0))) for c in pod.spec.containers]
         return self.kubelet.allocate(RESOURCE, counts, pod_uid=pod.metadata.uid)
 
-    def annotations(self, name: str) -> dict[str, str]:
-        return dict(self.core.read_namespaced_pod(name, "default").metadata.annotations or {})
+    def annotations(self, name: str, namespace: str = "default") -> dict[str, str]:
+        return dict(self.core.read_namespaced_pod(name, namespace).metadata.annotations or {})
 
-    def reservations(self, name: str) -> tuple[MigAllocation, ...]:
-        return decode_allocations(self.annotations(name).get(MIG_ALLOCATIONS))
+    def reservations(self, name: str, namespace: str = "default") -> tuple[MigAllocation, ...]:
+        return decode_allocations(self.annotations(name, namespace).get(MIG_ALLOCATIONS))
 
-    def set_phase(self, name: str, phase: str) -> None:
-        self.core.patch_namespaced_pod_status(name, "default", {"status": {"phase": phase}})
+    def set_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+        self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
 
     def patch_annotations(self, name: str, annotations: dict[str, str | None]) -> None:
         self.core.patch_namespaced_pod(name, "default", {"metadata": {"annotations": annotations}})

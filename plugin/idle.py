@@ -1,0 +1,97 @@
+"""Idle reuse: an ended pod's MIG instance may stay, idle, for a later pod whose reservation names
+exactly its profile and placement, so that pod's Allocate creates nothing.
+
+The rules (docs/startup.md explains them and what they cost):
+- kept only when its pod is terminal or gone from a complete pod list (a terminating pod's
+  containers may still run), NVML shows no process on it, it is whole (GI, CI, MIG UUID), the
+  journal records it as idle first, and its GPU keeps fewer than `per_gpu` idle instances;
+- handed over only for an exact match (GPU, profile, placement), by default only to a pod of the
+  namespace its last user was in (`scope` "any" widens that), and only while NVML shows no process
+  on it (checked again at the hand-over, under the GPU's lock);
+- destroyed when its TTL is over, when a process appears on it (then it is reclaimed as before),
+  and in Allocate when a reservation overlaps it without being served by it (it is ours, journaled
+  and runs nothing: destroying it is not a guess);
+- published in `dynmig.io/node-idle-instances` (mig/idle.py) and not as a leftover: the scheduler
+  counts it as free for every profile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mig.idle import IDLE, IdleInstance, encode_idle
+from plugin.instances import InstanceKey, ManagedInstance
+from plugin.journal import Owner
+from plugin.kube import Kube, KubeError
+from plugin.metrics import PluginMetrics
+
+log = logging.getLogger("dynmig.plugin.idle")
+
+NAMESPACE, ANY = "namespace", "any"
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    ttl: float = 0.0  # seconds; 0 = reuse off
+    per_gpu: int = 2
+    scope: str = NAMESPACE
+    clock: Callable[[], float] = field(default=time.time, compare=False)  # wall clock (the journal's)
+
+    @property
+    def enabled(self) -> bool:
+        return self.ttl > 0
+
+    def serves(self, instance: ManagedInstance, key: InstanceKey, namespace: str) -> bool:
+        """Whether the idle `instance` may be handed to a pod of `namespace` reserving `key`."""
+        if not (self.enabled and instance.idle and instance.key == key):
+            return False
+        if self.scope == ANY:
+            return True
+        return instance.owner is not None and instance.owner.namespace == namespace
+
+    def expired(self, instance: ManagedInstance) -> bool:
+        return instance.idle_since is not None and self.clock() - instance.idle_since >= self.ttl
+
+    def why_not(self, instance: ManagedInstance, owner: Owner, key: InstanceKey) -> str:
+        """The miss reason when the idle `instance` overlaps `key` but does not serve it."""
+        if instance.key != key:
+            return "other-placement"
+        return (
+            "other-namespace" if instance.owner is None or instance.owner.namespace != owner.namespace else ""
+        )
+
+
+def idle_list(instances: list[ManagedInstance]) -> list[IdleInstance]:
+    return [
+        IdleInstance.of(m.key.gpu_uuid, m.key.profile, m.key.placement, m.idle_since or 0.0)
+        for m in instances
+        if m.idle
+    ]
+
+
+class IdlePublisher:
+    """Writes `dynmig.io/node-idle-instances` when it changed (an empty list removes it)."""
+
+    def __init__(self, kube: Kube, metrics: PluginMetrics):
+        self.kube = kube
+        self.metrics = metrics
+        self.last: str | None = None
+
+    def publish(self, instances: list[IdleInstance]) -> bool:
+        self.metrics.idle_instances.set(len(instances))
+        text = encode_idle(instances) if instances else None
+        if self.last is not None and text == (self.last or None):
+            return False
+        try:
+            if self.kube.get_node().annotations.get(IDLE) != text:
+                self.kube.patch_node_annotations({IDLE: text})
+                self.last = text or ""
+                return True
+        except KubeError as error:
+            log.warning("could not publish %s: %s", IDLE, error)
+            return False
+        self.last = text or ""
+        return False
