@@ -10,6 +10,11 @@ Instances a node's device plugin publishes in `dynmig.io/node-leftover-instances
 left over, or being reclaimed, with no active reservation) count as occupied until they are gone;
 an unreadable list fails the node's GPUs closed.
 
+Instances the plugin keeps idle for reuse (`dynmig.io/node-idle-instances`, mig/idle.py) are free
+for every reservation: the plugin destroys one that a reservation overlaps without matching it. They
+are carried along (`NodeGpus.idle`) and never occupy a placement; an unreadable idle list is
+reported (`idle_error`) and changes nothing.
+
 GPUs listed in the node's `hami.io/device-cordon` take no new reservations; what pods already hold on
 them stays counted, as in HAMi. A cordon list dynmig cannot read closes every GPU of the node.
 """
@@ -30,6 +35,8 @@ from mig.annotations import (
     decode_device_cordon,
     decode_node_register,
 )
+from mig.idle import IDLE, IdleError, IdleInstance, decode_idle
+from mig.idle import by_gpu as idle_by_gpu
 from mig.leftovers import LeftoverError, by_gpu, decode_leftovers
 from mig.placement import GpuState
 from mig.placement.published import from_mig_profile
@@ -51,6 +58,8 @@ class NodeGpus:
     error: str = ""  # the registration annotation could not be decoded
     blocked: Mapping[str, tuple[Placement, ...]] = field(default_factory=dict)  # GPU -> leftover placements
     leftover_error: str = ""  # the leftover list could not be decoded: every GPU fails closed
+    idle: Mapping[str, tuple[IdleInstance, ...]] = field(default_factory=dict)  # GPU -> kept idle (free)
+    idle_error: str = ""  # the idle list could not be decoded: reported, nothing else changes
 
 
 def _is_mig(device: DeviceInfo) -> bool:
@@ -58,10 +67,15 @@ def _is_mig(device: DeviceInfo) -> bool:
 
 
 def node_gpus(
-    name: str, register: str | None, leftovers: str | None = None, cordon: object = None
+    name: str,
+    register: str | None,
+    leftovers: str | None = None,
+    cordon: object = None,
+    idle: str | None = None,
 ) -> NodeGpus:
     """The MIG GPUs of a node from `hami.io/node-nvidia-register` (non-MIG GPUs are not ours), with
-    the placements its plugin publishes as left over and the GPUs its cordon list closes."""
+    the placements its plugin publishes as left over, the GPUs its cordon list closes and the
+    instances it keeps idle (free for the scheduler)."""
     try:
         devices = decode_node_register(register or "")
     except AnnotationError as error:
@@ -81,10 +95,17 @@ def node_gpus(
         for d in devices
         if _is_mig(d)
     )
+    kept, idle_error = {}, ""
     try:
-        return NodeGpus(name, gpus, blocked=by_gpu(decode_leftovers(leftovers)))
+        kept = idle_by_gpu(decode_idle(idle))
+    except IdleError as error:
+        idle_error = str(error)
+    try:
+        return NodeGpus(
+            name, gpus, blocked=by_gpu(decode_leftovers(leftovers)), idle=kept, idle_error=idle_error
+        )
     except LeftoverError as error:
-        return NodeGpus(name, gpus, leftover_error=str(error))
+        return NodeGpus(name, gpus, leftover_error=str(error), idle=kept, idle_error=idle_error)
 
 
 def _cordon(value: object) -> Callable[[str], str]:
@@ -111,6 +132,10 @@ def node_register(node: Mapping[str, Any]) -> str | None:
 
 def node_leftovers(node: Mapping[str, Any]) -> str | None:
     return annotations_of(node).get(LEFTOVERS)
+
+
+def node_idle(node: Mapping[str, Any]) -> str | None:
+    return annotations_of(node).get(IDLE)
 
 
 # ---------------------------------------------------------------- pods
