@@ -1,0 +1,225 @@
+"""Start latency: how long a GPU pod takes from creation to Running through the whole lab, with the
+simulated NVML's timing model on (GI/CI creates and destroys take the driver data's estimated
+seconds, each GPU's calls in series), idle reuse off and on in the same run.
+
+Run as `python bench/startup.py [--scenarios a,c] [--churn-seconds 120]`. Scenarios:
+- (a) 56 pods of one 1g.5gb each, created at once, onto one node of 8 x A100-SXM4-40GB. The
+  physical limit under the timing model is each GPU's 7 creates in series, the GPUs in parallel.
+- (c) steady churn: pods of 1g.5gb on that node at about 80 % of its 56 slices; each runs a while,
+  is deleted and replaced by a new one of the same service (namespace).
+Scenario (b) (300 mixed pods over 8 nodes) is not built yet.
+
+Per scenario and arm it reports creation-to-Running p50/p99, the makespan, the share of Allocates
+served without a create (NVML create events against kubelet's Allocate calls), and kubelet's
+Allocate p50. Writes bench/results/startup.json. Nothing here asserts a time: it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab.cluster import Lab
+from lab.kit import Kit, gpu_pod
+from lab.nodes import parse_nodes
+from sim.nvml import hardware
+
+RESULTS = Path(__file__).resolve().parent / "results" / "startup.json"
+NODE = "burst=8xA100-SXM4-40GB"
+ONE_G_MEMORY = 4000  # a 1g.5gb on an A100-40GB
+SLICES = 56  # 8 GPUs x 7 1g instances
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+class Watch:
+    """Polls the pods and records when each was first seen Running (client-side clock)."""
+
+    def __init__(self, kit: Kit, namespaces: list[str]):
+        self.kit, self.namespaces = kit, namespaces
+        self.created: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for ns in self.namespaces:
+                try:
+                    pods = Kit(self.kit.lab, ns).pods()
+                except Exception:  # noqa: BLE001 - an API hiccup: next poll
+                    continue
+                now = time.monotonic()
+                for pod in pods:
+                    key = f"{ns}/{pod['metadata']['name']}"
+                    if (pod.get("status") or {}).get("phase") == "Running" and key not in self.running:
+                        self.running[key] = now
+
+    def latencies(self) -> list[float]:
+        return [self.running[k] - t for k, t in self.created.items() if k in self.running]
+
+
+def allocates(lab: Lab, since: int = 0) -> list[float]:
+    out = []
+    for runtime in lab.nodes.values():
+        for pod in runtime.kubelet.allocations[since:]:
+            out.extend(c.allocate_seconds for c in pod.containers if c.allocate_seconds is not None)
+    return out
+
+
+def creates(lab: Lab) -> int:
+    return sum(1 for r in lab.nodes.values() for e in r.nvml.events() if e["op"] == "create_gi")
+
+
+def physical_limit_a() -> float:
+    timing = hardware.model("A100-SXM4-40GB").timing
+    return round(7 * (timing.create_gi_s + timing.create_ci_s), 2)  # per GPU in series, GPUs in parallel
+
+
+def burst(lab: Lab, echo) -> dict[str, Any]:
+    kit = Kit(lab, "burst")
+    kit.core.create_namespace({"metadata": {"name": "burst"}})
+    watch = Watch(kit, ["burst"]).start()
+    before_alloc = sum(len(r.kubelet.allocations) for r in lab.nodes.values())
+    before_creates = creates(lab)
+    start = time.monotonic()
+    for i in range(SLICES):
+        name = f"p{i:02d}"
+        kit.create(gpu_pod(name, ONE_G_MEMORY, namespace="burst"))
+        watch.created[f"burst/{name}"] = time.monotonic()
+    deadline = start + 600
+    while len(watch.running) < SLICES and time.monotonic() < deadline:
+        time.sleep(0.2)
+    makespan = max(watch.running.values(), default=start) - start
+    watch.stop()
+    calls = allocates(lab)[before_alloc:]
+    made = creates(lab) - before_creates
+    lat = watch.latencies()
+    out = {
+        "pods": SLICES,
+        "running": len(watch.running),
+        "makespan_s": round(makespan, 2),
+        "physical_limit_s": physical_limit_a(),
+        "to_running_p50_s": pct(lat, 0.5),
+        "to_running_p99_s": pct(lat, 0.99),
+        "allocates": len(calls),
+        "allocates_without_create": round(1 - made / len(calls), 3) if calls else None,
+        "allocate_p50_s": pct(calls, 0.5),
+    }
+    echo(f"  (a) {out}")
+    return out
+
+
+def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, echo) -> dict[str, Any]:
+    rng = random.Random(seed)
+    services = [f"svc-{i}" for i in range(4)]
+    for ns in services:
+        Kit(lab, ns).core.create_namespace({"metadata": {"name": ns}})
+    watch = Watch(Kit(lab, services[0]), services).start()
+    target = int(SLICES * 0.8)
+    alive: dict[str, tuple[str, float]] = {}  # key -> (namespace, delete at)
+    counter = 0
+    before_alloc = sum(len(r.kubelet.allocations) for r in lab.nodes.values())
+    before_creates = creates(lab)
+    start = time.monotonic()
+    warm = start + 30  # the first wave creates everything: measured apart
+
+    def spawn() -> None:
+        nonlocal counter
+        ns = rng.choice(services)
+        name = f"w{counter:04d}"
+        counter += 1
+        Kit(lab, ns).create(gpu_pod(name, ONE_G_MEMORY, namespace=ns))
+        key = f"{ns}/{name}"
+        watch.created[key] = time.monotonic()
+        alive[key] = (ns, 0.0)
+
+    while len(alive) < target:
+        spawn()
+    while time.monotonic() - start < seconds:
+        now = time.monotonic()
+        for key, (ns, until) in list(alive.items()):
+            if key in watch.running and until == 0.0:
+                alive[key] = (ns, watch.running[key] + rng.uniform(*lifetime))
+            elif until and now >= until:
+                Kit(lab, ns).core.delete_namespaced_pod(key.split("/", 1)[1], ns, grace_period_seconds=1)
+                del alive[key]
+                spawn()
+        time.sleep(0.2)
+    watch.stop()
+    steady = [watch.running[k] - t for k, t in watch.created.items() if k in watch.running and t >= warm]
+    calls = allocates(lab)[before_alloc:]
+    made = creates(lab) - before_creates
+    out = {
+        "seconds": seconds,
+        "pods": counter,
+        "running": len(watch.running),
+        "to_running_p50_s": pct(steady, 0.5),
+        "to_running_p99_s": pct(steady, 0.99),
+        "allocates": len(calls),
+        "creates": made,
+        "allocates_without_create": round(1 - made / len(calls), 3) if calls else None,
+        "allocate_p50_s": pct(calls, 0.5),
+        "allocate_p50_after_warmup_s": pct(calls[target:], 0.5),
+    }
+    echo(f"  (c) {out}")
+    return out
+
+
+def arm(reuse: bool, scenarios: list[str], churn_seconds: float, seed: int, echo) -> dict[str, Any]:
+    os.environ["DYNMIG_SIM_TIMING"] = "driver"  # the timing model on: the driver data's defaults
+    os.environ["DYNMIG_IDLE_TTL"] = "300" if reuse else "0"
+    os.environ["DYNMIG_IDLE_PER_GPU"] = "7" if reuse else "2"
+    results: dict[str, Any] = {}
+    for scenario in scenarios:
+        echo(f"arm reuse={'on' if reuse else 'off'}: scenario ({scenario})")
+        with Lab(parse_nodes(NODE), reconcile_interval=1.0) as lab:
+            if scenario == "a":
+                results["a"] = burst(lab, echo)
+            elif scenario == "c":
+                results["c"] = churn(lab, churn_seconds, (10.0, 25.0), seed, echo)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", default="a,c", help="comma-separated: a, c")
+    parser.add_argument("--churn-seconds", type=float, default=120.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    report = {
+        "timing": "driver data estimates (testbed/sim/nvml/drivers/ampere.yaml)",
+        "off": arm(False, scenarios, args.churn_seconds, args.seed, print),
+        "on": arm(True, scenarios, args.churn_seconds, args.seed, print),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
