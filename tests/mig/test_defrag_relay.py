@@ -13,14 +13,13 @@ from mig.defrag import (
     Holder,
     Move,
     Trial,
-    _core,
-    _needed,
     advice_text,
     advise,
     cost,
     eviction_order,
     within_budgets,
 )
+from mig.defrag.relay import _core, _needed
 from mig.placement import PlacementIndex, Plan
 from mig.placement.plan import DevicePlacement
 from mig.types import Placement
