@@ -222,10 +222,6 @@ def is_expired(cert: x509.Certificate, now: dt.datetime) -> bool:
     return not cert.not_valid_before_utc <= now < cert.not_valid_after_utc
 
 
-def seconds_left(cert: x509.Certificate, now: dt.datetime) -> float:
-    return (cert.not_valid_after_utc - now).total_seconds()
-
-
 def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
     fmt = serialization.PublicFormat.SubjectPublicKeyInfo
     enc = serialization.Encoding.DER

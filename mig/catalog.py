@@ -14,7 +14,7 @@ driver facts (sim/nvml/drivers); tests/sim/test_nvml_driver_facts.py names every
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from mig.types import Placement
 
@@ -582,21 +582,9 @@ def find_model(name: str) -> GpuModel:
     raise UnknownModel(f"GPU model {name!r} is ambiguous: {', '.join(m.key for m in hits)}")
 
 
-def model_for_nvml_name(nvml_name: str) -> GpuModel | None:
-    return next((m for m in MODELS if nvml_name in m.nvml_names), None)
-
-
 def all_profile_names() -> frozenset[str]:
     """Every profile name some driver prints on some known GPU."""
     return frozenset(n for m in MODELS for p in m.profiles for n in (p.name, *p.driver_names))
-
-
-@dataclass(frozen=True)
-class CatalogFacts:
-    """Derived, HAMi-compatible numbers for a profile of a model (what a plugin would publish)."""
-
-    core: int
-    max_count: int = field(default=0)
 
 
 def core_percent(model: GpuModel, profile: ProfileSpec) -> int:

@@ -33,11 +33,6 @@ def default_policy() -> Path:
     return data_path("policies", "default.yaml")
 
 
-def policy_examples() -> Path:
-    """The folder of example policies (`policies/examples`)."""
-    return data_path("policies", "examples")
-
-
 def chart() -> Path:
     """The Helm chart the lab renders (`charts/dynmig`)."""
     return data_path("charts", "dynmig")

@@ -11,7 +11,6 @@ the client's own transport and authentication without its generated method layer
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 from collections.abc import Callable
@@ -48,10 +47,6 @@ def _drain(what: str, call: Any, *args: Any, **kwargs: Any) -> None:
     back to the connection pool, so every such call would open (and the server accept) a new connection."""
     with translated(what):
         _ = call(*args, _preload_content=False, **kwargs).data
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Kube:
