@@ -58,7 +58,7 @@ VGPU_MODE = "nvidia.com/vgpu-mode"
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
 DEVICE_CORDON = "hami.io/device-cordon"
 LEFTOVERS = "dynmig.io/node-leftover-instances"  # ours: see mig/leftovers.py
-# dynmig's own (mig/defrag.py): the scheduler's defrag advice for a pending pod, and a running pod's
+# dynmig's own (mig/defrag/): the scheduler's defrag advice for a pending pod, and a running pod's
 # consent to be evicted by the defrag controller ("true"; anything else is no).
 DEFRAG_ADVICE = "dynmig.io/defrag-advice"
 EVICTABLE = "dynmig.io/evictable"
