@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
+from mig.placement.demand import PRIOR, Mix, risk_weights
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.request import BINPACK, GpuState, Memory, Percent, PodRequest, memory_on
@@ -111,10 +112,12 @@ _Memo = dict[tuple[object, ...], tuple[tuple[object, ...], _Candidate] | None]
 _Group = tuple[_Candidate, dict[float, _Members], Callable[[float], tuple[object, ...]]]
 
 
-def _best_on(pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest) -> _Candidate | None:
+def _best_on(
+    pset: ProfileSet, mask: int, mem: int | None, pod: PodRequest, weights: tuple[int, ...]
+) -> _Candidate | None:
     """The best profile and placement for one device at this occupancy, or None."""
     for rank, idx in pset.order(mem, pod.preference):
-        choice = pset.best(mask, idx)
+        choice = pset.best_at_risk(mask, idx, weights)
         if choice is not None:
             return _Candidate(rank, idx, choice)
     return None
@@ -193,6 +196,11 @@ class PlacementIndex:
         # blocked nodes: their GPUs count as any (fill, types, snapshots) but are bucketed in `_parked`
         self._blocked: set[str] = set()
         self._parked: _Groups = {}
+        # NVML type -> profile name -> free slots of it over the type's schedulable GPUs (`ProfileSet.slots`)
+        self._slots: dict[str, dict[str, int]] = {}
+        self._mix: Mix = PRIOR
+        self._offered: dict[int, tuple[float, ...]] = {}  # id(profile set) -> work offered per profile
+        self._weights: dict[tuple[int, str], tuple[int, ...]] = {}  # this decision's, per (set, type)
         for g in gpus:
             self.upsert(g)
 
@@ -305,6 +313,28 @@ class PlacementIndex:
         counts = self._types.setdefault(g.type, [0, 0])
         counts[0] += step
         counts[1] += step if g.used() == 0 else 0
+        pset = g.profile_set
+        slots = self._slots.setdefault(g.type, {})
+        for name, n in zip(pset.names, pset.slots(g.mask), strict=True):
+            slots[name] = slots.get(name, 0) + step * n
+
+    def set_demand(self, mix: Mix) -> None:
+        """The demand mix to price placements by (`mig.placement.demand.DemandEstimate.mix`); `PRIOR`
+        (the default) prices every published profile as if one instance of it were running."""
+        if mix != self._mix:
+            self._mix = tuple(mix)
+            self._offered.clear()
+
+    def _risk_weights(self, pset: ProfileSet, gtype: str) -> tuple[int, ...]:
+        """This decision's price per profile of one free slot on a GPU of this set and type."""
+        key = (id(pset), gtype)
+        hit = self._weights.get(key)
+        if hit is None:
+            offered = self._offered.get(id(pset))
+            if offered is None:
+                offered = self._offered[id(pset)] = pset.offered(self._mix)
+            hit = self._weights[key] = risk_weights(pset.names, offered, self._slots.get(gtype, {}))
+        return hit
 
     def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
         """The candidate's fragmentation loss (`plan.fragmentation`); for a placement taking the whole
@@ -313,7 +343,7 @@ class PlacementIndex:
         if cand.choice.placement.size >= pset.axis:
             total, empty = self._types[gtype]
             whole = whole_gpu_cost(pset.capacity(0), total, empty)
-        return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb)
+        return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb, cand.choice.risk)
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(
@@ -326,6 +356,7 @@ class PlacementIndex:
         if not devices:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
+        self._weights = {}  # priced from the fleet as it is now
         skip = skip_blocked and bool(self._blocked)
         if skip:
             allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
@@ -395,7 +426,7 @@ class PlacementIndex:
                     continue
             first = next(iter(by_fill.values()))[0]
             pset = first.profile_set
-            cand = _best_on(pset, mask, memory_on(lead[2], total), pod)
+            cand = _best_on(pset, mask, memory_on(lead[2], total), pod, self._risk_weights(pset, gtype))
             if cand is None:
                 continue
             used = first.used() / pset.axis
@@ -481,7 +512,7 @@ class PlacementIndex:
         """A GPU's best candidate for one device and its key among the GPUs of one node: the rule of
         `_lead_candidates` with node fill left out (it is the same for every GPU of the node, and so
         is the node name), so it is shared by every GPU of the decision at this occupancy."""
-        cand = _best_on(pset, mask, mem, pod)
+        cand = _best_on(pset, mask, mem, pod, self._risk_weights(pset, gtype))
         if cand is None:
             return None
         used = (mask & pset.full_mask).bit_count() / pset.axis

@@ -68,6 +68,7 @@ class Choice:
 
     placement: Placement
     loss: tuple[int, int, int]
+    risk: int = 0
 
 
 class ProfileSet:
@@ -79,6 +80,8 @@ class ProfileSet:
         self._value: dict[int, tuple[int, int, int]] = {}
         self._capacity: dict[int, int] = {}
         self._best: dict[tuple[int, int], Choice | None] = {}
+        self._slots: dict[int, tuple[int, ...]] = {}
+        self._at_risk: dict[tuple[int, int, tuple[int, ...]], Choice | None] = {}
         self._order: dict[tuple[int | None, tuple[str, ...]], tuple[tuple[Rank, int], ...]] = {}
 
     @cached_property
@@ -152,6 +155,71 @@ class ProfileSet:
                 found = Choice(p, loss)
         self._best[key] = found
         return found
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.profiles)
+
+    def slots(self, mask: int) -> tuple[int, ...]:
+        """Per profile: how many instances of it alone the free slices of `mask` still hold (the most
+        disjoint free placements; greedy by end, exact for intervals)."""
+        hit = self._slots.get(mask)
+        if hit is None:
+            counts = []
+            for pr in self.profiles:
+                taken, n = mask, 0
+                for p in sorted((p for p in pr.placements if p.size > 0), key=lambda p: (p.end, p.start)):
+                    if not p.mask & taken:
+                        taken |= p.mask
+                        n += 1
+                counts.append(n)
+            hit = self._slots[mask] = tuple(counts)
+        return hit
+
+    def risk(self, mask: int, placement: Placement, weights: tuple[int, ...]) -> int:
+        """The price of the slots a placement destroys: per profile, slots before minus after, times
+        its weight (`mig.placement.demand.risk_weights`)."""
+        before, after = self.slots(mask), self.slots(mask | placement.mask)
+        return sum(w * (b - a) for w, b, a in zip(weights, before, after, strict=True))
+
+    def best_at_risk(self, mask: int, profile: int, weights: tuple[int, ...]) -> Choice | None:
+        """Lowest (risk, loss) free placement of profile index `profile` at `mask` (ties: lower start)."""
+        key = (mask, profile, weights)
+        if key in self._at_risk:
+            return self._at_risk[key]
+        if len(self._at_risk) >= 16 * _MEMO_LIMIT:
+            self._at_risk.clear()
+        cap, large, value = self.value(mask)
+        found: Choice | None = None
+        for p in sorted(self.profiles[profile].placements):
+            if p.size <= 0 or p.mask & mask:
+                continue
+            cap_after, large_after, value_after = self.value(mask | p.mask)
+            c = Choice(
+                p, (cap - cap_after, large - large_after, value - value_after), self.risk(mask, p, weights)
+            )
+            if found is None or (c.risk, c.loss) < (found.risk, found.loss):
+                found = c
+        self._at_risk[key] = found
+        return found
+
+    def offered(self, mix: tuple[tuple[int | None, float], ...]) -> tuple[float, ...]:
+        """Per profile: the work `mix` offers it on a GPU of this set (each ask on its smallest covering
+        profile, weighted by that profile's share of the axis); with no mix, one instance each. Only
+        profiles spanning at least half the axis are offered work (see below)."""
+        sizes = [max((p.size for p in pr.placements), default=0) for pr in self.profiles]
+        # only placements of at least half the axis are priced: smaller ones are the capacity and
+        # memory criteria's to place (they substitute across models, which one model's count misses)
+        shares = [s / (self.axis or 1) if 2 * s >= self.axis else 0.0 for s in sizes]
+        if not mix:
+            return tuple(shares)
+        out = [0.0] * len(self.profiles)
+        for ask, work in mix:
+            order = self.order(ask, ())
+            if order:
+                idx = order[0][1]
+                out[idx] += work * shares[idx]
+        return tuple(out)
 
     def free_placements(self, mask: int, profile: int) -> list[Placement]:
         return [p for p in sorted(self.profiles[profile].placements) if p.size > 0 and not p.mask & mask]

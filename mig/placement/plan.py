@@ -70,7 +70,7 @@ class Plan:
     fits = True
 
 
-Loss = tuple[int, float, int, int, int]
+Loss = tuple[int, int, float, int, int, int]
 
 
 def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> float:
@@ -79,14 +79,15 @@ def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> fl
     return compute_slices * model_gpus / model_empty
 
 
-def fragmentation(loss: tuple[int, int, int], whole_cost: float, memory_mb: int) -> Loss:
+def fragmentation(loss: tuple[int, int, int], whole_cost: float, memory_mb: int, risk: int = 0) -> Loss:
     """The fragmentation loss of a candidate (lower is better); see the module docstring.
 
-    `loss` is the GPU's own (capacity, large value, value) loss (`occupancy.Choice.loss`); `whole_cost`
-    is `whole_gpu_cost` when the placement takes the whole GPU, else 0.0; `memory_mb` the profile's
-    memory.
+    `risk` is the price of the free slots the placement destroys (`occupancy.ProfileSet.risk` under
+    `demand.risk_weights`); `loss` is the GPU's own (capacity, large value, value) loss
+    (`occupancy.Choice.loss`); `whole_cost` is `whole_gpu_cost` when the placement takes the whole
+    GPU, else 0.0; `memory_mb` the profile's memory.
     """
-    return (loss[0], whole_cost, loss[1], memory_mb, loss[2])
+    return (risk, loss[0], whole_cost, loss[1], memory_mb, loss[2])
 
 
 def rank_key(

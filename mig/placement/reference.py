@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from mig.placement.demand import PRIOR, Mix, risk_weights
 from mig.placement.occupancy import ProfileSet, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.preference import candidate_order
@@ -81,6 +82,26 @@ def _loss(pset: ProfileSet, mask: int, placement: Placement) -> tuple[int, int, 
     return (cap - cap_after, large - large_after, value - value_after)
 
 
+def slot_counts(fleet: Sequence[GpuState]) -> dict[str, dict[str, int]]:
+    """Per NVML type: per profile name, the free slots of it (`ProfileSet.slots`) over its schedulable GPUs."""
+    out: dict[str, dict[str, int]] = {}
+    for g in fleet:
+        pset = _pset(g)
+        if _schedulable(g) and pset is not None:
+            counts = out.setdefault(g.type, {})
+            for name, n in zip(pset.names, pset.slots(g.occupied_mask), strict=True):
+                counts[name] = counts.get(name, 0) + n
+    return out
+
+
+def weights_for(gpu: GpuState, mix: Mix, slots: dict[str, dict[str, int]]) -> tuple[int, ...]:
+    """The price per profile of one free slot on this GPU (`demand.risk_weights` over `ProfileSet.offered`)."""
+    pset = _pset(gpu)
+    if pset is None:
+        return ()
+    return risk_weights(pset.names, pset.offered(mix), slots.get(gpu.type, {}))
+
+
 def model_counts(fleet: Sequence[GpuState]) -> dict[str, tuple[int, int]]:
     """Per NVML type: (schedulable GPUs in the fleet, those of them holding nothing)."""
     counts: dict[str, list[int]] = {}
@@ -94,10 +115,17 @@ def model_counts(fleet: Sequence[GpuState]) -> dict[str, tuple[int, int]]:
 
 
 def options(
-    pod: PodRequest, ask: Memory, gpu: GpuState, mask: int, fill: float, model: tuple[int, int]
+    pod: PodRequest,
+    ask: Memory,
+    gpu: GpuState,
+    mask: int,
+    fill: float,
+    model: tuple[int, int],
+    weights: tuple[int, ...],
 ) -> list[_Option]:
     """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key;
-    `model` is its model's (schedulable, empty) GPU counts (see `model_counts`)."""
+    `model` is its model's (schedulable, empty) GPU counts (see `model_counts`), `weights` its price
+    per profile slot (see `weights_for`)."""
     pset = _pset(gpu)
     if pset is None:
         return []
@@ -108,7 +136,7 @@ def options(
             if p.size <= 0 or p.mask & mask:
                 continue
             key = (
-                *rank_key(pod, rank, _frag(pset, mask, p, idx, model), fill, used, p.start),
+                *rank_key(pod, rank, _frag(pset, mask, p, idx, model, weights), fill, used, p.start),
                 gpu.index,
                 gpu.node,
                 gpu.uuid,
@@ -117,9 +145,12 @@ def options(
     return out
 
 
-def _frag(pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int]) -> Loss:
+def _frag(
+    pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int], weights: tuple[int, ...]
+) -> Loss:
     whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
-    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb)
+    risk = pset.risk(mask, p, weights)
+    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk)
 
 
 def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:
@@ -141,6 +172,7 @@ def _on_node(
     gpus: list[GpuState],
     fill: float,
     counts: dict[str, tuple[int, int]],
+    weights: dict[str, tuple[int, ...]],
 ) -> Plan | None:
     """Every device on this node, largest first, each taking its best option; None if one does not fit."""
     eligible = [g for g in gpus if _eligible(pod, g)]
@@ -148,7 +180,11 @@ def _on_node(
     largest = max((g.memory_mb for g in eligible), default=0)
     placed = []
     for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
-        found = [o for g in eligible for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type])]
+        found = [
+            o
+            for g in eligible
+            for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid])
+        ]
         if not found:
             return None
         best = min(found, key=lambda o: o.key)
@@ -159,9 +195,10 @@ def _on_node(
 
 
 def reference_plan(
-    pod: PodRequest, fleet: Sequence[GpuState], nodes: Collection[str] | None = None
+    pod: PodRequest, fleet: Sequence[GpuState], nodes: Collection[str] | None = None, mix: Mix = PRIOR
 ) -> Plan | None:
-    """The plan the stated ranking rule picks for `pod` on `fleet` (restricted to `nodes`), or None."""
+    """The plan the stated ranking rule picks for `pod` on `fleet` (restricted to `nodes`), or None,
+    with placements priced by the demand `mix` (`PlacementIndex.set_demand`)."""
     devices = pod.devices()
     if not devices:
         return Plan(node="", devices=())
@@ -170,6 +207,8 @@ def reference_plan(
         by_node.setdefault(g.node, []).append(g)
     fills = {n: node_fill(gpus) for n, gpus in by_node.items()}
     counts = model_counts(fleet)
+    slots = slot_counts(fleet)
+    weights = {g.uuid: weights_for(g, mix, slots) for g in fleet}
     shares = any(isinstance(d[2], Percent) for d in devices)
     largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
     lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -181,12 +220,12 @@ def reference_plan(
             o.key
             for g in gpus
             if _eligible(pod, g)
-            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type])
+            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type], weights[g.uuid])
         ]
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node], counts)
+        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights)
         if plan is not None:
             return plan
     return None

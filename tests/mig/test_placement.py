@@ -404,12 +404,30 @@ def test_between_equally_good_gpus_the_one_on_the_fuller_node_wins(model, axis):
     assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-b0"
 
 
-def test_a_4gb_service_takes_an_a100_1g_5gb_and_leaves_the_h100_1g_10gb_for_a_9gb_one():
+def test_a_9gb_service_takes_an_a100_2g_rather_than_the_last_whole_h100_when_demand_is_unknown():
+    # The H100 1g.10gb costs one compute slice where the A100 2g.10gb costs two, but it destroys the
+    # fleet's last whole GPU, and with nothing known of demand every large profile is priced as asked.
     gpus = [
         gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h"),
         gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a"),
     ]
     index = PlacementIndex(gpus)
+    small = index.plan(pod((1, 4000)))
+    assert (small.devices[0].gpu_uuid, small.devices[0].profile) == ("GPU-a", "1g.5gb")
+    index.apply(small)
+    larger = index.plan(pod((1, 9000)))
+    assert (larger.devices[0].gpu_uuid, larger.devices[0].profile) == ("GPU-a", "2g.10gb")
+
+
+def test_a_9gb_service_takes_the_h100_1g_10gb_when_only_services_are_asked_for():
+    # No whole-GPU (or half-GPU) job in the mix: an empty GPU is worth only its slices, and the H100
+    # 1g.10gb costs one compute slice where the A100 2g.10gb costs two.
+    gpus = [
+        gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h"),
+        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a"),
+    ]
+    index = PlacementIndex(gpus)
+    index.set_demand(((4000, 5.0), (9000, 5.0)))
     small = index.plan(pod((1, 4000)))
     assert (small.devices[0].gpu_uuid, small.devices[0].profile) == ("GPU-a", "1g.5gb")
     index.apply(small)

@@ -1,0 +1,102 @@
+"""An online estimate of the demand mix, and the weights that price what a placement puts at risk.
+
+The extender sees every pod the filter is asked about. `DemandEstimate` keeps, per pool (any name the
+caller chooses: a node pool, or "" for the whole fleet), the last `window` arrivals (when, and the
+memory each device asked for: MiB, or None for a whole GPU) and the last `window` lifetimes seen per
+request, so it follows a change of mix within one window and its memory stays bounded. `mix(pool)`
+is the offered work per request: arrival rate over the window times its mean lifetime (Little's law:
+the instances of that size running on average). Until a lifetime of a request is seen, its lifetime
+is the mean of those seen for any request, or 1.
+
+Feeding it from the extender (webhooks/fleet.py): `arrived(pool, asks, now)` once per pod the filter
+decides (placed or refused: a refused whole-GPU job is exactly the demand that must be weighed), with
+the pod's device asks as `PodRequest.devices()` gives them; `ended(pool, asks, lifetime)` when a pod
+holding a reservation goes (lifetime: seconds from its reservation to its release); then
+`PlacementIndex.set_demand(estimate.mix(pool))` before the next decision when `estimate.version`
+changed.
+
+`risk_weights` turns a mix into the per-profile price the engine charges for destroying one free slot
+of a profile on a GPU model (`mig.placement.plan` ranks by it first): the work offered to that profile
+on that model over the slots of it still free fleet-wide. A slot of a profile nobody asks for is free
+to destroy; the last empty GPU is dear when whole-GPU jobs arrive. With no estimate every published
+profile is priced as if it were offered one unit of work (`PRIOR`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+
+from mig.placement.request import Memory, Percent
+
+Ask = int | None  # a device's memory ask (MiB), None for a whole GPU
+Mix = tuple[tuple[Ask, float], ...]  # (ask, offered work: instances running on average)
+WINDOW = 2000
+SCALE = 1 << 20  # weights are integers: the price of one slot, in 1/SCALE of a unit of work
+PRIOR: Mix = ()  # no estimate: every published profile is offered one unit
+
+
+class DemandEstimate:
+    """Arrival rates and lifetimes per request over a sliding window, per pool (see the module)."""
+
+    def __init__(self, window: int = WINDOW):
+        self.window = window
+        self._arrivals: dict[str, deque[tuple[float, Ask]]] = {}
+        self._lives: dict[str, dict[Ask, deque[float]]] = {}
+        self.version = 0
+
+    @staticmethod
+    def _asks(asks: Iterable[Memory]) -> list[Ask]:
+        # a share of GPU memory is sized per GPU; counted as a whole-GPU-independent ask it would
+        # need a model, so it is left out of the mix
+        return [a for a in asks if not isinstance(a, Percent)]
+
+    def arrived(self, pool: str, asks: Iterable[Memory], at: float) -> None:
+        q = self._arrivals.setdefault(pool, deque(maxlen=self.window))
+        for ask in self._asks(asks):
+            q.append((at, ask))
+        self.version += 1
+
+    def ended(self, pool: str, asks: Iterable[Memory], lifetime: float) -> None:
+        lives = self._lives.setdefault(pool, {})
+        for ask in self._asks(asks):
+            lives.setdefault(ask, deque(maxlen=self.window)).append(max(0.0, lifetime))
+        self.version += 1
+
+    def mix(self, pool: str = "") -> Mix:
+        """(ask, offered work) per ask seen in the window, largest work first (ties: by ask)."""
+        q = self._arrivals.get(pool)
+        if not q or len(q) < 2 or q[-1][0] <= q[0][0]:
+            return PRIOR
+        span = q[-1][0] - q[0][0]
+        counts: dict[Ask, int] = {}
+        for _, ask in q:
+            counts[ask] = counts.get(ask, 0) + 1
+        lives = self._lives.get(pool, {})
+        seen = [t for d in lives.values() for t in d]
+        default = sum(seen) / len(seen) if seen else 1.0
+        out = []
+        for ask, n in counts.items():
+            d = lives.get(ask)
+            life = sum(d) / len(d) if d else default
+            out.append((ask, n / span * life))
+        return tuple(sorted(out, key=lambda e: (-e[1], -1 if e[0] is None else e[0])))
+
+
+def _quantize(x: float) -> int:
+    """A positive price rounded to a power of 2^(1/4) (so equal mixes give equal, memoizable weights)."""
+    if x <= 0:
+        return 0
+    return max(1, round(2 ** (round(4 * math.log2(x)) / 4)))
+
+
+def risk_weights(
+    names: Sequence[str],
+    offered: Sequence[float],
+    slots: Mapping[str, int],
+) -> tuple[int, ...]:
+    """Per profile (in `names` order): the price of destroying one free slot of it, `offered[k]`
+    (its work, in its slices' share of the GPU times instances running) over the free slots of it on
+    its model fleet-wide (`slots`, at least 1), scaled by SCALE and quantized."""
+    return tuple(_quantize(SCALE * w / max(1, slots.get(n, 0))) for n, w in zip(names, offered, strict=True))

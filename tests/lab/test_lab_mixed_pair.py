@@ -1,0 +1,56 @@
+"""examples/mixed-pair.yaml on the lab's A100 node (two empty A100-SXM4-40GB): the 1g.5gb and the
+3g.20gb share one GPU and the other stays whole, through the real scheduler extender, kube-scheduler
+and device plugins, as the example says they can."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from lab.chart import ChartError, helm_binary
+from lab.cluster import Lab
+from lab.kit import Kit
+from lab.nodes import parse_nodes
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mixed-pair.yaml"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    try:
+        helm_binary()
+    except ChartError as error:
+        pytest.skip(str(error))
+    started = Lab(parse_nodes("gpu-a100=2xA100-SXM4-40GB"), tmp_path_factory.mktemp("pair-lab")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def kit(lab: Lab) -> Iterator[Kit]:
+    k = Kit(lab)
+    yield k
+    k.delete_all()
+
+
+def test_the_mixed_pair_shares_one_a100_and_leaves_the_other_whole(lab, kit):
+    pods = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for pod in pods:  # quantities as the API writes them (kubectl sends YAML's numbers as strings too)
+        for c in pod["spec"]["containers"]:
+            c["resources"]["limits"] = {k: str(v) for k, v in c["resources"]["limits"].items()}
+    for pod in pods:  # in the file's order: the 1g.5gb first, then the 3g.20gb
+        kit.create(pod)
+        kit.wait_phase(pod["metadata"]["name"], "Running", 60)
+    small, large = (kit.allocations(p["metadata"]["name"]) for p in pods)
+    assert [a.profile for a in small] == ["1g.5gb"]
+    assert [a.profile for a in large] == ["3g.20gb"]
+    assert small[0].gpuUUID == large[0].gpuUUID
+    gpus = {g.uuid for _, g in kit.gpus_of_model("A100")}
+    assert len(gpus) == 2
+    (other,) = gpus - {small[0].gpuUUID}
+    holders = [a for p in pods for a in kit.allocations(p["metadata"]["name"]) if a.gpuUUID == other]
+    assert holders == []  # the other A100 holds nothing: a whole-GPU pod still fits there
