@@ -10,6 +10,10 @@ eviction replays, printed as the full run prints them (nothing written); with `-
 minute) or `--load overload` that load only, `--seeds A,B` those seeds, `--ranking NAME` (e.g. "evict:
 all opted in, move only") that ranking beside plain dynmig's.
 `--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
+`--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
+mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
+seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 20 minutes here);
+`--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/).
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
@@ -75,12 +79,14 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import advise_cost, eviction
+from _packing import advise_cost, eviction, grid, plot
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
+from _packing.rules import RULES, memoized
 
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, PodRequest
+from mig.placement.demand import DemandEstimate
 
 SEED = 20240611
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
@@ -121,13 +127,34 @@ def gpu_states(nodes: list[BNode]) -> list[GpuState]:
 
 
 class Dynmig:
-    """Adapter: dynmig's PlacementIndex behind the baselines' interface."""
+    """Adapter: dynmig's PlacementIndex behind the baselines' interface.
+
+    A replay that calls `arrived` (every arrival, before its decision: the filter sees it) and
+    `departed` (a pod's asks and lifetime when it ends) feeds the engine's demand estimate, as the
+    extender would (`mig.placement.demand`); the index is given the estimated mix every
+    `REFRESH` observations. Nothing about a pod's future is told: a lifetime only once it has ended.
+    """
 
     name = "dynmig"
+    REFRESH = 25
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
         self.index = PlacementIndex(gpu_states(nodes))
+        self.demand = DemandEstimate()
+        self._seen = 0
+
+    def arrived(self, at: float, mems: tuple) -> None:
+        self.demand.arrived("", mems, at)
+        self._refresh()
+
+    def departed(self, mems: tuple, lifetime: float) -> None:
+        self.demand.ended("", mems, lifetime)
+
+    def _refresh(self) -> None:
+        self._seen += 1
+        if self._seen % self.REFRESH == 0:
+            self.index.set_demand(self.demand.mix())
 
     def decide(self, mems: list[int | None]) -> list[Pick] | None:
         pod = PodRequest(containers=tuple(ContainerRequest(1, m) for m in mems))
@@ -148,6 +175,16 @@ class Dynmig:
 
 
 POLICIES = (Dynmig, FirstFit, BestFit, Hami2378, Hami2378Binpack, Hami2855, Hami2855Binpack)
+# The packing grid's policies (`--grid`): dynmig and the strong simple baselines, the _baselines ones
+# memoized per GPU (same decisions, `_packing.rules.memoized`) so the grid fits in its time.
+GRID_POLICIES = (
+    Dynmig,
+    *(memoized(c) for c in (FirstFit, BestFit)),
+    *RULES,
+    *(memoized(c) for c in (Hami2378Binpack, Hami2855Binpack)),
+)
+GRID_RESULTS = RESULTS.parent / "packing-grid.json"
+GRID_PLOT = Path(__file__).resolve().parents[1] / "docs" / "packing-grid.png"
 
 
 def apply(policy, picks: list[Pick], key: int, mems: tuple) -> None:
@@ -542,7 +579,68 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
-FLAGS = ("--quick", "--evict-only", "--advise-cost")  # flags on their own
+def grid_main(argv: list[str]) -> int:
+    """`--grid`: the packing grid (bench/_packing/grid.py) on the held-out seeds, its table, its verdict
+    against issue 29's targets, bench/results/packing-grid.json and the plot docs/packing-grid.png.
+    `--quick`: `grid.QUICK_CELLS` only; `--tuning`: the tuning seeds instead (nothing written to docs/)."""
+    tuning = "--tuning" in argv
+    seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
+    cells = list(grid.QUICK_CELLS) if "--quick" in argv else grid.cells()
+    names = [c.name for c in GRID_POLICIES]
+    print(
+        f"packing grid: {len(cells)} cells, {'tuning' if tuning else 'held-out'} seeds {', '.join(map(str, seeds))} "
+        f"(tuning seeds {', '.join(map(str, grid.TUNING_SEEDS))}; held out {', '.join(map(str, grid.HELD_OUT_SEEDS))}); "
+        f"{grid.ARRIVALS} arrivals per trace, the first {grid.WARM:.0%} not counted; refused GPU-work in "
+        "GPU-minutes summed over seeds"
+    )
+    head = (
+        f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'per seed':>18} "
+        f"{'util d/b':>11} {'refused d/b':>12} {'whole-GPU work d/b':>19}"
+    )
+    print(head)
+    print("-" * len(head))
+    summaries = []
+    t0 = time.perf_counter()
+    for cell in cells:
+        runs = []
+        for seed in seeds:
+            arrivals = grid.trace(cell, seed)
+            runs.append({c.name: grid.replay(c, cell, arrivals, apply, release) for c in GRID_POLICIES})
+        s = grid.summarise(cell, runs)
+        summaries.append(s)
+        best, work = s["best_baseline"], s["refused_work"]
+        by = s["refused_work_by_class"]
+        print(
+            f"{cell.label:<40} {work['dynmig']:>8.0f} {best:>15} {work[best]:>6.0f} {s['ratio']:>5.2f}× "
+            f"{'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
+            f"{s['utilisation']['dynmig']:.3f}/{s['utilisation'][best]:.3f} "
+            f"{s['refused']['dynmig']:>5}/{s['refused'][best]:<6} "
+            f"{by['dynmig'].get('whole', 0):>9.0f}/{by[best].get('whole', 0):<9.0f}",
+            flush=True,
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    print("\nper policy, refused GPU-work over all cells (sum) and cells where it is the best baseline:")
+    for n in names:
+        wins = sum(1 for s in summaries if s["best_baseline"] == n)
+        print(f"  {n:<16} {sum(s['refused_work'][n] for s in summaries):>10.0f}  best in {wins} cells")
+    print("\ntargets (issue 29), on these seeds:")
+    for line in grid.verdict(summaries):
+        print("  " + line)
+    out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
+    GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    target = GRID_RESULTS if not tuning and "--quick" not in argv else GRID_RESULTS.with_suffix(".try.json")
+    target.write_text(json.dumps(out, indent=2) + "\n")
+    picture = GRID_PLOT if target == GRID_RESULTS else target.with_suffix(".png")
+    plot.grid_plot(
+        summaries,
+        picture,
+        f"dynmig's refused GPU-work over the best baseline's, per cell ({'tuning' if tuning else 'held-out'} seeds)",
+    )
+    print(f"wrote {target} and {picture}")
+    return 0
+
+
+FLAGS = ("--quick", "--evict-only", "--advise-cost", "--grid", "--tuning")  # flags on their own
 OPTIONS = ("--workload", "--load", "--seeds", "--ranking")  # flags followed by a value
 
 
@@ -576,6 +674,8 @@ def main(argv: list[str]) -> int:
         return 2
     if "--advise-cost" in argv:
         return advise_cost.main()
+    if "--grid" in argv:
+        return grid_main(argv)
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
     # --workload NAME: that workload only (mixed, inference-heavy), for trying a change on it
     only = argv[argv.index("--workload") + 1] if "--workload" in argv[:-1] else None
