@@ -71,15 +71,6 @@ def _privileged(container: Mapping[str, Any]) -> bool:
     return isinstance(ctx, dict) and ctx.get("privileged") is True
 
 
-def _who(review: Review) -> str:
-    pod = (
-        f"{review.namespace}/{review.name}"
-        if review.name
-        else f"a pod in {review.namespace or 'the cluster'}"
-    )
-    return pod
-
-
 def _is_pod(review: Review) -> bool:
     return review.resource == "pods" or review.kind == "Pod"
 

@@ -5,7 +5,7 @@ could not place (this server's filter refused it, or its PodScheduled condition 
 a restarted server sees it too) and that does not fit now (at most `max_pods` per pass, highest
 priority and oldest first); a pod the scheduler has not tried yet is not looked at (in a burst of
 hundreds of new pods, planning each on every pass cost CPU the filter needs):
-- the advice (mig/defrag.py) over the fleet as the scheduler sees it, among running MIG pods of no
+- the advice (mig/defrag/, docs/defrag.md) over the fleet as the scheduler sees it, among running MIG pods of no
   higher priority, within the PodDisruptionBudgets the API server reports, goes into the pod's
   `dynmig.io/defrag-advice` annotation (cleared once the pod is placed) and into the filter's
   refusal (`advice_for`: a line of the FilteringFailed event, and after the headline in every
@@ -18,10 +18,10 @@ hundreds of new pods, planning each on every pass cost CPU the filter needs):
   for every eviction, and an event on the pending pod when no set exists. A pod's victims are not
   chosen again while they are still terminating.
 
-The search is bounded (mig/defrag.py); a pass handles at most `max_pods` pending pods and stops
+The search is bounded (mig/defrag/, docs/defrag.md); a pass handles at most `max_pods` pending pods and stops
 taking new ones after about one interval (one-device advice is linear in the fleet: 4 s at 5,000
 nodes × 8 A100 on this 2-core machine under load), so with many pending pods the most important go first.
-Counting the pods a set would lose (mig/defrag.py) builds one fleet-wide engine index per pass, shared
+Counting the pods a set would lose (mig/defrag/, docs/defrag.md) builds one fleet-wide engine index per pass, shared
 by every pod's advice (0.2-0.25 s CPU at 1,000 nodes × 8 A100), and then costs 0.1-0.5 s CPU per advice
 at 1,000 nodes when the fleet is packed with no free slice anywhere (every set must be priced).
 With `move_only` (the default), only sets that lose no pod are evicted: a pod moves, or stays. A set may
