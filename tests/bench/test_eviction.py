@@ -71,29 +71,38 @@ def test_with_move_only_the_controller_evicts_no_pod_the_engine_cannot_place_aga
         assert (out.arrivals_refused, out.no_set, out.evictions, out.refused) == (1, 1, 0, 1), ranking.name
 
 
-def test_the_advisor_moves_two_small_services_rather_than_evict_a_whole_gpu_job_that_has_no_other_home():
-    # Three A100s: a whole-GPU job (GPU 0), two 1g services (GPU 1), a 3g job and a 2g service (GPU 2).
-    # A second whole-GPU job arrives. Evicting the first job is one pod, but it has no other home;
-    # the two services fit again beside the 3g and 2g, so they go and the fleet refuses nothing.
+def test_the_advisor_moves_small_pods_rather_than_evict_a_whole_gpu_job_that_has_no_other_home():
+    # Three A100s: a whole-GPU job (GPU 0), two 1g services, a 3g job and a 2g service on the other
+    # two. A second whole-GPU job arrives. Evicting the first job is one pod, but it has no other
+    # home; the smaller pods fit again beside each other, so they go and the fleet refuses nothing.
     trace = [(0.0, WHOLE, 100.0), (0.5, ONE_G, 100.0), (0.6, ONE_G, 100.0), (1.0, THREE_G, 100.0)]
     trace += [(1.1, TWO_G, 100.0), (2.0, WHOLE, 100.0)]
     for ranking in (EVERYONE, EVERYONE_MOVES):
         out = replay(trace, a100s(3), ranking)
-        assert out.sets == [EvictionSet(2.0, 5, (1, 2), True, (1, 2), True)], ranking.name
+        (evicted,) = out.sets
+        assert (evicted.pending, evicted.placed, evicted.exact) == (5, True, True), ranking.name
+        assert 0 not in evicted.victims and evicted.replaced == evicted.victims, evicted
         assert (out.refused, out.evicted_lost, out.advised_lost, out.misjudged) == (0, 0, 0, 0)
 
 
-def test_the_evicted_pod_is_placed_again_where_slices_are_left_and_nothing_is_refused():
-    # Three A100s, no departures: dynmig puts the 1g at slice 6 of GPU 0 and each 3g at 4:4 of its
-    # own GPU, so the whole-GPU job finds no empty GPU. Every running pod alone frees a GPU.
+def test_the_engine_keeps_a_gpu_whole_so_a_whole_gpu_job_needs_no_eviction():
+    # Three A100s, no departures: the 1g and both 3g share GPUs (a 3g at 0:4 beside the 1g at 6, the
+    # other 3g at 4:4 beside it or on a second GPU), so the whole-GPU job finds an empty GPU.
     trace = [(0.0, ONE_G, 100.0), (1.0, THREE_G, 100.0), (2.0, THREE_G, 100.0), (3.0, WHOLE, 100.0)]
-    # All opted in: the youngest single pod, the second 3g, goes and fits again at 0:4 beside a 1g or 3g.
+    for ranking in (EVERYONE, JOBS):
+        out = replay(trace, a100s(3), ranking)
+        assert (out.sets, out.refused, out.evictions) == ([], 0, 0), ranking.name
+
+
+def test_the_evicted_pod_is_placed_again_where_slices_are_left_and_nothing_is_refused():
+    # Three A100s of two 3g each; one 3g leaves GPU 0 and one leaves GPU 1, so each holds one 3g and no
+    # GPU is empty when a whole-GPU job arrives. All opted in: one 3g goes and fits again beside the
+    # other lone 3g, and the job takes the GPU it freed.
+    trace = [(i * 0.1, THREE_G, 1.0 if i in (0, 2) else 100.0) for i in range(6)] + [(5.0, WHOLE, 100.0)]
     out = replay(trace, a100s(3), EVERYONE)
-    assert out.sets == [EvictionSet(3.0, 3, (2,), True, (2,), True)]
-    assert (out.refused, out.evictions, out.evicted_lost) == (0, 1, 0)
-    # Jobs outrank services: only the 1g service may go; it fits again beside a 3g job.
-    out = replay(trace, a100s(3), JOBS)
-    assert out.sets == [EvictionSet(3.0, 3, (0,), True, (0,), True)]
+    (evicted,) = out.sets
+    assert len(evicted.victims) == 1 and evicted.replaced == evicted.victims and evicted.placed, evicted
+    assert evicted.victims[0] in (1, 3), evicted  # a lone 3g, not one of the pair sharing GPU 2
     assert (out.refused, out.evictions, out.evicted_lost) == (0, 1, 0)
 
 
