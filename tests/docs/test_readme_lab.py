@@ -96,3 +96,18 @@ def test_the_readmes_cluster_install_runs_as_written_on_the_lab_to_a_running_pod
         assert manager == "Helm", (kind, manager)
     lab = reader.lab_log.read_text()
     assert "dynmig certs init" in lab and "dynmig certs inject" in lab, reader.lab_tail()
+
+
+def test_the_readmes_status_sample_is_what_a_fresh_lab_prints_for_the_mixed_pair(reader):
+    """The sample's commands run on a fresh lab print the sample itself: the mixed pair shares GPU 0
+    and leaves GPU 1 whole for a 7g.40gb."""
+    (block,) = [b for b in blocks(section(README, "Seeing the fleet: status and the page"), "") if "$ " in b]
+    commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+    shown = "".join(line + "\n" for line in block.splitlines() if not line.startswith("$ ")).strip()
+    reader.run([".venv/bin/dynmig lab --serve --kubeconfig-out /tmp/kc"])
+    env = f"export KUBECONFIG={reader.home / 'kc'} PATH=$PWD/.venv/bin:$PWD/.cache/tools:$PATH"
+    waited = "kubectl wait --for=condition=Ready pod/pair-small pod/pair-large"
+    printed = reader.run([env, commands[0], waited, *commands[1:]])
+    status = printed[printed.index("slices:") :].strip()
+    assert status == shown, status
+    assert "7g.40gb 1" in shown.splitlines()[2]  # the node still fits a whole-GPU job
