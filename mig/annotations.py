@@ -62,6 +62,11 @@ LEFTOVERS = "dynmig.io/node-leftover-instances"  # ours: see mig/leftovers.py
 # consent to be evicted by the defrag controller ("true"; anything else is no).
 DEFRAG_ADVICE = "dynmig.io/defrag-advice"
 EVICTABLE = "dynmig.io/evictable"
+# dynmig's own (plugin/podresources.py): the node's device plugin is dynmig's and finds Allocate's
+# pod through kubelet's PodResources API, so the scheduler need not hold HAMi's node lock there.
+# The value names the protocol; a node without it (or with another value) keeps HAMi's lock exactly.
+PLUGIN_CLAIMS = "dynmig.io/plugin-claims"
+PLUGIN_CLAIMS_PODRESOURCES = "podresources-v1"
 
 BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
 

@@ -38,6 +38,7 @@ from plugin.kube import Conflict, Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
 from plugin.nvml import NvmlError
 from plugin.podfinder import PodFinder, PodNotFound, lock_owner, next_container
+from plugin.podresources import KubeletPods
 from plugin.reconcile import Reconciler
 
 log = logging.getLogger("dynmig.plugin.allocate")
@@ -153,10 +154,11 @@ class Allocator:
         metrics: PluginMetrics,
         strategy: str = "envvar",
         busy_wait: float = BUSY_WAIT_S,
+        kubelet_pods: KubeletPods | None = None,
     ):
         self.busy_wait = busy_wait
         self.kube = kube
-        self.finder = PodFinder(kube)
+        self.finder = PodFinder(kube, kubelet_pods)
         self.manager = manager
         self.reconciler = reconciler
         self.metrics = metrics

@@ -71,6 +71,8 @@ class PluginConfig:
     idle_ttl: float = 0.0  # seconds an ended pod's instance stays for reuse; 0 = reuse off
     idle_per_gpu: int = 2  # at most this many idle instances per GPU
     idle_scope: str = "namespace"  # who may get an idle instance: the same namespace, or any pod
+    precreate: bool = True  # create a bound pod's reserved instances before kubelet's Allocate
+    pod_resources_socket: str = ""  # kubelet's PodResources socket: identifies Allocate's pod lock-free
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
     @property
@@ -241,6 +243,22 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
         help="who may get an idle instance: a pod of the same namespace as its last user, or any "
         "pod (see docs/startup.md: GPU memory clearing between users is not proven here)",
     )
+    f.add(
+        "--precreate",
+        default="on",
+        choices=("on", "off"),
+        help="create a bound pod's reserved MIG instances as soon as it is bound to this node, "
+        "in parallel across GPUs; Allocate then waits only for what is left (docs/startup.md)",
+    )
+    f.add(
+        "--pod-resources-socket",
+        default="",
+        show_default="none: HAMi's node lock only",
+        help="kubelet's PodResources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock; a "
+        "relative path is taken from --kubelet-dir): "
+        "Allocate finds its pod from the pods kubelet has taken in, so the scheduler need not hold "
+        "the node lock (the node then says so in dynmig.io/plugin-claims)",
+    )
     f.add("--log-level", default="info", choices=LEVELS, help="least severe log level written")
     f.add(
         "--log-format",
@@ -311,5 +329,7 @@ def load_config(argv: list[str]) -> PluginConfig:
         idle_ttl=args.idle_ttl,
         idle_per_gpu=args.idle_per_gpu,
         idle_scope=args.idle_scope,
+        precreate=args.precreate == "on",
+        pod_resources_socket=args.pod_resources_socket,
         warnings=tuple(f.warnings),
     )

@@ -70,6 +70,7 @@ class ManagedInstance:
     owner: Owner | None = None  # the pod it was created or adopted for (None: not known)
     journaled: bool = False  # managed again after a restart on the journal's proof alone
     idle_since: float | None = None  # Unix seconds since its pod ended and it was kept for reuse
+    delivered: bool = True  # False: pre-created, not yet handed to kubelet (never parked as idle)
 
     @property
     def idle(self) -> bool:
@@ -160,13 +161,17 @@ class InstanceManager:
 
     # ---- create
 
-    def ensure(self, key: InstanceKey, owner: Owner | None = None) -> tuple[ManagedInstance, bool]:
+    def ensure(
+        self, key: InstanceKey, owner: Owner | None = None, delivered: bool = True
+    ) -> tuple[ManagedInstance, bool]:
         """The instance for `key`, creating it at exactly its placement if needed; (instance, created).
 
-        An existing instance of another pod is never returned: InstanceError `owned-by-another-pod`."""
+        An existing instance of another pod is never returned: InstanceError `owned-by-another-pod`.
+        `delivered=False` (the pre-creator): the instance is not handed to kubelet yet; a later call
+        with `delivered=True` (Allocate, for the same pod) marks it handed over."""
         existing = self.get(key)
         if existing is not None and not existing.idle:
-            return self._mine(existing, owner), False
+            return self._delivered(self._mine(existing, owner), delivered), False
         gpu = self._mutable_gpu(key.gpu_uuid)
         profile = self._profile(gpu, key.profile)
         with self.gpu_lock(key.gpu_uuid):
@@ -174,7 +179,7 @@ class InstanceManager:
             if existing is not None and existing.idle:
                 return self._hand_over(gpu, existing, owner), False
             if existing is not None:
-                return self._mine(existing, owner), False
+                return self._delivered(self._mine(existing, owner), delivered), False
             intent = Entry.intent(key.journal_key, owner or Owner(UNKNOWN, UNKNOWN, UNKNOWN))
             try:
                 self.journal.record(intent)  # before the GI exists: a crash from here on leaves proof
@@ -190,9 +195,13 @@ class InstanceManager:
                     self._unjournal(key)
                 raise
             self.metrics.create_seconds.observe(time.perf_counter() - started)
-            instance = ManagedInstance(key, instance.gi_id, instance.ci_id, instance.mig_uuid, owner=owner)
+            instance = ManagedInstance(
+                key, instance.gi_id, instance.ci_id, instance.mig_uuid, owner=owner, delivered=delivered
+            )
             self._journal_created(intent, instance)
-        self._remember(instance)
+            # managed before the GPU lock goes: a caller waiting on it for the same key (Allocate
+            # behind the pre-creator) must find this instance, never try a second create
+            self._remember(instance)
         self.metrics.creates.inc()
         pod = owner.ref if owner is not None else "(unknown)"
         log.info(
@@ -368,6 +377,19 @@ class InstanceManager:
 
     def _count_idle(self) -> None:
         self.metrics.idle_instances.set(len(self.idle_instances()))
+
+    def _delivered(self, instance: ManagedInstance, delivered: bool) -> ManagedInstance:
+        """Mark a pre-created instance handed over (Allocate for its own pod is serving it)."""
+        if not delivered or instance.delivered:
+            return instance
+        with self._map_lock:
+            current = self._managed.get(instance.key)
+            if current is None or current.gi_id != instance.gi_id or current.owner is None:
+                return instance
+            if instance.owner is None or current.owner.pod_uid != instance.owner.pod_uid:
+                return instance
+            instance = self._managed[instance.key] = replace(current, delivered=True)
+        return instance
 
     def _mine(self, existing: ManagedInstance, owner: Owner | None) -> ManagedInstance:
         if existing.owner is not None and owner is not None and existing.owner.pod_uid != owner.pod_uid:

@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIServer
 from base import logs
 from base.version import version
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
+from mig.annotations import PLUGIN_CLAIMS, PLUGIN_CLAIMS_PODRESOURCES
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
@@ -24,10 +25,12 @@ from plugin.events import PodEvents
 from plugin.idle import IdlePolicy, IdlePublisher, idle_list
 from plugin.instances import InstanceManager
 from plugin.journal import Journal
-from plugin.kube import Kube, api_client
+from plugin.kube import Kube, KubeError, api_client
 from plugin.leftovers import LeftoverPublisher, find_leftovers
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
+from plugin.podresources import KubeletPods
+from plugin.precreate import Precreator
 from plugin.reconcile import PassResult, Reconciler
 from plugin.register import Publisher
 from plugin.server import DevicePluginService, PluginServer
@@ -51,13 +54,23 @@ class DevicePluginApp:
         )
         self.idle = IdlePolicy(config.idle_ttl, config.idle_per_gpu, config.idle_scope)
         self.reconciler = Reconciler(kube, self.manager, self.metrics, idle=self.idle)
-        self.allocator = Allocator(kube, self.manager, self.reconciler, self.metrics, config.strategy)
+        socket = config.pod_resources_socket
+        if socket and not socket.startswith("/"):
+            socket = str(config.kubelet_dir / socket)  # relative to --kubelet-dir
+        self.kubelet_pods = KubeletPods(socket) if socket else None
+        self.allocator = Allocator(
+            kube, self.manager, self.reconciler, self.metrics, config.strategy, kubelet_pods=self.kubelet_pods
+        )
+        self._claims: str | None = None  # what this plugin last wrote in dynmig.io/plugin-claims
         self.publisher = Publisher(kube, self.metrics)
         self.leftovers = LeftoverPublisher(kube, self.metrics)
         self.idle_publisher = IdlePublisher(kube, self.metrics)
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
+        self.precreator = Precreator(
+            kube, self.manager, ready=lambda: bool(self.report and self.report.complete)
+        )
         self.report: StartupReport | None = None
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
@@ -81,14 +94,18 @@ class DevicePluginApp:
         self.recover()
         self.publisher.publish(self.inventory)
         self.server.start()
+        self.publish_claims()
         served = self.metrics.serve(self.config.metrics_address, healthz=self.alive, readyz=self.ready)
         self._metrics_server = served[0] if served else None
         self._loop = threading.Thread(target=self._run, name="dynmig-reconcile", daemon=True)
         self._loop.start()
+        if self.config.precreate:
+            self.precreator.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        self.precreator.stop()
         if self._loop is not None:
             self._loop.join(timeout=10)
         self.server.stop()
@@ -119,7 +136,27 @@ class DevicePluginApp:
                 return None
         result = self._reclaim()
         self.publisher.publish(self.inventory)
+        self.publish_claims()
         return result
+
+    def publish_claims(self) -> None:
+        """Say on the node that Allocate finds its pod through kubelet's PodResources API (so the
+        scheduler may bind several pods here at once) only while that API answers; otherwise remove
+        it, and the scheduler takes HAMi's node lock again. Allocate never falls back to guessing."""
+        want = (
+            PLUGIN_CLAIMS_PODRESOURCES
+            if self.kubelet_pods is not None and self.kubelet_pods.reachable()
+            else None
+        )
+        try:
+            if self._claims is None or want != self._claims:
+                current = self.kube.get_node().annotations.get(PLUGIN_CLAIMS)
+                if current != want:
+                    self.kube.patch_node_annotations({PLUGIN_CLAIMS: want})
+                    log.info("node annotation %s: %s", PLUGIN_CLAIMS, want or "(removed)")
+            self._claims = want or ""
+        except KubeError as error:
+            log.warning("could not publish %s: %s", PLUGIN_CLAIMS, error)
 
     def _reclaim(self) -> PassResult:
         """A reclaim pass, then (from the same view of the node) the leftovers for the scheduler."""

@@ -33,6 +33,11 @@ class PluginMetrics:
             "dynmig_plugin_managed_instances", "MIG instances this plugin manages", registry=r
         )
         self.creates = Counter("dynmig_plugin_instance_creates", "MIG instances created (GI+CI)", registry=r)
+        self.precreates = Counter(
+            "dynmig_plugin_instance_precreates",
+            "MIG instances created ahead of Allocate from a bound pod's reservation",
+            registry=r,
+        )
         self.destroys = Counter(
             "dynmig_plugin_instance_destroys", "MIG instances destroyed (CI then GI)", ["cause"], registry=r
         )

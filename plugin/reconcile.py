@@ -270,6 +270,8 @@ class Reconciler:
         """Keep an ended pod's instance idle instead of destroying it, when every rule allows."""
         if not self.idle.enabled or instance.owner is None or not instance.has_ci or not instance.mig_uuid:
             return False
+        if not instance.delivered:
+            return False  # pre-created for a pod that never got it: destroyed, never handed to another
         if urgent is not None and urgent(instance):
             return False
         owner = by_uid.get(instance.owner.pod_uid)

@@ -81,6 +81,7 @@ class Node:
             strategy=strategy,
             reconcile_interval=3600.0,
             state_dir=self.plugin_dir / "state",
+            precreate=more.pop("precreate", False),  # tests of pre-creation turn it on
             **more,
         )
 
@@ -170,7 +171,7 @@ class Node:
         """kubelet admits the pod: one Allocate per container that requests GPUs."""
         pod = self.core.read_namespaced_pod(name, namespace)
         counts = [(c.name, int(c.resources.limits.get(RESOURCE, 0))) for c in pod.spec.containers]
-        return self.kubelet.allocate(RESOURCE, counts, pod_uid=pod.metadata.uid)
+        return self.kubelet.allocate(RESOURCE, counts, pod_uid=pod.metadata.uid, pod_ref=(namespace, name))
 
     def annotations(self, name: str, namespace: str = "default") -> dict[str, str]:
         return dict(self.core.read_namespaced_pod(name, namespace).metadata.annotations or {})

@@ -23,10 +23,16 @@ import grpc
 from plugin.api import HEALTHY, KUBELET_SOCKET_NAME, UNHEALTHY
 from plugin.api import deviceplugin_pb2 as pb
 from plugin.api import deviceplugin_pb2_grpc as rpc
+from plugin.api import podresources_pb2 as prpb
+from plugin.api import podresources_pb2_grpc as prrpc
 from sim.kubelet.endpoint import DIAL_TIMEOUT_S, PluginEndpoint
 from sim.kubelet.names import resource_name_error, version_error
 
 MAX_UNIX_PATH = 107
+# kubelet serves PodResources at /var/lib/kubelet/pod-resources/kubelet.sock, beside device-plugins/;
+# the lab gives each node its own device-plugin dir, so here it is inside it (the plugin's
+# `--pod-resources-socket pod-resources/kubelet.sock`, relative to its --kubelet-dir)
+POD_RESOURCES_SOCKET = "pod-resources/kubelet.sock"
 RPC_TIMEOUT_S = 30.0  # kubelet sets none on Allocate; a bound keeps a broken test from hanging
 
 
@@ -127,6 +133,13 @@ class SimulatedKubelet:
         self._in_use: dict[str, set[str]] = {}  # pod uid -> device IDs (all resources)
         self._cond = threading.Condition()
         self._admitting = threading.Lock()  # kubelet admits one pod at a time
+        # kubelet's pod manager as PodResources List shows it: uid -> (namespace, name, container ->
+        # device IDs). A pod is added just before its admission, as HandlePodAdditions adds each pod
+        # to the pod manager before canAdmitPod; a container's devices appear once its Allocate has
+        # returned (the device manager inserts podDevices after the plugin's Allocate answers); the
+        # pod stays until it is gone from the API (`forget`), as a rejected or ended pod stays.
+        self._pod_manager: dict[str, tuple[str, str, dict[str, list[str]]]] = {}
+        self.pod_resources_path = self.plugin_dir / POD_RESOURCES_SOCKET
         self._server: grpc.Server | None = None
         self.restarts = 0
 
@@ -137,6 +150,11 @@ class SimulatedKubelet:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-kubelet"))
         rpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix://{self.socket_path}")
+        if len(str(self.pod_resources_path)) <= MAX_UNIX_PATH:
+            self.pod_resources_path.parent.mkdir(parents=True, exist_ok=True)
+            self.pod_resources_path.unlink(missing_ok=True)
+            prrpc.add_PodResourcesListerServicer_to_server(_PodResources(self), server)
+            server.add_insecure_port(f"unix://{self.pod_resources_path}")
         server.start()
         self._server = server
         return self
@@ -308,13 +326,36 @@ class SimulatedKubelet:
         resource: str,
         containers: Iterable[int] | Iterable[tuple[str, int]] | dict[str, int],
         pod_uid: str = "pod",
+        pod_ref: tuple[str, str] | None = None,
     ) -> PodAllocation:
         """Admit a pod as kubelet does: per container that requests `resource`, choose healthy free
         devices (GetPreferredAllocation first when offered), call Allocate once, then
         PreStartContainer when the plugin asks for it. Failures are recorded, never raised. One pod
         at a time: kubelet admits pods in turn in its sync loop, and a second caller waits here."""
         with self._admitting:
+            if pod_ref is not None:
+                with self._cond:
+                    self._pod_manager.setdefault(pod_uid, (pod_ref[0], pod_ref[1], {}))
             return self._admit(resource, containers, pod_uid)
+
+    def take_in(self, pod_uid: str, namespace: str, name: str) -> None:
+        """kubelet added the pod to its pod manager and rejected it before the device manager's
+        Allocate (another admit handler said no): PodResources lists it, with no devices."""
+        with self._cond:
+            self._pod_manager.setdefault(pod_uid, (namespace, name, {}))
+
+    def forget(self, pod_uid: str) -> None:
+        """The pod is gone from the API: kubelet's pod manager drops it (PodResources no longer lists it)."""
+        with self._cond:
+            self._pod_manager.pop(pod_uid, None)
+
+    def pod_resources(self) -> list[tuple[str, str, dict[str, list[str]]]]:
+        """What PodResources List answers now: (namespace, name, container -> device IDs) per pod."""
+        with self._cond:
+            return [
+                (ns, name, {c: list(d) for c, d in devs.items()})
+                for ns, name, devs in self._pod_manager.values()
+            ]
 
     def _admit(
         self,
@@ -382,6 +423,10 @@ class SimulatedKubelet:
         if not response.container_responses:
             raise _AdmissionError("Allocate returned no container responses")
         entry.response = response.container_responses[0]
+        with self._cond:
+            known = self._pod_manager.get(pod_uid)
+            if known is not None:
+                known[2].setdefault(name, []).extend(chosen)
         if endpoint.options.pre_start_required:
             _call(
                 endpoint.stub.PreStartContainer,
@@ -411,6 +456,28 @@ class _Registration(rpc.RegistrationServicer):
         if error is not None:
             context.abort(grpc.StatusCode.UNKNOWN, error)
         return pb.Empty()
+
+
+class _PodResources(prrpc.PodResourcesListerServicer):
+    """kubelet's PodResources v1 List (pkg/kubelet/apis/podresources/server_v1.go): every pod of the
+    pod manager with, per container, the devices the device manager recorded for it."""
+
+    def __init__(self, kubelet: SimulatedKubelet) -> None:
+        self.kubelet = kubelet
+
+    def List(
+        self, request: prpb.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> prpb.ListPodResourcesResponse:
+        out = []
+        for namespace, name, devices in self.kubelet.pod_resources():
+            containers = [
+                prpb.ContainerResources(
+                    name=c, devices=[prpb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=ids)]
+                )
+                for c, ids in devices.items()
+            ]
+            out.append(prpb.PodResources(name=name, namespace=namespace, containers=containers))
+        return prpb.ListPodResourcesResponse(pod_resources=out)
 
 
 def _call(method: Callable, request: object, name: str) -> object:

@@ -317,7 +317,11 @@ class SimulatedPods:
                     self._admission_failed(record, "", f"cannot admit the pod: {error}")
                     return
                 record.allocation = (
-                    self.kubelet.allocate(self.resource, wanted, pod_uid=record.uid) if wanted else False
+                    self.kubelet.allocate(
+                        self.resource, wanted, pod_uid=record.uid, pod_ref=(record.namespace, record.name)
+                    )
+                    if wanted
+                    else False
                 )
                 if record.allocation and not record.allocation.ok:
                     self._admission_failed(record, record.allocation.error)
@@ -499,6 +503,7 @@ class SimulatedPods:
                 self._terminated_status(record, "Succeeded" if exit_code == 0 else "Failed", exit_code)
             self._delete(record)
         self.pods.pop(record.uid, None)
+        self.kubelet.forget(record.uid)
         self.echo(f"{self.node}: {record.namespace}/{record.name} deleted")
 
     def _delete(self, record: PodRecord) -> None:
