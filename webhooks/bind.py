@@ -35,7 +35,7 @@ from webhooks.filter import PodReadings, replan_problem
 from webhooks.fleet import Fleet, Reservation
 from webhooks.kube import EventRecorder, Kube
 from webhooks.metrics import Metrics
-from webhooks.nodelock import LockValue, NodeLock
+from webhooks.nodelock import LockValue, NodeLock, lock_free
 
 log = logging.getLogger(__name__)
 
@@ -140,14 +140,16 @@ class Binder:
             if gpu:
                 reservation = self._reservation(pod, uid, node)
                 annotations = self._annotations(reservation)
-                # the node lock before the Binding: the device plugin finds the pod it allocates for
-                # through the lock (a failed Binding releases it below)
-                self.lock.acquire(
-                    node, ns, name, self._owner_exists, self.cache.node(node) if self.cache else None
-                )
-                locked = True
-                if self.cache is not None:
-                    self.cache.note_lock(node, LockValue(self.lock.clock(), ns, name))
+                cached = self.cache.node(node) if self.cache else None
+                if not lock_free(cached if cached is not None else self.kube.get_node(node)):
+                    # the node lock before the Binding: the device plugin finds the pod it
+                    # allocates for through the lock (a failed Binding releases it below). Only a
+                    # node whose plugin finds the pod through kubelet's PodResources API goes
+                    # without it (webhooks/nodelock.lock_free)
+                    self.lock.acquire(node, ns, name, self._owner_exists, cached)
+                    locked = True
+                    if self.cache is not None:
+                        self.cache.note_lock(node, LockValue(self.lock.clock(), ns, name))
             self.kube.bind(ns, name, uid, node, annotations)
         except Exception as error:  # noqa: BLE001 - any failure must release what the bind took
             message = f"binding {ns}/{name} to {node} failed: {error}"

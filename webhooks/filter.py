@@ -197,6 +197,9 @@ class Filter:
     # The pod from the cache only (no API call), for `inline`; None: `inline` always declines.
     cached: Callable[[str, str, str], dict[str, Any] | None] | None = None
     readings: PodReadings = field(default_factory=PodReadings)  # shared with bind
+    # Nodes whose binds take no node lock (webhooks/nodelock.lock_free): a reservation whose bind is
+    # coming does not keep other pods off them.
+    lock_free: Callable[[str], bool] = lambda node: False
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         reply = self._answer(body, self.lookup)
@@ -285,6 +288,8 @@ class Filter:
     ) -> tuple[ExtenderFilterResult, str]:
         locked = self.blocked(namespace, name)  # binding there would fail on the node lock
         chosen = self.fleet.chosen_for_others(uid)
+        if chosen:
+            chosen = {n: why for n, why in chosen.items() if not self.lock_free(n)}
         blocked: Mapping[str, str] = _Excluded(chosen, locked) if chosen else locked
         # the fleet's index keeps the excluded nodes out of its ranking until the next filter
         out = set(locked).union(chosen) if chosen or locked else set()

@@ -30,7 +30,7 @@ from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
 from webhooks.leader import AlwaysLeader, LeaseFollower
 from webhooks.metrics import Metrics
-from webhooks.nodelock import NodeLock
+from webhooks.nodelock import NodeLock, lock_free
 from webhooks.page.app import create_page_app
 from webhooks.page.view import FleetPage
 from webhooks.runner import Extender, Listeners, Page
@@ -126,6 +126,7 @@ class Service:
             per_minute=cfg.defrag_evictions_per_minute,
         )
         self.filter.advice = self.defrag.advice_for
+        self.filter.lock_free = lambda node: lock_free(self.cache.node(node))
         self.binder = Binder(
             self.fleet,
             self.cache,

@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kube.errors import Conflict
-from mig.annotations import NODE_LOCK, NodeLockValue, decode_node_lock, encode_node_lock
+from mig.annotations import (
+    NODE_LOCK,
+    PLUGIN_CLAIMS,
+    PLUGIN_CLAIMS_PODRESOURCES,
+    NodeLockValue,
+    decode_node_lock,
+    encode_node_lock,
+)
 from webhooks.kube import Kube
 
 
@@ -38,6 +45,17 @@ def _lock_of(node: Mapping[str, Any]) -> str | None:
 def node_lock_value(node: Mapping[str, Any]) -> LockValue | None:
     held = _lock_of(node)
     return decode_node_lock(held) if held else None
+
+
+def lock_free(node: Mapping[str, Any] | None) -> bool:
+    """The node's device plugin says it is dynmig's and finds Allocate's pod through kubelet's
+    PodResources API (`dynmig.io/plugin-claims: podresources-v1`, plugin/podfinder.py): binds there
+    need not take HAMi's node lock, and several pods may be bound at once. Any other node (no
+    annotation, another value: a HAMi plugin, an older dynmig) keeps HAMi's lock exactly."""
+    if not node:
+        return False
+    ann = (node.get("metadata") or {}).get("annotations") or {}
+    return ann.get(PLUGIN_CLAIMS) == PLUGIN_CLAIMS_PODRESOURCES
 
 
 def _version(node: Mapping[str, Any]) -> str:

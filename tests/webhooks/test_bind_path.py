@@ -5,7 +5,7 @@ from __future__ import annotations
 from waiting_testkit import eventually
 from webhooks_testkit import gpu_pod, node
 
-from mig.annotations import BIND_PHASE, NODE_LOCK, VGPU_NODE
+from mig.annotations import BIND_PHASE, NODE_LOCK, PLUGIN_CLAIMS, PLUGIN_CLAIMS_PODRESOURCES, VGPU_NODE
 
 
 def seed(apiserver, service, *objs):
@@ -69,3 +69,37 @@ def test_a_pod_the_cache_has_not_seen_yet_is_filtered_from_the_api_and_bound(api
     assert filter_(extender, pod, ["n1"])["NodeNames"] == ["n1"]
     assert bind(extender, pod, "n1")["Error"] == ""
     assert apiserver.get("pods", "late", "team")["metadata"]["annotations"][VGPU_NODE] == "n1"
+
+
+def lock_free_node(name: str, value: str = PLUGIN_CLAIMS_PODRESOURCES) -> dict:
+    out = node(name)
+    out["metadata"].setdefault("annotations", {})[PLUGIN_CLAIMS] = value
+    return out
+
+
+def test_several_pods_are_bound_at_once_to_a_node_whose_plugin_claims_pods_through_pod_resources(
+    apiserver, service, extender
+):
+    _, *pods = seed(apiserver, service, lock_free_node("n1"), *(gpu_pod(f"p{i}") for i in range(3)))
+    for pod in pods:  # filter all first: a reservation whose bind is coming keeps no one off n1
+        assert filter_(extender, pod, ["n1"])["NodeNames"] == ["n1"]
+    for pod in pods:
+        assert bind(extender, pod, "n1")["Error"] == ""
+    assert NODE_LOCK not in (apiserver.get("nodes", "n1")["metadata"].get("annotations") or {})
+    for i in range(3):
+        stored = apiserver.get("pods", f"p{i}", "team")
+        assert stored["spec"]["nodeName"] == "n1"
+        assert stored["metadata"]["annotations"][BIND_PHASE] == "allocating"
+
+
+def test_a_node_without_dynmigs_claim_or_with_another_value_keeps_hamis_node_lock_exactly(
+    apiserver, service, extender
+):
+    _, _, first, second = seed(
+        apiserver, service, node("n1"), lock_free_node("n2", "podresources-v0"), gpu_pod("p1"), gpu_pod("p2")
+    )
+    assert filter_(extender, first, ["n2"])["NodeNames"] == ["n2"]
+    assert bind(extender, first, "n2")["Error"] == ""
+    assert apiserver.get("nodes", "n2")["metadata"]["annotations"][NODE_LOCK].endswith(",team,p1")
+    out = filter_(extender, second, ["n2"])
+    assert out["NodeNames"] == [], out
