@@ -3,7 +3,9 @@ reconstruction (`mig.reconstruct`), so `dynmig status` shows what the scheduler 
 
 Hostile input never raises here: an unreadable node registration becomes the node's `unreadable`
 text, an unreadable pod annotation is listed among `unreadable_pods` (and, as in the scheduler, closes
-the GPUs it touches), an unreadable pod spec leaves that pending pod's request as "unreadable".
+the GPUs it touches), an unreadable pod spec leaves that pending pod's request as "unreadable", an
+unreadable idle list (`dynmig.io/node-idle-instances`) becomes the node's `idle_unreadable` text and
+changes nothing else (as in the scheduler: the list never occupies anything).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from mig.allowlist import ResourceNames
 from mig.eligibility import Constraints, Eligibility, NodeFacts, constraints_of, eligibility, node_facts
+from mig.idle import IdleError, IdleInstance, decode_idle
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
 from mig.pods import gpu_request, is_terminating, is_waiting, metadata_of, not_scheduled, qualified_name
@@ -21,6 +24,7 @@ from mig.reconstruct import (
     PodUsage,
     node_cordon,
     node_gpus,
+    node_idle,
     node_leftovers,
     node_register,
     pod_usage,
@@ -45,6 +49,17 @@ MAX_REASON = 300  # one line of a pending pod's reason
 FITS_NOW = "fits now: the scheduler places it at its next try"
 
 
+def idle_view(text: object) -> tuple[tuple[IdleInstance, ...], str]:
+    """A node's idle instances from its `dynmig.io/node-idle-instances` value, and "" or why it
+    cannot be read (then no instance: an unreadable list changes nothing)."""
+    if text is not None and not isinstance(text, str):
+        return (), UNREADABLE + "dynmig.io/node-idle-instances: not a string"
+    try:
+        return decode_idle(text), ""
+    except IdleError as error:
+        return (), UNREADABLE + str(error)[:MAX_REASON]
+
+
 def node_view(
     node: Mapping[str, Any], usages: Sequence[PodUsage], terminating: set[str]
 ) -> tuple[NodeMap, tuple[GpuState, ...]]:
@@ -58,18 +73,26 @@ def node_view(
         leftovers = decode_leftovers(node_leftovers(node))
     except LeftoverError:
         leftovers = ()  # reconstruct already failed every GPU closed with the reason
+    idle, idle_unreadable = idle_view(node_idle(node))
     occupancy = reconstruct(published, usages)
-    gpus = [_gpu(occupancy, g, leftovers, terminating) for g in occupancy.gpus]
-    return node_map(name, gpus), occupancy.gpus
+    gpus = [gpu_view(occupancy, g, leftovers, terminating, idle) for g in occupancy.gpus]
+    return node_map(name, gpus, idle_unreadable=idle_unreadable), occupancy.gpus
 
 
-def _gpu(occ: NodeOccupancy, state: GpuState, leftovers: Sequence[Leftover], terminating: set[str]) -> GpuMap:
+def gpu_view(
+    occ: NodeOccupancy,
+    state: GpuState,
+    leftovers: Sequence[Leftover],
+    terminating: set[str] | frozenset[str],
+    idle: Sequence[IdleInstance] = (),
+) -> GpuMap:
+    """One GPU's map from its node's occupancy (`dynmig status` and the live page alike)."""
     holdings = [
         Holding(u.namespace, u.name, a, f"{u.namespace}/{u.name}" in terminating)
         for u, a in occ.holders.get(state.uuid, ())
     ]
     closed = occ.closed.get(state.uuid, "")
-    return gpu_map(state, holdings, leftovers, UNREADABLE + closed if closed else "")
+    return gpu_map(state, holdings, leftovers, UNREADABLE + closed if closed else "", idle)
 
 
 def _reason(pod: Mapping[str, Any]) -> str:

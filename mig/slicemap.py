@@ -19,7 +19,13 @@ API (small on purpose):
 Segment phases: `reserved` (the scheduler reserved it; no MIG instance yet), `realized` (the device
 plugin created it: the reservation carries its MIG UUID), `reclaiming` (its pod is terminating, or the
 plugin lists it as being destroyed), `leftover` (an instance on the GPU no reservation covers, which
-the plugin may not destroy). Every phase occupies its slices for the scheduler.
+the plugin may not destroy). Every phase above occupies its slices for the scheduler. One does not:
+`idle` (an instance the device plugin keeps after its pod ended, `dynmig.io/node-idle-instances`,
+mig/idle.py): its slices are free for any pod, and a pod asking for exactly its profile at its
+placement gets it with no create; so its slices stay in `free` and in what still fits. An idle
+entry that overlaps a reservation or a leftover is not drawn: the annotation lags the plugin (the
+instance is being handed over or destroyed), and the reservation is what the scheduler counts;
+nor is one past the GPU's last slice.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mig.annotations import MigAllocation
+from mig.idle import IdleInstance
 from mig.leftovers import RECLAIMING, Leftover
 from mig.placement import (
     ContainerRequest,
@@ -43,13 +50,15 @@ from mig.placement import reasons as R
 from mig.placement.reasons import _CLOSEST_FIRST as CLOSEST_FIRST  # the engine's own order of closeness
 from mig.types import Placement
 
-SCHEMA_VERSION = 1
-Phase = Literal["reserved", "realized", "reclaiming", "leftover"]
+SCHEMA_VERSION = 2  # 2: the `idle` phase, `idleSince` per segment, `idleUnreadable` per node
+Phase = Literal["reserved", "realized", "reclaiming", "leftover", "idle"]
 RESERVED: Phase = "reserved"
 REALIZED: Phase = "realized"
 RECLAIMING_PHASE: Phase = "reclaiming"
 LEFTOVER: Phase = "leftover"
-PHASES: tuple[Phase, ...] = (RESERVED, REALIZED, RECLAIMING_PHASE, LEFTOVER)
+IDLE_PHASE: Phase = "idle"
+PHASES: tuple[Phase, ...] = (RESERVED, REALIZED, RECLAIMING_PHASE, LEFTOVER, IDLE_PHASE)
+IDLE_MEANING = "free for any pod; reused by a matching one"  # what an idle segment means, in words
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,8 @@ class Holding:
 
 @dataclass(frozen=True)
 class Segment:
-    """One instance on a GPU's slice axis. `namespace`/`name` are "" for a leftover (no pod owns it)."""
+    """One instance on a GPU's slice axis. `namespace`/`name` are "" for a leftover or an idle
+    instance (no pod owns it); `idle_since` (Unix seconds) is set for an idle one only."""
 
     placement: Placement
     profile: str
@@ -72,6 +82,7 @@ class Segment:
     namespace: str = ""
     name: str = ""
     mig_uuid: str | None = None
+    idle_since: int | None = None
 
     @property
     def pod(self) -> str:
@@ -101,12 +112,15 @@ class GpuMap:
 
 @dataclass(frozen=True)
 class NodeMap:
-    """One node's GPUs; `unreadable` says why its registration could not be read ("" = fine)."""
+    """One node's GPUs; `unreadable` says why its registration could not be read ("" = fine);
+    `idle_unreadable` why its idle list could not be (its GPUs are shown all the same: the list
+    never occupies anything)."""
 
     name: str
     gpus: tuple[GpuMap, ...]
     fits: Mapping[str, int]
     unreadable: str = ""
+    idle_unreadable: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,18 +208,32 @@ def _leftover_segment(x: Leftover) -> Segment:
     return Segment(x.placement_value, x.profile, RECLAIMING_PHASE if x.reason == RECLAIMING else LEFTOVER)
 
 
+def _idle_segment(x: IdleInstance) -> Segment:
+    return Segment(x.placement_value, x.profile, IDLE_PHASE, idle_since=x.idleSince)
+
+
 def gpu_map(
     state: GpuState,
     holdings: Sequence[Holding] = (),
     leftovers: Sequence[Leftover] = (),
     closed: str = "",
+    idle: Sequence[IdleInstance] = (),
 ) -> GpuMap:
     """One GPU's map. `state` is the scheduler's reconstruction (occupied placements, health);
-    `closed` is why the scheduler failed it closed, if it did; leftovers of other GPUs are ignored."""
+    `closed` is why the scheduler failed it closed, if it did; leftovers and idle instances of other
+    GPUs are ignored, and so is an idle one that overlaps a reservation or leftover (module doc)."""
     pset = profile_set(state.profiles) if state.profiles else None
     axis = pset.axis if pset else 0
     segments = [_holding_segment(h) for h in holdings if h.allocation.gpuUUID == state.uuid]
     segments += [_leftover_segment(x) for x in leftovers if x.gpuUUID == state.uuid]
+    taken = 0
+    for seg in segments:
+        taken |= seg.placement.mask
+    for x in sorted((x for x in idle if x.gpuUUID == state.uuid), key=IdleInstance.sort_key):
+        seg = _idle_segment(x)
+        if seg.placement.start + seg.placement.size <= axis and not seg.placement.mask & taken:
+            segments.append(seg)
+            taken |= seg.placement.mask
     segments.sort(key=lambda s: (s.placement.start, s.placement.size, s.pod))
     why = closed or state.cordoned or ("" if state.healthy else "GPU reports unhealthy")
     if not why and not state.profiles:
@@ -225,9 +253,9 @@ def gpu_map(
     )
 
 
-def node_map(name: str, gpus: Sequence[GpuMap], unreadable: str = "") -> NodeMap:
+def node_map(name: str, gpus: Sequence[GpuMap], unreadable: str = "", idle_unreadable: str = "") -> NodeMap:
     ordered = tuple(sorted(gpus, key=lambda g: (g.index, g.uuid)))
-    return NodeMap(name, ordered, _summed(g.fits for g in ordered), unreadable)
+    return NodeMap(name, ordered, _summed(g.fits for g in ordered), unreadable, idle_unreadable)
 
 
 def fleet_map(
@@ -312,6 +340,7 @@ def _segment_dict(s: Segment) -> dict[str, Any]:
         "phase": s.phase,
         "pod": s.pod or None,
         "migUUID": s.mig_uuid,
+        "idleSince": s.idle_since,
     }
 
 
@@ -339,6 +368,7 @@ def to_dict(fleet: FleetMap) -> dict[str, Any]:
             {
                 "name": n.name,
                 "unreadable": n.unreadable or None,
+                "idleUnreadable": n.idle_unreadable or None,
                 "fits": dict(n.fits),
                 "gpus": [_gpu_dict(g) for g in n.gpus],
             }
@@ -360,6 +390,8 @@ def to_dict(fleet: FleetMap) -> dict[str, Any]:
 
 
 __all__ = [
+    "IDLE_MEANING",
+    "IDLE_PHASE",
     "NO_ELIGIBLE_NODE",
     "PHASES",
     "SCHEMA_VERSION",

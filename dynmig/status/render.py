@@ -8,14 +8,33 @@ move the cursor or recolour the terminal.
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mig.slicemap import LEFTOVER, REALIZED, RECLAIMING_PHASE, RESERVED, FleetMap, GpuMap, NodeMap, Segment
+from mig.slicemap import (
+    IDLE_MEANING,
+    IDLE_PHASE,
+    LEFTOVER,
+    REALIZED,
+    RECLAIMING_PHASE,
+    RESERVED,
+    FleetMap,
+    GpuMap,
+    NodeMap,
+    Segment,
+)
 
-FILL = {REALIZED: "#", RESERVED: "=", RECLAIMING_PHASE: "~", LEFTOVER: "!"}
-COLOUR = {REALIZED: "42;30", RESERVED: "43;30", RECLAIMING_PHASE: "45;30", LEFTOVER: "41;97"}
+FILL = {REALIZED: "#", RESERVED: "=", RECLAIMING_PHASE: "~", LEFTOVER: "!", IDLE_PHASE: "-"}
+COLOUR = {
+    REALIZED: "42;30",
+    RESERVED: "43;30",
+    RECLAIMING_PHASE: "45;30",
+    LEFTOVER: "41;97",
+    IDLE_PHASE: "46;30",
+}
+MEANING = {IDLE_PHASE: f"({IDLE_MEANING})"}  # said in the legend after the phase's name
 FREE_COLOUR, WARN_COLOUR, BOLD, DIM = "2", "31", "1", "2"
 MAX_TEXT = 253  # longest name Kubernetes allows; longer cluster text is cut
 MIN_CELL, MAX_CELL = 3, 12
@@ -42,8 +61,28 @@ def _fit(text: str, width: int) -> str:
 
 
 def legend(style: Style) -> str:
-    marks = [style.paint(f"{FILL[p]} {p}", COLOUR[p]) if style.color else f"{FILL[p]} {p}" for p in FILL]
+    marks = [
+        (style.paint(f"{FILL[p]} {p}", COLOUR[p]) if style.color else f"{FILL[p]} {p}")
+        + (f" {MEANING[p]}" if p in MEANING else "")
+        for p in FILL
+    ]
     return "slices: " + "  ".join([*marks, "..N.. free slice N"])
+
+
+def since_text(seconds: int | None) -> str:
+    """Unix seconds as an ISO time in UTC ("?" when absent)."""
+    if seconds is None:
+        return "?"
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def _who(s: Segment) -> str:
+    if s.phase == IDLE_PHASE:
+        return f"(no pod: {IDLE_MEANING}; idle since {since_text(s.idle_since)})"
+    return clean(s.pod) or "(no pod)"
 
 
 # ---------------------------------------------------------------- one GPU
@@ -56,7 +95,7 @@ def _cell_width(g: GpuMap, style: Style) -> int:
 
 def _segment_text(s: Segment, width: int, style: Style) -> str:
     inner = max(width - 2, 0)
-    label = clean(s.profile) + (f" {clean(s.pod)}" if s.pod else "")
+    label = clean(s.profile) + (f" {clean(s.pod)}" if s.pod else " idle" if s.phase == IDLE_PHASE else "")
     mark = "" if style.color else FILL[s.phase]  # without colour the phase shows as its mark
     body = _fit(mark + label, inner).ljust(inner, mark or " ")
     text = "[" + body + "]" if width >= 2 else FILL[s.phase] * width
@@ -99,7 +138,7 @@ def gpu_lines(g: GpuMap, style: Style) -> list[str]:
         lines.append("    " + bar(g, style))
     for s in g.segments:
         where = f"{s.placement.start}:{s.placement.size}"
-        row = f"    {where:<6}{clean(s.profile):<12}{s.phase:<11}{clean(s.pod) or '(no pod)'}"
+        row = f"    {where:<6}{clean(s.profile):<12}{s.phase:<11}{_who(s)}"
         if style.wide and s.mig_uuid:
             row += f"  {clean(s.mig_uuid)}"
         lines.append(row)
@@ -137,10 +176,16 @@ def node_lines(node: NodeMap, style: Style) -> list[str]:
     name = style.paint(f"NODE {clean(node.name)}", BOLD)
     if node.unreadable:
         return [f"{name}  " + style.paint(clean(node.unreadable, 1024), WARN_COLOUR)]
+    idle = sum(1 for g in node.gpus for s in g.segments if s.phase == IDLE_PHASE)
+    kept = f"  {_count(idle, 'idle instance')}" if idle else ""
     head = (
-        f"{name}  {_count(len(node.gpus), 'MIG GPU')}  still fits: {_fits_text(node.fits, _profiles(node))}"
+        f"{name}  {_count(len(node.gpus), 'MIG GPU')}{kept}  "
+        f"still fits: {_fits_text(node.fits, _profiles(node))}"
     )
-    return [head, *(line for g in node.gpus for line in gpu_lines(g, style))]
+    lines = [head]
+    if node.idle_unreadable:
+        lines.append(style.paint(f"  idle instances {clean(node.idle_unreadable, 1024)}", WARN_COLOUR))
+    return [*lines, *(line for g in node.gpus for line in gpu_lines(g, style))]
 
 
 def pending_lines(fleet: FleetMap, style: Style) -> list[str]:

@@ -149,7 +149,7 @@ def test_the_json_form_has_a_stable_schema():
     assert out["schemaVersion"] == SCHEMA_VERSION
     assert set(out) == {"schemaVersion", "fits", "nodes", "pending", "unreadablePods"}
     node = out["nodes"][0]
-    assert set(node) == {"name", "unreadable", "fits", "gpus"}
+    assert set(node) == {"name", "unreadable", "idleUnreadable", "fits", "gpus"}
     g = node["gpus"][0]
     assert set(g) == {
         "uuid",
@@ -171,6 +171,7 @@ def test_the_json_form_has_a_stable_schema():
             "phase": "realized",
             "pod": "ml/train",
             "migUUID": "MIG-1",
+            "idleSince": None,
         }
     ]
     assert g["free"] == [0, 1, 2, 3]

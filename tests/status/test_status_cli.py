@@ -123,7 +123,15 @@ def test_json_and_yaml_carry_the_same_map(api, capsys):
     assert parsed == yaml.safe_load(as_yaml)
     gpu = parsed["nodes"][0]["gpus"][0]
     assert gpu["segments"] == [
-        {"start": 0, "size": 1, "profile": "1g.5gb", "phase": "reserved", "pod": "ml/wait", "migUUID": None}
+        {
+            "start": 0,
+            "size": 1,
+            "profile": "1g.5gb",
+            "phase": "reserved",
+            "pod": "ml/wait",
+            "migUUID": None,
+            "idleSince": None,
+        }
     ]
     assert parsed["fits"] == {"1g.5gb": 6, "2g.10gb": 2, "3g.20gb": 1, "7g.40gb": 0}
 

@@ -5,14 +5,18 @@ is hostile input: it goes through `_text` (escaped for text and for quoted attri
 cut to a bounded length) and nowhere else. Each GPU is one inline SVG: its memory slices left to
 right, each instance a labelled segment (profile, pod, phase) and each free slice drawn as free.
 Instances that overlap (a record the scheduler distrusts) go on separate lanes, so none hides another.
+An idle instance (kept by the device plugin for a matching pod) is drawn as its own segment over the
+slices it keeps, which stay free for any pod: its tooltip says so, and the legend in the page's
+header names every phase.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from mig.slicemap import FleetMap, GpuMap, NodeMap, PendingPod, Segment
+from mig.slicemap import IDLE_MEANING, IDLE_PHASE, PHASES, FleetMap, GpuMap, NodeMap, PendingPod, Segment
 
 TITLE = "dynmig: MIG slices"
 MAX_TEXT = 300  # characters of any one cluster string shown (a Kubernetes name is at most 253)
@@ -21,6 +25,13 @@ SLICE_W = 64  # SVG units per memory slice
 LANE_H = 48  # SVG units per lane of segments
 AXIS_H = 14  # the slice numbers under the lanes
 CHAR_W = 6.1  # about one character of the label font (page.css), to cut labels to their segment
+MEANINGS = {  # the legend: each phase in a few words
+    "reserved": "reserved, no instance yet",
+    "realized": "instance created",
+    "reclaiming": "being destroyed",
+    "leftover": "no pod owns it",
+    IDLE_PHASE: f"idle <profile>, {IDLE_MEANING}",
+}
 
 
 def _text(value: object, limit: int = MAX_TEXT) -> str:
@@ -68,13 +79,28 @@ def _label(text: str, width: float) -> str:
     return text if len(text) <= room else text[: max(1, room - 1)] + "…"
 
 
+def _since(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def _title(s: Segment, where: str) -> str:
+    if s.phase == IDLE_PHASE:
+        return f"idle {s.profile} at slices {where} since {_since(s.idle_since)}: {IDLE_MEANING}"
+    who = s.pod or ("no pod (left over)" if s.phase == "leftover" else "no pod")
+    return f"{who}: {s.profile} at slices {where}, {s.phase}" + (f", {s.mig_uuid}" if s.mig_uuid else "")
+
+
 def _segment(lane: int, s: Segment) -> str:
     x, w = s.placement.start * SLICE_W + 1, max(s.placement.size * SLICE_W - 2, 1)
     y = lane * LANE_H + 1
-    who = s.pod or ("no pod (left over)" if s.phase == "leftover" else "no pod")
     where = f"{s.placement.start}:{s.placement.size}"
-    title = f"{who}: {s.profile} at slices {where}, {s.phase}" + (f", {s.mig_uuid}" if s.mig_uuid else "")
-    pod = s.name or "—"
+    title = _title(s, where)
+    pod = s.name or ("free" if s.phase == IDLE_PHASE else "—")
     return (
         f'<g class="segment phase-{_text(s.phase)}" data-pod="{_text(s.pod)}" '
         f'data-profile="{_text(s.profile)}" data-phase="{_text(s.phase)}" data-placement="{where}">'
@@ -101,12 +127,19 @@ def gpu_svg(g: GpuMap) -> str:
     placed = _lanes(g.segments)
     lanes = max([lane + 1 for lane, _ in placed] or [1])
     width, height = max(g.slices, 1) * SLICE_W, lanes * LANE_H + AXIS_H
-    free = "".join(_free(i, lanes) for i in g.free if 0 <= i < g.slices)
+    kept = 0  # slices an idle instance keeps: free, but drawn as that instance
+    for s in g.segments:
+        if s.phase == IDLE_PHASE:
+            kept |= s.placement.mask
+    free = "".join(_free(i, lanes) for i in g.free if 0 <= i < g.slices and not kept >> i & 1)
     ticks = "".join(
         f'<text class="tick" x="{i * SLICE_W + SLICE_W / 2:g}" y="{height - 3}">{i}</text>'
         for i in range(g.slices)
     )
-    label = f"GPU {g.index}: {g.slices} slices, {len(g.segments)} instances, {len(g.free)} slices free"
+    idle = sum(1 for s in g.segments if s.phase == IDLE_PHASE)
+    label = f"GPU {g.index}: {g.slices} slices, {len(g.segments)} instances, {len(g.free)} slices free" + (
+        f" ({idle} idle instances on them)" if idle else ""
+    )
     return (
         f'<svg class="slices" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="{_text(label)}" xmlns="http://www.w3.org/2000/svg">'
@@ -127,6 +160,11 @@ def _gpu(g: GpuMap) -> str:
 def node_section(n: NodeMap) -> str:
     """One node: what still fits on it, then each GPU's slice map (or why the node is unreadable)."""
     profiles = next((g.profiles for g in n.gpus if g.profiles), ())
+    idle = (
+        f'<p class="closed idle-unreadable">idle instances {_text(n.idle_unreadable)}</p>'
+        if n.idle_unreadable and not n.unreadable
+        else ""
+    )
     body = (
         f'<p class="closed">{_text(n.unreadable)}</p>'
         if n.unreadable
@@ -134,7 +172,7 @@ def node_section(n: NodeMap) -> str:
     )
     fits = "" if n.unreadable else _fits("node fits now", n.fits, profiles)
     return (
-        f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}</h2>{fits}'
+        f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}</h2>{fits}{idle}'
         f'<div class="gpus">{body}</div></section>'
     )
 
@@ -191,6 +229,20 @@ def compose(fleet: FleetMap, sections: Sequence[str], note: str = "") -> str:
     return "".join(parts)
 
 
+def _swatch(classes: str, phase: str, words: str) -> str:
+    return (
+        f'<span class="legend-item {classes}" data-phase="{phase}"><svg class="swatch" viewBox="0 0 14 14" '
+        'width="14" height="14" aria-hidden="true"><rect x="1" y="1" width="12" height="12" rx="2"></rect>'
+        f'</svg><span class="legend-name">{phase}</span> {_text(words)}</span>'
+    )
+
+
+def legend() -> str:
+    """Every phase's swatch (the colours of page.css) and its meaning, then the free slice's."""
+    items = "".join(_swatch(f"phase-{p}", p, MEANINGS.get(p, "")) for p in PHASES)
+    return f'<p class="legend" aria-label="legend">{items}{_swatch("legend-free", "free", "no instance")}</p>'
+
+
 def page(fragment_html: str) -> str:
     """The whole document around a fragment; `page.js` then replaces #fleet with each new one."""
     return (
@@ -198,8 +250,10 @@ def page(fragment_html: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<title>{TITLE}</title><link rel="stylesheet" href="page.css"></head><body>'
         f'<header><h1>{TITLE}</h1><p id="live" data-state="down">connecting…</p></header>'
+        f"{legend()}"
         f'<main id="fleet">{fragment_html}</main>'
         "<footer>read-only view of dynmig serve's scheduler cache; phases: reserved (no instance yet), "
-        "realized (instance created), reclaiming (being destroyed), leftover (no pod owns it)</footer>"
+        "realized (instance created), reclaiming (being destroyed), leftover (no pod owns it), idle "
+        f"(kept by the device plugin: {IDLE_MEANING})</footer>"
         '<script src="page.js" defer></script></body></html>'
     )

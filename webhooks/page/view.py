@@ -4,8 +4,12 @@ model as `dynmig status` (`mig.slicemap`, `mig.fleetview.pending_view`), so both
 
 Bounded work per rendering, however big or hostile the cluster:
 - a node's section is rebuilt only when the Fleet replaced its occupancy (a pod came, went or was
-  realized there), its leftover list changed, or one of its pods started terminating; otherwise the
-  HTML drawn last time is reused, so a rendering costs about the nodes that changed;
+  realized there), its leftover list or its idle list changed, or one of its pods started
+  terminating; otherwise the HTML drawn last time is reused, so a rendering costs about the nodes
+  that changed;
+- the idle list (`dynmig.io/node-idle-instances`) is read from the watch cache's Node objects: the
+  Fleet does not keep it, as it never occupies anything (an unreadable one is said on the node, and
+  changes nothing else);
 - pending pods are diagnosed against the scheduler's own placement index (read under its lock, one
   pod at a time, so a filter never waits for more than one diagnosis), over the nodes each may run
   on (`mig.eligibility`, from the watch cache's Node objects), and at most `MAX_WAITING` of them;
@@ -19,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mig.allowlist import ResourceNames
-from mig.fleetview import UNREADABLE, Diagnoses, Eligibilities, pending_view
+from mig.fleetview import UNREADABLE, Diagnoses, Eligibilities, gpu_view, idle_view, pending_view
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.pods import active_for_scheduler, is_terminating, metadata_of, qualified_name
-from mig.reconstruct import NodeGpus, NodeOccupancy
-from mig.slicemap import Holding, NodeMap, PendingPod, fleet_map, gpu_map, node_map
+from mig.reconstruct import NodeGpus, NodeOccupancy, node_idle
+from mig.slicemap import NodeMap, PendingPod, fleet_map, node_map
 from webhooks.fleet import Fleet
 from webhooks.page.render import MAX_PENDING, compose, node_section
 
@@ -31,30 +35,30 @@ MAX_WAITING = MAX_PENDING + 1  # one more than listed, so the page can say that 
 
 
 def node_view(
-    published: NodeGpus, occupancy: NodeOccupancy, leftovers_text: str | None, terminating: frozenset[str]
+    published: NodeGpus,
+    occupancy: NodeOccupancy,
+    leftovers_text: str | None,
+    terminating: frozenset[str],
+    idle_text: object = None,
 ) -> NodeMap:
-    """One node's map from what the Fleet holds for it; `terminating`: "ns/name" of its pods being deleted."""
+    """One node's map from what the Fleet holds for it; `terminating`: "ns/name" of its pods being
+    deleted; `idle_text`: the node's idle list as its Node object carries it."""
     if published.error:
         return node_map(published.node, (), UNREADABLE + published.error)
     try:
         leftovers: Sequence[Leftover] = decode_leftovers(leftovers_text)
     except LeftoverError:
         leftovers = ()  # the Fleet already failed every GPU of the node closed with the reason
-    gpus = []
-    for state in occupancy.gpus:
-        holdings = [
-            Holding(u.namespace, u.name, a, f"{u.namespace}/{u.name}" in terminating)
-            for u, a in occupancy.holders.get(state.uuid, ())
-        ]
-        closed = occupancy.closed.get(state.uuid, "")
-        gpus.append(gpu_map(state, holdings, leftovers, UNREADABLE + closed if closed else ""))
-    return node_map(published.node, gpus)
+    idle, idle_unreadable = idle_view(idle_text)
+    gpus = [gpu_view(occupancy, state, leftovers, terminating, idle) for state in occupancy.gpus]
+    return node_map(published.node, gpus, idle_unreadable=idle_unreadable)
 
 
 @dataclass
 class _Drawn:
     occupancy: NodeOccupancy
     leftovers: str | None
+    idle: object
     terminating: frozenset[str]
     map: NodeMap
     html: str
@@ -90,9 +94,19 @@ class FleetPage:
         note = f"{left_out} more pods wait for a node and are not shown" if left_out else ""
         return compose(fleet, [d.html for d in sections], note=note)
 
+    def _idle_texts(self) -> dict[str, object]:
+        """Node name -> its idle list as the watch cache's Node object carries it."""
+        out: dict[str, object] = {}
+        for node in self.nodes():
+            if isinstance(node, Mapping):
+                out[str(metadata_of(node).get("name") or "")] = node_idle(node)
+        return out
+
     def _nodes(self, terminating: set[str]) -> list[_Drawn]:
         drawn: dict[str, _Drawn] = {}
+        idle_texts = self._idle_texts()
         for published, occupancy, leftovers in self.fleet.node_views():
+            idle = idle_texts.get(published.node)
             mine = frozenset(
                 who
                 for holders in occupancy.holders.values()
@@ -104,10 +118,11 @@ class FleetPage:
                 last is None
                 or last.occupancy is not occupancy
                 or last.leftovers != leftovers
+                or last.idle != idle
                 or last.terminating != mine
             ):
-                view = node_view(published, occupancy, leftovers, mine)
-                last = _Drawn(occupancy, leftovers, mine, view, node_section(view))
+                view = node_view(published, occupancy, leftovers, mine, idle)
+                last = _Drawn(occupancy, leftovers, idle, mine, view, node_section(view))
                 self.nodes_drawn += 1
             drawn[published.node] = last
         self._drawn = drawn  # nodes that are gone are forgotten
