@@ -146,6 +146,10 @@ class Outcome:
     misjudged: int = 0  # evicted pods placed again, or not, unlike the advice said
     lost_minutes: float = 0.0  # the evicted pods' run time so far, summed (work lost if they restart)
     refused_work: float = 0.0  # GPU-minutes refused: each refused pod's GPU share times the time it missed
+    # The same, counted only from `window` on (churn_evicting's `window`; the packing grid's warm-up):
+    window_refused_work: float = 0.0  # arrivals at or after it: share x lifetime; evicted pods lost then
+    window_refused: int = 0
+    window_evictions: int = 0
     peak_per_minute: int = 0  # most evictions within any one minute of trace time
     by_kind: Counter[str] = field(default_factory=Counter)  # refused arrivals per request kind
     sets: list[EvictionSet] = field(default_factory=list)
@@ -175,8 +179,17 @@ def name_of(key: int) -> str:
 
 
 class _Replay:
-    def __init__(self, arrivals: Sequence[Arrival], nodes: list[BNode], harness: Harness, ranking: Ranking):
+    def __init__(
+        self,
+        arrivals: Sequence[Arrival],
+        nodes: list[BNode],
+        harness: Harness,
+        ranking: Ranking,
+        window: float = 0.0,
+        feed: bool = False,
+    ):
         self.arrivals, self.nodes, self.h, self.rank = arrivals, nodes, harness, ranking
+        self.window, self.feed = window, feed
         self.engine = harness.engine(nodes)
         self.live: dict[int, list[Pick]] = {}
         self.started: dict[int, float] = {}
@@ -192,6 +205,11 @@ class _Replay:
         if mems not in self.shares:
             self.shares[mems] = gpu_share(self.nodes, mems)
         self.out.refused_work += self.shares[mems] * (t + life - self.now) * SECONDS_PER_UNIT / 60.0
+        if self.now >= self.window:
+            self.out.window_refused += 1
+            self.out.window_refused_work += (
+                self.shares[mems] * (t + life - self.now) * SECONDS_PER_UNIT / 60.0
+            )
 
     def run(self, check: bool) -> Outcome:
         departures: list[tuple[float, int]] = []
@@ -201,6 +219,10 @@ class _Replay:
                 _, k = heapq.heappop(departures)
                 if k in self.live:  # an evicted pod that was not placed again has gone already
                     self.h.release(self.engine, self.live.pop(k), k)
+                    if self.feed and hasattr(self.engine, "departed"):  # its lifetime, once ended
+                        self.engine.departed(self.arrivals[k][1], self.arrivals[k][2])
+            if self.feed and hasattr(self.engine, "arrived"):  # the filter sees each arrival once
+                self.engine.arrived(t, mems)
             if self._place(key) or self._defrag(key, mems):
                 heapq.heappush(departures, (t + life, key))
             else:
@@ -239,6 +261,7 @@ class _Replay:
             self.h.release(self.engine, self.live.pop(k), k)
             self.evicted_at.append(self.now)
         self.out.evictions += len(victims)
+        self.out.window_evictions += len(victims) if self.now >= self.window else 0
         self.out.not_exact += not advice.exact
         placed = self._place(key)  # the pending pod first: the scheduler retries it once the set is gone
         self.out.recovered += placed
@@ -311,11 +334,20 @@ def _peak(times: Sequence[float], window: float) -> int:
 
 
 def churn_evicting(
-    arrivals: Sequence[Arrival], nodes: list[BNode], harness: Harness, ranking: Ranking, check: bool = False
+    arrivals: Sequence[Arrival],
+    nodes: list[BNode],
+    harness: Harness,
+    ranking: Ranking,
+    check: bool = False,
+    window: float = 0.0,
+    feed: bool = False,
 ) -> Outcome:
     """Replay the trace with defrag eviction (see the module docstring); `check`: the fleet's
-    consistency is asserted after every arrival (`fleet_problems`)."""
-    return _Replay(arrivals, nodes, harness, ranking).run(check)
+    consistency is asserted after every arrival (`fleet_problems`). `window`: the `window_*` figures
+    count only from that trace time on (the packing grid's warm-up); `feed`: the engine is told each
+    arrival (`arrived`, before its decision) and each ended lifetime (`departed`), as the packing
+    grid's replay tells it (the demand estimate); off, the engine is told neither, as before."""
+    return _Replay(arrivals, nodes, harness, ranking, window, feed).run(check)
 
 
 def fleet_problems(

@@ -1,0 +1,234 @@
+"""Defrag against its limit: the packing grid's near-capacity cells with the opt-in eviction mode on,
+against the move-oracle as a policy (issue 29, item 3).
+
+    nice .venv/bin/python bench/defrag_grid.py            (held-out seeds; a few minutes on two cores)
+    nice .venv/bin/python bench/defrag_grid.py --tuning   (the tuning seeds instead)
+    ... --fleets A100-40GB,H100-80GB                      (which uniform pools; those two by default)
+
+Per cell (the grid's 10 % whole-GPU / 3x mix at load 0.95, on a uniform pool of 64 GPUs, 8 nodes x 8)
+and seed, the same trace (`_packing.grid.trace`) is replayed three times on a fresh fleet, each counted
+over the same window (the grid's warm-up: the first `grid.WARM` of the arrivals replayed, not counted),
+each with dynmig's engine fed its demand estimate as the grid's replay feeds it:
+- plain dynmig: `grid.replay`, exactly as the grid runs it;
+- dynmig + defrag eviction: `_packing.eviction.churn_evicting` with consenting pods (`RANKING`: every
+  running pod opted in and the pending pod outranking it, the controller's move-only rule, its
+  6-a-minute token bucket on trace minutes); refused = arrivals never placed + evicted pods not placed
+  again, refused work = their GPU share times the minutes they missed; evictions per hour of trace time
+  in the window;
+- the move-oracle as a policy (`repacking`): dynmig's engine places each pod and, when it refuses, the
+  oracle (`_packing.oracle.Oracle`, HiGHS through scipy) judges the pods running plus the new one with
+  every running instance free to move; given a packing the whole fleet is re-laid to it and the pod
+  admitted. It refuses what the oracle proves infeasible or leaves undecided (its solve limit or the
+  trace's budget): the verdicts are printed, since an undecided refusal counts against the oracle.
+  Greedy over time, so it is a reference (what moving every instance at every refusal buys), not a
+  lower bound.
+
+Target (issue 29): refused work with eviction <= 1.5x the move-oracle's on the near-capacity cells.
+Writes bench/results/defrag-grid.json (not committed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import placement as bench
+from _packing import eviction, grid
+from _packing.oracle import INFEASIBLE, NOT_SEARCHED, UNKNOWN, Oracle, legal_packing
+
+RESULTS = Path(__file__).resolve().parent / "results" / "defrag-grid.json"
+TARGET = 1.5
+RANKING = eviction.EVERYONE_MOVES  # consenting pods: every one opted in; the controller's move-only default
+FLEETS = ("A100-40GB", "H100-80GB")
+LOAD = 0.95
+ORACLE_BUDGET, ORACLE_TIME_LIMIT = 60.0, 5.0  # seconds per trace in the program with nodes; per solve
+
+
+def cells(fleets=FLEETS) -> list[grid.Cell]:
+    return [grid.Cell(f, grid.BASE, LOAD) for f in fleets]
+
+
+class _Repacked:
+    """Stands in for a policy while the oracle's packing is applied (checked as any policy's picks)."""
+
+    name = "oracle repack"
+
+
+def repacking(cell: grid.Cell, arrivals) -> dict:
+    """The move-oracle as a policy on one trace (see the module docstring), counted as `grid.replay`
+    counts: after the warm-up, refused work = GPU share x lifetime of each refused arrival."""
+    nodes = grid.make_fleet(cell.fleet)
+    policy = bench.Dynmig(nodes)
+    oracle = Oracle(nodes, ORACLE_BUDGET, ORACLE_TIME_LIMIT)
+    start = arrivals[int(len(arrivals) * grid.WARM)][0]
+    verdicts: Counter[str] = Counter()
+    shares: dict = {}
+    departures: list[tuple[float, int]] = []
+    live: dict[int, list] = {}
+    refused, lost, repacks = 0, 0.0, 0
+    for key, (t, mems, life) in enumerate(arrivals):
+        while departures and departures[0][0] <= t:
+            _, k = heapq.heappop(departures)
+            bench.release(policy, live.pop(k), k)
+            policy.departed(arrivals[k][1], arrivals[k][2])
+        policy.arrived(t, mems)
+        picks = policy.decide(list(mems))
+        if picks is None:
+            running = {k: arrivals[k][1] for k in live}
+            judged = oracle.judge(running, mems, key)
+            if t >= start:
+                verdicts[judged.verdict] += 1
+            if judged.packing is None:
+                if t >= start:
+                    refused += 1
+                    lost += shares.setdefault(mems, eviction.gpu_share(nodes, mems)) * life
+                continue
+            wrong = legal_packing(nodes, {**running, key: mems}, judged.packing)
+            assert not wrong, f"the oracle's packing is not legal: {wrong[:3]}"
+            for n in nodes:
+                for g in n.gpus:
+                    g.mask, g.allocs = 0, {}
+            for k, moved in judged.packing.items():
+                if k != key:
+                    bench.apply(_Repacked(), moved, k, arrivals[k][1])
+                    live[k] = moved
+            fresh = bench.Dynmig(nodes)  # its index rebuilt from the re-laid fleet, its estimate kept
+            fresh.demand, fresh._seen = policy.demand, policy._seen
+            fresh.index.set_demand(policy.demand.mix())
+            policy, picks = fresh, judged.packing[key]
+            repacks += 1
+        bench.apply(policy, picks, key, mems)
+        live[key] = picks
+        heapq.heappush(departures, (t + life, key))
+    return {
+        "refused_work": lost,
+        "refused": refused,
+        "verdicts": dict(verdicts),
+        "repacks": repacks,
+        "oracle_seconds": round(oracle.spent_total, 1),
+    }
+
+
+def run_cell(cell: grid.Cell, seed: int) -> dict:
+    arrivals = grid.trace(cell, seed)
+    start = arrivals[int(len(arrivals) * grid.WARM)][0]
+    hours = (arrivals[-1][0] - start) * eviction.SECONDS_PER_UNIT / 3600.0
+    t0 = time.perf_counter()
+    plain = grid.replay(bench.Dynmig, cell, arrivals, bench.apply, bench.release)
+    t1 = time.perf_counter()
+    harness = eviction.Harness(
+        bench.Dynmig, bench.apply, bench.release, bench.gpu_states, lambda mems: grid.class_of(cell, mems)
+    )
+    evicting = eviction.churn_evicting(
+        arrivals, grid.make_fleet(cell.fleet), harness, RANKING, window=start, feed=True
+    )
+    t2 = time.perf_counter()
+    oracle = repacking(cell, arrivals)
+    t3 = time.perf_counter()
+    return {
+        "cell": cell.label,
+        "seed": seed,
+        "hours": hours,
+        "plain": {"refused_work": plain["refused_work"], "refused": plain["refused"]},
+        "evicting": {
+            "refused_work": evicting.window_refused_work,
+            "refused": evicting.window_refused,
+            "evictions": evicting.window_evictions,
+            "evictions_per_hour": evicting.window_evictions / hours if hours else 0.0,
+            "peak_per_minute": evicting.peak_per_minute,
+            "rate_limited": evicting.rate_limited,
+            "no_set": evicting.no_set,
+        },
+        "oracle": oracle,
+        "seconds": {"plain": t1 - t0, "evicting": t2 - t1, "oracle": t3 - t2},
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    if not b:
+        return 1.0 if not a else None
+    return a / b
+
+
+def _fmt(x: float | None) -> str:
+    return "inf" if x is None else f"{x:.2f}"
+
+
+def main(argv: list[str]) -> int:
+    tuning = "--tuning" in argv
+    seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
+    fleets = tuple(argv[argv.index("--fleets") + 1].split(",")) if "--fleets" in argv[:-1] else FLEETS
+    print(
+        f"defrag against its limit: {len(fleets)} near-capacity cells ({grid.BASE.name}, load {LOAD}), "
+        f"{'tuning' if tuning else 'held-out'} seeds {', '.join(map(str, seeds))}; {grid.ARRIVALS} arrivals "
+        f"per trace, the first {grid.WARM:.0%} not counted; eviction ranking '{RANKING.name}'; oracle budget "
+        f"{ORACLE_BUDGET:g} s per trace, {ORACLE_TIME_LIMIT:g} s per solve",
+        flush=True,
+    )
+    rows = []
+    for cell in cells(fleets):
+        for seed in seeds:
+            r = run_cell(cell, seed)
+            rows.append(r)
+            o, e, p = r["oracle"], r["evicting"], r["plain"]
+            print(
+                f"{cell.label} seed {seed}: refused GPU-min plain {p['refused_work']:.0f} ({p['refused']}), "
+                f"evicting {e['refused_work']:.0f} ({e['refused']}), oracle {o['refused_work']:.0f} "
+                f"({o['refused']}; verdicts {o['verdicts']}); evictions {e['evictions']} = "
+                f"{e['evictions_per_hour']:.1f}/h (peak {e['peak_per_minute']}/min); "
+                f"seconds {', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items())}",
+                flush=True,
+            )
+    print("\nper cell, summed over seeds (refused GPU-minutes):")
+    summary = []
+    for cell in cells(fleets):
+        mine = [r for r in rows if r["cell"] == cell.label]
+        plain = sum(r["plain"]["refused_work"] for r in mine)
+        evict = sum(r["evicting"]["refused_work"] for r in mine)
+        orc = sum(r["oracle"]["refused_work"] for r in mine)
+        hours = sum(r["hours"] for r in mine)
+        evictions = sum(r["evicting"]["evictions"] for r in mine)
+        undecided = sum(r["oracle"]["verdicts"].get(v, 0) for r in mine for v in (UNKNOWN, NOT_SEARCHED))
+        proved = sum(r["oracle"]["verdicts"].get(INFEASIBLE, 0) for r in mine)
+        ratio = _ratio(evict, orc)
+        s = {
+            "cell": cell.label,
+            "plain": plain,
+            "evicting": evict,
+            "oracle": orc,
+            "ratio": ratio,
+            "ratio_per_seed": [
+                _ratio(r["evicting"]["refused_work"], r["oracle"]["refused_work"]) for r in mine
+            ],
+            "plain_over_oracle": _ratio(plain, orc),
+            "evictions_per_hour": evictions / hours if hours else 0.0,
+            "oracle_refusals_proved": proved,
+            "oracle_refusals_undecided": undecided,
+            "met": ratio is not None and ratio <= TARGET,
+        }
+        summary.append(s)
+        per_seed = ", ".join(_fmt(x) for x in s["ratio_per_seed"])
+        print(
+            f"  {cell.label}: plain {plain:.0f}, evicting {evict:.0f}, oracle {orc:.0f} (its refusals: {proved} "
+            f"proved infeasible, {undecided} undecided); evicting/oracle "
+            f"{_fmt(ratio)}x (per seed {per_seed}; target <= {TARGET}x: "
+            f"{'met' if s['met'] else 'NOT met'}); plain/oracle "
+            f"{_fmt(s['plain_over_oracle'])}x; "
+            f"evictions {s['evictions_per_hour']:.1f} per hour",
+            flush=True,
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    out = RESULTS if not tuning else RESULTS.with_suffix(".try.json")
+    out.write_text(json.dumps({"seeds": list(seeds), "rows": rows, "cells": summary}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
