@@ -18,7 +18,18 @@ and the next kill waits until the plugin has been back for 1.5 s. Throughout it 
   apart, they are what a kill costs;
 - after everything is deleted: leaked GPU instances and journal entries left.
 
-Writes bench/results/chaos.json. The short version runs in tests/plugin/test_chaos.py.
+With `--reuse` the plugins run with idle reuse on (`DYNMIG_IDLE_TTL`, `DYNMIG_IDLE_PER_GPU`; same
+namespace), most pods ask for a 1g.5gb so an ended pod's instance is handed to the next one, and a
+fifth kill mode lands right after pods were created while the node publishes idle instances (the
+hand-over in flight). It also checks:
+
+- busy hand-overs: a pod's workload starting on a MIG device a process already runs on (the
+  simulated NVML is watched, so no hand-over between two looks is missed);
+- once every pod is deleted, each instance still on a GPU is journaled idle (`idleSince`) by its
+  node's plugin, within the per-GPU cap and its TTL; and once the TTL is over, nothing is left.
+
+Writes bench/results/chaos.json (chaos-reuse.json with `--reuse`). The short versions run in
+tests/plugin/test_chaos.py and tests/plugin/test_chaos_reuse.py.
 """
 
 from __future__ import annotations
@@ -44,11 +55,16 @@ from lab.kit import Kit, gpu_pod
 from lab.nodes import parse_nodes
 
 from mig.annotations import MIG_ALLOCATIONS, AnnotationError, decode_allocations
+from mig.idle import IDLE, decode_idle
 from mig.types import Placement
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos.json"
+RESULTS_REUSE = Path(__file__).resolve().parent / "results" / "chaos-reuse.json"
 MEMORY = (4000, 4000, 9000, 19000)  # 1g.5gb, 2g.10gb, 3g.20gb on an A100-40GB
+MEMORY_REUSE = (4000, 4000, 4000, 4000, 9000)  # mostly alike, so ended pods' instances are reused
 KILL_MODES = ("anywhere", "allocate", "after-delete", "startup")
+KILL_MODES_REUSE = ("anywhere", "allocate", "reuse", "after-delete", "startup")
+IDLE_TTL, IDLE_PER_GPU = 6.0, 2  # seconds; idle instances per GPU
 LEFTOVER_SIGNS = ("Insufficient resources", "error 23", "owned-by-another-pod", "instance-busy")
 
 
@@ -65,6 +81,11 @@ class Report:
     stuck_pending: int = 0  # informative: a pod may wait for capacity behind long-running ones
     leaked_instances: int = 0
     journal_entries_left: int = 0
+    reuse: bool = False
+    handovers: int = 0  # pods given a MIG device an earlier pod had (reuse hits), seen in annotations
+    busy_handovers: int = 0  # a workload started on a MIG device a process already ran on
+    idle_after_delete: int = 0  # instances left once every pod was gone (all journaled idle, or leaked)
+    idle_unproven: int = 0  # of those: not journaled idle, over the per-GPU cap, or past the TTL
     seconds: float = 0.0
     details: list[str] = field(default_factory=list)
 
@@ -76,6 +97,8 @@ class Report:
             or self.leftover_failures
             or self.leaked_instances
             or self.journal_entries_left
+            or self.busy_handovers
+            or self.idle_unproven
         )
 
 
@@ -109,13 +132,18 @@ class Chaos:
         seed: int,
         echo=print,
         long_hold: tuple[float, float] = (8.0, 20.0),
+        reuse: bool = False,
     ):
         self.long_hold = long_hold
+        self.reuse = reuse
+        self.modes = KILL_MODES_REUSE if reuse else KILL_MODES
+        self.memory = MEMORY_REUSE if reuse else MEMORY
+        self.owner_of: dict[str, str] = {}  # MIG UUID -> uid of the last pod seen with it
         self.lab, self.kit = lab, Kit(lab)
         self.total, self.kills, self.concurrency = pods, kills, concurrency
         self.rng = random.Random(seed)
         self.echo = echo
-        self.report = Report(pods=pods)
+        self.report = Report(pods=pods, reuse=reuse)
         self.live: dict[str, Live] = {}
         self.created = 0
         self.first_uuid: dict[str, str] = {}  # pod uid -> MIG UUID first seen
@@ -124,6 +152,9 @@ class Chaos:
         self.fire_at: float | None = None
         self.down: Down | None = None  # the plugin killed last, until it is back
         self.back_at = 0.0
+        self.kill_node: str | None = None  # where the armed kill should land (None: any node)
+        for runtime in lab.nodes.values():
+            _watch_busy(runtime.nvml, self._busy_handover)
 
     # ---- the run
 
@@ -155,7 +186,7 @@ class Chaos:
 
     @property
     def mode(self) -> str:
-        return KILL_MODES[self.report.kills % len(KILL_MODES)]
+        return self.modes[self.report.kills % len(self.modes)]
 
     def _kill_due(self) -> bool:
         """Kills are spread evenly over the pod stream: the k-th once k/(kills+1) of the pods exist."""
@@ -173,7 +204,7 @@ class Chaos:
         made = 0
         while self.created < self.total and len(self.live) < self.concurrency and self.down is None:
             name = f"chaos-{self.created:04d}"
-            self.kit.create(gpu_pod(name, self.rng.choice(MEMORY)))
+            self.kit.create(gpu_pod(name, self.rng.choice(self.memory)))
             # most pods are short; a quarter run long enough to keep their GPU busy across a restart
             hold = (
                 self.rng.uniform(0.2, 1.5) if self.rng.random() < 0.75 else self.rng.uniform(*self.long_hold)
@@ -183,6 +214,11 @@ class Chaos:
             made += 1
         if made:
             self._arm(0.02, 0.4, "allocate")
+            if self.mode == "reuse" and self.fire_at is None and self._kill_due():
+                kept = self._idle_nodes()
+                if kept:  # a hand-over is likely in flight on one of them
+                    self.kill_node = self.rng.choice(kept)
+                    self._arm(0.0, 0.3, "reuse")
 
     def _advance(self, pods: dict[str, dict[str, Any]], now: float) -> None:
         for name, live in list(self.live.items()):
@@ -236,8 +272,19 @@ class Chaos:
 
     # ---- kills
 
+    def _idle_nodes(self) -> list[str]:
+        """Nodes whose plugin publishes idle instances now."""
+        out = []
+        for name in sorted(self.lab.nodes):
+            with contextlib.suppress(Exception):
+                annotations = self.lab.core().read_node(name).metadata.annotations or {}
+                if decode_idle(annotations.get(IDLE)):
+                    out.append(name)
+        return out
+
     def _kill(self, mode: str) -> None:
-        name = self.rng.choice(sorted(self.lab.nodes))
+        name = self.kill_node or self.rng.choice(sorted(self.lab.nodes))
+        self.kill_node = None
         runtime = self.lab.nodes[name]
         view = runtime.kubelet.resource(self.lab.resource)
         self.down = Down(
@@ -300,6 +347,11 @@ class Chaos:
                 if a.migUUID is None:
                     continue
                 uid = pod["metadata"]["uid"]
+                last = self.owner_of.get(a.migUUID)
+                if last != uid:
+                    if last is not None:
+                        self.report.handovers += 1
+                    self.owner_of[a.migUUID] = uid
                 first = self.first_uuid.setdefault(f"{uid}/{a.containerIndex}/{a.deviceIndex}", a.migUUID)
                 if first != a.migUUID:
                     self._flag(
@@ -348,6 +400,10 @@ class Chaos:
             if count > 1:
                 self._flag(f"shared:{mig_uuid}", "overlap", f"{mig_uuid} given to {count} running pods")
 
+    def _busy_handover(self, detail: str) -> None:
+        self.report.busy_handovers += 1
+        self.report.details.append(detail)
+
     def _flag(self, key: str, kind: str, detail: str) -> None:
         if key in self.flagged:
             return
@@ -365,6 +421,8 @@ class Chaos:
             self.kit.delete(pod["metadata"]["name"], wait=False)
         try:
             self.kit.wait(lambda: not self.kit.pods(), 90, "every pod to be gone")
+            if self.reuse:
+                self._audit_idle()
             self.kit.wait(
                 lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(),
                 60,
@@ -381,15 +439,71 @@ class Chaos:
             self.kit.wait(lambda: self._journal_entries() == 0, 15, "empty journals")
         self.report.journal_entries_left = self._journal_entries()
 
-    def _journal_entries(self) -> int:
-        total = 0
+    def _audit_idle(self) -> None:
+        """Every pod is gone: what is still on a GPU must be journaled idle, within cap and TTL."""
+        with contextlib.suppress(AssertionError):  # a create or destroy half done settles first
+            self.kit.wait(lambda: not self.kit.bare_gpu_instances(), 20, "no half-made instance")
+        journaled: dict[tuple[str, int, int, str], int] = {}
         for runtime in self.lab.nodes.values():
-            path = runtime.state_file.parent / "plugin-state" / "instances.json"
-            try:
-                total += len(json.loads(path.read_text())["entries"])
-            except (OSError, ValueError, KeyError):
-                continue
-        return total
+            for e in _journal(runtime):
+                if e.get("idleSince") is not None:
+                    journaled[(e["gpuUUID"], e["start"], e["size"], e.get("migUUID") or "")] = e["idleSince"]
+        now = time.time()
+        per_gpu: Counter[str] = Counter()
+        left = self.kit.instances()
+        self.report.idle_after_delete = len(left)
+        for i in left:
+            since = journaled.get((i.gpu_uuid, i.start, i.size, i.mig_uuid))
+            per_gpu[i.gpu_uuid] += 1
+            why = (
+                "not journaled idle"
+                if since is None
+                else f"idle {now - since:.0f}s, past its TTL"
+                if now - since > IDLE_TTL + 5  # the plugin's reconcile pass runs about every second
+                else "a process runs on it"
+                if i.busy
+                else ""
+            )
+            if why:
+                self.report.idle_unproven += 1
+                self.report.details.append(f"{i.profile}@{i.start}:{i.size} on {i.node}/{i.gpu_uuid}: {why}")
+        for gpu, n in per_gpu.items():
+            if n > IDLE_PER_GPU:
+                self.report.idle_unproven += n - IDLE_PER_GPU
+                self.report.details.append(f"{gpu}: {n} idle instances over the cap of {IDLE_PER_GPU}")
+
+    def _journal_entries(self) -> int:
+        return sum(len(_journal(runtime)) for runtime in self.lab.nodes.values())
+
+
+def _journal(runtime: Any) -> list[dict[str, Any]]:
+    """The entries of a node's ownership journal ([] when absent or unreadable)."""
+    path = runtime.state_file.parent / "plugin-state" / "instances.json"
+    try:
+        entries = json.loads(path.read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def _watch_busy(nvml: Any, report: Any) -> None:
+    """Wrap the simulated NVML's `set_busy` (the simulated kubelet starts each pod's workload with
+    it): a workload that starts on a compute instance a process already runs on got a busy one."""
+    original = nvml.set_busy
+
+    def set_busy(
+        gpu_uuid: str, pids: Any = (4242,), *, gi_id: Any = None, ci_id: Any = None, **kw: Any
+    ) -> None:
+        if gi_id is not None and ci_id is not None:
+            for gpu in nvml.gpus():
+                if gpu.uuid != gpu_uuid:
+                    continue
+                there = [p.pid for p in gpu.processes if (p.gi_id, p.ci_id) == (gi_id, ci_id)]
+                if there and not set(there) & set(pids):
+                    report(f"{gpu_uuid} GI {gi_id} CI {ci_id}: workload {list(pids)} started beside {there}")
+        original(gpu_uuid, pids, gi_id=gi_id, ci_id=ci_id, **kw)
+
+    nvml.set_busy = set_busy
 
 
 def _sigkill(child: Any) -> None:
@@ -425,10 +539,22 @@ def run(
     echo=print,
     workdir: Path | None = None,
     long_hold: tuple[float, float] = (8.0, 20.0),
+    reuse: bool = False,
 ) -> Report:
-    """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run."""
-    with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
-        return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold).run()
+    """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run; `reuse`: the
+    plugins run with idle reuse on (TTL `IDLE_TTL`, cap `IDLE_PER_GPU`), the pods mostly alike."""
+    env = {"DYNMIG_IDLE_TTL": f"{IDLE_TTL:g}" if reuse else "0", "DYNMIG_IDLE_PER_GPU": str(IDLE_PER_GPU)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the plugin processes inherit the lab's environment
+    try:
+        with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
+            return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold, reuse).run()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main() -> int:
@@ -439,19 +565,29 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep the lab's logs and state here")
+    parser.add_argument("--reuse", action="store_true", help="the plugins run with idle reuse on")
     args = parser.parse_args()
-    report = run(args.nodes, args.pods, args.kills, args.concurrency, args.seed, workdir=args.workdir)
+    report = run(
+        args.nodes, args.pods, args.kills, args.concurrency, args.seed, workdir=args.workdir, reuse=args.reuse
+    )
     summary = {k: v for k, v in asdict(report).items() if k != "details"}
     print(json.dumps(summary, indent=2))
     for line in report.details[:40]:
         print("  ", line)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({**summary, "details": report.details}, indent=2))
+    results = RESULTS_REUSE if args.reuse else RESULTS
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps({**summary, "details": report.details}, indent=2))
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
         f"{report.lost_instances} lost, {report.leftover_failures} Allocate failures from leftovers, "
         f"{report.leaked_instances} leaked, {report.journal_entries_left} journal entries left "
         f"({report.kill_failures} Allocates failed while a plugin was dead) in {report.seconds}s"
+        + (
+            f"; reuse: {report.handovers} hand-overs, {report.busy_handovers} busy, "
+            f"{report.idle_after_delete} idle after the last delete ({report.idle_unproven} unproven)"
+            if report.reuse
+            else ""
+        )
     )
     return 0 if report.clean else 1
 
