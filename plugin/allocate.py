@@ -218,7 +218,11 @@ class Allocator:
             )
         reservations = container_reservations(allocations, container_index, devices)
         with self.reconciler.lock:
-            misses = self._clear_way(pod, reservations)
+            # every reserved instance already exists for this very pod (pre-created): nothing is
+            # created, so nothing can be in the way (NVML holds no overlapping instance beside
+            # them); the reconcile loop reclaims the rest on its own period
+            ready = all(self._ready_for(pod, r) for r in reservations)
+            misses = {} if ready else self._clear_way(pod, reservations)
             realized, created = self._ensure_all(pod, reservations)
         if self.reconciler.idle.enabled:
             for key in created:
@@ -229,6 +233,16 @@ class Allocator:
             self._rollback(created)
             raise
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
+
+    def _ready_for(self, pod: PodView, reservation: MigAllocation) -> bool:
+        existing = self.manager.get(InstanceKey.of(reservation))
+        return (
+            existing is not None
+            and not existing.idle
+            and existing.has_ci
+            and existing.owner is not None
+            and existing.owner.pod_uid == pod.uid
+        )
 
     def _ensure_all(
         self, pod: PodView, reservations: list[MigAllocation]

@@ -81,6 +81,29 @@ class ManagedInstance:
         return self.ci_id >= 0  # a GI left without its CI by a crash is recorded with ci_id -1
 
 
+class FifoLock:
+    """A lock taken in the order it was asked for. A GPU's pre-creator worker asks again at once
+    after each create; with a plain lock the thread that releases usually takes it back, and an
+    Allocate waiting on the same GPU could wait for the worker's whole queue instead of one create."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._next = 0  # the next ticket handed out
+        self._serving = 0  # the ticket that holds the lock
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
 
@@ -105,7 +128,7 @@ class InstanceManager:
         self.events = PodEvents(None)  # the app sets a posting one; tests and tools post nothing
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
-        self._gpu_locks: dict[str, threading.Lock] = {}
+        self._gpu_locks: dict[str, FifoLock] = {}
 
     # ---- the managed set
 
@@ -131,7 +154,7 @@ class InstanceManager:
     def gpu_lock(self, uuid: str) -> Iterator[None]:
         """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock."""
         with self._map_lock:
-            lock = self._gpu_locks.setdefault(uuid, threading.Lock())
+            lock = self._gpu_locks.setdefault(uuid, FifoLock())
         with lock:
             yield
 

@@ -40,7 +40,8 @@ from plugin.kube import Kube, KubeError, PodView
 
 log = logging.getLogger("dynmig.plugin.precreate")
 
-POLL_S = 0.2  # how often the node's pods are listed for new reservations
+POLL_S = 0.2  # how often the node's pods are listed for new reservations while some are allocating
+IDLE_POLL_S = 0.5  # ... and while none is (fewer lists of a full node's pods)
 RETRY_S = 2.0  # a failed pre-create (slices still held by an ended pod) is tried again after this
 
 
@@ -86,6 +87,7 @@ class Precreator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.created = 0  # instances this pre-creator created (for tests and the bench)
+        self._busy = False  # the last scan saw a pod of this node still allocating
 
     def start(self) -> Precreator:
         self._thread = threading.Thread(target=self._run, name="dynmig-precreate", daemon=True)
@@ -100,9 +102,10 @@ class Precreator:
             worker.shutdown(wait=True, cancel_futures=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll):
+        wait = self.poll
+        while not self._stop.wait(wait):
             try:
-                self.scan()
+                wait = self.poll if self.scan() or self._busy else max(self.poll, IDLE_POLL_S)
             except Exception:
                 log.exception("pre-create scan failed")
 
@@ -117,8 +120,10 @@ class Precreator:
             return 0
         now = self.clock()
         submitted = 0
+        todo = wanted(pods, self.kube.node_name)
+        self._busy = bool(todo)
         with self._lock:
-            for key, owner in wanted(pods, self.kube.node_name):
+            for key, owner in todo:
                 if key in self._inflight or self.manager.get(key) is not None:
                     continue
                 if self._failed.get((key, owner.pod_uid), 0.0) > now:
