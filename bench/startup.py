@@ -2,12 +2,19 @@
 simulated NVML's timing model on (GI/CI creates and destroys take the driver data's estimated
 seconds, each GPU's calls in series), idle reuse off and on in the same run.
 
-Run as `python bench/startup.py [--scenarios a,c] [--churn-seconds 120]`. Scenarios:
+Run as `python bench/startup.py [--scenarios a,b,c] [--arms today,lockfree] [--churn-seconds 120]`.
+Scenarios:
 - (a) 56 pods of one 1g.5gb each, created at once, onto one node of 8 x A100-SXM4-40GB. The
   physical limit under the timing model is each GPU's 7 creates in series, the GPUs in parallel.
+- (b) 300 mixed pods (1g.5gb, 2g.10gb, 3g.20gb: 75/20/5 %, seeded) created at once over 8 such
+  nodes; its physical limit is, from the creates the run made, the busiest GPU's creates in series.
 - (c) steady churn: pods of 1g.5gb on that node at about 80 % of its 56 slices; each runs a while,
   is deleted and replaced by a new one of the same service (namespace).
-Scenario (b) (300 mixed pods over 8 nodes) is not built yet.
+Arms (each its own lab, one after the other in the same run): `today` (the instance is created in
+Allocate, HAMi's node lock from bind to the end of Allocate), `precreate` (created as soon as the pod
+is bound to the node; the lock kept), `lockfree` (pre-creation, and the plugin finds Allocate's pod
+through kubelet's PodResources API, so the scheduler binds without the lock), `reuse` (today with
+idle reuse), `lockfree+reuse`.
 
 Per scenario and arm it reports creation-to-Running p50/p99, the makespan, the share of Allocates
 served without a create (NVML create events against kubelet's Allocate calls), and kubelet's
@@ -35,6 +42,25 @@ from sim.nvml import hardware
 
 RESULTS = Path(__file__).resolve().parent / "results" / "startup.json"
 NODE = "burst=8xA100-SXM4-40GB"
+NODES_B = ";".join(f"b{i}=8xA100-SXM4-40GB" for i in range(8))
+MIX_B = ((4000, 1, 0.75), (9000, 2, 0.20), (19000, 3, 0.05))  # (MiB -> 1g/2g/3g, slices, share)
+PODS_B = 300
+POD_RESOURCES = "pod-resources/kubelet.sock"  # the simulated kubelet's, relative to --kubelet-dir
+ARMS: dict[str, dict[str, str]] = {
+    "today": {"DYNMIG_PRECREATE": "off", "DYNMIG_POD_RESOURCES_SOCKET": "", "DYNMIG_IDLE_TTL": "0"},
+    "precreate": {"DYNMIG_PRECREATE": "on", "DYNMIG_POD_RESOURCES_SOCKET": "", "DYNMIG_IDLE_TTL": "0"},
+    "lockfree": {
+        "DYNMIG_PRECREATE": "on",
+        "DYNMIG_POD_RESOURCES_SOCKET": POD_RESOURCES,
+        "DYNMIG_IDLE_TTL": "0",
+    },
+    "reuse": {"DYNMIG_PRECREATE": "off", "DYNMIG_POD_RESOURCES_SOCKET": "", "DYNMIG_IDLE_TTL": "300"},
+    "lockfree+reuse": {
+        "DYNMIG_PRECREATE": "on",
+        "DYNMIG_POD_RESOURCES_SOCKET": POD_RESOURCES,
+        "DYNMIG_IDLE_TTL": "300",
+    },
+}
 ONE_G_MEMORY = 4000  # a 1g.5gb on an A100-40GB
 SLICES = 56  # 8 GPUs x 7 1g instances
 
@@ -65,7 +91,7 @@ class Watch:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.1):
+        while not self._stop.wait(0.25):  # coarse enough not to load the lab it measures
             for ns in self.namespaces:
                 try:
                     pods = Kit(self.kit.lab, ns).pods()
@@ -132,6 +158,58 @@ def burst(lab: Lab, echo) -> dict[str, Any]:
     return out
 
 
+def physical_limit_from_creates(lab: Lab) -> float:
+    """The busiest GPU's creates in series (GPUs in parallel), from the creates the run made."""
+    timing = hardware.model("A100-SXM4-40GB").timing
+    per_gpu: dict[str, int] = {}
+    for runtime in lab.nodes.values():
+        for e in runtime.nvml.events():
+            if e["op"] == "create_gi":
+                per_gpu[e["gpu"]] = per_gpu.get(e["gpu"], 0) + 1
+    return round(max(per_gpu.values(), default=0) * (timing.create_gi_s + timing.create_ci_s), 2)
+
+
+def mixed(lab: Lab, seed: int, echo) -> dict[str, Any]:
+    rng = random.Random(seed)
+    kit = Kit(lab, "mixed")
+    kit.core.create_namespace({"metadata": {"name": "mixed"}})
+    watch = Watch(kit, ["mixed"]).start()
+    before_alloc = sum(len(r.kubelet.allocations) for r in lab.nodes.values())
+    start = time.monotonic()
+    slices = 0
+    for i in range(PODS_B):
+        memory, size, _ = rng.choices(MIX_B, weights=[m[2] for m in MIX_B])[0]
+        slices += size
+        name = f"m{i:03d}"
+        kit.create(gpu_pod(name, memory, namespace="mixed"))
+        watch.created[f"mixed/{name}"] = time.monotonic()
+    deadline = start + 900
+    last, quiet_since = -1, time.monotonic()
+    while len(watch.running) < PODS_B and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if len(watch.running) != last:
+            last, quiet_since = len(watch.running), time.monotonic()
+        elif time.monotonic() - quiet_since > 60:
+            break  # nothing started for a minute: the rest did not fit
+    makespan = max(watch.running.values(), default=start) - start
+    watch.stop()
+    calls = allocates(lab)[before_alloc:]
+    lat = watch.latencies()
+    out = {
+        "pods": PODS_B,
+        "slices_asked": slices,
+        "running": len(watch.running),
+        "makespan_s": round(makespan, 2),
+        "physical_limit_s": physical_limit_from_creates(lab),
+        "to_running_p50_s": pct(lat, 0.5),
+        "to_running_p99_s": pct(lat, 0.99),
+        "allocates": len(calls),
+        "allocate_p50_s": pct(calls, 0.5),
+    }
+    echo(f"  (b) {out}")
+    return out
+
+
 def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, echo) -> dict[str, Any]:
     rng = random.Random(seed)
     services = [f"svc-{i}" for i in range(4)]
@@ -188,16 +266,19 @@ def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, ec
     return out
 
 
-def arm(reuse: bool, scenarios: list[str], churn_seconds: float, seed: int, echo) -> dict[str, Any]:
+def arm(name: str, scenarios: list[str], churn_seconds: float, seed: int, echo) -> dict[str, Any]:
     os.environ["DYNMIG_SIM_TIMING"] = "driver"  # the timing model on: the driver data's defaults
-    os.environ["DYNMIG_IDLE_TTL"] = "300" if reuse else "0"
-    os.environ["DYNMIG_IDLE_PER_GPU"] = "7" if reuse else "2"
+    os.environ.update(ARMS[name])  # the plugin processes inherit the lab's environment
+    os.environ["DYNMIG_IDLE_PER_GPU"] = "7" if ARMS[name]["DYNMIG_IDLE_TTL"] != "0" else "2"
     results: dict[str, Any] = {}
     for scenario in scenarios:
-        echo(f"arm reuse={'on' if reuse else 'off'}: scenario ({scenario})")
-        with Lab(parse_nodes(NODE), reconcile_interval=1.0) as lab:
+        echo(f"arm {name}: scenario ({scenario})")
+        nodes = NODES_B if scenario == "b" else NODE
+        with Lab(parse_nodes(nodes), reconcile_interval=1.0) as lab:
             if scenario == "a":
                 results["a"] = burst(lab, echo)
+            elif scenario == "b":
+                results["b"] = mixed(lab, seed, echo)
             elif scenario == "c":
                 results["c"] = churn(lab, churn_seconds, (10.0, 25.0), seed, echo)
     return results
@@ -205,16 +286,15 @@ def arm(reuse: bool, scenarios: list[str], churn_seconds: float, seed: int, echo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", default="a,c", help="comma-separated: a, c")
+    parser.add_argument("--scenarios", default="a,c", help="comma-separated: a, b, c")
+    parser.add_argument("--arms", default="today,lockfree", help=f"comma-separated: {', '.join(ARMS)}")
     parser.add_argument("--churn-seconds", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    report = {
-        "timing": "driver data estimates (testbed/sim/nvml/drivers/ampere.yaml)",
-        "off": arm(False, scenarios, args.churn_seconds, args.seed, print),
-        "on": arm(True, scenarios, args.churn_seconds, args.seed, print),
-    }
+    report: dict[str, Any] = {"timing": "driver data estimates (testbed/sim/nvml/drivers/ampere.yaml)"}
+    for name in [a.strip() for a in args.arms.split(",") if a.strip()]:
+        report[name] = arm(name, scenarios, args.churn_seconds, args.seed, print)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
