@@ -105,7 +105,8 @@ def test_the_readmes_status_sample_is_what_a_fresh_lab_prints_for_the_mixed_pair
     commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
     shown = "".join(line + "\n" for line in block.splitlines() if not line.startswith("$ ")).strip()
     reader.run([".venv/bin/dynmig lab --serve --kubeconfig-out /tmp/kc"])
-    env = f"export KUBECONFIG={reader.home / 'kc'} PATH=$PWD/.venv/bin:$PWD/.cache/tools:$PATH"
+    # the sample is printed 100 columns wide (status's width when stdout is no terminal and COLUMNS unset)
+    env = f"export KUBECONFIG={reader.home / 'kc'} PATH=$PWD/.venv/bin:$PWD/.cache/tools:$PATH COLUMNS=100"
     waited = "kubectl wait --for=condition=Ready pod/pair-small pod/pair-large"
     printed = reader.run([env, commands[0], waited, *commands[1:]])
     status = printed[printed.index("slices:") :].strip()
