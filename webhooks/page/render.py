@@ -30,7 +30,7 @@ MEANINGS = {  # the legend: each phase in a few words
     "realized": "instance created",
     "reclaiming": "being destroyed",
     "leftover": "no pod owns it",
-    IDLE_PHASE: f"idle <profile>, {IDLE_MEANING}",
+    IDLE_PHASE: IDLE_MEANING,
 }
 
 
