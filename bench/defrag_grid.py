@@ -1,7 +1,7 @@
 """Defrag against its limit: the packing grid's near-capacity cells with the opt-in eviction mode on,
 against the move-oracle as a policy (issue 29, item 3).
 
-    nice .venv/bin/python bench/defrag_grid.py            (held-out seeds; a few minutes on two cores)
+    nice .venv/bin/python bench/defrag_grid.py            (held-out seeds; about 15 minutes on two shared cores)
     nice .venv/bin/python bench/defrag_grid.py --tuning   (the tuning seeds instead)
     ... --fleets A100-40GB,H100-80GB                      (which uniform pools; those two by default)
 

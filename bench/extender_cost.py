@@ -1,7 +1,7 @@
 """The extender's cost (issue 29, item 4): API writes per pod, against HAMi's protocol, and the
 extender's own CPU per pod at 1,000 and 5,000 nodes.
 
-    nice .venv/bin/python bench/extender_cost.py     (about five minutes on two shared cores)
+    nice .venv/bin/python bench/extender_cost.py     (about six minutes on two shared cores; --cpu-only: that part)
 
 - API writes per pod, counted where they arrive: the simulated API server runs in a child process
   of this bench (`--child-apiserver`) whose request path counts every write (create, update, patch,
