@@ -669,9 +669,14 @@ class Lab:
         return self._api.log_path(meta["namespace"], meta["name"], meta["uid"], container)
 
     def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
+        chart_args = self._chart.container_args("DaemonSet", "device-plugin")
+        # the chart's PodResources socket is the node's kubelet's: here, the simulated kubelet's
+        asks = any(arg.startswith("--pod-resources-socket=") for arg in chart_args)
+        sockets = {"--pod-resources-socket": str(runtime.kubelet.pod_resources_path)} if asks else {}
         args = chart.laptop_args(
-            self._chart.container_args("DaemonSet", "device-plugin"),
+            chart_args,
             replace={
+                **sockets,
                 "--config-file": str(self.device_config_file),
                 "--node-config": str(self.node_config_file),
                 "--kubelet-dir": str(runtime.plugin_dir),

@@ -386,6 +386,23 @@ def test_an_allowlist_entry_may_switch_mig_off_on_its_models_only_by_saying_so()
         assert done.returncode != 0 and "/deviceConfig/allowlist/0" in done.stderr, (silent, done.stderr)
 
 
+def test_the_device_plugin_reads_kubelets_pod_resources_unless_told_to_keep_hamis_lock():
+    plugin = container(one(render(), "DaemonSet", "-device-plugin"), "device-plugin")
+    socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert arg(plugin, "pod-resources-socket") == socket
+    assert {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    } in plugin["volumeMounts"]
+    off = container(
+        one(render("1.35", "devicePlugin.podResources.enabled=false"), "DaemonSet", "-device-plugin"),
+        "device-plugin",
+    )
+    assert not [a for a in off["args"] if a.startswith("--pod-resources-socket")]
+    assert "pod-resources" not in {m["name"] for m in off["volumeMounts"]}
+
+
 def test_the_node_config_lists_mig_nodes_and_their_excluded_gpus():
     docs = render(
         "1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3"
