@@ -44,6 +44,7 @@ from mig.reconstruct import (
     reconstruct,
 )
 from mig.types import Placement
+from webhooks.demand import DemandFeed
 from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 
 CHOSEN = "chosen for another pod whose bind is in progress"
@@ -113,6 +114,7 @@ class Fleet:
         self._occupancy: dict[str, NodeOccupancy] = {}
         self._pending: dict[str, str] = {}
         self._versions: dict[str, int] = {}  # last resourceVersion applied per pod: never go backwards
+        self.demand = DemandFeed(self.index, clock)  # what the filter sees prices what a placement risks
         self.synced = False
 
     # ---- feed from the cache ---------------------------------------------------------------
@@ -144,6 +146,8 @@ class Fleet:
                 self._versions[uid] = version
             if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
                 self._pending.pop(uid, None)
+            if not active_for_scheduler(pod):
+                self.demand.ended(uid)
             dirty: list[str] = []
             reservation = self._reserved.get(uid)
             old = self._held.get(uid)
@@ -166,6 +170,7 @@ class Fleet:
         with self.lock:
             self._pending.pop(uid, None)
             self._versions.pop(uid, None)
+            self.demand.ended(uid)
             nodes = self._drop_reservation(uid)
             old = self._unhold(uid)
             self._refresh(*nodes, *([old.node] if old else []))
@@ -179,6 +184,7 @@ class Fleet:
             for uid in [u for u in self._pending if u not in uids]:
                 del self._pending[uid]  # refused, then deleted while the watch was down
             for uid in [u for u in self._held if u not in uids]:
+                self.demand.ended(uid)
                 old = self._unhold(uid)
                 if old:
                     self._refresh(old.node)
@@ -214,10 +220,12 @@ class Fleet:
         self.sweep()
         with self.lock:
             self._forget_pod(uid)
+            self.demand.arrived(uid, request)
             self.index.block(blocked)
             outcome = self.index.plan(request, nodes=nodes, skip_blocked=True)
             if isinstance(outcome, Refusal):
                 return outcome
+            self.demand.placed(uid)
             usage = usage_from_plan(uid, namespace, name, outcome)
             self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
             return outcome, usage

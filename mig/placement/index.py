@@ -318,6 +318,11 @@ class PlacementIndex:
         for name, n in zip(pset.names, pset.slots(g.mask), strict=True):
             slots[name] = slots.get(name, 0) + step * n
 
+    @property
+    def demand(self) -> Mix:
+        """The demand mix placements are priced by now (`PRIOR` until one is set)."""
+        return self._mix
+
     def set_demand(self, mix: Mix) -> None:
         """The demand mix to price placements by (`mig.placement.demand.DemandEstimate.mix`); `PRIOR`
         (the default) prices every published profile as if one instance of it were running."""
