@@ -22,6 +22,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from mig import jsontext
 from mig.types import Placement
 
 IDLE = "dynmig.io/node-idle-instances"
@@ -78,7 +79,7 @@ def decode_idle(text: str | None) -> tuple[IdleInstance, ...]:
     if len(text) > MAX_TEXT:
         raise IdleError(f"{IDLE}: longer than {MAX_TEXT} characters")
     try:
-        raw = json.loads(text)
+        raw = jsontext.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
         raise IdleError(f"{IDLE}: not JSON ({error})") from None
     if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from mig import jsontext
 from mig.annotations import LEFTOVERS
 from mig.types import Placement
 
@@ -75,7 +76,7 @@ def decode_leftovers(text: str | None) -> tuple[Leftover, ...]:
     if len(text) > MAX_TEXT:
         raise LeftoverError(f"{LEFTOVERS}: longer than {MAX_TEXT} characters")
     try:
-        raw = json.loads(text)
+        raw = jsontext.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
         raise LeftoverError(f"{LEFTOVERS}: not JSON ({error})") from None
     if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:

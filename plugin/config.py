@@ -16,6 +16,7 @@ from typing import Any
 
 from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
+from mig import jsontext
 from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
 
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
@@ -136,11 +137,13 @@ def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
     except OSError as error:
         raise ConfigError(f"{path}: cannot read node config: {error.strerror}") from None
     try:
-        doc = json.loads(text)
+        doc = jsontext.loads(text)
     except json.JSONDecodeError as error:
         raise ConfigError(
             f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a node config") from None
     return parse_node_config(doc, node_name, str(path))
 
 

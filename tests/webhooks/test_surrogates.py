@@ -88,3 +88,32 @@ def test_the_decoder_keeps_pairs_and_escaped_backslashes_and_replaces_only_lone_
     assert jsontext.loads('"\\ud83d\\ude00"') == "\U0001f600"
     assert jsontext.loads('"\\\\ud800"') == "\\ud800"
     assert jsontext.loads('{"\\udc00": ["\\ud800x"]}') == {"\ufffd": ["\ufffdx"]}
+
+
+def test_a_node_config_file_with_a_lone_surrogate_escape_reads_it_as_u_fffd(tmp_path):
+    from plugin.config import ConfigError, load_node_config
+
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {"nodeconfig": [{"name": "n1", "operatingmode": "mig", "filterdevices": {"uuid": [LONE]}}]}
+        )
+    )
+    assert load_node_config(path, "n1").filter.uuids == frozenset({"\ufffd"})
+    path.write_text(json.dumps({"nodeconfig": [{"name": LONE, "operatingmode": LONE}]}))
+    with pytest.raises(ConfigError, match="operatingmode"):
+        load_node_config(path, "\ufffd")
+    path.write_text("[" * 100_000)
+    with pytest.raises(ConfigError, match=r"nested too deeply|not valid JSON"):
+        load_node_config(path, "n1")
+
+
+@pytest.mark.parametrize("codec", ["leftovers", "idle"])
+def test_a_node_annotation_with_a_lone_surrogate_escape_decodes_it_as_u_fffd(codec):
+    from mig.idle import decode_idle
+    from mig.leftovers import decode_leftovers
+
+    entry = {"gpuUUID": "GPU-" + LONE, "profile": "1g.5gb", "placement": {"start": 0, "size": 1}}
+    entry.update({"idleSince": 1} if codec == "idle" else {"reason": "unowned"})
+    (decoded,) = (decode_idle if codec == "idle" else decode_leftovers)(json.dumps([entry]))
+    assert decoded.gpuUUID == "GPU-\ufffd"
