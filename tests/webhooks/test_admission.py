@@ -185,7 +185,9 @@ REST_OFF = "    - {models: [NVIDIA], migOff: true}\n"
 
 
 def test_a_valid_device_config_configmap_is_accepted(client):
-    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 2g.12gb]\n" + REST_OFF
+    text = (
+        "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 2g.12gb]\n" + REST_OFF
+    )
     out = post(client, "validate", cm_review(configmap(text)))["response"]
     assert out["allowed"] is True
 
@@ -219,7 +221,9 @@ def test_a_device_config_with_catalog_warnings_is_allowed_with_warnings(client):
 
 
 def test_a_device_config_that_fails_the_strict_check_is_denied_as_serve_would_refuse_it(client):
-    text = "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.20gb]\n" + REST_OFF
+    text = (
+        "nvidia:\n  migProfileAllowlist:\n    - models: [A30]\n      profiles: [1g.6gb, 3g.20gb]\n" + REST_OFF
+    )
     out = post(client, "validate", cm_review(configmap(text)))["response"]
     assert out["allowed"] is False and "3g.20gb is not a profile of A30" in out["status"]["message"]
 
