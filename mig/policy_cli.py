@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from mig.allowlist import (
     ERROR,
     STRICT,
     Allowlist,
+    Issue,
     PolicyError,
     check_allowlist_file,
+    check_text,
     default_allowlist,
     load_allowlist,
 )
@@ -113,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also refuse profiles that exist only on other models than the entry's (what dynmig serve "
         "and the chart's pre-install check apply)",
     )
+    check.add_argument(
+        "--from-env",
+        metavar="NAME",
+        help="check the device-config text in environment variable NAME instead of a file (the chart's "
+        "pre-install check: a Job needs no volume)",
+    )
     sub.add_parser(
         "default",
         help="print the packaged default device config: a file given to serve replaces it, so start from it",
@@ -143,6 +152,8 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
     parser = parser or build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "check":
+        if args.from_env:
+            return _check_env(args.from_env, args.strict)
         return _check(args.file, args.strict)
     if args.command == "explain":
         return _explain(parser, args)
@@ -154,15 +165,27 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
 
 # ---- check -------------------------------------------------------------------------------------
 def _check(path: str, strict: bool = False) -> int:
-    issues = check_allowlist_file(path, STRICT if strict else CHECK)
+    return _report(path, check_allowlist_file(path, STRICT if strict else CHECK), strict)
+
+
+def _check_env(name: str, strict: bool) -> int:
+    """The same check over the text of an environment variable (named `$NAME` in every message)."""
+    text = os.environ.get(name)
+    if text is None:
+        print(f"${name}: not set (--from-env names the variable holding the device config)", file=sys.stderr)
+        return 2
+    return _report(f"${name}", check_text(text, STRICT if strict else CHECK)[1], strict)
+
+
+def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:
     for issue in issues:
-        print(issue.render(path), file=sys.stderr if issue.severity == ERROR else sys.stdout)
+        print(issue.render(where), file=sys.stderr if issue.severity == ERROR else sys.stdout)
     errors = sum(1 for i in issues if i.severity == ERROR)
     if errors:
-        print(f"{path}: {errors} error(s); the policy would be rejected", file=sys.stderr)
+        print(f"{where}: {errors} error(s); the policy would be rejected", file=sys.stderr)
         return 1
     print(
-        f"{path}: ok" + (f" ({len(issues)} warning(s))" if issues else "") + (" (strict)" if strict else "")
+        f"{where}: ok" + (f" ({len(issues)} warning(s))" if issues else "") + (" (strict)" if strict else "")
     )
     return 0
 

@@ -76,7 +76,8 @@ def test_renders_for_every_supported_kubernetes_version_with_both_webhooks(kube_
         ref = f"{NAMESPACE}/{certificate['metadata']['name']}"
         for config in (mutating, validating):
             assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
-        assert of_kind(docs, "Job") == []
+        # no certificate Job (the device-config check is the one hook Job of this mode)
+        assert [j["metadata"]["name"] for j in of_kind(docs, "Job")] == ["dynmig-device-config-check"]
     else:
         assert of_kind(docs, "Certificate") == []
 
@@ -403,6 +404,23 @@ def test_the_device_plugin_reads_kubelets_pod_resources_unless_told_to_keep_hami
     assert "pod-resources" not in {m["name"] for m in off["volumeMounts"]}
 
 
+def test_the_install_first_checks_the_device_config_it_ships_as_serve_will():
+    docs = render(
+        "1.35", "deviceConfig.allowlist[0].models[0]=H100", "deviceConfig.allowlist[0].profiles[0]=1g.10gb"
+    )
+    job = one(docs, "Job", "-device-config-check")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    check = container(job, "check")
+    assert check["args"] == ["policy", "check", "--strict", "--from-env", "DYNMIG_DEVICE_CONFIG_TEXT"]
+    shipped = one(docs, "ConfigMap", "-device-config")["data"]["device-config.yaml"]
+    assert env(check, "DYNMIG_DEVICE_CONFIG_TEXT").strip() == shipped.strip()
+    assert not [
+        d
+        for d in render("1.35", "deviceConfig.check=false")
+        if d["kind"] == "Job" and "check" in d["metadata"]["name"]
+    ]
+
+
 def test_the_node_config_lists_mig_nodes_and_their_excluded_gpus():
     docs = render(
         "1.35", "devicePlugin.nodeConfig[0].name=gpu-1", "devicePlugin.nodeConfig[0].filterdevices.index[0]=3"
@@ -442,7 +460,11 @@ def test_the_server_is_told_who_may_write_allocations_and_which_scheduler_name_t
 
 def test_self_managed_certificates_are_made_before_install_and_injected_after():
     docs = render()
-    jobs = {j["metadata"]["annotations"]["helm.sh/hook"]: j for j in of_kind(docs, "Job")}
+    jobs = {
+        j["metadata"]["annotations"]["helm.sh/hook"]: j
+        for j in of_kind(docs, "Job")
+        if j["metadata"]["labels"]["app.kubernetes.io/component"] == "certs"
+    }
     assert set(jobs) == {"pre-install,pre-upgrade", "post-install,post-upgrade"}
     init = container(jobs["pre-install,pre-upgrade"], "certs")
     inject = container(jobs["post-install,post-upgrade"], "certs")

@@ -52,7 +52,11 @@ def run_hook_job(apiserver, job: dict) -> int:
 
 
 def hook_jobs(docs) -> dict[str, dict]:
-    return {j["metadata"]["annotations"]["helm.sh/hook"]: j for j in of_kind(docs, "Job")}
+    return {
+        j["metadata"]["annotations"]["helm.sh/hook"]: j
+        for j in of_kind(docs, "Job")
+        if j["metadata"]["labels"]["app.kubernetes.io/component"] == "certs"
+    }
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         started.stop()
 
 
-def _helm(lab: Lab, tmp_path: Path, *args: str) -> str:
+def _helm(lab: Lab, tmp_path: Path, *args: str, ok: bool = True) -> str:
     env = {
         **os.environ,
         "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
@@ -52,8 +52,8 @@ def _helm(lab: Lab, tmp_path: Path, *args: str) -> str:
         check=False,
         env=env,
     )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    assert (done.returncode == 0) == ok, done.stderr
+    return done.stdout if ok else done.stderr
 
 
 def _hook_logs(lab: Lab, job: str) -> list[str]:
@@ -75,6 +75,9 @@ def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_a_running_lab(lab, 
     out = _helm(lab, tmp_path, "install", RELEASE, str(CHART))
     assert "STATUS: deployed" in out
 
+    # the first pre-install hook checked the device config as serve will
+    (check,) = _hook_logs(lab, f"{RELEASE}-dynmig-device-config-check")
+    assert "$DYNMIG_DEVICE_CONFIG_TEXT: ok (strict)" in check, check
     # the pre-install hook's pod ran the real `dynmig certs init`, which wrote both Secrets
     init, inject = (_hook_logs(lab, job) for job in HOOK_JOBS)
     assert len(init) == 1 and "init: new CA" in init[0] and "init: new serving certificate" in init[0], init
@@ -115,3 +118,23 @@ def test_helm4_installs_upgrades_and_uninstalls_the_chart_on_a_running_lab(lab, 
     _helm(lab, tmp_path, "uninstall", RELEASE)
     assert api.get("clusterroles", f"{RELEASE}-dynmig-server") is None
     assert api.get("deployments", f"{RELEASE}-dynmig-scheduler", NAMESPACE) is None
+
+
+def test_helm_install_of_a_policy_serve_would_refuse_fails_naming_the_field(lab, tmp_path):
+    # 3g.20gb is an A100-40GB profile: under an H100 entry only the strict check refuses it, as serve does
+    bad = [
+        "--set=deviceConfig.allowlist[0].models[0]=H100",
+        "--set=deviceConfig.allowlist[0].profiles[0]=1g.10gb",
+        "--set=deviceConfig.allowlist[0].profiles[1]=3g.20gb",
+        "--set=deviceConfig.allowlist[1].models[0]=NVIDIA",
+        "--set=deviceConfig.allowlist[1].migOff=true",
+    ]
+    failed = _helm(lab, tmp_path, "install", "bad", str(CHART), *bad, ok=False)
+    assert "bad-dynmig-device-config-check" in failed, failed
+    (check,) = _hook_logs(lab, "bad-dynmig-device-config-check")
+    assert "nvidia.migProfileAllowlist[0].profiles: 3g.20gb is not a profile of H100" in check, check
+    api = lab.apiserver
+    assert api is not None
+    assert api.get("deployments", "bad-dynmig-scheduler", NAMESPACE) is None  # nothing was installed
+    assert api.get("secrets", "bad-dynmig-tls", NAMESPACE) is None  # the check ran before the certificates
+    _helm(lab, tmp_path, "uninstall", "bad")
