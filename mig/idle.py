@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from mig import jsontext
 from mig.types import Placement
@@ -76,22 +76,7 @@ def decode_idle(text: str | None) -> tuple[IdleInstance, ...]:
     """The idle instances of a node's annotation; IdleError on anything not exactly our format."""
     if not text or not text.strip():
         return ()
-    if len(text) > MAX_TEXT:
-        raise IdleError(f"{IDLE}: longer than {MAX_TEXT} characters")
-    try:
-        raw = jsontext.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise IdleError(f"{IDLE}: not JSON ({error})") from None
-    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
-        raise IdleError(f"{IDLE}: must be a JSON array of at most {MAX_ENTRIES} instances")
-    out = []
-    for i, item in enumerate(raw):
-        try:
-            out.append(IdleInstance.model_validate(item))
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise IdleError(f"{IDLE}[{i}]{'.' + where if where else ''}: {first['msg']}") from None
+    out = jsontext.decode_list(text, IDLE, IdleInstance, IdleError, MAX_TEXT, MAX_ENTRIES)
     keys = [(x.gpuUUID, x.placement.start, x.placement.size) for x in out]
     if len(set(keys)) != len(keys):
         raise IdleError(f"{IDLE}: two idle instances at the same placement of one GPU")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # inside a string an escape pair means nothing structural
 _KEEP = b'[]{}"'
@@ -84,3 +86,30 @@ def loads(text: str | bytes) -> Any:
     """
     value = json.loads(text)
     return _clean(value) if may_hold_surrogates(text) else value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def decode_list(
+    text: str, key: str, model: type[M], error: type[Exception], max_text: int, max_entries: int
+) -> list[M]:
+    """A node annotation holding a JSON array of `model` objects (`key` names it in every error):
+    bounded in length and entries, every entry validated; `error` names the first bad field."""
+    if len(text) > max_text:
+        raise error(f"{key}: longer than {max_text} characters")
+    try:
+        raw = loads(text)
+    except (json.JSONDecodeError, RecursionError) as problem:
+        raise error(f"{key}: not JSON ({problem})") from None
+    if not isinstance(raw, list) or len(raw) > max_entries:
+        raise error(f"{key}: must be a JSON array of at most {max_entries} instances")
+    out = []
+    for i, item in enumerate(raw):
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError as problem:
+            first = problem.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise error(f"{key}[{i}]{'.' + where if where else ''}: {first['msg']}") from None
+    return out

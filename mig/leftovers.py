@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from mig import jsontext
 from mig.annotations import LEFTOVERS
@@ -73,22 +73,7 @@ def encode_leftovers(leftovers: list[Leftover] | tuple[Leftover, ...]) -> str:
 def decode_leftovers(text: str | None) -> tuple[Leftover, ...]:
     if not text or not text.strip():
         return ()
-    if len(text) > MAX_TEXT:
-        raise LeftoverError(f"{LEFTOVERS}: longer than {MAX_TEXT} characters")
-    try:
-        raw = jsontext.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise LeftoverError(f"{LEFTOVERS}: not JSON ({error})") from None
-    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
-        raise LeftoverError(f"{LEFTOVERS}: must be a JSON array of at most {MAX_ENTRIES} instances")
-    out = []
-    for i, item in enumerate(raw):
-        try:
-            out.append(Leftover.model_validate(item))
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise LeftoverError(f"{LEFTOVERS}[{i}]{'.' + where if where else ''}: {first['msg']}") from None
+    out = jsontext.decode_list(text, LEFTOVERS, Leftover, LeftoverError, MAX_TEXT, MAX_ENTRIES)
     return tuple(out)
 
 
