@@ -17,7 +17,6 @@ The rules (docs/startup.md explains them and what they cost):
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +24,8 @@ from dataclasses import dataclass, field
 from mig.idle import IDLE, IdleInstance, encode_idle
 from plugin.instances import InstanceKey, ManagedInstance
 from plugin.journal import Owner
-from plugin.kube import Kube, KubeError
+from plugin.kube import Kube, NodeAnnotationWriter
 from plugin.metrics import PluginMetrics
-
-log = logging.getLogger("dynmig.plugin.idle")
 
 NAMESPACE, ANY = "namespace", "any"
 
@@ -76,22 +73,9 @@ class IdlePublisher:
     """Writes `dynmig.io/node-idle-instances` when it changed (an empty list removes it)."""
 
     def __init__(self, kube: Kube, metrics: PluginMetrics):
-        self.kube = kube
         self.metrics = metrics
-        self.last: str | None = None
+        self.writer = NodeAnnotationWriter(kube, IDLE)
 
     def publish(self, instances: list[IdleInstance]) -> bool:
         self.metrics.idle_instances.set(len(instances))
-        text = encode_idle(instances) if instances else None
-        if self.last is not None and text == (self.last or None):
-            return False
-        try:
-            if self.kube.get_node().annotations.get(IDLE) != text:
-                self.kube.patch_node_annotations({IDLE: text})
-                self.last = text or ""
-                return True
-        except KubeError as error:
-            log.warning("could not publish %s: %s", IDLE, error)
-            return False
-        self.last = text or ""
-        return False
+        return self.writer.write(encode_idle(instances) if instances else None)

@@ -9,6 +9,7 @@ callers can tell "the API said no" from "we know the answer".
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,10 @@ from mig.pods import PodRecord, active_for_plugin
 VGPU_NODE_LABEL = VGPU_NODE  # HAMi writes the node as a pod label of the same key (its monitor lists by it)
 TIMEOUT = kube_client.REQUEST_TIMEOUT  # an unreachable API must not hang Allocate
 
-__all__ = ["Conflict", "Kube", "KubeError", "NodeView", "PodView", "api_client"]
+__all__ = ["Conflict", "Kube", "KubeError", "NodeAnnotationWriter", "NodeView", "PodView", "api_client"]
+
+
+log = logging.getLogger("dynmig.plugin.kube")
 
 
 @dataclass(frozen=True)
@@ -195,3 +199,28 @@ class Kube:
             "count": 1,
         }
         self._raw(self.core.create_namespaced_event, "default", body)
+
+
+class NodeAnnotationWriter:
+    """One annotation of this plugin's node, written only when it changed (None removes it).
+
+    Remembers the last text written, so an unchanged value costs no API call; after a failed write it
+    reads the node again next time. `write` is True when it patched the node."""
+
+    def __init__(self, kube: Kube, key: str) -> None:
+        self.kube = kube
+        self.key = key
+        self.last: str | None = None  # "" once it knows the annotation is absent
+
+    def write(self, text: str | None) -> bool:
+        if self.last is not None and text == (self.last or None):
+            return False
+        try:
+            written = self.kube.get_node().annotations.get(self.key) != text
+            if written:
+                self.kube.patch_node_annotations({self.key: text})
+        except KubeError as error:
+            log.warning("could not publish %s: %s", self.key, error)
+            return False
+        self.last = text or ""
+        return written

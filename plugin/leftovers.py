@@ -16,7 +16,7 @@ from mig.annotations import LEFTOVERS
 from mig.leftovers import RECLAIMING, UNOWNED, Leftover, encode_leftovers
 from mig.types import Placement
 from plugin.instances import InstanceManager
-from plugin.kube import Kube, KubeError
+from plugin.kube import Kube, NodeAnnotationWriter
 from plugin.metrics import PluginMetrics
 from plugin.nvml import NvmlError
 from plugin.reconcile import NodeReservations
@@ -54,36 +54,24 @@ def find_leftovers(manager: InstanceManager, node: NodeReservations) -> list[Lef
 
 class LeftoverPublisher:
     def __init__(self, kube: Kube, metrics: PluginMetrics):
-        self.kube = kube
         self.metrics = metrics
-        self.last: str | None = None
+        self.writer = NodeAnnotationWriter(kube, LEFTOVERS)
 
     def publish(self, leftovers: list[Leftover]) -> bool:
         """Write the annotation when it changed (an empty list removes it); True when written."""
         counts: Counter[str] = Counter(x.reason for x in leftovers)
         for reason in (UNOWNED, RECLAIMING):
             self.metrics.unowned_placements.labels(reason=reason).set(counts.get(reason, 0))
-        text = encode_leftovers(leftovers) if leftovers else None
-        if self.last is not None and text == (self.last or None):
+        if not self.writer.write(encode_leftovers(leftovers) if leftovers else None):
             return False
-        try:
-            if self.kube.get_node().annotations.get(LEFTOVERS) != text:
-                self.kube.patch_node_annotations({LEFTOVERS: text})
-                if leftovers:
-                    log.warning(
-                        "published %d instance(s) no active reservation covers as occupied: %s",
-                        len(leftovers),
-                        ", ".join(
-                            f"{x.profile}@{x.placement_value} on {x.gpuUUID} ({x.reason})"
-                            for x in leftovers[:8]
-                        ),
-                    )
-                else:
-                    log.info("no leftover instances: %s removed", LEFTOVERS)
-                self.last = text or ""
-                return True
-        except KubeError as error:
-            log.warning("could not publish %s: %s", LEFTOVERS, error)
-            return False
-        self.last = text or ""
-        return False
+        if leftovers:
+            log.warning(
+                "published %d instance(s) no active reservation covers as occupied: %s",
+                len(leftovers),
+                ", ".join(
+                    f"{x.profile}@{x.placement_value} on {x.gpuUUID} ({x.reason})" for x in leftovers[:8]
+                ),
+            )
+        else:
+            log.info("no leftover instances: %s removed", LEFTOVERS)
+        return True
