@@ -1,8 +1,9 @@
-"""Regenerate the device-plugin gRPC stubs and their type stubs from deviceplugin.proto (`make proto`).
+"""Regenerate the kubelet gRPC stubs and their type stubs from the .proto files here (`make proto`).
 
     python -m plugin.api.generate [--out DIR]
 
-grpc_tools writes `import deviceplugin_pb2` into the _grpc module (and mypy-protobuf into its .pyi);
+For each proto (device plugin, PodResources, plugin registration, DRA v1 and v1beta1), grpc_tools
+writes `import <name>_pb2` into the _grpc module (and mypy-protobuf into its .pyi);
 we rewrite both to a package import so `plugin.api.deviceplugin_pb2_grpc` works, and type-checks,
 wherever the package is installed. The .pyi files let mypy check our servicer and client code against
 the messages' real fields: protobuf builds the message classes at run time, so without them every
@@ -19,15 +20,13 @@ import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROTO = "deviceplugin.proto"
-OUTPUTS = (
-    "deviceplugin_pb2.py",
-    "deviceplugin_pb2.pyi",
-    "deviceplugin_pb2_grpc.py",
-    "deviceplugin_pb2_grpc.pyi",
+PROTOS = (
+    "deviceplugin.proto",
+    "podresources.proto",
+    "pluginregistration.proto",
+    "dra_v1.proto",
+    "dra_v1beta1.proto",
 )
-# modules that refer to the messages module by its bare name, as protoc runs without a package
-_PACKAGE_IMPORTS = ("deviceplugin_pb2_grpc.py", "deviceplugin_pb2_grpc.pyi")
 # mypy-protobuf's protoc plugin for the _grpc module's .pyi (extra "test", like grpc_tools)
 _GRPC_PYI_PLUGIN = "protoc-gen-mypy_grpc"
 
@@ -41,9 +40,13 @@ def _grpc_pyi_plugin() -> str:
 
 
 def generate(out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [path for proto in PROTOS for path in _generate_one(proto, out_dir)]
+
+
+def _generate_one(proto: str, out_dir: Path) -> list[Path]:
     from grpc_tools import protoc  # build-time tool (extra "test"), not a runtime dependency
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     code = protoc.main(
         [
             "grpc_tools.protoc",
@@ -53,20 +56,23 @@ def generate(out_dir: Path) -> list[Path]:
             f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}",
             f"--mypy_grpc_out={out_dir}",
-            str(HERE / PROTO),
+            str(HERE / proto),
         ]
     )
     if code != 0:
-        raise RuntimeError(f"protoc failed with exit code {code} on {HERE / PROTO}")
-    for name in _PACKAGE_IMPORTS:
-        _import_from_package(out_dir / name)
-    return [out_dir / name for name in OUTPUTS]
+        raise RuntimeError(f"protoc failed with exit code {code} on {HERE / proto}")
+    stem = proto.removesuffix(".proto")
+    for grpc_module in (f"{stem}_pb2_grpc.py", f"{stem}_pb2_grpc.pyi"):
+        _import_from_package(out_dir / grpc_module, stem)
+    return [
+        out_dir / f"{stem}{suffix}" for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+    ]
 
 
-def _import_from_package(module: Path) -> None:
+def _import_from_package(module: Path, stem: str) -> None:
     text = re.sub(
-        r"^import deviceplugin_pb2 as",
-        "from plugin.api import deviceplugin_pb2 as",
+        rf"^import {stem}_pb2 as",
+        f"from plugin.api import {stem}_pb2 as",
         module.read_text(),
         flags=re.MULTILINE,
     )
