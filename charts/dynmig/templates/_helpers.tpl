@@ -51,6 +51,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "dynmig.serverSA" -}}{{ include "dynmig.fullname" . }}-scheduler{{- end -}}
 {{- define "dynmig.pluginSA" -}}{{ include "dynmig.fullname" . }}-device-plugin{{- end -}}
+{{- define "dynmig.draSA" -}}{{ include "dynmig.fullname" . }}-dra-plugin{{- end -}}
 {{- define "dynmig.certsSA" -}}{{ include "dynmig.fullname" . }}-certs{{- end -}}
 {{- define "dynmig.tlsSecret" -}}{{ include "dynmig.fullname" . }}-tls{{- end -}}
 {{- define "dynmig.caSecret" -}}{{ include "dynmig.fullname" . }}-ca{{- end -}}

@@ -1,0 +1,103 @@
+"""charts/dynmig in DRA mode (`draPlugin`): what a cluster admin relies on, on the rendered manifests.
+
+Extender mode stays the default and unchanged; DRA mode is per node pool, and one node never runs
+both plugins.
+"""
+
+from __future__ import annotations
+
+from chart_testkit import CHART, arg, container, helm, of_kind, one, render
+
+DRA = "draPlugin.enabled=true"
+
+
+def _daemonsets(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in of_kind(docs, "DaemonSet")}
+
+
+def test_extender_mode_is_the_default_and_renders_nothing_of_dra():
+    docs = render()
+    assert set(_daemonsets(docs)) == {"device-plugin"}
+    assert not of_kind(docs, "DeviceClass")
+    assert not [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-dra-plugin")]
+    assert "affinity" not in _daemonsets(docs)["device-plugin"]["spec"]["template"]["spec"]
+
+
+def test_a_node_labelled_for_dra_gets_the_dra_plugin_and_never_the_device_plugin():
+    sets = _daemonsets(render("1.35", DRA))
+    assert set(sets) == {"device-plugin", "dra-plugin"}
+    dra = sets["dra-plugin"]["spec"]["template"]["spec"]
+    assert dra["nodeSelector"] == {"dynmig.io/mig-mode": "dra"}
+    terms = sets["device-plugin"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "dynmig.io/mig-mode", "operator": "NotIn", "values": ["dra"]}]}
+    ]
+
+
+def test_a_custom_node_label_and_pool_selector_apply_to_both_daemonsets():
+    sets = _daemonsets(
+        render(
+            "1.35",
+            DRA,
+            "draPlugin.nodeLabel.key=example.com/pool",
+            "draPlugin.nodeLabel.value=claims",
+            "draPlugin.nodeSelector.gpu=h100",
+        )
+    )
+    assert sets["dra-plugin"]["spec"]["template"]["spec"]["nodeSelector"] == {
+        "example.com/pool": "claims",
+        "gpu": "h100",
+    }
+    expr = sets["device-plugin"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert (expr["key"], expr["values"]) == ("example.com/pool", ["claims"])
+
+
+def test_the_dra_plugin_mounts_kubelets_plugin_dirs_the_cdi_root_and_a_state_dir_that_outlives_it():
+    plugin = container(_daemonsets(render("1.35", DRA))["dra-plugin"], "dra-plugin")
+    assert plugin["args"][0] == "dra-plugin"
+    assert arg(plugin, "driver-name") == "mig.dynmig.io"
+    assert arg(plugin, "registry-dir") == "/var/lib/kubelet/plugins_registry"
+    assert arg(plugin, "plugin-dir") == "/var/lib/kubelet/plugins/mig.dynmig.io"
+    assert arg(plugin, "cdi-dir") == "/var/run/cdi"
+    mounts = {m["mountPath"] for m in plugin["volumeMounts"]}
+    assert {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins/mig.dynmig.io",
+        "/var/run/cdi",
+    } <= mounts
+    assert arg(plugin, "state-dir") in mounts
+    assert plugin["securityContext"]["privileged"] is True
+    assert plugin["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_dra_plugin_may_write_only_resourceslices_and_read_claims():
+    role = one(render("1.35", DRA), "ClusterRole", "-dra-plugin")
+    grants: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            grants.setdefault(resource, set()).update(rule["verbs"])
+    assert grants == {
+        "resourceslices": {"get", "list", "watch", "create", "update", "patch", "delete"},
+        "resourceclaims": {"get", "list", "watch"},
+        "nodes": {"get"},
+        "events": {"create", "patch"},
+    }
+
+
+def test_the_device_class_selects_this_drivers_mig_devices_by_its_name():
+    docs = render("1.35", DRA, "draPlugin.driverName=mig.example.com", "draPlugin.deviceClass.name=mig")
+    cls = one(docs, "DeviceClass")
+    assert cls["apiVersion"] == "resource.k8s.io/v1" and cls["metadata"]["name"] == "mig"
+    expression = cls["spec"]["selectors"][0]["cel"]["expression"]
+    assert 'device.driver == "mig.example.com"' in expression
+    assert 'device.attributes["mig.example.com"].type == "mig"' in expression
+    assert not of_kind(render("1.35", DRA, "draPlugin.deviceClass.create=false"), "DeviceClass")
+
+
+def test_a_driver_name_that_is_not_a_dns_subdomain_is_refused_by_the_values_schema():
+    done = helm("template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.driverName=Mig_Driver")
+    assert done.returncode != 0 and "driverName" in done.stderr
