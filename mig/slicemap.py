@@ -50,7 +50,7 @@ from mig.placement import reasons as R
 from mig.placement.reasons import _CLOSEST_FIRST as CLOSEST_FIRST  # the engine's own order of closeness
 from mig.types import Placement
 
-SCHEMA_VERSION = 2  # 2: the `idle` phase, `idleSince` per segment, `idleUnreadable` per node
+SCHEMA_VERSION = 3  # 2: the `idle` phase, `idleSince` per segment, `idleUnreadable` per node; 3: `allocator`
 Phase = Literal["reserved", "realized", "reclaiming", "leftover", "idle"]
 RESERVED: Phase = "reserved"
 REALIZED: Phase = "realized"
@@ -121,6 +121,9 @@ class NodeMap:
     fits: Mapping[str, int]
     unreadable: str = ""
     idle_unreadable: str = ""
+    # who picks placements here: "" = dynmig's extender; "dra:<driver>" = kube-scheduler's DRA
+    # allocator from the driver's ResourceSlices (mig.dra.view)
+    allocator: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,9 +256,11 @@ def gpu_map(
     )
 
 
-def node_map(name: str, gpus: Sequence[GpuMap], unreadable: str = "", idle_unreadable: str = "") -> NodeMap:
+def node_map(
+    name: str, gpus: Sequence[GpuMap], unreadable: str = "", idle_unreadable: str = "", allocator: str = ""
+) -> NodeMap:
     ordered = tuple(sorted(gpus, key=lambda g: (g.index, g.uuid)))
-    return NodeMap(name, ordered, _summed(g.fits for g in ordered), unreadable, idle_unreadable)
+    return NodeMap(name, ordered, _summed(g.fits for g in ordered), unreadable, idle_unreadable, allocator)
 
 
 def fleet_map(
@@ -369,6 +374,7 @@ def to_dict(fleet: FleetMap) -> dict[str, Any]:
                 "name": n.name,
                 "unreadable": n.unreadable or None,
                 "idleUnreadable": n.idle_unreadable or None,
+                "allocator": n.allocator or "extender",
                 "fits": dict(n.fits),
                 "gpus": [_gpu_dict(g) for g in n.gpus],
             }

@@ -36,12 +36,14 @@ from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
 from mig.allowlist import ResourceNames
+from mig.dra.view import dra_view
 from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
 from webhooks.defrag import status_advisor
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DRA_DRIVER = "mig.dynmig.io"  # the chart's draPlugin.driverName
 OUTPUTS = ("text", "wide", "json", "yaml")
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -90,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the device config dynmig serve reads, for its resource names (default: the ConfigMap "
         f"labelled {SELECTOR}, else nvidia.com/gpu, nvidia.com/gpumem, ...)",
     )
+    p.add_argument(
+        "--dra-driver",
+        default=DRA_DRIVER,
+        metavar="NAME",
+        help=f"the DRA driver whose ResourceSlices and claims are drawn as DRA nodes (default {DRA_DRIVER})",
+    )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
     p.add_argument(
@@ -134,6 +142,7 @@ def snapshot(source: Source, args: argparse.Namespace, resources: ResourceNames 
         only_nodes=_nodes(args.node),
         advisor=_advisor(cluster, resources),
     )
+    fleet = with_dra(fleet, cluster, args)
     missing = [n for n in _nodes(args.node) if n not in {m.name for m in fleet.nodes}]
     if missing:
         raise StatusError(f"--node: no node named {', '.join(missing)} in the cluster")
@@ -145,6 +154,29 @@ def snapshot(source: Source, args: argparse.Namespace, resources: ResourceNames 
             tuple(u for u in fleet.unreadable_pods if u[0].split("/", 1)[0] == args.namespace),
         )
     return fleet
+
+
+def with_dra(fleet: FleetMap, cluster: Cluster, args: argparse.Namespace) -> FleetMap:
+    """The map with the DRA nodes added (`mig.dra.view`): what kube-scheduler allocated from the
+    driver's ResourceSlices. What cannot be read is said once per draw, on stderr."""
+    if not cluster.slices:
+        return fleet
+    view = dra_view(cluster.slices, cluster.claims or (), args.dra_driver)
+    if view.problems:
+        shown = "; ".join(view.unreadable[:3])
+        print(
+            f"dynmig status: warning: {view.problems} DRA object(s) could not be drawn: {shown}",
+            file=sys.stderr,
+        )
+    only = _nodes(args.node)
+    extra = [
+        n for n in view.nodes if (not only or n.name in only) and n.name not in {m.name for m in fleet.nodes}
+    ]
+    if not extra:
+        return fleet
+    # the fleet's totals stay the extender's: a pod asking for nvidia.com/gpu never lands on a DRA node
+    nodes = tuple(sorted([*fleet.nodes, *extra], key=lambda n: n.name))
+    return FleetMap(nodes, fleet.fits, fleet.pending, fleet.unreadable_pods)
 
 
 NO_BUDGETS = " (PodDisruptionBudgets could not be listed, so they were not checked)"

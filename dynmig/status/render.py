@@ -178,8 +178,9 @@ def node_lines(node: NodeMap, style: Style) -> list[str]:
         return [f"{name}  " + style.paint(clean(node.unreadable, 1024), WARN_COLOUR)]
     idle = sum(1 for g in node.gpus for s in g.segments if s.phase == IDLE_PHASE)
     kept = f"  {_count(idle, 'idle instance')}" if idle else ""
+    dra = f"  DRA ({clean(node.allocator[4:])})" if node.allocator.startswith("dra:") else ""
     head = (
-        f"{name}  {_count(len(node.gpus), 'MIG GPU')}{kept}  "
+        f"{name}  {_count(len(node.gpus), 'MIG GPU')}{dra}{kept}  "
         f"still fits: {_fits_text(node.fits, _profiles(node))}"
     )
     lines = [head]

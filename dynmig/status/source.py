@@ -76,6 +76,10 @@ class Cluster:
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     pdbs: list[dict[str, Any]] | None = None  # PodDisruptionBudgets; None when they cannot be read
+    # resource.k8s.io/v1 ResourceSlices and ResourceClaims (DRA nodes); None when the API has no such
+    # kinds or they may not be listed (then only extender nodes are drawn)
+    slices: list[dict[str, Any]] | None = None
+    claims: list[dict[str, Any]] | None = None
 
 
 class Source:
@@ -84,12 +88,18 @@ class Source:
     def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
+        self.resource = client.ResourceV1Api(api)
         self.host = api.configuration.host
 
     def read(self) -> Cluster:
         nodes = list(self._list("nodes", "in the cluster", self.core.list_node))
         pods = list(self._list("pods", "in all namespaces", self.core.list_pod_for_all_namespaces))
-        return Cluster(nodes, pods, self._budgets())
+        slices = self._optional("resourceslices", "in the cluster", self.resource.list_resource_slice)
+        claims = None
+        if slices:
+            call = self.resource.list_resource_claim_for_all_namespaces
+            claims = self._optional("resourceclaims", "in all namespaces", call)
+        return Cluster(nodes, pods, self._budgets(), slices, claims)
 
     def device_configs(self, selector: str) -> list[dict[str, Any]] | None:
         """The ConfigMaps `selector` picks (the device configs, for the resource names); optional like the
@@ -103,8 +113,12 @@ class Source:
     def _budgets(self) -> list[dict[str, Any]] | None:
         """PodDisruptionBudgets for defrag advice: optional (a read-only role may not grant them)."""
         call = self.policy.list_pod_disruption_budget_for_all_namespaces
+        return self._optional("poddisruptionbudgets", "in all namespaces", call)
+
+    def _optional(self, resource: str, scope: str, call: Any) -> list[dict[str, Any]] | None:
+        """A list `dynmig status` can do without: None when it may not be read or the API lacks it."""
         try:
-            return list(self._list("poddisruptionbudgets", "in all namespaces", call))
+            return list(self._list(resource, scope, call))
         except StatusError:
             return None
 

@@ -208,5 +208,5 @@ def dra_view(slices: Iterable[object], claims: Iterable[object], driver: str) ->
         holdings = [h for d, h in held if (d.node, d.gpu_uuid) == (node, uuid)]
         state = _gpu_state(gpu, [h.allocation.placement_value for h in holdings])
         by_node.setdefault(node, []).append(gpu_map(state, holdings))
-    view.nodes = [node_map(name, gpus) for name, gpus in sorted(by_node.items())]
+    view.nodes = [node_map(name, gpus, allocator=f"dra:{driver}") for name, gpus in sorted(by_node.items())]
     return view

@@ -149,7 +149,8 @@ def test_the_json_form_has_a_stable_schema():
     assert out["schemaVersion"] == SCHEMA_VERSION
     assert set(out) == {"schemaVersion", "fits", "nodes", "pending", "unreadablePods"}
     node = out["nodes"][0]
-    assert set(node) == {"name", "unreadable", "idleUnreadable", "fits", "gpus"}
+    assert set(node) == {"name", "unreadable", "idleUnreadable", "allocator", "fits", "gpus"}
+    assert node["allocator"] == "extender"
     g = node["gpus"][0]
     assert set(g) == {
         "uuid",
