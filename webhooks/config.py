@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -52,6 +53,8 @@ class ServeConfig:
     # the live slice-map page (webhooks/page): read-only, on its own plain-HTTP listener, off by default
     page: bool = False
     page_port: int = 9396
+    # the DRA driver whose ResourceSlices and claims the page draws (webhooks/dracache); "" = none
+    dra_driver: str = ""
     tls_cert: str = ""
     tls_key: str = ""
     tls_names: tuple[str, ...] = ()
@@ -106,6 +109,20 @@ def _validity(text: str) -> dt.timedelta:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; use a number and a unit, e.g. 90d, 2160h, 5y"
         ) from None
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def dra_driver(text: str) -> str:
+    """A DRA driver name: empty, or a DNS subdomain of at most 63 characters (as ResourceSlice's
+    spec.driver must be)."""
+    if text and (len(text) > 63 or not _DNS_SUBDOMAIN.match(text)):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a DRA driver name; use a lower-case DNS subdomain of at most 63 "
+            "characters, e.g. mig.dynmig.io"
+        )
+    return text
 
 
 def flags(environ: Mapping[str, str] | None = None) -> Flags:
@@ -174,6 +191,14 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         default=d.page_port,
         type=port,
         help="plain-HTTP port of the live slice-map page, when --page=true",
+    )
+    f.add(
+        "--dra-driver",
+        default=d.dra_driver,
+        type=dra_driver,
+        metavar="NAME",
+        help="the page also draws DRA nodes: this driver's ResourceSlices and the claims allocated from "
+        "them (needs list/watch on resourceslices and resourceclaims); empty: none",
     )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
@@ -334,6 +359,7 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         metrics_port=args.metrics_port,
         page=args.page,
         page_port=args.page_port,
+        dra_driver=args.dra_driver,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_names=tuple(args.tls_name),

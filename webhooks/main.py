@@ -25,6 +25,7 @@ from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
 from webhooks.config import REFUSED_REASON, DeviceConfigCollector, DeviceConfigFile, ServeConfig, parse_args
 from webhooks.defrag import Defragmenter
+from webhooks.dracache import DraCache
 from webhooks.filter import Filter
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder, Kube, load_api_client
@@ -84,6 +85,7 @@ class Service:
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.cache = ClusterCache(self.kube, self.fleet, locks=lock.table())
+        self.dra = DraCache(self.kube.api_client, cfg.dra_driver) if cfg.dra_driver and cfg.page else None
         self.events = EventRecorder(
             self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
         )
@@ -163,6 +165,7 @@ class Service:
                     resources,
                     cfg.scheduler_name,
                     nodes=lambda: self.cache.objects()[0],
+                    dra=self.dra.nodes if self.dra is not None else lambda: [],
                 )
             )
             if cfg.page
@@ -195,6 +198,8 @@ class Service:
             self.certificates.start()  # loads the current pair first, so a listener can serve at once
         self.events.start()
         self.cache.start()
+        if self.dra is not None:
+            self.dra.start()
         if wait:
             self.cache.wait_synced(wait)
         self.leader.start()
@@ -210,6 +215,8 @@ class Service:
         self.defrag.stop()
         self.leader.stop()
         self.cache.stop()
+        if self.dra is not None:
+            self.dra.stop()
         self.events.stop()
         if self.certificates is not None:
             self.certificates.stop()

@@ -101,3 +101,28 @@ def test_the_device_class_selects_this_drivers_mig_devices_by_its_name():
 def test_a_driver_name_that_is_not_a_dns_subdomain_is_refused_by_the_values_schema():
     done = helm("template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.driverName=Mig_Driver")
     assert done.returncode != 0 and "driverName" in done.stderr
+
+
+def test_with_the_page_on_serve_draws_dra_pools_and_may_only_read_their_slices_and_claims():
+    docs = render("1.35", DRA, "server.page.enabled=true")
+    server = container(one(docs, "Deployment"), "server")
+    assert arg(server, "dra-driver") == "mig.dynmig.io"
+    from webhooks.config import parse_args
+
+    assert parse_args(server["args"][1:]).dra_driver == "mig.dynmig.io"
+    rules = one(docs, "ClusterRole", "-server")["rules"]
+    dra = [r for r in rules if r["apiGroups"] == ["resource.k8s.io"]]
+    assert dra == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices", "resourceclaims"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+    quiet = render("1.35", DRA)
+    assert not [
+        a for a in container(one(quiet, "Deployment"), "server")["args"] if a.startswith("--dra-driver")
+    ]
+    assert not [
+        r for r in one(quiet, "ClusterRole", "-server")["rules"] if r["apiGroups"] == ["resource.k8s.io"]
+    ]

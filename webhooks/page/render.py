@@ -171,8 +171,13 @@ def node_section(n: NodeMap) -> str:
         else "".join(_gpu(g) for g in n.gpus) or '<p class="empty">no MIG GPU</p>'
     )
     fits = "" if n.unreadable else _fits("node fits now", n.fits, profiles)
+    dra = (
+        f' <span class="allocator">DRA ({_text(n.allocator[4:])})</span>'
+        if n.allocator.startswith("dra:")
+        else ""
+    )
     return (
-        f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}</h2>{fits}{idle}'
+        f'<section class="node" data-node="{_text(n.name)}"><h2>{_text(n.name)}{dra}</h2>{fits}{idle}'
         f'<div class="gpus">{body}</div></section>'
     )
 

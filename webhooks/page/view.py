@@ -76,12 +76,15 @@ class FleetPage:
         names: Callable[[], ResourceNames],
         scheduler_name: str = "",
         nodes: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
+        dra: Callable[[], Sequence[NodeMap]] = lambda: (),
     ):
         self.fleet, self.pods, self.synced = fleet, pods, synced
         self.names, self.scheduler_name = names, scheduler_name
         self.nodes = nodes  # the Node objects now (labels, taints): which nodes a pending pod may run on
         self._drawn: dict[str, _Drawn] = {}
         self.nodes_drawn = 0  # node sections built (not reused) so far
+        self.dra = dra  # DRA nodes' maps (webhooks/dracache), drawn after the extender's nodes
+        self._dra_html: dict[str, tuple[NodeMap, str]] = {}
 
     def __call__(self) -> str:
         if not self.synced():
@@ -92,7 +95,18 @@ class FleetPage:
         pending, left_out = self._pending(pods)
         fleet = fleet_map([d.map for d in sections], pending)
         note = f"{left_out} more pods wait for a node and are not shown" if left_out else ""
-        return compose(fleet, [d.html for d in sections], note=note)
+        return compose(fleet, [d.html for d in sections] + self._dra_sections(), note=note)
+
+    def _dra_sections(self) -> list[str]:
+        """The DRA nodes' sections; a node whose map did not change reuses its HTML."""
+        known = {d.map.name for d in self._drawn.values()}
+        maps = [m for m in self.dra() if m.name not in known]
+        drawn = {}
+        for m in maps:
+            last = self._dra_html.get(m.name)
+            drawn[m.name] = last if last is not None and last[0] is m else (m, node_section(m))
+        self._dra_html = drawn
+        return [html for _, html in drawn.values()]
 
     def _idle_texts(self) -> dict[str, object]:
         """Node name -> its idle list as the watch cache's Node object carries it."""

@@ -1,0 +1,101 @@
+"""DRA nodes for the live page: dynmig's ResourceSlices and the cluster's ResourceClaims mirrored by
+list+watch (`kube.reflector`), drawn with `mig.dra.view` only when something changed.
+
+Started by `dynmig serve --dra-driver NAME` (the chart sets it when `draPlugin.enabled`); without it
+serve watches no resource.k8s.io objects and needs no permission on them. The page shows what this
+cache holds; the extender never reads it (kube-scheduler allocates on DRA nodes, not dynmig).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+
+from kube.reflector import Reflector
+from mig.dra.view import DraView, dra_view
+from mig.slicemap import NodeMap
+
+Key = tuple[str, str]
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))  # type: ignore[union-attr]
+
+
+class _Mirror:
+    """One kind's objects by (namespace, name), with a change counter."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {}
+        self.version = 0
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self.objects = {_key(o): o for o in items if isinstance(o, dict)}
+        self.version += 1
+
+    def event(self, kind: str, obj: dict[str, Any]) -> None:
+        if not isinstance(obj, dict):
+            return
+        if kind == "DELETED":
+            self.objects.pop(_key(obj), None)
+        else:
+            self.objects[_key(obj)] = obj
+        self.version += 1
+
+
+class DraCache:
+    """ResourceSlices and ResourceClaims from watches; `nodes()` the DRA nodes' maps now."""
+
+    def __init__(self, api_client: client.ApiClient, driver: str, watch_timeout: int = 240):
+        self.driver = driver
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._slices, self._claims = _Mirror(), _Mirror()
+        self._drawn: tuple[tuple[int, int], DraView] = ((-1, -1), DraView())
+        api = client.ResourceV1Api(api_client)
+        self.reflectors = [
+            self._reflector("resourceslices", api.list_resource_slice, self._slices, watch_timeout),
+            self._reflector(
+                "resourceclaims", api.list_resource_claim_for_all_namespaces, self._claims, watch_timeout
+            ),
+        ]
+
+    def _reflector(self, name: str, call: Any, mirror: _Mirror, timeout: int) -> Reflector:
+        def replace(items: list[dict[str, Any]]) -> None:
+            with self._lock:
+                mirror.replace(items)
+
+        def event(kind: str, obj: dict[str, Any]) -> None:
+            with self._lock:
+                mirror.event(kind, obj)
+
+        return Reflector(name, call, replace, event, self._stop, timeout)
+
+    def start(self) -> DraCache:
+        for r in self.reflectors:
+            r.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for r in self.reflectors:
+            r.join(5)
+
+    def view(self) -> DraView:
+        """The DRA map, redrawn only after a slice or claim changed."""
+        with self._lock:
+            version = (self._slices.version, self._claims.version)
+            if version == self._drawn[0]:
+                return self._drawn[1]
+            slices, claims = list(self._slices.objects.values()), list(self._claims.objects.values())
+        drawn = dra_view(slices, claims, self.driver)
+        with self._lock:
+            self._drawn = (version, drawn)
+        return drawn
+
+    def nodes(self) -> list[NodeMap]:
+        return self.view().nodes
