@@ -1,6 +1,7 @@
 """The columns kube-apiserver's table printers give `kubectl get` (pkg/printers/internalversion),
-for the kinds where kubectl users read them: pods, nodes, namespaces, events, jobs and the RBAC
-kinds (other kinds get NAME and AGE).
+for the kinds where kubectl users read them: pods, nodes, namespaces, events, jobs, the RBAC
+kinds, ResourceClaims and ResourceSlices (printResourceClaim, resourceClaimState,
+printResourceSlice; other kinds, DeviceClass and ResourceClaimTemplate among them, get NAME and AGE).
 
 A column is (name, type, priority, cell function); priority 1 columns show with `-o wide` only.
 """
@@ -254,6 +255,16 @@ def columns(rt: ResourceType) -> list[Column]:
             ("Pod-Selector", "string", 0, _pod_selector),
             ("Age", "string", 0, _age),
         ]
+    if rt.key == ("resource.k8s.io", "resourceclaims"):
+        return [("Name", "string", 0, _name), ("State", "string", 0, claim_state), ("Age", "string", 0, _age)]
+    if rt.key == ("resource.k8s.io", "resourceslices"):
+        return [
+            ("Name", "string", 0, _name),
+            ("Node", "string", 0, lambda o: _spec_text(o, "nodeName")),
+            ("Driver", "string", 0, lambda o: _spec_text(o, "driver")),
+            ("Pool", "string", 0, lambda o: str(((o.get("spec") or {}).get("pool") or {}).get("name") or "")),
+            ("Age", "string", 0, _age),
+        ]
     if rt.group == "rbac.authorization.k8s.io":
         if rt.kind in ("ClusterRole", "Role"):
             return [("Name", "string", 0, _name), ("Created At", "date", 0, _created_at)]
@@ -263,6 +274,27 @@ def columns(rt: ResourceType) -> list[Column]:
         core = events.to_core if rt.stored_as else (lambda o: o)
         return [(n, t, p, _on(core, f)) for n, t, p, f in _EVENT_COLUMNS]
     return [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
+
+
+def claim_state(o: dict[str, Any]) -> str:
+    """printResourceClaim's STATE: deleted, then pending or allocated(,reserved)."""
+    states = []
+    deleted = bool((o.get("metadata") or {}).get("deletionTimestamp"))
+    if deleted:
+        states.append("deleted")
+    if _status(o).get("allocation") is None:
+        if not deleted:
+            states.append("pending")
+    else:
+        states.append("allocated")
+        if _status(o).get("reservedFor"):
+            states.append("reserved")
+    return ",".join(states)
+
+
+def _spec_text(o: dict[str, Any], key: str) -> str:
+    value = (o.get("spec") or {}).get(key)
+    return value if isinstance(value, str) else ""
 
 
 def _pod_selector(o: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from sim.apiserver import (
     objects,
     patches,
     policies,
+    resource_strategy,
     scale,
     schemas,
 )
@@ -431,7 +432,9 @@ class Registry:
             obj_meta["name"] = objects.generate_name(obj_meta["generateName"])
         objects.check_name(rt, obj_meta["name"])
         obj = objects.prepare_create(rt, obj, req.namespace)
+        resource_strategy.prepare_create(rt, obj)
         policies.check_config(rt, obj)
+        resource_strategy.validate(rt, obj, None)
         record = conversion.to_storage(rt, obj)
         if conversion.is_event(rt):
             events.validate_create(rt.group, record)
@@ -561,6 +564,8 @@ class Registry:
                 raise errors.conflict(rt.plural, rt.group, req.name)
             applied_owners = _owners(new)
             new = objects.prepare_update(rt, new, current, req.subresource)
+            resource_strategy.prepare_update(rt, new, current, req.subresource)
+            resource_strategy.validate(rt, new, current, req.subresource)
             if not managed:  # an apply: its managedFields, even where the status endpoint keeps metadata
                 _set_owners(new, applied_owners)
             policies.check_config(rt, new)

@@ -84,6 +84,8 @@ EVENT_FIELDS = (
     "source",
     "type",
 )
+# pkg/registry/resource/resourceslice/strategy.go toSelectableFields (an unset nodeName is "")
+RESOURCE_SLICE_FIELDS = ("spec.nodeName", "spec.driver")
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
@@ -175,6 +177,22 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
         "batch", "v1", "jobs", "Job", True, (), ("status",), status_via_subresource=True, categories=("all",)
     ),
+    # Dynamic Resource Allocation (resource_strategy.py has what their strategies do)
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    ResourceType(
+        "resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, (), (), RESOURCE_SLICE_FIELDS
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        True,
+        (),
+        ("status",),
+        status_via_subresource=True,
+    ),
+    ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     # Reviews: answered at once, never stored (reviews.py)
     ResourceType(
         "authorization.k8s.io",
