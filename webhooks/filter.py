@@ -297,7 +297,9 @@ class Filter:
         def annotate(plan: Plan, usage: PodUsage) -> dict[str, str]:
             return reservation_annotations(plan, usage, containers, time.time())
 
-        outcome = self.fleet.plan_and_reserve(request, args.node_names, uid, namespace, name, out, annotate)
+        outcome = self.fleet.plan_and_reserve(
+            request, args.node_names, uid, namespace, name, out, annotate, spread=self.lock_free
+        )
         if isinstance(outcome, Refusal):  # the fleet forgot the pod's previous reservation
             return self._refuse(pod, uid, request, args, outcome, blocked), "unschedulable"
         plan = outcome[0]

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
@@ -209,6 +209,7 @@ class Fleet:
         name: str,
         blocked: Collection[str] = (),
         annotate: Annotate | None = None,
+        spread: Callable[[str], bool] | None = None,
     ) -> Refusal | tuple[Plan, PodUsage]:
         """Plan the pod over `nodes` (None: every node) but none of `blocked`, and reserve the plan,
         atomically: the next plan already counts it, so two pods are never handed overlapping
@@ -216,7 +217,9 @@ class Fleet:
         never counts the pod's previous reservation or record, and a refused one leaves the pod
         none. `blocked` (nodes a bind would fail on now) stays blocked in the index until the next
         plan, so passing about the same set every time moves only the nodes that changed; every
-        other reader of the index (defrag, diagnoses) plans over blocked nodes too."""
+        other reader of the index (defrag, diagnoses) plans over blocked nodes too. `spread(node)`
+        true: a single-device pod whose GPU there has creates in flight moves to the engine's next
+        GPU of that node with fewer (`_spread`)."""
         self.sweep()
         with self.lock:
             self._forget_pod(uid)
@@ -225,10 +228,46 @@ class Fleet:
             outcome = self.index.plan(request, nodes=nodes, skip_blocked=True)
             if isinstance(outcome, Refusal):
                 return outcome
+            if spread is not None and len(outcome.devices) == 1 and spread(outcome.node):
+                outcome = self._spread(request, outcome)
             self.demand.placed(uid)
             usage = usage_from_plan(uid, namespace, name, outcome)
             self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
             return outcome, usage
+
+    def _spread(self, request: PodRequest, plan: Plan) -> Plan:
+        """The engine's plan moved, on its own node, off a GPU with creates in flight.
+
+        A node creates its GPU instances one at a time per GPU, GPUs in parallel, and kubelet admits
+        the node's pods one at a time, oldest first: a burst packed onto one GPU waits for that
+        GPU's creates in series before kubelet reaches the next pod. So while the chosen GPU has
+        reservations not yet realized (no instance on the record: bound but not admitted, or not yet
+        bound), the pod takes the engine's best GPU of the same node among those with fewer, with
+        the same profile; anything else (another profile, no such GPU) keeps the engine's plan. The
+        node, the profile and the placement rule stay the engine's: the GPUs a burst touches fill
+        first afterwards (fuller GPUs rank first). Only nodes whose pods are bound without HAMi's
+        node lock get here: a locked node has one pod in flight at a time."""
+        inflight = self._creates_in_flight(plan.node)
+        device = plan.devices[0]
+        busy = inflight.get(device.gpu_uuid, 0)
+        while busy:
+            avoid = tuple(u for u, n in inflight.items() if n >= busy)
+            asked = replace(request, nouse_uuids=request.nouse_uuids + avoid)
+            other = self.index.plan(asked, nodes=(plan.node,))
+            if isinstance(other, Refusal) or other.devices[0].profile != device.profile:
+                break
+            plan, device = other, other.devices[0]
+            busy = inflight.get(device.gpu_uuid, 0)
+        return plan
+
+    def _creates_in_flight(self, node: str) -> dict[str, int]:
+        """Per GPU of the node, the reservations counted there whose instance is not on a record yet."""
+        occ = self._occupancy.get(node)
+        if occ is None:
+            return {}
+        return {
+            uuid: sum(1 for _u, a in holders if not a.runtime_ready) for uuid, holders in occ.holders.items()
+        }
 
     def _deadline(self) -> float:
         return self.clock() + self.ttl
