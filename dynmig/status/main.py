@@ -169,13 +169,14 @@ def with_dra(fleet: FleetMap, cluster: Cluster, args: argparse.Namespace) -> Fle
             file=sys.stderr,
         )
     only = _nodes(args.node)
-    extra = [
-        n for n in view.nodes if (not only or n.name in only) and n.name not in {m.name for m in fleet.nodes}
-    ]
-    if not extra:
+    dra = {n.name: n for n in view.nodes if not only or n.name in only}
+    if not dra:
         return fleet
+    # a DRA node publishes nothing for the extender: its extender map, if any, is empty
+    kept = [n for n in fleet.nodes if n.name not in dra or n.gpus]
+    extra = [n for n in dra.values() if n.name not in {m.name for m in kept}]
     # the fleet's totals stay the extender's: a pod asking for nvidia.com/gpu never lands on a DRA node
-    nodes = tuple(sorted([*fleet.nodes, *extra], key=lambda n: n.name))
+    nodes = tuple(sorted([*kept, *extra], key=lambda n: n.name))
     return FleetMap(nodes, fleet.fits, fleet.pending, fleet.unreadable_pods)
 
 
