@@ -353,11 +353,9 @@ def _matches(expr: str, driver: str, device: Device, where: str) -> bool:
     try:
         result = evaluate(expr, _activation(driver, device))
     except CelError as exc:
-        raise AllocationError(f"{where}: selector on device {device.name}: CEL runtime error: {exc}") from exc
-    if not isinstance(result, bool):
-        raise AllocationError(
-            f"{where}: selector on device {device.name}: CEL result {result!r} is not a bool"
-        )
+        raise AllocationError(f"{where}: CEL runtime error: {exc}") from exc
+    if not isinstance(result, bool):  # upstream: a compile error (the expression must be a bool)
+        raise AllocationError(f"{where}: CEL compile error: result {result!r} is not a bool")
     _MATCHES[key] = result
     return result
 
@@ -394,9 +392,7 @@ class Allocator:
                 (s.get("cel") or {}).get("expression", "")
                 for s in (cls.get("spec") or {}).get("selectors") or []
             )
-        run = _Run(
-            self, pools, requests, class_selectors, [c.get("metadata", {}).get("name", "") for c in claims]
-        )
+        run = _Run(self, pools, requests, class_selectors, [_kobj(c) for c in claims])
         if not run.one(0, 0, (0, 0, 0)):
             if any(p.invalid for p in pools):
                 raise AllocationError("invalid resource pools were encountered")  # upstream: per-node error
@@ -413,6 +409,16 @@ class Allocator:
                 ]
             }
         return out
+
+
+_CLAIM = "\x00claim\x00"  # stands for the claim's name in selector errors cached across claims
+
+
+def _kobj(claim: JSON) -> str:
+    """klog.KObj: `namespace/name`, or the name alone for an object without a namespace."""
+    meta = claim.get("metadata") or {}
+    ns, name = meta.get("namespace") or "", meta.get("name") or ""
+    return f"{ns}/{name}" if ns else str(name)
 
 
 _VERDICTS: dict[tuple[object, ...], tuple[Slice, tuple[tuple[int, str], ...]]] = {}
@@ -439,11 +445,12 @@ class _Run:
 
     def _selectable(self, r: _Request, pool: Pool, device: Device) -> bool:
         """isSelectable: the DeviceClass's selectors, then the request's (an error is fatal)."""
-        for expr in self.class_selectors[r.device_class]:
-            if not _matches(expr, pool.driver, device, f"class {r.device_class}"):
+        for i, expr in enumerate(self.class_selectors[r.device_class]):
+            if not _matches(expr, pool.driver, device, f"class {r.device_class}: selector #{i}"):
                 return False
         return all(
-            _matches(expr, pool.driver, device, f"claim {self.claim_names[r.claim]}") for expr in r.selectors
+            _matches(expr, pool.driver, device, f"claim {_CLAIM}: selector #{i}")
+            for i, expr in enumerate(r.selectors)
         )
 
     def _candidates(self, r: _Request, pool: Pool, s: Slice) -> tuple[tuple[int, str], ...]:
@@ -533,8 +540,8 @@ class _Run:
                     dev_id = (pool.driver, pool.name, device.name)
                     if dev_id in self.a.allocated or dev_id in self.in_flight:
                         continue
-                    if error:
-                        raise AllocationError(error)
+                    if error:  # the cached text names the claim by a marker: this run's claim
+                        raise AllocationError(error.replace(_CLAIM, self.claim_names[r.claim]))
                     if device.consumes and not self._take_counters(pi, device):
                         continue
                     self.in_flight.add(dev_id)
