@@ -28,6 +28,19 @@ it changes nothing, as a kubelet that lost the API server keeps its pods running
   and counted in the pod's restartCount. Other containers that exit end the pod: Succeeded on
   exit 0, else Failed.
 - finishes a running simulated workload whose pod is annotated `lab.dynmig.io/exit-code`.
+- with a DRA manager (`dra=`, sim.kubelet.dra): prepares a pod's ResourceClaims before its
+  containers start; when that fails the pod stays Pending, gets a FailedPrepareDynamicResources
+  event ("Failed to prepare dynamic resources: ...") and is tried again every `dra_retry` seconds
+  (kubelet: `kuberuntime_manager.go` SyncPod calls PrepareDynamicResources before the sandbox and
+  records that event; the pod worker requeues a failed sync after its 10 s backOffPeriod). A
+  container gets the CDI devices of the claims it names; with `cdi_dirs` they are resolved as the
+  container runtime does (sim.kubelet.cdi) and the simulated workload runs on the MIG devices the
+  injected environment names (`PodRecord.cdi_devices`, `PodRecord.env`); an unresolvable device
+  fails the container's creation (a "Failed" event, tried again). Once the pod's containers have
+  stopped and it is terminal or deleted, its claims are unprepared, again every `dra_retry` seconds
+  until that succeeds, and a deleted pod is removed from the API only after that (kubelet:
+  `SyncTerminatedPod` calls UnprepareDynamicResources; `PodResourcesAreReclaimed` waits while
+  `PodMightNeedToUnprepareResources`).
 """
 
 from __future__ import annotations
@@ -47,7 +60,16 @@ from typing import Any
 from kubernetes import client
 
 from sim import recorder
-from sim.kubelet.runtime import Containers, SimulatedWorkload, container_exit_code, describe_exit, mig_uuids
+from sim.kubelet import cdi
+from sim.kubelet.dra import DraError, DraManager, has_claims
+from sim.kubelet.runtime import (
+    MIG_UUID,
+    Containers,
+    SimulatedWorkload,
+    container_exit_code,
+    describe_exit,
+    mig_uuids,
+)
 
 log = logging.getLogger("sim.kubelet.pods")
 EXIT_CODE = "lab.dynmig.io/exit-code"
@@ -55,6 +77,7 @@ IGNORE_SIGTERM = "lab.dynmig.io/ignore-sigterm"
 MIN_GRACE_S = 2.0
 DEFAULT_GRACE_S = 30.0
 KUBELET_BACKOFF = (10.0, 300.0)
+POD_WORKER_BACKOFF_S = 10.0  # pkg/kubelet/kubelet.go backOffPeriod: a failed pod sync is retried after it
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -77,6 +100,8 @@ class PodRecord:
     stop_deadline: float | None = None  # set once termination began
     killed: bool = False
     stale: bool = False  # the last running status could not be written
+    cdi_devices: dict[str, list[str]] = field(default_factory=dict)  # container -> CDI device IDs (DRA)
+    retry_at: float | None = None  # a failed DRA step (prepare, CDI injection, unprepare) waits until then
 
     @property
     def processes(self) -> list[tuple[str, int]]:
@@ -189,8 +214,13 @@ class SimulatedPods:
         echo: Callable[[str], None] | None = None,
         interval: float = 0.2,
         log_path: Callable[[str, str, str, str], Path] | None = None,
+        dra: DraManager | None = None,
+        cdi_dirs: list[Path] | None = None,
+        dra_retry: float = POD_WORKER_BACKOFF_S,
     ):
-        """log_path(namespace, pod, uid, container): the file a container's output is appended to."""
+        """log_path(namespace, pod, uid, container): the file a container's output is appended to.
+        dra: kubelet's DRA manager (None: pods' ResourceClaims are ignored, as before DRA);
+        cdi_dirs: where the container runtime reads CDI specs (None: CDI devices are not resolved)."""
         self.node, self.kubelet, self.nvml, self.resource = node, kubelet, nvml, resource
         self.core = client.CoreV1Api(api_client)
         self.runtime = runtime or (lambda pod: None)
@@ -198,6 +228,7 @@ class SimulatedPods:
         self.echo = echo or (lambda text: None)
         self.interval = interval
         self.log_path = log_path
+        self.dra, self.cdi_dirs, self.dra_retry = dra, cdi_dirs, dra_retry
         self.pods: dict[str, PodRecord] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-pods-{node}", daemon=True)
@@ -296,8 +327,10 @@ class SimulatedPods:
         phase = status.get("phase") or "Pending"
         if meta.get("deletionTimestamp"):
             self._begin_stop(record, grace_period(pod), "was deleted")
-        elif record.stop_deadline is not None or phase in TERMINAL:
+        elif record.stop_deadline is not None:
             return
+        elif phase in TERMINAL:
+            self._unprepared(record)
         elif record.containers is None:
             if phase == "Pending" and not self.paused.is_set():
                 self._admit(record)
@@ -308,6 +341,8 @@ class SimulatedPods:
 
     def _admit(self, record: PodRecord) -> None:
         pod = record.pod
+        if not self._prepared(record):
+            return  # the pod waits for its claims
         containers = self.runtime(pod)
         if containers is None:
             if record.allocation is None:
@@ -331,11 +366,80 @@ class SimulatedPods:
                 if c.response is not None:
                     record.env[c.name] = dict(c.response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
                     devices.setdefault(c.name, []).extend(mig_uuids([c.response]))
+            if not self._inject_cdi(record, devices):
+                return
             ignore = (pod["metadata"].get("annotations") or {}).get(IGNORE_SIGTERM) == "true"
             containers = SimulatedWorkload(self.nvml, devices, ignore_sigterm=ignore, sink=self.log_sink(pod))
         record.containers = containers
         record.running_since = time.monotonic()
         self._set_running(record)
+
+    # ---- DRA --------------------------------------------------------------------------------------
+
+    def _waiting(self, record: PodRecord) -> bool:
+        return record.retry_at is not None and time.monotonic() < record.retry_at
+
+    def _prepared(self, record: PodRecord) -> bool:
+        """PrepareDynamicResources before the pod's containers; False: the pod waits (event sent)."""
+        if self.dra is None or not has_claims(record.pod):
+            return True
+        if self._waiting(record):
+            return False
+        try:
+            self.dra.prepare(record.pod)
+        except DraError as error:
+            record.retry_at = time.monotonic() + self.dra_retry
+            message = f"Failed to prepare dynamic resources: {error}"
+            self._event(record.pod, "Warning", "FailedPrepareDynamicResources", message)
+            self.echo(f"{self.node}: {record.namespace}/{record.name} waits: {message}")
+            return False
+        record.retry_at = None
+        return True
+
+    def _inject_cdi(self, record: PodRecord, devices: dict[str, list[str]]) -> bool:
+        """Each container's CDI devices, resolved as the runtime does; False: a container could
+        not be created (event sent, tried again later)."""
+        if self.dra is None or not has_claims(record.pod):
+            return True
+        if self._waiting(record):
+            return False
+        for name in list(devices):
+            ids = self.dra.cdi_devices(record.pod, name)
+            if not ids:
+                continue
+            texts = list(ids)
+            if self.cdi_dirs is not None:
+                try:
+                    env, applied = cdi.inject(self.cdi_dirs, ids)
+                except cdi.CdiError as error:
+                    record.retry_at = time.monotonic() + self.dra_retry
+                    message = (
+                        f"Error: failed to create containerd container: CDI device injection failed: {error}"
+                    )
+                    self._event(record.pod, "Warning", "Failed", message)
+                    self.echo(f"{self.node}: {record.namespace}/{record.name} container {name}: {message}")
+                    return False
+                record.env[name] = env.get("NVIDIA_VISIBLE_DEVICES", "")
+                texts += applied
+            record.cdi_devices[name] = ids
+            found = devices[name]
+            found += [u for t in texts for u in MIG_UUID.findall(t) if u not in found]
+        return True
+
+    def _unprepared(self, record: PodRecord) -> bool:
+        """UnprepareDynamicResources once the containers stopped; False: not yet (retried)."""
+        if self.dra is None or not self.dra.might_need_unprepare(record.uid):
+            return True
+        if self._waiting(record):
+            return False
+        try:
+            self.dra.unprepare(record.pod)
+        except DraError as error:
+            record.retry_at = time.monotonic() + self.dra_retry
+            self.echo(f"{self.node}: {record.namespace}/{record.name}: {error}; trying again")
+            return False
+        record.retry_at = None
+        return True
 
     def _set_running(self, record: PodRecord) -> None:
         now = _now()
@@ -469,6 +573,7 @@ class SimulatedPods:
         self._terminated_status(record, phase, exit_code)
         self.kubelet.release(record.uid)
         self.echo(f"{self.node}: {record.namespace}/{record.name} {phase} (exit code {exit_code})")
+        self._unprepared(record)
 
     # ---- stopping a pod -----------------------------------------------------------------------------
 
@@ -495,6 +600,8 @@ class SimulatedPods:
                 containers.signal(signal.SIGKILL)
                 self.echo(f"{self.node}: {record.namespace}/{record.name}: grace period over, SIGKILL")
             return
+        if not self._unprepared(record):
+            return  # kubelet keeps the pod until its claims are unprepared
         self.kubelet.release(record.uid)
         if exists:
             phase = (record.pod.get("status") or {}).get("phase")
