@@ -440,3 +440,63 @@ def test_a_claim_of_an_unregistered_driver_keeps_the_pod_waiting(world):
     plugin = world.plug()
     wait_for(lambda: _phase(world, "trainer") == "Running", what="the pod to run once the driver is there")
     assert plugin.methods("NodePrepareResources")
+
+
+def test_a_cdi_device_no_spec_names_keeps_the_container_from_starting(world):
+    plugin = world.plug()
+    plugin.cdi = None  # the driver writes no CDI spec
+    _registered(world, plugin)
+    _claim(world, "c")
+    pod = _pod(world, "trainer", {"resourceClaimName": "c"})
+    _allocate(world, "c", pod)
+    wait_for(lambda: _events(world, "Failed"), what="the runtime's complaint")
+    assert (
+        "CDI device injection failed: unresolvable CDI devices k8s.gpu.example.com/claim="
+        in _events(world, "Failed")[0]
+    )
+    assert _phase(world, "trainer") == "Pending" and _busy_gpus(world) == 0
+
+
+def test_the_claim_cache_is_checkpointed_so_a_restarted_kubelet_still_unprepares(world, tmp_path):
+    plugin = world.plug()
+    _registered(world, plugin)
+    claim = _claim(world, "c")
+    pod = _pod(world, "trainer", {"resourceClaimName": "c"})
+    _allocate(world, "c", pod)
+    wait_for(lambda: _phase(world, "trainer") == "Running", what="the pod to run")
+    restarted = DraManager(world.api.api_client("kubelet"), state_file=tmp_path / "dra_manager_state")
+    (info,) = restarted.claims()
+    assert (info.name, info.uid, info.pods, info.prepared) == (
+        "c",
+        claim["metadata"]["uid"],
+        [pod["metadata"]["uid"]],
+        True,
+    )
+    assert restarted.might_need_unprepare(pod["metadata"]["uid"])
+    restarted.register_plugin(DRIVER, str(plugin.endpoint), ["v1.DRAPlugin"])
+    restarted.unprepare({"metadata": {"uid": pod["metadata"]["uid"], "namespace": "default"}, "spec": {}})
+    assert plugin.methods("NodeUnprepareResources") == [[("default", claim["metadata"]["uid"], "c")]]
+    restarted.close()
+
+
+def test_a_plugin_answering_for_claims_it_was_not_asked_about_fails_the_prepare(world):
+    plugin = world.plug()
+    _registered(world, plugin)
+    _claim(world, "c")
+    real = plugin.prepare
+
+    def confused(service, request, wire):
+        real(service, request, wire)  # the claim was prepared; the answer names another
+        return wire.NodePrepareResourcesResponse(claims={"not-a-claim": wire.NodePrepareResourceResponse()})
+
+    plugin.prepare = confused
+    pod = _pod(world, "trainer", {"resourceClaimName": "c"})
+    _allocate(world, "c", pod)
+    wait_for(lambda: _events(world, "FailedPrepareDynamicResources"), what="kubelet's complaint")
+    assert (
+        "NodePrepareResources returned result for unknown claim UID not-a-claim"
+        in _events(world, "FailedPrepareDynamicResources")[0]
+    )
+    assert _phase(world, "trainer") == "Pending"
+    plugin.prepare = real
+    wait_for(lambda: _phase(world, "trainer") == "Running", what="the pod to run once the plugin answers")

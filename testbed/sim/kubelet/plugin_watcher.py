@@ -133,7 +133,8 @@ class PluginWatcher:
                 self._unregister(path, known)
         now = time.monotonic()
         for path, stamp in desired.items():
-            known = self._known.setdefault(path, _Known(stamp))
+            with self._cond:
+                known = self._known.setdefault(path, _Known(stamp))
             if not known.registered and now >= known.next_try:
                 self._register(path, known)
 
