@@ -18,6 +18,11 @@ def fit_error(num_all_nodes: int, reasons: dict[str, str]) -> str:
     return msg
 
 
+def prefilter_error(num_all_nodes: int, message: str) -> str:
+    """FitError when a PreFilter plugin rejected the pod: its message for every node at once."""
+    return f"0/{num_all_nodes} nodes are available: {message}."
+
+
 def scheduled(namespace: str, name: str, node: str) -> str:
     return f"Successfully assigned {namespace}/{name} to {node}"
 

@@ -36,6 +36,7 @@ from kubernetes import client, watch
 from sim.scheduler import messages
 from sim.scheduler.api import ApiWriter
 from sim.scheduler.config import SchedulerConfig
+from sim.scheduler.dra import CycleState, DraError, DraUnschedulable, DynamicResources
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
 from sim.scheduler.leader import LeaderElector
@@ -171,6 +172,8 @@ class Scheduler:
         self._in_flight: set[str] = set()
         self._failures: dict[str, int] = {}
         self.api = ApiWriter(api_client)
+        self.dra = DynamicResources(api_client, self.api, random.Random(seed), on_change=self._claims_changed)
+        self._gated: dict[str, str] = {}  # pod key -> why DynamicResources' PreEnqueue holds it
         hostname = hostname or socket.gethostname()
         self.recorder = EventRecorder(self.api, hostname)
         self._next_start = 0
@@ -186,6 +189,7 @@ class Scheduler:
                 self._stopping,
             ),
             _Informer("nodes", self.core.list_node, "", self._sync_nodes, self._node_event, self._stopping),
+            *self._dra_informers(api_client),
         ]
         self._worker = threading.Thread(target=self._run, name="sched-worker", daemon=True)
         election = config.leader_election
@@ -200,6 +204,27 @@ class Scheduler:
             if election.leader_elect
             else None
         )
+
+    def _dra_informers(self, api_client: Any) -> list[_Informer]:
+        """The DynamicResources plugin's informers: claims, slices, device classes."""
+        resource = client.ResourceV1Api(api_client)
+        dra, stopping = self.dra, self._stopping
+        return [
+            _Informer(
+                "resourceclaims",
+                resource.list_resource_claim_for_all_namespaces,
+                "",
+                dra.sync_claims,
+                dra.claim_event,
+                stopping,
+            ),
+            _Informer(
+                "resourceslices", resource.list_resource_slice, "", dra.sync_slices, dra.slice_event, stopping
+            ),
+            _Informer(
+                "deviceclasses", resource.list_device_class, "", dra.sync_classes, dra.class_event, stopping
+            ),
+        ]
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -261,6 +286,7 @@ class Scheduler:
 
     def _enqueue(self, key: str) -> None:
         if key not in self._queued and key not in self._backing_off and key not in self._in_flight:
+            self._gated.pop(key, None)
             self._queued.add(key)
             self._active.append(key)
             self._lock.notify_all()
@@ -280,6 +306,7 @@ class Scheduler:
             else:
                 self._pods.pop(key, None)
                 self._failures.pop(key, None)
+                self._gated.pop(key, None)
 
     def _sync_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -333,22 +360,65 @@ class Scheduler:
             self.stats.cycle_seconds += time.perf_counter() - started
 
     def _cycle(self, key: str, pod: dict[str, Any]) -> None:
+        why = self.dra.pre_enqueue(pod)
+        if why:
+            self._gate(key, why)
+            return
         self.stats.attempts += 1
         with self._lock:
             nodes = list(self._nodes.values())
+        state: CycleState | None = None
         try:
-            node = self._find_host(pod, nodes)
+            if not nodes:
+                raise Unschedulable(messages.NO_NODES)
+            state = self._pre_filter(pod, len(nodes))
+            node = self._find_host(pod, nodes, state)
+            if state is not None:
+                self.dra.reserve(state, node)
         except Unschedulable as exc:
             self._failed(key, pod, str(exc))
             return
-        except ExtenderError as exc:
+        except (ExtenderError, DraError) as exc:
             self._failed(key, pod, str(exc), error=True)
             return
-        self._binders.submit(self._bind, key, pod, node)
+        self._binders.submit(self._bind, key, pod, node, state)
 
-    def _find_host(self, pod: dict[str, Any], nodes: list[tuple[dict[str, Any], str | None]]) -> str:
-        if not nodes:
-            raise Unschedulable(messages.NO_NODES)
+    def _pre_filter(self, pod: dict[str, Any], num_nodes: int) -> CycleState | None:
+        """DynamicResources' PreFilter; its rejection is the whole attempt's FitError."""
+        try:
+            return self.dra.pre_filter(pod)
+        except DraUnschedulable as exc:
+            raise Unschedulable(messages.prefilter_error(num_nodes, str(exc))) from exc
+
+    def _gate(self, key: str, why: str) -> None:
+        """PreEnqueue rejected the pod: it waits, unattempted, with no event or condition, until a
+        claim or the pod changes (kube-scheduler logs the reason; `gated` keeps it)."""
+        with self._lock:
+            self._in_flight.discard(key)
+            if key in self._pods:
+                self._gated[key] = why
+            self._lock.notify_all()
+
+    def _claims_changed(self) -> None:
+        """A claim, slice or class changed: pods PreEnqueue held are tried again."""
+        with self._lock:
+            for key in list(self._gated):
+                if key in self._pods:
+                    self._enqueue(key)
+                else:
+                    self._gated.pop(key, None)
+
+    def gated(self, namespace: str, name: str) -> str:
+        """Why DynamicResources' PreEnqueue holds the pod ("" when it does not)."""
+        with self._lock:
+            return self._gated.get(f"{namespace}/{name}", "")
+
+    def _find_host(
+        self,
+        pod: dict[str, Any],
+        nodes: list[tuple[dict[str, Any], str | None]],
+        state: CycleState | None = None,
+    ) -> str:
         wire_pod = _strip_type_meta(pod)
         reasons: dict[str, str] = {}
         feasible: list[dict[str, Any]] = []
@@ -361,6 +431,8 @@ class Scheduler:
             node, plain_why = nodes[(start + i) % len(nodes)]
             processed += 1
             why = plain_why if plain else unfit_reason(pod, node)
+            if not why and state is not None:
+                why = self.dra.filter(state, node)
             if why:
                 reasons[node["metadata"]["name"]] = why
             else:
@@ -390,25 +462,14 @@ class Scheduler:
             return feasible[0]["metadata"]["name"]
         return self._rng.choice(feasible)["metadata"]["name"]
 
-    def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
-        try:
-            if not self._extenders_bind(pod, node):
-                meta = pod["metadata"]
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "Binding",
-                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-                }
-                self.api.bind(meta["namespace"], meta["name"], body)
-        except ExtenderError as exc:
-            self._failed(key, pod, str(exc), error=True)
-            return
-        except client.ApiException as exc:
-            self._failed(key, pod, f'running Bind plugin "DefaultBinder": {_api_message(exc)}', error=True)
-            return
-        except Exception as exc:  # noqa: BLE001
-            self._failed(key, pod, f"binding failed: {exc}", error=True)
+    def _bind(self, key: str, pod: dict[str, Any], node: str, state: CycleState | None = None) -> None:
+        """The binding cycle: PreBind (DynamicResources writes the claims), then the bind; a failure
+        unreserves what the scheduling cycle reserved."""
+        failure = self._try_bind(pod, node, state)
+        if failure is not None:
+            if state is not None:
+                self.dra.unreserve(state, pod)
+            self._failed(key, pod, failure, error=True)
             return
         with self._lock:
             self.stats.scheduled += 1
@@ -418,6 +479,28 @@ class Scheduler:
             self._failures.pop(key, None)
         note = messages.scheduled(pod["metadata"]["namespace"], pod["metadata"]["name"], node)
         self.recorder.record(pod, "Normal", "Scheduled", "Binding", note)
+
+    def _try_bind(self, pod: dict[str, Any], node: str, state: CycleState | None) -> str | None:
+        """None once bound, else the FailedScheduling message."""
+        try:
+            if state is not None:
+                self.dra.pre_bind(state, pod, node)
+            if not self._extenders_bind(pod, node):
+                meta = pod["metadata"]
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                }
+                self.api.bind(meta["namespace"], meta["name"], body)
+        except (ExtenderError, DraError) as exc:
+            return str(exc)
+        except client.ApiException as exc:
+            return f'running Bind plugin "DefaultBinder": {_api_message(exc)}'
+        except Exception as exc:  # noqa: BLE001
+            return f"binding failed: {exc}"
+        return None
 
     def _extenders_bind(self, pod: dict[str, Any], node: str) -> bool:
         """kube-scheduler's extendersBinding: the first interested binder extender binds; one that
