@@ -23,6 +23,10 @@ from sim.apiserver.resources import ResourceType
 
 # (model, field) -> (list type, map keys): lists merged by key ("map") or by value ("set")
 LISTS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
+    # resource.k8s.io/v1 (+listType=map markers of k8s.io/api/resource/v1 types.go)
+    ("V1AllocatedDeviceStatus", "conditions"): ("map", ("type",)),
+    ("V1ResourceClaimStatus", "devices"): ("map", ("driver", "device", "pool", "shareID")),
+    ("V1ResourceClaimStatus", "reservedFor"): ("map", ("uid",)),
     ("V1Container", "env"): ("map", ("name",)),
     ("V1Container", "ports"): ("map", ("containerPort", "protocol")),
     ("V1Container", "volumeDevices"): ("map", ("devicePath",)),
