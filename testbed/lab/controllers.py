@@ -13,6 +13,8 @@ collector, for every namespace, as one polling loop.
   ScalingReplicaSet events), and each ReplicaSet keeps `spec.replicas` active pods from its
   template (`lab.replicasets`), named `<deployment>-<hash>-xxxxx`. Terminal pods do not
   count.
+- **ResourceClaim**: claims from pods' templates, released and deallocated when their pods are done
+  (`sim.dra.claims`, in a loop of its own).
 - **Garbage collector**: a pod whose controlling owner is gone is deleted, and so is a ReplicaSet
   whose Deployment is (background propagation, what `kubectl delete deployment|daemonset|job`
   asks for by default).
@@ -33,6 +35,8 @@ from typing import Any
 
 from kubernetes import client
 from sim import recorder
+from sim.dra.claims import ResourceClaimController
+from sim.scheduler.nodeselector import NodeSelector
 
 from lab import replicasets, rollout
 from lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController
@@ -63,8 +67,20 @@ def _by_controller(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
 
 
 def node_matches(node: dict[str, Any], template_spec: dict[str, Any]) -> bool:
+    """Whether a DaemonSet's pod belongs on `node`: its nodeSelector and its required node affinity,
+    as the DaemonSet controller's `NodeShouldRunDaemonPod` checks them (pkg/controller/daemon)."""
     labels = node["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, v in (template_spec.get("nodeSelector") or {}).items())
+    if not all(labels.get(k) == v for k, v in (template_spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((template_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not required:
+        return True
+    try:
+        return NodeSelector(required, "affinity.nodeAffinity.required").matches(node)
+    except ValueError:
+        return False  # a pod the API would have refused runs nowhere
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -151,13 +167,17 @@ class ControllerManager:
         self._refused: dict[str, replicasets.Refusal] = {}  # ReplicaSet uid -> its last refused pod
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-manager", daemon=True)
+        # kube-controller-manager's ResourceClaim controller (sim.dra.claims), its own loop
+        self.claims = ResourceClaimController(api_client, interval, self.echo)
 
     def start(self) -> ControllerManager:
         self._thread.start()
+        self.claims.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        self.claims.stop()
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
