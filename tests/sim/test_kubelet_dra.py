@@ -500,3 +500,18 @@ def test_a_plugin_answering_for_claims_it_was_not_asked_about_fails_the_prepare(
     assert _phase(world, "trainer") == "Pending"
     plugin.prepare = real
     wait_for(lambda: _phase(world, "trainer") == "Running", what="the pod to run once the plugin answers")
+
+
+def test_a_pod_deleted_while_its_prepare_fails_is_unprepared_before_it_goes(world):
+    plugin = world.plug()
+    _registered(world, plugin)
+    claim = _claim(world, "c")
+    plugin.fail_prepare = 1000
+    pod = _pod(world, "trainer", {"resourceClaimName": "c"})
+    _allocate(world, "c", pod)
+    wait_for(lambda: plugin.methods("NodePrepareResources"), what="a prepare attempt")
+    world.core.delete_namespaced_pod("trainer", "default")
+    wait_for(lambda: world.api.get("pods", "trainer", "default") is None, what="the pod to be gone")
+    # kubelet had referenced the pod in the claim's cache entry: the driver hears it may let go
+    assert plugin.methods("NodeUnprepareResources")[-1] == [("default", claim["metadata"]["uid"], "c")]
+    assert not world.dra.claims() and _busy_gpus(world) == 0

@@ -2,6 +2,10 @@
 
 Why a table: discovery, routing, field selectors and printing all derive from it, so adding a
 plain stored resource is one line and every part agrees on names, kinds and scope.
+
+resource.k8s.io/v1 (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate): scope, the
+claim's status subresource and the slice's field labels as kubernetes/kubernetes
+`pkg/registry/resource/*/strategy.go` and `storage/storage.go` define them (no short names).
 """
 
 from __future__ import annotations
