@@ -360,3 +360,72 @@ def test_an_extender_still_filters_a_pod_with_claims_and_the_allocation_follows_
         ]
     finally:
         ext.stop()
+
+
+def test_an_allocation_with_a_malformed_node_selector_aborts_the_attempt_naming_the_field(
+    world, apiserver, core, resource
+):
+    world()
+    made = apiserver.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "odd", "namespace": NS},
+            "spec": claim_spec(),
+        }
+    )
+    made["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1", "device": "half-0"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]
+            },
+        }
+    }
+    resource.replace_namespaced_resource_claim_status("odd", NS, made, _preload_content=False)
+    apiserver.create(pod("train", claim_name="odd"))
+    want = (
+        "resource claim default/odd: status.allocation.nodeSelector.nodeSelectorTerms[0]"
+        '.matchExpressions[0].operator: Unsupported value: "Near"'
+    )
+    wait_for(lambda: want in failed_scheduling(core, "train"), "the FailedScheduling event")
+    assert scheduled_condition(core, "train")["reason"] == "SchedulerError"
+    assert not read_pod(core, "train")["spec"].get("nodeName")
+
+
+def test_an_allocation_selecting_nodes_by_label_keeps_the_pod_on_a_matching_node(
+    world, apiserver, core, resource
+):
+    world()
+    made = apiserver.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "by-label", "namespace": NS},
+            "spec": claim_spec(),
+        }
+    )
+    made["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-2", "device": "half-0"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}
+                        ]
+                    }
+                ]
+            },
+        }
+    }
+    resource.replace_namespaced_resource_claim_status("by-label", NS, made, _preload_content=False)
+    apiserver.create(pod("train", claim_name="by-label"))
+    assert bound_to(core, "train") == "node-2"
+    claim = json.loads(resource.read_namespaced_resource_claim("by-label", NS, _preload_content=False).data)
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["train"]
+    assert devices_of(claim) == ["half-0"]  # an allocated claim is only reserved, never reallocated

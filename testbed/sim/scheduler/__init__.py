@@ -1,4 +1,5 @@
-"""Simulated kube-scheduler that calls scheduler extenders over the real wire contract."""
+"""Simulated kube-scheduler that calls scheduler extenders over the real wire contract and allocates
+ResourceClaims as its DynamicResources plugin does."""
 
 from sim.scheduler.config import ConfigError, ExtenderConfig, SchedulerConfig, load, parse
 from sim.scheduler.scheduler import Scheduler, Stats

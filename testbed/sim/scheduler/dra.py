@@ -312,6 +312,8 @@ class DynamicResources:
                 results = state.allocator.allocate(name, to_allocate, pool_order=self.rng)
             except AllocationError as exc:
                 raise DraError(f'running "{PLUGIN}" filter plugin: {exc}') from exc
+            except (KeyError, TypeError, ValueError) as exc:  # a claim the API should have refused
+                raise DraError(f'running "{PLUGIN}" filter plugin: unreadable claim: {exc!r}') from exc
             if results is None or len(results) != len(to_allocate):
                 return "cannot allocate all claims"
         if unavailable:

@@ -4,7 +4,10 @@ It list-watches unassigned pods and all nodes through the official client, sched
 `spec.schedulerName` is one of its profiles, one at a time: in-tree fit (with kube-scheduler's
 node sampling), then each interested extender's filter, then a host, then binding (the extender's
 bind verb, or a Binding) on a pool of threads, one per binding in flight, as kube-scheduler runs
-each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Events
+each binding cycle in its own goroutine while the next pod's scheduling cycle starts. Pods with
+ResourceClaims go through the DynamicResources plugin (sim.scheduler.dra): held before their claims
+exist, claims allocated per node beside the in-tree fit and before the extenders, written before
+the binding. Events
 (events.k8s.io/v1, as kube-scheduler posts them) are written by a recorder thread, off both paths
 (sim.scheduler.recorder). A failed attempt records a `FailedScheduling` Warning event and the
 pod's PodScheduled=False condition, and the pod is retried after an exponential backoff.
