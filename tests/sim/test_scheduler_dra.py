@@ -429,3 +429,58 @@ def test_an_allocation_selecting_nodes_by_label_keeps_the_pod_on_a_matching_node
     claim = json.loads(resource.read_namespaced_resource_claim("by-label", NS, _preload_content=False).data)
     assert [r["name"] for r in claim["status"]["reservedFor"]] == ["train"]
     assert devices_of(claim) == ["half-0"]  # an allocated claim is only reserved, never reallocated
+
+
+def test_a_failed_binding_gives_the_reservation_back_and_the_retry_keeps_the_allocation(
+    world, apiserver, core, resource
+):
+    binds: list[dict[str, Any]] = []
+    admin = client.CoreV1Api(apiserver.api_client("admin"))
+
+    between: list[dict[str, Any]] = []  # the claim as the retry's filter finds it
+
+    def answer(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path == "/filter":
+            if binds:
+                listed = resource.list_namespaced_resource_claim(NS, _preload_content=False)
+                between.extend(json.loads(listed.data)["items"])
+            return {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+        binds.append(body)
+        if len(binds) == 1:
+            return {"Error": "node is busy, try again"}
+        target = {"kind": "Node", "name": body["Node"]}
+        admin.create_namespaced_pod_binding(
+            body["PodName"],
+            NS,
+            {"metadata": {"name": body["PodName"]}, "target": target},
+            _preload_content=False,
+        )
+        return {"Error": ""}
+
+    ext = JsonServer(answer)
+    try:
+        world(
+            extenders=[
+                {
+                    "urlPrefix": f"http://127.0.0.1:{ext.port}",
+                    "filterVerb": "filter",
+                    "bindVerb": "bind",
+                    "nodeCacheCapable": True,
+                    "managedResources": [{"name": "nvidia.com/gpumem", "ignoredByScheduler": True}],
+                }
+            ]
+        )
+        made = apiserver.create(pod("train", limits={"nvidia.com/gpumem": "8000"}))
+        where = bound_to(core, "train")
+        assert len(binds) == 2 and binds[0]["Node"] == binds[1]["Node"] == where
+        assert any("node is busy" in m for m in failed_scheduling(core, "train"))
+        # Unreserve took the pod out of reservedFor; the allocation stayed, restricting the retry.
+        assert between and not between[0]["status"].get("reservedFor")
+        assert between[0]["status"]["allocation"]["devices"]["results"][0]["pool"] == where
+        claim = claim_of(core, resource, "train")
+        assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == where
+        assert claim["status"]["reservedFor"] == [
+            {"resource": "pods", "name": "train", "uid": made["metadata"]["uid"]}
+        ]
+    finally:
+        ext.stop()
