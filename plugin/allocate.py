@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from base.logs import about
@@ -164,6 +165,8 @@ class Allocator:
         self.metrics = metrics
         self.strategy = strategy
         self.lock = threading.Lock()  # kubelet's Allocate calls are serialized plugin-wide
+        # told the profiles of every Allocate served (the warm pool's demand, plugin/warm.py)
+        self.served: Callable[[list[str]], None] = lambda profiles: None
 
     def reserved_gpus(self) -> list[str]:
         """Physical GPUs of the next container to allocate (for GetPreferredAllocation); [] if unknown."""
@@ -232,6 +235,7 @@ class Allocator:
         except AllocateError:
             self._rollback(created)
             raise
+        self.served([r.profile for r in reservations])
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
 
     def _ready_for(self, pod: PodView, reservation: MigAllocation) -> bool:

@@ -21,6 +21,7 @@ from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_conf
 
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
 IDLE_SCOPES = ("namespace", "any")
+MAX_WARM_POOL = 64  # a node of 8 GPUs holds at most 56 MIG instances
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_SOCKET = "nvidia-gpu.sock"
 DEFAULT_DEVICE_CONFIG = "/device-config.yaml"
@@ -49,6 +50,7 @@ class NodeConfig:
 
     operating_mode: str = "hami-core"
     filter: DeviceFilter = field(default_factory=DeviceFilter)
+    warm_pool: int | None = None  # `warmPool` of this node's entry: overrides --warm-pool
 
     @property
     def mig(self) -> bool:
@@ -73,6 +75,8 @@ class PluginConfig:
     idle_per_gpu: int = 2  # at most this many idle instances per GPU
     idle_scope: str = "namespace"  # who may get an idle instance: the same namespace, or any pod
     precreate: bool = True  # create a bound pod's reserved instances before kubelet's Allocate
+    warm_pool: int = 0  # idle instances kept ready for this node's most asked profiles; 0 = off
+    warm_window: float = 600.0  # seconds of this node's Allocates the warm pool's choice looks at
     pod_resources_socket: str = ""  # kubelet's PodResources socket: identifies Allocate's pod lock-free
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
@@ -126,7 +130,15 @@ def _node_entry(entry: Mapping[str, Any], where: str) -> NodeConfig:
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indexes
     ):
         raise ConfigError(f"{where}.filterdevices.index: must be a list of non-negative GPU indexes")
-    return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)))
+    warm = entry.get("warmPool")
+    if warm is not None and (
+        isinstance(warm, bool) or not isinstance(warm, int) or not 0 <= warm <= MAX_WARM_POOL
+    ):
+        raise ConfigError(
+            f"{where}.warmPool: {str(warm)[:40]!r} must be a whole number of instances from 0 (off) "
+            f"to {MAX_WARM_POOL}"
+        )
+    return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)), warm)
 
 
 def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
@@ -262,6 +274,22 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
         "Allocate finds its pod from the pods kubelet has taken in, so the scheduler need not hold "
         "the node lock (the node then says so in dynmig.io/plugin-claims)",
     )
+    f.add(
+        "--warm-pool",
+        default=0,
+        type=warm_size,
+        show_default="0: off",
+        help="keep up to this many idle MIG instances on this node, of the profiles its pods asked "
+        f"most in --warm-window, where the scheduler sees free slices (0 to {MAX_WARM_POOL}; needs "
+        "--idle-ttl; a node's warmPool in the node config overrides it; docs/startup.md)",
+    )
+    f.add(
+        "--warm-window",
+        default=600.0,
+        type=warm_window,
+        help="how far back the warm pool counts this node's Allocates per profile; e.g. 10m, 1h "
+        "(1 minute to 1 day)",
+    )
     f.add("--log-level", default="info", choices=LEVELS, help="least severe log level written")
     f.add(
         "--log-format",
@@ -292,6 +320,25 @@ def idle_cap(text: str) -> int:
     return value
 
 
+def warm_size(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_WARM_POOL:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a whole number from 0 (off) to {MAX_WARM_POOL}"
+        )
+    return value
+
+
+def warm_window(text: str) -> float:
+    value = positive_seconds(text)
+    if not 60 <= value <= 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not from 1 minute to 1 day; e.g. 10m, 1h")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     return flags().parser
 
@@ -316,10 +363,18 @@ def load_config(argv: list[str]) -> PluginConfig:
         device_config = load_device_config(args.config_file)
     except PolicyError as error:
         raise ConfigError(str(error)) from None
+    node = load_node_config(args.node_config, args.node_name)
+    warm = args.warm_pool if node.warm_pool is None else node.warm_pool
+    if warm and not args.idle_ttl:
+        where = "--warm-pool / DYNMIG_WARM_POOL" if node.warm_pool is None else "node config warmPool"
+        raise ConfigError(
+            f"{where}: {warm} warm instances need idle reuse on (--idle-ttl / DYNMIG_IDLE_TTL above 0): "
+            "a warm instance is handed to a pod as an idle one"
+        )
     return PluginConfig(
         node_name=args.node_name,
         device_config=device_config,
-        node=load_node_config(args.node_config, args.node_name),
+        node=node,
         kubelet_dir=Path(args.kubelet_dir),
         socket_name=args.socket_name,
         strategy=args.device_list_strategy,
@@ -334,5 +389,7 @@ def load_config(argv: list[str]) -> PluginConfig:
         idle_scope=args.idle_scope,
         precreate=args.precreate == "on",
         pod_resources_socket=args.pod_resources_socket,
+        warm_pool=warm,
+        warm_window=args.warm_window,
         warnings=tuple(f.warnings),
     )

@@ -13,6 +13,8 @@ The rules (docs/startup.md explains them and what they cost):
   and runs nothing: destroying it is not a guess);
 - published in `dynmig.io/node-idle-instances` (mig/idle.py) and not as a leftover: the scheduler
   counts it as free for every profile.
+Warm-pool instances (plugin/warm.py) are idle instances no pod has used yet (owner `WARM_OWNER`): any
+namespace may get one, and the pool, not the TTL, decides how long they stay.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from dataclasses import dataclass, field
 
 from mig.idle import IDLE, IdleInstance, encode_idle
 from plugin.instances import InstanceKey, ManagedInstance
-from plugin.journal import Owner
+from plugin.journal import UNKNOWN, Owner
 from plugin.kube import Kube, NodeAnnotationWriter
 from plugin.metrics import PluginMetrics
 
 NAMESPACE, ANY = "namespace", "any"
+WARM_UID = "dynmig.io/warm-pool"  # the owner of a warm-pool instance (plugin/warm.py); no pod UID looks so
+WARM_OWNER = Owner(WARM_UID, UNKNOWN, "warm-pool")  # no namespace: no pod used it
+
+
+def is_warm(instance: ManagedInstance | None) -> bool:
+    """Created by the warm pool and never handed to a pod."""
+    return instance is not None and instance.owner is not None and instance.owner.pod_uid == WARM_UID
 
 
 @dataclass(frozen=True)
@@ -45,17 +54,22 @@ class IdlePolicy:
         """Whether the idle `instance` may be handed to a pod of `namespace` reserving `key`."""
         if not (self.enabled and instance.idle and instance.key == key):
             return False
-        if self.scope == ANY:
-            return True
+        if self.scope == ANY or is_warm(instance):
+            return True  # a warm instance had no user yet: the namespace rule is about successive users
         return instance.owner is not None and instance.owner.namespace == namespace
 
     def expired(self, instance: ManagedInstance) -> bool:
+        """Past the TTL; never for a warm instance (the warm pool keeps or trims those)."""
+        if is_warm(instance):
+            return False
         return instance.idle_since is not None and self.clock() - instance.idle_since >= self.ttl
 
     def why_not(self, instance: ManagedInstance, owner: Owner, key: InstanceKey) -> str:
         """The miss reason when the idle `instance` overlaps `key` but does not serve it."""
         if instance.key != key:
             return "other-placement"
+        if is_warm(instance):
+            return ""
         return (
             "other-namespace" if instance.owner is None or instance.owner.namespace != owner.namespace else ""
         )

@@ -35,6 +35,7 @@ from plugin.reconcile import PassResult, Reconciler
 from plugin.register import Publisher
 from plugin.server import DevicePluginService, PluginServer
 from plugin.startup import Startup, StartupReport
+from plugin.warm import Demand, WarmPolicy, WarmPool
 
 log = logging.getLogger("dynmig.plugin")
 
@@ -61,6 +62,9 @@ class DevicePluginApp:
         self.allocator = Allocator(
             kube, self.manager, self.reconciler, self.metrics, config.strategy, kubelet_pods=self.kubelet_pods
         )
+        warm = WarmPolicy(config.warm_pool, config.warm_window)
+        self.warm = WarmPool(warm, self.manager, self.reconciler, kube, Demand(warm.window))
+        self.allocator.served = self.warm.demand.record
         self._claims: str | None = None  # what this plugin last wrote in dynmig.io/plugin-claims
         self.publisher = Publisher(kube, self.metrics)
         self.leftovers = LeftoverPublisher(kube, self.metrics)
@@ -137,6 +141,7 @@ class DevicePluginApp:
         result = self._reclaim()
         self.publisher.publish(self.inventory)
         self.publish_claims()
+        self._warm(result)
         return result
 
     def publish_claims(self) -> None:
@@ -168,6 +173,13 @@ class DevicePluginApp:
                     self.leftovers.publish(found)
                 self.idle_publisher.publish(idle_list(self.manager.managed()))
         return result
+
+    def _warm(self, result: PassResult) -> None:
+        """One warm-pool step after a pass that understood the node; what it changed is published
+        at once (a new warm instance is free for the scheduler only once it is in the idle list)."""
+        if self.warm.tick(result.pods, result.reservations) in ("created", "trimmed"):
+            self.idle_publisher.publish(idle_list(self.manager.managed()))
+        self.metrics.warm_instances.set(len(self.warm.warm()))
 
     def _run(self) -> None:
         while not self._stop.wait(self.config.reconcile_interval):

@@ -105,6 +105,17 @@ class PluginMetrics:
             "MIG instances kept idle after their pod ended, for a pod whose reservation matches them",
             registry=r,
         )
+        self.warm_instances = Gauge(
+            "dynmig_plugin_warm_instances",
+            "Idle MIG instances the warm pool created for the profiles this node's pods ask most "
+            "(counted in dynmig_plugin_idle_instances too)",
+            registry=r,
+        )
+        self.warm_creates = Counter(
+            "dynmig_plugin_warm_creates",
+            "MIG instances the warm pool created before any pod asked",
+            registry=r,
+        )
         self.idle_reuse_hits = Counter(
             "dynmig_plugin_idle_reuse_hits",
             "Allocates served by handing over an idle instance (no create)",
