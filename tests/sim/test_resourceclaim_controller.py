@@ -260,3 +260,21 @@ def test_a_claim_of_another_pod_is_not_taken_and_a_malformed_pod_claim_is_report
         c for c in claims(resource) if c["metadata"]["ownerReferences"][0]["uid"] == made["metadata"]["uid"]
     ]
     assert len(mine) == 1 and mine[0]["metadata"]["name"] != claim["metadata"]["name"]
+
+
+def test_a_pod_claim_naming_neither_a_claim_nor_a_template_is_reported_and_other_pods_are_served(
+    apiserver, controller, core, resource
+):
+    apiserver.create(template())
+    odd = pod("odd")
+    odd["spec"]["resourceClaims"] = [{"name": "gpu"}]
+    apiserver.create(odd)
+    apiserver.create(pod("train"))
+    (event,) = wait_for(lambda: events(core, "FailedResourceClaimCreation"))
+    assert event["involvedObject"]["name"] == "odd"
+    assert event["message"] == (
+        'PodResourceClaim gpu: checking for claim before creating it: pod "default/odd", '
+        'spec.resourceClaim "gpu": none of the supported fields are set'
+    )
+    (claim,) = wait_for(lambda: claims(resource))
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "train"

@@ -484,3 +484,17 @@ def test_a_failed_binding_gives_the_reservation_back_and_the_retry_keeps_the_all
         ]
     finally:
         ext.stop()
+
+
+def test_a_pod_claim_naming_neither_a_claim_nor_a_template_is_held_naming_the_field(world, apiserver, core):
+    sched = world()
+    odd = pod("odd")
+    odd["spec"]["resourceClaims"] = [{"name": "gpu"}]
+    apiserver.create(odd)
+    apiserver.create(pod("train"))
+    bound_to(core, "train")
+    assert (
+        sched.gated(NS, "odd")
+        == 'pod "default/odd", spec.resourceClaim "gpu": none of the supported fields are set'
+    )
+    assert not read_pod(core, "odd")["spec"].get("nodeName")

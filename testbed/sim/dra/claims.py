@@ -5,7 +5,8 @@ Checked against kubernetes `pkg/controller/resourceclaim/controller.go` (`syncPo
 `staging/src/k8s.io/dynamic-resource-allocation/resourceclaim/resourceclaim.go` (sim.dra.podclaims).
 One pass (`sync`) does what its work queue does for every pod and claim:
 
-- **pods** (not being deleted) with `spec.resourceClaims[].resourceClaimTemplateName`: a claim not yet
+- **pods** (not being deleted, not finished: upstream would still make a claim for a finished pod
+  and delete it on the next pass) with `spec.resourceClaims[].resourceClaimTemplateName`: a claim not yet
   recorded in `status.resourceClaimStatuses` (or recorded but no longer controlled by the pod) is
   found among the claims the pod controls with the `resource.kubernetes.io/pod-claim-name`
   annotation, else created from the template: `generateName: <pod>-<claim>-` (both parts cut in
@@ -170,8 +171,10 @@ class ResourceClaimController:
         for claim in claims:
             try:
                 self._sync_claim(claim, pods_by_name)
-            except client.ApiException as error:
+            except client.ApiException as error:  # a conflict or a gone claim: next pass
                 log.debug("claim %s/%s: %s", *_key(claim), _api_message(error))
+            except Exception as error:  # noqa: BLE001 - one malformed claim must not stop the others
+                log.info("claim %s/%s not handled: %s: %s", *_key(claim), type(error).__name__, error)
         live = {str(p["metadata"].get("uid")) for p in pods}
         self._reported = {uid: msg for uid, msg in self._reported.items() if uid in live}
 
@@ -180,8 +183,10 @@ class ResourceClaimController:
         retried next pass, never keeping the other pods from being handled."""
         try:
             step(*args)
-        except (ClaimNameError, client.ApiException) as error:
+        except Exception as error:  # noqa: BLE001 - one malformed pod must not stop the others
             text = _api_message(error) if isinstance(error, client.ApiException) else str(error)
+            if not isinstance(error, (ClaimNameError, client.ApiException)):
+                text = f"unreadable pod: {type(error).__name__}: {error}"
             uid = str(pod["metadata"].get("uid"))
             if self._reported.get(uid) != text:
                 self._reported[uid] = text
