@@ -493,8 +493,6 @@ def test_a_pod_claim_naming_neither_a_claim_nor_a_template_is_held_naming_the_fi
     apiserver.create(odd)
     apiserver.create(pod("train"))
     bound_to(core, "train")
-    assert (
-        sched.gated(NS, "odd")
-        == 'pod "default/odd", spec.resourceClaim "gpu": none of the supported fields are set'
-    )
+    why = wait_for(lambda: sched.gated(NS, "odd"), "odd held")
+    assert why == 'pod "default/odd", spec.resourceClaim "gpu": none of the supported fields are set'
     assert not read_pod(core, "odd")["spec"].get("nodeName")
