@@ -224,9 +224,9 @@ def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, ec
     start = time.monotonic()
     warm = start + 30  # the first wave creates everything: measured apart
 
-    def spawn() -> None:
+    def spawn(ns: str | None = None) -> None:
         nonlocal counter
-        ns = rng.choice(services)
+        ns = ns or rng.choice(services)
         name = f"w{counter:04d}"
         counter += 1
         Kit(lab, ns).create(gpu_pod(name, ONE_G_MEMORY, namespace=ns))
@@ -244,7 +244,7 @@ def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, ec
             elif until and now >= until:
                 Kit(lab, ns).core.delete_namespaced_pod(key.split("/", 1)[1], ns, grace_period_seconds=1)
                 del alive[key]
-                spawn()
+                spawn(ns)  # the service replaces its pod: the same namespace
         time.sleep(0.2)
     watch.stop()
     steady = [watch.running[k] - t for k, t in watch.created.items() if k in watch.running and t >= warm]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
-from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
+from mig.placement import DevicePlacement, GpuState, PlacementIndex, Plan, PodRequest, Refusal
 from mig.pods import active_for_scheduler
 from mig.reconstruct import (
     NodeGpus,
@@ -38,6 +38,7 @@ from mig.reconstruct import (
     PodUsage,
     node_cordon,
     node_gpus,
+    node_idle,
     node_leftovers,
     node_register,
     pod_usage,
@@ -48,6 +49,7 @@ from webhooks.demand import DemandFeed
 from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 
 CHOSEN = "chosen for another pod whose bind is in progress"
+LAST_USERS = 100_000  # placements whose last holder's namespace is remembered
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class Fleet:
         self.ttl = ttl
         self.clock = clock
         self.hold_chosen = hold_chosen
-        self._register: dict[str, tuple[Any, ...]] = {}  # node -> (registration, leftovers, cordon)
+        self._register: dict[str, tuple[Any, ...]] = {}  # node -> (registration, leftovers, cordon, idle)
         self._published: dict[str, NodeGpus] = {}
         self._held: dict[str, PodUsage] = {}
         self._on_node: dict[str, set[str]] = {}
@@ -114,13 +116,17 @@ class Fleet:
         self._occupancy: dict[str, NodeOccupancy] = {}
         self._pending: dict[str, str] = {}
         self._versions: dict[str, int] = {}  # last resourceVersion applied per pod: never go backwards
+        # (GPU, profile, start, size) -> namespace of the last pod that held it (bounded): whom the
+        # node's plugin hands an idle instance there (its same-namespace rule, plugin/idle.py)
+        self._last_user: dict[tuple[str, str, int, int], str] = {}
         self.demand = DemandFeed(self.index, clock)  # what the filter sees prices what a placement risks
         self.synced = False
 
     # ---- feed from the cache ---------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name") or ""
-        published = (node_register(node), node_leftovers(node), node_cordon(node))
+        # the idle list changes no occupancy (idle is free); it is read for `_idle_match`
+        published = (node_register(node), node_leftovers(node), node_cordon(node), node_idle(node))
         with self.lock:
             if name in self._register and self._register[name] == published:
                 return  # heartbeats and label changes do not touch what the node publishes
@@ -228,12 +234,70 @@ class Fleet:
             outcome = self.index.plan(request, nodes=nodes, skip_blocked=True)
             if isinstance(outcome, Refusal):
                 return outcome
-            if spread is not None and len(outcome.devices) == 1 and spread(outcome.node):
-                outcome = self._spread(request, outcome)
+            if len(outcome.devices) == 1:
+                idle = self._idle_match(request, outcome, namespace)
+                if idle is not None:
+                    outcome = idle
+                elif spread is not None and spread(outcome.node):
+                    outcome = self._spread(request, outcome)
             self.demand.placed(uid)
             usage = usage_from_plan(uid, namespace, name, outcome)
             self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
             return outcome, usage
+
+    def _idle_match(self, request: PodRequest, plan: Plan, namespace: str) -> Plan | None:
+        """The plan moved onto an idle instance its node's plugin keeps (`dynmig.io/node-idle-
+        instances`) of the planned profile on the same node, so its Allocate creates nothing (the
+        plan itself when it already is on one); None when no such instance is free and would be
+        handed to this pod.
+
+        An idle instance is free for the engine, which does not prefer it: a churning service's new
+        pod would land beside its predecessor's idle instance, and the plugin would create (and
+        later destroy the idle one). Taken only at the planned profile on the planned node, on a GPU
+        the pod may use, at a placement nothing counted here holds, and only when the last pod that
+        held it here was of this pod's namespace or is not known (a warm-pool instance, or one from
+        before this scheduler started): elsewhere the plugin would not hand it over."""
+        device = plan.devices[0]
+        kept = self._published.get(plan.node)
+        occ = self._occupancy.get(plan.node)
+        if kept is None or occ is None or not kept.idle:
+            return None
+        gpus = {g.uuid: g for g in occ.gpus}
+        candidates = sorted(
+            (x for xs in kept.idle.values() for x in xs if x.profile == device.profile),
+            key=lambda x: (x.gpuUUID != device.gpu_uuid, gpus[x.gpuUUID].index if x.gpuUUID in gpus else 0),
+        )
+        for x in candidates:
+            if x.gpuUUID == device.gpu_uuid and x.placement_value == device.placement:
+                return plan  # the engine's own choice is one: no create, kept (never spread)
+            g = gpus.get(x.gpuUUID)
+            moved = self._onto(request, device, g, x.placement_value) if g is not None else None
+            last = self._last_user.get((x.gpuUUID, x.profile, x.placement.start, x.placement.size))
+            if moved is not None and last in (None, namespace):
+                return Plan(plan.node, (moved,))
+        return None
+
+    @staticmethod
+    def _onto(
+        request: PodRequest, device: DevicePlacement, g: GpuState, placement: Placement
+    ) -> DevicePlacement | None:
+        """The device at `placement` on `g`, if the pod may use that GPU and the placement is one of
+        the profile's and free there."""
+        if not g.healthy or g.cordoned or request.uuid_exclusion(g.uuid) or request.type_exclusion(g.type):
+            return None
+        profile = next((p for p in g.profiles if p.name == device.profile), None)
+        if profile is None or placement not in profile.placements or placement.mask & g.occupied_mask:
+            return None
+        return DevicePlacement(
+            device.container_index,
+            device.device_index,
+            g.node,
+            g.uuid,
+            profile.name,
+            placement,
+            profile.memory_mb,
+            profile.core,
+        )
 
     def _spread(self, request: PodRequest, plan: Plan) -> Plan:
         """The engine's plan moved, on its own node, off a GPU with creates in flight.
@@ -411,6 +475,10 @@ class Fleet:
     def _unhold(self, uid: str) -> PodUsage | None:
         old = self._held.pop(uid, None)
         if old is not None:
+            for a in old.allocations:
+                if len(self._last_user) >= LAST_USERS:
+                    del self._last_user[next(iter(self._last_user))]  # the oldest entry
+                self._last_user[(a.gpuUUID, a.profile, a.placement.start, a.placement.size)] = old.namespace
             members = self._on_node.get(old.node)
             if members is not None:
                 members.discard(uid)
