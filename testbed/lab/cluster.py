@@ -52,7 +52,7 @@ from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 from certs import main as certs_main
-from lab import chart, jobpods, report
+from lab import chart, dra_node, jobpods, report
 from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
@@ -62,6 +62,7 @@ from mig.allowlist import load_device_config
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
 PLUGIN_DAEMONSET = f"{chart.RELEASE}-device-plugin"
+DRA_DAEMONSET = dra_node.DAEMONSET
 SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 # kubelet's container restart back-off is 10 s doubling to 300 s; the lab keeps its shape, shorter
 RESTART_BACKOFF = (1.0, 16.0)
@@ -101,6 +102,7 @@ class NodeRuntime:
     lease: NodeLease | None = None  # the kubelet's heartbeat
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
+    dra: dra_node.DraSide | None = None  # a DRA node's kubelet DRA side and its dra-plugin process
 
     @property
     def name(self) -> str:
@@ -178,8 +180,9 @@ class Lab:
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         self.rendered = chart.render(
             self.policy,
-            tuple(n.name for n in self.specs),
-            ("server.page.enabled=true",) if self.page else (),
+            tuple(n.name for n in self.specs if not n.dra),
+            (("server.page.enabled=true",) if self.page else ())
+            + (("draPlugin.enabled=true",) if self.dra_nodes else ()),
         )
         self._write_configs()
         self._say(
@@ -199,7 +202,10 @@ class Lab:
         self._create_workloads()  # the chart's Deployment (dynmig serve) and DaemonSet (device plugins)
         self._start_scheduler()
         for runtime in self.nodes.values():
-            self._wait_plugin(runtime)
+            if runtime.dra is None:
+                self._wait_plugin(runtime)
+            else:
+                self._wait_dra_plugin(runtime)
         self._wait_serve()
         self._say(
             "kubelets (simulated) admitting pods on "
@@ -223,6 +229,8 @@ class Lab:
         self.scheduler = self.default_scheduler = None
         self.supervisor.stop_all()
         for runtime in self.nodes.values():
+            if runtime.dra is not None:
+                runtime.dra.stop()
             runtime.kubelet.stop()
             runtime.nvml.uninstall()
         if self.apiserver is not None:
@@ -479,21 +487,14 @@ class Lab:
         nvml = SimulatedNvml(spec.nvml_spec(), state_path=state)
         plugin_dir = Path(self._sockets.name) / spec.name
         kubelet = SimulatedKubelet(plugin_dir).start()
-        self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet)
+        side = dra_node.start_side(plugin_dir, base, self.api_client("kubelet")) if spec.dra else None
+        self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet, dra=side)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._api.create(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
-                "metadata": {
-                    "name": spec.name,
-                    "labels": {
-                        "kubernetes.io/hostname": spec.name,
-                        "gpu": "on",
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": ARCH,
-                    },
-                },
+                "metadata": {"name": spec.name, "labels": self._node_labels(spec)},
                 "status": {
                     # what a kubelet reports of its machine; the lab's nodes are this machine's processes
                     "addresses": [
@@ -528,10 +529,37 @@ class Lab:
             }
         )
 
+    def _node_labels(self, spec: LabNode) -> dict[str, str]:
+        """An extender node carries HAMi's `gpu: "on"` (the device plugin's nodeSelector); a DRA node
+        the chart's draPlugin.nodeLabel instead, which puts it in the DRA node pool."""
+        labels = {"kubernetes.io/hostname": spec.name}
+        if spec.dra:
+            key, value = self._dra_label
+            labels[key] = value
+        else:
+            labels["gpu"] = "on"
+        return {**labels, "kubernetes.io/os": "linux", "kubernetes.io/arch": ARCH}
+
+    @property
+    def _dra_label(self) -> tuple[str, str]:
+        """The chart's draPlugin.nodeLabel, as the DRA DaemonSet's nodeSelector renders it."""
+        selector = self._chart.find("DaemonSet", DRA_DAEMONSET)["spec"]["template"]["spec"]["nodeSelector"]
+        key, value = next(iter(selector.items()))
+        return str(key), str(value)
+
+    @property
+    def dra_nodes(self) -> list[str]:
+        """The nodes in DRA mode (`@dra` in --nodes)."""
+        return [s.name for s in self.specs if s.dra]
+
     def _start_kubelets(self) -> None:
         """The pod side of each node's kubelet: GPU pods get the simulated workload, the device-plugin
-        DaemonSet's pods get a real `dynmig device-plugin` process."""
+        DaemonSet's pods get a real `dynmig device-plugin` process, a DRA node's dra-plugin
+        DaemonSet pod a real `dynmig dra-plugin`; there kubelet prepares pods' ResourceClaims
+        through that plugin and resolves their CDI devices from the node's CDI dir."""
         for runtime in self.nodes.values():
+            side = runtime.dra
+            extra: dict[str, Any] = {} if side is None else {"dra": side.manager, "cdi_dirs": [side.cdi_dir]}
             runtime.agent = SimulatedPods(
                 runtime.name,
                 self.api_client("kubelet"),
@@ -542,6 +570,7 @@ class Lab:
                 backoff=RESTART_BACKOFF,
                 echo=self._say,
                 log_path=self._api.log_path,
+                **extra,
             ).start()
             runtime.lease = NodeLease(runtime.name, self.api_client("kubelet")).start()
 
@@ -568,6 +597,8 @@ class Lab:
                     on_start=lambda child: self._plugin_started(runtime, child),
                     on_ready=lambda child: self._plugin_ready(runtime, child),
                 )
+            if (owner.get("kind"), owner.get("name")) == ("DaemonSet", DRA_DAEMONSET) and runtime.dra:
+                return self._dra_containers(runtime, runtime.dra, pod)
             if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
                 tee = self._container_log(pod, "server")
                 return ProcessContainers(
@@ -663,6 +694,14 @@ class Lab:
         apps.create_namespaced_daemon_set(
             NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", PLUGIN_DAEMONSET))
         )
+        if self.dra_nodes:
+            apps.create_namespaced_daemon_set(
+                NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", DRA_DAEMONSET))
+            )
+            device_class = copy.deepcopy(self._chart.find("DeviceClass"))
+            client.CustomObjectsApi(self.api_client()).create_cluster_custom_object(
+                "resource.k8s.io", "v1", "deviceclasses", device_class
+            )
 
     def _container_log(self, pod: dict[str, Any], container: str) -> Path:
         meta = pod["metadata"]
@@ -764,6 +803,96 @@ class Lab:
             self.core("kubelet").patch_node_status(node, patch, _request_timeout=5)
         except Exception as error:  # noqa: BLE001 - the API may be down on purpose; the node keeps its count
             self._say(f"{node}: could not update allocatable {self.resource}: {type(error).__name__}")
+
+    # ---- DRA nodes ------------------------------------------------------------------------------
+
+    def _dra_containers(
+        self, runtime: NodeRuntime, side: dra_node.DraSide, pod: dict[str, Any]
+    ) -> ProcessContainers:
+        """The dra-plugin DaemonSet pod's container: a real `dynmig dra-plugin` with the chart's args
+        (dra_node.plugin_argv), as the pod's service account; ready once it logged READY_TEXT."""
+        tee = self._container_log(pod, dra_node.CONTAINER)
+        account = str(pod["spec"].get("serviceAccountName") or "default")
+        handle = "dra-plugin"
+        if handle not in self._api.identities:
+            self._api.add_identity(service_account(handle, NAMESPACE, account))
+        env = {
+            **self._chart.container_env("DaemonSet", dra_node.CONTAINER),
+            "NODE_NAME": runtime.name,  # the chart's downward API values
+            "POD_NAMESPACE": NAMESPACE,
+        }
+
+        def spawn() -> Child:
+            argv = dra_node.plugin_argv(
+                self._chart,
+                side,
+                runtime.name,
+                runtime.state_file,
+                self.device_config_file,
+                self.kubeconfig(handle),
+                free_port(),
+            )
+            return dra_node.spawn(self.supervisor, runtime.name, argv, env, tee)
+
+        return ProcessContainers(
+            self.supervisor,
+            dra_node.CONTAINER,
+            spawn,
+            on_start=lambda child: self._dra_started(side, child),
+            on_ready=lambda child: self._say(
+                f"{runtime.name}: dynmig dra-plugin registered {dra_node.driver_name(self._chart)} "
+                f"with kubelet ({runtime.spec.describe()})"
+            ),
+        )
+
+    @staticmethod
+    def _dra_started(side: dra_node.DraSide, child: Child) -> None:
+        side.process = child
+        side.starts += 1
+
+    def _wait_dra_plugin(
+        self, runtime: NodeRuntime, registrations: int = 1, timeout: float = 60.0, started_after: int = 0
+    ) -> None:
+        side = self._dra_side(runtime.name)
+        driver = dra_node.driver_name(self._chart)
+        try:
+            dra_node.wait_registered(side, driver, self.supervisor, started_after, registrations, timeout)
+        except TimeoutError as error:
+            raise LabError(f"{runtime.name}: {error} (its log: {self.supervisor.log_dir})") from None
+
+    def _dra_side(self, node: str) -> dra_node.DraSide:
+        runtime = self.nodes[node]
+        if runtime.dra is None:
+            raise LabError(f"{node} is not a DRA node (give it @dra in --nodes)")
+        return runtime.dra
+
+    def restart_dra_plugin(self, node: str, sig: int = signal.SIGTERM, delete_pod: bool = False) -> None:
+        """Restart the node's DRA plugin and wait until kubelet registered the new one. `delete_pod`:
+        delete its DaemonSet pod (a new pod, a new process); else send the process `sig` (SIGKILL:
+        kill -9, as a crash) and kubelet restarts it in the same pod after its back-off."""
+        side = self._dra_side(node)
+        driver = dra_node.driver_name(self._chart)
+        registrations, starts = side.registrations(driver), side.starts
+        if delete_pod:
+            self.core().delete_namespaced_pod(self.dra_plugin_pod(node), NAMESPACE, _preload_content=False)
+        elif side.process is not None:
+            _signal_child(side.process, sig)
+        self._wait_dra_plugin(self.nodes[node], registrations + 1, started_after=starts)
+
+    def dra_plugin_pod(self, node: str) -> str:
+        """The name of the dra-plugin DaemonSet's pod on `node` (not one being deleted)."""
+        pods = self.core().list_namespaced_pod(
+            NAMESPACE,
+            field_selector=f"spec.nodeName={node}",
+            label_selector=chart.component_selector(dra_node.CONTAINER),
+        )
+        live = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
+        if len(live) != 1:
+            raise LabError(f"{node}: expected one dra-plugin pod, found {live}")
+        return live[0]
+
+    def dra_plugin_log(self, node: str) -> str:
+        return (self.workdir / "logs" / f"dra-plugin-{node}.log").read_text()
 
 
 def _signal_child(child: Child, sig: int) -> None:

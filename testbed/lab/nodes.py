@@ -1,4 +1,7 @@
-"""The lab's simulated GPU nodes: parsed from `--nodes`, described for the simulated NVML."""
+"""The lab's simulated GPU nodes: parsed from `--nodes`, described for the simulated NVML.
+
+A node runs dynmig in extender mode (the device plugin) unless its spec ends in `@dra`: then it is
+labelled as the chart's DRA node pool and runs `dynmig dra-plugin` instead (docs/dra.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,10 @@ from mig import catalog
 DEFAULT_NODES = "gpu-a100=2xA100-SXM4-40GB;gpu-rtx=8xRTX-PRO-6000"
 _NODE = re.compile(r"^(?P<name>[a-z0-9]([-a-z0-9]*[a-z0-9])?)=(?P<gpus>.+)$")
 _GPUS = re.compile(r"^(?:(?P<count>\d+)\s*[xX×]\s*)?(?P<model>.+)$")
+
+
+EXTENDER, DRA = "extender", "dra"
+MODES = (EXTENDER, DRA)
 
 
 class NodeSpecError(ValueError):
@@ -26,6 +33,11 @@ class GpuGroup:
 class LabNode:
     name: str
     gpus: tuple[GpuGroup, ...]
+    mode: str = EXTENDER  # which of dynmig's node plugins the node's pool runs
+
+    @property
+    def dra(self) -> bool:
+        return self.mode == DRA
 
     def nvml_spec(self) -> dict:
         """The node description the simulated NVML takes."""
@@ -36,7 +48,8 @@ class LabNode:
         return sum(g.count for g in self.gpus)
 
     def describe(self) -> str:
-        return ", ".join(f"{g.count} × {g.model.nvml_name}" for g in self.gpus)
+        gpus = ", ".join(f"{g.count} × {g.model.nvml_name}" for g in self.gpus)
+        return f"{gpus} (DRA)" if self.dra else gpus
 
 
 def _group(text: str, where: str) -> GpuGroup:
@@ -53,19 +66,30 @@ def _group(text: str, where: str) -> GpuGroup:
     return GpuGroup(model, count)
 
 
+def _mode(text: str, where: str) -> tuple[str, str]:
+    """Split `2xA100-SXM4-40GB@dra` into its GPUs and its mode (extender when no `@` is given)."""
+    gpus, at, mode = text.partition("@")
+    if at and mode.strip() not in MODES:
+        raise NodeSpecError(
+            f"--nodes: {where}: the mode after '@' must be one of {', '.join(MODES)}, got {mode!r}"
+        )
+    return gpus, mode.strip() if at else EXTENDER
+
+
 def parse_nodes(text: str) -> tuple[LabNode, ...]:
-    """Parse `name=2xA100-SXM4-40GB+1xA30;other=8xRTX-PRO-6000` into lab nodes."""
+    """Parse `name=2xA100-SXM4-40GB+1xA30;other=8xRTX-PRO-6000@dra` into lab nodes."""
     nodes: list[LabNode] = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         match = _NODE.match(part)
         if not match:
             raise NodeSpecError(
-                f"--nodes: {part!r}: expected NAME=COUNTxMODEL[+COUNTxMODEL], "
+                f"--nodes: {part!r}: expected NAME=COUNTxMODEL[+COUNTxMODEL][@dra], "
                 f"e.g. {DEFAULT_NODES.split(';')[0]} (NAME is a lower-case DNS label)"
             )
         name = match.group("name")
-        groups = tuple(_group(g, name) for g in match.group("gpus").split("+"))
-        nodes.append(LabNode(name, groups))
+        gpus, mode = _mode(match.group("gpus"), name)
+        groups = tuple(_group(g, name) for g in gpus.split("+"))
+        nodes.append(LabNode(name, groups, mode))
     if not nodes:
         raise NodeSpecError(f"--nodes: no nodes given; e.g. --nodes '{DEFAULT_NODES}'")
     names = [n.name for n in nodes]
