@@ -14,6 +14,7 @@ from base.version import version
 SUBCOMMANDS = {
     "serve": "webhooks.main",
     "device-plugin": "plugin.main",
+    "dra-plugin": "plugin.dra.main",
     "certs": "certs.main",
     "policy": "mig.policy_cli",
     "status": "dynmig.status.main",
@@ -28,6 +29,7 @@ ELSEWHERE = {
 ABOUT = {
     "serve": "admission webhooks and scheduler extender (one Deployment)",
     "device-plugin": "create and destroy each pod's MIG instance (one per GPU node)",
+    "dra-plugin": "DRA kubelet plugin: MIG devices for ResourceClaims (node pools in DRA mode)",
     "certs": "the webhook certificate: init, rotate, inject, show",
     "policy": "check, explain and diff MIG profile allowlists",
     "lab": "the whole system on simulated GPUs and a simulated cluster (with the testbed)",

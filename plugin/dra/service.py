@@ -1,0 +1,130 @@
+"""kubelet's side of the wire: plugin registration and the DRA service, over unix sockets.
+
+- Registration (`pluginregistration.Registration`, kubelet's plugin watcher dials the socket this
+  plugin puts in its plugins_registry dir): GetInfo answers type `DRAPlugin`, the driver name, the
+  DRA socket and the services `v1.DRAPlugin`, `v1beta1.DRAPlugin` (kubelet takes the first it
+  supports, in this order: kubelet's `pkg/kubelet/cm/dra/plugin/registration.go`).
+- DRA (`k8s.io.kubelet.pkg.apis.dra.v1[beta1].DRAPlugin`): one implementation behind both
+  versions (their messages are the same). Every claim of a request gets an answer: its devices, or
+  its own error; a bad claim never fails the others and never the RPC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from plugin.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from plugin.api import pluginregistration_pb2 as regpb
+from plugin.api import pluginregistration_pb2_grpc as regrpc
+from plugin.dra.claims import ClaimError, check_ref
+from plugin.dra.prepare import PrepareError, Preparer
+
+log = logging.getLogger("dynmig.dra.service")
+PLUGIN_TYPE = "DRAPlugin"
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+MAX_CLAIMS = 256  # claims per call: kubelet sends a pod's claims; a pod has at most 128
+MAX_ERROR = 1024
+
+
+class _Registration(regrpc.RegistrationServicer):
+    def __init__(self, driver: str, endpoint: str, on_status: Any):
+        self.driver, self.endpoint, self.on_status = driver, endpoint, on_status
+
+    def GetInfo(self, request: regpb.InfoRequest, context: grpc.ServicerContext) -> regpb.PluginInfo:
+        return regpb.PluginInfo(
+            type=PLUGIN_TYPE, name=self.driver, endpoint=self.endpoint, supported_versions=list(SERVICES)
+        )
+
+    def NotifyRegistrationStatus(
+        self, request: regpb.RegistrationStatus, context: grpc.ServicerContext
+    ) -> regpb.RegistrationStatusResponse:
+        self.on_status(bool(request.plugin_registered), str(request.error)[:MAX_ERROR])
+        return regpb.RegistrationStatusResponse()
+
+
+def _dra_servicer(pb: Any, rpc: Any, preparer: Preparer) -> Any:
+    class Servicer(rpc.DRAPluginServicer):
+        def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+            out = pb.NodePrepareResourcesResponse()
+            for claim in list(request.claims)[:MAX_CLAIMS]:
+                answer = out.claims[claim.uid[:64] or "?"]
+                try:
+                    for d in preparer.prepare(check_ref(claim.namespace, claim.uid, claim.name)):
+                        answer.devices.add(
+                            request_names=[d.request],
+                            pool_name=d.pool,
+                            device_name=d.device,
+                            cdi_device_ids=d.cdi_ids,
+                        )
+                except (ClaimError, PrepareError) as error:
+                    del answer.devices[:]
+                    answer.error = str(error)[:MAX_ERROR]
+                    log.warning("NodePrepareResources: %s", answer.error)
+            return out
+
+        def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+            out = pb.NodeUnprepareResourcesResponse()
+            for claim in list(request.claims)[:MAX_CLAIMS]:
+                answer = out.claims[claim.uid[:64] or "?"]
+                try:
+                    preparer.unprepare(check_ref(claim.namespace, claim.uid, claim.name))
+                except (ClaimError, PrepareError) as error:
+                    answer.error = str(error)[:MAX_ERROR]
+                    log.warning("NodeUnprepareResources: %s", answer.error)
+            return out
+
+    return Servicer()
+
+
+class KubeletSockets:
+    """The registration socket and the DRA socket, each its own gRPC server."""
+
+    def __init__(self, registry_dir: Path, plugin_dir: Path, driver: str, preparer: Preparer):
+        self.registration_path = registry_dir / f"{driver}-reg.sock"
+        self.dra_path = plugin_dir / "dra.sock"
+        self.driver = driver
+        self.registered = threading.Event()
+        self.last_status = ""
+        self._dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra"))
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
+            _dra_servicer(dra_v1_pb2, dra_v1_pb2_grpc, preparer), self._dra
+        )
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            _dra_servicer(dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, preparer), self._dra
+        )
+        self._reg = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
+        regrpc.add_RegistrationServicer_to_server(
+            _Registration(driver, str(self.dra_path), self._status), self._reg
+        )
+
+    def _status(self, registered: bool, error: str) -> None:
+        self.last_status = "registered" if registered else f"refused: {error}"
+        if registered:
+            self.registered.set()
+            log.info("kubelet registered DRA driver %s", self.driver)
+        else:
+            self.registered.clear()
+            log.error("kubelet refused DRA driver %s: %s", self.driver, error)
+
+    def start(self) -> None:
+        """DRA socket first: kubelet dials it as soon as it sees the registration socket."""
+        for server, path in ((self._dra, self.dra_path), (self._reg, self.registration_path)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() or path.is_socket():
+                os.unlink(path)  # a previous process's socket: nobody answers on it
+            server.add_insecure_port(f"unix://{path}")
+            server.start()
+
+    def stop(self) -> None:
+        for server, path in ((self._reg, self.registration_path), (self._dra, self.dra_path)):
+            server.stop(grace=1).wait(2)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
