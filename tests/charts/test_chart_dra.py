@@ -126,3 +126,16 @@ def test_with_the_page_on_serve_draws_dra_pools_and_may_only_read_their_slices_a
     assert not [
         r for r in one(quiet, "ClusterRole", "-server")["rules"] if r["apiGroups"] == ["resource.k8s.io"]
     ]
+
+
+def test_the_dra_plugin_accepts_every_flag_the_chart_passes(tmp_path):
+    from plugin.dra.config import load_config
+
+    plugin = container(_daemonsets(render("1.35", DRA))["dra-plugin"], "dra-plugin")
+    policy = CHART / "files" / "device-config.yaml"
+    args = [
+        a if not a.startswith("--config-file=") else f"--config-file={policy}" for a in plugin["args"][1:]
+    ]
+    config = load_config(args, environ={"NODE_NAME": "gpu-7"})
+    assert (config.driver, config.node_name, config.metrics_address) == ("mig.dynmig.io", "gpu-7", ":9397")
+    assert str(config.plugin_dir) == "/var/lib/kubelet/plugins/mig.dynmig.io"
