@@ -23,7 +23,13 @@ seeded RNG, the same seed for every arm.
   same with the slices kept in publish order (the driver's best case: GPUs in minor order);
   `steered` publishes mig/dra's steered slices (a profile's candidates best first across the node's
   GPUs in one slice, pruned to the 2 best per GPU, allocated devices apart). Every arm republishes
-  the node's pool (generation + 1) after each allocation and release on it. Reference row: dynmig's
+  the node's pool (generation + 1) after each allocation and release on it; `steered + dynmig
+  prioritize` publishes the same steered slices, and kube-scheduler's node choice among the feasible
+  nodes adds dynmig's extender `prioritize` scores (mig/dra/score.py, from the claim's CEL selector
+  and the nodes' occupancy: the rank of the engine's loss of the claim's best placements, fuller node
+  first between equal losses, 0..10) to tied plugin scores; ties by reservoir sampling as selectHost
+  does (schedule_one.go: an extender's score × weight × MaxNodeScore/MaxExtenderPriority is added to
+  the plugins' sum, so with tied plugins the highest extender score wins). Reference row: dynmig's
   extender (bench/placement.py's `Dynmig`, which also chooses the node), same trace.
 - Judged: refused GPU-work (each refused pod's share of a GPU on its cheapest model times its
   lifetime, GPU-minutes, as the packing bench counts it); refused pods second. Every allocation is
@@ -40,7 +46,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +61,7 @@ from mig.allowlist import default_allowlist
 from mig.catalog import GpuModel, find_model
 from mig.dra import Gpu, Instance, natural_slices, steered_slices
 from mig.dra.devices import MigDevice, by_name
+from mig.dra.score import claim_asks, node_key, scores
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "mig.nvidia.com"
@@ -78,7 +85,8 @@ SMALL = (24, 8)  # the packing bench's churn fleet
 TUNING = (packing.SEED,)
 HELD_OUT = (packing.SEED + 1001, packing.SEED + 1002, packing.SEED + 1003)
 PER_GPU = 2  # steered pruning depth: the most devices of one size a trace's pod asks for
-ARMS = ("natural", "natural, published order", "steered")
+PRIORITIZED = "steered + dynmig prioritize"
+ARMS = ("natural", "natural, published order", "steered", PRIORITIZED)
 REFERENCE = "dynmig extender"
 RESULTS = Path(__file__).resolve().parent / "results" / "dra.json"
 # per trace: 3,000 arrivals (the packing bench replays 5,000; the simulated allocator tries every node
@@ -127,6 +135,29 @@ def claim_for(mems: Mems, models: Sequence[tuple[GpuModel, tuple[str, ...]]], na
     }
 
 
+class Prioritized(Scheduler):
+    """kube-scheduler with dynmig's extender consulted for `prioritize`: among the feasible nodes the
+    highest extender score wins (the plugins' scores tie, as in `Scheduler`), ties by reservoir
+    sampling (schedule_one.go `selectHost`)."""
+
+    score: Callable[[list[str]], dict[str, int]] = staticmethod(lambda nodes: dict.fromkeys(nodes, 0))
+
+    def _select(
+        self, feasible: list[tuple[str, list[dict[str, Any]]]], pods_on: dict[str, int]
+    ) -> tuple[str, list[dict[str, Any]]]:
+        points = self.score([node for node, _ in feasible])
+        best, count, chosen = points[feasible[0][0]], 1, feasible[0]
+        for cand in feasible[1:]:
+            s = points[cand[0]]
+            if s > best:
+                best, count, chosen = s, 1, cand
+            elif s == best:
+                count += 1
+                if self.rng.randrange(count) == 0:
+                    chosen = cand
+        return chosen
+
+
 class World:
     """One arm's cluster: the node's GPUs and instances, the published slices, the allocated devices."""
 
@@ -147,7 +178,8 @@ class World:
         self.generation = dict.fromkeys(self.gpus, 0)
         self.allocated: set[tuple[str, str, str]] = set()
         self.pods_on = dict.fromkeys(self.gpus, 0)
-        self.scheduler = Scheduler(
+        kind = Prioritized if arm == PRIORITIZED else Scheduler
+        self.scheduler = kind(
             random.Random(seed * 7919 + 1), shuffle_slices=arm != "natural, published order"
         )
         for node in self.gpus:
@@ -155,8 +187,9 @@ class World:
 
     def publish(self, node: str) -> None:
         self.generation[node] += 1
-        build = steered_slices if self.arm == "steered" else natural_slices
-        kwargs = {"per_gpu": PER_GPU} if self.arm == "steered" else {}
+        steered = self.arm in ("steered", PRIORITIZED)
+        build = steered_slices if steered else natural_slices
+        kwargs = {"per_gpu": PER_GPU} if steered else {}
         self.store.replace_pool(
             node, DRIVER, build(node, DRIVER, self.gpus[node], self.generation[node], **kwargs)
         )
@@ -169,6 +202,8 @@ class World:
 
     def place(self, mems: Mems, key: int) -> tuple[str, list[MigDevice]] | None:
         claim = claim_for(mems, self.models, f"pod-{key}")
+        if isinstance(self.scheduler, Prioritized):
+            self.scheduler.score = self._prioritize(claim)
         got = self.scheduler.schedule(
             [claim], list(self.gpus), self.store, CLASSES, self.allocated, self.pods_on
         )
@@ -186,6 +221,17 @@ class World:
         self.pods_on[node] += 1
         self.publish(node)
         return node, taken
+
+    def _prioritize(self, claim: dict[str, Any]) -> Callable[[list[str]], dict[str, int]]:
+        """What dynmig's extender answers for this claim's pod: scores of the nodes it is sent."""
+        asks = claim_asks(claim, DRIVER)
+
+        def score(nodes: list[str]) -> dict[str, int]:
+            if asks is None:
+                return dict.fromkeys(nodes, 0)
+            return scores({n: node_key(self.gpus[n], asks) for n in nodes})
+
+        return score
 
     def release(self, node: str, taken: list[MigDevice]) -> None:
         for dev in taken:
@@ -273,16 +319,19 @@ def main(argv: list[str]) -> int:
                 totals[arm] += w
                 per_seed = ", ".join(f"{r['refused_work']:.0f} ({r['refused']})" for r in rs)
                 ratio = f"{w / nat:.2f}× natural" if nat else "natural refused nothing"
-                print(f"{arm:<26} {w:>9.0f} GPU-min  {ratio:<16} per seed: {per_seed}")
+                print(f"{arm:<28} {w:>9.0f} GPU-min  {ratio:<16} per seed: {per_seed}")
     nat = totals["natural"]
     ratio = totals["steered"] / nat if nat else 0.0
+    prio = totals[PRIORITIZED] / nat if nat else 0.0
     print(
-        f"\nall cells: steered {totals['steered']:.0f} / natural {nat:.0f} GPU-min = {ratio:.2f}× "
+        f"\nall cells: steered {totals['steered']:.0f} / natural {nat:.0f} GPU-min = {ratio:.2f}×; "
+        f"steered + dynmig prioritize {totals[PRIORITIZED]:.0f} = {prio:.2f}× "
         f"(target ≤ 0.5×, {label} seeds); natural in published order {totals['natural, published order']:.0f}; "
         f"dynmig extender {totals[REFERENCE]:.0f}"
     )
     summary["totals"] = totals
     summary["steered_over_natural"] = ratio
+    summary["prioritized_over_natural"] = prio
     if not quick and seeds_opt is None:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
