@@ -5,6 +5,7 @@ dynmig lab --scenario tour                 # a scripted scenario; exit 1 if a ch
 dynmig lab --scenario list                 # the scenarios
 dynmig lab --serve --kubeconfig-out kc     # run until interrupted; kubectl --kubeconfig kc ...
 dynmig lab --page                          # also serve the live slice-map page (its URL is printed)
+dynmig lab --nodes 'gpu-dra=2xA100-SXM4-40GB@dra' --scenario dra   # a node in DRA mode
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DRA_EXAMPLE = "gpu-dra=2xA100-SXM4-40GB@dra"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nodes",
         default=DEFAULT_NODES,
-        help=f"simulated GPU nodes, NAME=COUNTxMODEL[+COUNTxMODEL];... (default {DEFAULT_NODES!r})",
+        help=f"simulated GPU nodes, NAME=COUNTxMODEL[+COUNTxMODEL][@dra];... (default {DEFAULT_NODES!r}; "
+        "@dra: the node runs dynmig's DRA plugin instead of the device plugin)",
     )
     p.add_argument("--scenario", help="run a scripted scenario and exit (`list` shows them)")
     p.add_argument(
@@ -96,15 +99,27 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         )
         return EXIT_USAGE
     if args.scenario:
+        chosen = SCENARIOS[args.scenario]
+        eligible = [n for n in nodes if n.dra == chosen.dra]  # a DRA node runs no device plugin
+        if chosen.dra and not eligible:
+            print(
+                f"dynmig lab: --scenario {args.scenario} needs a node in DRA mode; --nodes {args.nodes!r} "
+                f"has none (e.g. --nodes '{DRA_EXAMPLE}')",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         missing = [
             m
-            for m in SCENARIOS[args.scenario].needs
-            if not any(m.lower() in g.model.nvml_name.lower() for n in nodes for g in n.gpus)
+            for m in chosen.needs
+            if not any(m.lower() in g.model.nvml_name.lower() for n in eligible for g in n.gpus)
         ]
         if missing:
             print(
                 f"dynmig lab: --scenario {args.scenario} needs a node with {', '.join(missing)} GPUs; "
-                f"--nodes {args.nodes!r} has none (the default nodes have them)",
+                f"--nodes {args.nodes!r} has none"
+                + (
+                    f" in DRA mode (e.g. {DRA_EXAMPLE!r})" if chosen.dra else " (the default nodes have them)"
+                ),
                 file=sys.stderr,
             )
             return EXIT_USAGE

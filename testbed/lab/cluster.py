@@ -68,6 +68,8 @@ SERVE_DEPLOYMENT = f"{chart.RELEASE}-scheduler"
 RESTART_BACKOFF = (1.0, 16.0)
 # the Job controller's back-off before replacing a failed pod is 10 s doubling to 10 min; shorter here
 JOB_BACKOFF = (1.0, 60.0)
+# kubelet's pod worker retries a failed sync (a failed NodePrepareResources) after 10 s; shorter here
+DRA_RETRY = 1.0
 DEVICES_TIMEOUT = 10.0  # seconds from a device plugin's registration to its first healthy device
 # GOARCH names, as a kubelet reports its machine
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
@@ -559,7 +561,11 @@ class Lab:
         through that plugin and resolves their CDI devices from the node's CDI dir."""
         for runtime in self.nodes.values():
             side = runtime.dra
-            extra: dict[str, Any] = {} if side is None else {"dra": side.manager, "cdi_dirs": [side.cdi_dir]}
+            extra: dict[str, Any] = (
+                {}
+                if side is None
+                else {"dra": side.manager, "cdi_dirs": [side.cdi_dir], "dra_retry": DRA_RETRY}
+            )
             runtime.agent = SimulatedPods(
                 runtime.name,
                 self.api_client("kubelet"),

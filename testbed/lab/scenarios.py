@@ -1,4 +1,5 @@
-"""The lab's scripted scenarios: the tour, and the eight checks of the migration guide.
+"""The lab's scripted scenarios: the tour, the eight checks of the migration guide, and DRA mode
+(`lab.dra_scenario`, on a node started with `@dra`).
 
 Each scenario is a function `(run: Run) -> None` that drives the lab as a person would (pods through
 the official client) and records checks on what dynmig wrote (the allocation annotation, events)
@@ -16,6 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from lab import report
+from lab.dra_scenario import dra_mode
 from lab.kit import Kit, gpu_pod
 from lab.scenario import Run, ScenarioFailed
 from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL, MigAllocation
@@ -30,14 +32,15 @@ class Scenario:
     title: str
     needs: tuple[str, ...]  # GPU model substrings the nodes must have
     run: Callable[[Run], None]
+    dra: bool = False  # needs a node in DRA mode (`@dra` in --nodes)
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, title: str, needs: tuple[str, ...] = (RTX,)):
+def scenario(name: str, title: str, needs: tuple[str, ...] = (RTX,), dra: bool = False):
     def register(fn: Callable[[Run], None]) -> Callable[[Run], None]:
-        SCENARIOS[name] = Scenario(name, title, needs, fn)
+        SCENARIOS[name] = Scenario(name, title, needs, fn, dra)
         return fn
 
     return register
@@ -586,3 +589,13 @@ def api_down(run: Run) -> None:
     run.check(_instance_of(run, gone) is None, "steady-1's instance is reclaimed after the outage")
     _show(run, ["steady-2"], [node], events=[])
     k.delete_all()
+
+
+# ---- DRA mode (a node started with @dra) ------------------------------------------------------------
+
+scenario(
+    "dra",
+    "DRA mode: claims get their allocated placement, delete, plugin restart, kill -9 mid-prepare",
+    needs=(A100,),
+    dra=True,
+)(dra_mode)

@@ -28,7 +28,7 @@ def test_a_bad_command_line_exits_2_naming_the_flag_and_starts_nothing(capsys, a
 def test_scenario_list_names_the_tour_and_the_eight_guide_checks(capsys):
     assert main(["--scenario", "list"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names[0] == "tour" and len(names) == 9
+    assert names[0] == "tour" and len(names) == 10 and names[-1] == "dra"  # and DRA mode
 
 
 def test_the_laptop_scheduler_config_changes_only_the_extender_address_its_ca_file_and_leader_election():
