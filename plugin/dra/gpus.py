@@ -15,6 +15,7 @@ from typing import Any
 from mig.allowlist import Allowlist
 from mig.catalog import GpuModel, UnknownModel, find_model
 from mig.dra.devices import Gpu, Instance
+from mig.types import Placement
 from plugin.nvml import MIG_ENABLE, GiProfile, GiRecord, Nvml
 
 log = logging.getLogger("dynmig.dra.gpus")
@@ -77,4 +78,29 @@ def publishable(nvml: Nvml, gpus: list[NodeGpu], pending: dict[str, list[Instanc
         seen = {(i.profile, i.placement) for i in live}
         extra = [i for i in pending.get(g.uuid, []) if (i.profile, i.placement) not in seen]
         out.append(Gpu(g.minor, g.uuid, g.model, g.allowed, tuple(live + extra)))
+    return out
+
+
+def unheld_slices(
+    nvml: Nvml, gpus: list[NodeGpu], held: dict[str, list[Placement]]
+) -> dict[str, frozenset[int]]:
+    """Per GPU UUID, the memory slices of live GIs that no allocation holds (someone else's instance,
+    or ours after its claim's allocation went), less every slice a held placement covers.
+
+    A listed device's counters are taken only while an allocation names it (the allocator subtracts
+    allocated devices alone), so such an instance would leave its slices free to allocate. Published
+    as 0, they are not; a held slice is never zeroed, since a counter below what the allocations
+    consume makes the allocator refuse every device of the pool."""
+    out = {}
+    for g in gpus:
+        mine = held.get(g.uuid, [])
+        covered = {i for p in mine for i in range(p.start, p.end)}
+        free = {
+            i
+            for gi in live_instances(nvml, g)
+            if gi.placement not in mine
+            for i in range(gi.placement.start, gi.placement.end)
+        }
+        if free - covered:
+            out[g.uuid] = frozenset(free - covered)
     return out

@@ -31,10 +31,11 @@ from kube.errors import KubeError, NotFound, translated
 from kube.reflector import Reflector
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
 from mig.dra.devices import Gpu
+from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError
 from plugin.dra.config import ConfigError, DraConfig, load_config
-from plugin.dra.gpus import discover, publishable
+from plugin.dra.gpus import discover, publishable, unheld_slices
 from plugin.dra.prepare import Preparer
 from plugin.dra.publish import SlicePublisher, pending_instances
 from plugin.dra.service import KubeletSockets
@@ -153,7 +154,11 @@ class DraPluginApp:
         try:
             identities = [Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus]
             pending = pending_instances(claims, identities, self.config.driver, self.config.node_name)
-            ok = self.publisher.sync(publishable(self.nvml, gpus, pending))
+            held: dict[str, list[Placement]] = {u: [i.placement for i in p] for u, p in pending.items()}
+            for entry in self.journal.entries():  # ours, created or about to be: their claims hold them
+                held.setdefault(entry.gpuUUID, []).append(Placement(entry.start, entry.size))
+            blocked = unheld_slices(self.nvml, gpus, held)
+            ok = self.publisher.sync(publishable(self.nvml, gpus, pending), blocked)
         except NvmlError as error:
             log.warning("reading the GPUs for the pool failed (retried): %s", error)
             ok = False

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from kube.errors import KubeError, NotFound, translated
-from mig.dra.devices import Gpu, Instance, by_name
+from mig.dra.devices import Gpu, Instance, by_name, counter_set_name, slice_counter
 from mig.dra.slices import steered_slices, validate_slice
 
 log = logging.getLogger("dynmig.dra.publish")
@@ -49,6 +49,21 @@ def pending_instances(
                     gpu, d = found
                     out.setdefault(gpu.uuid, []).append(Instance(d.profile, d.placement))
     return out
+
+
+def zero_slices(slices: list[JSON], gpus: list[Gpu], blocked: Mapping[str, frozenset[int]]) -> None:
+    """Publish the `memory-slice-<i>` counters of `blocked` slices (by GPU UUID) as 0 in their GPU's
+    counter set: no device consuming one can be allocated (`gpus.unheld_slices` says which)."""
+    zero = {
+        counter_set_name(g.minor): {slice_counter(i) for i in blocked[g.uuid]}
+        for g in gpus
+        if g.uuid in blocked
+    }
+    for s in slices:
+        for counter_set in s["spec"].get("sharedCounters") or []:
+            for name in zero.get(counter_set["name"], ()):
+                if name in counter_set["counters"]:
+                    counter_set["counters"][name] = {"value": "0"}
 
 
 def _content(slices: list[JSON]) -> str:
@@ -102,11 +117,12 @@ class SlicePublisher:
                 }
         return self._owner
 
-    def sync(self, gpus: list[Gpu]) -> bool:
-        """Publish the steered pool for `gpus` if it changed; True when the API now has it."""
+    def sync(self, gpus: list[Gpu], blocked: Mapping[str, frozenset[int]] | None = None) -> bool:
+        """Publish the steered pool for `gpus` (the `blocked` slices' counters at 0) if it changed;
+        True when the API now has it."""
         with self.lock:
             try:
-                return self._sync(gpus)
+                return self._sync(gpus, blocked or {})
             except KubeError as error:
                 log.warning(
                     "publishing ResourceSlices of %s failed (retried at the next sync): %s", self.node, error
@@ -114,9 +130,10 @@ class SlicePublisher:
                 self._published = ""
                 return False
 
-    def _sync(self, gpus: list[Gpu]) -> bool:
+    def _sync(self, gpus: list[Gpu], blocked: Mapping[str, frozenset[int]]) -> bool:
         existing = self._existing()
         desired = steered_slices(self.node, self.driver, gpus, self.generation + 1)
+        zero_slices(desired, gpus, blocked)
         content = _content(desired)
         if content == self._published and set(existing) == {s["metadata"]["name"] for s in desired}:
             return True

@@ -325,3 +325,44 @@ def test_hostile_claim_references_get_their_own_error_and_break_nothing(node):
     assert "not found" in answer.claims["u4"].error
     assert len(answer.claims) <= 256 + 4
     assert node.instances() == []
+
+
+def _first_fit_allocation(node: DraNode, profile: str, count: int) -> list[str] | None:
+    """What kube-scheduler's structured allocator (sim.dra, checked against upstream's) gives a claim
+    for `count` devices of `profile` from the pool as published now, nothing else allocated."""
+    from sim.dra.allocator import Allocator, parse_slice
+
+    classes = {DRIVER: {"spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}}
+    expr = f'device.attributes["{DRIVER}"].profile == "{profile}"'
+    request = {"deviceClassName": DRIVER, "count": count, "selectors": [{"cel": {"expression": expr}}]}
+    claim = {
+        "metadata": {"name": "c", "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": request}]}},
+    }
+    got = Allocator([parse_slice(s) for s in node.slices()], classes, ()).allocate(NODE, [claim])
+    return None if got is None else [r["device"] for r in got[0]["devices"]["results"]]
+
+
+def test_the_allocator_never_hands_out_the_placement_of_an_instance_someone_else_made(node):
+    gpu = node.sim.gpus()[0]
+    create_gi(pynvml.nvmlDeviceGetHandleByUUID(gpu.uuid), 19, 0, 1)  # a 1g.5gb behind the plugin's back
+    node.app.sync()  # type: ignore[union-attr]
+    listed = [
+        d
+        for s in node.slices()
+        for d in s["spec"].get("devices", [])
+        if attrs(d) == (gpu.uuid, "1g.5gb", 0, 1)
+    ]
+    assert listed, "the foreign instance is listed, so its slices count as occupied"
+    candidates = [
+        d["name"]
+        for s in node.slices()
+        for d in s["spec"].get("devices", [])
+        if d["attributes"]["profile"]["string"] == "1g.5gb" and d not in listed
+    ]
+    # more 1g devices than the steered candidates: first fit goes on into the occupied devices
+    got = _first_fit_allocation(node, "1g.5gb", len(candidates) + 1)
+    assert got is None or listed[0]["name"] not in got
+    # and nothing overlapping it either, while every free placement stays allocatable
+    assert _first_fit_allocation(node, "7g.40gb", 2) is None
+    assert _first_fit_allocation(node, "7g.40gb", 1) is not None
