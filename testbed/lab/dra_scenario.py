@@ -16,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,6 +277,11 @@ def _status_shows(run: Run, node: str, pods: list[str]) -> None:
     )
 
 
+def _bare(run: Run, node: str) -> list[tuple[str, str, int]]:
+    """The node's GPU instances that have no compute instance yet: a create under way."""
+    return [b for b in run.kit.bare_gpu_instances() if b[0] == node]
+
+
 def _in_flight(run: Run, node: str, claim_prefix: str) -> bool:
     """kubelet has sent NodePrepareResources for a claim of this pod and had no answer yet."""
     side = run.lab.nodes[node].dra
@@ -354,13 +358,23 @@ def _chaos(run: Run, node: str, driver: str) -> None:
     try:
         k.create(claim_pod("dra-chaos", "dra-1g"))
         try:
-            k.wait(lambda: _in_flight(run, node, "dra-chaos-"), 60, "NodePrepareResources in flight")
+            half = k.wait(
+                lambda: _in_flight(run, node, "dra-chaos-") and _bare(run, node), 60, "a prepare mid-create"
+            )
         except WaitTimeout as error:
-            run.check(False, "kubelet calls NodePrepareResources for dra-chaos", str(error))
+            run.check(
+                False,
+                "kubelet's NodePrepareResources for dra-chaos starts creating a GPU instance",
+                str(error),
+            )
             raise ScenarioFailed("no prepare in flight") from None
-        time.sleep(0.5)  # into the GPU instance create (1.1 s with driver timing)
         lab.restart_dra_plugin(node, sig=signal.SIGKILL)
-        run.check(True, "the plugin was killed with SIGKILL mid-prepare and kubelet restarted it")
+        run.check(
+            True,
+            "the plugin was killed with SIGKILL mid-prepare (a GPU instance without its compute instance) "
+            "and kubelet restarted it",
+            f"GI {half[0][2]} on {half[0][1]}",
+        )
     finally:
         nvml.set_timing("zero")
     run.wait(
