@@ -84,8 +84,9 @@ def publishable(nvml: Nvml, gpus: list[NodeGpu], pending: dict[str, list[Instanc
 def unheld_slices(
     nvml: Nvml, gpus: list[NodeGpu], held: dict[str, list[Placement]]
 ) -> dict[str, frozenset[int]]:
-    """Per GPU UUID, the memory slices of live GIs that no allocation holds (someone else's instance,
-    or ours after its claim's allocation went), less every slice a held placement covers.
+    """Per GPU UUID, the memory slices of live GIs nothing holds (`held`: the placements of claims
+    allocated here and of the journal's entries; what is left was made by someone else), less every
+    slice a held placement covers.
 
     A listed device's counters are taken only while an allocation names it (the allocator subtracts
     allocated devices alone), so such an instance would leave its slices free to allocate. Published
