@@ -24,7 +24,7 @@ from starlette.routing import Route
 from webhooks import admission, review
 from webhooks.bounded import BadBody, decode_json
 from webhooks.extender import MAX_BODY_BYTES as MAX_EXTENDER_BODY
-from webhooks.extender import WireError
+from webhooks.extender import BadArgs, WireError
 from webhooks.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ class Server:
     metrics: Metrics
     extender: Extender | None = None
     ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok")
+    # the prioritize verb for DRA pods (webhooks/prioritize.py); None: every pod gets no scores
+    prioritize: Callable[[Any], list[dict[str, Any]]] | None = None
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -130,6 +132,31 @@ def _extender_route(server: Server, verb: str):
     return handle
 
 
+def _prioritize_route(server: Server):
+    """POST /prioritize: a HostPriorityList (a bare JSON list, as kube-scheduler decodes it). Read
+    only: it changes nothing, so it needs no leadership; scores come from caches, off the loop."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            args = decode_json(await read_body(request, MAX_EXTENDER_BODY), MAX_EXTENDER_BODY)
+        except (review.BadReview, BadBody) as error:
+            return _bad_request(f"prioritize: bad request body: {error}")
+        if not isinstance(args, dict):
+            return _bad_request("prioritize: bad request body: must be a JSON object")
+        if server.prioritize is None:
+            return _json([])
+        try:
+            result = await run_in_threadpool(server.prioritize, args)
+        except BadArgs as error:
+            return _bad_request(f"prioritize: {error}")
+        except Exception:  # a bug: no scores for this pod (the entry is ignorable), never a crash
+            log.exception("extender prioritize failed")
+            return PlainTextResponse("prioritize: internal error\n", status_code=500)
+        return _json(result)
+
+    return handle
+
+
 def create_app(server: Server) -> Starlette:
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok\n")
@@ -150,7 +177,7 @@ def create_app(server: Server) -> Starlette:
 
 
 def create_extender_app(server: Server) -> Starlette:
-    """The scheduler extender (/filter, /bind), served on its own listener (loopback by default):
+    """The scheduler extender (/filter, /bind, /prioritize), served on its own listener (loopback by default):
     only kube-scheduler may reach the verbs that change reservations."""
 
     async def healthz(_: Request) -> Response:
@@ -159,6 +186,7 @@ def create_extender_app(server: Server) -> Starlette:
     routes = [
         Route("/filter", _extender_route(server, "filter"), methods=["POST"]),
         Route("/bind", _extender_route(server, "bind"), methods=["POST"]),
+        Route("/prioritize", _prioritize_route(server), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
     app = Starlette(routes=routes)

@@ -3,14 +3,16 @@ list+watch (`kube.reflector`), drawn with `mig.dra.view` only when something cha
 
 Started by `dynmig serve --dra-driver NAME` (the chart sets it when `draPlugin.enabled`); without it
 serve watches no resource.k8s.io objects and needs no permission on them. The page shows what this
-cache holds; the extender never reads it (kube-scheduler allocates on DRA nodes, not dynmig).
+cache holds. The extender's `prioritize` verb (webhooks/prioritize.py) reads it too: a pod's claims by
+namespace and name, and the nodes' GPUs with what the claims hold (kube-scheduler allocates on DRA
+nodes, dynmig only scores them), so serve starts it whenever `--dra-driver` is set.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from kubernetes import client
 
@@ -19,6 +21,7 @@ from mig.dra.view import DraView, dra_view
 from mig.slicemap import NodeMap
 
 Key = tuple[str, str]
+T = TypeVar("T")
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
@@ -56,6 +59,7 @@ class DraCache:
         self._stop = threading.Event()
         self._slices, self._claims = _Mirror(), _Mirror()
         self._drawn: tuple[tuple[int, int], DraView] = ((-1, -1), DraView())
+        self._derived: dict[str, tuple[tuple[int, int], Any]] = {}
         api = client.ResourceV1Api(api_client)
         self.reflectors = [
             self._reflector("resourceslices", api.list_resource_slice, self._slices, watch_timeout),
@@ -99,3 +103,21 @@ class DraCache:
 
     def nodes(self) -> list[NodeMap]:
         return self.view().nodes
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The mirrored ResourceClaim `namespace/name` (None when not seen)."""
+        with self._lock:
+            return self._claims.objects.get((namespace, name))
+
+    def derived(self, name: str, build: Callable[[list[dict[str, Any]], list[dict[str, Any]]], T]) -> T:
+        """`build(slices, claims)`, recomputed only after a slice or claim changed (one memo per name)."""
+        with self._lock:
+            version = (self._slices.version, self._claims.version)
+            hit = self._derived.get(name)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+            slices, claims = list(self._slices.objects.values()), list(self._claims.objects.values())
+        value = build(slices, claims)
+        with self._lock:
+            self._derived[name] = (version, value)
+        return value

@@ -34,6 +34,7 @@ from webhooks.metrics import Metrics
 from webhooks.nodelock import NodeLock, lock_free
 from webhooks.page.app import create_page_app
 from webhooks.page.view import FleetPage
+from webhooks.prioritize import Prioritizer
 from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
@@ -85,7 +86,7 @@ class Service:
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.cache = ClusterCache(self.kube, self.fleet, locks=lock.table())
-        self.dra = DraCache(self.kube.api_client, cfg.dra_driver) if cfg.dra_driver and cfg.page else None
+        self.dra = DraCache(self.kube.api_client, cfg.dra_driver) if cfg.dra_driver else None
         self.events = EventRecorder(
             self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
         )
@@ -152,6 +153,7 @@ class Service:
             metrics=self.metrics,
             extender=Scheduler(self.filter, self.binder, self.leader),
             ready=self.ready,
+            prioritize=self._prioritizer(),
         )
         self.app = create_app(self.server)  # admission webhooks and health: the Service's port
         self.extender_app = create_extender_app(self.server)  # /filter, /bind: kube-scheduler only
@@ -170,6 +172,17 @@ class Service:
             )
             if cfg.page
             else None
+        )
+
+    def _prioritizer(self) -> Prioritizer | None:
+        """The prioritize verb scores DRA pods' nodes from the DRA cache, with the device config's
+        allowlist (the DRA plugin publishes from the same one)."""
+        if self.dra is None:
+            return None
+        return Prioritizer(
+            self.dra,
+            self.cfg.dra_driver,
+            lambda m: self.device_config.get().allowlist.profiles_for(m.nvml_name),
         )
 
     def use_certificates(self, **timing) -> ServingCertificates:
