@@ -64,9 +64,9 @@ def _dra_servicer(pb: Any, rpc: Any, preparer: Preparer) -> Any:
                             device_name=d.device,
                             cdi_device_ids=d.cdi_ids,
                         )
-                except (ClaimError, PrepareError) as error:
+                except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
                     del answer.devices[:]
-                    answer.error = str(error)[:MAX_ERROR]
+                    answer.error = _message(claim.uid, error)
                     log.warning("NodePrepareResources: %s", answer.error)
             return out
 
@@ -76,12 +76,23 @@ def _dra_servicer(pb: Any, rpc: Any, preparer: Preparer) -> Any:
                 answer = out.claims[claim.uid[:64] or "?"]
                 try:
                     preparer.unprepare(check_ref(claim.namespace, claim.uid, claim.name))
-                except (ClaimError, PrepareError) as error:
-                    answer.error = str(error)[:MAX_ERROR]
+                except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
+                    answer.error = _message(claim.uid, error)
                     log.warning("NodeUnprepareResources: %s", answer.error)
             return out
 
     return Servicer()
+
+
+def _message(uid: str, error: Exception) -> str:
+    """A claim's error for kubelet. Refusals say why as they are; anything else (NVML or the journal
+    failing mid-call, a bug) is named with the claim, so one claim never fails the whole RPC and
+    kubelet retries it: prepare is idempotent, and unprepare destroys nothing NVML cannot vouch for."""
+    if isinstance(error, (ClaimError, PrepareError)):
+        return str(error)[:MAX_ERROR]
+    if not isinstance(error, (OSError, RuntimeError)):  # not NVML, the journal or the API: a bug
+        log.error("claim %s: unexpected failure", uid[:64], exc_info=error)
+    return f"claim {uid[:64]}: {type(error).__name__}: {error}"[:MAX_ERROR]
 
 
 class KubeletSockets:

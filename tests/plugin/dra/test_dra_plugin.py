@@ -366,3 +366,23 @@ def test_the_allocator_never_hands_out_the_placement_of_an_instance_someone_else
     # and nothing overlapping it either, while every free placement stays allocatable
     assert _first_fit_allocation(node, "7g.40gb", 2) is None
     assert _first_fit_allocation(node, "7g.40gb", 1) is not None
+
+
+def test_nvml_failing_mid_call_is_each_claims_own_error_and_a_retry_succeeds(node):
+    one = node.claim("one", node.first_fit("1g.5gb")["name"])
+    two = node.claim("two", node.first_fit("2g.10gb")["name"])
+    node.sim.inject_error("nvmlDeviceGetGpuInstances", 999, times=50)  # NVML_ERROR_UNKNOWN
+    answer = node.prepare(one, two).claims
+    assert all("NVML" in answer[c["metadata"]["uid"]].error for c in (one, two))
+    assert node.instances() == []
+    node.sim.clear_faults()
+    answer = node.prepare(one, two).claims
+    assert [answer[c["metadata"]["uid"]].error for c in (one, two)] == ["", ""]
+    node.sim.inject_error("nvmlDeviceGetGpuInstanceById", 999, times=50)
+    gone = node.unprepare(one, two).claims
+    assert all(gone[c["metadata"]["uid"]].error for c in (one, two))
+    assert len(node.instances()) == 2  # NVML could not tell: nothing destroyed
+    node.sim.clear_faults()
+    gone = node.unprepare(one, two).claims
+    assert [gone[c["metadata"]["uid"]].error for c in (one, two)] == ["", ""]
+    assert node.instances() == []
