@@ -6,7 +6,7 @@ both plugins.
 
 from __future__ import annotations
 
-from chart_testkit import CHART, arg, container, helm, of_kind, one, render
+from chart_testkit import CHART, arg, container, helm, of_kind, one, render, scheduler_config
 
 DRA = "draPlugin.enabled=true"
 
@@ -119,7 +119,7 @@ def test_with_the_page_on_serve_draws_dra_pools_and_may_only_read_their_slices_a
             "verbs": ["list", "watch"],
         }
     ]
-    quiet = render("1.35", DRA)
+    quiet = render("1.35")  # extender mode: serve reads nothing of resource.k8s.io
     assert not [
         a for a in container(one(quiet, "Deployment"), "server")["args"] if a.startswith("--dra-driver")
     ]
@@ -139,3 +139,35 @@ def test_the_dra_plugin_accepts_every_flag_the_chart_passes(tmp_path):
     config = load_config(args, environ={"NODE_NAME": "gpu-7"})
     assert (config.driver, config.node_name, config.metrics_address) == ("mig.dynmig.io", "gpu-7", ":9397")
     assert str(config.plugin_dir) == "/var/lib/kubelet/plugins/mig.dynmig.io"
+
+
+def test_in_dra_mode_kube_scheduler_asks_dynmig_to_score_nodes_for_every_pod_and_never_waits_on_it():
+    docs = render("1.35", DRA)
+
+    extenders = scheduler_config(docs)["extenders"]
+    assert len(extenders) == 2
+    first, scoring = extenders
+    assert first["filterVerb"] == "filter" and first["managedResources"]  # extender mode unchanged
+    assert scoring["prioritizeVerb"] == "prioritize" and scoring["weight"] == 5
+    assert scoring["ignorable"] is True
+    assert "filterVerb" not in scoring and "bindVerb" not in scoring and "managedResources" not in scoring
+    assert scoring["urlPrefix"] == first["urlPrefix"] and scoring["tlsConfig"] == first["tlsConfig"]
+    assert arg(container(one(docs, "Deployment"), "server"), "dra-driver") == "mig.dynmig.io"
+    assert len(scheduler_config(render("1.35"))["extenders"]) == 1  # extender mode: one entry
+
+
+def test_the_simulated_kube_scheduler_accepts_the_dra_mode_configuration():
+    from sim.scheduler.config import parse
+
+    parsed = parse(scheduler_config(render("1.35", DRA, "draPlugin.prioritizeWeight=7")))
+    scoring = parsed.extenders[1]
+    assert (scoring.prioritize_verb, scoring.weight, scoring.ignorable) == ("prioritize", 7, True)
+    assert not scoring.managed_resources and not scoring.filter_verb
+
+
+def test_a_prioritize_weight_that_is_not_a_positive_integer_is_refused_by_the_values_schema():
+    for bad in ("0", "-1", "101", "heavy"):
+        done = helm(
+            "template", "dynmig", str(CHART), "--set", DRA, "--set", f"draPlugin.prioritizeWeight={bad}"
+        )
+        assert done.returncode != 0 and "prioritizeWeight" in done.stderr, bad
