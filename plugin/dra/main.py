@@ -171,7 +171,20 @@ class DraPluginApp:
             if self._stop.is_set():
                 return
             self._dirty.clear()
+            self._settle()
             self.sync()
+
+    def _settle(self) -> None:
+        """Adoption again for the journaled claims it could not settle at start (the API did not
+        answer, or a gone claim's instance was busy), until each is kept or released."""
+        if self.preparer is not None and self.preparer.undecided:
+            try:
+                kept, released = self.preparer.adopt(self.preparer.undecided)
+            except (ClaimError, NvmlError, KubeError) as error:
+                log.warning("adoption retry failed (retried): %s", error)
+                return
+            if released:
+                log.info("released %d instances of claims that are gone (%d still undecided)", released, kept)
 
     def alive(self) -> tuple[bool, str]:
         late = time.monotonic() - self._last_sync > 3 * self.config.resync_interval + 30

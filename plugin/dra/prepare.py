@@ -78,6 +78,7 @@ class Preparer:
         self.lock = threading.Lock()
         self.gpus = {g.uuid: g for g in gpus}
         self.devices = by_name(Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus)
+        self.undecided: set[str] = set()  # journaled claims adoption could not settle yet
 
     # ---- prepare
 
@@ -247,14 +248,17 @@ class Preparer:
 
     # ---- adoption
 
-    def adopt(self) -> tuple[int, int]:
+    def adopt(self, only: set[str] | None = None) -> tuple[int, int]:
         """After a restart: keep the instances of claims that still exist; release (with the busy
         check) those of claims the API says are gone. Returns (kept, released). An API that cannot
-        be asked decides nothing: everything is kept, and kubelet's unprepare still finds it."""
+        be asked, or a gone claim's instance that is still busy, decides nothing: it is kept, and
+        its claim UID stays in `undecided` for the next call (`only`: just those) to settle."""
         kept = released = 0
+        undecided: set[str] = set()
         by_claim: dict[str, list[Entry]] = {}
         for e in self.journal.entries():
-            by_claim.setdefault(e.podUID, []).append(e)
+            if only is None or e.podUID in only:
+                by_claim.setdefault(e.podUID, []).append(e)
         for uid, entries in by_claim.items():
             ref = ClaimRef(entries[0].namespace, uid, entries[0].name)
             try:
@@ -262,6 +266,7 @@ class Preparer:
             except ClaimError as error:
                 log.warning("claim %s: cannot be read (%s); its instances are kept", ref, error)
                 kept += len(entries)
+                undecided.add(uid)
                 continue
             if claim is not None and _allocated_here(claim, ref, self.driver, self.pool):
                 kept += len(entries)
@@ -270,9 +275,11 @@ class Preparer:
             try:
                 self.unprepare(ref)
                 released += len(entries)
-            except PrepareError as error:
+            except (PrepareError, NvmlError) as error:
                 log.warning("claim %s is gone but its instances stay: %s", ref, error)
                 kept += len(entries)
+                undecided.add(uid)
+        self.undecided = undecided
         return kept, released
 
     def _rewrite_cdi(self, ref: ClaimRef, entries: list[Entry]) -> None:

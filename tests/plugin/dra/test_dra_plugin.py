@@ -386,3 +386,29 @@ def test_nvml_failing_mid_call_is_each_claims_own_error_and_a_retry_succeeds(nod
     gone = node.unprepare(one, two).claims
     assert [gone[c["metadata"]["uid"]].error for c in (one, two)] == ["", ""]
     assert node.instances() == []
+
+
+def test_a_claim_deleted_while_the_plugin_was_down_is_released_once_the_api_answers_again(node):
+    claim = node.claim("late", node.first_fit("1g.5gb")["name"])
+    node.prepare(claim)
+    node.stop()
+    node.resource.delete_namespaced_resource_claim("late", NS)
+    node.api.faults.fail_next(100000, verb="get", resource="resourceclaims")
+    node.start()
+    assert len(node.instances()) == 1  # the API could not say the claim is gone: nothing destroyed
+    node.api.faults.clear()
+    wait_for(lambda: node.instances() == [], what="the retried adoption to release the instance")
+
+
+def test_a_gone_claims_busy_instance_is_kept_until_its_processes_end(node):
+    claim = node.claim("lingering", node.first_fit("2g.10gb")["name"])
+    node.prepare(claim)
+    gpu = next(g for g in node.sim.gpus() if g.gpu_instances)
+    gi = gpu.gpu_instances[0]
+    node.sim.set_busy(gpu.uuid, gi_id=gi.gi_id, ci_id=gi.compute_instances[0].ci_id)
+    node.stop()
+    node.resource.delete_namespaced_resource_claim("lingering", NS)
+    node.start()
+    assert len(node.instances()) == 1
+    node.sim.clear_busy(gpu.uuid)
+    wait_for(lambda: node.instances() == [], what="the instance to go once idle")
