@@ -1,6 +1,13 @@
 """Calls to a scheduler extender exactly as kube-scheduler makes them (k8s.io/kube-scheduler
 extender/v1): POST <urlPrefix>/<verb>, PascalCase JSON (Go structs without json tags), HTTP 200
-required, httpTimeout as the client timeout, TLS per tlsConfig."""
+required, httpTimeout as the client timeout, TLS per tlsConfig.
+
+Prioritize as kubernetes `pkg/scheduler/extender.go` `Prioritize` and `schedule_one.go`
+`prioritizeNodes` do it: the feasible nodes are sent as filter sends them; the reply is a
+HostPriorityList (`[{"Host", "Score"}]`), each score × the entry's weight × MaxNodeScore (100) /
+MaxExtenderPriority (10) added to the host's total; an entry without prioritizeVerb adds nothing,
+and a failed prioritize is skipped whatever `ignorable` says ("Prioritization errors from extender
+can be ignored")."""
 
 from __future__ import annotations
 
@@ -68,6 +75,26 @@ def _lower_keys(doc: Any) -> dict[str, Any]:
     return {k.lower(): v for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
+MAX_NODE_SCORE = 100  # framework.MaxNodeScore
+MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+
+def _host_scores(reply: Any, url: str) -> list[tuple[str, int]]:
+    """A HostPriorityList as Go's decoder reads it (keys case-insensitive), or ExtenderError."""
+    if reply is None:
+        return []
+    if not isinstance(reply, list):
+        raise ExtenderError(f"extender at URL {url} answered prioritize with a non-list")
+    out = []
+    for item in reply:
+        entry = _lower_keys(item)
+        host, score = entry.get("host", ""), entry.get("score", 0)
+        if not isinstance(host, str) or not isinstance(score, int) or isinstance(score, bool):
+            raise ExtenderError(f"extender at URL {url} answered prioritize with a bad HostPriority")
+        out.append((host, score))
+    return out
+
+
 class Extender:
     def __init__(self, cfg: ExtenderConfig):
         self.cfg = cfg
@@ -85,6 +112,7 @@ class Extender:
         self.filter_calls = 0
         self.filter_seconds = 0.0  # wall time of the filter calls, encoding the args to decoding the reply
         self.bind_calls = 0
+        self.prioritize_calls = 0
 
     def interested(self, pod: dict[str, Any]) -> bool:
         """kube-scheduler's IsInterested: no managedResources, or the pod asks for one of them."""
@@ -94,6 +122,9 @@ class Extender:
         return any(mr.name in wanted for mr in self.cfg.managed_resources)
 
     def _post(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        return _lower_keys(self._send(verb, args))
+
+    def _send(self, verb: str, args: dict[str, Any]) -> Any:
         url = f"{self.url}/{verb}"
         try:
             resp = self._http.request(
@@ -104,7 +135,7 @@ class Extender:
         if resp.status != 200:
             raise ExtenderError(f"failed {verb} with extender at URL {url}, code {resp.status}")
         try:
-            return _lower_keys(json.loads(resp.data))
+            return json.loads(resp.data)
         except ValueError as exc:
             raise ExtenderError(f"extender at URL {url} answered {verb} with invalid JSON: {exc}") from exc
 
@@ -144,6 +175,22 @@ class Extender:
         return FilterResult(
             out, dict(result.get("failednodes") or {}), dict(result.get("failedandunresolvablenodes") or {})
         )
+
+    def prioritize(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, int]:
+        """Host -> what this extender adds to its total score (score × weight × 100/10); {} without
+        a prioritizeVerb. ExtenderError when the call fails (the caller skips it)."""
+        if not self.cfg.prioritize_verb:
+            return {}
+        names = [n["metadata"]["name"] for n in nodes]
+        if self.cfg.node_cache_capable:
+            args = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        else:
+            args = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+        self.prioritize_calls += 1
+        combined: dict[str, int] = {}
+        for host, score in _host_scores(self._send(self.cfg.prioritize_verb, args), self.url):
+            combined[host] = combined.get(host, 0) + score * self.cfg.weight
+        return {h: s * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY) for h, s in combined.items()}
 
     def bind(self, pod: dict[str, Any], node: str) -> None:
         meta = pod["metadata"]

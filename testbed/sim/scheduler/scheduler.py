@@ -15,7 +15,9 @@ pod's PodScheduled=False condition, and the pod is retried after an exponential 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
 
-Not simulated: prioritize and preempt verbs, scoring plugins (ties are broken at random),
+Extenders' prioritize verbs are called for the feasible nodes as kube-scheduler does (when more
+than one is feasible) and the highest total wins, ties at random. Not simulated: the preempt verb,
+scoring plugins (their scores tie),
 resource fit of cpu/memory, affinity beyond nodeSelector, the 5-minute unschedulable queue.
 """
 
@@ -463,7 +465,28 @@ class Scheduler:
             raise Unschedulable(messages.fit_error(len(nodes), reasons))
         if len(feasible) == 1:
             return feasible[0]["metadata"]["name"]
-        return self._rng.choice(feasible)["metadata"]["name"]
+        return self._rng.choice(self._best_scored(pod, wire_pod, feasible))["metadata"]["name"]
+
+    def _best_scored(
+        self, pod: dict[str, Any], wire_pod: dict[str, Any], feasible: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """schedule_one.go `prioritizeNodes` with the plugins' scores tied: each interested
+        extender's prioritize scores added up (a failed one skipped), then `selectHost`'s choice
+        among the highest (uniform, as its reservoir sampling is)."""
+        total: dict[str, int] = {}
+        for ext in self.extenders:
+            if not ext.cfg.prioritize_verb or not ext.interested(pod):
+                continue
+            try:
+                nodes = feasible if ext.cfg.node_cache_capable else [_strip_type_meta(n) for n in feasible]
+                for host, score in ext.prioritize(wire_pod, nodes).items():
+                    total[host] = total.get(host, 0) + score
+            except ExtenderError:
+                continue
+        if not total:
+            return feasible
+        best = max(total.get(n["metadata"]["name"], 0) for n in feasible)
+        return [n for n in feasible if total.get(n["metadata"]["name"], 0) == best]
 
     def _bind(self, key: str, pod: dict[str, Any], node: str, state: CycleState | None = None) -> None:
         """The binding cycle: PreBind (DynamicResources writes the claims), then the bind; a failure
