@@ -7,12 +7,14 @@ import argparse
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
 from mig.allowlist import DeviceConfig, PolicyError, load_device_config
+from plugin.config import ConfigError as NodeConfigError
+from plugin.config import DeviceFilter, load_node_config
 
 DRIVER = "mig.dynmig.io"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -37,6 +39,8 @@ class DraConfig:
     resync_interval: float = 10.0
     log_level: str = "info"
     log_format: str = "text"
+    # the node config's filterdevices: GPUs never published or touched
+    excluded: DeviceFilter = field(default_factory=DeviceFilter)
 
 
 def driver_name(text: str) -> str:
@@ -62,6 +66,13 @@ def _flags(environ: Mapping[str, str] | None) -> Flags:
         "--config-file",
         default="",
         help="the device config YAML (its migProfileAllowlist decides the profiles)",
+    )
+    f.add(
+        "--node-config",
+        default="",
+        show_default="none: no GPU excluded",
+        help="the device plugin's node config JSON: this node's filterdevices (uuid, index) are "
+        "GPUs the DRA plugin never publishes nor touches",
     )
     f.add(
         "--registry-dir",
@@ -106,7 +117,12 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         raise ConfigError(f"--config-file: {error}") from None
     except OSError as error:
         raise ConfigError(f"--config-file {args.config_file}: {error.strerror or error}") from None
+    try:
+        excluded = load_node_config(args.node_config, node).filter if args.node_config else DeviceFilter()
+    except NodeConfigError as error:
+        raise ConfigError(f"--node-config: {error}") from None
     return DraConfig(
+        excluded=excluded,
         driver=args.driver_name,
         node_name=node,
         device_config=device_config,

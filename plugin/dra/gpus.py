@@ -16,6 +16,7 @@ from mig.allowlist import Allowlist
 from mig.catalog import GpuModel, UnknownModel, find_model
 from mig.dra.devices import Gpu, Instance
 from mig.types import Placement
+from plugin.config import DeviceFilter
 from plugin.nvml import MIG_ENABLE, GiProfile, GiRecord, Nvml
 
 log = logging.getLogger("dynmig.dra.gpus")
@@ -39,9 +40,16 @@ class NodeGpu:
         return next((p.name for p in self.profiles if p.id == profile_id), None)
 
 
-def discover(nvml: Nvml, allowlist: Allowlist) -> list[NodeGpu]:
+def discover(nvml: Nvml, allowlist: Allowlist, excluded: DeviceFilter | None = None) -> list[NodeGpu]:
+    """The publishable GPUs; one the node config's `filterdevices` names is not even queried (as
+    the device plugin leaves it: never published, never mutated)."""
     out = []
     for dev in nvml.devices():
+        if excluded is not None and excluded.excludes(dev.uuid, dev.index):
+            log.info(
+                "GPU %s (%s): excluded by the node config's filterdevices; not published", dev.index, dev.uuid
+            )
+            continue
         try:
             model = find_model(dev.name)
         except UnknownModel:

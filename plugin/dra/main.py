@@ -100,7 +100,7 @@ class DraPluginApp:
 
     def start(self) -> DraPluginApp:
         self.nvml.init()
-        gpus = discover(self.nvml, self.config.device_config.allowlist)
+        gpus = discover(self.nvml, self.config.device_config.allowlist, self.config.excluded)
         log.info("%d MIG GPUs published on %s", len(gpus), self.config.node_name)
         self.journal.load()
         cdi = CdiSpecs(self.config.cdi_dir, self.config.driver)

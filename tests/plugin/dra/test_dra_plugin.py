@@ -412,3 +412,42 @@ def test_a_gone_claims_busy_instance_is_kept_until_its_processes_end(node):
     assert len(node.instances()) == 1
     node.sim.clear_busy(gpu.uuid)
     wait_for(lambda: node.instances() == [], what="the instance to go once idle")
+
+
+def test_a_gpu_the_node_config_filters_out_is_never_published_nor_touched(node, tmp_path):
+    import dataclasses
+
+    from plugin.config import DeviceFilter
+
+    node.stop()
+    excluded = node.sim.gpus()[1]
+    config = dataclasses.replace(node.config(), excluded=DeviceFilter(frozenset({excluded.uuid})))
+    node.app = DraPluginApp(config, node.api.api_client("admin")).start()
+    parents = {
+        d["attributes"]["parentUUID"]["string"] for s in node.slices() for d in s["spec"].get("devices", [])
+    }
+    assert parents == {node.sim.gpus()[0].uuid}
+    claim = node.claim("forbidden", f"gpu-{excluded.index}-mig-1g5gb-19-0")
+    assert "not a MIG device of this node" in node.prepare(claim).claims[claim["metadata"]["uid"]].error
+    assert node.instances() == []
+
+
+def test_the_node_config_flag_reads_filterdevices_and_names_the_flag_when_broken(tmp_path):
+    from plugin.dra.config import ConfigError, load_config
+
+    policy = tmp_path / "device-config.yaml"
+    policy.write_text(
+        "nvidia:\n  migProfileAllowlist:\n    - models: [A100-SXM4-40GB]\n      profiles: [1g.5gb]\n"
+    )
+    good = tmp_path / "node.json"
+    good.write_text(
+        json.dumps({"nodeconfig": [{"name": NODE, "operatingmode": "mig", "filterdevices": {"index": [1]}}]})
+    )
+    base = ["--node-name", NODE, "--config-file", str(policy)]
+    config = load_config([*base, "--node-config", str(good)], environ={})
+    assert config.excluded.excludes("GPU-any", 1) and not config.excluded.excludes("GPU-any", 0)
+    assert not load_config(base, environ={}).excluded.excludes("GPU-any", 1)
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps({"nodeconfig": [{"name": NODE, "filterdevices": "all"}]}))
+    with pytest.raises(ConfigError, match=r"--node-config: .*filterdevices"):
+        load_config([*base, "--node-config", str(bad)], environ={})
