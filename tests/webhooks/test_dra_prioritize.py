@@ -190,3 +190,98 @@ def test_a_body_over_the_extender_limit_is_refused(dra):
 def test_without_a_dra_driver_prioritize_scores_nothing(service):
     with TestClient(service.extender_app) as c:
         assert c.post("/prioritize", json=args(pod("mine"), ["node-a"])).json() == []
+
+
+@pytest.fixture
+def scheduled(dra, tmp_path):
+    """The simulated kube-scheduler with the chart's two extender entries' prioritize one pointing
+    at serve's extender listener over TLS; schedule(claim_name) -> the node its pod was bound to."""
+    import base64
+    import datetime as dt
+
+    from sim.scheduler import Scheduler, parse
+
+    from certs.authority import ServiceIdentity, make_ca, make_serving
+    from certs.reload import FileSource, TLSReloader
+    from webhooks.runner import Extender, Listeners
+
+    apiserver, service, _ = dra
+    for name in ("node-a", "node-b", "node-c"):
+        apiserver.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    apiserver.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        }
+    )
+    now = dt.datetime.now(dt.UTC)
+    ca = make_ca(now)
+    pair = make_serving(ca, ServiceIdentity("dynmig", "dynmig"), now)
+    crt, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    crt.write_bytes(pair.cert_pem())
+    key.write_bytes(pair.key_pem())
+    tls = TLSReloader(FileSource(crt, key), registry=service.metrics.registry)
+    tls.start()
+    listeners = Listeners(
+        service.app, service.metrics_app, tls=tls, extender=Extender(service.extender_app, tls=tls)
+    ).start()
+    entry = {
+        "urlPrefix": listeners.extender_url,
+        "prioritizeVerb": "prioritize",
+        "weight": 5,
+        "nodeCacheCapable": True,
+        "enableHTTPS": True,
+        "tlsConfig": {"caData": base64.b64encode(ca.cert_pem()).decode()},
+        "ignorable": True,
+    }
+    doc = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "dynmig-scheduler"}],
+        "extenders": [entry],
+    }
+    scheduler = Scheduler(parse(doc), apiserver.api_client("kube-scheduler"), seed=3).start()
+    assert scheduler.wait_synced()
+
+    def schedule(claim_name: str) -> str:
+        apiserver.create(claim(claim_name))
+        assert eventually(lambda: service.dra.claim("team", claim_name) is not None)
+        p = pod(claim_name)
+        p.update({"apiVersion": "v1", "kind": "Pod"})
+        p["metadata"] = {"name": claim_name, "namespace": "team"}
+        p["spec"]["schedulerName"] = "dynmig-scheduler"
+        p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "r0"}]}
+        del p["status"]
+        apiserver.create(p)
+        return wait_for_node(apiserver, claim_name)
+
+    try:
+        yield schedule
+    finally:
+        scheduler.stop()
+        listeners.stop()
+        tls.stop()
+
+
+def wait_for_node(apiserver, name: str) -> str:
+    from waiting_testkit import wait_for
+
+    return wait_for(
+        lambda: ((apiserver.get("pods", name, "team") or {}).get("spec") or {}).get("nodeName"), name
+    )
+
+
+def test_kube_scheduler_puts_a_dra_pod_on_the_node_dynmig_scores_highest(scheduled):
+    # node-a's GPU is half used, node-b's empty, node-c's full: without scores the pick is a coin toss.
+    # Two pods: node-a's slices list the two best 1g.5gb placements and nothing republishes them here.
+    assert [scheduled(f"small-{i}") for i in range(2)] == ["node-a"] * 2
