@@ -42,3 +42,9 @@ def test_a_released_pods_devices_are_free_again_for_the_next_pod():
     world.release(node, taken)
     assert before and not world.allocated
     assert all(not g.instances for g in world.gpus[node])
+
+
+def test_with_dynmig_prioritize_small_pods_fill_one_node_instead_of_spreading():
+    world = dra.World(dra.PRIORITIZED, seed=3)
+    nodes = {world.place((4000,), key=k)[0] for k in range(6)}
+    assert len(nodes) == 1  # the engine's least loss: next to the first pod, never a fresh GPU elsewhere
