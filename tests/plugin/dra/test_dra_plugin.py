@@ -451,3 +451,51 @@ def test_the_node_config_flag_reads_filterdevices_and_names_the_flag_when_broken
     bad.write_text(json.dumps({"nodeconfig": [{"name": NODE, "filterdevices": "all"}]}))
     with pytest.raises(ConfigError, match=r"--node-config: .*filterdevices"):
         load_config([*base, "--node-config", str(bad)], environ={})
+
+
+def _claim_with_results(node: DraNode, name: str, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A claim allocated `results` as written; None when the API itself refuses such an allocation."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": DRIVER}}]}},
+    }
+    created = json.loads(
+        node.resource.create_namespaced_resource_claim(NS, body, _preload_content=False).data
+    )
+    try:
+        node.resource.patch_namespaced_resource_claim_status(
+            name, NS, {"status": {"allocation": {"devices": {"results": results}}}}
+        )
+    except client.ApiException as error:
+        assert error.status == 422, error
+        return None
+    return created
+
+
+def test_hostile_allocations_other_drivers_results_and_too_many_devices(node):
+    ours = node.first_fit("1g.5gb")["name"]
+    mixed = _claim_with_results(
+        node,
+        "mixed",
+        [
+            {"request": "nic", "driver": "net.example.com", "pool": NODE, "device": "gpu-0-mig-7g40gb-0-0"},
+            {"request": "mig", "driver": DRIVER, "pool": NODE, "device": ours},
+        ],
+    )
+    answer = node.prepare(mixed).claims[mixed["metadata"]["uid"]]
+    assert answer.error == "" and [d.device_name for d in answer.devices] == [ours]
+    assert [i[1] for i in node.instances()] == ["1g.5gb"]  # another driver's result is not ours to make
+    r = {"request": "mig", "driver": DRIVER, "pool": NODE}
+    hostile = {
+        "flood": ([{**r, "device": f"gpu-0-mig-1g5gb-19-{i % 7}"} for i in range(33)], "more than 32"),
+        "twice": ([{**r, "device": ours}] * 2, "twice"),
+        "garbage": ([{**r, "device": 7}], "device"),
+        "no-request": ([{"driver": DRIVER, "pool": NODE, "device": ours}], "request"),
+    }
+    for name, (results, said) in hostile.items():
+        claim = _claim_with_results(node, name, results)
+        if claim is not None:  # the API let it through: the plugin refuses it, naming the field
+            assert said in node.prepare(claim).claims[claim["metadata"]["uid"]].error, name
+    assert [i[1] for i in node.instances()] == ["1g.5gb"]
