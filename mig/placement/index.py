@@ -57,7 +57,7 @@ class _Gpu:
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
         self.order = (state.index, state.node)
-        self.sort_key = (state.index, state.node, state.uuid)  # the tie-break within a bucket
+        self.sort_key = (state.node, state.index, state.uuid)  # the fleet's order: the tie-break in a bucket
         self.total = state.memory_mb
         self.cordoned = state.cordoned
 
@@ -127,7 +127,7 @@ def _has_filters(pod: PodRequest) -> bool:
     return bool(pod.use_uuids or pod.nouse_uuids or pod.use_types or pod.nouse_types)
 
 
-def _gpu_order(pair: tuple[_Gpu, object]) -> tuple[int, str, str]:
+def _gpu_order(pair: tuple[_Gpu, object]) -> tuple[str, int, str]:
     return pair[0].sort_key
 
 
@@ -348,7 +348,10 @@ class PlacementIndex:
         if cand.choice.placement.size >= pset.axis:
             total, empty = self._types[gtype]
             whole = whole_gpu_cost(pset.capacity(0), total, empty)
-        return fragmentation(cand.choice.loss, whole, pset.profiles[cand.profile].memory_mb, cand.choice.risk)
+        prof = pset.profiles[cand.profile]
+        return fragmentation(
+            cand.choice.loss, whole, prof.memory_mb, cand.choice.risk, pset.share(cand.profile)
+        )
 
     # ---- planning ----------------------------------------------------------------------------
     def plan(
@@ -391,8 +394,10 @@ class PlacementIndex:
 
         The ranking rule, applied here and in `_plan_node` (first difference wins, lower is better):
         `plan.rank_key` — profile rank (preference, then smallest covering), then the policy's order
-        of fragmentation loss, node fill and GPU fill, then placement start — and then GPU order on
-        its node, node name, GPU UUID. Fragmentation loss (`plan.fragmentation`) is: usable capacity
+        of fragmentation loss, node fill and GPU fill, then placement start (binpack/binpack: loss
+        then node fill) — and then node name, GPU index on its node, GPU UUID. Fragmentation loss
+        (`plan.fragmentation`) is: the profile's share of its model's GPU; the demand price of the
+        slots it destroys; usable capacity
         lost as a share of the GPU; for a placement taking the whole GPU, the GPU's compute slices
         over the share of its model's schedulable GPUs that are empty fleet-wide (whatever the pod's
         filters or `nodes`); value of the free half-GPU-or-larger placements lost; the profile's

@@ -156,6 +156,11 @@ class ProfileSet:
         self._best[key] = found
         return found
 
+    def share(self, profile: int) -> int:
+        """Profile index `profile`'s compute slices over what the empty GPU holds, in 1/5040 of a GPU:
+        what one instance of it costs this model (`mig.placement.plan.fragmentation` ranks by it first)."""
+        return self.profiles[profile].slice_count * _SHARE // (self.capacity(0) or 1)
+
     @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.profiles)

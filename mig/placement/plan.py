@@ -6,27 +6,44 @@ Order of preference for every requested device (first difference wins; documente
    covering profile. A larger profile is used only when no eligible GPU in the fleet (or, for the
    rest of a pod's devices, on the chosen node) has a free placement of a smaller one.
 2. policy keys, by `hami.io/node-scheduler-policy` and `hami.io/gpu-scheduler-policy`:
-   - binpack/binpack (default): fragmentation loss, then fuller node, then fuller GPU;
-   - binpack/spread: fuller node, then emptier GPU, then fragmentation loss;
-   - spread/binpack: emptier node, then fragmentation loss, then fuller GPU;
-   - spread/spread: emptier node, then emptier GPU, then fragmentation loss.
-3. ties: lower placement start, then GPU order on its node, then node name.
+   - binpack/binpack (default): fragmentation loss, then fuller node, then the fleet's fixed order
+     (node name, then GPU index on the node): the first GPUs of a node fill first, the rest stay whole;
+   - binpack/spread: fuller node, then emptier GPU, then fragmentation loss, then lower start;
+   - spread/binpack: emptier node, then fragmentation loss, then fuller GPU, then lower start;
+   - spread/spread: emptier node, then emptier GPU, then fragmentation loss, then lower start.
+3. ties: node name, then GPU index on its node, then GPU UUID. On one GPU the placement is the one
+   of least loss, then lower start (`occupancy.ProfileSet.best_at_risk`).
+
+Why a fixed GPU order for binpack/binpack (`bench/placement.py --grid`, tuning seeds): "fuller GPU,
+then lower start" among candidates of equal loss moves small requests between partly used GPUs as
+they fill and drain, and the first-fit baseline (nodes by name, GPUs in order) refused less GPU-work
+than that in most cells: a fixed order keeps the tail of the fleet empty for whole-GPU jobs. Fuller
+node stays before it (what HAMi's node binpack means); without it, least loss then the fixed order
+alone refused about as much work (0.7 % less summed over the tuning cells, within the seeds' spread).
 
 Fragmentation loss (`fragmentation`, compared in this order; capacity and the two placeable values
 defined in `mig.placement.occupancy`):
 
-1. usable capacity lost: compute slices the free part of the GPU can still hold, as a share of the GPU;
-2. for a placement taking a whole GPU, its cost to the fleet (`whole_gpu_cost`): the GPU's compute
+0. the profile's share of its model's GPU (`occupancy.ProfileSet.share`: its compute slices over what
+   the empty GPU holds): a request goes to the model where it uses the least of a GPU, whatever the
+   demand prices below say (on a mixed fleet, pricing first sent 1g requests to the model whose large
+   placements were priced lowest and refused more work than the engine without pricing; on one model
+   this term is the same for every GPU);
+1. the demand price of the free slots the placement destroys (`mig.placement.demand.risk_weights`):
+   the work offered to half-GPU-or-larger profiles on this model over the slots of them still free,
+   so the last empty GPUs are dear while whole-GPU jobs arrive;
+2. usable capacity lost: compute slices the free part of the GPU can still hold, as a share of the GPU;
+3. for a placement taking a whole GPU, its cost to the fleet (`whole_gpu_cost`): the GPU's compute
    slices over the share of its model's schedulable GPUs that are empty. A whole-GPU job goes to the
    model the smaller requests left empty, and between models about as empty to the one giving up
    fewer compute slices (an RTX PRO 6000's 4 before an A100's 7); 0 for smaller placements;
-3. large placeable value lost: free placements spanning at least half the GPU that it destroys;
-4. profile memory: between equal costs so far the profile with less memory, e.g. a 4 GB request takes
+4. large placeable value lost: free placements spanning at least half the GPU that it destroys;
+5. profile memory: between equal costs so far the profile with less memory, e.g. a 4 GB request takes
    an A100's 1g.5gb before an H100's 1g.10gb, which stays for a 9 GB request (best fit in memory),
    even where the H100 slot would have filled a GPU more neatly;
-5. placeable value lost (the shape of the smaller placements that stay free).
+6. placeable value lost (the shape of the smaller placements that stay free).
 
-Why 2 and 4 (bench/placement.py, inference-heavy workload: 1g/2g services with rare long whole-GPU
+Why 3 and 5 (bench/placement.py, inference-heavy workload: 1g/2g services with rare long whole-GPU
 jobs): each small request already goes where it costs the least share of a GPU (an RTX PRO 6000's
 quarter-GPU 1g last), so the model small requests use least is the one with empty GPUs left; a
 whole-GPU job placed there gives up the fewest small slots. Without them dynmig refused about as
@@ -70,7 +87,7 @@ class Plan:
     fits = True
 
 
-Loss = tuple[int, int, float, int, int, int]
+Loss = tuple[int, int, int, float, int, int, int]
 
 
 def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> float:
@@ -79,15 +96,19 @@ def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> fl
     return compute_slices * model_gpus / model_empty
 
 
-def fragmentation(loss: tuple[int, int, int], whole_cost: float, memory_mb: int, risk: int = 0) -> Loss:
+def fragmentation(
+    loss: tuple[int, int, int], whole_cost: float, memory_mb: int, risk: int = 0, share: int = 0
+) -> Loss:
     """The fragmentation loss of a candidate (lower is better); see the module docstring.
 
+    `share` is the profile's share of its model's GPU (`occupancy.ProfileSet.share`; 0 where every
+    candidate compared is of one model);
     `risk` is the price of the free slots the placement destroys (`occupancy.ProfileSet.risk` under
     `demand.risk_weights`); `loss` is the GPU's own (capacity, large value, value) loss
     (`occupancy.Choice.loss`); `whole_cost` is `whole_gpu_cost` when the placement takes the whole
     GPU, else 0.0; `memory_mb` the profile's memory.
     """
-    return (risk, loss[0], whole_cost, loss[1], memory_mb, loss[2])
+    return (share, risk, loss[0], whole_cost, loss[1], memory_mb, loss[2])
 
 
 def rank_key(
@@ -98,16 +119,18 @@ def rank_key(
     gpu_used: float,
     start: int,
 ) -> tuple[object, ...]:
-    """The comparison key of one candidate up to the GPU-order and node-name tie-breaks (lower is better).
+    """The comparison key of one candidate up to the fleet-order tie-breaks (lower is better).
 
-    Append `(gpu_index, node)` for the full key; see the module docstring.
+    Append `(node, gpu_index, uuid)` for the full key; see the module docstring. Under binpack/binpack
+    neither GPU fill nor the placement's start is in the key: the fleet's order decides among GPUs of
+    equal loss on equally full nodes.
     """
     node_bin = pod.node_policy == BINPACK
     gpu_bin = pod.gpu_policy == BINPACK
     if node_bin and gpu_bin:
-        mid: tuple[object, ...] = (loss, -node_used, -gpu_used)
-    elif node_bin:
-        mid = (-node_used, gpu_used, loss)
+        return (rank, loss, -node_used)
+    if node_bin:
+        mid: tuple[object, ...] = (-node_used, gpu_used, loss)
     elif gpu_bin:
         mid = (node_used, loss, -gpu_used)
     else:

@@ -8,12 +8,14 @@ the smallest key wins. Nothing here is memoized, bucketed or shared with the ind
 
 The criteria come from where they are defined, so the reference follows when they change:
 - profile rank from `preference.candidate_order`,
-- fragmentation loss from `plan.fragmentation` over `ProfileSet.value` (usable capacity, large
-  placeable value and placeable value, before minus after the placement), `plan.whole_gpu_cost` for a
+- fragmentation loss from `plan.fragmentation`: the profile's share of its model's GPU
+  (`ProfileSet.share`), the demand price of the slots destroyed (`ProfileSet.risk`), then over
+  `ProfileSet.value` (usable capacity, large placeable value and placeable value, before minus
+  after the placement), `plan.whole_gpu_cost` for a
   placement taking the whole GPU (from its model's counts of schedulable and empty GPUs), and the
   profile's memory,
 - the policy order and the placement-start tie-break from `plan.rank_key`,
-- then GPU order on its node, node name and GPU UUID.
+- then node name, GPU index on its node and GPU UUID (the fleet's order).
 
 Node fill is the share of slices used over the node's schedulable GPUs (all of them, whatever the
 pod's GPU filters); GPU fill is the share of the GPU's axis used. A model's counts of schedulable and
@@ -137,8 +139,8 @@ def options(
                 continue
             key = (
                 *rank_key(pod, rank, _frag(pset, mask, p, idx, model, weights), fill, used, p.start),
-                gpu.index,
                 gpu.node,
+                gpu.index,
                 gpu.uuid,
             )
             out.append(_Option(key, gpu, pset, idx, p))
@@ -150,7 +152,7 @@ def _frag(
 ) -> Loss:
     whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
     risk = pset.risk(mask, p, weights)
-    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk)
+    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk, pset.share(idx))
 
 
 def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:

@@ -404,35 +404,40 @@ def test_between_equally_good_gpus_the_one_on_the_fuller_node_wins(model, axis):
     assert plan_pod(pod((1, None)), gpus).devices[0].gpu_uuid == "GPU-b0"
 
 
-def test_a_9gb_service_takes_an_a100_2g_rather_than_the_last_whole_h100_when_demand_is_unknown():
-    # The H100 1g.10gb costs one compute slice where the A100 2g.10gb costs two, but it destroys the
-    # fleet's last whole GPU, and with nothing known of demand every large profile is priced as asked.
+@pytest.mark.parametrize("mix", [(), ((4000, 5.0), (9000, 5.0))], ids=["demand unknown", "services only"])
+def test_a_9gb_service_takes_the_model_where_it_uses_least_of_a_gpu_whatever_demand_prices_say(mix):
+    # The H100 1g.10gb costs one seventh of its GPU where the A100 2g.10gb costs two sevenths; demand
+    # prices only decide between candidates that cost their model the same share.
     gpus = [
         gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h"),
         gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a"),
     ]
     index = PlacementIndex(gpus)
-    small = index.plan(pod((1, 4000)))
-    assert (small.devices[0].gpu_uuid, small.devices[0].profile) == ("GPU-a", "1g.5gb")
-    index.apply(small)
-    larger = index.plan(pod((1, 9000)))
-    assert (larger.devices[0].gpu_uuid, larger.devices[0].profile) == ("GPU-a", "2g.10gb")
-
-
-def test_a_9gb_service_takes_the_h100_1g_10gb_when_only_services_are_asked_for():
-    # No whole-GPU (or half-GPU) job in the mix: an empty GPU is worth only its slices, and the H100
-    # 1g.10gb costs one compute slice where the A100 2g.10gb costs two.
-    gpus = [
-        gpu("H100-SXM5-80GB", node="node-a", uuid="GPU-h"),
-        gpu("A100-SXM4-40GB", node="node-b", uuid="GPU-a"),
-    ]
-    index = PlacementIndex(gpus)
-    index.set_demand(((4000, 5.0), (9000, 5.0)))
+    index.set_demand(mix)
     small = index.plan(pod((1, 4000)))
     assert (small.devices[0].gpu_uuid, small.devices[0].profile) == ("GPU-a", "1g.5gb")
     index.apply(small)
     larger = index.plan(pod((1, 9000)))
     assert (larger.devices[0].gpu_uuid, larger.devices[0].profile) == ("GPU-h", "1g.10gb")
+
+
+def test_small_pods_fill_a_node_s_gpus_in_index_order_so_its_last_gpus_stay_whole():
+    gpus = [gpu("A100-SXM4-40GB", node="node-a", uuid=f"GPU-{i}", index=i) for i in range(4)]
+    index = PlacementIndex(gpus)
+    used = set()
+    for _ in range(9):  # seven 1g fill GPU 0; the next two open GPU 1
+        plan = index.plan(pod((1, 4000)))
+        index.apply(plan)
+        used.add(plan.devices[0].gpu_uuid)
+    assert used == {"GPU-0", "GPU-1"}
+    for uuid in ("GPU-2", "GPU-3"):
+        assert index.plan(pod((1, None)), nodes=["node-a"]).devices[0].gpu_uuid in {"GPU-2", "GPU-3"}
+        assert index.occupied_mask(uuid) == 0
+
+
+def test_between_equally_full_nodes_a_small_pod_goes_to_the_first_by_name():
+    gpus = [gpu("A100-SXM4-40GB", node=n, uuid=f"GPU-{n}") for n in ("node-c", "node-a", "node-b")]
+    assert plan_pod(pod((1, 4000)), gpus).devices[0].node == "node-a"
 
 
 def _ones(*starts: int) -> list[Placement]:
