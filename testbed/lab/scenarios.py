@@ -245,8 +245,9 @@ def tour(run: Run) -> None:
 
 
 def _gpu_of(run: Run, model: str, i: int = 0) -> tuple[str, str]:
-    """(node, GPU UUID) of the i-th GPU of a model."""
-    node, gpu = run.kit.gpus_of_model(model)[i]
+    """(node, GPU UUID) of the i-th GPU of a model on an extender node (a DRA node has no device plugin)."""
+    dra = set(run.lab.dra_nodes)
+    node, gpu = [(n, g) for n, g in run.kit.gpus_of_model(model) if n not in dra][i]
     return node, gpu.uuid
 
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from lab import main
 from lab.chart import ChartError, helm_binary
-from lab.cluster import DRA_DAEMONSET, PLUGIN_DAEMONSET, Lab
+from lab.cluster import DRA_DAEMONSET, PLUGIN_DAEMONSET, Lab, LabError
 from lab.dra_scenario import claim_pod, claim_template
 from lab.kit import Kit, gpu_pod
 from lab.nodes import DRA, EXTENDER, NodeSpecError, parse_nodes
@@ -137,3 +137,9 @@ def test_the_dra_scenario_passes_every_check(lab, kit):
     text = "\n".join(lines)
     assert run.checks and not run.failed, text
     assert "PASS  dra-chaos ends Running" in text
+
+
+def test_asking_an_extender_node_for_its_dra_plugin_is_refused_naming_the_node(lab):
+    with pytest.raises(LabError, match="gpu-ext is not a DRA node"):
+        lab.restart_dra_plugin("gpu-ext")
+    assert _daemon_pods(lab, PLUGIN_DAEMONSET) == ["gpu-ext"]
