@@ -125,34 +125,53 @@ def _pset(g: Gpu) -> ProfileSet:
     return hit
 
 
+_GPU_BEST: dict[tuple[object, ...], tuple[tuple[float, ...], int] | None] = {}
+
+
+def _gpu_best(
+    g: Gpu, mask: int, profiles: frozenset[str], model_gpus: int, model_empty: int
+) -> tuple[tuple[float, ...], int] | None:
+    """(loss, placement mask) of the GPU's best free placement of any of `profiles`. Memoized: it
+    depends only on what is in the key, and most GPUs of a fleet share a few occupancies."""
+    memo = (g.model.key, g.allowed, mask, profiles, model_gpus, model_empty)
+    if memo in _GPU_BEST:
+        return _GPU_BEST[memo]
+    ps = _pset(g)
+    names = ps.names
+    best: tuple[tuple[float, ...], int] | None = None
+    for spec in g.specs():
+        if spec.name not in profiles or spec.name not in names:
+            continue
+        share = ps.share(names.index(spec.name))
+        for p in spec.placements:
+            if p.size <= 0 or p.mask & mask:
+                continue
+            whole = 0.0
+            if p.size >= ps.axis:
+                whole = whole_gpu_cost(ps.capacity(0), model_gpus, max(1, model_empty))
+            raw = fragmentation(placement_loss(ps, mask, p), whole, spec.memory_mib, share=share)
+            loss = tuple(float(x) for x in raw)
+            if best is None or loss < best[0]:
+                best = (loss, p.mask)
+    if len(_GPU_BEST) > 65536:
+        _GPU_BEST.clear()
+    _GPU_BEST[memo] = best
+    return best
+
+
 def _best(
     gpus: Sequence[Gpu], masks: list[int], profiles: frozenset[str], empty: Mapping[str, int]
 ) -> tuple[tuple[float, ...], int, int] | None:
-    """(loss, GPU position, placement mask) of the best free placement of any of `profiles`."""
-    count = {g.model.key: 0 for g in gpus}
+    """(loss, GPU position, placement mask) of the node's best free placement of any of `profiles`
+    (the first GPU in order between equal losses, as steering lists them)."""
+    count: dict[str, int] = {}
     for g in gpus:
-        count[g.model.key] += 1
+        count[g.model.key] = count.get(g.model.key, 0) + 1
     best: tuple[tuple[float, ...], int, int] | None = None
     for i, g in enumerate(gpus):
-        ps = _pset(g)
-        names = ps.names
-        mask = masks[i]
-        for spec in g.specs():
-            if spec.name not in profiles or spec.name not in names:
-                continue
-            share = ps.share(names.index(spec.name))
-            for p in spec.placements:
-                if p.size <= 0 or p.mask & mask:
-                    continue
-                whole = 0.0
-                if p.size >= ps.axis:
-                    whole = whole_gpu_cost(ps.capacity(0), count[g.model.key], max(1, empty[g.model.key]))
-                loss = tuple(
-                    float(x)
-                    for x in fragmentation(placement_loss(ps, mask, p), whole, spec.memory_mib, share=share)
-                )
-                if best is None or loss < best[0]:
-                    best = (loss, i, p.mask)
+        found = _gpu_best(g, masks[i], profiles, count[g.model.key], empty[g.model.key])
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], i, found[1])
     return best
 
 
