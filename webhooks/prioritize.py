@@ -52,7 +52,7 @@ def _claim_names(pod: Mapping[str, Any]) -> list[str] | None:
     by_ref = {
         s.get("name"): s.get("resourceClaimName")
         for s in (generated if isinstance(generated, list) else [])[:MAX_POD_CLAIMS]
-        if isinstance(s, Mapping)
+        if isinstance(s, Mapping) and isinstance(s.get("name"), str)
     }
     names = []
     for i, ref in enumerate(refs):

@@ -181,6 +181,17 @@ def test_a_malformed_body_is_refused_with_a_400_naming_the_field(dra, body, fiel
     assert response.status_code == 400 and field in response.text
 
 
+def test_garbage_in_a_pods_claim_statuses_scores_every_node_zero(dra):
+    _, _, c = dra
+    p = pod(templated={"gpu": "p-r0-abc"})
+    p["status"]["resourceClaimStatuses"] = [
+        {"name": ["x"], "resourceClaimName": 5},
+        "junk",
+        {"name": "gpu", "resourceClaimName": 7},
+    ]
+    assert scores(c, p, ["node-a", "node-b"]) == {"node-a": 0, "node-b": 0}
+
+
 def test_a_body_over_the_extender_limit_is_refused(dra):
     _, _, c = dra
     response = c.post("/prioritize", content=b"{" + b" " * (MAX_BODY_BYTES + 1) + b"}")
