@@ -84,7 +84,11 @@ def publishable(nvml: Nvml, gpus: list[NodeGpu], pending: dict[str, list[Instanc
             if (name := g.profile_name(gi.profile_id)) is not None
         ]
         seen = {(i.profile, i.placement) for i in live}
-        extra = [i for i in pending.get(g.uuid, []) if (i.profile, i.placement) not in seen]
+        extra = []
+        for i in pending.get(g.uuid, []):  # one device allocated twice (a hostile status) is one instance
+            if (i.profile, i.placement) not in seen:
+                seen.add((i.profile, i.placement))
+                extra.append(i)
         out.append(Gpu(g.minor, g.uuid, g.model, g.allowed, tuple(live + extra)))
     return out
 

@@ -162,6 +162,9 @@ class DraPluginApp:
         except NvmlError as error:
             log.warning("reading the GPUs for the pool failed (retried): %s", error)
             ok = False
+        except Exception:  # the loop must outlive any one pass (a pool it cannot build)
+            log.exception("building the pool failed (retried at the next sync)")
+            ok = False
         self._last_sync = time.monotonic()
         return ok
 

@@ -499,3 +499,7 @@ def test_hostile_allocations_other_drivers_results_and_too_many_devices(node):
         if claim is not None:  # the API let it through: the plugin refuses it, naming the field
             assert said in node.prepare(claim).claims[claim["metadata"]["uid"]].error, name
     assert [i[1] for i in node.instances()] == ["1g.5gb"]
+    # none of them stops the pool from following the node: a prepare is still republished
+    after = node.claim("after", node.first_fit("1g.5gb")["name"])
+    taken = node.prepare(after).claims[after["metadata"]["uid"]].devices[0].device_name
+    wait_for(lambda: node.first_fit("1g.5gb")["name"] != taken, what="a republished pool")
