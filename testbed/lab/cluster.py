@@ -12,7 +12,9 @@ default profile for the chart's own pods), kube-controller-manager (`controllers
 world). The lab creates the chart's Deployment and DaemonSet in the API; their pods' containers are
 real child processes that the kubelets start, signal and restart: `dynmig serve` and one
 `dynmig device-plugin` per node, unchanged, the device plugins under the simulated NVML (a state
-file per node that this process reads too). A Job's pod whose container is of the dynmig image (the
+file per node that this process reads too). A node started with `@dra` runs `dynmig dra-plugin`
+instead, for the chart's dra-plugin DaemonSet, and its kubelet prepares pods' ResourceClaims
+through it (lab.dra_node). A Job's pod whose container is of the dynmig image (the
 chart's certificate hooks) runs its args as a real `dynmig` process too, so `helm install` on a
 running lab completes. Every other pod runs the simulated workload on its MIG devices. `dynmig serve` gets the chart's
 args and environment: it serves (and, as Lease holder, renews) the certificate in the Secret through
@@ -583,8 +585,8 @@ class Lab:
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
         plugin) and Deployment's, through its ReplicaSet (dynmig serve; its kube-scheduler container is the lab's simulated
-        kube-scheduler), and Jobs' pods of the dynmig image (`_job_containers`). Every other pod
-        gets the simulated workload."""
+        kube-scheduler), Jobs' pods of the dynmig image (`_job_containers`) and, on a DRA node,
+        the dra-plugin DaemonSet's (`_dra_containers`). Every other pod gets the simulated workload."""
 
         def containers(pod: dict[str, Any]) -> ProcessContainers | None:
             owner: dict[str, Any] = next(
@@ -835,6 +837,7 @@ class Lab:
                 runtime.name,
                 runtime.state_file,
                 self.device_config_file,
+                self.node_config_file,
                 self.kubeconfig(handle),
                 free_port(),
             )

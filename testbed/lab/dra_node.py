@@ -90,15 +90,20 @@ def plugin_argv(
     node: str,
     state_file: Path,
     config_file: Path,
+    node_config: Path,
     kubeconfig: Path,
     metrics_port: int,
 ) -> list[str]:
     """The chart's args with the paths a laptop has instead (chart.laptop_args, as the device plugin
     gets them), under the simulated NVML of the node's state file."""
     driver = driver_name(rendered)
+    chart_args = rendered.container_args("DaemonSet", CONTAINER)
+    # the device plugin's node config, where the chart mounts it for this plugin too
+    asks = any(arg.startswith("--node-config=") for arg in chart_args)
     args = chart.laptop_args(
-        rendered.container_args("DaemonSet", CONTAINER),
+        chart_args,
         replace={
+            **({"--node-config": str(node_config)} if asks else {}),
             "--config-file": str(config_file),
             "--registry-dir": str(side.registry_dir),
             "--plugin-dir": str(side.plugin_dir / driver),
