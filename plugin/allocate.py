@@ -221,9 +221,10 @@ class Allocator:
             )
         reservations = container_reservations(allocations, container_index, devices)
         with self.reconciler.lock:
-            # every reserved instance already exists for this very pod (pre-created): nothing is
-            # created, so nothing can be in the way (NVML holds no overlapping instance beside
-            # them); the reconcile loop reclaims the rest on its own period
+            # every reserved instance already exists for this very pod (pre-created) or is an idle
+            # one the idle policy hands to it: nothing is created, so nothing can be in the way
+            # (NVML holds no overlapping instance beside them); the reconcile loop reclaims the
+            # rest on its own period
             ready = all(self._ready_for(pod, r) for r in reservations)
             misses = {} if ready else self._clear_way(pod, reservations)
             realized, created = self._ensure_all(pod, reservations)
@@ -239,7 +240,17 @@ class Allocator:
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
 
     def _ready_for(self, pod: PodView, reservation: MigAllocation) -> bool:
-        existing = self.manager.get(InstanceKey.of(reservation))
+        """The reserved instance exists for this pod, or is idle, may be handed to it and runs no
+        process now (the hand-over checks NVML again under the GPU's lock; one with a process goes
+        the slow way, whose reconcile pass ends its idleness)."""
+        key = InstanceKey.of(reservation)
+        existing = self.manager.get(key)
+        if existing is not None and self.reconciler.idle.serves(existing, key, pod.namespace):
+            try:
+                busy = bool(self.manager.instance_processes(existing))
+            except NvmlError:
+                busy = True
+            return existing.has_ci and bool(existing.mig_uuid) and not busy
         return (
             existing is not None
             and not existing.idle

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
-from mig.placement import DevicePlacement, GpuState, PlacementIndex, Plan, PodRequest, Refusal
+from mig.placement import DevicePlacement, GpuState, PlacementIndex, Plan, PodRequest, Refusal, plan_pod
 from mig.pods import active_for_scheduler
 from mig.reconstruct import (
     NodeGpus,
@@ -238,8 +238,10 @@ class Fleet:
                 idle = self._idle_match(request, outcome, namespace)
                 if idle is not None:
                     outcome = idle
-                elif spread is not None and spread(outcome.node):
-                    outcome = self._spread(request, outcome)
+                else:
+                    if spread is not None and spread(outcome.node):
+                        outcome = self._spread(request, outcome)
+                    outcome = self._around_idle(request, outcome)
             self.demand.placed(uid)
             usage = usage_from_plan(uid, namespace, name, outcome)
             self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
@@ -268,14 +270,37 @@ class Fleet:
             key=lambda x: (x.gpuUUID != device.gpu_uuid, gpus[x.gpuUUID].index if x.gpuUUID in gpus else 0),
         )
         for x in candidates:
+            last = self._last_user.get((x.gpuUUID, x.profile, x.placement.start, x.placement.size))
+            if last not in (None, namespace):
+                continue  # the plugin would not hand it to this pod
             if x.gpuUUID == device.gpu_uuid and x.placement_value == device.placement:
                 return plan  # the engine's own choice is one: no create, kept (never spread)
             g = gpus.get(x.gpuUUID)
             moved = self._onto(request, device, g, x.placement_value) if g is not None else None
-            last = self._last_user.get((x.gpuUUID, x.profile, x.placement.start, x.placement.size))
-            if moved is not None and last in (None, namespace):
+            if moved is not None:
                 return Plan(plan.node, (moved,))
         return None
+
+    def _around_idle(self, request: PodRequest, plan: Plan) -> Plan:
+        """The plan moved, on its GPU, off an idle instance it would overlap (and not be handed):
+        the plugin would destroy that instance in Allocate before creating this one (a destroy and
+        a create instead of a create) and a pod of its last user's service would lose it. The
+        engine plans the pod again on that GPU alone with the idle placements counted occupied;
+        the same profile, else the plan stays."""
+        device = plan.devices[0]
+        kept = self._published.get(plan.node)
+        occ = self._occupancy.get(plan.node)
+        idle = [x.placement_value for x in (kept.idle.get(device.gpu_uuid, ()) if kept else ())]
+        if occ is None or not any(p.overlaps(device.placement) for p in idle):
+            return plan
+        g = next((g for g in occ.gpus if g.uuid == device.gpu_uuid), None)
+        if g is None:
+            return plan
+        asked = replace(request, use_uuids=(g.uuid,))
+        other = plan_pod(asked, [replace(g, occupied=(*g.occupied, *idle))])
+        if isinstance(other, Refusal) or other.devices[0].profile != device.profile:
+            return plan
+        return Plan(plan.node, other.devices)
 
     @staticmethod
     def _onto(

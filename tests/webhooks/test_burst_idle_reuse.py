@@ -135,3 +135,12 @@ def test_a_burst_never_spreads_a_pod_off_the_idle_instance_it_was_planned_on():
     assert not isinstance(second, Refusal)
     taken = {(d.gpu_uuid, d.placement) for plan, _ in (first, second) for d in plan.devices}
     assert (uuids[0], Placement(5, 1)) in taken
+
+
+def test_a_pod_the_idle_instance_is_not_for_is_planned_around_it():
+    n, uuids = a100_node([(0, "2g.10gb", 4, 2), (0, "1g.5gb", 6, 1)])  # the engine's 1g choice is 6
+    f = fleet_with(n)
+    f._last_user[(uuids[0], "1g.5gb", 6, 1)] = "a"  # left by a pod of namespace "a"
+    device = place(f, "b1", namespace="b")
+    assert device.gpu_uuid == uuids[0]  # the same GPU: only the placement moved
+    assert not device.placement.overlaps(Placement(6, 1)) and not device.placement.overlaps(Placement(4, 2))
