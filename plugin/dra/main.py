@@ -174,7 +174,10 @@ class DraPluginApp:
             if self._stop.is_set():
                 return
             self._dirty.clear()
-            self._settle()
+            try:
+                self._settle()
+            except Exception:  # e.g. the journal not writable: logged, retried, the loop goes on
+                log.exception("adoption retry failed (retried at the next sync)")
             self.sync()
 
     def _settle(self) -> None:
