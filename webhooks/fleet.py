@@ -332,15 +332,19 @@ class Fleet:
         GPU's creates in series before kubelet reaches the next pod. So while the chosen GPU has
         reservations not yet realized (no instance on the record: bound but not admitted, or not yet
         bound), the pod takes the engine's best GPU of the same node among those with fewer, with
-        the same profile; anything else (another profile, no such GPU) keeps the engine's plan. The
+        the same profile, never a GPU nothing holds yet (that would cost packing: a whole GPU broken
+        for a create's seconds); anything else (another profile, no such GPU) keeps the engine's plan. The
         node, the profile and the placement rule stay the engine's: the GPUs a burst touches fill
         first afterwards (fuller GPUs rank first). Only nodes whose pods are bound without HAMi's
         node lock get here: a locked node has one pod in flight at a time."""
         inflight = self._creates_in_flight(plan.node)
+        untouched = self._empty_gpus(plan.node)
         device = plan.devices[0]
         busy = inflight.get(device.gpu_uuid, 0)
         while busy:
-            avoid = tuple(u for u, n in inflight.items() if n >= busy)
+            # never onto a GPU nothing holds: breaking a whole GPU to save a create's seconds costs
+            # the next whole-GPU pod its place (a 1g then a 3g share one GPU, as packing wants)
+            avoid = tuple(u for u, n in inflight.items() if n >= busy) + untouched
             asked = replace(request, nouse_uuids=request.nouse_uuids + avoid)
             other = self.index.plan(asked, nodes=(plan.node,))
             if isinstance(other, Refusal) or other.devices[0].profile != device.profile:
@@ -348,6 +352,13 @@ class Fleet:
             plan, device = other, other.devices[0]
             busy = inflight.get(device.gpu_uuid, 0)
         return plan
+
+    def _empty_gpus(self, node: str) -> tuple[str, ...]:
+        """The node's GPUs with no placement held (no instance, no reservation, no leftover)."""
+        occ = self._occupancy.get(node)
+        if occ is None:
+            return ()
+        return tuple(g.uuid for g in occ.gpus if not g.occupied_mask and not occ.holders.get(g.uuid))
 
     def _creates_in_flight(self, node: str) -> dict[str, int]:
         """Per GPU of the node, the reservations counted there whose instance is not on a record yet."""

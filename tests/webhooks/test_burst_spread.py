@@ -51,11 +51,36 @@ def realize(f: Fleet, uid: str) -> None:
     f.set_pod({"metadata": meta, "spec": {"nodeName": usage.node}, "status": {"phase": "Running"}})
 
 
-def test_the_first_pods_of_a_burst_land_on_different_gpus():
+def _touch(f: Fleet, gpus: int, asked: PodRequest | None = None) -> set[str]:
+    """`gpus` GPUs of the node each holding one realized instance (their creates are done)."""
+    touched = set()
+    for i in range(gpus):
+        touched.add(place(f, f"t{i}", asked, lock_free=False).devices[0].gpu_uuid)
+        realize(f, f"t{i}")
+    return touched
+
+
+def test_the_first_pods_of_a_burst_spread_over_the_gpus_already_in_use():
     f = fleet("n1")
-    plans = [place(f, f"p{i}") for i in range(8)]
-    assert len({p.devices[0].gpu_uuid for p in plans}) == 8
+    touched = _touch(f, 1)
+    for i in range(1, 4):  # three more GPUs in use: a pod each, kept off the GPUs already in use
+        elsewhere = request(annotations={"nvidia.com/nouse-gpuuuid": ",".join(touched)})
+        place(f, f"u{i}", elsewhere, lock_free=False)
+        realize(f, f"u{i}")
+        touched = {u for u, holders in f.placements().items() if holders}
+    assert len(touched) == 4
+    plans = [place(f, f"p{i}") for i in range(4)]
+    assert {p.devices[0].gpu_uuid for p in plans} == touched  # one create per GPU in flight
     assert {p.devices[0].profile for p in plans} == {"1g.5gb"}
+
+
+def test_a_burst_never_breaks_an_untouched_gpu_to_save_a_create():
+    f = fleet("n1", gpus=2)
+    small = place(f, "pair-small")
+    large = place(f, "pair-large", request(18000))  # a 3g.20gb while the 1g's create is in flight
+    assert large.devices[0].gpu_uuid == small.devices[0].gpu_uuid  # they share one A100, as packing wants
+    whole = f.plan_and_reserve(request(40000), None, "whole", "team", "whole")
+    assert not isinstance(whole, Refusal) and whole[0].devices[0].profile == "7g.40gb"
 
 
 def test_a_whole_burst_fills_the_node_exactly_as_packing_would():
@@ -87,7 +112,12 @@ def test_once_the_creates_are_done_new_pods_fill_the_gpus_the_burst_touched():
 
 def test_the_spread_never_changes_the_node_or_the_profile():
     f = fleet("n1", "n2")
-    plans = [place(f, f"p{i}", request(9000)) for i in range(6)]  # 2g.10gb: three per GPU
+    touched = _touch(f, 1, request(9000))
+    place(
+        f, "u1", request(9000, annotations={"nvidia.com/nouse-gpuuuid": ",".join(touched)}), lock_free=False
+    )
+    realize(f, "u1")
+    plans = [place(f, f"p{i}", request(9000)) for i in range(2)]  # 2g.10gb: three per GPU
     assert {p.node for p in plans} == {plans[0].node}
     assert {p.devices[0].profile for p in plans} == {"2g.10gb"}
     assert max(Counter(p.devices[0].gpu_uuid for p in plans).values()) == 1
