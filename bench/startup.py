@@ -236,8 +236,11 @@ def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, ec
 
     while len(alive) < target:
         spawn()
+    first_wave: tuple[int, int] | None = None  # (Allocates, creates) once the first wave is admitted
     while time.monotonic() - start < seconds:
         now = time.monotonic()
+        if first_wave is None and len(allocates(lab)) - before_alloc >= target:
+            first_wave = (len(allocates(lab)) - before_alloc, creates(lab) - before_creates)
         for key, (ns, until) in list(alive.items()):
             if key in watch.running and until == 0.0:
                 alive[key] = (ns, watch.running[key] + rng.uniform(*lifetime))
@@ -261,6 +264,14 @@ def churn(lab: Lab, seconds: float, lifetime: tuple[float, float], seed: int, ec
         "allocates_without_create": round(1 - made / len(calls), 3) if calls else None,
         "allocate_p50_s": pct(calls, 0.5),
         "allocate_p50_after_warmup_s": pct(calls[target:], 0.5),
+        # after the first wave (every one of its pods creates: nothing is idle yet)
+        "allocates_after_first_wave": len(calls) - first_wave[0] if first_wave else None,
+        "creates_after_first_wave": made - first_wave[1] if first_wave else None,
+        "allocates_without_create_after_first_wave": (
+            round(1 - (made - first_wave[1]) / (len(calls) - first_wave[0]), 3)
+            if first_wave and len(calls) > first_wave[0]
+            else None
+        ),
     }
     echo(f"  (c) {out}")
     return out
