@@ -9,6 +9,8 @@ of it the overload traces): per trace only plain dynmig with the oracle at its r
 eviction replays, printed as the full run prints them (nothing written); with `--load near` (under a
 minute) or `--load overload` that load only, `--seeds A,B` those seeds, `--ranking NAME` (e.g. "evict:
 all opted in, move only") that ranking beside plain dynmig's.
+`--churn-only` (about two minutes; with `--quick` one seed, `--workload NAME` one workload): the churn
+traces replayed by dynmig and the baselines alone, refused work per seed (no oracle, eviction or timing).
 `--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
 `--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
@@ -62,7 +64,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -640,7 +642,14 @@ def grid_main(argv: list[str]) -> int:
     return 0
 
 
-FLAGS = ("--quick", "--evict-only", "--advise-cost", "--grid", "--tuning")  # flags on their own
+FLAGS = (
+    "--quick",
+    "--evict-only",
+    "--advise-cost",
+    "--grid",
+    "--tuning",
+    "--churn-only",
+)  # flags on their own
 OPTIONS = ("--workload", "--load", "--seeds", "--ranking")  # flags followed by a value
 
 
@@ -686,6 +695,8 @@ def main(argv: list[str]) -> int:
         return 2
     if "--evict-only" in argv:
         return evict_only(argv, only)
+    if "--churn-only" in argv:
+        return churn_only(seeds, only)
     small = (24, 8)  # churn fleet: 24 nodes × 8 GPUs
     runs: dict[tuple[str, str], list[dict[str, dict]]] = {}
     offered: dict[tuple[str, str], list[float]] = {}
@@ -732,6 +743,30 @@ def main(argv: list[str]) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\nwrote {RESULTS}")
+    return 0
+
+
+def churn_only(seeds: Sequence[int], only: str | None) -> int:
+    """`--churn-only`: the churn traces replayed by dynmig and the baselines alone (no oracle, eviction,
+    HAMi sequences or decision time; nothing written), refused work per seed, for measuring a change
+    to the engine on these traces in about a minute."""
+    small = (24, 8)
+    print(
+        f"churn only: refused GPU-minutes per seed ({', '.join(map(str, seeds))}), {ARRIVALS} arrivals per trace"
+    )
+    for wname, mix, loads in (w for w in WORKLOADS if only in (None, w[0])):
+        for label, target in loads:
+            work: dict[str, list[float]] = {}
+            for seed in seeds:
+                unit = trace(ARRIVALS, 1.0, seed, mix)
+                arrivals = trace(ARRIVALS, target / offered_load(unit, make_fleet(*small)), seed, mix)
+                for cls in POLICIES:
+                    work.setdefault(cls.name, []).append(churn(cls, arrivals, *small)["refused_work"])
+            best = [min(w[i] for n, w in work.items() if n != Dynmig.name) for i in range(len(seeds))]
+            print(f"\n== {wname}, {label}")
+            for name, w in work.items():
+                print(f"  {name:<16} {', '.join(f'{x:,.0f}' for x in w)}")
+            print(f"  dynmig / least of each seed's baselines: {_per_seed_work(work[Dynmig.name], best)}")
     return 0
 
 
