@@ -90,7 +90,7 @@ ARMS = ("natural", "natural, published order", "steered", PRIORITIZED)
 REFERENCE = "dynmig extender"
 RESULTS = Path(__file__).resolve().parent / "results" / "dra.json"
 # per trace: 3,000 arrivals (the packing bench replays 5,000; the simulated allocator tries every node
-# for every pod in Python, so 3,000 keeps a full run near 20 minutes on two shared cores)
+# for every pod in Python, so 3,000 keeps a full run of the four arms near 30 minutes on two shared cores)
 ARRIVALS = 3000
 
 Mems = tuple[int | None, ...]
