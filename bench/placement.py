@@ -9,8 +9,9 @@ of it the overload traces): per trace only plain dynmig with the oracle at its r
 eviction replays, printed as the full run prints them (nothing written); with `--load near` (under a
 minute) or `--load overload` that load only, `--seeds A,B` those seeds, `--ranking NAME` (e.g. "evict:
 all opted in, move only") that ranking beside plain dynmig's.
-`--churn-only` (about two minutes; with `--quick` one seed, `--workload NAME` one workload): the churn
-traces replayed by dynmig and the baselines alone, refused work per seed (no oracle, eviction or timing).
+`--churn-only` (about 20 minutes on two shared cores, most of it the baselines scanning the fleet;
+`--quick` one seed, `--workload NAME` one workload): the churn traces replayed by dynmig and the
+baselines alone, refused work per seed (no oracle, eviction or timing).
 `--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
 `--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
@@ -749,7 +750,7 @@ def main(argv: list[str]) -> int:
 def churn_only(seeds: Sequence[int], only: str | None) -> int:
     """`--churn-only`: the churn traces replayed by dynmig and the baselines alone (no oracle, eviction,
     HAMi sequences or decision time; nothing written), refused work per seed, for measuring a change
-    to the engine on these traces in about a minute."""
+    to the engine on these traces without the oracle's and the eviction replays' time."""
     small = (24, 8)
     print(
         f"churn only: refused GPU-minutes per seed ({', '.join(map(str, seeds))}), {ARRIVALS} arrivals per trace"
