@@ -197,8 +197,8 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         default=d.dra_driver,
         type=dra_driver,
         metavar="NAME",
-        help="the page also draws DRA nodes: this driver's ResourceSlices and the claims allocated from "
-        "them (needs list/watch on resourceslices and resourceclaims); empty: none",
+        help="DRA node pools of this driver: the extender's prioritize verb scores nodes for pods with its "
+        "claims, and the page draws them (needs list/watch on resourceslices and resourceclaims); empty: none",
     )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
