@@ -68,5 +68,10 @@ class PodEvents:
         self._record(Regarding("Pod", owner.namespace, owner.name, uid), type_, reason, message, distinct)
 
     def _record(self, regarding: Regarding, type_: str, reason: str, message: str, distinct: str) -> None:
-        if self.recorder is not None and regarding.name not in ("", UNKNOWN) and regarding.namespace:
+        # an owner no pod stands behind (the warm pool's, or one whose pod was never known) gets no event
+        if (
+            self.recorder is not None
+            and regarding.name not in ("", UNKNOWN)
+            and regarding.namespace not in ("", UNKNOWN)
+        ):
             self.recorder.record_about(regarding, type_, reason, message, distinct)

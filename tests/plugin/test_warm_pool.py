@@ -223,3 +223,22 @@ def test_a_nodes_warm_pool_overrides_the_flag(policy, tmp_path):
     with pytest.raises(ConfigError) as error:
         load_config(args)  # a warm pool without idle reuse
     assert "warmPool" in str(error.value)
+
+
+def test_a_warm_create_posts_no_event_about_a_pod_that_does_not_exist(make_node):
+    node = make_node(A100)
+    app = node.start_plugin(**WARM)
+    served_one_pod(node)
+    node.tick()
+    assert len(warm_instances(app)) == 1
+    app.events.stop()  # flushes what was queued
+    namespaces = {e.metadata.namespace for e in node.core.list_event_for_all_namespaces().items}
+    assert namespaces <= {"default"}  # the served pod's events only: none about the warm pool's owner
+    dropped = [
+        s.value
+        for m in app.metrics.registry.collect()
+        if m.name == "dynmig_plugin_events_dropped"
+        for s in m.samples
+        if s.name.endswith("_total")
+    ]
+    assert sum(dropped) == 0  # nothing refused by the API server
