@@ -45,28 +45,34 @@ def test_kill_9_during_a_pre_create_leaks_nothing_and_gives_every_pod_its_own_in
         # a pod kubelet admitted while the plugin was down (or whose Allocate the kill cut) fails
         # its admission, as kubelet fails it: its instance, pre-created or not, must not outlive it,
         # and its controller's retry is a new pod, which must run like any other
+        # (a replacement has a name of its own, as a ReplicaSet's or a Job's does: PodResources
+        # names pods by namespace and name only, so a same-name pod still in kubelet's pod manager
+        # would make the next Allocate ambiguous, which the plugin refuses rather than guess)
         names = [f"p{i}" for i in range(PODS)]
-        for _ in range(3):  # a controller retries until its pods run
-            kit.wait(lambda: all(kit.phase(n) in ("Running", "Failed") for n in names), 120, "pods settled")
+        for attempt in range(3):  # a controller retries until its pods run
+            settled = lambda now=tuple(names): all(kit.phase(n) in ("Running", "Failed") for n in now)  # noqa: E731
+            kit.wait(settled, 120, "pods settled")
             failed = [n for n in names if kit.phase(n) == "Failed"]
             for name in failed:
                 assert any(e["reason"] == "UnexpectedAdmissionError" for e in kit.events(name))
                 kit.delete(name)
-            for name in failed:
-                kit.create(gpu_pod(name, 4000))
+            retries = {name: f"{name.split('-')[0]}-r{attempt}" for name in failed}
+            for retry in retries.values():
+                kit.create(gpu_pod(retry, 4000))
+            names = [retries.get(n, n) for n in names]
         for name in names:
             kit.wait_phase(name, "Running", timeout=120)
         owned: dict[str, str] = {}
-        for i in range(PODS):
-            [a] = kit.allocations(f"p{i}")
+        for name in names:
+            [a] = kit.allocations(name)
             assert a.migUUID and a.migUUID not in owned.values()
-            owned[f"p{i}"] = a.migUUID
+            owned[name] = a.migUUID
         on_gpu = kit.instances()
         assert sorted(x.mig_uuid for x in on_gpu) == sorted(owned.values())  # no stray instance
         assert not kit.bare_gpu_instances()  # no GI left without its CI
         placements = {(x.gpu_uuid, x.start, x.size) for x in on_gpu}
-        for i in range(PODS):
-            [a] = kit.allocations(f"p{i}")
+        for name in names:
+            [a] = kit.allocations(name)
             assert (a.gpuUUID, a.placement.start, a.placement.size) in placements  # its reserved one
         journal = _journal(runtime)
         assert sorted(e.get("migUUID") for e in journal) == sorted(owned.values())
