@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
+import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -28,3 +31,21 @@ def exit_if_stop_hangs(seconds: float = STOP_DEADLINE) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+def on_stop_signal() -> list[int]:
+    """Note SIGTERM and SIGINT in the returned list (install before starting, so a stop during
+    startup is graceful too). The handler only appends: Event.set would take a lock the interrupted
+    main thread may hold inside Event.wait, and the process would never stop."""
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    return received
+
+
+def run_until_signalled(received: list[int], stop: Callable[[], None], poll: float = 0.2) -> None:
+    """Wait for a signal noted by `on_stop_signal`, then `stop()` within STOP_DEADLINE."""
+    while not received:
+        time.sleep(poll)
+    exit_if_stop_hangs(STOP_DEADLINE)
+    stop()

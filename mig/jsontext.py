@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -113,3 +114,13 @@ def decode_list(
             where = ".".join(str(p) for p in first["loc"])
             raise error(f"{key}[{i}]{'.' + where if where else ''}: {first['msg']}") from None
     return out
+
+
+def at(obj: object, *path: str) -> Any:
+    """The value at `path` in nested JSON objects, or None where any step is not an object (hostile
+    or partial objects read without a KeyError or TypeError)."""
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj

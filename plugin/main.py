@@ -8,7 +8,6 @@ field on error), starts the app and runs until SIGTERM/SIGINT.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ from wsgiref.simple_server import WSGIServer
 
 from base import logs
 from base.version import version
-from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
+from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.annotations import PLUGIN_CLAIMS, PLUGIN_CLAIMS_PODRESOURCES
 from plugin.allocate import Allocator
 from plugin.config import ConfigError, PluginConfig, load_config
@@ -232,22 +231,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    # installed before start, so a stop during startup is graceful too
-    received: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        # the handler only appends: Event.set would take a lock the interrupted main thread may hold
-        # inside Event.wait, and the process would never stop
-        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    received = on_stop_signal()  # before start: a stop during startup is graceful too
     app = DevicePluginApp(config, kube)
     try:
         app.start()
     except NvmlError as error:
         print(f"dynmig device-plugin: NVML: {error}", file=sys.stderr)
         return 1
-    while not received:
-        time.sleep(0.2)
-    exit_if_stop_hangs(STOP_DEADLINE)
-    app.stop()
+    run_until_signalled(received, app.stop)
     return 0
 
 

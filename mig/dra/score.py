@@ -33,7 +33,7 @@ from typing import Any
 from mig.catalog import GpuModel
 from mig.dra.devices import Gpu, Instance
 from mig.dra.steer import placement_loss
-from mig.dra.view import Device, DraView, claimed, published_devices
+from mig.dra.view import DraView, claimed, devices_by_gpu, published_devices
 from mig.placement import profile_set
 from mig.placement.occupancy import ProfileSet
 from mig.placement.plan import fragmentation, whole_gpu_cost
@@ -224,9 +224,7 @@ def node_gpus(
     view = DraView()
     devices = published_devices(slices, driver, view)
     held = claimed(claims, devices, driver, view)
-    by_gpu: dict[tuple[str, str], list[Device]] = {}
-    for d in devices.values():
-        by_gpu.setdefault((d.node, d.gpu_uuid), []).append(d)
+    by_gpu = devices_by_gpu(devices.values())
     taken: dict[tuple[str, str], set[Instance]] = {}
     for d, _ in held:
         taken.setdefault((d.node, d.gpu_uuid), set()).add(Instance(d.profile, d.placement))

@@ -24,6 +24,7 @@ from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
 from mig.catalog import GpuModel, UnknownModel, find_model
+from mig.jsontext import at
 from mig.placement.published import from_catalog
 from mig.placement.request import GpuState
 from mig.slicemap import GpuMap, Holding, NodeMap, gpu_map, node_map
@@ -58,16 +59,8 @@ class DraView:
             self.unreadable.append(what[:200])
 
 
-def _get(obj: object, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _attr(device: Mapping[str, Any], name: str, kind: str) -> Any:
-    value = _get(device, "attributes", name, kind)
+    value = at(device, "attributes", name, kind)
     if kind == "int":
         return value if isinstance(value, int) and not isinstance(value, bool) else None
     return value if isinstance(value, str) and value else None
@@ -76,7 +69,7 @@ def _attr(device: Mapping[str, Any], name: str, kind: str) -> Any:
 def _minor(device: Mapping[str, Any]) -> int | None:
     """The GPU's minor from its counter set's name (`gpu-<minor>-counter-set`)."""
     consumes = device.get("consumesCounters")
-    name = _get(consumes[0], "counterSet") if isinstance(consumes, list) and consumes else None
+    name = at(consumes[0], "counterSet") if isinstance(consumes, list) and consumes else None
     if not isinstance(name, str) or not name.startswith("gpu-"):
         return None
     digits = name[4:].split("-", 1)[0]
@@ -108,10 +101,10 @@ def _newest(slices: Iterable[object], driver: str) -> list[Mapping[str, Any]]:
     newest: dict[str, int] = {}
     mine = []
     for s in slices:
-        spec = _get(s, "spec")
+        spec = at(s, "spec")
         if not isinstance(spec, Mapping) or spec.get("driver") != driver:
             continue
-        pool, gen = _get(spec, "pool", "name"), _get(spec, "pool", "generation")
+        pool, gen = at(spec, "pool", "name"), at(spec, "pool", "generation")
         if not isinstance(pool, str) or not isinstance(gen, int) or isinstance(gen, bool):
             continue
         mine.append(spec)
@@ -128,7 +121,7 @@ def published_devices(slices: Iterable[object], driver: str, view: DraView) -> d
         if not isinstance(node, str) or not node or not isinstance(devices, list):
             continue
         for raw in devices[:1024]:
-            name = _get(raw, "name")
+            name = at(raw, "name")
             found = _device(node, raw)
             if found is None or not isinstance(name, str):
                 view.note(
@@ -140,11 +133,11 @@ def published_devices(slices: Iterable[object], driver: str, view: DraView) -> d
 
 
 def _holders(claim: Mapping[str, Any]) -> list[str]:
-    reserved = _get(claim, "status", "reservedFor")
+    reserved = at(claim, "status", "reservedFor")
     names = (
         [r.get("name") for r in reserved[:64] if isinstance(r, Mapping)] if isinstance(reserved, list) else []
     )
-    return [n for n in names if isinstance(n, str) and n] or [str(_get(claim, "metadata", "name") or "?")]
+    return [n for n in names if isinstance(n, str) and n] or [str(at(claim, "metadata", "name") or "?")]
 
 
 def claimed(
@@ -153,20 +146,20 @@ def claimed(
     """Every allocated device of the driver with the pod (or claim) holding it."""
     out = []
     for claim in claims:
-        results = _get(claim, "status", "allocation", "devices", "results")
+        results = at(claim, "status", "allocation", "devices", "results")
         if not isinstance(claim, Mapping) or not isinstance(results, list):
             continue
-        namespace = str(_get(claim, "metadata", "namespace") or "")
-        deleting = bool(_get(claim, "metadata", "deletionTimestamp"))
+        namespace = str(at(claim, "metadata", "namespace") or "")
+        deleting = bool(at(claim, "metadata", "deletionTimestamp"))
         holder = ",".join(_holders(claim))
         for i, r in enumerate(results[:128]):
-            if _get(r, "driver") != driver:
+            if at(r, "driver") != driver:
                 continue
-            key = (str(_get(r, "pool")), str(_get(r, "device")))
+            key = (str(at(r, "pool")), str(at(r, "device")))
             device = devices.get(key)
             if device is None:
                 view.note(
-                    f"claim {namespace}/{_get(claim, 'metadata', 'name')}: device {key[1]} of pool {key[0]} is not published"
+                    f"claim {namespace}/{at(claim, 'metadata', 'name')}: device {key[1]} of pool {key[0]} is not published"
                 )
                 continue
             allocation = MigAllocation(
@@ -195,14 +188,20 @@ def _gpu_state(gpu: Sequence[Device], held: Sequence[Placement]) -> GpuState:
     )
 
 
+def devices_by_gpu(devices: Iterable[Device]) -> dict[tuple[str, str], list[Device]]:
+    """Published devices grouped by (node, GPU UUID)."""
+    out: dict[tuple[str, str], list[Device]] = {}
+    for d in devices:
+        out.setdefault((d.node, d.gpu_uuid), []).append(d)
+    return out
+
+
 def dra_view(slices: Iterable[object], claims: Iterable[object], driver: str) -> DraView:
     """The DRA nodes' maps from the driver's ResourceSlices and the cluster's ResourceClaims."""
     view = DraView()
     devices = published_devices(slices, driver, view)
     held = claimed(claims, devices, driver, view)
-    by_gpu: dict[tuple[str, str], list[Device]] = {}
-    for d in devices.values():
-        by_gpu.setdefault((d.node, d.gpu_uuid), []).append(d)
+    by_gpu = devices_by_gpu(devices.values())
     by_node: dict[str, list[GpuMap]] = {}
     for (node, uuid), gpu in sorted(by_gpu.items()):
         holdings = [h for d, h in held if (d.node, d.gpu_uuid) == (node, uuid)]

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mig.jsontext import at
+
 MAX_RESULTS = 32  # devices per claim: the API allows 32 requests × count; one node holds 56 MIG devices
 _UID = re.compile(r"^[0-9a-zA-Z-]{1,64}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -52,19 +54,11 @@ def check_ref(namespace: object, uid: object, name: object) -> ClaimRef:
     return ClaimRef(str(namespace), uid, str(name))
 
 
-def _get(obj: object, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def allocated(claim: Mapping[str, Any], ref: ClaimRef, driver: str, pool: str) -> list[Result]:
     """The devices of `driver` in `pool` that the claim's allocation names, in result order."""
-    if _get(claim, "metadata", "uid") != ref.uid:
+    if at(claim, "metadata", "uid") != ref.uid:
         raise ClaimError(f"claim {ref}: its uid is not {ref.uid} (a newer claim of the same name?)")
-    results = _get(claim, "status", "allocation", "devices", "results")
+    results = at(claim, "status", "allocation", "devices", "results")
     if not isinstance(results, list):
         raise ClaimError(f"claim {ref}: status.allocation.devices.results: not allocated")
     out: list[Result] = []

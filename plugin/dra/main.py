@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from base.version import version
 from kube import client as kube_client
 from kube.errors import KubeError, NotFound, translated
 from kube.reflector import Reflector
-from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
+from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.dra.devices import Gpu
 from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
@@ -234,19 +233,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    received: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    received = on_stop_signal()  # before start: a stop during startup is graceful too
     app = DraPluginApp(config, api)
     try:
         app.start()
     except NvmlError as error:
         print(f"dynmig dra-plugin: NVML: {error}", file=sys.stderr)
         return 1
-    while not received:
-        time.sleep(0.2)
-    exit_if_stop_hangs(STOP_DEADLINE)
-    app.stop()
+    run_until_signalled(received, app.stop)
     return 0
 
 
