@@ -13,16 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube.reflector import Reflector
+from mig.pods import object_key
 from webhooks.fleet import Fleet
 from webhooks.kube import Kube
 from webhooks.nodelock import Blocked, LockTable, LockValue, node_lock_value
 
 log = logging.getLogger(__name__)
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name") or "")
 
 
 class ClusterCache:
@@ -125,14 +121,14 @@ class ClusterCache:
     # ---- feed --------------------------------------------------------------------------------
     def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
-            self.nodes = {_key(n)[1]: n for n in items}
+            self.nodes = {object_key(n)[1]: n for n in items}
             values = {name: v for name, n in self.nodes.items() if (v := node_lock_value(n)) is not None}
             self._locks.replace(values, self.pod_exists)
         nodes: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_nodes(nodes)
 
     def _node_event(self, kind: str, node: dict) -> None:
-        name = _key(node)[1]
+        name = object_key(node)[1]
         with self._lock:
             value = node_lock_value(node) if kind != "DELETED" else None
             if kind == "DELETED":
@@ -148,13 +144,13 @@ class ClusterCache:
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
-            self.pods = {_key(p): p for p in items}
+            self.pods = {object_key(p): p for p in items}
             self._locks.replace(dict(self._locks.values), self.pod_exists)
         pods: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_pods(pods)
 
     def _pod_event(self, kind: str, pod: dict) -> None:
-        key = _key(pod)
+        key = object_key(pod)
         with self._lock:
             if kind == "DELETED":
                 if self.pods.pop(key, None) is not None:

@@ -11,22 +11,18 @@ nodes, dynmig only scores them), so serve starts it whenever `--dra-driver` is s
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kubernetes import client
 
 from kube.reflector import Reflector
 from mig.dra.view import DraView, dra_view
+from mig.pods import object_key
 from mig.slicemap import NodeMap
 
 Key = tuple[str, str]
 T = TypeVar("T")
-
-
-def _key(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))  # type: ignore[union-attr]
 
 
 class _Mirror:
@@ -37,16 +33,16 @@ class _Mirror:
         self.version = 0
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        self.objects = {_key(o): o for o in items if isinstance(o, dict)}
+        self.objects = {object_key(o): o for o in items if isinstance(o, dict)}
         self.version += 1
 
     def event(self, kind: str, obj: dict[str, Any]) -> None:
         if not isinstance(obj, dict):
             return
         if kind == "DELETED":
-            self.objects.pop(_key(obj), None)
+            self.objects.pop(object_key(obj), None)
         else:
-            self.objects[_key(obj)] = obj
+            self.objects[object_key(obj)] = obj
         self.version += 1
 
 

@@ -30,6 +30,7 @@ from kube.errors import KubeError, NotFound, translated
 from kube.reflector import Reflector
 from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.dra.devices import Gpu
+from mig.pods import object_key
 from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError
@@ -84,15 +85,15 @@ class DraPluginApp:
 
     def _claims_replaced(self, items: list[dict[str, Any]]) -> None:
         with self._claims_lock:
-            self.claims = {_key(c): c for c in items if isinstance(c, dict)}
+            self.claims = {object_key(c): c for c in items if isinstance(c, dict)}
         self._dirty.set()
 
     def _claim_event(self, kind: str, claim: dict[str, Any]) -> None:
         with self._claims_lock:
             if kind == "DELETED":
-                self.claims.pop(_key(claim), None)
+                self.claims.pop(object_key(claim), None)
             else:
-                self.claims[_key(claim)] = claim
+                self.claims[object_key(claim)] = claim
         self._dirty.set()
 
     # ---- lifecycle
@@ -210,11 +211,6 @@ class DraPluginApp:
             self._metrics_server.server_close()
         with contextlib.suppress(NvmlError):
             self.nvml.shutdown()
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))  # type: ignore[union-attr]
 
 
 def main(argv: list[str] | None = None) -> int:
