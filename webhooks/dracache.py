@@ -18,32 +18,11 @@ from kubernetes import client
 
 from kube.reflector import Reflector
 from mig.dra.view import DraView, dra_view
-from mig.pods import object_key
+from mig.mirror import Mirror
 from mig.slicemap import NodeMap
 
 Key = tuple[str, str]
 T = TypeVar("T")
-
-
-class _Mirror:
-    """One kind's objects by (namespace, name), with a change counter."""
-
-    def __init__(self) -> None:
-        self.objects: dict[Key, dict[str, Any]] = {}
-        self.version = 0
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        self.objects = {object_key(o): o for o in items if isinstance(o, dict)}
-        self.version += 1
-
-    def event(self, kind: str, obj: dict[str, Any]) -> None:
-        if not isinstance(obj, dict):
-            return
-        if kind == "DELETED":
-            self.objects.pop(object_key(obj), None)
-        else:
-            self.objects[object_key(obj)] = obj
-        self.version += 1
 
 
 class DraCache:
@@ -53,8 +32,7 @@ class DraCache:
         self.driver = driver
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._slices, self._claims = _Mirror(), _Mirror()
-        self._drawn: tuple[tuple[int, int], DraView] = ((-1, -1), DraView())
+        self._slices, self._claims = Mirror(), Mirror()
         self._derived: dict[str, tuple[tuple[int, int], Any]] = {}
         api = client.ResourceV1Api(api_client)
         self.reflectors = [
@@ -64,7 +42,7 @@ class DraCache:
             ),
         ]
 
-    def _reflector(self, name: str, call: Any, mirror: _Mirror, timeout: int) -> Reflector:
+    def _reflector(self, name: str, call: Any, mirror: Mirror, timeout: int) -> Reflector:
         def replace(items: list[dict[str, Any]]) -> None:
             with self._lock:
                 mirror.replace(items)
@@ -87,15 +65,7 @@ class DraCache:
 
     def view(self) -> DraView:
         """The DRA map, redrawn only after a slice or claim changed."""
-        with self._lock:
-            version = (self._slices.version, self._claims.version)
-            if version == self._drawn[0]:
-                return self._drawn[1]
-            slices, claims = list(self._slices.objects.values()), list(self._claims.objects.values())
-        drawn = dra_view(slices, claims, self.driver)
-        with self._lock:
-            self._drawn = (version, drawn)
-        return drawn
+        return self.derived("view", lambda slices, claims: dra_view(slices, claims, self.driver))
 
     def nodes(self) -> list[NodeMap]:
         return self.view().nodes
@@ -112,7 +82,7 @@ class DraCache:
             hit = self._derived.get(name)
             if hit is not None and hit[0] == version:
                 return hit[1]
-            slices, claims = list(self._slices.objects.values()), list(self._claims.objects.values())
+            slices, claims = self._slices.items(), self._claims.items()
         value = build(slices, claims)
         with self._lock:
             self._derived[name] = (version, value)

@@ -30,7 +30,7 @@ from kube.errors import KubeError, NotFound, translated
 from kube.reflector import Reflector
 from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.dra.devices import Gpu
-from mig.pods import object_key
+from mig.mirror import Mirror
 from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError
@@ -56,7 +56,7 @@ class DraPluginApp:
         self.resource = k8s.ResourceV1Api(api)
         self.journal = Journal(config.state_dir, self.metrics)
         self.publisher = SlicePublisher(api, config.node_name, config.driver)
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.claims = Mirror()  # ResourceClaims, watched: the allocations on this node are occupied
         self._claims_lock = threading.Lock()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -85,15 +85,12 @@ class DraPluginApp:
 
     def _claims_replaced(self, items: list[dict[str, Any]]) -> None:
         with self._claims_lock:
-            self.claims = {object_key(c): c for c in items if isinstance(c, dict)}
+            self.claims.replace(items)
         self._dirty.set()
 
     def _claim_event(self, kind: str, claim: dict[str, Any]) -> None:
         with self._claims_lock:
-            if kind == "DELETED":
-                self.claims.pop(object_key(claim), None)
-            else:
-                self.claims[object_key(claim)] = claim
+            self.claims.event(kind, claim)
         self._dirty.set()
 
     # ---- lifecycle
@@ -150,7 +147,7 @@ class DraPluginApp:
         assert self.preparer is not None
         gpus = list(self.preparer.gpus.values())
         with self._claims_lock:
-            claims = list(self.claims.values())
+            claims = self.claims.items()
         try:
             identities = [Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus]
             pending = pending_instances(claims, identities, self.config.driver, self.config.node_name)
