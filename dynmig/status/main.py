@@ -40,6 +40,7 @@ from mig.dra.view import dra_view
 from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
+from webhooks.config import dra_driver
 from webhooks.defrag import status_advisor
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dra-driver",
         default=DRA_DRIVER,
+        type=dra_driver,
         metavar="NAME",
         help=f"the DRA driver whose ResourceSlices and claims are drawn as DRA nodes (default {DRA_DRIVER})",
     )

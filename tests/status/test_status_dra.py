@@ -101,3 +101,10 @@ def test_json_says_the_node_is_allocated_by_kube_scheduler_for_the_driver(api, c
 def test_another_driver_name_draws_no_dra_node(api, capsys):
     _, text, _ = status(api, capsys, "-o", "json", "--dra-driver", "gpu.nvidia.com")
     assert [(n["allocator"], n["gpus"]) for n in json.loads(text)["nodes"]] == [("extender", [])]
+
+
+def test_a_driver_name_that_is_not_a_dns_subdomain_is_a_usage_error_naming_the_flag(api, capsys):
+    with pytest.raises(SystemExit) as exited:
+        status(api, capsys, "--dra-driver", "Not A Driver" * 20)
+    assert exited.value.code == 2
+    assert "--dra-driver" in capsys.readouterr().err
