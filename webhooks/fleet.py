@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
-from mig.placement import DevicePlacement, GpuState, PlacementIndex, Plan, PodRequest, Refusal, plan_pod
+from mig.idleplan import around_idle, last_user_key, onto_idle
+from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
 from mig.pods import active_for_scheduler
 from mig.reconstruct import (
     NodeGpus,
@@ -249,80 +250,21 @@ class Fleet:
 
     def _idle_match(self, request: PodRequest, plan: Plan, namespace: str) -> Plan | None:
         """The plan moved onto an idle instance its node's plugin keeps (`dynmig.io/node-idle-
-        instances`) of the planned profile on the same node, so its Allocate creates nothing (the
-        plan itself when it already is on one); None when no such instance is free and would be
-        handed to this pod.
-
-        An idle instance is free for the engine, which does not prefer it: a churning service's new
-        pod would land beside its predecessor's idle instance, and the plugin would create (and
-        later destroy the idle one). Taken only at the planned profile on the planned node, on a GPU
-        the pod may use, at a placement nothing counted here holds, and only when the last pod that
-        held it here was of this pod's namespace or is not known (a warm-pool instance, or one from
-        before this scheduler started): elsewhere the plugin would not hand it over."""
-        device = plan.devices[0]
+        instances`) and would hand to this pod (`mig.idleplan.onto_idle`); None when there is none."""
         kept = self._published.get(plan.node)
         occ = self._occupancy.get(plan.node)
-        if kept is None or occ is None or not kept.idle:
+        if kept is None or occ is None:
             return None
-        gpus = {g.uuid: g for g in occ.gpus}
-        candidates = sorted(
-            (x for xs in kept.idle.values() for x in xs if x.profile == device.profile),
-            key=lambda x: (x.gpuUUID != device.gpu_uuid, gpus[x.gpuUUID].index if x.gpuUUID in gpus else 0),
-        )
-        for x in candidates:
-            last = self._last_user.get((x.gpuUUID, x.profile, x.placement.start, x.placement.size))
-            if last not in (None, namespace):
-                continue  # the plugin would not hand it to this pod
-            if x.gpuUUID == device.gpu_uuid and x.placement_value == device.placement:
-                return plan  # the engine's own choice is one: no create, kept (never spread)
-            g = gpus.get(x.gpuUUID)
-            moved = self._onto(request, device, g, x.placement_value) if g is not None else None
-            if moved is not None:
-                return Plan(plan.node, (moved,))
-        return None
+        return onto_idle(request, plan, occ.gpus, kept.idle, namespace, self._last_user)
 
     def _around_idle(self, request: PodRequest, plan: Plan) -> Plan:
-        """The plan moved, on its GPU, off an idle instance it would overlap (and not be handed):
-        the plugin would destroy that instance in Allocate before creating this one (a destroy and
-        a create instead of a create) and a pod of its last user's service would lose it. The
-        engine plans the pod again on that GPU alone with the idle placements counted occupied;
-        the same profile, else the plan stays."""
-        device = plan.devices[0]
+        """The plan moved, on its GPU, off an idle instance it would overlap and not be handed
+        (`mig.idleplan.around_idle`)."""
         kept = self._published.get(plan.node)
         occ = self._occupancy.get(plan.node)
-        idle = [x.placement_value for x in (kept.idle.get(device.gpu_uuid, ()) if kept else ())]
-        if occ is None or not any(p.overlaps(device.placement) for p in idle):
+        if kept is None or occ is None:
             return plan
-        g = next((g for g in occ.gpus if g.uuid == device.gpu_uuid), None)
-        if g is None:
-            return plan
-        asked = replace(request, use_uuids=(g.uuid,))
-        other = plan_pod(asked, [replace(g, occupied=(*g.occupied, *idle))])
-        if isinstance(other, Refusal) or other.devices[0].profile != device.profile:
-            return plan
-        return Plan(plan.node, other.devices)
-
-    @staticmethod
-    def _onto(
-        request: PodRequest, device: DevicePlacement, g: GpuState, placement: Placement
-    ) -> DevicePlacement | None:
-        """The device at `placement` on `g`, if the pod may use that GPU and the placement is one of
-        the profile's and free there."""
-        if not g.healthy or g.cordoned or request.uuid_exclusion(g.uuid) or request.type_exclusion(g.type):
-            return None
-        profile = next((p for p in g.profiles if p.name == device.profile), None)
-        if profile is None or placement not in profile.placements or placement.mask & g.occupied_mask:
-            return None
-        return DevicePlacement(
-            device.container_index,
-            device.device_index,
-            g.node,
-            g.uuid,
-            profile.name,
-            placement,
-            profile.memory_mb,
-            profile.core,
-        )
+        return around_idle(request, plan, occ.gpus, kept.idle)
 
     def _spread(self, request: PodRequest, plan: Plan) -> Plan:
         """The engine's plan moved, on its own node, off a GPU with creates in flight.
@@ -514,7 +456,7 @@ class Fleet:
             for a in old.allocations:
                 if len(self._last_user) >= LAST_USERS:
                     del self._last_user[next(iter(self._last_user))]  # the oldest entry
-                self._last_user[(a.gpuUUID, a.profile, a.placement.start, a.placement.size)] = old.namespace
+                self._last_user[last_user_key(a.gpuUUID, a.profile, a.placement_value)] = old.namespace
             members = self._on_node.get(old.node)
             if members is not None:
                 members.discard(uid)
