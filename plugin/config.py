@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_conf
 STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
 IDLE_SCOPES = ("namespace", "any")
 MAX_WARM_POOL = 64  # a node of 8 GPUs holds at most 56 MIG instances
+MAX_WARM_PROFILES = 16  # profiles a warm pool given by profile may name
+_WARM_PROFILE = re.compile(r"^[1-8]g\.[0-9]{1,4}gb([-+][a-z.]{1,16})?$")  # e.g. 1g.5gb, 1g.10gb+me
+WarmCounts = tuple[tuple[str, int], ...]  # (profile, warm instances), fixed by the operator
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_SOCKET = "nvidia-gpu.sock"
 DEFAULT_DEVICE_CONFIG = "/device-config.yaml"
@@ -45,12 +49,22 @@ class DeviceFilter:
 
 
 @dataclass(frozen=True)
+class WarmSize:
+    """A warm pool as `--warm-pool` or a node's `warmPool` gives it: `size` instances split over the
+    profiles this node's own Allocates asked most, or, with `profiles`, exactly those counts (sized
+    by the operator for a known burst; `size` is then their sum)."""
+
+    size: int = 0
+    profiles: WarmCounts = ()
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """This node's entry of the node-config JSON (`nodeconfig[]` matched by name)."""
 
     operating_mode: str = "hami-core"
     filter: DeviceFilter = field(default_factory=DeviceFilter)
-    warm_pool: int | None = None  # `warmPool` of this node's entry: overrides --warm-pool
+    warm_pool: WarmSize | None = None  # `warmPool` of this node's entry: overrides --warm-pool
 
     @property
     def mig(self) -> bool:
@@ -76,6 +90,7 @@ class PluginConfig:
     idle_scope: str = "namespace"  # who may get an idle instance: the same namespace, or any pod
     precreate: bool = True  # create a bound pod's reserved instances before kubelet's Allocate
     warm_pool: int = 0  # idle instances kept ready for this node's most asked profiles; 0 = off
+    warm_profiles: WarmCounts = ()  # the pool by profile, fixed (warm_pool is then their sum)
     warm_window: float = 600.0  # seconds of this node's Allocates the warm pool's choice looks at
     pod_resources_socket: str = ""  # kubelet's PodResources socket: identifies Allocate's pod lock-free
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
@@ -131,14 +146,44 @@ def _node_entry(entry: Mapping[str, Any], where: str) -> NodeConfig:
     ):
         raise ConfigError(f"{where}.filterdevices.index: must be a list of non-negative GPU indexes")
     warm = entry.get("warmPool")
-    if warm is not None and (
-        isinstance(warm, bool) or not isinstance(warm, int) or not 0 <= warm <= MAX_WARM_POOL
-    ):
-        raise ConfigError(
-            f"{where}.warmPool: {str(warm)[:40]!r} must be a whole number of instances from 0 (off) "
-            f"to {MAX_WARM_POOL}"
+    try:
+        size = None if warm is None else warm_pool_value(warm)
+    except ValueError as error:
+        raise ConfigError(f"{where}.warmPool: {error}") from None
+    return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)), size)
+
+
+def warm_pool_value(value: object) -> WarmSize:
+    """A warm pool from a node config's `warmPool`: a number (0 = off) or an object of profile to
+    count, e.g. {"1g.5gb": 56}; ValueError saying what is wrong (the caller names the field)."""
+    if isinstance(value, dict):
+        return _warm_counts(list(value.items()))
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WARM_POOL:
+        raise ValueError(
+            f"{str(value)[:40]!r} must be a whole number of instances from 0 (off) to {MAX_WARM_POOL}, "
+            'or an object of MIG profile to count like {"1g.5gb": 56}'
         )
-    return NodeConfig(str(mode), DeviceFilter(frozenset(uuids), frozenset(indexes)), warm)
+    return WarmSize(value)
+
+
+def _warm_counts(items: list[tuple[object, object]]) -> WarmSize:
+    if len(items) > MAX_WARM_PROFILES:
+        raise ValueError(f"names {len(items)} profiles; at most {MAX_WARM_PROFILES}")
+    counts: list[tuple[str, int]] = []
+    for profile, count in items:
+        if not isinstance(profile, str) or not _WARM_PROFILE.match(profile):
+            raise ValueError(f"{str(profile)[:40]!r} is not a MIG profile name like 1g.5gb")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_WARM_POOL:
+            raise ValueError(
+                f"{profile}: {str(count)[:40]!r} must be a whole number from 0 to {MAX_WARM_POOL}"
+            )
+        if profile in dict(counts):
+            raise ValueError(f"{profile} is named twice")
+        counts.append((profile, count))
+    total = sum(n for _, n in counts)
+    if total > MAX_WARM_POOL:
+        raise ValueError(f"{total} instances in all; at most {MAX_WARM_POOL} per node")
+    return WarmSize(total, tuple((p, n) for p, n in counts if n > 0))
 
 
 def load_node_config(path: str | Path | None, node_name: str) -> NodeConfig:
@@ -276,12 +321,13 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
     )
     f.add(
         "--warm-pool",
-        default=0,
+        default=WarmSize(),
         type=warm_size,
         show_default="0: off",
         help="keep up to this many idle MIG instances on this node, of the profiles its pods asked "
-        f"most in --warm-window, where the scheduler sees free slices (0 to {MAX_WARM_POOL}; needs "
-        "--idle-ttl; a node's warmPool in the node config overrides it; docs/startup.md)",
+        f"most in --warm-window, where the scheduler sees free slices (0 to {MAX_WARM_POOL}), or "
+        "exactly these per profile, e.g. 1g.5gb=56 (sized for a known burst); needs --idle-ttl; a "
+        "node's warmPool in the node config overrides it; docs/startup.md",
     )
     f.add(
         "--warm-window",
@@ -320,16 +366,31 @@ def idle_cap(text: str) -> int:
     return value
 
 
-def warm_size(text: str) -> int:
+def warm_size(text: str) -> WarmSize:
+    """`--warm-pool`: a number (split by demand) or PROFILE=COUNT pairs, e.g. 1g.5gb=56,2g.10gb=4."""
+    text = text.strip()
+    if "=" not in text:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= MAX_WARM_POOL:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a whole number from 0 (off) to {MAX_WARM_POOL} "
+                "nor PROFILE=COUNT pairs like 1g.5gb=56"
+            )
+        return WarmSize(value)
+    pairs = text.split(",")
+    if len(pairs) > MAX_WARM_PROFILES:
+        raise argparse.ArgumentTypeError(f"names {len(pairs)} profiles; at most {MAX_WARM_PROFILES}")
+    items: list[tuple[object, object]] = []
+    for pair in pairs:
+        profile, _, count = pair.partition("=")
+        items.append((profile.strip(), int(count) if count.strip().isdigit() else count.strip()))
     try:
-        value = int(text.strip())
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_WARM_POOL:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a whole number from 0 (off) to {MAX_WARM_POOL}"
-        )
-    return value
+        return _warm_counts(items)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def warm_window(text: str) -> float:
@@ -364,12 +425,18 @@ def load_config(argv: list[str]) -> PluginConfig:
     except PolicyError as error:
         raise ConfigError(str(error)) from None
     node = load_node_config(args.node_config, args.node_name)
-    warm = args.warm_pool if node.warm_pool is None else node.warm_pool
-    if warm and not args.idle_ttl:
-        where = "--warm-pool / DYNMIG_WARM_POOL" if node.warm_pool is None else "node config warmPool"
+    warm: WarmSize = args.warm_pool if node.warm_pool is None else node.warm_pool
+    where = "--warm-pool / DYNMIG_WARM_POOL" if node.warm_pool is None else "node config warmPool"
+    if warm.size and not args.idle_ttl:
         raise ConfigError(
-            f"{where}: {warm} warm instances need idle reuse on (--idle-ttl / DYNMIG_IDLE_TTL above 0): "
-            "a warm instance is handed to a pod as an idle one"
+            f"{where}: {warm.size} warm instances need idle reuse on (--idle-ttl / DYNMIG_IDLE_TTL above "
+            "0): a warm instance is handed to a pod as an idle one"
+        )
+    unknown = sorted(p for p, _ in warm.profiles if p not in device_config.allowlist.all_profiles())
+    if unknown:
+        raise ConfigError(
+            f"{where}: {', '.join(unknown)} not in the device config's migProfileAllowlist "
+            f"({', '.join(sorted(device_config.allowlist.all_profiles())) or 'empty'}): never created"
         )
     return PluginConfig(
         node_name=args.node_name,
@@ -389,7 +456,8 @@ def load_config(argv: list[str]) -> PluginConfig:
         idle_scope=args.idle_scope,
         precreate=args.precreate == "on",
         pod_resources_socket=args.pod_resources_socket,
-        warm_pool=warm,
+        warm_pool=warm.size,
+        warm_profiles=warm.profiles,
         warm_window=args.warm_window,
         warnings=tuple(f.warnings),
     )

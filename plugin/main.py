@@ -61,7 +61,7 @@ class DevicePluginApp:
         self.allocator = Allocator(
             kube, self.manager, self.reconciler, self.metrics, config.strategy, kubelet_pods=self.kubelet_pods
         )
-        warm = WarmPolicy(config.warm_pool, config.warm_window)
+        warm = WarmPolicy(config.warm_pool, config.warm_window, config.warm_profiles)
         self.warm = WarmPool(warm, self.manager, self.reconciler, kube, Demand(warm.window))
         self.allocator.served = self.warm.demand.record
         self._claims: str | None = None  # what this plugin last wrote in dynmig.io/plugin-claims

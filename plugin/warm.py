@@ -4,8 +4,9 @@ any pod asks, so the next such pod's Allocate creates nothing.
 Why: idle reuse keeps an ended pod's instance, so only a churning service benefits; a pod of a
 profile whose last user has not ended yet still waits for a create (~1.5 s, docs/startup.md). The
 pool keeps up to `size` instances per node (off by default), split over the profiles of this node's
-own Allocates in a sliding window (`Demand`), most asked first. The scheduler's demand estimate is
-not on the wire to nodes, so it is not read.
+own Allocates in a sliding window (`Demand`), most asked first; or, given `profiles` (the operator
+sizing it for a known burst, e.g. 56 x 1g.5gb), exactly those counts from the start, whatever this
+node has seen. The scheduler's demand estimate is not on the wire to nodes, so it is not read.
 
 Rules:
 - a warm instance is an idle instance (plugin/idle.py) whose owner is `WARM_OWNER`: journaled like
@@ -16,8 +17,10 @@ Rules:
   would put the next pod of that profile on this node, over the node's published GPUs with every
   active reservation, every instance this plugin manages and every published leftover counted as
   occupied: only slices the scheduler sees as free, never over anything that exists;
-- never created while a pod of this node is being allocated (its creates come first), at most one
-  per reconcile tick;
+- never created while a pod of this node is being allocated (its creates come first); at most one
+  create per GPU per reconcile tick, GPUs in parallel (each GPU's calls stay in series, as NVML
+  wants), the engine's next placements in its own order, so a pod bound meanwhile waits behind at
+  most one warm create on its GPU and a pool of 56 fills in 7 ticks instead of 56;
 - no pod ever ran on it, so it may go to a pod of any namespace (the same-namespace rule of idle
   reuse is about successive users); handed over, it is that pod's as any idle instance;
 - destroyed first under placement pressure: a reservation that overlaps it without matching it
@@ -33,6 +36,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from mig.annotations import (
@@ -61,10 +65,22 @@ MAX_HISTORY = 10_000  # Allocates remembered at most, whatever the window
 class WarmPolicy:
     size: int = 0  # warm instances per node at most; 0 = off
     window: float = 600.0  # seconds of this node's Allocates that say which profiles are wanted
+    profiles: tuple[tuple[str, int], ...] = ()  # fixed counts per profile; () = split `size` by demand
+
+    @property
+    def bound(self) -> int:
+        """Warm instances this node keeps at most."""
+        return min(MAX_SIZE, sum(n for _, n in self.profiles) if self.profiles else self.size)
 
     @property
     def enabled(self) -> bool:
-        return self.size > 0
+        return self.bound > 0
+
+    def goal(self, demand: Demand) -> dict[str, int]:
+        """How many of each profile the pool wants now: the fixed counts, or `size` split by demand."""
+        if self.profiles:
+            return {p: n for p, n in self.profiles if n > 0}
+        return goal(demand.ranked(), self.size)
 
 
 class Demand:
@@ -119,6 +135,31 @@ def next_placement(
     return plan.devices[0].gpu_uuid, plan.devices[0].placement
 
 
+def first_per_gpu(
+    gpus: list[GpuState], wanted: Iterable[str], room: Mapping[str, int]
+) -> list[tuple[str, str, Placement]]:
+    """(GPU UUID, profile, placement) to create now (pure): the engine's next placements for `wanted`
+    in order, each counted occupied for the next, and of those the first on each GPU. `room` is how
+    many more idle instances each GPU may keep (the per-GPU cap); a GPU without room gets none."""
+    left = {g.uuid: room.get(g.uuid, 0) for g in gpus}
+    chosen: dict[str, tuple[str, Placement]] = {}
+    unplaceable: set[str] = set()
+    for profile in wanted:
+        if len(chosen) == len(gpus):
+            break
+        if profile in unplaceable:
+            continue
+        spot = next_placement(gpus, profile, [u for u, n in left.items() if n <= 0])
+        if spot is None:
+            unplaceable.add(profile)
+            continue
+        uuid, placement = spot
+        chosen.setdefault(uuid, (profile, placement))
+        left[uuid] -= 1
+        gpus = [replace(g, occupied=(*g.occupied, placement)) if g.uuid == uuid else g for g in gpus]
+    return [(uuid, profile, placement) for uuid, (profile, placement) in chosen.items()]
+
+
 def node_view(
     node: str, annotations: Mapping[str, str], occupied: Mapping[str, list[Placement]]
 ) -> list[GpuState]:
@@ -147,7 +188,7 @@ def allocating(pods: list[PodView]) -> bool:
 
 
 class WarmPool:
-    """Tops the pool up (one create per tick) and trims it (one destroy per tick)."""
+    """Tops the pool up (one create per GPU per tick) and trims it (one destroy per tick)."""
 
     def __init__(
         self,
@@ -188,15 +229,15 @@ class WarmPool:
 
     def _missing(self) -> list[str]:
         have = Counter(m.key.profile for m in self.warm())
-        room = self.policy.size - sum(have.values())
+        room = self.policy.bound - sum(have.values())
         out = []
-        for profile, n in goal(self.demand.ranked(), self.policy.size).items():
+        for profile, n in self.policy.goal(self.demand).items():
             out += [profile] * max(0, n - have.get(profile, 0))
         return out[: max(0, room)]
 
     def _unwanted(self) -> list[ManagedInstance]:
         """Warm instances beyond what the pool wants now (all of them when it is off)."""
-        wanted = goal(self.demand.ranked(), self.policy.size) if self.reconciler.idle.enabled else {}
+        wanted = self.policy.goal(self.demand) if self.reconciler.idle.enabled else {}
         kept: Counter[str] = Counter()
         out = []
         for m in sorted(self.warm(), key=lambda m: m.idle_since or 0.0, reverse=True):
@@ -226,13 +267,14 @@ class WarmPool:
                 return True
         return False
 
-    def _create(self, wanted: list[str], node: NodeReservations) -> bool:
-        """Create one warm instance of the first profile that has a place, then park it."""
+    def _create(self, wanted: list[str], node: NodeReservations) -> int:
+        """Create the first of `wanted` on each GPU that has a place (GPUs in parallel), then park
+        each; returns how many were made."""
         try:
             annotations = self.kube.get_node().annotations
         except KubeError as error:
             log.debug("warm pool: cannot read the node: %s", error)
-            return False
+            return 0
         with self.reconciler.lock:
             managed = self.manager.managed()
             occupied: dict[str, list[Placement]] = {}
@@ -241,16 +283,18 @@ class WarmPool:
             for m in managed:
                 occupied.setdefault(m.key.gpu_uuid, []).append(m.key.placement)
             idle = Counter(m.key.gpu_uuid for m in managed if m.idle)
-            full = [g.uuid for g in self.manager.inventory.managed if idle[g.uuid] >= self.per_gpu]
+            room = {g.uuid: self.per_gpu - idle[g.uuid] for g in self.manager.inventory.managed}
             gpus = node_view(self.kube.node_name, annotations, occupied)
             gpus = [g for g in gpus if self.manager.inventory.gpu(g.uuid) is not None]
-            found = next(
-                ((p, spot) for p in dict.fromkeys(wanted) if (spot := next_placement(gpus, p, full))), None
-            )
-        if found is None:
-            return False
-        profile, (uuid, placement) = found
-        key = InstanceKey(uuid, profile, placement.start, placement.size)
+            chosen = first_per_gpu(gpus, wanted, room)
+        if len(chosen) <= 1:
+            return sum(self._make(InstanceKey(u, p, at.start, at.size)) for u, p, at in chosen)
+        with ThreadPoolExecutor(len(chosen), thread_name_prefix="dynmig-warm") as workers:
+            made = workers.map(lambda c: self._make(InstanceKey(c[0], c[1], c[2].start, c[2].size)), chosen)
+            return sum(made)
+
+    def _make(self, key: InstanceKey) -> bool:
+        """Create one warm instance at exactly `key` and park it idle."""
         try:
             # the manager journals the intent before its first NVML call and creates exactly here;
             # a reservation that took this key meanwhile makes it refuse (owned-by-another-pod) or
@@ -265,5 +309,5 @@ class WarmPool:
         if not self.manager.park(instance, self.reconciler.idle.clock()):
             log.info("warm pool: %s could not be journaled idle; the reconcile pass reclaims it", key)
             return False
-        log.info("warm pool: %s ready for the next %s pod", key, profile)
+        log.info("warm pool: %s ready for the next %s pod", key, key.profile)
         return True
