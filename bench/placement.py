@@ -17,6 +17,10 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
 seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 20 minutes here);
 `--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/).
+`--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
+plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
+and overall (about 5 minutes here; `--quick` the six cells issue 30 names; `--idle-ttl M` trace-minutes,
+`--idle-per-gpu N`, `--namespaces N`); writes bench/results/packing-reuse.json.
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
@@ -66,9 +70,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the product's packages before bench's scripts: bench/plugin.py would hide the plugin package, whose
+# idle-reuse rules the reuse arm calls (_packing/reuse.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _baselines import (
     BestFit,
@@ -82,13 +90,13 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import advise_cost, eviction, grid, plot
+from _packing import advise_cost, eviction, grid, plot, reuse
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 from _packing.rules import RULES, memoized
 
 from mig.catalog import find_model
-from mig.placement import ContainerRequest, GpuState, PlacementIndex, PodRequest
+from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest
 from mig.placement.demand import DemandEstimate
 
 SEED = 20240611
@@ -143,6 +151,7 @@ class Dynmig:
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
+        self.nodes = {n.name: n for n in nodes}
         self.index = PlacementIndex(gpu_states(nodes))
         self.demand = DemandEstimate()
         self._seen = 0
@@ -160,15 +169,23 @@ class Dynmig:
             self.index.set_demand(self.demand.mix())
 
     def decide(self, mems: list[int | None]) -> list[Pick] | None:
-        pod = PodRequest(containers=tuple(ContainerRequest(1, m) for m in mems))
-        plan = self.index.plan(pod)
-        if not plan.fits:
-            return None
+        plan = self.index.plan(self.request(mems))
+        return self.picks(plan) if plan.fits else None
+
+    @staticmethod
+    def request(mems: Sequence[int | None]) -> PodRequest:
+        return PodRequest(containers=tuple(ContainerRequest(1, m) for m in mems))
+
+    def picks(self, plan: Plan) -> list[Pick]:
         out = []
         for d in plan.devices:
             g = self.by_uuid[d.gpu_uuid]
             out.append((g, d.placement, next(p for p in g.profiles if p.name == d.profile)))
         return out
+
+    def node_gpus(self, node: str) -> list[GpuState]:
+        """The node's GPUs as the engine counts them now (what is reserved occupied)."""
+        return gpu_states([self.nodes[node]])
 
     def reserved(self, gpu: BGpu, placement) -> None:
         self.index.reserve(gpu.uuid, placement)
@@ -187,6 +204,7 @@ GRID_POLICIES = (
     *(memoized(c) for c in (Hami2378Binpack, Hami2855Binpack)),
 )
 GRID_RESULTS = RESULTS.parent / "packing-grid.json"
+REUSE_RESULTS = RESULTS.parent / "packing-reuse.json"
 GRID_PLOT = Path(__file__).resolve().parents[1] / "docs" / "packing-grid.png"
 
 
@@ -643,15 +661,115 @@ def grid_main(argv: list[str]) -> int:
     return 0
 
 
+def _reuse_option(argv: list[str], flag: str, default: float, low: float, high: float) -> float:
+    """A number given to `flag` (`default` when absent); ValueError naming the flag outside [low, high]."""
+    if flag not in argv[:-1]:
+        return default
+    text = argv[argv.index(flag) + 1]
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text[:40]!r} is not a number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{flag}: {text[:40]!r} is not from {low:g} to {high:g}")
+    return value
+
+
+def reuse_main(argv: list[str]) -> int:
+    """`--grid --reuse`: dynmig with idle reuse on against dynmig with it off (bench/_packing/reuse.py),
+    refused GPU-work per cell on the held-out seeds, the ratio per cell and overall, against issue 30's
+    target (at most 5 % more); bench/results/packing-reuse.json. `--quick`: the cells the issue names
+    (`reuse.CELLS`); `--tuning`: the tuning seeds (writes packing-reuse.try.json). `--idle-ttl M`
+    (trace minutes, default 5), `--idle-per-gpu N` (default the plugin's 2), `--namespaces N` (default 8)."""
+    try:
+        ttl = _reuse_option(argv, "--idle-ttl", reuse.TTL_MINUTES, 0.0, 10_000.0)
+        cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64))
+        spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000))
+    except ValueError as error:
+        print(f"placement.py: {error}", file=sys.stderr)
+        return 2
+    tuning = "--tuning" in argv
+    seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
+    cells = list(reuse.CELLS) if "--quick" in argv else grid.cells()
+    print(
+        f"packing grid, idle reuse: {len(cells)} cells, {'tuning' if tuning else 'held-out'} seeds "
+        f"{', '.join(map(str, seeds))}; TTL {ttl:g} trace-minutes, at most {cap} idle per GPU, {spread} "
+        f"namespaces; refused GPU-work in GPU-minutes summed over seeds, reuse on / off"
+    )
+    head = (
+        f"{'cell':<40} {'off':>8} {'on':>8} {'on/off':>7} {'per seed':>20} {'hand-overs':>11} "
+        f"{'around':>7} {'evicted':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    rows = []
+    t0 = time.perf_counter()
+    for cell in cells:
+        runs = []
+        for seed in seeds:
+            arrivals = grid.trace(cell, seed)
+            names = reuse.namespaces(cell.label, seed, len(arrivals), spread)
+            arm = partial(reuse.DynmigReuse, engine=Dynmig, namespaces=names, ttl_minutes=ttl, per_gpu=cap)
+            off = grid.replay(Dynmig, cell, arrivals, apply, release)
+            on = grid.replay(arm, cell, arrivals, apply, release)
+            runs.append((off, on))
+        row = reuse_row(cell, runs)
+        rows.append(row)
+        c = row["counts"]
+        print(
+            f"{cell.label:<40} {row['off']:>8.0f} {row['on']:>8.0f} {row['ratio']:>6.3f}× "
+            f"{'[' + ', '.join(f'{r:.3f}' for r in row['ratio_per_seed']) + ']':>20} "
+            f"{c.get('handed over', 0) / max(c.get('placed devices', 0), 1):>10.1%} "
+            f"{c.get('planned around idle', 0):>7} {c.get('idle evicted', 0):>8}",
+            flush=True,
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    off_all, on_all = sum(r["off"] for r in rows), sum(r["on"] for r in rows)
+    worst = max(rows, key=lambda r: r["ratio"])
+    overall = grid.ratio(on_all, off_all)
+    print(f"\nall cells: reuse off {off_all:.0f}, on {on_all:.0f} GPU-minutes, on/off {overall:.3f}×")
+    print("target (issue 30), on these seeds:")
+    print(f"  over all cells ≤ 1.05×: {'met' if overall <= 1.05 else 'NOT met'} ({overall:.3f}×)")
+    print(
+        f"  every cell ≤ 1.05×: {'met' if worst['ratio'] <= 1.05 else 'NOT met'} "
+        f"(worst {worst['ratio']:.3f}× in {worst['cell']}; {sum(r['ratio'] > 1.05 for r in rows)} of {len(rows)} above)"
+    )
+    out = {"seeds": list(seeds), "tuning": tuning, "ttl_minutes": ttl, "per_gpu": cap, "namespaces": spread}
+    target = REUSE_RESULTS if not tuning and "--quick" not in argv else REUSE_RESULTS.with_suffix(".try.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({**out, "overall": overall, "cells": rows}, indent=2) + "\n")
+    print(f"wrote {target}")
+    return 0
+
+
+def reuse_row(cell: grid.Cell, runs: list[tuple[dict, dict]]) -> dict:
+    """One cell over its seeds: refused GPU-work with reuse off and on (sums), the ratio, per seed,
+    and what the reuse arm did (summed counts)."""
+    off = sum(a["refused_work"] for a, _ in runs)
+    on = sum(b["refused_work"] for _, b in runs)
+    return {
+        "cell": cell.label,
+        "off": off,
+        "on": on,
+        "ratio": grid.ratio(on, off),
+        "ratio_per_seed": [grid.ratio(b["refused_work"], a["refused_work"]) for a, b in runs],
+        "refused": [sum(a["refused"] for a, _ in runs), sum(b["refused"] for _, b in runs)],
+        "utilisation": [statistics.fmean(r["utilisation"] for r in pair) for pair in zip(*runs, strict=True)],
+        "counts": dict(sum((Counter(b["reuse"]) for _, b in runs), Counter())),
+    }
+
+
 FLAGS = (
     "--quick",
     "--evict-only",
     "--advise-cost",
     "--grid",
+    "--reuse",
     "--tuning",
     "--churn-only",
 )  # flags on their own
-OPTIONS = ("--workload", "--load", "--seeds", "--ranking")  # flags followed by a value
+# flags followed by a value
+OPTIONS = ("--workload", "--load", "--seeds", "--ranking", "--idle-ttl", "--idle-per-gpu", "--namespaces")
 
 
 def usage_problem(argv: list[str]) -> str:
@@ -684,8 +802,11 @@ def main(argv: list[str]) -> int:
         return 2
     if "--advise-cost" in argv:
         return advise_cost.main()
+    if "--reuse" in argv and "--grid" not in argv:
+        print("placement.py: --reuse is an arm of the packing grid: give --grid --reuse", file=sys.stderr)
+        return 2
     if "--grid" in argv:
-        return grid_main(argv)
+        return reuse_main(argv) if "--reuse" in argv else grid_main(argv)
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
     # --workload NAME: that workload only (mixed, inference-heavy), for trying a change on it
     only = argv[argv.index("--workload") + 1] if "--workload" in argv[:-1] else None

@@ -229,10 +229,14 @@ def replay(policy_cls, cell: Cell, arrivals: Sequence[Arrival], apply: Apply, re
             advance(when)
             picks = live.pop(k)
             used -= sum(p.size for _, p, _ in picks)
+            if hasattr(policy, "ending"):  # idle reuse keeps an ended pod's instances (_packing/reuse.py)
+                policy.ending(when, k, picks)
             release(policy, picks, k)
             if hasattr(policy, "departed"):  # a learning policy is told a lifetime once it has ended
                 policy.departed(arrivals[k][1], arrivals[k][2])
         advance(t)
+        if hasattr(policy, "arriving"):  # the arrival's time and number (its namespace, for idle reuse)
+            policy.arriving(t, key)
         if hasattr(policy, "arrived"):
             policy.arrived(t, mems)
         picks = policy.decide(list(mems))
@@ -252,7 +256,9 @@ def replay(policy_cls, cell: Cell, arrivals: Sequence[Arrival], apply: Apply, re
         heapq.heappush(departures, (t + life, key))
     end = arrivals[-1][0]
     advance(end)
+    extra = {"reuse": policy.report()} if hasattr(policy, "report") else {}
     return {
+        **extra,
         "refused_work": sum(lost.values()),
         "refused": sum(refused.values()),
         "refused_work_by_class": dict(lost),
