@@ -4,6 +4,8 @@ against the move-oracle as a policy (issue 29, item 3).
     nice .venv/bin/python bench/defrag_grid.py            (held-out seeds; about 15 minutes on two shared cores)
     nice .venv/bin/python bench/defrag_grid.py --tuning   (the tuning seeds instead)
     ... --fleets A100-40GB,H100-80GB                      (which uniform pools; those two by default)
+    nice .venv/bin/python bench/defrag_grid.py --limit --fleets A100-40GB,H100-80GB,B200
+                                                          (no eviction replay: plain, baselines, oracle)
 
 Per cell (the grid's 10 % whole-GPU / 3x mix at load 0.95, on a uniform pool of 64 GPUs, 8 nodes x 8)
 and seed, the same trace (`_packing.grid.trace`) is replayed three times on a fresh fleet, each counted
@@ -22,6 +24,11 @@ each with dynmig's engine fed its demand estimate as the grid's replay feeds it:
   trace's budget): the verdicts are printed, since an undecided refusal counts against the oracle.
   Greedy over time, so it is a reference (what moving every instance at every refusal buys), not a
   lower bound.
+
+Beside them, in the same run, the grid's baselines on the same trace (`--grid`'s replay) and the best
+of them in the cell: "oracle / best baseline" is how far below the best simple rule any placement can
+get even when it may move every running instance at every refusal, which bounds what plain placement
+(no moves) can reach against that rule.
 
 Target (issue 29): refused work with eviction <= 1.5x the move-oracle's on the near-capacity cells.
 Writes bench/results/defrag-grid.json (not committed).
@@ -115,18 +122,33 @@ def repacking(cell: grid.Cell, arrivals) -> dict:
     }
 
 
-def run_cell(cell: grid.Cell, seed: int) -> dict:
+def baselines(cell: grid.Cell, arrivals) -> dict[str, float]:
+    """Refused GPU-work of each of the grid's baselines on the trace, replayed as `--grid` replays them."""
+    return {
+        c.name: grid.replay(c, cell, arrivals, bench.apply, bench.release)["refused_work"]
+        for c in bench.GRID_POLICIES
+        if c is not bench.Dynmig
+    }
+
+
+def run_cell(cell: grid.Cell, seed: int, evict: bool = True) -> dict:
+    """`evict=False` (`--limit`): plain dynmig, the baselines and the oracle only."""
     arrivals = grid.trace(cell, seed)
     start = arrivals[int(len(arrivals) * grid.WARM)][0]
     hours = (arrivals[-1][0] - start) * eviction.SECONDS_PER_UNIT / 3600.0
     t0 = time.perf_counter()
     plain = grid.replay(bench.Dynmig, cell, arrivals, bench.apply, bench.release)
+    others = baselines(cell, arrivals)
     t1 = time.perf_counter()
     harness = eviction.Harness(
         bench.Dynmig, bench.apply, bench.release, bench.gpu_states, lambda mems: grid.class_of(cell, mems)
     )
-    evicting = eviction.churn_evicting(
-        arrivals, grid.make_fleet(cell.fleet), harness, RANKING, window=start, feed=True
+    evicting = (
+        eviction.churn_evicting(
+            arrivals, grid.make_fleet(cell.fleet), harness, RANKING, window=start, feed=True
+        )
+        if evict
+        else None
     )
     t2 = time.perf_counter()
     oracle = repacking(cell, arrivals)
@@ -136,7 +158,10 @@ def run_cell(cell: grid.Cell, seed: int) -> dict:
         "seed": seed,
         "hours": hours,
         "plain": {"refused_work": plain["refused_work"], "refused": plain["refused"]},
-        "evicting": {
+        "baselines": others,
+        "evicting": None
+        if evicting is None
+        else {
             "refused_work": evicting.window_refused_work,
             "refused": evicting.window_refused,
             "evictions": evicting.window_evictions,
@@ -146,7 +171,7 @@ def run_cell(cell: grid.Cell, seed: int) -> dict:
             "no_set": evicting.no_set,
         },
         "oracle": oracle,
-        "seconds": {"plain": t1 - t0, "evicting": t2 - t1, "oracle": t3 - t2},
+        "seconds": {"plain and baselines": t1 - t0, "evicting": t2 - t1, "oracle": t3 - t2},
     }
 
 
@@ -160,71 +185,107 @@ def _fmt(x: float | None) -> str:
     return "inf" if x is None else f"{x:.2f}"
 
 
+def _seed_line(r: dict) -> str:
+    o, e, p = r["oracle"], r["evicting"], r["plain"]
+    best = min(r["baselines"], key=r["baselines"].get)
+    evicting = (
+        ""
+        if e is None
+        else f"evicting {e['refused_work']:.0f} ({e['refused']}), evictions {e['evictions']} = "
+        f"{e['evictions_per_hour']:.1f}/h (peak {e['peak_per_minute']}/min), "
+    )
+    return (
+        f"{r['cell']} seed {r['seed']}: refused GPU-min plain {p['refused_work']:.0f} ({p['refused']}), "
+        f"best baseline {best} {r['baselines'][best]:.0f}, {evicting}oracle {o['refused_work']:.0f} "
+        f"({o['refused']}; verdicts {o['verdicts']}); "
+        f"seconds {', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items())}"
+    )
+
+
+def summarise(cell: grid.Cell, mine: list[dict]) -> dict:
+    """One cell over its seeds: refused GPU-minutes summed, the ratios, the evictions per hour."""
+    plain = sum(r["plain"]["refused_work"] for r in mine)
+    names = mine[0]["baselines"]
+    best = min(names, key=lambda n: sum(r["baselines"][n] for r in mine))
+    base = sum(r["baselines"][best] for r in mine)
+    evicts = [r["evicting"] for r in mine if r["evicting"] is not None]
+    evict = sum(e["refused_work"] for e in evicts) if evicts else None
+    orc = sum(r["oracle"]["refused_work"] for r in mine)
+    hours = sum(r["hours"] for r in mine)
+    ratio = _ratio(evict, orc) if evict is not None else None
+    return {
+        "cell": cell.label,
+        "plain": plain,
+        "best_baseline": best,
+        "best_baseline_work": base,
+        "evicting": evict,
+        "oracle": orc,
+        "ratio": ratio,
+        "ratio_per_seed": [
+            _ratio(r["evicting"]["refused_work"], r["oracle"]["refused_work"]) for r in mine if r["evicting"]
+        ],
+        "plain_over_oracle": _ratio(plain, orc),
+        "plain_over_best_baseline": _ratio(plain, base),
+        "oracle_over_best_baseline": _ratio(orc, base),
+        "evictions_per_hour": sum(e["evictions"] for e in evicts) / hours if evicts and hours else None,
+        "oracle_refusals_proved": sum(r["oracle"]["verdicts"].get(INFEASIBLE, 0) for r in mine),
+        "oracle_refusals_undecided": sum(
+            r["oracle"]["verdicts"].get(v, 0) for r in mine for v in (UNKNOWN, NOT_SEARCHED)
+        ),
+        "met": ratio is not None and ratio <= TARGET,
+    }
+
+
+def _cell_line(s: dict) -> str:
+    evicting = (
+        ""
+        if s["evicting"] is None
+        else f"evicting {s['evicting']:.0f}, evicting/oracle {_fmt(s['ratio'])}x (per seed "
+        f"{', '.join(_fmt(x) for x in s['ratio_per_seed'])}; target <= {TARGET}x: "
+        f"{'met' if s['met'] else 'NOT met'}), evictions {s['evictions_per_hour']:.1f} per hour; "
+    )
+    return (
+        f"  {s['cell']}: plain {s['plain']:.0f}, best baseline {s['best_baseline']} "
+        f"{s['best_baseline_work']:.0f}, oracle {s['oracle']:.0f} (its refusals: {s['oracle_refusals_proved']} "
+        f"proved infeasible, {s['oracle_refusals_undecided']} undecided); {evicting}plain/oracle "
+        f"{_fmt(s['plain_over_oracle'])}x; plain/best baseline {_fmt(s['plain_over_best_baseline'])}x; "
+        f"oracle/best baseline {_fmt(s['oracle_over_best_baseline'])}x"
+    )
+
+
 def main(argv: list[str]) -> int:
     tuning = "--tuning" in argv
+    limit = "--limit" in argv
     seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
     fleets = tuple(argv[argv.index("--fleets") + 1].split(",")) if "--fleets" in argv[:-1] else FLEETS
+    unknown = [f for f in fleets if f not in grid.FLEETS]
+    if unknown:
+        print(
+            f"defrag_grid.py: --fleets: {unknown[0][:40]!r} is not one of {', '.join(grid.FLEETS)}",
+            file=sys.stderr,
+        )
+        return 2
     print(
         f"defrag against its limit: {len(fleets)} near-capacity cells ({grid.BASE.name}, load {LOAD}), "
         f"{'tuning' if tuning else 'held-out'} seeds {', '.join(map(str, seeds))}; {grid.ARRIVALS} arrivals "
-        f"per trace, the first {grid.WARM:.0%} not counted; eviction ranking '{RANKING.name}'; oracle budget "
-        f"{ORACLE_BUDGET:g} s per trace, {ORACLE_TIME_LIMIT:g} s per solve",
+        f"per trace, the first {grid.WARM:.0%} not counted; "
+        + ("no eviction replay (--limit); " if limit else f"eviction ranking '{RANKING.name}'; ")
+        + f"oracle budget {ORACLE_BUDGET:g} s per trace, {ORACLE_TIME_LIMIT:g} s per solve",
         flush=True,
     )
     rows = []
     for cell in cells(fleets):
         for seed in seeds:
-            r = run_cell(cell, seed)
-            rows.append(r)
-            o, e, p = r["oracle"], r["evicting"], r["plain"]
-            print(
-                f"{cell.label} seed {seed}: refused GPU-min plain {p['refused_work']:.0f} ({p['refused']}), "
-                f"evicting {e['refused_work']:.0f} ({e['refused']}), oracle {o['refused_work']:.0f} "
-                f"({o['refused']}; verdicts {o['verdicts']}); evictions {e['evictions']} = "
-                f"{e['evictions_per_hour']:.1f}/h (peak {e['peak_per_minute']}/min); "
-                f"seconds {', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items())}",
-                flush=True,
-            )
+            rows.append(run_cell(cell, seed, evict=not limit))
+            print(_seed_line(rows[-1]), flush=True)
     print("\nper cell, summed over seeds (refused GPU-minutes):")
-    summary = []
-    for cell in cells(fleets):
-        mine = [r for r in rows if r["cell"] == cell.label]
-        plain = sum(r["plain"]["refused_work"] for r in mine)
-        evict = sum(r["evicting"]["refused_work"] for r in mine)
-        orc = sum(r["oracle"]["refused_work"] for r in mine)
-        hours = sum(r["hours"] for r in mine)
-        evictions = sum(r["evicting"]["evictions"] for r in mine)
-        undecided = sum(r["oracle"]["verdicts"].get(v, 0) for r in mine for v in (UNKNOWN, NOT_SEARCHED))
-        proved = sum(r["oracle"]["verdicts"].get(INFEASIBLE, 0) for r in mine)
-        ratio = _ratio(evict, orc)
-        s = {
-            "cell": cell.label,
-            "plain": plain,
-            "evicting": evict,
-            "oracle": orc,
-            "ratio": ratio,
-            "ratio_per_seed": [
-                _ratio(r["evicting"]["refused_work"], r["oracle"]["refused_work"]) for r in mine
-            ],
-            "plain_over_oracle": _ratio(plain, orc),
-            "evictions_per_hour": evictions / hours if hours else 0.0,
-            "oracle_refusals_proved": proved,
-            "oracle_refusals_undecided": undecided,
-            "met": ratio is not None and ratio <= TARGET,
-        }
-        summary.append(s)
-        per_seed = ", ".join(_fmt(x) for x in s["ratio_per_seed"])
-        print(
-            f"  {cell.label}: plain {plain:.0f}, evicting {evict:.0f}, oracle {orc:.0f} (its refusals: {proved} "
-            f"proved infeasible, {undecided} undecided); evicting/oracle "
-            f"{_fmt(ratio)}x (per seed {per_seed}; target <= {TARGET}x: "
-            f"{'met' if s['met'] else 'NOT met'}); plain/oracle "
-            f"{_fmt(s['plain_over_oracle'])}x; "
-            f"evictions {s['evictions_per_hour']:.1f} per hour",
-            flush=True,
-        )
+    summary = [summarise(cell, [r for r in rows if r["cell"] == cell.label]) for cell in cells(fleets)]
+    for s in summary:
+        print(_cell_line(s), flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    out = RESULTS if not tuning else RESULTS.with_suffix(".try.json")
+    out = (
+        RESULTS if not tuning and not limit else RESULTS.with_suffix(".limit.json" if limit else ".try.json")
+    )
     out.write_text(json.dumps({"seeds": list(seeds), "rows": rows, "cells": summary}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

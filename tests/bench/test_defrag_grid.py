@@ -69,3 +69,25 @@ def test_repacking_counts_its_refusals_by_verdict() -> None:
     verdicts = out["verdicts"]
     assert out["refused"] == sum(n for v, n in verdicts.items() if v != "packing found")
     assert out["refused_work"] >= 0 and (out["refused"] == 0) == (out["refused_work"] == 0)
+
+
+def test_the_limit_names_the_best_baseline_of_the_cell_and_prices_the_oracle_against_it() -> None:
+    others = defrag_grid.baselines(CELL, ARRIVALS)
+    assert "dynmig" not in others and len(others) == len(placement.GRID_POLICIES) - 1
+    rows = [
+        {
+            "cell": CELL.label,
+            "seed": 11,
+            "hours": 1.0,
+            "plain": {"refused_work": 90.0, "refused": 3},
+            "baselines": {**others, "first fit": 120.0, "best fit": 100.0},
+            "evicting": None,
+            "oracle": {"refused_work": 60.0, "refused": 2, "verdicts": {"infeasible": 2}},
+        }
+    ]
+    best = min(rows[0]["baselines"], key=rows[0]["baselines"].get)
+    s = defrag_grid.summarise(CELL, rows)
+    assert s["best_baseline"] == best
+    assert s["oracle_over_best_baseline"] == 60.0 / rows[0]["baselines"][best]
+    assert s["plain_over_oracle"] == 1.5
+    assert s["evicting"] is None and s["evictions_per_hour"] is None and not s["met"]
