@@ -19,8 +19,8 @@ seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (abou
 `--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
 plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
-and overall (about 5 minutes here; `--quick` the six cells issue 30 names; `--idle-ttl M` trace-minutes,
-`--idle-per-gpu N`, `--namespaces N`); writes bench/results/packing-reuse.json.
+and overall (about 15 minutes here; `--quick` the six cells issue 30 names; `--seeds A,B`, `--idle-ttl M`
+trace-minutes, `--idle-per-gpu N`, `--namespaces N`); writes bench/results/packing-reuse.json.
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
@@ -661,8 +661,11 @@ def grid_main(argv: list[str]) -> int:
     return 0
 
 
-def _reuse_option(argv: list[str], flag: str, default: float, low: float, high: float) -> float:
-    """A number given to `flag` (`default` when absent); ValueError naming the flag outside [low, high]."""
+def _reuse_option(
+    argv: list[str], flag: str, default: float, low: float, high: float, whole: bool = False
+) -> float:
+    """A number given to `flag` (`default` when absent); ValueError naming the flag outside [low, high]
+    or, with `whole`, when it is not a whole number."""
     if flag not in argv[:-1]:
         return default
     text = argv[argv.index(flag) + 1]
@@ -672,27 +675,45 @@ def _reuse_option(argv: list[str], flag: str, default: float, low: float, high: 
         raise ValueError(f"{flag}: {text[:40]!r} is not a number") from None
     if not low <= value <= high:
         raise ValueError(f"{flag}: {text[:40]!r} is not from {low:g} to {high:g}")
+    if whole and not value.is_integer():
+        raise ValueError(f"{flag}: {text[:40]!r} is not a whole number")
     return value
+
+
+def _reuse_seeds(argv: list[str], default: tuple[int, ...]) -> tuple[int, ...]:
+    """The seeds `--seeds A,B,...` names (`default` when absent); ValueError naming the flag."""
+    text = _option(argv, "--seeds")
+    if text is None:
+        return default
+    try:
+        seeds = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--seeds: {text[:40]!r} is not a comma-separated list of whole numbers") from None
+    if not 1 <= len(seeds) <= 50 or not all(0 <= x <= 10**9 for x in seeds):
+        raise ValueError(f"--seeds: {text[:40]!r} is not 1 to 50 seeds from 0 to 1000000000")
+    return seeds
 
 
 def reuse_main(argv: list[str]) -> int:
     """`--grid --reuse`: dynmig with idle reuse on against dynmig with it off (bench/_packing/reuse.py),
     refused GPU-work per cell on the held-out seeds, the ratio per cell and overall, against issue 30's
     target (at most 5 % more); bench/results/packing-reuse.json. `--quick`: the cells the issue names
-    (`reuse.CELLS`); `--tuning`: the tuning seeds (writes packing-reuse.try.json). `--idle-ttl M`
-    (trace minutes, default 5), `--idle-per-gpu N` (default the plugin's 2), `--namespaces N` (default 8)."""
+    (`reuse.CELLS`); `--tuning`: the tuning seeds, `--seeds A,B`: those (both write packing-reuse.try.json);
+    `--idle-ttl M` (trace minutes, default 5), `--idle-per-gpu N` (default the plugin's 2),
+    `--namespaces N` (default 8)."""
     try:
         ttl = _reuse_option(argv, "--idle-ttl", reuse.TTL_MINUTES, 0.0, 10_000.0)
-        cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64))
-        spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000))
+        cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64, whole=True))
+        spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000, whole=True))
+        tuning = "--tuning" in argv
+        seeds = _reuse_seeds(argv, grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)
     except ValueError as error:
         print(f"placement.py: {error}", file=sys.stderr)
         return 2
-    tuning = "--tuning" in argv
-    seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
+    given = "--seeds" in argv
     cells = list(reuse.CELLS) if "--quick" in argv else grid.cells()
     print(
-        f"packing grid, idle reuse: {len(cells)} cells, {'tuning' if tuning else 'held-out'} seeds "
+        f"packing grid, idle reuse: {len(cells)} cells, {'given' if given else 'tuning' if tuning else 'held-out'} seeds "
         f"{', '.join(map(str, seeds))}; TTL {ttl:g} trace-minutes, at most {cap} idle per GPU, {spread} "
         f"namespaces; refused GPU-work in GPU-minutes summed over seeds, reuse on / off"
     )
@@ -735,7 +756,8 @@ def reuse_main(argv: list[str]) -> int:
         f"(worst {worst['ratio']:.3f}× in {worst['cell']}; {sum(r['ratio'] > 1.05 for r in rows)} of {len(rows)} above)"
     )
     out = {"seeds": list(seeds), "tuning": tuning, "ttl_minutes": ttl, "per_gpu": cap, "namespaces": spread}
-    target = REUSE_RESULTS if not tuning and "--quick" not in argv else REUSE_RESULTS.with_suffix(".try.json")
+    record = not (tuning or given or "--quick" in argv)
+    target = REUSE_RESULTS if record else REUSE_RESULTS.with_suffix(".try.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({**out, "overall": overall, "cells": rows}, indent=2) + "\n")
     print(f"wrote {target}")

@@ -101,6 +101,8 @@ def test_namespaces_out_of_range_are_refused_naming_the_field():
         (["--grid", "--reuse", "--idle-per-gpu", "0"], "--idle-per-gpu: '0' is not from 1 to 64"),
         (["--grid", "--reuse", "--idle-ttl", "soon"], "--idle-ttl: 'soon' is not a number"),
         (["--grid", "--reuse", "--namespaces", "5000"], "--namespaces: '5000' is not from 1 to 1000"),
+        (["--grid", "--reuse", "--namespaces", "2.5"], "--namespaces: '2.5' is not a whole number"),
+        (["--grid", "--reuse", "--seeds", "1,x"], "--seeds: '1,x' is not a comma-separated list"),
         (["--reuse"], "give --grid --reuse"),
     ],
 )
