@@ -6,6 +6,7 @@ against the move-oracle as a policy (issue 29, item 3).
     ... --fleets A100-40GB,H100-80GB                      (which uniform pools; those two by default)
     nice .venv/bin/python bench/defrag_grid.py --limit --fleets A100-40GB,H100-80GB,B200
                                                           (no eviction replay: plain, baselines, oracle)
+    ... --loads 0.95,1.05                                 (the grid's loads to replay; 0.95 by default)
 
 Per cell (the grid's 10 % whole-GPU / 3x mix at load 0.95, on a uniform pool of 64 GPUs, 8 nodes x 8)
 and seed, the same trace (`_packing.grid.trace`) is replayed three times on a fresh fleet, each counted
@@ -57,8 +58,25 @@ LOAD = 0.95
 ORACLE_BUDGET, ORACLE_TIME_LIMIT = 60.0, 5.0  # seconds per trace in the program with nodes; per solve
 
 
-def cells(fleets=FLEETS) -> list[grid.Cell]:
-    return [grid.Cell(f, grid.BASE, LOAD) for f in fleets]
+def cells(fleets=FLEETS, loads=(LOAD,)) -> list[grid.Cell]:
+    return [grid.Cell(f, grid.BASE, load) for f in fleets for load in loads]
+
+
+def _loads(argv: list[str]) -> tuple[float, ...]:
+    """`--loads 0.95,1.05` (the grid's loads only; `LOAD` when absent); ValueError naming the flag."""
+    if "--loads" not in argv[:-1]:
+        return (LOAD,)
+    text = argv[argv.index("--loads") + 1]
+    try:
+        loads = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--loads: {text[:40]!r} is not a list of numbers") from None
+    wrong = [x for x in loads if x not in grid.LOADS]
+    if wrong:
+        raise ValueError(
+            f"--loads: {wrong[0]:g} is not one of the grid's loads {', '.join(map(str, grid.LOADS))}"
+        )
+    return loads
 
 
 class _Repacked:
@@ -259,14 +277,16 @@ def main(argv: list[str]) -> int:
     seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
     fleets = tuple(argv[argv.index("--fleets") + 1].split(",")) if "--fleets" in argv[:-1] else FLEETS
     unknown = [f for f in fleets if f not in grid.FLEETS]
-    if unknown:
-        print(
-            f"defrag_grid.py: --fleets: {unknown[0][:40]!r} is not one of {', '.join(grid.FLEETS)}",
-            file=sys.stderr,
-        )
+    try:
+        loads = _loads(argv)
+        if unknown:
+            raise ValueError(f"--fleets: {unknown[0][:40]!r} is not one of {', '.join(grid.FLEETS)}")
+    except ValueError as error:
+        print(f"defrag_grid.py: {error}", file=sys.stderr)
         return 2
     print(
-        f"defrag against its limit: {len(fleets)} near-capacity cells ({grid.BASE.name}, load {LOAD}), "
+        f"defrag against its limit: {len(fleets) * len(loads)} cells ({grid.BASE.name}, "
+        f"load {', '.join(map(str, loads))}), "
         f"{'tuning' if tuning else 'held-out'} seeds {', '.join(map(str, seeds))}; {grid.ARRIVALS} arrivals "
         f"per trace, the first {grid.WARM:.0%} not counted; "
         + ("no eviction replay (--limit); " if limit else f"eviction ranking '{RANKING.name}'; ")
@@ -274,12 +294,12 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     rows = []
-    for cell in cells(fleets):
+    for cell in cells(fleets, loads):
         for seed in seeds:
             rows.append(run_cell(cell, seed, evict=not limit))
             print(_seed_line(rows[-1]), flush=True)
     print("\nper cell, summed over seeds (refused GPU-minutes):")
-    summary = [summarise(cell, [r for r in rows if r["cell"] == cell.label]) for cell in cells(fleets)]
+    summary = [summarise(cell, [r for r in rows if r["cell"] == cell.label]) for cell in cells(fleets, loads)]
     for s in summary:
         print(_cell_line(s), flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
