@@ -25,8 +25,11 @@ hand-over in flight). It also checks:
 
 - busy hand-overs: a pod's workload starting on a MIG device a process already runs on (the
   simulated NVML is watched, so no hand-over between two looks is missed);
-- once every pod is deleted, each instance still on a GPU is journaled idle (`idleSince`) by its
-  node's plugin, within the per-GPU cap and its TTL; and once the TTL is over, nothing is left.
+- once the workload's last pod is gone (audited then, before the kills still due land on the idle
+  node: a restart on a GPU no pod holds cleans it, so an audit after them found nothing idle), each
+  instance still on a GPU is journaled idle (`idleSince`) by its node's plugin, within the per-GPU
+  cap and its TTL (waiting up to 3 s for the last pass to park them); and at the end, nothing is
+  left.
 
 Writes bench/results/chaos.json (chaos-reuse.json with `--reuse`). The short versions run in
 tests/plugin/test_chaos.py and tests/plugin/test_chaos_reuse.py.
@@ -175,6 +178,8 @@ class Chaos:
                 self._kill(self.mode)
                 self.fire_at = None
             time.sleep(0.05)
+        if self.reuse:
+            self._audit_at_the_last_delete()
         while self.report.kills < self.kills or self.down is not None:  # the rest land on an idle node
             if self.down is None:
                 self._kill(self.mode)
@@ -251,9 +256,20 @@ class Chaos:
                 self.report.details.append(f"{name} Pending for 60s: {why[:300]}")
                 due = True
             if due:
-                self.kit.delete(name, wait=False)
+                self._delete(name)
                 live.deleted = True
                 self._arm(0.0, 0.3, "after-delete")
+
+    def _delete(self, name: str) -> None:
+        """Delete a pod; with reuse, the last wave (nothing more to create) at once (grace 0): the plugin
+        parks an instance only once its pod is terminal or gone, never while it terminates (it
+        destroys one that runs nothing then), so gracefully deleted pods leave nothing idle, and the
+        audit at the last delete would have nothing to audit."""
+        if self.reuse and self.created >= self.total:
+            with contextlib.suppress(Exception):  # gone already
+                self.kit.core.delete_namespaced_pod(name, self.kit.namespace, grace_period_seconds=0)
+            return
+        self.kit.delete(name, wait=False)
 
     def _failed(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -421,8 +437,6 @@ class Chaos:
             self.kit.delete(pod["metadata"]["name"], wait=False)
         try:
             self.kit.wait(lambda: not self.kit.pods(), 90, "every pod to be gone")
-            if self.reuse:
-                self._audit_idle()
             self.kit.wait(
                 lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(),
                 60,
@@ -439,15 +453,36 @@ class Chaos:
             self.kit.wait(lambda: self._journal_entries() == 0, 15, "empty journals")
         self.report.journal_entries_left = self._journal_entries()
 
-    def _audit_idle(self) -> None:
-        """Every pod is gone: what is still on a GPU must be journaled idle, within cap and TTL."""
-        with contextlib.suppress(AssertionError):  # a create or destroy half done settles first
-            self.kit.wait(lambda: not self.kit.bare_gpu_instances(), 20, "no half-made instance")
-        journaled: dict[tuple[str, int, int, str], int] = {}
+    def _audit_at_the_last_delete(self) -> None:
+        """The workload's last pod is gone: audit what its plugins keep idle now, before the kills
+        still due land on the idle node (a restart on a GPU no pod holds cleans it, idle instances
+        included, and by then their TTL is over: an audit after them finds nothing to audit)."""
+        while self.down is not None:  # a kill in flight: its plugin is back first
+            self._watch_restart(time.monotonic())
+            time.sleep(0.05)
+        with contextlib.suppress(AssertionError):  # the last deletes' instances are parked next pass
+            self.kit.wait(self._all_journaled_idle, 3.0, "the last instances journaled idle")
+        self._audit_idle()
+
+    def _idle_journal(self) -> dict[tuple[str, int, int, str], float]:
+        journaled: dict[tuple[str, int, int, str], float] = {}
         for runtime in self.lab.nodes.values():
             for e in _journal(runtime):
                 if e.get("idleSince") is not None:
                     journaled[(e["gpuUUID"], e["start"], e["size"], e.get("migUUID") or "")] = e["idleSince"]
+        return journaled
+
+    def _all_journaled_idle(self) -> bool:
+        journaled = self._idle_journal()
+        return not self.kit.bare_gpu_instances() and all(
+            (i.gpu_uuid, i.start, i.size, i.mig_uuid) in journaled for i in self.kit.instances()
+        )
+
+    def _audit_idle(self) -> None:
+        """Every pod is gone: what is still on a GPU must be journaled idle, within cap and TTL."""
+        with contextlib.suppress(AssertionError):  # a create or destroy half done settles first
+            self.kit.wait(lambda: not self.kit.bare_gpu_instances(), 20, "no half-made instance")
+        journaled = self._idle_journal()
         now = time.time()
         per_gpu: Counter[str] = Counter()
         left = self.kit.instances()

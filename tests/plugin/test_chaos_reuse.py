@@ -2,8 +2,9 @@
 churn with matching requests so ended pods' instances are handed to the next ones, kills land
 during create, right after pods were created while the node publishes idle instances (the hand-over
 in flight), after deletes (reclaim) and during recovery; no instance with a process on it is ever
-handed to another pod, and once every pod is gone what is left is journaled idle, within the
-per-GPU cap and its TTL, and then nothing."""
+handed to another pod, and once the workload's last pod is gone what is left is journaled idle,
+within the per-GPU cap and its TTL (audited before the last kills clean the idle node, so there is
+something to audit), and at the end nothing."""
 
 from __future__ import annotations
 
@@ -30,5 +31,6 @@ def test_kill_9_with_idle_reuse_on_hands_no_busy_instance_out_and_leaks_nothing(
     assert report.handovers > 0, report.details  # instances were reused: the run tested reuse
     assert report.busy_handovers == 0, report.details
     assert (report.overlaps, report.lost_instances, report.leftover_failures) == (0, 0, 0), report.details
+    assert report.idle_after_delete > 0, report.details  # the audit had idle instances to check
     assert report.idle_unproven == 0, report.details
     assert (report.leaked_instances, report.journal_entries_left) == (0, 0), report.details
