@@ -15,7 +15,9 @@ Allocate passes `urgent` for instances in its way: those are tried whatever thei
 
 With idle reuse on (plugin/idle.py), an unbacked instance whose pod is terminal or gone and that runs
 no process is kept idle instead of destroyed (journaled first), within the per-GPU cap; an idle one
-goes when its TTL is over, when it is urgent (in Allocate's way) or when a process shows on it.
+goes when its TTL is over, when it is urgent (in Allocate's way) or when a process shows on it. An
+instance whose pod is still terminating waits for the pod to end (never handed over meanwhile) and is
+then parked, so a graceful delete does not cost the reuse.
 """
 
 from __future__ import annotations
@@ -161,6 +163,9 @@ class PassResult:
     destroyed: list[InstanceKey] = field(default_factory=list)
     failed: list[tuple[InstanceKey, str]] = field(default_factory=list)
     deferred: list[InstanceKey] = field(default_factory=list)  # backing off after failed destroys
+    waiting: list[InstanceKey] = field(
+        default_factory=list
+    )  # kept until their terminating pod is gone, then idle
     kept_idle: list[InstanceKey] = field(default_factory=list)  # idle for reuse after this pass
     pods: list[PodView] | None = None
     reservations: NodeReservations | None = None  # set when the pass fully understood the node
@@ -216,6 +221,9 @@ class Reconciler:
                     continue
             elif self._park(instance, by_uid, urgent, parked):
                 result.kept_idle.append(instance.key)
+                continue
+            elif self._parks_later(instance, by_uid, urgent, parked):
+                result.waiting.append(instance.key)
                 continue
             forced = not self.backoff.due(instance.key, now)
             if forced and not (urgent and urgent(instance)):
@@ -283,6 +291,26 @@ class Reconciler:
             return False
         parked[instance.key.gpu_uuid] = parked.get(instance.key.gpu_uuid, 0) + 1
         return True
+
+    def _parks_later(
+        self,
+        instance: ManagedInstance,
+        by_uid: Mapping[str, PodView],
+        urgent: Callable[[ManagedInstance], bool] | None,
+        parked: dict[str, int],
+    ) -> bool:
+        """With idle reuse on, a delivered instance whose pod is terminating is neither destroyed nor
+        parked yet: its containers may still run, so it cannot be handed to another pod, and once the
+        pod has ended it is parked instead of lost to the reuse (a graceful delete must not cost the
+        reuse). Not when its slices are needed now or its GPU already keeps its cap of idle ones."""
+        if not self.idle.enabled or instance.owner is None or not instance.has_ci or not instance.mig_uuid:
+            return False
+        if not instance.delivered or (urgent is not None and urgent(instance)):
+            return False
+        owner = by_uid.get(instance.owner.pod_uid)
+        if owner is None or is_terminal(owner.phase) or not owner.deleting:
+            return False
+        return parked.get(instance.key.gpu_uuid, 0) < self.idle.per_gpu
 
     def _busy(self, instance: ManagedInstance) -> bool:
         try:

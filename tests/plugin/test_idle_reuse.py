@@ -120,16 +120,34 @@ def test_a_process_on_the_ended_pods_instance_keeps_it_from_going_idle(make_node
     assert app.manager.idle_instances() == []
 
 
-def test_a_terminating_pods_instance_is_not_kept_idle(make_node):
+def test_a_terminating_pods_instance_waits_for_the_pod_to_end_and_then_stays_idle(make_node):
     node = make_node(A100)
     app = node.start_plugin(**REUSE)
     node.add_pod("a", [[Want(0, "1g.5gb", 0, 1)]])
     assert node.admit("a").ok
+    [r] = node.reservations("a")
     node.set_phase("a", "Running")
     node.core.delete_namespaced_pod("a", "default", grace_period_seconds=30)  # containers may still run
     node.tick()
-    assert app.manager.idle_instances() == []
-    assert node.instances(0) == []  # reclaimed as before (no process ran on it)
+    assert app.manager.idle_instances() == []  # never handed over while its containers may run
+    assert [i[3] for i in node.instances(0)] == [r.migUUID]  # nor destroyed: a graceful delete keeps reuse
+    assert IDLE not in node.node_annotations() or not decode_idle(node.node_annotations()[IDLE])
+
+    node.set_phase("a", "Succeeded")  # its containers stopped
+    node.tick()
+    [idle] = app.manager.idle_instances()
+    assert idle.mig_uuid == r.migUUID
+
+
+def test_with_reuse_off_a_terminating_pods_instance_is_reclaimed_as_before(make_node):
+    node = make_node(A100)
+    node.start_plugin()
+    node.add_pod("a", [[Want(0, "1g.5gb", 0, 1)]])
+    assert node.admit("a").ok
+    node.set_phase("a", "Running")
+    node.core.delete_namespaced_pod("a", "default", grace_period_seconds=30)
+    node.tick()
+    assert node.instances(0) == []  # no process ran on it
 
 
 def test_an_idle_instance_is_destroyed_when_its_slices_are_needed_for_another_profile(make_node):
