@@ -13,8 +13,10 @@ Two costs of the client's own path are paid less often, not skipped:
   expiry) on every call, and the hook re-assigns the host, which scans the whole environment for
   proxies (about 50 µs); here the headers it yields are kept for `AUTH_REUSE` seconds and dropped at
   once on a 401, so a rotated token is picked up at most that much later than the client would;
-- the pool: without a proxy, the request goes straight to the host's connection pool (looked up by
-  host, not by parsing the URL again); with one, through the pool manager as before.
+- the pool: without a proxy, the request goes straight to the host's connection pool, looked up
+  once and kept (the pool manager normalises the pool's key on every lookup); a pool the manager has
+  closed meanwhile (`clear`, or evicted) is looked up again, before anything is sent. With a proxy,
+  every request goes through the pool manager as before.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
+from urllib3.exceptions import ClosedPoolError
 
 from kube.errors import from_status, status_message, translated
 
@@ -53,6 +56,7 @@ class JsonRequests:
         self._origin = (url.host, url.port, url.scheme or "http")
         self._base = url.path or ""  # a host URL may carry a path prefix
         self._direct = not isinstance(self._pool, urllib3.ProxyManager)
+        self._host_pool: urllib3.HTTPConnectionPool | None = None  # the host's pool, when direct
         self._clock = clock
         self._auth_lock = threading.Lock()
         self._auth: tuple[float, dict[str, str]] | None = None  # (when refreshed, the headers it gave)
@@ -94,16 +98,7 @@ class JsonRequests:
             data = json.dumps(body, separators=(",", ":")).encode()
         with translated(what):
             if self._direct:
-                pool = self._pool.connection_from_host(*self._origin)
-                reply = pool.urlopen(
-                    method,
-                    self._base + path,
-                    body=data,
-                    headers=headers,
-                    timeout=self.timeout,
-                    assert_same_host=False,
-                    redirect=False,
-                )
+                reply = self._direct_request(method, path, data, headers)
             else:
                 reply = self._pool.request(
                     method, self._host + path, body=data, headers=headers, timeout=self.timeout
@@ -113,3 +108,36 @@ class JsonRequests:
             if not 200 <= reply.status < 300:
                 raise from_status(what, reply.status, reply.reason or "", status_message(reply.data))
             return json.loads(reply.data) if decode and reply.data else None
+
+    def _direct_request(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> urllib3.BaseHTTPResponse:
+        """The request on the host's connection pool (kept; looked up again once it is closed)."""
+        pool = self._host_pool or self._lookup_pool()
+        try:
+            return self._send(pool, method, path, data, headers)
+        except ClosedPoolError:  # raised before anything is sent: safe to send on the pool now open
+            return self._send(self._lookup_pool(), method, path, data, headers)
+
+    def _lookup_pool(self) -> urllib3.HTTPConnectionPool:
+        pool: urllib3.HTTPConnectionPool = self._pool.connection_from_host(*self._origin)
+        self._host_pool = pool
+        return pool
+
+    def _send(
+        self,
+        pool: urllib3.HTTPConnectionPool,
+        method: str,
+        path: str,
+        data: bytes | None,
+        headers: dict[str, str],
+    ) -> urllib3.BaseHTTPResponse:
+        return pool.urlopen(
+            method,
+            self._base + path,
+            body=data,
+            headers=headers,
+            timeout=self.timeout,
+            assert_same_host=False,
+            redirect=False,
+        )

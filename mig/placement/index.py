@@ -20,6 +20,7 @@ import bisect
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
@@ -32,6 +33,8 @@ from mig.types import Placement
 # (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
 _Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
 _SORT_KEY = attrgetter("sort_key")
+_NODE = attrgetter("node")
+PRICED_MEMO = 4096  # risk weights remembered across decisions (cleared when full, or the mix changes)
 _FIRST = itemgetter(0)
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
@@ -46,6 +49,7 @@ class _Gpu:
         "mask",
         "node",
         "order",
+        "profiles",
         "pset",
         "sort_key",
         "total",
@@ -56,6 +60,7 @@ class _Gpu:
     def __init__(self, state: GpuState, pset: ProfileSet | None):
         self.node, self.uuid, self.type, self.index = state.node, state.uuid, state.type, state.index
         self.pset, self.mask, self.healthy = pset, state.occupied_mask, state.healthy
+        self.profiles = state.profiles  # as published: the same object again keeps its set
         self.order = (state.index, state.node)
         self.sort_key = (state.node, state.index, state.uuid)  # the fleet's order: the tie-break in a bucket
         self.total = state.memory_mb
@@ -131,8 +136,16 @@ def _gpu_order(pair: tuple[_Gpu, object]) -> tuple[str, int, str]:
     return pair[0].sort_key
 
 
-def _walk(cand: _Candidate, members: _Members) -> Iterator[tuple[_Gpu, _Candidate]]:
-    return ((g, cand) for g in members)
+def _walk(cand: _Candidate, members: _Members, allowed: set[str] | None) -> Iterator[tuple[_Gpu, _Candidate]]:
+    """The bucket's GPUs on `allowed` nodes (None: all), in bucket order, each with the candidate.
+    The skipping runs at C speed (a bucket of empty GPUs may hold thousands, most of them on nodes
+    kube-scheduler did not send)."""
+    gpus = (
+        iter(members)
+        if allowed is None
+        else compress(members, map(allowed.__contains__, map(_NODE, members)))
+    )
+    return zip(gpus, repeat(cand))
 
 
 def _best_first(
@@ -155,20 +168,39 @@ def _best_first(
         yield bucket
 
 
-_Groups = dict[tuple[int, int, str, int], dict[float, _Members]]
+_Groups = dict[tuple[int, int, str, int], dict[float, _Members]]  # group key -> node fill -> GPUs
 
 
-def _put(groups: _Groups, g: _Gpu, fill: float) -> None:
-    """File a GPU in its (group, node fill) bucket, in GPU order."""
-    bisect.insort(groups.setdefault(g.group(), {}).setdefault(fill, []), g, key=_SORT_KEY)
+_GroupKey = tuple[int, int, str, int]
 
 
-def _take(groups: _Groups, g: _Gpu, fill: float) -> None:
-    """Take a GPU out of its (group, node fill) bucket; empty buckets and groups go."""
-    key = g.group()
+def _runs(gpus: Iterable[_Gpu]) -> list[tuple[_GroupKey, list[_Gpu]]]:
+    """One node's schedulable GPUs by group, each run in GPU order. A node leads the GPU order, so
+    in a bucket (group, node fill) a node's GPUs are adjacent: each run moves as one slice."""
+    by_group: dict[_GroupKey, list[_Gpu]] = {}
+    for g in gpus:
+        by_group.setdefault(g.group(), []).append(g)
+    for run in by_group.values():
+        if len(run) > 1:
+            run.sort(key=_SORT_KEY)
+    return list(by_group.items())
+
+
+def _put(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: float) -> None:
+    """File one node's GPUs of one group (`_runs`; none of that node's are filed there) in their
+    (group, node fill) bucket, in GPU order."""
+    members = groups.setdefault(key, {}).setdefault(fill, [])
+    at = bisect.bisect_left(members, run[0].sort_key, key=_SORT_KEY)
+    members[at:at] = run
+
+
+def _take(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: float) -> None:
+    """Take one node's GPUs of one group (all of that node's in the bucket, `_runs`) out of their
+    (group, node fill) bucket; empty buckets and groups go."""
     buckets = groups[key]
     members = buckets[fill]
-    del members[bisect.bisect_left(members, g.sort_key, key=_SORT_KEY)]
+    at = bisect.bisect_left(members, run[0].sort_key, key=_SORT_KEY)
+    del members[at : at + len(run)]
     if not members:
         del buckets[fill]
         if not buckets:
@@ -201,6 +233,8 @@ class PlacementIndex:
         self._mix: Mix = PRIOR
         self._offered: dict[int, tuple[float, ...]] = {}  # id(profile set) -> work offered per profile
         self._weights: dict[tuple[int, str], tuple[int, ...]] = {}  # this decision's, per (set, type)
+        # (id(profile set), the model's free slots per profile) -> weights, under the current mix
+        self._priced: dict[tuple[int, tuple[int | None, ...]], tuple[int, ...]] = {}
         for g in gpus:
             self.upsert(g)
 
@@ -211,7 +245,10 @@ class PlacementIndex:
         old = self._gpus.get(state.uuid)
         if old is not None and old.node != state.node:
             self.remove(state.uuid)
-        pset = profile_set(state.profiles) if state.profiles else None
+        if old is not None and old.profiles is state.profiles:
+            pset = old.pset  # a change of occupancy: the published profiles are the same object
+        else:
+            pset = profile_set(state.profiles) if state.profiles else None
         g = _Gpu(state, pset)
 
         def put() -> None:
@@ -262,7 +299,7 @@ class PlacementIndex:
         were left out of its `nodes` (they may be unknown yet, or change meanwhile). Only the nodes
         entering or leaving the set move: a caller that passes its current set on every decision
         pays for the changes."""
-        wanted = set(nodes)
+        wanted = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
         for node in wanted.symmetric_difference(self._blocked):
             self._toggle_block(node)
 
@@ -274,48 +311,54 @@ class PlacementIndex:
         if fill is None:  # a node the index does not hold (yet): none of its GPUs is filed
             return
         target = self._buckets_of(node)
-        for g in self._nodes[node].values():
-            if g.schedulable:
-                _take(source, g, fill)
-                _put(target, g, fill)
+        for key, run in _runs(g for g in self._nodes[node].values() if g.schedulable):
+            _take(source, key, run, fill)
+            _put(target, key, run, fill)
 
     def _buckets_of(self, node: str) -> _Groups:
         """Where the node's GPUs are filed: the parked buckets while it is blocked, else the ranked."""
         return self._parked if node in self._blocked else self._groups
 
     def _change(self, node: str, mutate: Callable[[], None]) -> None:
-        """Apply a change to one node: its GPUs leave their buckets, change, and come back."""
-        for g in self._nodes.get(node, {}).values():
-            self._unlink(g)
+        """Apply a change to one node: its GPUs leave their buckets, change, and come back. The
+        per-model counts move only for GPUs whose occupancy changed (a reservation changes one GPU,
+        but the node's fill moves all of them between buckets)."""
+        before = {id(g): (g, g.mask) for g in self._nodes.get(node, {}).values() if g.schedulable}
+        if before:
+            source, fill = self._buckets_of(node), self._fill[node]
+            for key, run in _runs(g for g, _ in before.values()):
+                _take(source, key, run, fill)
         mutate()
         gpus = self._nodes.get(node)
+        live = [g for g in gpus.values() if g.schedulable] if gpus else []
+        for g in live:
+            old = before.pop(id(g), None)
+            if old is None or old[1] != g.mask:
+                if old is not None:
+                    self._count_type(g, -1, old[1])
+                self._count_type(g, 1, g.mask)
+        for g, mask in before.values():  # gone, or no longer schedulable
+            self._count_type(g, -1, mask)
         if not gpus:
             self._nodes.pop(node, None)
             self._fill.pop(node, None)
             self._sig.pop(node, None)
             return
-        live = [g for g in gpus.values() if g.schedulable]
         total = sum(g.profile_set.axis for g in live)
-        self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
+        fill = self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
         groups = self._buckets_of(node)
-        for g in live:
-            self._count_type(g, 1)
-            _put(groups, g, self._fill[node])
+        for key, run in _runs(live):
+            _put(groups, key, run, fill)
 
-    def _unlink(self, g: _Gpu) -> None:
-        if not g.schedulable:
-            return
-        self._count_type(g, -1)
-        _take(self._buckets_of(g.node), g, self._fill[g.node])
-
-    def _count_type(self, g: _Gpu, step: int) -> None:
+    def _count_type(self, g: _Gpu, step: int, mask: int) -> None:
+        """Count (step 1) or uncount (-1) a schedulable GPU at occupancy `mask` in its model's totals."""
+        pset = g.profile_set
         counts = self._types.setdefault(g.type, [0, 0])
         counts[0] += step
-        counts[1] += step if g.used() == 0 else 0
-        pset = g.profile_set
+        counts[1] += step if not mask & pset.full_mask else 0
         slots = self._slots.setdefault(g.type, {})
-        for name, n in zip(pset.names, pset.slots(g.mask), strict=True):
+        for name, n in zip(pset.names, pset.slots(mask), strict=True):
             slots[name] = slots.get(name, 0) + step * n
 
     @property
@@ -329,16 +372,25 @@ class PlacementIndex:
         if mix != self._mix:
             self._mix = tuple(mix)
             self._offered.clear()
+            self._priced.clear()
 
     def _risk_weights(self, pset: ProfileSet, gtype: str) -> tuple[int, ...]:
         """This decision's price per profile of one free slot on a GPU of this set and type."""
         key = (id(pset), gtype)
         hit = self._weights.get(key)
         if hit is None:
-            offered = self._offered.get(id(pset))
-            if offered is None:
-                offered = self._offered[id(pset)] = pset.offered(self._mix)
-            hit = self._weights[key] = risk_weights(pset.names, offered, self._slots.get(gtype, {}))
+            slots = self._slots.get(gtype, {})
+            # the same set and free slots under the same mix price the same (memoized across decisions)
+            priced = (id(pset), tuple(map(slots.get, pset.names)))
+            hit = self._priced.get(priced)
+            if hit is None:
+                offered = self._offered.get(id(pset))
+                if offered is None:
+                    offered = self._offered[id(pset)] = pset.offered(self._mix)
+                if len(self._priced) >= PRICED_MEMO:
+                    self._priced.clear()
+                hit = self._priced[priced] = risk_weights(pset.names, offered, slots)
+            self._weights[key] = hit
         return hit
 
     def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
@@ -365,9 +417,9 @@ class PlacementIndex:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
         self._weights = {}  # priced from the fleet as it is now
+        # with `skip`, the walk never meets a blocked node (their GPUs are parked), so only the
+        # refusal has to leave them out of `allowed`
         skip = skip_blocked and bool(self._blocked)
-        if skip:
-            allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
         shares = any(isinstance(d[2], Percent) for d in devices)
         largest = max((g.total for g in self._gpus.values()), default=0) if shares else 0
         lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -382,6 +434,8 @@ class PlacementIndex:
             plan = self._plan_node(pod, devices, g.node, memo)
             if plan is not None:
                 return plan
+        if skip:
+            allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
         return self._refusal(pod, devices, lead, allowed, tried)
 
     def _eligible(self, pod: PodRequest, g: _Gpu) -> bool:
@@ -456,17 +510,14 @@ class PlacementIndex:
             heads.append((key_of(fills[-1]), len(groups), fills))
             groups.append((cand, by_fill, key_of))
 
-        def usable(g: _Gpu) -> bool:
-            return (allowed is None or g.node in allowed) and (not filtered or self._eligible(pod, g))
-
         # Each bucket is kept in GPU order, so its usable GPUs come in rank order by walking it and
         # skipping the others; the walk stops where the caller does (most decisions take the first).
         # kube-scheduler sends a sample of the nodes and binds in progress lock some, so the first
-        # GPU of a bucket is often not usable: the walk costs the GPUs skipped, not the bucket.
+        # GPU of a bucket is often not usable: the walk costs the GPUs skipped (at C speed), not the bucket.
         for entries in _best_first(heads, groups):
-            walks = [_walk(cand, members) for cand, members in entries]
+            walks = [_walk(cand, members, allowed) for cand, members in entries]
             for g, cand in walks[0] if len(walks) == 1 else heapq.merge(*walks, key=_gpu_order):
-                if usable(g):
+                if not filtered or self._eligible(pod, g):
                     yield g, cand
 
     def _placement(self, device: Device, g: _Gpu, cand: _Candidate) -> DevicePlacement:

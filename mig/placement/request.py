@@ -152,6 +152,11 @@ INT32_MAX = (1 << 31) - 1
 MAX_DEVICES = 128
 
 
+# quantity text -> (its exact integer value, None when not whole), for texts read before
+_WHOLE: dict[str, tuple[int | None]] = {}
+_WHOLE_MEMO, _WHOLE_TEXT = 1024, 32
+
+
 def _resource(container: str, resource: str, value: Any) -> int:
     """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -159,10 +164,18 @@ def _resource(container: str, resource: str, value: Any) -> int:
             f'container {container}: {resource} must be a quantity string such as "1" or '
             f'"8k", not {type(value).__name__}'
         )
-    try:
-        number = parse_quantity(value if isinstance(value, str) else str(value)).as_int64()
-    except QuantityError as error:
-        raise RequestError(f"container {container}: {resource}: {error}") from None
+    text = value if isinstance(value, str) else str(value)
+    read = _WHOLE.get(text)
+    if read is None:
+        try:
+            read = (parse_quantity(text).as_int64(),)
+        except QuantityError as error:
+            raise RequestError(f"container {container}: {resource}: {error}") from None
+        if len(text) <= _WHOLE_TEXT:  # short texts only: a pod's values repeat, and stay bounded
+            if len(_WHOLE) >= _WHOLE_MEMO:
+                _WHOLE.clear()
+            _WHOLE[text] = read
+    number = read[0]
     if number is None:
         raise RequestError(f"container {container}: {resource} {str(value)[:40]!r} is not a whole number")
     if number < 0:
@@ -209,7 +222,9 @@ def container_request(
 
 def _split(value: str | None) -> tuple[str, ...]:
     """A comma list, trimmed, empties and duplicates dropped, order kept (linear in its length)."""
-    return tuple(dict.fromkeys(p for p in (part.strip() for part in (value or "").split(",")) if p))
+    if not value:  # most scheduling annotations are absent
+        return ()
+    return tuple(dict.fromkeys(p for p in (part.strip() for part in value.split(",")) if p))
 
 
 MAX_ANNOTATION_TEXT = 4096  # ~100 GPU UUIDs; far more than any preference or policy needs

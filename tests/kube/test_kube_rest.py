@@ -78,3 +78,16 @@ def test_a_missing_object_is_not_found_and_a_stale_write_a_conflict_naming_the_c
 def test_a_name_is_one_path_segment_whatever_it_contains():
     assert segment("a/b?c#d") == "a%2Fb%3Fc%23d"
     assert segment("node-1.example") == "node-1.example"
+
+
+def test_a_request_after_the_client_closed_its_connection_pools_is_sent_on_a_new_pool(apiserver):
+    api = apiserver.api_client("admin")
+    calls = JsonRequests(api)
+    apiserver.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    assert calls.request("read n1", "GET", "/api/v1/nodes/n1")["metadata"]["name"] == "n1"
+    api.rest_client.pool_manager.clear()  # closes every pool it made, the one the calls keep included
+    patch = {"metadata": {"annotations": {"a": "b"}}}
+    calls.request(
+        "patch n1", "PATCH", "/api/v1/nodes/n1", patch, "application/merge-patch+json", decode=False
+    )
+    assert apiserver.get("nodes", "n1")["metadata"]["annotations"] == {"a": "b"}
