@@ -19,8 +19,8 @@ seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (abou
 `--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
 plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
-and overall (about 15 minutes here; `--quick` the six cells issue 30 names; `--seeds A,B`, `--idle-ttl M`
-trace-minutes, `--idle-per-gpu N`, `--namespaces N`); writes bench/results/packing-reuse.json.
+and overall (775 s on a busy machine here; `--quick` the six cells issue 30 names; `--seeds A,B`,
+`--idle-ttl M` trace-minutes, `--idle-per-gpu N`, `--namespaces N`); writes bench/results/packing-reuse.json.
 
 - Churn: Poisson arrivals and exponential lifetimes over a mixed fleet of A100-40GB, H100-80GB and
   RTX PRO 6000 nodes, in two workload shapes (`mixed`: 1g- to whole-GPU-sized requests and some
