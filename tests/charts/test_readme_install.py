@@ -1,24 +1,21 @@
 """README's "Installing on a cluster", followed step by step: its values files are written as shown,
 each `helm install` command runs as `helm template` with exactly its flags, and what it renders is
 valid for Kubernetes 1.28 and 1.35 and does what the step says; the image the README builds (its
-`make image` line) and pushes (its `skopeo copy` line) is the image those installs run; and
-`make image` as written builds it, where the image tools are present. The handover install of
+`make image` line) and pushes (its `skopeo copy` line) is the image those installs run
+(tests/packaging/test_image.py builds it by running that line as written). The handover install of
 docs/migrating-from-hami.md is rendered the same way. (tests/docs/test_readme_lab.py runs the
 install and its check on a lab.)"""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
-import tarfile
 
 import pytest
 import yaml
 from chart_testkit import CHART, ROOT, container, helm_binary, of_kind, one
+from image_testkit import MAKE_IMAGE, make_image_target
 from test_chart_schemas import problems
 
 FENCE = re.compile(r"^ *```(\w+)\n(.*?)^ *```", re.DOTALL | re.MULTILINE)
@@ -136,18 +133,6 @@ def _lines(starting: str) -> list[str]:
     ]
 
 
-def _make_image() -> tuple[str, str]:
-    """(archive, image name) of the README's `make image` line, from make's own dry run."""
-    (line,) = _lines("make image")
-    done = subprocess.run(
-        [*shlex.split(line), "-n"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    (build,) = [out for out in done.stdout.splitlines() if "scripts/build_image.sh" in out]
-    archive, name = shlex.split(build)[-2:]
-    return archive, name
-
-
 def _dynmig_images(docs: list[dict]) -> set[str]:
     """Every image the chart runs but kube-scheduler's: the server, the device plugin, the hooks."""
     images = set()
@@ -161,22 +146,23 @@ def _dynmig_images(docs: list[dict]) -> set[str]:
 
 
 def test_the_readme_says_what_make_image_writes():
-    archive, name = _make_image()
+    archive, name = make_image_target()
     (line,) = [x for body in blocks("sh") for x in body.splitlines() if x.startswith("make image")]
+    assert line.split("#", 1)[0].strip() == MAKE_IMAGE  # the line tests/packaging/test_image.py runs
     comment = line.split("#", 1)[1]
     assert archive in comment and name in comment, (line, archive, name)
 
 
 @pytest.mark.parametrize("step", range(len(COMMANDS)))
 def test_each_documented_install_runs_the_image_make_image_builds(step, tmp_path):
-    _, name = _make_image()
+    _, name = make_image_target()
     images = _dynmig_images(render_documented(COMMANDS[step], "1.35", tmp_path))
     assert images == {name}, f"{shlex.join(COMMANDS[step])} runs {images}; make image builds {name}"
 
 
 @pytest.mark.parametrize("step", range(len(COMMANDS)))
 def test_each_documented_install_with_the_registry_values_runs_the_image_skopeo_pushed(step, tmp_path):
-    archive, _ = _make_image()
+    archive, _ = make_image_target()
     (push,) = _lines("skopeo copy")
     source, destination = shlex.split(push)[-2:]
     assert source == f"oci-archive:{archive}", push
@@ -186,23 +172,3 @@ def test_each_documented_install_with_the_registry_values_runs_the_image_skopeo_
     command = shlex.split(shlex.join(COMMANDS[step]).replace("-f my-values.yaml", files))
     images = _dynmig_images(render_documented(command, "1.35", tmp_path))
     assert images == {destination.removeprefix("docker://")}, f"runs {images}; pushed {destination}"
-
-
-@pytest.mark.timeout(1600)
-def test_make_image_as_written_builds_the_image_the_installs_run():
-    """The README's `make image` line, run as written in the checkout; ~3-5 min."""
-    missing = [t for t in ("mmdebstrap", "umoci") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"make image needs {', '.join(missing)} (`make image-tools` installs them as root)")
-    if os.geteuid() != 0:
-        pytest.skip("make image builds a root filesystem: it needs root")
-    archive, name = _make_image()
-    (line,) = _lines("make image")
-    done = subprocess.run(
-        shlex.split(line), cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    with tarfile.open(ROOT / archive) as tar:
-        (member,) = [m for m in tar.getmembers() if m.name.lstrip("./") == "index.json"]
-        index = json.load(tar.extractfile(member))  # type: ignore[arg-type]
-    assert [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]] == [name]

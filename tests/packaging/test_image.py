@@ -1,6 +1,6 @@
 """`make image`'s OCI archive holds a working dynmig: run from the image's own config, as a runtime would.
 
-The archive is built by scripts/build_image.sh (what `make image` runs), unpacked with umoci into a
+The archive is built by the README's `make image` line, run as written, unpacked with umoci into a
 runtime bundle, and each command runs in a chroot of that root filesystem with the user, environment
 and entry point the image config names. Skipped only where the image tools are absent or we are not
 root (`make test` installs mmdebstrap, umoci and skopeo with apt-get when it can).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from image_testkit import MAKE_IMAGE, make_image_target
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "registry.example/dynmig/dynmig:test"
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(
     1200
@@ -119,23 +120,26 @@ def _tools_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def image() -> Iterator[Image]:
+    """The README's `make image` line run as written in the checkout (it writes dist/), then unpacked."""
     _tools_or_skip()
+    archive, name = make_image_target()
     with tempfile.TemporaryDirectory(prefix="dynmig-image-") as tmp:
         home = Path(tmp)
-        archive = home / "dynmig-oci.tar"
         done = subprocess.run(
-            [str(ROOT / "scripts" / "build_image.sh"), str(archive), NAME],
+            shlex.split(MAKE_IMAGE),
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=False,
-            timeout=900,
+            timeout=1500,
             env={**os.environ, "PYTHON": sys.executable},
         )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        archive_path = ROOT / archive
         layout = home / "layout"
-        with tarfile.open(archive) as tar:
+        with tarfile.open(archive_path) as tar:
             tar.extractall(layout, filter="tar")
-        tag = NAME.rsplit(":", 1)[1]
+        tag = name.rsplit(":", 1)[1]
         unpacked = subprocess.run(
             ["umoci", "unpack", "--image", f"{layout}:{tag}", str(home / "bundle")],
             capture_output=True,
@@ -147,7 +151,7 @@ def image() -> Iterator[Image]:
         index = json.loads((layout / "index.json").read_text())
         manifest = _blob(layout, index["manifests"][0]["digest"])
         yield Image(
-            archive,
+            archive_path,
             index,
             _blob(layout, manifest["config"]["digest"]),
             home / "bundle" / "rootfs",
@@ -159,8 +163,9 @@ def _blob(layout: Path, digest: str) -> dict:
     return json.loads((layout / "blobs" / "sha256" / digest.split(":", 1)[1]).read_text())
 
 
-def test_the_archive_names_the_image_and_runs_as_the_non_root_user(image):
-    assert image.index["manifests"][0]["annotations"]["io.containerd.image.name"] == NAME
+def test_make_image_as_written_names_the_image_the_installs_run_and_runs_as_the_non_root_user(image):
+    _, name = make_image_target()  # the chart's default image (tests/charts/test_readme_install.py)
+    assert [m["annotations"]["io.containerd.image.name"] for m in image.index["manifests"]] == [name]
     config = image.config
     assert config["config"]["User"] == "65532:65532"
     assert config["config"]["Entrypoint"] == ["dynmig"]
