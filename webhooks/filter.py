@@ -292,7 +292,8 @@ class Filter:
             chosen = {n: why for n, why in chosen.items() if not self.lock_free(n)}
         blocked: Mapping[str, str] = _Excluded(chosen, locked) if chosen else locked
         # the fleet's index keeps the excluded nodes out of its ranking until the next filter
-        out = set(locked).union(chosen) if chosen or locked else set()
+        out = set(locked)  # one set, built once (the index takes it as it is)
+        out.update(chosen)
 
         def annotate(plan: Plan, usage: PodUsage) -> dict[str, str]:
             return reservation_annotations(plan, usage, containers, time.time())

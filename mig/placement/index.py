@@ -298,7 +298,7 @@ class PlacementIndex:
         """From now on exactly `nodes` are blocked: `plan(..., skip_blocked=True)` decides as if they
         were left out of its `nodes` (they may be unknown yet, or change meanwhile). Only the nodes
         entering or leaving the set move: a caller that passes its current set on every decision
-        pays for the changes."""
+        pays for the changes. A set is read as it is, not copied."""
         wanted = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
         for node in wanted.symmetric_difference(self._blocked):
             self._toggle_block(node)
