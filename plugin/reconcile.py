@@ -37,6 +37,10 @@ from plugin.kube import Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
 from plugin.nvml import NvmlError
 
+PARKED, WAITING = (
+    "parked",
+    "waiting",
+)  # what idle reuse keeps of an instance no active pod holds (Reconciler._keep)
 log = logging.getLogger("dynmig.plugin.reconcile")
 
 BACKOFF_BASE = 2.0  # seconds before the first retry of a failed reclaim
@@ -219,12 +223,11 @@ class Reconciler:
                 if keep:
                     result.kept_idle.append(instance.key)
                     continue
-            elif self._park(instance, by_uid, urgent, parked):
-                result.kept_idle.append(instance.key)
-                continue
-            elif self._parks_later(instance, by_uid, urgent, parked):
-                result.waiting.append(instance.key)
-                continue
+            else:
+                kept = self._keep(instance, by_uid, urgent, parked)
+                if kept:
+                    (result.kept_idle if kept == PARKED else result.waiting).append(instance.key)
+                    continue
             forced = not self.backoff.due(instance.key, now)
             if forced and not (urgent and urgent(instance)):
                 result.deferred.append(instance.key)
@@ -268,49 +271,34 @@ class Reconciler:
             return False, "reclaim"
         return True, ""
 
-    def _park(
+    def _keep(
         self,
         instance: ManagedInstance,
         by_uid: Mapping[str, PodView],
         urgent: Callable[[ManagedInstance], bool] | None,
         parked: dict[str, int],
-    ) -> bool:
-        """Keep an ended pod's instance idle instead of destroying it, when every rule allows."""
+    ) -> str:
+        """What idle reuse keeps of an instance no active pod holds: PARKED (idle now), WAITING (its pod is
+        terminating: its containers may still run, so it is never handed over now, and once the pod has
+        ended it is parked, so a graceful delete does not cost the reuse), or "" (destroyed as without
+        reuse: reuse off, never delivered, its slices needed now, its GPU's cap of idle ones reached,
+        a process on it)."""
         if not self.idle.enabled or instance.owner is None or not instance.has_ci or not instance.mig_uuid:
-            return False
+            return ""
         if not instance.delivered:
-            return False  # pre-created for a pod that never got it: destroyed, never handed to another
+            return ""  # pre-created for a pod that never got it: destroyed, never handed to another
         if urgent is not None and urgent(instance):
-            return False
+            return ""
+        gpu = instance.key.gpu_uuid
+        if parked.get(gpu, 0) >= self.idle.per_gpu:
+            return ""
         owner = by_uid.get(instance.owner.pod_uid)
         if owner is not None and not is_terminal(owner.phase):
-            return False  # terminating: its containers may still run and use the device
-        if parked.get(instance.key.gpu_uuid, 0) >= self.idle.per_gpu or self._busy(instance):
-            return False
-        if not self.manager.park(instance, self.idle.clock()):
-            return False
-        parked[instance.key.gpu_uuid] = parked.get(instance.key.gpu_uuid, 0) + 1
-        return True
-
-    def _parks_later(
-        self,
-        instance: ManagedInstance,
-        by_uid: Mapping[str, PodView],
-        urgent: Callable[[ManagedInstance], bool] | None,
-        parked: dict[str, int],
-    ) -> bool:
-        """With idle reuse on, a delivered instance whose pod is terminating is neither destroyed nor
-        parked yet: its containers may still run, so it cannot be handed to another pod, and once the
-        pod has ended it is parked instead of lost to the reuse (a graceful delete must not cost the
-        reuse). Not when its slices are needed now or its GPU already keeps its cap of idle ones."""
-        if not self.idle.enabled or instance.owner is None or not instance.has_ci or not instance.mig_uuid:
-            return False
-        if not instance.delivered or (urgent is not None and urgent(instance)):
-            return False
-        owner = by_uid.get(instance.owner.pod_uid)
-        if owner is None or is_terminal(owner.phase) or not owner.deleting:
-            return False
-        return parked.get(instance.key.gpu_uuid, 0) < self.idle.per_gpu
+            return WAITING if owner.deleting else ""
+        if self._busy(instance) or not self.manager.park(instance, self.idle.clock()):
+            return ""
+        parked[gpu] = parked.get(gpu, 0) + 1
+        return PARKED
 
     def _busy(self, instance: ManagedInstance) -> bool:
         try:
