@@ -461,7 +461,7 @@ class Chaos:
             self._watch_restart(time.monotonic())
             time.sleep(0.05)
         with contextlib.suppress(AssertionError):  # the last deletes' instances are parked next pass
-            self.kit.wait(self._all_journaled_idle, 3.0, "the last instances journaled idle")
+            self.kit.wait(self._all_journaled_idle, 10.0, "the last instances journaled idle")
         self._audit_idle()
 
     def _idle_journal(self) -> dict[tuple[str, int, int, str], float]:
