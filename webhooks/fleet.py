@@ -478,7 +478,8 @@ class Fleet:
             self._occupancy[node] = occ
             previous = {g.uuid: g for g in before.gpus} if before else {}
             for g in occ.gpus:
-                if previous.pop(g.uuid, None) != g:  # only GPUs whose occupancy or health changed move
+                old = previous.pop(g.uuid, None)  # most are the published GPU itself: no compare
+                if old is not g and old != g:  # only GPUs whose occupancy or health changed move
                     self.index.upsert(g)
             for uuid in previous:
                 self.index.remove(uuid)
