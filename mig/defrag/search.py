@@ -88,10 +88,7 @@ class Search:
         if sure is None:
             return
         if sure:
-            likely = tuple(
-                h for h in victims if h.request is None or not self.homes.fits_elsewhere(h.request, h.node)
-            )
-            self.seeds.append(Seed(bound, node, victims, likely))
+            self.seeds.append(Seed(bound, node, victims, self._stranding(victims)))
         if self.require_homes and sure:
             self.homeless += 1
             return
@@ -104,20 +101,35 @@ class Search:
         if self.homes.placed >= self.max_moves:
             self.capped = True
             return
-        placed = self.homes.place(self.pod, node.name, victims)
-        if placed is None:
+        trial = self.homes.trial(self.pod, node.name, victims)
+        if trial is None:
             return
-        lost = sum(m.plan is None for m in placed[1])
-        if lost and not sure:
-            self.seeds.append(
-                Seed(bound, node, victims, tuple(m.victim for m in placed[1] if m.plan is None))
-            )
+        stranded = tuple(m.victim for m in trial.moves if m.plan is None)
+        if sure:  # the bound's guess may miss a pod the trial strands (see `_stranding`)
+            guess = self.seeds[-1].lost
+            self.seeds[-1] = Seed(bound, node, victims, guess + tuple(h for h in stranded if h not in guess))
+        elif stranded and trial.legal:
+            self.seeds.append(Seed(bound, node, victims, stranded))
+        if not trial.legal:
+            return
+        placed, lost = (trial.plan, trial.moves), len(stranded)
         if self.require_homes and lost:
             self.homeless += 1
             return
         c = cost(node.name, victims, self.now, lost)
         if not self.beaten(c):
             self.best = Best(c, node, victims, placed)
+
+    def _stranding(self, victims: tuple[Holder, ...]) -> tuple[Holder, ...]:
+        """The victims a set that surely loses a pod likely strands, before any trial: those nothing
+        recreates or whose request fits on no other node now. A guess: a victim that fits elsewhere
+        alone may still be stranded when another replacement takes that room first, so a set priced
+        by a trial is grown from the pods the trial strands too. A set left untried (its bound beaten, or
+        ruled out by `require_homes`) may keep the guess: a set containing it can only be cheaper by
+        giving a home to one of its surely lost pods, and those are all in the guess."""
+        return tuple(
+            h for h in victims if h.request is None or not self.homes.fits_elsewhere(h.request, h.node)
+        )
 
     def overlapping(
         self, node: Node, g: GpuState, p: Placement

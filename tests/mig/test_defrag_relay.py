@@ -209,3 +209,32 @@ def test_an_advice_that_strands_a_two_device_pod_is_not_called_cheapest_when_a_l
     assert cheapest is not None and cheapest[1:3] == (0, 2)  # none lost, two pods: cheaper
     assert cheapest < cost("", advice.victims, NOW, len(advice.lost))[:5]
     assert not advice.exact and "not proven cheapest" in advice_text(advice)
+
+
+def test_a_set_whose_two_2g_pods_each_fit_elsewhere_alone_but_not_both_is_grown_by_the_one_stranded():
+    """Found by the brute force above (a random run's saved example). Two whole GPUs are asked for:
+    only n1's pair can give them, so b, c (two 1g slices, each pod asking for a 2g) and the whole-GPU
+    pod go. The whole-GPU pod has no other home; b and c each fit in n0's one free 2g room alone, but
+    not both, so c is lost too. Removing a from n0 as well gives c the room a held: four pods, one
+    lost, which is cheaper than three pods, two lost (lost pods count before pods). The bound said
+    only the whole-GPU pod was lost, and chains grew the set by its rooms only, then called the
+    three-pod set cheapest."""
+    shape = {("n0", 0): A100, ("n1", 0): A100, ("n1", 1): A100}
+    holders = [
+        holder("n0-stays", "n0", 0, 0, 1, candidate=False, request=ONE_G, started=NOW - 1),
+        holder("a", "n0", 0, 2, 1, request=ONE_G, started=NOW - 1),
+        holder("b", "n1", 0, 0, 1, request=TWO_G, started=NOW - 1),
+        holder("c", "n1", 0, 1, 1, request=TWO_G, started=NOW - 1),
+        holder("whole", "n1", 1, 0, 8, request=pod(None), started=NOW - 1),
+    ]
+    two_whole = pod(None, count=2)
+    fleet = fleet_of(holders, shape)
+    three = [h for h in holders if h.name in ("default/b", "default/c", "default/whole")]
+    assert _lost_after(shape, holders, three, two_whole) == 2
+    advice = advise(two_whole, fleet, holders, now=NOW)
+    cheapest = _brute_force(shape, holders, {}, two_whole)
+    assert cheapest == (0, 1, 4, 0, 4.0)
+    assert cost("", advice.victims, NOW, len(advice.lost))[:5] == cheapest
+    assert names(advice) == ["a", "b", "c", "whole"] and [h.name for h in advice.lost] == ["default/whole"]
+    assert placed_after(advice, two_whole, fleet, holders) is not None
+    assert _lost_after(shape, holders, advice.victims, two_whole) == 1
