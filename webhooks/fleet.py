@@ -288,8 +288,8 @@ class Fleet:
             # the next whole-GPU pod its place (a 1g then a 3g share one GPU, as packing wants)
             avoid = tuple(u for u, n in inflight.items() if n >= busy) + untouched
             asked = replace(request, nouse_uuids=request.nouse_uuids + avoid)
-            other = self.index.plan(asked, nodes=(plan.node,))
-            if isinstance(other, Refusal) or other.devices[0].profile != device.profile:
+            other = self.index.plan_on(asked, plan.node)
+            if other is None or other.devices[0].profile != device.profile:
                 break
             plan, device = other, other.devices[0]
             busy = inflight.get(device.gpu_uuid, 0)

@@ -438,6 +438,16 @@ class PlacementIndex:
             allowed = (set(self._nodes) if allowed is None else allowed) - self._blocked
         return self._refusal(pod, devices, lead, allowed, tried)
 
+    def plan_on(self, pod: PodRequest, node: str) -> Plan | None:
+        """`plan(pod, (node,))` when it places the pod, else None, found on that node's GPUs alone
+        (`plan` walks the fleet's buckets for the best candidates, which costs the fleet's size
+        even when one node is allowed)."""
+        devices = pod.devices()
+        if not devices or node not in self._nodes:
+            return None
+        self._weights = {}  # priced from the fleet as it is now, as `plan` does
+        return self._plan_node(pod, devices, node, {})
+
     def _eligible(self, pod: PodRequest, g: _Gpu) -> bool:
         return pod.uuid_exclusion(g.uuid) is None
 

@@ -100,6 +100,13 @@ def test_a_pod_restricted_to_some_nodes_lands_where_the_rule_says_on_those_nodes
 
 
 @SETTINGS
+@given(fleets(), pods(), st.data())
+def test_a_pod_planned_on_one_node_lands_where_the_rule_says_on_that_node(fleet, pod, data):
+    node = data.draw(st.sampled_from(sorted({g.node for g in fleet})))
+    assert PlacementIndex(fleet).plan_on(pod, node) == reference_plan(pod, fleet, [node])
+
+
+@SETTINGS
 @given(fleets(), st.lists(pods(), min_size=1, max_size=10), st.data())
 def test_after_reservations_and_releases_the_index_still_picks_what_the_rule_says(fleet, stream, data):
     """The index moves GPUs between buckets on every change; the reference sees only the current state."""
