@@ -161,7 +161,7 @@ def warm_pool_value(value: object) -> WarmSize:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WARM_POOL:
         raise ValueError(
             f"{str(value)[:40]!r} must be a whole number of instances from 0 (off) to {MAX_WARM_POOL}, "
-            'or an object of MIG profile to count like {"1g.5gb": 56}'
+            'or counts per MIG profile: {"1g.5gb": 56} in the node config, 1g.5gb=56 on --warm-pool'
         )
     return WarmSize(value)
 
@@ -369,25 +369,16 @@ def idle_cap(text: str) -> int:
 def warm_size(text: str) -> WarmSize:
     """`--warm-pool`: a number (split by demand) or PROFILE=COUNT pairs, e.g. 1g.5gb=56,2g.10gb=4."""
     text = text.strip()
-    if "=" not in text:
-        try:
-            value = int(text)
-        except ValueError:
-            value = -1
-        if not 0 <= value <= MAX_WARM_POOL:
-            raise argparse.ArgumentTypeError(
-                f"{text[:40]!r} is not a whole number from 0 (off) to {MAX_WARM_POOL} "
-                "nor PROFILE=COUNT pairs like 1g.5gb=56"
-            )
-        return WarmSize(value)
-    pairs = text.split(",")
-    if len(pairs) > MAX_WARM_PROFILES:
-        raise argparse.ArgumentTypeError(f"names {len(pairs)} profiles; at most {MAX_WARM_PROFILES}")
-    items: list[tuple[object, object]] = []
-    for pair in pairs:
-        profile, _, count = pair.partition("=")
-        items.append((profile.strip(), int(count) if count.strip().isdigit() else count.strip()))
     try:
+        if "=" not in text:  # the node config's rules for a number, the same message
+            return warm_pool_value(int(text) if text.isdigit() and len(text) <= 4 else text)
+        pairs = text.split(",")
+        if len(pairs) > MAX_WARM_PROFILES:
+            raise ValueError(f"names {len(pairs)} profiles; at most {MAX_WARM_PROFILES}")
+        items: list[tuple[object, object]] = []
+        for pair in pairs:
+            profile, _, count = (x.strip() for x in pair.partition("="))
+            items.append((profile, int(count) if count.isdigit() and len(count) <= 4 else count))
         return _warm_counts(items)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
