@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
@@ -57,3 +58,15 @@ def test_hami_count_is_the_reference_steps() -> None:
     assert by == {("patch", "pods"), ("patch", "nodes"), ("create", "pods/binding"), ("create", "events")}
     assert sum(1 for _, v, r, _ in steps if (v, r) == ("patch", "pods")) == 5
     assert sum(1 for _, v, r, _ in steps if (v, r) == ("patch", "nodes")) == 2
+
+
+def test_help_and_a_mistyped_flag_end_with_a_message_instead_of_starting_the_six_minute_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as helped:
+        extender_cost.parse(["--help"])
+    assert helped.value.code == 0 and "--cpu-only" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as typo:
+        extender_cost.parse(["--cpu-olny"])
+    assert typo.value.code == 2 and "--cpu-olny" in capsys.readouterr().err
+    assert extender_cost.parse(["--cpu-only"]).cpu_only
