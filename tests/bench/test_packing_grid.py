@@ -65,6 +65,33 @@ def test_a_refused_whole_gpu_job_after_the_warm_up_weighs_its_gpu_minutes():
     assert got["refused_by_class"] == {"whole": 12}
 
 
+def test_expected_refused_work_weighs_each_refused_job_at_its_class_mean_lifetime_not_the_drawn_one():
+    cell = grid.Cell("A100-40GB", grid.BASE, 0.95)  # whole-GPU jobs live 3 × 30 = 90 minutes on average
+    whole = (None,)
+    arrivals = [(float(i), whole, 1000.0) for i in range(64)] + [
+        (100.0 + i, whole, 5.0 * i) for i in range(12)
+    ]
+    got = grid.replay(placement.Dynmig, cell, arrivals, placement.apply, placement.release)
+    assert got["refused"] == 12
+    assert got["refused_work"] == pytest.approx(5.0 * sum(range(12)))  # what the trace drew
+    assert got["expected_refused_work"] == pytest.approx(12 * 90.0)  # what any policy could expect
+
+
+def test_a_cell_summary_judges_by_both_estimates_each_against_its_own_best_baseline():
+    runs = [
+        {
+            "dynmig": {"refused_work": 10.0, "expected_refused_work": 30.0, "refused": 1, "utilisation": 0.9},
+            "a": {"refused_work": 20.0, "expected_refused_work": 20.0, "refused": 1, "utilisation": 0.9},
+            "b": {"refused_work": 40.0, "expected_refused_work": 15.0, "refused": 1, "utilisation": 0.9},
+        }
+    ]
+    for r in runs[0].values():
+        r.update(offered_work=100.0, refused_work_by_class={}, refused_by_class={})
+    s = grid.summarise(grid.Cell("A100-40GB", grid.BASE, 0.95), runs)
+    assert (s["best_baseline"], s["ratio"]) == ("a", 0.5)
+    assert (s["best_baseline_expected"], s["ratio_expected"]) == ("b", 2.0)
+
+
 def test_the_held_out_seeds_are_not_the_tuning_seeds():
     assert not set(grid.TUNING_SEEDS) & set(grid.HELD_OUT_SEEDS)
 

@@ -45,3 +45,11 @@ def test_help_prints_how_to_run_the_bench_and_runs_nothing():
     assert done.returncode == 0
     assert "--evict-only" in done.stdout and "--advise-cost" in done.stdout
     assert "churn" not in done.stderr  # no trace was replayed
+
+
+@pytest.mark.parametrize("jobs", ["0", "65", "two", "1.5"])
+def test_a_grid_run_with_a_wrong_process_count_ends_at_once_naming_jobs(jobs):
+    done = _bench("--grid", "--quick", "--jobs", jobs)
+    assert done.returncode == 2
+    assert "--jobs" in done.stderr and repr(jobs) in done.stderr
+    assert done.stdout == ""  # no trace was replayed
