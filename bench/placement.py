@@ -730,7 +730,7 @@ def reuse_main(argv: list[str]) -> int:
         cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64, whole=True))
         spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000, whole=True))
         tuning = "--tuning" in argv
-        seeds = _reuse_seeds(argv, grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)
+        seeds = _reuse_seeds(argv, (grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)[: grid.FIRST_SEEDS])
     except ValueError as error:
         print(f"placement.py: {error}", file=sys.stderr)
         return 2
