@@ -7,6 +7,8 @@ against the move-oracle as a policy (issue 29, item 3).
     nice .venv/bin/python bench/defrag_grid.py --limit --fleets A100-40GB,H100-80GB,B200
                                                           (no eviction replay: plain, baselines, oracle)
     ... --loads 0.95,1.05                                 (the grid's loads to replay; 0.95 by default)
+    ... --jobs 2                                          (replay in 2 processes; the oracle's time
+                                                          budget is per process, so give each a core)
 
 Per cell (the grid's 10 % whole-GPU / 3x mix at load 0.95, on a uniform pool of 64 GPUs, 8 nodes x 8)
 and seed, the same trace (`_packing.grid.trace`) is replayed three times on a fresh fleet, each counted
@@ -193,6 +195,11 @@ def run_cell(cell: grid.Cell, seed: int, evict: bool = True) -> dict:
     }
 
 
+def _run_unit(unit: tuple[grid.Cell, int, bool]) -> dict:
+    """`run_cell` of one (cell, seed, evict), for `--jobs`."""
+    return run_cell(*unit)
+
+
 def _ratio(a: float, b: float) -> float | None:
     if not b:
         return 1.0 if not a else None
@@ -279,6 +286,7 @@ def main(argv: list[str]) -> int:
     unknown = [f for f in fleets if f not in grid.FLEETS]
     try:
         loads = _loads(argv)
+        jobs = grid.jobs_option(argv)
         if unknown:
             raise ValueError(f"--fleets: {unknown[0][:40]!r} is not one of {', '.join(grid.FLEETS)}")
     except ValueError as error:
@@ -294,10 +302,10 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     rows = []
-    for cell in cells(fleets, loads):
-        for seed in seeds:
-            rows.append(run_cell(cell, seed, evict=not limit))
-            print(_seed_line(rows[-1]), flush=True)
+    units = [(cell, seed, not limit) for cell in cells(fleets, loads) for seed in seeds]
+    for row in grid.in_order(_run_unit, units, jobs):
+        rows.append(row)
+        print(_seed_line(row), flush=True)
     print("\nper cell, summed over seeds (refused GPU-minutes):")
     summary = [summarise(cell, [r for r in rows if r["cell"] == cell.label]) for cell in cells(fleets, loads)]
     for s in summary:

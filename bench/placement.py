@@ -71,8 +71,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
@@ -619,7 +617,7 @@ def grid_main(argv: list[str]) -> int:
     seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
     cells = list(grid.QUICK_CELLS) if "--quick" in argv else grid.cells()
     try:
-        jobs = int(_reuse_option(argv, "--jobs", 1, 1, 64, whole=True))
+        jobs = grid.jobs_option(argv)
     except ValueError as e:
         print(f"bench/placement.py: {e}", file=sys.stderr)
         return 2
@@ -638,14 +636,11 @@ def grid_main(argv: list[str]) -> int:
     print("-" * len(head))
     summaries = []
     t0 = time.perf_counter()
-    work_units = [(cell, seed) for cell in cells for seed in seeds]
-    with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
-        results = pool.map(_grid_runs, work_units) if pool else map(_grid_runs, work_units)
-        for cell in cells:
-            runs = [next(results) for _ in seeds]
-            s = grid.summarise(cell, runs)
-            summaries.append(s)
-            print(_grid_row(s), flush=True)
+    results = grid.in_order(_grid_runs, [(cell, seed) for cell in cells for seed in seeds], jobs)
+    for cell in cells:
+        s = grid.summarise(cell, [next(results) for _ in seeds])
+        summaries.append(s)
+        print(_grid_row(s), flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
     print("\nper policy, refused GPU-work over all cells (sum) and cells where it is the best baseline:")
     for n in names:

@@ -42,7 +42,8 @@ import math
 import random
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 
@@ -284,6 +285,26 @@ def replay(policy_cls, cell: Cell, arrivals: Sequence[Arrival], apply: Apply, re
         "offered_work": offered,
         "utilisation": area / (capacity * (end - start)) if end > start else 0.0,
     }
+
+
+def in_order(fn: Callable, items: Iterable, jobs: int) -> Iterator:
+    """`fn` over `items` in `jobs` processes (in this one when 1), results in `items`' order: the
+    traces are seeded and the replays deterministic, so the figures do not depend on `jobs`."""
+    if jobs <= 1:
+        yield from map(fn, items)
+        return
+    with ProcessPoolExecutor(jobs) as pool:
+        yield from pool.map(fn, items)
+
+
+def jobs_option(argv: list[str]) -> int:
+    """`--jobs N` (1 when absent): 1 to 64 processes; ValueError naming the flag."""
+    if "--jobs" not in argv[:-1]:
+        return 1
+    text = argv[argv.index("--jobs") + 1]
+    if not (text.isascii() and text.isdigit() and len(text) <= 2 and 1 <= int(text) <= 64):
+        raise ValueError(f"--jobs: {text[:40]!r} is not a whole number from 1 to 64")
+    return int(text)
 
 
 def ratio(a: float, b: float) -> float:

@@ -91,3 +91,20 @@ def test_the_limit_names_the_best_baseline_of_the_cell_and_prices_the_oracle_aga
     assert s["oracle_over_best_baseline"] == 60.0 / rows[0]["baselines"][best]
     assert s["plain_over_oracle"] == 1.5
     assert s["evicting"] is None and s["evictions_per_hour"] is None and not s["met"]
+
+
+def test_a_wrong_process_count_ends_the_defrag_replay_at_once_naming_jobs(capsys) -> None:
+    assert defrag_grid.main(["--limit", "--jobs", "0"]) == 2
+    assert "--jobs: '0'" in capsys.readouterr().err
+
+
+def test_replays_in_two_processes_come_back_in_the_order_asked_and_equal_to_one_process() -> None:
+    units = [(grid.Cell("A100-40GB", grid.BASE, 0.95), seed) for seed in (11, 12, 13)]
+    one = list(grid.in_order(_trace_head, units, 1))
+    two = list(grid.in_order(_trace_head, units, 2))
+    assert one == two and [u[1] for u in units] == [r[0] for r in two]
+
+
+def _trace_head(unit: tuple[grid.Cell, int]) -> tuple[int, list]:
+    cell, seed = unit
+    return seed, grid.trace(cell, seed)[:5]
