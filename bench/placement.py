@@ -17,7 +17,7 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
 seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 20 minutes here);
 `--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
-`--grid --jobs N` replays in N processes (the same figures).
+`--grid --jobs N` (and `--grid --reuse --jobs N`) replays in N processes (the same figures).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
 plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
 and overall (775 s on a busy machine here; `--quick` the six cells issue 30 names; `--seeds A,B`,
@@ -719,13 +719,14 @@ def reuse_main(argv: list[str]) -> int:
     target (at most 5 % more); bench/results/packing-reuse.json. `--quick`: the cells the issue names
     (`reuse.CELLS`); `--tuning`: the tuning seeds, `--seeds A,B`: those (both write packing-reuse.try.json);
     `--idle-ttl M` (trace minutes, default 5), `--idle-per-gpu N` (default the plugin's 2),
-    `--namespaces N` (default 8)."""
+    `--namespaces N` (default 8), `--jobs N` (N processes)."""
     try:
         ttl = _reuse_option(argv, "--idle-ttl", reuse.TTL_MINUTES, 0.0, 10_000.0)
         cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64, whole=True))
         spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000, whole=True))
         tuning = "--tuning" in argv
         seeds = _reuse_seeds(argv, (grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)[: grid.FIRST_SEEDS])
+        jobs = grid.jobs_option(argv)
     except ValueError as error:
         print(f"placement.py: {error}", file=sys.stderr)
         return 2
@@ -744,16 +745,10 @@ def reuse_main(argv: list[str]) -> int:
     print("-" * len(head))
     rows = []
     t0 = time.perf_counter()
+    pair = partial(_reuse_pair, ttl=ttl, cap=cap, spread=spread)
+    results = grid.in_order(pair, [(cell, seed) for cell in cells for seed in seeds], jobs)
     for cell in cells:
-        runs = []
-        for seed in seeds:
-            arrivals = grid.trace(cell, seed)
-            names = reuse.namespaces(cell.label, seed, len(arrivals), spread)
-            arm = partial(reuse.DynmigReuse, engine=Dynmig, namespaces=names, ttl_minutes=ttl, per_gpu=cap)
-            off = grid.replay(Dynmig, cell, arrivals, apply, release)
-            on = grid.replay(arm, cell, arrivals, apply, release)
-            runs.append((off, on))
-        row = reuse_row(cell, runs)
+        row = reuse_row(cell, [next(results) for _ in seeds])
         rows.append(row)
         c = row["counts"]
         print(
@@ -781,6 +776,17 @@ def reuse_main(argv: list[str]) -> int:
     target.write_text(json.dumps({**out, "overall": overall, "cells": rows}, indent=2) + "\n")
     print(f"wrote {target}")
     return 0
+
+
+def _reuse_pair(job: tuple[grid.Cell, int], ttl: float, cap: int, spread: int) -> tuple[dict, dict]:
+    """One cell's trace of one seed replayed by dynmig with idle reuse off, then on."""
+    cell, seed = job
+    arrivals = grid.trace(cell, seed)
+    names = reuse.namespaces(cell.label, seed, len(arrivals), spread)
+    arm = partial(reuse.DynmigReuse, engine=Dynmig, namespaces=names, ttl_minutes=ttl, per_gpu=cap)
+    return grid.replay(Dynmig, cell, arrivals, apply, release), grid.replay(
+        arm, cell, arrivals, apply, release
+    )
 
 
 def reuse_row(cell: grid.Cell, runs: list[tuple[dict, dict]]) -> dict:
