@@ -15,7 +15,7 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 `--advise-cost` prints what one advice costs on a packed fleet of 1,000 nodes (bench/_packing/advise_cost.py).
 `--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
-seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 20 minutes here);
+seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 14 minutes here, 7 with `--jobs 2`);
 `--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
 `--grid --jobs N` (and `--grid --reuse --jobs N`) replays in N processes (the same figures).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the

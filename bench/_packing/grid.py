@@ -57,10 +57,10 @@ Arrival = tuple[float, Mems, float]
 # Ten of each (the grid replays in about 6 minutes with --jobs 2 here): at three seeds a cell where
 # whole-GPU jobs are 4 % of arrivals is decided by ten or twenty refusals, and the best of seven
 # baselines picked per cell after the fact is the luckiest of seven. The first three of each were the
-# grid's only seeds until 2026-12-06; the slower replays (the move-oracle's, idle reuse's) keep those.
+# grid's only seeds until 2026-12-06; idle reuse's replay (`--grid --reuse`) keeps those.
 TUNING_SEEDS = tuple(range(11, 21))
 HELD_OUT_SEEDS = tuple(range(101, 111))
-FIRST_SEEDS = 3  # what the slower replays use: TUNING_SEEDS[:3], HELD_OUT_SEEDS[:3]
+FIRST_SEEDS = 3  # what idle reuse's replay uses: TUNING_SEEDS[:3], HELD_OUT_SEEDS[:3]
 ARRIVALS = 3000
 WARM = 0.15  # share of the arrivals replayed before counting starts
 SERVICE_LIFE = 30.0
