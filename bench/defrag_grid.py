@@ -1,14 +1,15 @@
 """Defrag against its limit: the packing grid's near-capacity cells with the opt-in eviction mode on,
 against the move-oracle as a policy (issue 29, item 3).
 
-    nice .venv/bin/python bench/defrag_grid.py            (held-out seeds; about 15 minutes on two shared cores)
+    nice .venv/bin/python bench/defrag_grid.py            (ten held-out seeds; about 7 minutes here)
     nice .venv/bin/python bench/defrag_grid.py --tuning   (the tuning seeds instead)
     ... --fleets A100-40GB,H100-80GB                      (which uniform pools; those two by default)
     nice .venv/bin/python bench/defrag_grid.py --limit --fleets A100-40GB,H100-80GB,B200
                                                           (no eviction replay: plain, baselines, oracle)
     ... --loads 0.95,1.05                                 (the grid's loads to replay; 0.95 by default)
     ... --jobs 2                                          (replay in 2 processes; the oracle's time
-                                                          budget is per process, so give each a core)
+                                                          budget is per process, so give each a core;
+                                                          every fleet at both loads: 23 minutes here)
 
 Per cell (the grid's 10 % whole-GPU / 3x mix at load 0.95, on a uniform pool of 64 GPUs, 8 nodes x 8)
 and seed, the same trace (`_packing.grid.trace`) is replayed three times on a fresh fleet, each counted
