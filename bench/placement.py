@@ -630,7 +630,7 @@ def grid_main(argv: list[str]) -> int:
     )
     head = (
         f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'per seed':>18} "
-        f"{'expected':>8} {'util d/b':>11} {'refused d/b':>12} {'whole-GPU work d/b':>19}"
+        f"{'expected':>8} {'90 % interval':>13} {'util d/b':>11} {'refused d/b':>12} {'whole-GPU work d/b':>19}"
     )
     print(head)
     print("-" * len(head))
@@ -674,6 +674,7 @@ def _grid_row(s: dict) -> str:
         f"{s['cell']:<40} {work['dynmig']:>8.0f} {best:>15} {work[best]:>6.0f} {s['ratio']:>5.2f}× "
         f"{'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
         f"{s['ratio_expected']:>7.2f}× "
+        f"{'{:.2f}-{:.2f}'.format(*s['ratio_interval']):>13} "
         f"{s['utilisation']['dynmig']:.3f}/{s['utilisation'][best]:.3f} "
         f"{s['refused']['dynmig']:>5}/{s['refused'][best]:<6} "
         f"{by['dynmig'].get('whole', 0):>9.0f}/{by[best].get('whole', 0):<9.0f}"

@@ -102,3 +102,11 @@ def test_the_grid_covers_every_fleet_at_the_10_percent_mix_and_every_mix_on_a100
         assert {c.load for c in cells if c.fleet == fleet and c.mix == grid.BASE} == set(grid.LOADS)
     for fleet in ("A100-40GB", "H100-80GB"):
         assert {c.mix for c in cells if c.fleet == fleet} == set(grid.MIXES)
+
+
+def test_the_bootstrap_interval_is_a_point_when_seeds_agree_spans_1x_when_they_split_and_repeats():
+    steady = [(9.0, 10.0)] * 10  # every seed 0.9x
+    assert grid.interval(steady, "cell") == pytest.approx((0.9, 0.9))
+    mixed = [(5.0, 10.0), (15.0, 10.0)] * 5  # 0.5x and 1.5x seeds: 1.0x overall, anything near it
+    low, high = grid.interval(mixed, "cell")
+    assert low < 1.0 < high and (low, high) == grid.interval(mixed, "cell")
