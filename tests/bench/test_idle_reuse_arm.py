@@ -5,7 +5,6 @@ does. Its command line refuses out-of-range values naming the flag."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -93,28 +92,3 @@ def test_with_reuse_off_the_arm_places_every_arrival_where_dynmig_does():
 def test_namespaces_out_of_range_are_refused_naming_the_field():
     with pytest.raises(ValueError, match="namespaces"):
         reuse.namespaces("cell", 1, 10, 0)
-
-
-@pytest.mark.parametrize(
-    "args, named",
-    [
-        (["--grid", "--reuse", "--idle-per-gpu", "0"], "--idle-per-gpu: '0' is not from 1 to 64"),
-        (["--grid", "--reuse", "--idle-ttl", "soon"], "--idle-ttl: 'soon' is not a number"),
-        (["--grid", "--reuse", "--namespaces", "5000"], "--namespaces: '5000' is not from 1 to 1000"),
-        (["--grid", "--reuse", "--namespaces", "2.5"], "--namespaces: '2.5' is not a whole number"),
-        (["--grid", "--reuse", "--seeds", "1,x"], "--seeds: '1,x' is not a comma-separated list"),
-        (["--reuse"], "give --grid --reuse"),
-    ],
-)
-def test_a_reuse_command_line_out_of_range_ends_at_once_naming_the_flag(args, named):
-    done = subprocess.run(
-        [sys.executable, "bench/placement.py", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
-    assert done.returncode == 2
-    assert named in done.stderr
-    assert done.stdout == ""  # nothing was replayed

@@ -53,3 +53,21 @@ def test_a_grid_run_with_a_wrong_process_count_ends_at_once_naming_jobs(jobs):
     assert done.returncode == 2
     assert "--jobs" in done.stderr and repr(jobs) in done.stderr
     assert done.stdout == ""  # no trace was replayed
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--grid", "--reuse", "--idle-per-gpu", "0"], "--idle-per-gpu: '0' is not from 1 to 64"),
+        (["--grid", "--reuse", "--idle-ttl", "soon"], "--idle-ttl: 'soon' is not a number"),
+        (["--grid", "--reuse", "--namespaces", "5000"], "--namespaces: '5000' is not from 1 to 1000"),
+        (["--grid", "--reuse", "--namespaces", "2.5"], "--namespaces: '2.5' is not a whole number"),
+        (["--grid", "--reuse", "--seeds", "1,x"], "--seeds: '1,x' is not a comma-separated list"),
+        (["--reuse"], "give --grid --reuse"),
+    ],
+)
+def test_a_reuse_command_line_out_of_range_ends_at_once_naming_the_flag(args, named):
+    done = _bench(*args)
+    assert done.returncode == 2
+    assert named in done.stderr
+    assert done.stdout == ""  # nothing was replayed
