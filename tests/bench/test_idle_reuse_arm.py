@@ -1,7 +1,7 @@
 """The packing grid's idle-reuse arm (bench/_packing/reuse.py): ended pods' instances stay idle and are
 handed to a later pod of the same namespace, placements never overlap what is held or what is idle,
 an idle instance past its TTL is gone, and with reuse off the arm decides every arrival as dynmig
-does. Its command line refuses out-of-range values naming the flag."""
+does. (Its command line is tested in test_placement_cli.py.)"""
 
 from __future__ import annotations
 
