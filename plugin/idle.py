@@ -50,6 +50,10 @@ class IdlePolicy:
     def enabled(self) -> bool:
         return self.ttl > 0
 
+    def room(self, parked_on_gpu: int) -> bool:
+        """Whether a GPU already keeping `parked_on_gpu` idle instances may park one more."""
+        return parked_on_gpu < self.per_gpu
+
     def serves(self, instance: ManagedInstance, key: InstanceKey, namespace: str) -> bool:
         """Whether the idle `instance` may be handed to a pod of `namespace` reserving `key`."""
         if not (self.enabled and instance.idle and instance.key == key):

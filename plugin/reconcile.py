@@ -290,7 +290,7 @@ class Reconciler:
         if urgent is not None and urgent(instance):
             return ""
         gpu = instance.key.gpu_uuid
-        if parked.get(gpu, 0) >= self.idle.per_gpu:
+        if not self.idle.room(parked.get(gpu, 0)):
             return ""
         owner = by_uid.get(instance.owner.pod_uid)
         if owner is not None and not is_terminal(owner.phase):

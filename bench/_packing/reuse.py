@@ -102,7 +102,7 @@ class Shelf:
             if not self.policy.enabled:
                 continue
             kept = self.kept.setdefault(node, {}).setdefault(gpu.uuid, [])
-            if len(kept) >= self.policy.per_gpu:
+            if not self.policy.room(len(kept)):
                 self.counts["not kept (cap)"] += 1
                 continue
             key = InstanceKey(gpu.uuid, prof.name, place.start, place.size)
