@@ -1,8 +1,9 @@
 """The packing grid's plot, drawn without a plotting library: a PNG of one bar per cell.
 
 Each bar is dynmig's refused GPU-work over the best baseline's in that cell (held-out seeds), on a
-scale from 0 to 1.5×; marks at 0.7× (the median target), 0.8× (the target for uniform pools with
-≥ 10 % whole-GPU demand) and 1.0× (no worse than the best baseline). Green bars meet their cell's
+scale from 0 to 1.5×, with a whisker across its end for the ratio's bootstrap interval over the
+seeds; marks at 0.7× (the median target), 0.8× (the target for uniform pools with ≥ 10 % whole-GPU
+demand) and 1.0× (no worse than the best baseline). Green bars meet their cell's
 target, red ones do not. Labels are in a 5×7 pixel font, upper case.
 """
 
@@ -113,7 +114,12 @@ def grid_plot(summaries: list[dict], path: Path, title: str) -> None:
     width, height = label_w + bar_w + 70, top + row_h * len(summaries) + 30
     c = Canvas(width, height)
     c.text(6, 6, title.replace("×", "X").replace("'", ""))
-    c.text(6, 18, "BAR: DYNMIG / BEST BASELINE (REFUSED GPU-WORK). MARKS AT 0.7, 0.8, 1.0", GREY)
+    c.text(
+        6,
+        18,
+        "BAR: DYNMIG / BEST BASELINE (REFUSED GPU-WORK), WHISKER: 90% INTERVAL OVER THE SEEDS. MARKS AT 0.7, 0.8, 1.0",
+        GREY,
+    )
 
     def x_of(r: float) -> int:
         return label_w + round(min(r, SCALE_MAX) / SCALE_MAX * bar_w)
@@ -123,7 +129,15 @@ def grid_plot(summaries: list[dict], path: Path, title: str) -> None:
         c.text(6, y + 2, s["cell"].replace("×", "x"))
         r = s["ratio"]
         c.rect(label_w, y + 2, x_of(r), y + row_h - 1, GREEN if r <= target(s) else RED)
-        c.text(x_of(r) + 4, y + 2, "INF" if r == float("inf") else f"{r:.2f}")
+        right = x_of(r)
+        if "ratio_interval" in s:  # the 90 % interval over the seeds, as a whisker across the bar's end
+            lo, hi = x_of(s["ratio_interval"][0]), x_of(s["ratio_interval"][1])
+            mid = y + row_h // 2
+            c.rect(lo, mid, hi + 1, mid + 1, BLACK)
+            c.rect(lo, mid - 2, lo + 1, mid + 3, BLACK)
+            c.rect(hi, mid - 2, hi + 1, mid + 3, BLACK)
+            right = max(right, hi)
+        c.text(right + 4, y + 2, "INF" if r == float("inf") else f"{r:.2f}")
     for mark, colour in ((0.7, BLUE), (0.8, BLUE), (1.0, BLACK)):
         x = x_of(mark)
         c.rect(x, top - 2, x + 1, top + row_h * len(summaries), colour)
