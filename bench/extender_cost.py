@@ -346,7 +346,7 @@ def bench_own_cpu(work: Path, nodes: int, pods: int = 300, lock_free: bool = Fal
     pct, ms = serve_bench.pct, serve_bench.ms
     return {
         "nodes": nodes,
-        "bind": "lock-free (PodResources)" if lock_free else "HAMi's node lock",
+        "bind": bind_kind(lock_free),
         "pods": len(own),
         "node_names_sent": sample,
         "cpu_p50_ms": ms(pct(own, 0.5)),
@@ -360,6 +360,10 @@ def bench_own_cpu(work: Path, nodes: int, pods: int = 300, lock_free: bool = Fal
         "cpu_without_client_calls_p50_ms": ms(pct([o - c for o, c in zip(own, clients, strict=True)], 0.5)),
         "cpu_without_client_calls_p99_ms": ms(pct([o - c for o, c in zip(own, clients, strict=True)], 0.99)),
     }
+
+
+def bind_kind(lock_free: bool) -> str:
+    return "lock-free (PodResources)" if lock_free else "HAMi's node lock"
 
 
 def _seen_bound(service: Any, name: str, node: str, lock_free: bool) -> bool:
@@ -420,9 +424,9 @@ def main(cpu_only: bool = False) -> int:
     )
     results["own_cpu"] = []
     for nodes, lock_free in ((1000, False), (1000, True), (5000, False), (5000, True)):
-        bind = "lock-free nodes (PodResources)" if lock_free else "HAMi's node lock"
         print(
-            f"extender's own CPU per pod (filter + bind, thread CPU), {nodes} nodes x 8 GPUs, {bind} ...",
+            f"extender's own CPU per pod (filter + bind, thread CPU), {nodes} nodes x 8 GPUs, "
+            f"{bind_kind(lock_free)} ...",
             flush=True,
         )
         o = bench_own_cpu(work, nodes, lock_free=lock_free)

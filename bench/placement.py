@@ -681,25 +681,6 @@ def _grid_row(s: dict) -> str:
     )
 
 
-def _reuse_option(
-    argv: list[str], flag: str, default: float, low: float, high: float, whole: bool = False
-) -> float:
-    """A number given to `flag` (`default` when absent); ValueError naming the flag outside [low, high]
-    or, with `whole`, when it is not a whole number."""
-    if flag not in argv[:-1]:
-        return default
-    text = argv[argv.index(flag) + 1]
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{flag}: {text[:40]!r} is not a number") from None
-    if not low <= value <= high:
-        raise ValueError(f"{flag}: {text[:40]!r} is not from {low:g} to {high:g}")
-    if whole and not value.is_integer():
-        raise ValueError(f"{flag}: {text[:40]!r} is not a whole number")
-    return value
-
-
 def _reuse_seeds(argv: list[str], default: tuple[int, ...]) -> tuple[int, ...]:
     """The seeds `--seeds A,B,...` names (`default` when absent); ValueError naming the flag."""
     text = _option(argv, "--seeds")
@@ -722,11 +703,11 @@ def reuse_main(argv: list[str]) -> int:
     `--idle-ttl M` (trace minutes, default 5), `--idle-per-gpu N` (default the plugin's 2),
     `--namespaces N` (default 8), `--jobs N` (N processes)."""
     try:
-        ttl = _reuse_option(argv, "--idle-ttl", reuse.TTL_MINUTES, 0.0, 10_000.0)
-        cap = int(_reuse_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64, whole=True))
-        spread = int(_reuse_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000, whole=True))
+        ttl = grid.number_option(argv, "--idle-ttl", reuse.TTL_MINUTES, 0.0, 10_000.0)
+        cap = int(grid.number_option(argv, "--idle-per-gpu", reuse.PER_GPU, 1, 64, whole=True))
+        spread = int(grid.number_option(argv, "--namespaces", reuse.NAMESPACES, 1, 1000, whole=True))
         tuning = "--tuning" in argv
-        seeds = _reuse_seeds(argv, (grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)[: grid.FIRST_SEEDS])
+        seeds = _reuse_seeds(argv, (grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS)[: reuse.SEEDS])
         jobs = grid.jobs_option(argv)
     except ValueError as error:
         print(f"placement.py: {error}", file=sys.stderr)

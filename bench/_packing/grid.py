@@ -60,7 +60,6 @@ Arrival = tuple[float, Mems, float]
 # grid's only seeds until 2026-12-06; idle reuse's replay (`--grid --reuse`) keeps those.
 TUNING_SEEDS = tuple(range(11, 21))
 HELD_OUT_SEEDS = tuple(range(101, 111))
-FIRST_SEEDS = 3  # what idle reuse's replay uses: TUNING_SEEDS[:3], HELD_OUT_SEEDS[:3]
 ARRIVALS = 3000
 WARM = 0.15  # share of the arrivals replayed before counting starts
 SERVICE_LIFE = 30.0
@@ -297,14 +296,28 @@ def in_order(fn: Callable, items: Iterable, jobs: int) -> Iterator:
         yield from pool.map(fn, items)
 
 
+def number_option(
+    argv: list[str], flag: str, default: float, low: float, high: float, whole: bool = False
+) -> float:
+    """A number given to `flag` (`default` when absent); ValueError naming the flag outside [low, high]
+    or, with `whole`, when it is not a whole number."""
+    if flag not in argv[:-1]:
+        return default
+    text = argv[argv.index(flag) + 1]
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text[:40]!r} is not a number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{flag}: {text[:40]!r} is not from {low:g} to {high:g}")
+    if whole and not value.is_integer():
+        raise ValueError(f"{flag}: {text[:40]!r} is not a whole number")
+    return value
+
+
 def jobs_option(argv: list[str]) -> int:
     """`--jobs N` (1 when absent): 1 to 64 processes; ValueError naming the flag."""
-    if "--jobs" not in argv[:-1]:
-        return 1
-    text = argv[argv.index("--jobs") + 1]
-    if not (text.isascii() and text.isdigit() and len(text) <= 2 and 1 <= int(text) <= 64):
-        raise ValueError(f"--jobs: {text[:40]!r} is not a whole number from 1 to 64")
-    return int(text)
+    return int(number_option(argv, "--jobs", 1, 1, 64, whole=True))
 
 
 def ratio(a: float, b: float) -> float:

@@ -46,6 +46,9 @@ from plugin.journal import Owner
 TTL_MINUTES = 5.0  # `--idle-ttl 5m`, in trace minutes
 PER_GPU = IdlePolicy().per_gpu  # the plugin's default cap of idle instances per GPU
 NAMESPACES = 8
+SEEDS = (
+    3  # the first three of the grid's tuning or held-out seeds (its only seeds when this replay was measured)
+)
 # the cells issue 30 names at least: the A100-40GB and H100-80GB pools and the mixed fleet, near
 # capacity and overload, at the grid's base mix (`--grid --reuse --quick`)
 CELLS = tuple(Cell(f, BASE, load) for f in ("A100-40GB", "H100-80GB", "mixed") for load in (0.95, 1.05))
