@@ -71,6 +71,7 @@ class DevicePluginApp:
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
+        self.metrics.follow_registration(lambda: self.server.registered)
         self.precreator = Precreator(
             kube, self.manager, ready=lambda: bool(self.report and self.report.complete)
         )

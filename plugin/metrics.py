@@ -147,6 +147,15 @@ class PluginMetrics:
             registry=r,
         )
 
+    def follow_registration(self, registered: Callable[[], bool]) -> None:
+        """`dynmig_plugin_registered`: 1 while kubelet knows this plugin (read at scrape time)."""
+        gauge = Gauge(
+            "dynmig_plugin_registered",
+            "1 while the plugin is registered with kubelet (since kubelet's last restart)",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: 1.0 if registered() else 0.0)
+
     def event_dropped(self, reason: str) -> None:
         self.events_dropped.labels(reason=reason).inc()
 

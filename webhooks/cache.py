@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kube.reflector import Reflector
@@ -17,6 +17,7 @@ from mig.pods import object_key
 from webhooks.fleet import Fleet
 from webhooks.kube import Kube
 from webhooks.nodelock import Blocked, LockTable, LockValue, node_lock_value
+from webhooks.started import time_to_running
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,17 @@ log = logging.getLogger(__name__)
 class ClusterCache:
     """Nodes and pods by name, mirrored from watches into a `Fleet`."""
 
-    def __init__(self, kube: Kube, fleet: Fleet, watch_timeout: int = 240, locks: LockTable | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        fleet: Fleet,
+        watch_timeout: int = 240,
+        locks: LockTable | None = None,
+        on_running: Callable[[float], None] = lambda seconds: None,
+    ):
         self.kube = kube
         self.fleet = fleet
+        self.on_running = on_running  # a MIG pod's time to Running (webhooks/started.py)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -152,6 +161,7 @@ class ClusterCache:
     def _pod_event(self, kind: str, pod: dict) -> None:
         key = object_key(pod)
         with self._lock:
+            before = self.pods.get(key)
             if kind == "DELETED":
                 if self.pods.pop(key, None) is not None:
                     self._locks.pod_gone(key)
@@ -161,5 +171,8 @@ class ClusterCache:
                 self.pods[key] = pod
         if kind == "DELETED":
             self.fleet.delete_pod(pod)
-        else:
-            self.fleet.set_pod(pod)
+            return
+        self.fleet.set_pod(pod)
+        seconds = time_to_running(before, pod)
+        if seconds is not None:
+            self.on_running(seconds)

@@ -115,7 +115,8 @@ class Fleet:
         self._chosen: dict[str, str] = {}  # node -> uid whose unbound reservation chose it (the latest)
         self._deadlines: list[tuple[float, str]] = []
         self._occupancy: dict[str, NodeOccupancy] = {}
-        self._pending: dict[str, str] = {}
+        self._pending: dict[str, str] = {}  # uid -> the filter's last refusal reason
+        self._pending_since: dict[str, float] = {}  # uid -> when the filter first refused it (clock)
         self._versions: dict[str, int] = {}  # last resourceVersion applied per pod: never go backwards
         # (GPU, profile, start, size) -> namespace of the last pod that held it (bounded): whom the
         # node's plugin hands an idle instance there (its same-namespace rule, plugin/idle.py)
@@ -152,7 +153,7 @@ class Fleet:
                     return  # an older copy (a lagging watch after we applied a patch reply)
                 self._versions[uid] = version
             if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
-                self._pending.pop(uid, None)
+                self._unpend(uid)
             if not active_for_scheduler(pod):
                 self.demand.ended(uid)
             dirty: list[str] = []
@@ -175,7 +176,7 @@ class Fleet:
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid") or ""
         with self.lock:
-            self._pending.pop(uid, None)
+            self._unpend(uid)
             self._versions.pop(uid, None)
             self.demand.ended(uid)
             nodes = self._drop_reservation(uid)
@@ -189,7 +190,7 @@ class Fleet:
             for uid in [u for u in self._versions if u not in uids]:
                 del self._versions[uid]
             for uid in [u for u in self._pending if u not in uids]:
-                del self._pending[uid]  # refused, then deleted while the watch was down
+                self._unpend(uid)  # refused, then deleted while the watch was down
             for uid in [u for u in self._held if u not in uids]:
                 self.demand.ended(uid)
                 old = self._unhold(uid)
@@ -322,7 +323,7 @@ class Fleet:
         self._reserved_on.setdefault(node, set()).add(uid)
         self._chosen[node] = uid
         heapq.heappush(self._deadlines, (reservation.deadline, uid))
-        self._pending.pop(uid, None)
+        self._unpend(uid)
         self._refresh(node)
 
     def reservation(self, uid: str) -> Reservation | None:
@@ -379,6 +380,7 @@ class Fleet:
         """The filter refused this pod (`reason`: the headline): it waits for a node."""
         with self.lock:
             self._pending[uid] = reason
+            self._pending_since.setdefault(uid, self.clock())
 
     def refused(self, uid: str) -> bool:
         """The filter refused this pod and has not placed it since (it is still waiting)."""
@@ -421,18 +423,41 @@ class Fleet:
     def snapshot(self) -> Snapshot:
         with self.lock:
             instances: list[tuple[str, ...]] = []
+            owners: list[tuple[str, ...]] = []
             gpus: list[GpuSample] = []
             devices: list[DeviceSample] = []
             for occ in self._occupancy.values():
                 for g in occ.gpus:
                     holders = occ.holders.get(g.uuid, ())
-                    instances.extend(_instance_labels(occ.node, g, a) for _u, a in holders if a.runtime_ready)
+                    realized = [(u, a) for u, a in holders if a.runtime_ready]
+                    instances.extend(_instance_labels(occ.node, g, a) for _u, a in realized)
+                    owners.extend(_owner_labels(occ.node, u, a) for u, a in realized)
                     gpus.append(_gpu_sample(g, holders))
                     devices.extend(_device_samples(occ.node, g, holders))
             pending = tuple(sorted(Counter(self._pending.values()).items()))
-            return Snapshot(tuple(instances), tuple(gpus), pending, self.synced, tuple(devices))
+            return Snapshot(
+                tuple(instances),
+                tuple(gpus),
+                pending,
+                self.synced,
+                tuple(devices),
+                self._waited(),
+                tuple(owners),
+            )
 
     # ---- internals ---------------------------------------------------------------------------
+    def _unpend(self, uid: str) -> None:
+        self._pending.pop(uid, None)
+        self._pending_since.pop(uid, None)
+
+    def _waited(self) -> tuple[tuple[str, float], ...]:
+        """(reason, seconds) of the longest-waiting refused pod of each reason: since the filter
+        first refused it, under whatever reason it has now."""
+        now, oldest = self.clock(), dict[str, float]()
+        for uid, reason in self._pending.items():
+            oldest[reason] = max(oldest.get(reason, 0.0), now - self._pending_since.get(uid, now))
+        return tuple(sorted(oldest.items()))
+
     def _drop_reservation(self, uid: str) -> list[str]:
         reservation = self._reserved.pop(uid, None)
         if reservation is None:
@@ -515,6 +540,21 @@ def _instance_labels(node: str, g: GpuState, a: MigAllocation) -> tuple[str, ...
         str(a.computeInstanceID),
         str(a.placement.start),
         str(a.placement.size),
+    )
+
+
+def _owner_labels(node: str, u: PodUsage, a: MigAllocation) -> tuple[str, ...]:
+    """dynmig_mig_instance_info's label values (webhooks.metrics.OWNER_LABELS) for a realized
+    reservation: the instance and the pod it serves."""
+    return (
+        node,
+        a.gpuUUID,
+        str(a.gpuInstanceID),
+        str(a.computeInstanceID),
+        a.profile,
+        a.migUUID or "",
+        u.namespace,
+        u.name,
     )
 
 

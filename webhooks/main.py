@@ -85,7 +85,9 @@ class Service:
         self.fleet = Fleet(ttl=cfg.reservation_ttl)  # one timeout: a reservation from filter to bind
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
-        self.cache = ClusterCache(self.kube, self.fleet, locks=lock.table())
+        self.cache = ClusterCache(
+            self.kube, self.fleet, locks=lock.table(), on_running=self.metrics.time_to_running.observe
+        )
         self.dra = DraCache(self.kube.api_client, cfg.dra_driver) if cfg.dra_driver else None
         self.events = EventRecorder(
             self.kube, cfg.scheduler_name, cfg.identity, dropped=self.metrics.event_dropped
@@ -104,6 +106,7 @@ class Service:
             if cfg.leader_elect
             else AlwaysLeader()
         )
+        self.metrics.follow_leader(self.leader.is_leader)
         self.filter = Filter(
             self.fleet,
             resources,

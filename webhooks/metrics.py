@@ -8,7 +8,10 @@ container device `hami_vgpu_memory_allocated_bytes`, `hami_vgpu_core_allocated_r
 instance `hami_node_gpu_mig_instance_info`. "Allocated" is what the scheduler reserved: the memory
 and cores of each reserved MIG profile, as HAMi counts a MIG pod's devices. dynmig's own: admission
 decisions, filter and bind latency, memory slices (all, used, free) and the largest placeable
-profile per GPU, pods pending by reason, events dropped; and the process's `process_*`/`python_*`.
+profile per GPU, pods pending by reason and how long the oldest has waited, each realized instance
+with its pod (`dynmig_mig_instance_info`, for joins with DCGM exporter's per-instance series), MIG
+pods' time to Running, whether this replica leads, events dropped; and the process's
+`process_*`/`python_*`.
 The per-GPU and per-reservation series are computed at scrape time from the cache (a collector),
 so they can never drift from what the scheduler decides on.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from base.process_metrics import register_process_collectors
@@ -37,6 +40,19 @@ MIG_INSTANCE_LABELS = (
     "placement_start",
     "placement_size",
 )
+# dynmig_mig_instance_info: a realized MIG instance and the pod it serves, the labels a join with
+# DCGM exporter's per-instance series (Hostname, UUID, GPU_I_ID) needs
+OWNER_LABELS = (
+    "node",
+    "gpu_uuid",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "profile",
+    "mig_uuid",
+    "namespace",
+    "pod",
+)
+_START_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -79,6 +95,8 @@ class Snapshot:
     pending: tuple[tuple[str, int], ...] = ()  # (reason code, pods)
     cache_synced: bool = False
     devices: tuple[DeviceSample, ...] = ()
+    waited: tuple[tuple[str, float], ...] = ()  # (reason code, seconds the longest-waiting pod waited)
+    owners: tuple[tuple[str, ...], ...] = ()  # label values in OWNER_LABELS order
 
 
 def _hami(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
@@ -103,6 +121,22 @@ class _StateCollector:
         for reason, count in snap.pending:
             pending.add_metric([reason], count)
         yield pending
+        oldest = GaugeMetricFamily(
+            "dynmig_pods_pending_oldest_seconds",
+            "How long the longest-waiting MIG pod of each reason has waited since the extender first refused it",
+            labels=["reason"],
+        )
+        for reason, seconds in snap.waited:
+            oldest.add_metric([reason], seconds)
+        yield oldest
+        owners = GaugeMetricFamily(
+            "dynmig_mig_instance_info",
+            "1 per realized MIG instance, with the pod it serves",
+            labels=list(OWNER_LABELS),
+        )
+        for values in snap.owners:
+            owners.add_metric(list(values), 1)
+        yield owners
         synced = GaugeMetricFamily("dynmig_cache_synced", "1 once the node and pod caches are synced")
         synced.add_metric([], 1 if snap.cache_synced else 0)
         yield synced
@@ -240,8 +274,23 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.time_to_running = Histogram(
+            "dynmig_pod_time_to_running_seconds",
+            "From a MIG pod's creation to its containers running (their latest startedAt)",
+            buckets=_START_BUCKETS,
+            registry=self.registry,
+        )
         if snapshot is not None:
             self.registry.register(_StateCollector(snapshot))
+
+    def follow_leader(self, is_leader: Callable[[], bool]) -> None:
+        """`dynmig_leader`: 1 while this replica filters and binds (read at scrape time)."""
+        leader = Gauge(
+            "dynmig_leader",
+            "1 while this replica leads: its kube-scheduler holds the Lease, so it filters and binds",
+            registry=self.registry,
+        )
+        leader.set_function(lambda: 1.0 if is_leader() else 0.0)
 
     def event_dropped(self, reason: str) -> None:
         self.events_dropped.labels(reason).inc()

@@ -56,3 +56,14 @@ def test_the_plugin_is_not_alive_when_its_reconcile_loop_has_stopped(make_node):
     app._stop.set()  # what a wedged or dead loop looks like from outside: no more passes
     app._loop.join(5)
     assert "reconcile loop is not running" in eventually(port, "/healthz", 503)
+
+
+def test_the_plugins_metrics_say_whether_kubelet_knows_it_so_an_alert_can_tell(make_node):
+    node = make_node(A100)
+    node.kubelet.stop()
+    _, port = start_with_metrics(node)
+    eventually(port, "/readyz", 503)
+    assert "dynmig_plugin_registered 0.0" in get(port, "/metrics")[1]
+    node.kubelet.start()
+    eventually(port, "/readyz", 200)
+    assert "dynmig_plugin_registered 1.0" in get(port, "/metrics")[1]

@@ -4,6 +4,7 @@ and the simulated kube-scheduler (filter, bind), with clients of every patch typ
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import ssl
 import urllib.request
@@ -284,6 +285,10 @@ def test_metrics_report_realized_instances_with_hamis_labels_and_free_slices(api
     assert value(
         samples, "hami_vgpu_memory_allocated_bytes", **container, device_uuid="GPU-n1-0", zone="vGPU"
     ) == (9728 * 1024 * 1024)
+    # the instance with the pod it serves: what joins DCGM exporter's per-instance series to pods
+    owner = {"node": "n1", "gpu_uuid": "GPU-n1-0", "gpu_instance_id": "13", "compute_instance_id": "0"}
+    owner |= {"profile": "1g.10gb", "mig_uuid": "MIG-abc", "namespace": "team", "pod": "running"}
+    assert value(samples, "dynmig_mig_instance_info", **owner) == 1
 
 
 def test_health_and_readiness_over_tls(cluster):
@@ -327,3 +332,34 @@ def test_pods_created_at_once_wait_for_each_others_binds_without_a_dynmig_warnin
     api.create_namespaced_pod("team", user_pod("too-big", memory=200000))
     assert eventually(lambda: team_events(apiserver, "FilteringFailed"))
     assert {e["involvedObject"]["name"] for e in team_events(apiserver, "FilteringFailed")} == {"too-big"}
+
+
+def test_a_mig_pod_turning_running_is_timed_from_its_creation_to_its_containers_start(apiserver, cluster):
+    created = core(apiserver, "device-plugin").create_namespaced_pod(
+        "team", user_pod("starting", **{VGPU_NODE: "n1"})
+    )
+    born = created.metadata.creation_timestamp
+    assert eventually(lambda: cluster.service.cache.pod("team", "starting") is not None)
+    started = (born + dt.timedelta(seconds=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    running = {"name": "main", "image": "cuda", "imageID": "", "restartCount": 0, "ready": True}
+    running["state"] = {"running": {"startedAt": started}}
+    core(apiserver, "admin").patch_namespaced_pod_status(
+        "starting",
+        "team",
+        {"status": {"phase": "Running", "containerStatuses": [running]}},
+        _preload_content=False,
+    )
+
+    def timed(suffix: str) -> float | None:
+        return cluster.service.metrics.registry.get_sample_value(
+            f"dynmig_pod_time_to_running_seconds{suffix}"
+        )
+
+    assert eventually(lambda: timed("_count") == 1)
+    assert timed("_sum") == 7
+    # a later update of the running pod is not a second start
+    core(apiserver, "admin").patch_namespaced_pod("starting", "team", {"metadata": {"labels": {"x": "y"}}})
+    assert eventually(
+        lambda: (cluster.service.cache.pod("team", "starting") or {}).get("metadata", {}).get("labels")
+    )
+    assert timed("_count") == 1

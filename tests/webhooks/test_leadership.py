@@ -310,3 +310,16 @@ def test_a_failed_lease_read_keeps_the_known_lease_which_then_runs_out_on_its_ow
         clock=lambda: renewed.timestamp(),
     )
     assert not other.refresh()  # another pod's kube-scheduler holds it
+
+
+def test_each_replica_says_on_its_metrics_whether_it_leads(apiserver, scheduler_pods):
+    apiserver.create(node("n1", gpus=1))
+    pods = [scheduler_pods("dynmig-scheduler-a"), scheduler_pods("dynmig-scheduler-b")]
+    first = leader_of(apiserver, pods)
+    other = next(p for p in pods if p is not first)
+
+    def leads(pod: SimpleNamespace) -> float | None:
+        return pod.service.metrics.registry.get_sample_value("dynmig_leader")
+
+    assert eventually(lambda: leads(first) == 1.0)
+    assert leads(other) == 0.0
