@@ -15,7 +15,7 @@ IMAGE ?= ghcr.io/dynmig/dynmig:$(VERSION)
 IMAGE_OUT ?= dist/dynmig-$(VERSION)-oci.tar
 IMAGE_TOOLS := mmdebstrap umoci skopeo
 
-.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser clean
+.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser prometheus clean
 
 all: test
 
@@ -64,6 +64,16 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	else echo "note: the browser test needs chromium (apt-get install chromium as root)"; fi
 
+# Debian's prometheus package gives promtool (the chart's alert rules and dashboard queries are checked
+# and unit-tested with it) and a real Prometheus server (a lab test sees an alert fire and resolve):
+# installed when missing and we may (root with apt-get); elsewhere those tests skip and say why.
+prometheus:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing prometheus (promtool and the server) for the alert tests (apt-get, ~20 s)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else echo "note: the alert tests need promtool and prometheus (apt-get install prometheus as root)"; fi
+
 # The OCI archive of the Containerfile's image, built without a container engine (scripts/build_image.sh).
 image: $(STAMP) image-tools
 	PYTHON=$(PY) scripts/build_image.sh $(IMAGE_OUT) $(IMAGE)
@@ -86,7 +96,7 @@ lint: $(STAMP)
 # The suite under coverage (every Python process it starts included), then the coverage per package;
 # the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
 COVERAGE_DIR := .cache/coverage
-test: $(STAMP) tools image-tools browser lint
+test: $(STAMP) tools image-tools browser prometheus lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	@status=0; $(PY) -m pytest -n 2 --dist loadfile --cov --cov-report= || status=$$?; \
 	  $(PY) scripts/coverage_summary.py; exit $$status
