@@ -106,6 +106,9 @@ class NodeRuntime:
     lease: NodeLease | None = None  # the kubelet's heartbeat
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
+    # the device plugin's metrics port, the same for every process of the node's DaemonSet pod (as the
+    # chart's containerPort is), so a Prometheus scraping it sees the same target across restarts
+    metrics_port: int = 0
     dra: dra_node.DraSide | None = None  # a DRA node's kubelet DRA side and its dra-plugin process
 
     @property
@@ -290,6 +293,19 @@ class Lab:
         elif runtime.plugin is not None:
             _signal_child(runtime.plugin, signal.SIGTERM)
         self._wait_plugin(runtime, registrations + 1, started_after=starts)
+
+    def kill_plugin(self, node: str) -> bool:
+        """SIGKILL the node's device-plugin process, as a crash does; kubelet restarts it after its
+        back-off. False when no process was running."""
+        child = self.nodes[node].plugin
+        if child is None or child.process.poll() is not None:
+            return False
+        _signal_child(child, signal.SIGKILL)
+        return True
+
+    def plugin_metrics_url(self, node: str) -> str:
+        """The node's device plugin's /metrics (the same across its restarts)."""
+        return f"http://127.0.0.1:{self.nodes[node].metrics_port}/metrics"
 
     def plugin_pod(self, node: str) -> str:
         """The name of the device-plugin DaemonSet's pod on `node` (not one being deleted)."""
@@ -492,7 +508,9 @@ class Lab:
         plugin_dir = Path(self._sockets.name) / spec.name
         kubelet = SimulatedKubelet(plugin_dir).start()
         side = dra_node.start_side(plugin_dir, base, self.api_client("kubelet")) if spec.dra else None
-        self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet, dra=side)
+        self.nodes[spec.name] = NodeRuntime(
+            spec, state, plugin_dir, nvml, kubelet, dra=side, metrics_port=free_port()
+        )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._api.create(
             {
@@ -727,7 +745,7 @@ class Lab:
                 "--config-file": str(self.device_config_file),
                 "--node-config": str(self.node_config_file),
                 "--kubelet-dir": str(runtime.plugin_dir),
-                "--metrics-address": "127.0.0.1:0",
+                "--metrics-address": f"127.0.0.1:{runtime.metrics_port}",
                 "--state-dir": str(runtime.state_file.parent / "plugin-state"),
             },
             add={

@@ -5,12 +5,17 @@ it is missing the tests skip and say so."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
+import socket
 import subprocess
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from waiting_testkit import wait_for
 
 from tests.charts.chart_testkit import one, render
 
@@ -43,3 +48,75 @@ def rule_groups(*sets: str) -> dict:
 def write_rules(path: Path, *sets: str) -> Path:
     path.write_text(yaml.safe_dump(rule_groups(*sets), sort_keys=False))
     return path
+
+
+class Prometheus:
+    """A real Prometheus server (Debian's binary) with `config`, its data and log under `workdir`,
+    listening on a free local port; stopped (TERM, then KILL) on exit."""
+
+    def __init__(self, config: dict, workdir: Path):
+        self.workdir = workdir
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Prometheus:
+        argv = [
+            binary("prometheus"),
+            f"--config.file={self.workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+        with open(self.workdir / "prometheus.log", "wb") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_for(self._ready, "Prometheus ready", timeout=60)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def _ready(self) -> bool:
+        assert self.process is not None and self.process.poll() is None, self.log()
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        return (self.workdir / "prometheus.log").read_text()[-3000:]
+
+    def api(self, path: str, **params: str) -> dict:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=5) as reply:
+            body = json.loads(reply.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def alerts(self, name: str, state: str = "firing") -> list[dict]:
+        """The alerts named `name` in `state` now (resolved ones are no longer listed)."""
+        return [
+            a
+            for a in self.api("alerts")["alerts"]
+            if a["labels"]["alertname"] == name and a["state"] == state
+        ]
+
+    def value(self, query: str) -> float | None:
+        """The single value of an instant query (None when it returns nothing)."""
+        result = self.api("query", query=query)["result"]
+        return float(result[0]["value"][1]) if result else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
