@@ -348,3 +348,10 @@ def test_every_dynmig_series_the_rules_and_the_dashboard_read_is_one_dynmig_expo
         if m not in exported and not any(m.endswith(s) and m[: -len(s)] in exported for s in SUFFIXES)
     }
     assert read and unknown == set()
+
+
+def test_serves_service_monitor_keeps_the_namespace_and_pod_a_series_names():
+    # else Prometheus Operator's target labels rename them exported_namespace/exported_pod, and the
+    # recording rules would name serve's own pod instead of the workload's
+    docs = render("1.35", "metrics.serviceMonitor.enabled=true")
+    assert one(docs, "ServiceMonitor", "dynmig")["spec"]["endpoints"][0]["honorLabels"] is True
