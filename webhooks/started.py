@@ -18,30 +18,32 @@ from mig.annotations import VGPU_NODE
 
 def time_to_running(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> float | None:
     """Seconds from creation to running when `after` is the update that shows the MIG pod Running
-    (`before`: the copy the cache held, None when it held none); else None."""
+    (`before`: the copy the cache held, None when it held none); else None, also for a pod whose
+    fields are not what the API server writes."""
     if before is None or _phase(before) == "Running" or _phase(after) != "Running":
         return None
-    meta = after.get("metadata") or {}
-    if not (meta.get("annotations") or {}).get(VGPU_NODE):
+    meta = _map(after.get("metadata"))
+    if not _map(meta.get("annotations")).get(VGPU_NODE):
         return None
     created = _time(meta.get("creationTimestamp"))
-    started = [
-        _time(_running(s).get("startedAt"))
-        for s in (after.get("status") or {}).get("containerStatuses") or []
-    ]
+    statuses = _map(after.get("status")).get("containerStatuses")
+    started = [_started(s) for s in statuses] if isinstance(statuses, list) else []
     if created is None or not started or None in started:
         return None
     return max(0.0, (max(t for t in started if t is not None) - created).total_seconds())
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "")
+    return str(_map(pod.get("status")).get("phase") or "")
 
 
-def _running(status: Any) -> Mapping[str, Any]:
-    state = status.get("state") if isinstance(status, Mapping) else None
-    running = state.get("running") if isinstance(state, Mapping) else None
-    return running if isinstance(running, Mapping) else {}
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _started(status: Any) -> dt.datetime | None:
+    """A container status's `state.running.startedAt` (None when it is not running)."""
+    return _time(_map(_map(_map(status).get("state")).get("running")).get("startedAt"))
 
 
 def _time(value: Any) -> dt.datetime | None:
