@@ -13,9 +13,12 @@ CUSTOM_KINDS = {
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 EVERYTHING_ON = (
     "metrics.serviceMonitor.enabled=true",
+    "metrics.prometheusRule.enabled=true",
+    "metrics.grafanaDashboard.enabled=true",
     "networkPolicy.enabled=true",
     "devicePlugin.createRuntimeClass=true",
     "devicePlugin.gpuOperatorToolkitReady.enabled=true",
