@@ -18,9 +18,11 @@ from typing import Any
 from mig import annotations as keys
 from mig.allowlist import Allowlist, ResourceNames, nearest
 from mig.catalog import MODELS
+from mig.migmanager import PREFIX
+from mig.offers import Offer, short_name
 from mig.placement.preference import parse_preference
-from mig.placement.request import INT32_MAX
-from mig.pods import container_label, resources
+from mig.placement.request import INT32_MAX, RequestError
+from mig.pods import Container, container_label, read_container, resources
 from mig.quantity import QuantityError, parse_quantity
 
 MAX_WARNINGS = 10  # kubectl prints each; more than this is noise
@@ -67,6 +69,75 @@ def lookalike_keys(annotations: Mapping[str, Any]) -> list[str]:
                 f"did you mean {close[0]!r}?"
             )
     return out
+
+
+# ---------------------------------------------------------------- resource names
+
+
+def resource_lookalikes(listed: list[Container], names: ResourceNames) -> list[str]:
+    """Resource names one or two letters from one dynmig or HAMi reads (`nvidia.com/gpumemory`): they
+    ask for something no node offers, and nothing of what was meant."""
+    known = (names.count, names.memory, names.memory_percentage, names.cores)
+    seen: dict[str, str] = {}
+    for key, i, c in listed:
+        for kind in ("limits", "requests"):
+            for name in list(resources(c, kind))[:MAX_KEYS_CHECKED]:
+                text = str(name)[:128]
+                if len(seen) < MAX_KEYS_CHECKED and text not in known and not text.startswith(PREFIX):
+                    seen.setdefault(text, container_label(key, i, c))
+    out = []
+    for text, label in seen.items():
+        close = nearest(text, known, n=1, cutoff=0.85)
+        if close:
+            out.append(
+                f"container {label}: resource {text!r} is not one dynmig or HAMi reads, so no node offers it "
+                f"and no GPU is reserved for it; did you mean {close[0]!r}?"
+            )
+    return out
+
+
+# ---------------------------------------------------------------- gpumem-percentage
+
+
+def whole_gpu_percentages(gpu: list[Container], names: ResourceNames, offers: Iterable[Offer]) -> list[str]:
+    """A `gpumem-percentage` just above a smaller allowed profile's MiB on some model (50 % of an
+    A100-40GB is 20,480 MiB, above the 3g.20gb's 20,096): it gets the next profile up, often a whole
+    GPU, where one or two percent less would have fit."""
+    out = []
+    for key, i, c in gpu:
+        try:
+            ask = read_container(key, i, c, names)
+        except RequestError:
+            continue  # refused elsewhere, with its own message
+        if ask.devices and ask.memory_mib is None and ask.memory_percent:
+            hits = [h for o in offers if (h := _rounded_up(ask.memory_percent, o))]
+            if hits:
+                also = sorted({short_name(o.model) for o in offers if _rounded_up(ask.memory_percent, o)})[
+                    1:4
+                ]
+                more = f"; so on {', '.join(also)} too" if also else ""
+                out.append(
+                    f"container {container_label(key, i, c)}: {names.memory_percentage} {hits[0]}{more}"
+                )
+    return out
+
+
+def _rounded_up(percent: int, offer: Offer) -> str:
+    """Why `percent` of this model rounds up past a smaller profile ("" when it does not)."""
+    need = offer.memory_mib * percent // 100  # as the scheduler sizes it (request.memory_on)
+    got = offer.smallest_covering(need)
+    below = [p for p in offer.profiles if p[1] < need]
+    if got is None or not below or offer.memory_mib <= 0:
+        return ""
+    name, mib = below[-1]
+    fits = mib * 100 // offer.memory_mib  # the largest percentage that still gets `name`
+    if fits < 1 or percent - fits > 2:
+        return ""
+    whole = "a whole GPU, " if got == offer.largest else ""
+    return (
+        f"{percent} is {need} MiB on an {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
+        f"gets {whole}a {got[0]}; write {fits} for a {name}"
+    )
 
 
 # ---------------------------------------------------------------- preference

@@ -157,7 +157,7 @@ _WHOLE: dict[str, tuple[int | None]] = {}
 _WHOLE_MEMO, _WHOLE_TEXT = 1024, 32
 
 
-def _resource(container: str, resource: str, value: Any) -> int:
+def whole_resource(container: str, resource: str, value: Any) -> int:
     """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RequestError(
@@ -201,7 +201,7 @@ def container_request(
     """
     kinds = (limits, requests)
     raw = {r: _first(kinds, r) for r in (names.count, names.memory, names.memory_percentage)}
-    count, memory, percent = (None if v is None else _resource(container, r, v) for r, v in raw.items())
+    count, memory, percent = (None if v is None else whole_resource(container, r, v) for r, v in raw.items())
     if memory is not None and memory > INT32_MAX:
         raise RequestError(f"container {container}: {names.memory} {memory} MiB is beyond {INT32_MAX}")
     if percent is not None and percent > 100:
