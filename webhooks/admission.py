@@ -26,7 +26,6 @@ from mig.pods import annotations_of, container_label, containers, names_gpu, rea
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
 from webhooks.intent import (
     bounded,
-    memory_unit_problem,
     pod_warnings,
     resource_lookalikes,
     whole_gpu_percentages,
@@ -189,9 +188,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
             f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
             f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)"
         )
-    bad = next((why for key, i, c in gpu if (why := memory_unit_problem(key, i, c, names))), "") or next(
-        (why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), ""
-    )
+    bad = next((why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), "")
     if bad:
         return Decision.deny(
             f"{bad}; fix the container's resources (see the README's section on pod resources)"

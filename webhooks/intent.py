@@ -1,9 +1,11 @@
 """Intent never ignored in silence: what admission says back about a pod's GPU request.
 
 Warnings (the AdmissionReview `warnings` field, shown by kubectl as `Warning: ...`) for annotation
-keys that look like dynmig's or HAMi's but are not, for a profile preference no allowed profile can
-meet, and for `nvidia.com/gpumem: "0"` (a whole GPU). A refusal for a gpumem written in bytes
-(`8Gi`), naming the unit. Warnings are bounded in count and length whatever the pod carries.
+keys and resource names that look like dynmig's or HAMi's but are not (`nvidia.com/gpumemory`), for
+a profile preference no allowed profile can meet, for `nvidia.com/gpumem: "0"` (a whole GPU) and for
+a `gpumem-percentage` just above a smaller profile's MiB (50 % gets a whole GPU on every model). A
+gpumem written in bytes (`8Gi`) is refused by the one memory reading, `mig.placement.request.memory_mib`.
+Warnings are bounded in count and length whatever the pod carries.
 
 A preference that cannot be met is a warning, not a denial (docs/policy.md): HAMi refuses only an
 entry that matches no profile in any allowlist entry (dynmig does too, in `check_preference`), a
@@ -21,14 +23,13 @@ from mig.catalog import MODELS
 from mig.migmanager import PREFIX
 from mig.offers import Offer, short_name
 from mig.placement.preference import parse_preference
-from mig.placement.request import INT32_MAX, RequestError
+from mig.placement.request import RequestError
 from mig.pods import Container, container_label, read_container, resources
 from mig.quantity import QuantityError, parse_quantity
 
 MAX_WARNINGS = 10  # kubectl prints each; more than this is noise
 MAX_WARNING_CHARS = 256  # kube-apiserver truncates a longer admission warning
 MAX_KEYS_CHECKED = 64  # annotation keys looked at (a pod may carry thousands)
-MIB = 1024 * 1024
 _DOMAINS = ("nvidia.com/", "hami.io/", "dynmig.io/")
 KNOWN_KEYS = tuple(
     sorted(
@@ -185,20 +186,6 @@ def _mib(raw: str) -> int | None:
         return parse_quantity(raw).as_int64()
     except QuantityError:
         return None
-
-
-def memory_unit_problem(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> str:
-    """A gpumem beyond any MiB count, most likely written in bytes (`8Gi`): the refusal names the
-    unit and what to write; "" otherwise."""
-    raw = _raw_memory(container, names)
-    value = _mib(raw) if raw is not None else None
-    if value is None or value <= INT32_MAX:
-        return ""
-    in_mib = -(-value // MIB)
-    return (
-        f"container {container_label(key, i, container)}: {names.memory} counts MiB: {raw} is {in_mib} "
-        f'(write {names.memory}: "{in_mib}"; at most {INT32_MAX})'
-    )
 
 
 def whole_gpu_memory(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> list[str]:
