@@ -65,8 +65,16 @@ def test_a_mig_1g_10gb_pod_runs_with_a_1g_10gb_on_an_h100_and_on_an_a100_80gb(ki
     assert placed(kit, "on-a100") == [("1g.10gb", "NVIDIA A100-SXM4-80GB")]
 
 
-def test_a_mig_3g_40gb_pod_asking_two_runs_with_two_3g_40gb(kit):
-    kit.create(mig_manager_pod("two-3g", "nvidia.com/mig-3g.40gb", 2))
+def test_a_mig_3g_40gb_pod_asking_two_runs_with_two_3g_40gb_and_the_client_hears_the_translation(kit):
+    created = kit.core.create_namespaced_pod(
+        "default", mig_manager_pod("two-3g", "nvidia.com/mig-3g.40gb", 2), _preload_content=False
+    )
+    warning = created.headers.get("Warning") or ""
+    assert (
+        "container main: nvidia.com/mig-3g.40gb: 2 (MIG Manager's name) became nvidia.com/gpu: 2, "
+        "nvidia.com/gpumem: "
+    ) in warning
+    assert "preferring 3g.40gb" in warning
     assert [profile for profile, _ in placed(kit, "two-3g")] == ["3g.40gb", "3g.40gb"]
 
 
