@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from webhooks_testkit import PLUGIN, SCHEDULER, apply_patch, pod, review
 
 from mig import catalog
@@ -201,3 +203,28 @@ def test_a_pod_for_another_scheduler_keeps_its_mig_resources():
     obj = mig_pod({"nvidia.com/mig-1g.10gb": "1"}, schedulerName="hami-scheduler")
     decision = admit(obj)
     assert decision.allowed and decision.patch == []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    asks=st.lists(
+        st.tuples(
+            st.one_of(
+                st.sampled_from(["1g.10gb", "3g.40gb", "1g.10gb.me", "7g.80gb"]), st.text(max_size=300)
+            ),
+            st.one_of(
+                st.sampled_from(["1", "2", "0", "1e9", "-1", "8Gi"]), st.text(max_size=40), st.integers()
+            ),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_any_mig_resource_names_and_counts_get_an_answer_never_an_error(asks):
+    obj = pod(limits={})
+    obj["spec"]["containers"] = [
+        {"name": f"c{n}", "image": "cuda", "resources": {"limits": {f"nvidia.com/mig-{name}": count}}}
+        for n, (name, count) in enumerate(asks)
+    ]
+    decision = admit(obj)
+    assert decision.allowed or (decision.message and len(decision.message) < 2000)
