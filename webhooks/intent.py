@@ -116,7 +116,7 @@ def whole_gpu_percentages(gpu: list[Container], names: ResourceNames, offers: It
                 also = sorted({short_name(o.model) for o in offers if _rounded_up(ask.memory_percent, o)})[
                     1:4
                 ]
-                more = f"; so on {', '.join(also)} too" if also else ""
+                more = f"; the same on {', '.join(also)}" if also else ""
                 out.append(
                     f"container {container_label(key, i, c)}: {names.memory_percentage} {hits[0]}{more}"
                 )
@@ -136,7 +136,7 @@ def _rounded_up(percent: int, offer: Offer) -> str:
         return ""
     whole = "a whole GPU, " if got == offer.largest else ""
     return (
-        f"{percent} is {need} MiB on an {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
+        f"{percent} is {need} MiB on {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
         f"gets {whole}a {got[0]}; write {fits} for a {name}"
     )
 

@@ -41,9 +41,9 @@ def test_a_percentage_of_50_warns_that_it_gets_a_whole_gpu_on_each_lab_model():
     decision = mutate(pod(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}), fleet)
     assert decision.allowed
     assert decision.warnings == (
-        "container main: nvidia.com/gpumem-percentage 50 is 20480 MiB on an A100-SXM4-40GB, just above a "
-        "3g.20gb (20096 MiB), so it gets a whole GPU, a 7g.40gb; write 49 for a 3g.20gb; so on "
-        "RTX-PRO-6000 too",
+        "container main: nvidia.com/gpumem-percentage 50 is 20480 MiB on A100-SXM4-40GB, just above a "
+        "3g.20gb (20096 MiB), so it gets a whole GPU, a 7g.40gb; write 49 for a 3g.20gb; the same on "
+        "RTX-PRO-6000",
     )
 
 
