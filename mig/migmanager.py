@@ -243,7 +243,7 @@ def _said(m: Move, names: ResourceNames) -> str:
     """The admission warning saying what a container's request became."""
     head = f"container {m.label}: {m.resource[:80]}: {m.devices} (MIG Manager's name) "
     if not m.devices:
-        return head + "asks for no device and was removed"
+        return head + "asks for no device, so dynmig leaves it as written"
     became = f"became {names.count}: {m.devices}, {names.memory}: {m.memory_mib}"
     if m.allowed:
         return f"{head}{became} (the least MiB of a {m.profile}) preferring {m.profile}"

@@ -228,3 +228,12 @@ def test_any_mig_resource_names_and_counts_get_an_answer_never_an_error(asks):
     ]
     decision = admit(obj)
     assert decision.allowed or (decision.message and len(decision.message) < 2000)
+
+
+def test_a_count_of_zero_asks_for_nothing_and_is_left_as_written():
+    decision = admit(mig_pod({"nvidia.com/mig-1g.10gb": "0"}))
+    assert decision.allowed and decision.patch == []
+    assert decision.warnings == (
+        "container main: nvidia.com/mig-1g.10gb: 0 (MIG Manager's name) asks for no device, so dynmig "
+        "leaves it as written",
+    )
