@@ -47,6 +47,27 @@ from mig.slicemap import (
 UNREADABLE = "unreadable: "
 MAX_REASON = 300  # one line of a pending pod's reason
 FITS_NOW = "fits now: the scheduler places it at its next try"
+OTHER_SCHEDULER = "other-scheduler"  # the pending pod's code when another scheduler owns it
+
+
+def owner_fix(pod: Mapping[str, Any], scheduler: str) -> str:
+    """Who places the pod when its `schedulerName` is set and is not dynmig's (`scheduler`), with
+    the fix; "" when it is dynmig's, or unset (a real API server always sets it)."""
+    spec = pod.get("spec")
+    owner = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    if not scheduler or not isinstance(owner, str) or not owner or owner == scheduler:
+        return ""
+    owner = owner[:63]
+    if owner == "default-scheduler":
+        return (
+            f"kube-scheduler's default-scheduler owns it, not dynmig ({scheduler}): dynmig's webhook did not "
+            f"route it (labelled hami.io/webhook=ignore, a skipped namespace, or the webhook was down when it "
+            f"was created), and no node offers its GPU resources to that scheduler; recreate it"
+        )
+    return (
+        f"scheduler {owner!r} owns it, not dynmig ({scheduler}): dynmig does not place it, and the reason "
+        f"above is {owner}'s; to move it to dynmig, recreate it with schedulerName: {scheduler}"
+    )
 
 
 def idle_view(text: object) -> tuple[tuple[IdleInstance, ...], str]:
@@ -164,11 +185,13 @@ def pending_view(
     advisor: Advisor | None = None,
     diagnosis: Diagnosis | None = None,
     eligible: Eligibility | None = None,
+    scheduler: str = "",
 ) -> PendingPod | None:
     """A waiting pod that asks for MIG GPUs, with the scheduler's reason, the engine's fix now (over
     the nodes the pod may run on, `eligible`; None: every node) and, when an advisor is given and the
     pod does not fit, its advice. `diagnosis`: `diagnose` against `states`, shared by a caller that
-    asks about many pods (see `Diagnoses`)."""
+    asks about many pods (see `Diagnoses`). A pod another scheduler owns (`scheduler`: dynmig's name;
+    "" does not check) is said to be that scheduler's, not diagnosed."""
     meta = metadata_of(pod)
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
@@ -177,6 +200,9 @@ def pending_view(
         return PendingPod(namespace, name, UNREADABLE + str(error)[:MAX_REASON], _reason(pod))
     if request is None:
         return None
+    owner = owner_fix(pod, scheduler)
+    if owner:
+        return PendingPod(namespace, name, asks_text(request), _reason(pod), fix=owner, code=OTHER_SCHEDULER)
     diagnosis = diagnosis or Diagnoses(states)
     nodes = eligible.restriction if eligible is not None else None
     code, fix = diagnosis(request, nodes)
@@ -195,9 +221,11 @@ def fleet_view(
     names: ResourceNames | None = None,
     only_nodes: Sequence[str] = (),
     advisor: Advisor | None = None,
+    scheduler: str = "",
 ) -> FleetMap:
     """The whole map: every node (or only `only_nodes`), its GPUs, and the pending MIG pods (with
-    `advisor`'s advice for those that do not fit), each diagnosed over the nodes it may run on."""
+    `advisor`'s advice for those that do not fit), each diagnosed over the nodes it may run on, or
+    said to be another scheduler's when its `schedulerName` is not `scheduler` (dynmig's)."""
     names = names or ResourceNames()
     pods = [p for p in pods if isinstance(p, Mapping)]
     usages: dict[str, list[PodUsage]] = {}
@@ -227,6 +255,6 @@ def fleet_view(
     pending = [
         v
         for p in waiting
-        if (v := pending_view(p, states, names, advisor, diagnosis, eligible(p))) is not None
+        if (v := pending_view(p, states, names, advisor, diagnosis, eligible(p), scheduler)) is not None
     ]
     return fleet_map(maps, pending, unreadable)

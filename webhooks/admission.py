@@ -11,17 +11,25 @@ by the time admission runs the apiserver has applied the patch and we see its re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mig.allowlist import ERROR, STRICT, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
+from mig.migmanager import Translation, translate
+from mig.offers import Offer, merged
 from mig.placement.preference import parse_preference, unknown_entries
 from mig.placement.request import RequestError, annotation_problem
 from mig.pods import annotations_of, container_label, containers, names_gpu, read_container, resources
 from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
-from webhooks.intent import bounded, memory_unit_problem, pod_warnings
+from webhooks.intent import (
+    bounded,
+    pod_warnings,
+    resource_lookalikes,
+    whole_gpu_percentages,
+)
 from webhooks.objects import ConfigMap, ObjectError, Pod, check
 from webhooks.review import Decision, Review, pointer
 
@@ -42,6 +50,9 @@ class AdmissionPolicy:
     # NVML names of the fleet's GPUs (for warnings about preferences no model there can meet); none
     # known: every catalog model counts
     fleet_models: Callable[[], Iterable[str]] = lambda: ()
+    # each GPU type as the fleet's nodes publish it (total MiB, allowed profiles and their MiB); none
+    # known: the catalog's figures for the allowlist's profiles
+    fleet_offers: Callable[[], Iterable[Offer]] = lambda: ()
 
 
 # ---------------------------------------------------------------- helpers on pod JSON
@@ -152,25 +163,32 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
     pod = review.object
     if _labels(pod).get(WEBHOOK_IGNORE_LABEL) == IGNORE or policy.ignored_namespaces(review.namespace):
         return Decision.allow(f"skipped: labelled {WEBHOOK_IGNORE_LABEL}={IGNORE}", result="skipped")
-    names = policy.device_config().resources
-    listed = containers(pod)
-    if not listed:
+    config = policy.device_config()
+    names = config.resources
+    if not containers(pod):
         return Decision.deny("pod has no containers; add at least one under spec.containers", code=400)
-    gpu = [(key, i, c) for key, i, c in listed if names_gpu(c, names)]
-    if not gpu:
-        return Decision.allow(result="skipped")
     spec = pod.get("spec") or {}
     current = spec.get("schedulerName") or ""
     if current not in DEFAULT_SCHEDULER_NAMES and current != policy.scheduler_name:
         return Decision.allow(f"pod names scheduler {current!r}; left alone", result="skipped")
+    fleet = tuple(policy.fleet_offers())
+    offers = merged(fleet, config.allowlist)
+    moved = translate(containers(pod), _annotations(pod), names, offers)
+    if moved.refusal:
+        return Decision.deny(f"{moved.refusal} (docs/migrating-from-mig-manager.md)")
+    pod = translated(pod, moved, names)
+    listed = containers(pod)
+    gpu = [(key, i, c) for key, i, c in listed if names_gpu(c, names)]
+    if not gpu:
+        return Decision.allow(
+            warnings=bounded([*moved.warnings, *resource_lookalikes(listed, names)]), result="skipped"
+        )
     if spec.get("nodeName"):
         return Decision.deny(
             f"pod requests {names.count} but already has spec.nodeName={spec['nodeName']!r}; dynmig must "
             f"choose the node and MIG placement: remove spec.nodeName (use a nodeSelector or affinity instead)"
         )
-    bad = next((why for key, i, c in gpu if (why := memory_unit_problem(key, i, c, names))), "") or next(
-        (why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), ""
-    )
+    bad = next((why for key, i, c in gpu if (why := _bad_request(key, i, c, names))), "")
     if bad:
         return Decision.deny(
             f"{bad}; fix the container's resources (see the README's section on pod resources)"
@@ -182,10 +200,10 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
             f"privileged container sees every GPU on the node, not just its MIG instance; remove "
             f"securityContext.privileged or move the GPU request to another pod"
         )
-    ops: list[dict[str, Any]] = []
+    ops = translation_ops(review.object, moved, names)
     if current != policy.scheduler_name:
         ops.append({"op": "add", "path": pointer("spec", "schedulerName"), "value": policy.scheduler_name})
-    warnings: list[str] = []
+    warnings = list(moved.warnings)
     for key, i, c in gpu:
         ops.extend(_default_count(key, i, c, names))
         if any(names.cores in resources(c, k) for k in ("limits", "requests")):
@@ -193,9 +211,60 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
                 f"container {container_label(key, i, c)}: {names.cores} has no effect on a MIG device; "
                 f"the MIG profile fixes the compute share"
             )
-    config = policy.device_config()
     warnings += pod_warnings(gpu, names, config.allowlist, policy.fleet_models, _annotations(pod))
+    warnings += whole_gpu_percentages(gpu, names, _sized(fleet, offers))
+    warnings += resource_lookalikes(listed, names)
     return Decision.patched(ops, bounded(warnings))
+
+
+def _sized(fleet: tuple[Offer, ...], offers: tuple[Offer, ...]) -> tuple[Offer, ...]:
+    """The GPU models a pod may land on: the fleet's when known, else every model with an allowed profile."""
+    return fleet or tuple(o for o in offers if o.profiles)
+
+
+def translated(pod: Mapping[str, Any], moved: Translation, names: ResourceNames) -> dict[str, Any]:
+    """The pod as its MIG Manager requests read in dynmig's names (a copy; `pod` is not changed)."""
+    if not moved.moves:
+        return dict(pod)
+    out = copy.deepcopy(dict(pod))
+    for m in moved.moves:
+        for kind in m.kinds:
+            held = out["spec"][m.field][m.index]["resources"][kind]
+            del held[m.resource]
+            held[names.count], held[names.memory] = str(m.devices), str(m.memory_mib)
+    if moved.preference:
+        meta = out.setdefault("metadata", {})
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            PROFILE_PREFERENCE: ",".join(moved.preference),
+        }
+    return out
+
+
+def translation_ops(pod: Mapping[str, Any], moved: Translation, names: ResourceNames) -> list[dict[str, Any]]:
+    """The JSON patch that makes the admitted pod read as `translated` does."""
+    ops: list[dict[str, Any]] = []
+    for m in moved.moves:
+        for kind in m.kinds:
+            base = ("spec", m.field, m.index, "resources", kind)
+            ops.append({"op": "remove", "path": pointer(*base, m.resource)})
+            ops.append({"op": "add", "path": pointer(*base, names.count), "value": str(m.devices)})
+            ops.append({"op": "add", "path": pointer(*base, names.memory), "value": str(m.memory_mib)})
+    if moved.preference:
+        value = ",".join(moved.preference)
+        if isinstance((pod.get("metadata") or {}).get("annotations"), dict):
+            ops.append(
+                {"op": "add", "path": pointer("metadata", "annotations", PROFILE_PREFERENCE), "value": value}
+            )
+        else:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": pointer("metadata", "annotations"),
+                    "value": {PROFILE_PREFERENCE: value},
+                }
+            )
+    return ops
 
 
 def _default_count(key: str, i: int, c: Mapping[str, Any], names: ResourceNames) -> list[dict[str, Any]]:

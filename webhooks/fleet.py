@@ -31,6 +31,7 @@ from typing import Any
 
 from mig.annotations import MigAllocation, PlacementModel
 from mig.idleplan import around_idle, last_user_key, onto_idle
+from mig.offers import Offer, offer
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
 from mig.pods import active_for_scheduler
 from mig.reconstruct import (
@@ -404,6 +405,16 @@ class Fleet:
         """The GPU types the fleet's nodes publish (admission warns about preferences none of them offer)."""
         with self.lock:
             return frozenset(g.type for published in self._published.values() for g in published.gpus)
+
+    def offers(self) -> tuple[Offer, ...]:
+        """Each GPU type as the fleet's nodes publish it: total MiB and each profile's MiB (admission
+        reads `nvidia.com/mig-*` and percentage requests against these)."""
+        with self.lock:
+            gpus = {g.type: g for published in self._published.values() for g in published.gpus}
+        return tuple(
+            offer(t, g.memory_mb, ((p.name, p.memory_mb) for p in g.profiles))
+            for t, g in sorted(gpus.items())
+        )
 
     def node_views(self) -> list[tuple[NodeGpus, NodeOccupancy, str | None]]:
         """Per published node: what it publishes, its occupancy now, and its leftover list as text

@@ -1,9 +1,11 @@
 """Intent never ignored in silence: what admission says back about a pod's GPU request.
 
 Warnings (the AdmissionReview `warnings` field, shown by kubectl as `Warning: ...`) for annotation
-keys that look like dynmig's or HAMi's but are not, for a profile preference no allowed profile can
-meet, and for `nvidia.com/gpumem: "0"` (a whole GPU). A refusal for a gpumem written in bytes
-(`8Gi`), naming the unit. Warnings are bounded in count and length whatever the pod carries.
+keys and resource names that look like dynmig's or HAMi's but are not (`nvidia.com/gpumemory`), for
+a profile preference no allowed profile can meet, for `nvidia.com/gpumem: "0"` (a whole GPU) and for
+a `gpumem-percentage` just above a smaller profile's MiB (50 % gets a whole GPU on every model). A
+gpumem written in bytes (`8Gi`) is refused by the one memory reading, `mig.placement.request.memory_mib`.
+Warnings are bounded in count and length whatever the pod carries.
 
 A preference that cannot be met is a warning, not a denial (docs/policy.md): HAMi refuses only an
 entry that matches no profile in any allowlist entry (dynmig does too, in `check_preference`), a
@@ -18,15 +20,16 @@ from typing import Any
 from mig import annotations as keys
 from mig.allowlist import Allowlist, ResourceNames, nearest
 from mig.catalog import MODELS
+from mig.migmanager import PREFIX
+from mig.offers import Offer, short_name
 from mig.placement.preference import parse_preference
-from mig.placement.request import INT32_MAX
-from mig.pods import container_label, resources
+from mig.placement.request import RequestError
+from mig.pods import Container, container_label, read_container, resources
 from mig.quantity import QuantityError, parse_quantity
 
 MAX_WARNINGS = 10  # kubectl prints each; more than this is noise
 MAX_WARNING_CHARS = 256  # kube-apiserver truncates a longer admission warning
 MAX_KEYS_CHECKED = 64  # annotation keys looked at (a pod may carry thousands)
-MIB = 1024 * 1024
 _DOMAINS = ("nvidia.com/", "hami.io/", "dynmig.io/")
 KNOWN_KEYS = tuple(
     sorted(
@@ -67,6 +70,75 @@ def lookalike_keys(annotations: Mapping[str, Any]) -> list[str]:
                 f"did you mean {close[0]!r}?"
             )
     return out
+
+
+# ---------------------------------------------------------------- resource names
+
+
+def resource_lookalikes(listed: list[Container], names: ResourceNames) -> list[str]:
+    """Resource names one or two letters from one dynmig or HAMi reads (`nvidia.com/gpumemory`): they
+    ask for something no node offers, and nothing of what was meant."""
+    known = (names.count, names.memory, names.memory_percentage, names.cores)
+    seen: dict[str, str] = {}
+    for key, i, c in listed:
+        for kind in ("limits", "requests"):
+            for name in list(resources(c, kind))[:MAX_KEYS_CHECKED]:
+                text = str(name)[:128]
+                if len(seen) < MAX_KEYS_CHECKED and text not in known and not text.startswith(PREFIX):
+                    seen.setdefault(text, container_label(key, i, c))
+    out = []
+    for text, label in seen.items():
+        close = nearest(text, known, n=1, cutoff=0.85)
+        if close:
+            out.append(
+                f"container {label}: resource {text!r} is not one dynmig or HAMi reads, so no node offers it "
+                f"and no GPU is reserved for it; did you mean {close[0]!r}?"
+            )
+    return out
+
+
+# ---------------------------------------------------------------- gpumem-percentage
+
+
+def whole_gpu_percentages(gpu: list[Container], names: ResourceNames, offers: Iterable[Offer]) -> list[str]:
+    """A `gpumem-percentage` just above a smaller allowed profile's MiB on some model (50 % of an
+    A100-40GB is 20,480 MiB, above the 3g.20gb's 20,096): it gets the next profile up, often a whole
+    GPU, where one or two percent less would have fit."""
+    out = []
+    for key, i, c in gpu:
+        try:
+            ask = read_container(key, i, c, names)
+        except RequestError:
+            continue  # refused elsewhere, with its own message
+        if ask.devices and ask.memory_mib is None and ask.memory_percent:
+            hits = [h for o in offers if (h := _rounded_up(ask.memory_percent, o))]
+            if hits:
+                also = sorted({short_name(o.model) for o in offers if _rounded_up(ask.memory_percent, o)})[
+                    1:4
+                ]
+                more = f"; the same on {', '.join(also)}" if also else ""
+                out.append(
+                    f"container {container_label(key, i, c)}: {names.memory_percentage} {hits[0]}{more}"
+                )
+    return out
+
+
+def _rounded_up(percent: int, offer: Offer) -> str:
+    """Why `percent` of this model rounds up past a smaller profile ("" when it does not)."""
+    need = offer.memory_mib * percent // 100  # as the scheduler sizes it (request.memory_on)
+    got = offer.smallest_covering(need)
+    below = [p for p in offer.profiles if p[1] < need]
+    if got is None or not below or offer.memory_mib <= 0:
+        return ""
+    name, mib = below[-1]
+    fits = mib * 100 // offer.memory_mib  # the largest percentage that still gets `name`
+    if fits < 1 or percent - fits > 2:
+        return ""
+    whole = "a whole GPU, " if got == offer.largest else ""
+    return (
+        f"{percent} is {need} MiB on {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
+        f"gets {whole}a {got[0]}; write {fits} for a {name}"
+    )
 
 
 # ---------------------------------------------------------------- preference
@@ -114,20 +186,6 @@ def _mib(raw: str) -> int | None:
         return parse_quantity(raw).as_int64()
     except QuantityError:
         return None
-
-
-def memory_unit_problem(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> str:
-    """A gpumem beyond any MiB count, most likely written in bytes (`8Gi`): the refusal names the
-    unit and what to write; "" otherwise."""
-    raw = _raw_memory(container, names)
-    value = _mib(raw) if raw is not None else None
-    if value is None or value <= INT32_MAX:
-        return ""
-    in_mib = -(-value // MIB)
-    return (
-        f"container {container_label(key, i, container)}: {names.memory} counts MiB: {raw} is {in_mib} "
-        f'(write {names.memory}: "{in_mib}"; at most {INT32_MAX})'
-    )
 
 
 def whole_gpu_memory(key: str, i: int, container: Mapping[str, Any], names: ResourceNames) -> list[str]:

@@ -150,6 +150,7 @@ class Service:
             scheduler_name=cfg.scheduler_name,
             privileged_users=frozenset(cfg.privileged_users),
             fleet_models=self.fleet.models,
+            fleet_offers=self.fleet.offers,
         )
         self.server = Server(
             policy=policy,

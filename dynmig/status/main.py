@@ -40,7 +40,7 @@ from mig.dra.view import dra_view
 from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
 from mig.slicemap import FleetMap, to_dict
-from webhooks.config import dra_driver
+from webhooks.config import DEFAULT_SCHEDULER, dra_driver
 from webhooks.defrag import status_advisor
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"the DRA driver whose ResourceSlices and claims are drawn as DRA nodes (default {DRA_DRIVER})",
     )
+    p.add_argument(
+        "--scheduler-name",
+        default=DEFAULT_SCHEDULER,
+        metavar="NAME",
+        help=f"dynmig's scheduler name (the chart's schedulerName, default {DEFAULT_SCHEDULER}): a pending "
+        "pod naming another scheduler is said to be that scheduler's",
+    )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
     p.add_argument(
@@ -143,6 +150,7 @@ def snapshot(source: Source, args: argparse.Namespace, resources: ResourceNames 
         names=resources,
         only_nodes=_nodes(args.node),
         advisor=_advisor(cluster, resources),
+        scheduler=args.scheduler_name,
     )
     fleet = with_dra(fleet, cluster, args)
     missing = [n for n in _nodes(args.node) if n not in {m.name for m in fleet.nodes}]

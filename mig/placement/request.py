@@ -7,6 +7,7 @@ itself, so it stays pure and is tested as a table of cases.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,12 +158,13 @@ _WHOLE: dict[str, tuple[int | None]] = {}
 _WHOLE_MEMO, _WHOLE_TEXT = 1024, 32
 
 
-def _resource(container: str, resource: str, value: Any) -> int:
-    """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64)."""
+def whole_resource(container: str, resource: str, value: Any) -> int:
+    """A resource value as an exact non-negative integer (HAMi reads them with Quantity.AsInt64).
+    RequestError names the container (when one is given) and the resource."""
+    where = f"container {container}: " if container else ""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RequestError(
-            f'container {container}: {resource} must be a quantity string such as "1" or '
-            f'"8k", not {type(value).__name__}'
+            f'{where}{resource} must be a quantity string such as "1" or "8k", not {type(value).__name__}'
         )
     text = value if isinstance(value, str) else str(value)
     read = _WHOLE.get(text)
@@ -170,16 +172,41 @@ def _resource(container: str, resource: str, value: Any) -> int:
         try:
             read = (parse_quantity(text).as_int64(),)
         except QuantityError as error:
-            raise RequestError(f"container {container}: {resource}: {error}") from None
+            raise RequestError(f"{where}{resource}: {error}") from None
         if len(text) <= _WHOLE_TEXT:  # short texts only: a pod's values repeat, and stay bounded
             if len(_WHOLE) >= _WHOLE_MEMO:
                 _WHOLE.clear()
             _WHOLE[text] = read
     number = read[0]
     if number is None:
-        raise RequestError(f"container {container}: {resource} {str(value)[:40]!r} is not a whole number")
+        raise RequestError(f"{where}{resource} {str(value)[:40]!r} is not a whole number")
     if number < 0:
-        raise RequestError(f"container {container}: {resource} must not be negative")
+        raise RequestError(f"{where}{resource} must not be negative")
+    return number
+
+
+def _whole(value: Any, resource: str, container: str) -> int:
+    return whole_resource(container, resource, value)
+
+
+MIB = 1 << 20
+# A suffix of a million or more on a value of a million MiB or more (`8Gi`, `512Mi`, `16G`): bytes,
+# as no GPU has a TiB; `0.008M` is 8000 MiB and stays so
+_BYTE_SUFFIX = re.compile(r"[0-9.]([MGTPE]i?)$")
+
+
+def memory_mib(value: Any, resource: str = "nvidia.com/gpumem", container: str = "") -> int:
+    """A GPU memory request in MiB, the one reading of `nvidia.com/gpumem` (admission, the scheduler,
+    `dynmig policy explain`). A value written in bytes (a suffix of mega or more and at least 2^20:
+    `8Gi`, `512Mi`, `16G`) or beyond INT32_MAX MiB is refused naming the MiB it most likely meant."""
+    number = whole_resource(container, resource, value)
+    text = str(value)[:40]
+    if number > INT32_MAX or (number >= MIB and _BYTE_SUFFIX.search(text)):
+        where = f"container {container}: " if container else ""
+        in_mib = -(-number // MIB)
+        raise RequestError(
+            f'{where}{resource} counts MiB: {text} is {in_mib} (write {resource}: "{in_mib}"; at most {INT32_MAX})'
+        )
     return number
 
 
@@ -201,9 +228,10 @@ def container_request(
     """
     kinds = (limits, requests)
     raw = {r: _first(kinds, r) for r in (names.count, names.memory, names.memory_percentage)}
-    count, memory, percent = (None if v is None else _resource(container, r, v) for r, v in raw.items())
-    if memory is not None and memory > INT32_MAX:
-        raise RequestError(f"container {container}: {names.memory} {memory} MiB is beyond {INT32_MAX}")
+    count, memory, percent = (
+        None if v is None else (memory_mib if r == names.memory else _whole)(v, r, container)
+        for r, v in raw.items()
+    )
     if percent is not None and percent > 100:
         raise RequestError(
             f"container {container}: {names.memory_percentage} {percent} must be an integer between 0 and 100"

@@ -107,7 +107,7 @@ def test_a_percentage_on_a_gpu_that_publishes_no_memory_is_refused_with_the_reas
         ({GPU: "1", MEM: "8 k"}, "container main: nvidia.com/gpumem: '8 k' is not a quantity"),
         ({GPU: "1", MEM: "8K"}, "container main: nvidia.com/gpumem: '8K' has an unknown suffix 'K'"),
         ({GPU: "1", MEM: "100m"}, "container main: nvidia.com/gpumem '100m' is not a whole number"),
-        ({GPU: "1", MEM: "3Gi"}, "container main: nvidia.com/gpumem 3221225472 MiB is beyond 2147483647"),
+        ({GPU: "1", MEM: "3Gi"}, "container main: nvidia.com/gpumem counts MiB: 3Gi is 3072"),
         (
             {GPU: "1", PCT: "101"},
             "container main: nvidia.com/gpumem-percentage 101 must be an integer between 0 and 100",

@@ -70,12 +70,16 @@ def holder(
 
 
 def waiting(name: str, memory: str, namespace: str = "ml") -> dict[str, Any]:
+    """A MIG pod as admitted: dynmig's webhook set its scheduler (else status says whose it is)."""
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+        "spec": {
+            "schedulerName": "dynmig-scheduler",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}],
+        },
     }
 
 

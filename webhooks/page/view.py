@@ -174,7 +174,14 @@ class FleetPage:
         for pod in waiting[:MAX_WAITING]:
             allowed = eligible(pod) if eligible is not None else None
             with self.fleet.lock:  # the scheduler's index, read between two of its filters
-                view = pending_view(pod, (), names, diagnosis=Diagnoses(self.fleet.index), eligible=allowed)
+                view = pending_view(
+                    pod,
+                    (),
+                    names,
+                    diagnosis=Diagnoses(self.fleet.index),
+                    eligible=allowed,
+                    scheduler=self.scheduler_name,
+                )
             if view is not None:
                 pending.append(view)
         return pending, max(0, len(waiting) - MAX_WAITING)
