@@ -84,7 +84,6 @@ CLASSES = {
 SMALL = (24, 8)  # the packing bench's churn fleet
 TUNING = (packing.SEED,)
 HELD_OUT = (packing.SEED + 1001, packing.SEED + 1002, packing.SEED + 1003)
-PER_GPU = 2  # steered pruning depth: the most devices of one size a trace's pod asks for
 PRIORITIZED = "steered + dynmig prioritize"
 ARMS = ("natural", "natural, published order", "steered", PRIORITIZED)
 REFERENCE = "dynmig extender"
@@ -189,10 +188,7 @@ class World:
         self.generation[node] += 1
         steered = self.arm in ("steered", PRIORITIZED)
         build = steered_slices if steered else natural_slices
-        kwargs = {"per_gpu": PER_GPU} if steered else {}
-        self.store.replace_pool(
-            node, DRIVER, build(node, DRIVER, self.gpus[node], self.generation[node], **kwargs)
-        )
+        self.store.replace_pool(node, DRIVER, build(node, DRIVER, self.gpus[node], self.generation[node]))
 
     def _set(self, node: str, minor: int, instances: tuple[Instance, ...]) -> None:
         gs = self.gpus[node]
