@@ -171,3 +171,22 @@ def test_a_prioritize_weight_that_is_not_a_positive_integer_is_refused_by_the_va
             "template", "dynmig", str(CHART), "--set", DRA, "--set", f"draPlugin.prioritizeWeight={bad}"
         )
         assert done.returncode != 0 and "prioritizeWeight" in done.stderr, bad
+
+
+def test_each_listed_profile_gets_a_device_class_serving_its_extended_resource():
+    docs = render("1.37", DRA, "draPlugin.extendedResources.profiles={1g.10gb,2g.20gb}")
+    by_resource = {c["spec"].get("extendedResourceName"): c for c in of_kind(docs, "DeviceClass")}
+    assert set(by_resource) == {None, "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"}
+    one_g = by_resource["nvidia.com/mig-1g.10gb"]
+    assert one_g["metadata"]["name"] == "mig-1g-10gb.mig.dynmig.io"
+    expression = one_g["spec"]["selectors"][0]["cel"]["expression"]
+    assert 'device.driver == "mig.dynmig.io"' in expression
+    assert 'device.attributes["mig.dynmig.io"].profile == "1g.10gb"' in expression
+    assert len(of_kind(render("1.37", DRA), "DeviceClass")) == 1  # none unless asked
+
+
+def test_an_extended_resource_profile_that_is_not_a_mig_profile_is_refused_by_the_values_schema():
+    done = helm(
+        "template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.extendedResources.profiles={gpu}"
+    )
+    assert done.returncode != 0 and "extendedResources" in done.stderr

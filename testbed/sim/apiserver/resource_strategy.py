@@ -18,11 +18,15 @@ every format rule. Everything here is cheap and checked against kubernetes/kuber
   immutable), `validateResourceClaimStatusUpdate` (`reservedFor` needs an allocation, entries need
   resource, name and uid and are unique by uid, none added once the claim is being deleted; a set
   allocation cannot change, only be cleared), `validateDeviceRequest` (each request names exactly
-  one of `exactly` or `firstAvailable`, request names unique).
+  one of `exactly` or `firstAvailable`, request names unique), and a DeviceClass's
+  `spec.extendedResourceName` (KEP-5004) must be an extended resource name: a qualified name
+  (`<DNS subdomain>/<name>`) outside the `kubernetes.io` domains, not `requests.` (the rule of
+  `pkg/apis/core/v1/helper.IsExtendedResourceName`; the message is ours).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sim.apiserver.errors import invalid_fields
@@ -79,6 +83,8 @@ def validate(
         problems = _slice(_dict(obj.get("spec")), None if old is None else _dict(old.get("spec")))
     elif rt.kind == "ResourceClaim":
         problems = _claim(obj, old, subresource)
+    elif rt.kind == "DeviceClass":
+        problems = _device_class(_dict(obj.get("spec")))
     elif rt.kind == "ResourceClaimTemplate":
         if old is not None and obj.get("spec") != old.get("spec"):
             problems = [("spec", _INVALID, "field is immutable")]
@@ -88,6 +94,28 @@ def validate(
     if problems:
         name = str(_dict(obj.get("metadata")).get("name") or "")
         raise invalid_fields(rt.kind, rt.group, name, problems)
+
+
+_QUALIFIED = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _device_class(spec: dict[str, Any]) -> list[Problem]:
+    name = spec.get("extendedResourceName")
+    if name is None:
+        return []
+    path = "spec.extendedResourceName"
+    if (
+        not isinstance(name, str)
+        or not _QUALIFIED.match(name)
+        or "kubernetes.io/" in name
+        or name.startswith("requests.")
+        or len(name.split("/")[0]) > 253
+    ):
+        why = "must be an extended resource name: <DNS subdomain>/<name> outside kubernetes.io, e.g. nvidia.com/gpu"
+        return [(path, _INVALID, f"Invalid value: {name!r}: {why}")]
+    return []
 
 
 def _slice(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Problem]:
