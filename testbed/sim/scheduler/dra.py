@@ -316,6 +316,12 @@ class DynamicResources:
             raise DraUnschedulable(f"request {request}: device class {class_name} does not exist")
 
     # ---- extended resources backed by DRA (sim.scheduler.dra_extended) --------------------------
+    def backed_by_dra(self, resource: str) -> bool:
+        """For NodeResourcesFit (noderesources/fit.go with DRAExtendedResource): a resource some
+        DeviceClass maps is left to this plugin on a node whose allocatable has none of it."""
+        with self._lock:
+            return dra_extended.backed_by_dra(resource, self._classes)
+
     def _extended_pre_filter(self, pod: JSON) -> JSON | None:
         """preFilterExtendedResources: the pod's claim of an earlier cycle, or one in memory; None
         when no DeviceClass maps any extended resource the pod asks for."""
