@@ -24,6 +24,10 @@ Occupied placements are not candidates. Devices of the instances that exist are 
 (`Steered.allocated`): the allocator only subtracts counters for allocated devices it finds in the
 pool's slices, so leaving them out would let it allocate an overlapping placement.
 
+Profiles are listed smallest first (memory, then compute slices), so first fit over a claim that
+selects by capacity (`device.capacity[...].memory.compareTo(quantity("9Gi")) >= 0`) takes the
+smallest allowed profile that holds it, as the engine would.
+
 Order between GPUs matters only inside one ResourceSlice: kube-scheduler lists slices from an
 informer cache (a map: no defined order) and groups them into pools in a map, so the devices of two
 slices come in either order. `mig.dra.slices` therefore puts a profile's candidates in one slice.
@@ -208,6 +212,14 @@ def steer(gpus: Sequence[Gpu]) -> Steered:
         for g in gpus
     }
     allocated = [d for g in gpus for inst in g.instances if (d := instance_device(g, inst)) is not None]
-    names = sorted({s.name for g in gpus for s in g.specs()})
+    # smaller profiles first: a claim selecting by memory (`memory >= 9Gi`) gets the smallest that holds it
+    memory: dict[str, tuple[int, int]] = {}
+    for g in gpus:
+        for spec in g.specs():
+            memory[spec.name] = min(
+                memory.get(spec.name, (spec.memory_mib, spec.slice_count)),
+                (spec.memory_mib, spec.slice_count),
+            )
+    names = sorted(memory, key=lambda n: (*memory[n], n))
     candidates = tuple((name, devices) for name in names if (devices := _merged(gpus, name, whole)))
     return Steered(candidates, tuple(sorted(allocated, key=lambda d: d.name)))

@@ -33,12 +33,13 @@ from mig.dra.devices import Gpu
 from mig.mirror import Mirror
 from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
-from plugin.dra.claims import ClaimError
+from plugin.dra.claims import ClaimError, ClaimRef
 from plugin.dra.config import ConfigError, DraConfig, load_config
 from plugin.dra.gpus import discover, publishable, unheld_slices
 from plugin.dra.prepare import Preparer
 from plugin.dra.publish import SlicePublisher, pending_instances
 from plugin.dra.service import KubeletSockets
+from plugin.dra.status import DeviceReport, DeviceStatusWriter
 from plugin.journal import Journal
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
@@ -56,6 +57,7 @@ class DraPluginApp:
         self.resource = k8s.ResourceV1Api(api)
         self.journal = Journal(config.state_dir, self.metrics)
         self.publisher = SlicePublisher(api, config.node_name, config.driver)
+        self.device_status = DeviceStatusWriter(api, config.driver)
         self.claims = Mirror()  # ResourceClaims, watched: the allocations on this node are occupied
         self._claims_lock = threading.Lock()
         self._dirty = threading.Event()
@@ -82,6 +84,9 @@ class DraPluginApp:
         if not isinstance(body, dict):
             raise ClaimError(f"claim {namespace}/{name}: the API's answer is not an object")
         return body
+
+    def _report_devices(self, ref: ClaimRef, reports: list[DeviceReport]) -> None:
+        self.device_status.report(ref.namespace, ref.name, reports)
 
     def _claims_replaced(self, items: list[dict[str, Any]]) -> None:
         with self._claims_lock:
@@ -110,6 +115,7 @@ class DraPluginApp:
             self.config.node_name,
             self.read_claim,
             self._dirty.set,
+            self._report_devices,
         )
         kept, released = self.preparer.adopt()
         log.info("adopted %d prepared instances, released %d of claims that are gone", kept, released)

@@ -74,7 +74,7 @@ def test_the_dra_plugin_mounts_kubelets_plugin_dirs_the_cdi_root_and_a_state_dir
     assert plugin["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_the_dra_plugin_may_write_only_resourceslices_and_read_claims():
+def test_the_dra_plugin_may_write_only_resourceslices_and_its_own_device_status_of_claims():
     role = one(render("1.35", DRA), "ClusterRole", "-dra-plugin")
     grants: dict[str, set[str]] = {}
     for rule in role["rules"]:
@@ -83,9 +83,13 @@ def test_the_dra_plugin_may_write_only_resourceslices_and_read_claims():
     assert grants == {
         "resourceslices": {"get", "list", "watch", "create", "update", "patch", "delete"},
         "resourceclaims": {"get", "list", "watch"},
+        "resourceclaims/status": {"update"},
+        "resourceclaims/driver": {"associated-node:update"},
         "nodes": {"get"},
         "events": {"create", "patch"},
     }
+    (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    assert driver_rule["resourceNames"] == ["mig.dynmig.io"]  # this driver's entries only
 
 
 def test_the_device_class_selects_this_drivers_mig_devices_by_its_name():

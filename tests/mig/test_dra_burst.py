@@ -48,9 +48,9 @@ def claim(profile: str, i: int) -> dict[str, Any]:
 class Node:
     """One DRA node: its GPUs with the instances allocated so far, and its published pool."""
 
-    def __init__(self, model: str, count: int):
+    def __init__(self, model: str, count: int, allowed: tuple[str, ...] = ()):
         m = find_model(model)
-        allowed = default_allowlist().profiles_for(m.nvml_name)
+        allowed = allowed or default_allowlist().profiles_for(m.nvml_name)
         self.gpus = [Gpu(i, f"GPU-{model}-{i}", m, allowed) for i in range(count)]
         self.names = by_name(self.gpus)
         self.store = SliceStore()
@@ -138,3 +138,28 @@ def test_republishing_after_a_burst_keeps_the_next_burst_packing(model):
     second = node.burst([SMALLEST[model]] * 5)
     assert first + second == engine.burst([SMALLEST[model]] * 10, republish_each=True)
     assert node.whole_gpus() == 2
+
+
+def by_memory(gib: int) -> str:
+    return f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{gib}Gi")) >= 0'
+
+
+@pytest.mark.parametrize(
+    ("model", "allowed", "gib", "profile"),
+    [
+        ("H100-SXM5-80GB", (), 9, "1g.10gb"),
+        ("A100-SXM4-40GB", (), 9, "2g.10gb"),
+        ("A100-SXM4-40GB", ("1g.10gb", "1g.5gb", "2g.10gb"), 4, "1g.5gb"),  # 1g.10gb sorts first by name
+    ],
+)
+def test_a_claim_asking_by_memory_gets_the_smallest_allowed_profile_that_holds_it(
+    model, allowed, gib, profile
+):
+    node = Node(model, 2, allowed)
+    selector = {"cel": {"expression": by_memory(gib)}}
+    request = {"name": "mig", "exactly": {"deviceClassName": "mig.dynmig.io", "selectors": [selector]}}
+    claim = {"metadata": {"namespace": "default", "name": "m"}, "spec": {"devices": {"requests": [request]}}}
+    (got,) = Scheduler(random.Random(1)).burst([[claim]], [NODE], node.store, CLASSES, node.allocated)
+    assert got is not None
+    device = got[1][0]["devices"]["results"][0]["device"]
+    assert node.names[device][1].profile == profile

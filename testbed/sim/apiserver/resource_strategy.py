@@ -21,11 +21,13 @@ every format rule. Everything here is cheap and checked against kubernetes/kuber
   one of `exactly` or `firstAvailable`, request names unique), and a DeviceClass's
   `spec.extendedResourceName` (KEP-5004) must be an extended resource name: a qualified name
   (`<DNS subdomain>/<name>`) outside the `kubernetes.io` domains, not `requests.` (the rule of
-  `pkg/apis/core/v1/helper.IsExtendedResourceName`; the message is ours).
+  `pkg/apis/core/v1/helper.IsExtendedResourceName`; the message is ours); `status.devices` entries
+  (`validateDeviceStatus`) each name an allocated device once, their data at most 10 KiB.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -40,6 +42,7 @@ _INVALID, _REQUIRED, _FORBIDDEN, _DUPLICATE = (
     "FieldValueForbidden",
     "FieldValueDuplicate",
 )
+_TOO_LONG = "FieldValueTooLong"
 _NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 
 
@@ -287,6 +290,32 @@ def _claim_status(status: dict[str, Any], old: dict[str, Any], deleted: bool) ->
         out.append(("status.allocation", _INVALID, "Invalid value: field is immutable"))
     elif allocation is not None and old_allocation is None:
         out += _results(_dict(allocation))
+    return out + _device_status(status.get("devices"), allocation)
+
+
+def _device_status(devices: Any, allocation: Any) -> list[Problem]:
+    """validateDeviceStatus: each entry names an allocated device once; its data is at most 10 KiB."""
+    if devices is None:
+        return []
+    if not isinstance(devices, list):
+        return [("status.devices", _INVALID, "Invalid value: must be a list")]
+    results = _list(_dict(_dict(allocation).get("devices")).get("results"))
+    allocated = {(_dict(r).get("driver"), _dict(r).get("pool"), _dict(r).get("device")) for r in results}
+    out: list[Problem] = []
+    seen = set()
+    for i, entry in enumerate(devices):
+        entry = _dict(entry)
+        key = (entry.get("driver"), entry.get("pool"), entry.get("device"))
+        path = f"status.devices[{i}]"
+        if key not in allocated:
+            out.append(
+                (path, _INVALID, f"Invalid value: {list(key)}: must be an allocated device in the claim")
+            )
+        if key in seen:
+            out.append((path, _DUPLICATE, f"Duplicate value: {list(key)}"))
+        seen.add(key)
+        if len(json.dumps(entry.get("data"))) > 10 * 1024:
+            out.append((f"{path}.data", _TOO_LONG, "Too long: may not be more than 10240 bytes"))
     return out
 
 

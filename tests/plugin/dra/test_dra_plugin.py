@@ -221,6 +221,18 @@ def test_prepare_creates_exactly_the_allocated_placement_and_returns_its_cdi_dev
     assert spec["devices"][0]["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
 
 
+def test_a_prepared_claim_reports_its_mig_uuid_in_the_claims_device_status(node):
+    device = node.first_fit("1g.5gb")
+    claim = node.claim("infer", device["name"])
+    assert node.prepare(claim).claims[claim["metadata"]["uid"]].error == ""
+    mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
+    stored = node.resource.read_namespaced_resource_claim("infer", NS, _preload_content=False)
+    (entry,) = json.loads(stored.data)["status"]["devices"]
+    assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, NODE, device["name"])
+    assert entry["data"]["migUUID"] == mig and entry["data"]["gpuUUID"] == attrs(device)[0]
+    assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
+
+
 def test_a_second_prepare_of_a_prepared_claim_creates_nothing_and_answers_the_same(node):
     claim = node.claim("twice", node.first_fit("1g.5gb")["name"])
     first = node.prepare(claim).claims[claim["metadata"]["uid"]]
