@@ -24,6 +24,8 @@ from lab.cluster import Lab
 from lab.dra_scenario import claim_pod, claim_template
 from lab.nodes import parse_nodes
 
+pytestmark = pytest.mark.timeout(300)  # a burst of up to 14 pods, then deleting them
+
 NODES = "gpu-a100=2xA100-SXM4-40GB@dra;gpu-h100=4xH100-SXM5-80GB@dra"
 DRIVER = "mig.dynmig.io"
 TOOLS = Path(os.environ.get("DYNMIG_TOOLS", Path(__file__).resolve().parents[2] / ".cache" / "tools"))
