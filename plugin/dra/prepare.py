@@ -72,12 +72,14 @@ class Preparer:
         read_claim: ClaimReader,
         changed: Callable[[], None] = lambda: None,
         reported: Callable[[ClaimRef, list[DeviceReport]], None] = lambda ref, reports: None,
+        released: Callable[[ClaimRef, Entry], None] = lambda ref, entry: None,
     ):
         self.nvml, self.journal, self.cdi = nvml, journal, cdi
         self.driver, self.pool = driver, pool
         self.read_claim = read_claim
         self.changed = changed  # occupancy changed: republish
         self.reported = reported  # the prepared devices, for the claim's status.devices
+        self.released = released  # an instance of the claim was destroyed
         self.lock = threading.Lock()
         self.gpus = {g.uuid: g for g in gpus}
         self.devices = by_name(Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus)
@@ -229,6 +231,8 @@ class Preparer:
             self._destroy(gpu, gi)
         self.journal.remove([entry.key])
         log.info("claim %s: destroyed %s at %s on GPU %s", ref, entry.profile, entry.start, gpu.uuid)
+        if gi is not None:
+            self.released(ref, entry)
 
     def _entry_gi(self, gpu: NodeGpu, entry: Entry) -> GiRecord | None:
         """The live GI the entry proves is ours: by its ID at its placement, or for an intent the GI at
