@@ -1,9 +1,9 @@
 """DRA bench: steered first fit against NVIDIA's natural-order publishing, through kube-scheduler's allocator.
 
 Run as `python bench/dra.py` (`--quick`: the tuning seed only, 1,500 arrivals, for trying a change;
-`--seeds A,B`: those seeds; `--arrivals N`). Prints a table per workload and load and writes
-bench/results/dra.json. Deterministic: every random draw (slice order, node choice) comes from a
-seeded RNG, the same seed for every arm.
+`--seeds A,B`: those seeds; `--arrivals N`; `--burst`: the burst scenario instead, `burst_main`).
+Prints a table per workload and load and writes bench/results/dra.json. Deterministic: every
+random draw (slice order, node choice) comes from a seeded RNG, the same seed for every arm.
 
 - Traces: the packing bench's (bench/placement.py `trace`, `offered_load`, `WORKLOADS`: Poisson
   arrivals, exponential lifetimes, the mixed and inference-heavy shapes at near-capacity and
@@ -22,7 +22,7 @@ seeded RNG, the same seed for every arm.
   slice per GPU, every allowed profile × placement sorted by name); `natural, published order` is the
   same with the slices kept in publish order (the driver's best case: GPUs in minor order);
   `steered` publishes mig/dra's steered slices (a profile's candidates best first across the node's
-  GPUs in one slice, pruned to the 2 best per GPU, allocated devices apart). Every arm republishes
+  GPUs in one slice, in the engine's one-by-one order, allocated devices apart). Every arm republishes
   the node's pool (generation + 1) after each allocation and release on it; `steered + dynmig
   prioritize` publishes the same steered slices, and kube-scheduler's node choice among the feasible
   nodes adds dynmig's extender `prioritize` scores (mig/dra/score.py, from the claim's CEL selector
@@ -84,11 +84,11 @@ CLASSES = {
 SMALL = (24, 8)  # the packing bench's churn fleet
 TUNING = (packing.SEED,)
 HELD_OUT = (packing.SEED + 1001, packing.SEED + 1002, packing.SEED + 1003)
-PER_GPU = 2  # steered pruning depth: the most devices of one size a trace's pod asks for
 PRIORITIZED = "steered + dynmig prioritize"
 ARMS = ("natural", "natural, published order", "steered", PRIORITIZED)
 REFERENCE = "dynmig extender"
 RESULTS = Path(__file__).resolve().parent / "results" / "dra.json"
+BURST_RESULTS = RESULTS.with_name("dra-burst.json")
 # per trace: 3,000 arrivals (the packing bench replays 5,000; the simulated allocator tries every node
 # for every pod in Python, so 3,000 keeps a full run of the four arms near 30 minutes on two shared cores)
 ARRIVALS = 3000
@@ -189,10 +189,7 @@ class World:
         self.generation[node] += 1
         steered = self.arm in ("steered", PRIORITIZED)
         build = steered_slices if steered else natural_slices
-        kwargs = {"per_gpu": PER_GPU} if steered else {}
-        self.store.replace_pool(
-            node, DRIVER, build(node, DRIVER, self.gpus[node], self.generation[node], **kwargs)
-        )
+        self.store.replace_pool(node, DRIVER, build(node, DRIVER, self.gpus[node], self.generation[node]))
 
     def _set(self, node: str, minor: int, instances: tuple[Instance, ...]) -> None:
         gs = self.gpus[node]
@@ -283,6 +280,122 @@ def run_cell(
     return out
 
 
+# ---- burst scenario ------------------------------------------------------------------------------
+BURST_SHAPES = tuple((m, n) for m in ("A100-SXM4-40GB", "H100-SXM5-80GB") for n in (2, 4, 8))
+BURST_SIZES = (5, 7, 14)
+BURST_ARMS = ("natural", "natural, published order", "steered", "engine, one by one")
+
+
+def _profile_claim(profile: str, i: int) -> dict[str, Any]:
+    sel = f'device.attributes["{DRIVER}"].profile == "{profile}"'
+    request = {
+        "name": "mig",
+        "exactly": {"deviceClassName": DEVICE_CLASS, "selectors": [{"cel": {"expression": sel}}]},
+    }
+    return {"metadata": {"name": f"burst-{i}"}, "spec": {"devices": {"requests": [request]}}}
+
+
+class BurstNode:
+    """One node of the burst scenario: its GPUs, its published pool and its allocated devices. The
+    `natural` arms publish NVIDIA's layout (`natural` in a fresh slice order per cycle); `steered`
+    and `engine, one by one` publish dynmig's; the last republishes after every claim (the engine
+    placing them one by one), the others allocate the whole burst from one publication."""
+
+    def __init__(self, arm: str, gpus: list[Gpu], seed: int):
+        self.arm, self.gpus, self.node = arm, list(gpus), "burst-node"
+        self.names = by_name(self.gpus)
+        held = {(i.profile, i.placement, g.minor) for g in gpus for i in g.instances}
+        self.allocated = {
+            (DRIVER, self.node, name)
+            for name, (g, d) in self.names.items()
+            if (d.profile, d.placement, g.minor) in held
+        }
+        self.store, self.generation = SliceStore(), 0
+        self.scheduler = Scheduler(random.Random(seed), shuffle_slices=arm == "natural")
+        self.publish()
+
+    def publish(self) -> None:
+        self.generation += 1
+        build = natural_slices if self.arm.startswith("natural") else steered_slices
+        self.store.replace_pool(self.node, DRIVER, build(self.node, DRIVER, self.gpus, self.generation))
+
+    def take(self, got: tuple[str, list[dict[str, Any]]] | None) -> int:
+        """Record the claim's instance; 1 when it broke an empty GPU while a GPU in use had room."""
+        if got is None:
+            return 0
+        gpu, dev = self.names[got[1][0]["devices"]["results"][0]["device"]]
+        k = next(i for i, g in enumerate(self.gpus) if g.minor == gpu.minor)
+        g = self.gpus[k]
+        assert not g.mask & dev.placement.mask, f"{self.arm}: {dev.name} overlaps"
+        spec = g.model.profile(dev.profile)
+        placements = [p for p in spec.placements if p.size] if spec is not None else []
+        room = any(o.instances and any(not p.mask & o.mask for p in placements) for o in self.gpus)
+        self.gpus[k] = Gpu(
+            g.minor, g.uuid, g.model, g.allowed, (*g.instances, Instance(dev.profile, dev.placement))
+        )
+        self.allocated.add((DRIVER, self.node, dev.name))
+        return int(not g.instances and room)
+
+    def burst(self, profiles: list[str]) -> dict[str, int]:
+        pods = [[_profile_claim(p, i)] for i, p in enumerate(profiles)]
+        broken, refused = 0, 0
+        if self.arm == "engine, one by one":
+            for pod in pods:
+                got = self.scheduler.schedule(pod, [self.node], self.store, CLASSES, self.allocated)
+                broken, refused = broken + self.take(got), refused + (got is None)
+                self.publish()
+        else:
+            for got in self.scheduler.burst(pods, [self.node], self.store, CLASSES, self.allocated):
+                broken, refused = broken + self.take(got), refused + (got is None)
+        whole = sum(1 for g in self.gpus if not g.instances)
+        return {"refused": refused, "broken_with_room": broken, "whole_left": whole}
+
+
+def _burst_cases(seed: int) -> list[tuple[str, int, list[Gpu], list[str]]]:
+    """Per node shape and burst size: an identical burst (the smallest profile) and a mixed one
+    (1g/2g/3g drawn from the seed), on a node that already runs what the engine placed for a few
+    earlier claims (also drawn from the seed; none on half the cases)."""
+    rng, allow, out = random.Random(seed), default_allowlist(), []
+    for model_name, count in BURST_SHAPES:
+        model = find_model(model_name)
+        gpus = [
+            Gpu(i, f"GPU-{model_name}-{i}", model, allow.profiles_for(model.nvml_name)) for i in range(count)
+        ]
+        small = [s.name for s in gpus[0].specs() if s.slice_count < 7][:3]
+        for n in BURST_SIZES:
+            before = [rng.choice(small) for _ in range(rng.choice((0, count)))]
+            start = BurstNode("engine, one by one", gpus, seed)
+            start.burst(before)
+            for kind, profiles in (("1g", [small[0]] * n), ("mixed", [rng.choice(small) for _ in range(n)])):
+                out.append((f"{model_name} ×{count}, {n} {kind}", n, list(start.gpus), profiles))
+    return out
+
+
+def burst_main(seeds: Sequence[int], label: str) -> dict[str, Any]:
+    """The burst scenario: every case of every seed allocated by each arm from the same start."""
+    kinds = ("1g", "mixed")
+    totals = {
+        k: {a: {"refused": 0, "broken_with_room": 0, "whole_left": 0} for a in BURST_ARMS} for k in kinds
+    }
+    cases = 0
+    for seed in seeds:
+        for name, _, gpus, profiles in _burst_cases(seed):
+            cases += 1
+            kind = name.rsplit(" ", 1)[-1]
+            for arm in BURST_ARMS:
+                for k, v in BurstNode(arm, gpus, seed).burst(profiles).items():
+                    totals[kind][arm][k] += v
+    print(f"DRA burst scenario: {cases} bursts of 5, 7 and 14 claims (1g, and mixed 1g/2g/3g) on nodes")
+    print(f"of 2, 4 and 8 A100-40GB or H100-80GB GPUs, {label} seeds {', '.join(map(str, seeds))}")
+    print(
+        f"{'burst':<7}{'arm':<27}{'broke a GPU while one in use had room':>38}{'whole GPUs left':>17}{'refused':>9}"
+    )
+    for kind in kinds:
+        for arm, t in totals[kind].items():
+            print(f"{kind:<7}{arm:<27}{t['broken_with_room']:>38}{t['whole_left']:>17}{t['refused']:>9}")
+    return {"seeds": list(seeds), "seed_kind": label, "bursts": cases, "totals": totals}
+
+
 def _option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv[:-1] else None
 
@@ -297,6 +410,13 @@ def main(argv: list[str]) -> int:
     arrivals_n = int(_option(argv, "--arrivals") or (1500 if quick else ARRIVALS))
     held = all(s in HELD_OUT for s in seeds)
     label = "held-out" if held else ("tuning" if all(s in TUNING for s in seeds) else "mixed")
+    if "--burst" in argv:
+        result = burst_main(seeds, label)
+        if not quick and seeds_opt is None:
+            BURST_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+            BURST_RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"wrote {BURST_RESULTS}")
+        return 0
     summary: dict[str, Any] = {"seeds": list(seeds), "seed_kind": label, "arrivals": arrivals_n, "cells": {}}
     print(
         f"DRA bench: {arrivals_n} arrivals per trace over {SMALL[0]} nodes × {SMALL[1]} GPUs, "

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from kube.reflector import Reflector
+from mig.dra.pending import pending_claim_pods
 from mig.dra.view import DraView, dra_view
 from mig.mirror import Mirror
-from mig.slicemap import NodeMap
+from mig.slicemap import NodeMap, PendingPod
 
 Key = tuple[str, str]
 T = TypeVar("T")
@@ -69,6 +70,12 @@ class DraCache:
 
     def nodes(self) -> list[NodeMap]:
         return self.view().nodes
+
+    def pending(self, pods: list[dict[str, Any]]) -> list[PendingPod]:
+        """The pods waiting for claims of the driver, with kube-scheduler's reason (mig.dra.pending)."""
+        with self._lock:
+            claims = self._claims.items()
+        return pending_claim_pods(pods, claims, self.driver)
 
     def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The mirrored ResourceClaim `namespace/name` (None when not seen)."""

@@ -172,6 +172,7 @@ class Service:
                     cfg.scheduler_name,
                     nodes=lambda: self.cache.objects()[0],
                     dra=self.dra.nodes if self.dra is not None else lambda: [],
+                    dra_pending=self.dra.pending if self.dra is not None else lambda pods: [],
                 )
             )
             if cfg.page

@@ -36,6 +36,7 @@ from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
 from mig.allowlist import ResourceNames
+from mig.dra.pending import pending_claim_pods
 from mig.dra.view import dra_view
 from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
@@ -169,6 +170,7 @@ def snapshot(source: Source, args: argparse.Namespace, resources: ResourceNames 
 def with_dra(fleet: FleetMap, cluster: Cluster, args: argparse.Namespace) -> FleetMap:
     """The map with the DRA nodes added (`mig.dra.view`): what kube-scheduler allocated from the
     driver's ResourceSlices. What cannot be read is said once per draw, on stderr."""
+    fleet = _with_pending_claims(fleet, cluster, args)
     if not cluster.slices:
         return fleet
     view = dra_view(cluster.slices, cluster.claims or (), args.dra_driver)
@@ -188,6 +190,17 @@ def with_dra(fleet: FleetMap, cluster: Cluster, args: argparse.Namespace) -> Fle
     # the fleet's totals stay the extender's: a pod asking for nvidia.com/gpu never lands on a DRA node
     nodes = tuple(sorted([*kept, *extra], key=lambda n: n.name))
     return FleetMap(nodes, fleet.fits, fleet.pending, fleet.unreadable_pods)
+
+
+def _with_pending_claims(fleet: FleetMap, cluster: Cluster, args: argparse.Namespace) -> FleetMap:
+    """The pods waiting for devices of the DRA driver join the pending list, with kube-scheduler's
+    reason (`mig.dra.pending`)."""
+    waiting = pending_claim_pods(cluster.pods, cluster.claims or (), args.dra_driver)
+    waiting = [p for p in waiting if not args.namespace or p.namespace == args.namespace]
+    if not waiting:
+        return fleet
+    pending = tuple(sorted([*fleet.pending, *waiting], key=lambda p: (p.namespace, p.name)))
+    return FleetMap(fleet.nodes, fleet.fits, pending, fleet.unreadable_pods)
 
 
 NO_BUDGETS = " (PodDisruptionBudgets could not be listed, so they were not checked)"

@@ -1,7 +1,7 @@
 """MIG devices for Dynamic Resource Allocation: what a DRA driver publishes, and in which order.
 
 Pure (no I/O). `devices`: the devices, counters and names NVIDIA's DRA driver publishes for a MIG
-GPU; `steer`: the same devices ordered (and pruned) by dynmig's placement engine for the current
+GPU; `steer`: the same devices ordered by dynmig's placement engine for the current
 occupancy; `slices`: the `resource.k8s.io/v1` ResourceSlice objects of a node, natural or steered.
 See docs/dra.md.
 """

@@ -24,8 +24,11 @@ read in its `cmd/gpu-kubelet-plugin/{mig.go,partitions.go,nvlib.go,driver.go}`:
 
 dynmig publishes the same devices (same names, counters and attributes, so a claim written for one
 works on the other) but only for the profiles its allowlist allows, and adds two attributes a CEL
-selector may use: `placementStart` and `placementSize`. The driver also announces the full GPU
-(`gpu-<minor>`) where MIG mode can be toggled; it is not a MIG device and is left out here.
+selector may use: `placementStart` and `placementSize`, and one counter, `slices` (the GPU's compute
+slices in its set, the profile's in each device's consumption), which quota tools that count
+partitionable devices by a named counter (Kueue's counter sources) can charge in MIG slices. The
+driver also announces the full GPU (`gpu-<minor>`) where MIG mode can be toggled; it is not a MIG
+device and is left out here.
 
 Pure: the facts come from the catalog (`mig.catalog.GpuModel`), the occupancy from the caller.
 """
@@ -65,6 +68,9 @@ def device_name(minor: int, profile: str, profile_id: int, start: int) -> str:
 
 def counter_set_name(minor: int) -> str:
     return _rfc1123(f"gpu-{minor}-counter-set")
+
+
+SLICES = "slices"  # dynmig's own counter: compute slices (a quota unit for Kueue; docs/dra.md)
 
 
 def slice_counter(i: int) -> str:
@@ -130,6 +136,7 @@ class MigDevice:
     placement: Placement
     capacity: tuple[tuple[str, int], ...]  # CommonCapacitiesMig's names; memory in bytes
     counter_set: str
+    slices: int = 0  # the profile's compute slices (dynmig's `slices` counter)
 
     @property
     def memory_mib(self) -> int:
@@ -138,6 +145,7 @@ class MigDevice:
     def consumes(self) -> dict[str, int]:
         """Counters this device takes from its GPU's counter set when allocated."""
         out = {counter: dict(self.capacity)[cap] for cap, counter in CAPACITIES}
+        out[SLICES] = self.slices
         for i in range(self.placement.start, self.placement.end):
             out[slice_counter(i)] = 1
         return out
@@ -154,6 +162,7 @@ def mig_device(gpu: Gpu, spec: ProfileSpec, placement: Placement) -> MigDevice:
         placement=placement,
         capacity=_capacities(spec),
         counter_set=counter_set_name(gpu.minor),
+        slices=spec.slice_count,
     )
 
 
@@ -191,6 +200,7 @@ def _counter_set(gpu: Gpu) -> dict[str, int]:
         for cap, value in _capacities(spec):
             counter = dict(CAPACITIES)[cap]
             out[counter] = max(out.get(counter, 0), value)
+    out[SLICES] = max((spec.slice_count for spec in gpu.model.profiles), default=0)
     for i in range(gpu.axis):
         out[slice_counter(i)] = 1
     return out

@@ -136,13 +136,12 @@ def natural_slices(node: str, driver: str, gpus: Sequence[Gpu], generation: int)
     return _pool(node, driver, gpus, groups, generation)
 
 
-def steered_slices(
-    node: str, driver: str, gpus: Sequence[Gpu], generation: int, per_gpu: int = 2
-) -> list[JSON]:
-    """dynmig's layout: counters, the steered candidates (a profile's candidates in one slice, best
-    first), then the allocated devices (never candidates; listed so their counters count)."""
+def steered_slices(node: str, driver: str, gpus: Sequence[Gpu], generation: int) -> list[JSON]:
+    """dynmig's layout: counters, the steered candidates (a profile's candidates in one slice, in
+    the engine's one-by-one order), then the allocated devices (never candidates; listed so their
+    counters count)."""
     keys = {g.minor: g.model.key for g in gpus}
-    st = steer(sorted(gpus, key=lambda g: g.minor), per_gpu)
+    st = steer(sorted(gpus, key=lambda g: g.minor))
     groups: list[list[JSON]] = [[]]
     for _, devices in st.candidates:
         block = [_checked_device(d, keys[d.gpu_minor]) for d in devices]

@@ -7,7 +7,9 @@ On a DRA node kube-scheduler allocates; what runs there is written in two kinds 
   its newest generation counts (as the allocator reads pools);
 - the ResourceClaims whose `status.allocation.devices.results` name a device of the driver's pool:
   each such result is an instance, held by the pods in the claim's `status.reservedFor` (the claim's
-  own name when none is reserved yet).
+  own name when none is reserved yet); once the plugin has prepared it, the claim's
+  `status.devices` entry of the driver carries its MIG UUID and GI/CI IDs (`plugin.dra.status`), so
+  the instance is drawn as created (`realized`), else as reserved.
 
 Hostile input never raises here: a slice or device that cannot be read is skipped and counted in
 `DraView.unreadable` (by name), an allocation naming a device no slice lists is listed there too
@@ -140,6 +142,20 @@ def _holders(claim: Mapping[str, Any]) -> list[str]:
     return [n for n in names if isinstance(n, str) and n] or [str(at(claim, "metadata", "name") or "?")]
 
 
+def _runtime(claim: Mapping[str, Any], driver: str, key: tuple[str, str]) -> dict[str, Any]:
+    """The MIG UUID and GI/CI IDs the driver reported for this device in `status.devices` ({} if none
+    or unreadable)."""
+    devices = at(claim, "status", "devices")
+    for entry in devices[:128] if isinstance(devices, list) else []:
+        if (at(entry, "driver"), at(entry, "pool"), at(entry, "device")) != (driver, *key):
+            continue
+        uuid, gi, ci = (at(entry, "data", k) for k in ("migUUID", "gpuInstanceID", "computeInstanceID"))
+        ids_ok = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 16 for v in (gi, ci))
+        if isinstance(uuid, str) and 0 < len(uuid) <= 64 and ids_ok:
+            return {"migUUID": uuid, "gpuInstanceID": gi, "computeInstanceID": ci}
+    return {}
+
+
 def claimed(
     claims: Iterable[object], devices: Mapping[tuple[str, str], Device], driver: str, view: DraView
 ) -> list[tuple[Device, Holding]]:
@@ -168,14 +184,24 @@ def claimed(
                 gpuUUID=device.gpu_uuid,
                 profile=device.profile,
                 placement=PlacementModel(start=device.placement.start, size=device.placement.size),
+                **_runtime(claim, driver, key),
             )
             out.append((device, Holding(namespace, holder, allocation, deleting)))
     return out
 
 
 def _gpu_state(gpu: Sequence[Device], held: Sequence[Placement]) -> GpuState:
+    """The GPU as the extender draws it. The profiles are those published here, plus the model's
+    profiles none of whose placements is free (a full GPU publishes none of them, yet they set the
+    slice axis: an A100-40GB has 8 slices whatever is left free); those can fit nothing."""
     first = gpu[0]
     seen = {d.profile for d in gpu}
+    taken = 0
+    for p in held:
+        taken |= p.mask
+    for spec in first.model.profiles:
+        if all(p.mask & taken for p in spec.placements if p.size):
+            seen.add(spec.name)
     names = [n for n in first.model.profile_names if n in seen]  # the catalog's order
     return GpuState(
         node=first.node,

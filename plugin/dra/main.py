@@ -33,13 +33,15 @@ from mig.dra.devices import Gpu
 from mig.mirror import Mirror
 from mig.types import Placement
 from plugin.dra.cdi import CdiSpecs
-from plugin.dra.claims import ClaimError
+from plugin.dra.claims import ClaimError, ClaimRef
 from plugin.dra.config import ConfigError, DraConfig, load_config
+from plugin.dra.events import ClaimEvents
 from plugin.dra.gpus import discover, publishable, unheld_slices
 from plugin.dra.prepare import Preparer
 from plugin.dra.publish import SlicePublisher, pending_instances
 from plugin.dra.service import KubeletSockets
-from plugin.journal import Journal
+from plugin.dra.status import DeviceReport, DeviceStatusWriter
+from plugin.journal import Entry, Journal
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
 
@@ -56,6 +58,8 @@ class DraPluginApp:
         self.resource = k8s.ResourceV1Api(api)
         self.journal = Journal(config.state_dir, self.metrics)
         self.publisher = SlicePublisher(api, config.node_name, config.driver)
+        self.device_status = DeviceStatusWriter(api, config.driver)
+        self.events = ClaimEvents.for_node(k8s.CoreV1Api(api), config.node_name)
         self.claims = Mirror()  # ResourceClaims, watched: the allocations on this node are occupied
         self._claims_lock = threading.Lock()
         self._dirty = threading.Event()
@@ -83,6 +87,19 @@ class DraPluginApp:
             raise ClaimError(f"claim {namespace}/{name}: the API's answer is not an object")
         return body
 
+    def _report_devices(self, ref: ClaimRef, reports: list[DeviceReport]) -> None:
+        try:
+            claim = self.read_claim(ref.namespace, ref.name)
+        except ClaimError as error:
+            log.warning("claim %s: not reported: %s", ref, error)
+            return
+        if claim is not None:
+            self.events.created(ref, claim, reports)
+        self.device_status.report(ref.namespace, ref.name, reports)
+
+    def _released(self, ref: ClaimRef, entry: Entry) -> None:
+        self.events.reclaimed(ref, f"{entry.profile}@{entry.start} on {entry.gpuUUID}", entry.migUUID or "?")
+
     def _claims_replaced(self, items: list[dict[str, Any]]) -> None:
         with self._claims_lock:
             self.claims.replace(items)
@@ -96,6 +113,7 @@ class DraPluginApp:
     # ---- lifecycle
 
     def start(self) -> DraPluginApp:
+        self.events.start()
         self.nvml.init()
         gpus = discover(self.nvml, self.config.device_config.allowlist, self.config.excluded)
         log.info("%d MIG GPUs published on %s", len(gpus), self.config.node_name)
@@ -110,6 +128,8 @@ class DraPluginApp:
             self.config.node_name,
             self.read_claim,
             self._dirty.set,
+            self._report_devices,
+            self._released,
         )
         kept, released = self.preparer.adopt()
         log.info("adopted %d prepared instances, released %d of claims that are gone", kept, released)
@@ -208,6 +228,7 @@ class DraPluginApp:
             self._metrics_server.server_close()
         with contextlib.suppress(NvmlError):
             self.nvml.shutdown()
+        self.events.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

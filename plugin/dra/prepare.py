@@ -29,6 +29,7 @@ from mig.types import Placement
 from plugin.dra.cdi import CdiDevice, CdiSpecs
 from plugin.dra.claims import ClaimError, ClaimRef, Result, allocated
 from plugin.dra.gpus import NodeGpu
+from plugin.dra.status import DeviceReport
 from plugin.journal import Entry, Journal, JournalError, Key, Owner
 from plugin.nvml import GiRecord, Nvml, NvmlError
 
@@ -70,11 +71,15 @@ class Preparer:
         pool: str,
         read_claim: ClaimReader,
         changed: Callable[[], None] = lambda: None,
+        reported: Callable[[ClaimRef, list[DeviceReport]], None] = lambda ref, reports: None,
+        released: Callable[[ClaimRef, Entry], None] = lambda ref, entry: None,
     ):
         self.nvml, self.journal, self.cdi = nvml, journal, cdi
         self.driver, self.pool = driver, pool
         self.read_claim = read_claim
         self.changed = changed  # occupancy changed: republish
+        self.reported = reported  # the prepared devices, for the claim's status.devices
+        self.released = released  # an instance of the claim was destroyed
         self.lock = threading.Lock()
         self.gpus = {g.uuid: g for g in gpus}
         self.devices = by_name(Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus)
@@ -95,10 +100,25 @@ class Preparer:
             made = [self._ensure(ref, i, r, d) for i, (r, d) in enumerate(devices)]
         ids = self.cdi.write(ref.uid, [CdiDevice(r.device, uuid) for r, uuid in made])
         self.changed()
+        self.reported(ref, [self._report(r, d) for r, d in devices])
         return [
             Prepared(r.request, self.pool, r.device, (cdi_id,))
             for (r, _), cdi_id in zip(made, ids, strict=True)
         ]
+
+    def _report(self, r: Result, d: MigDevice) -> DeviceReport:
+        entry = self.journal.get(_key(d))
+        assert entry is not None and entry.migUUID, "a prepared device is journaled with its identity"
+        return DeviceReport(
+            self.pool,
+            r.device,
+            d.profile,
+            d.placement.start,
+            d.gpu_uuid,
+            entry.migUUID,
+            entry.gpuInstanceID or 0,
+            entry.computeInstanceID or 0,
+        )
 
     def _device(self, ref: ClaimRef, r: Result) -> MigDevice:
         found = self.devices.get(r.device)
@@ -211,6 +231,8 @@ class Preparer:
             self._destroy(gpu, gi)
         self.journal.remove([entry.key])
         log.info("claim %s: destroyed %s at %s on GPU %s", ref, entry.profile, entry.start, gpu.uuid)
+        if gi is not None:
+            self.released(ref, entry)
 
     def _entry_gi(self, gpu: NodeGpu, entry: Entry) -> GiRecord | None:
         """The live GI the entry proves is ours: by its ID at its placement, or for an intent the GI at

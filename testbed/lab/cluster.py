@@ -124,6 +124,7 @@ class Lab:
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
+    values: further chart values (`--set` arguments, e.g. `draPlugin.extendedResources.profiles={1g.10gb}`).
     """
 
     def __init__(
@@ -135,9 +136,11 @@ class Lab:
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
         page: bool = False,
+        values: tuple[str, ...] = (),
     ):
         self.specs = nodes
         self.page = page
+        self.values = values
         self.page_port = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if workdir is None:
@@ -189,7 +192,8 @@ class Lab:
             self.policy,
             tuple(n.name for n in self.specs if not n.dra),
             (("server.page.enabled=true",) if self.page else ())
-            + (("draPlugin.enabled=true",) if self.dra_nodes else ()),
+            + (("draPlugin.enabled=true",) if self.dra_nodes else ())
+            + self.values,
         )
         self._write_configs()
         self._say(
@@ -724,10 +728,10 @@ class Lab:
             apps.create_namespaced_daemon_set(
                 NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", DRA_DAEMONSET))
             )
-            device_class = copy.deepcopy(self._chart.find("DeviceClass"))
-            client.CustomObjectsApi(self.api_client()).create_cluster_custom_object(
-                "resource.k8s.io", "v1", "deviceclasses", device_class
-            )
+            for device_class in (o for o in self._chart.objects if o.get("kind") == "DeviceClass"):
+                client.CustomObjectsApi(self.api_client()).create_cluster_custom_object(
+                    "resource.k8s.io", "v1", "deviceclasses", copy.deepcopy(device_class)
+                )
 
     def _container_log(self, pod: dict[str, Any], container: str) -> Path:
         meta = pod["metadata"]

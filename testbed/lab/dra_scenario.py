@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -55,14 +54,15 @@ def _example() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def claim_template(name: str, profile: str) -> dict[str, Any]:
-    """examples/dra-claim.yaml's ResourceClaimTemplate, named `name`, selecting `profile`."""
+    """examples/dra-claim.yaml's ResourceClaimTemplate, named `name`, selecting `profile` by name
+    (the example selects by memory)."""
     template = copy.deepcopy(_example()[0])
     template["metadata"] = {"name": name}
     for request in template["spec"]["spec"]["devices"]["requests"]:
-        for selector in request["exactly"].get("selectors") or []:
-            selector["cel"]["expression"] = re.sub(
-                r'profile == "[^"]*"', f'profile == "{profile}"', selector["cel"]["expression"]
-            )
+        driver = request["exactly"]["deviceClassName"]  # the chart's class is named after the driver
+        request["exactly"]["selectors"] = [
+            {"cel": {"expression": f'device.attributes["{driver}"].profile == "{profile}"'}}
+        ]
     return template
 
 

@@ -48,3 +48,14 @@ def test_with_dynmig_prioritize_small_pods_fill_one_node_instead_of_spreading():
     world = dra.World(dra.PRIORITIZED, seed=3)
     nodes = {world.place((4000,), key=k)[0] for k in range(6)}
     assert len(nodes) == 1  # the engine's least loss: next to the first pod, never a fresh GPU elsewhere
+
+
+def test_the_burst_scenario_allocates_a_burst_from_one_publication_and_steered_packs_identical_claims():
+    gpus = dra._burst_cases(1)[0][2]  # the first case: an A100-40GB node of two GPUs
+    fresh = [dra.Gpu(g.minor, g.uuid, g.model, g.allowed) for g in gpus]  # the same node, empty
+    steered = dra.BurstNode("steered", fresh, seed=1)
+    got = steered.burst(["1g.5gb"] * 5)
+    assert steered.generation == 1  # published once: the burst saw no republish
+    assert got == {"refused": 0, "broken_with_room": 0, "whole_left": len(fresh) - 1}
+    shuffled = [dra.BurstNode("natural", fresh, seed=s).burst(["1g.5gb"] * 5)["whole_left"] for s in range(8)]
+    assert min(shuffled) < len(fresh) - 1  # NVIDIA's layout in a random slice order spreads a burst

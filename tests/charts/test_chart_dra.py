@@ -74,7 +74,7 @@ def test_the_dra_plugin_mounts_kubelets_plugin_dirs_the_cdi_root_and_a_state_dir
     assert plugin["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_the_dra_plugin_may_write_only_resourceslices_and_read_claims():
+def test_the_dra_plugin_may_write_only_resourceslices_and_its_own_device_status_of_claims():
     role = one(render("1.35", DRA), "ClusterRole", "-dra-plugin")
     grants: dict[str, set[str]] = {}
     for rule in role["rules"]:
@@ -83,9 +83,13 @@ def test_the_dra_plugin_may_write_only_resourceslices_and_read_claims():
     assert grants == {
         "resourceslices": {"get", "list", "watch", "create", "update", "patch", "delete"},
         "resourceclaims": {"get", "list", "watch"},
+        "resourceclaims/status": {"update"},
+        "resourceclaims/driver": {"associated-node:update"},
         "nodes": {"get"},
         "events": {"create", "patch"},
     }
+    (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    assert driver_rule["resourceNames"] == ["mig.dynmig.io"]  # this driver's entries only
 
 
 def test_the_device_class_selects_this_drivers_mig_devices_by_its_name():
@@ -171,3 +175,22 @@ def test_a_prioritize_weight_that_is_not_a_positive_integer_is_refused_by_the_va
             "template", "dynmig", str(CHART), "--set", DRA, "--set", f"draPlugin.prioritizeWeight={bad}"
         )
         assert done.returncode != 0 and "prioritizeWeight" in done.stderr, bad
+
+
+def test_each_listed_profile_gets_a_device_class_serving_its_extended_resource():
+    docs = render("1.37", DRA, "draPlugin.extendedResources.profiles={1g.10gb,2g.20gb}")
+    by_resource = {c["spec"].get("extendedResourceName"): c for c in of_kind(docs, "DeviceClass")}
+    assert set(by_resource) == {None, "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"}
+    one_g = by_resource["nvidia.com/mig-1g.10gb"]
+    assert one_g["metadata"]["name"] == "mig-1g-10gb.mig.dynmig.io"
+    expression = one_g["spec"]["selectors"][0]["cel"]["expression"]
+    assert 'device.driver == "mig.dynmig.io"' in expression
+    assert 'device.attributes["mig.dynmig.io"].profile == "1g.10gb"' in expression
+    assert len(of_kind(render("1.37", DRA), "DeviceClass")) == 1  # none unless asked
+
+
+def test_an_extended_resource_profile_that_is_not_a_mig_profile_is_refused_by_the_values_schema():
+    done = helm(
+        "template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.extendedResources.profiles={gpu}"
+    )
+    assert done.returncode != 0 and "extendedResources" in done.stderr

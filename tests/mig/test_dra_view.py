@@ -133,3 +133,42 @@ def test_hostile_slices_and_claims_never_raise(data):
     for node in view.nodes:
         for g in node.gpus:
             assert all(0 <= s.placement.start < g.slices for s in g.segments)
+
+
+def test_a_prepared_device_shows_running_with_the_mig_uuid_the_plugin_reported():
+    gpus = [gpu("A100-SXM4-40GB", 0, (Instance("1g.5gb", Placement(6, 1)),))]
+    slices = steered_slices("node-a", DRIVER, gpus, generation=2)
+    name = device_of(slices, "GPU-A100-SXM4-40GB-0", "1g.5gb", 6)
+    prepared = claim("infer-mig-x1", "node-a", name, ("infer",))
+    prepared["status"]["devices"] = [
+        {
+            "driver": DRIVER,
+            "pool": "node-a",
+            "device": name,
+            "data": {
+                "migUUID": "MIG-1234",
+                "gpuUUID": "GPU-A100-SXM4-40GB-0",
+                "gpuInstanceID": 13,
+                "computeInstanceID": 0,
+            },
+        }
+    ]
+    waiting = copy.deepcopy(prepared)
+    del waiting["status"]["devices"]
+    (seg,) = dra_view(slices, [prepared], DRIVER).nodes[0].gpus[0].segments
+    assert (seg.phase, seg.mig_uuid, seg.pod) == ("realized", "MIG-1234", "team-a/infer")
+    (seg,) = dra_view(slices, [waiting], DRIVER).nodes[0].gpus[0].segments
+    assert (seg.phase, seg.mig_uuid) == ("reserved", None)
+
+
+def test_an_a100_40gb_has_8_slices_on_the_map_whatever_its_free_placements_are():
+    held = (Instance("1g.5gb", Placement(0, 1)), Instance("1g.5gb", Placement(6, 1)))
+    gpus = [gpu("A100-SXM4-40GB", 0, held)]
+    slices = steered_slices("node-a", DRIVER, gpus, generation=2)
+    claims = [
+        claim(f"c{s}", "node-a", device_of(slices, "GPU-A100-SXM4-40GB-0", "1g.5gb", s), (f"p{s}",))
+        for s in (0, 6)
+    ]
+    (g,) = dra_view(slices, claims, DRIVER).nodes[0].gpus
+    assert g.slices == 8
+    assert "3g.20gb" not in g.fits or not g.fits["3g.20gb"]  # it names the axis; it fits nowhere

@@ -245,3 +245,37 @@ def test_the_page_tells_a_pod_pinned_to_a_full_node_that_no_node_it_may_run_on_h
         "no node this pod may run on has room for it (1 of 2 nodes refuse it: 1 not matching its nodeSelector"
         in page()
     )
+
+
+def test_the_page_lists_a_pod_waiting_for_a_dra_claim_with_the_schedulers_reason():
+    from mig.allowlist import ResourceNames
+    from mig.dra.pending import pending_claim_pods
+    from webhooks.fleet import Fleet
+    from webhooks.page.view import FleetPage
+
+    why = "0/2 nodes are available: 2 cannot allocate all claims."
+    selector = {"cel": {"expression": 'device.attributes["mig.dynmig.io"].profile == "7g.80gb"'}}
+    request = {"name": "mig", "exactly": {"deviceClassName": "mig.dynmig.io", "selectors": [selector]}}
+    claim = {
+        "metadata": {"namespace": "team", "name": "big-mig"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    pod = {
+        "metadata": {"namespace": "team", "name": "big", "uid": "u-big"},
+        "spec": {"resourceClaims": [{"name": "mig", "resourceClaimName": "big-mig"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "message": why}],
+        },
+    }
+    page = FleetPage(
+        Fleet(),
+        lambda: [pod],
+        lambda: True,
+        ResourceNames,
+        "dynmig-scheduler",
+        dra_pending=lambda pods: pending_claim_pods(pods, [claim], "mig.dynmig.io"),
+    )
+    html = page()
+    (row,) = Classes(html).of("pending-pod")
+    assert row["data-pod"] == "team/big" and "cannot allocate all claims" in html

@@ -91,6 +91,21 @@ def test_a_slice_with_both_shared_counters_and_devices_is_refused(apiserver):
     assert apiserver.get("resourceslices", "both") is None
 
 
+@pytest.mark.parametrize("name", ["mig-1g.10gb", "kubernetes.io/mig", "nvidia.com/", "Nvidia.com/gpu"])
+def test_a_device_class_extended_resource_name_must_be_an_extended_resource_name(apiserver, name):
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": "bad"},
+        "spec": {"extendedResourceName": name},
+    }
+    with pytest.raises(ApiException) as exc:
+        _api(apiserver).create_cluster_custom_object(GROUP, VERSION, "deviceclasses", body)
+    assert "spec.extendedResourceName" in _refusal(exc)["message"]
+    good = {**body, "metadata": {"name": "good"}, "spec": {"extendedResourceName": "nvidia.com/mig-1g.10gb"}}
+    _api(apiserver).create_cluster_custom_object(GROUP, VERSION, "deviceclasses", good)
+
+
 def test_a_slice_must_say_which_nodes_it_serves_and_count_its_pool(apiserver):
     body = _slice("nowhere")
     del body["spec"]["nodeName"]

@@ -176,6 +176,16 @@ def test_the_scheduler_picks_among_feasible_nodes_at_random_and_never_an_infeasi
     assert chosen == {"n1", "n2"}
 
 
+def test_a_burst_is_scheduled_one_pod_per_cycle_each_counting_the_devices_allocated_before_it():
+    store = SliceStore()
+    store.replace_pool("n1", DRIVER, pool("n1", [[part("half-0", "half", 0, 2), *QUARTERS]]))
+    pods = [[claim("small")], [claim("half")], [claim("small")], [claim("small")], [claim("small")]]
+    got = Scheduler(random.Random(1)).burst(pods, ["n1"], store, CLASS, set())
+    devices = [g[1][0]["devices"]["results"][0]["device"] if g else None for g in got]
+    assert devices == ["small-0", None, "small-1", "small-2", "small-3"]  # the half overlaps small-0
+    assert len(store.list()) == 2  # nothing was republished
+
+
 def test_republishing_a_pool_replaces_all_its_slices_in_the_store():
     store = SliceStore()
     store.replace_pool("n1", DRIVER, pool("n1", [QUARTERS], generation=1))

@@ -77,6 +77,7 @@ class FleetPage:
         scheduler_name: str = "",
         nodes: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
         dra: Callable[[], Sequence[NodeMap]] = lambda: (),
+        dra_pending: Callable[[list[dict[str, Any]]], list[PendingPod]] = lambda pods: [],
     ):
         self.fleet, self.pods, self.synced = fleet, pods, synced
         self.names, self.scheduler_name = names, scheduler_name
@@ -85,6 +86,7 @@ class FleetPage:
         self.nodes_drawn = 0  # node sections built (not reused) so far
         self.dra = dra  # DRA nodes' maps (webhooks/dracache), drawn after the extender's nodes
         self._dra_html: dict[str, tuple[NodeMap, str]] = {}
+        self.dra_pending = dra_pending  # pods waiting for DRA claims of dynmig's driver
 
     def __call__(self) -> str:
         if not self.synced():
@@ -93,6 +95,7 @@ class FleetPage:
         terminating = {qualified_name(p) for p in pods if is_terminating(p)}
         sections = self._nodes(terminating)
         pending, left_out = self._pending(pods)
+        pending += self.dra_pending(pods)[:MAX_WAITING]
         fleet = fleet_map([d.map for d in sections], pending)
         note = f"{left_out} more pods wait for a node and are not shown" if left_out else ""
         return compose(fleet, [d.html for d in sections] + self._dra_sections(), note=note)

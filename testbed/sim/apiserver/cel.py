@@ -73,14 +73,22 @@ def _describe(exc: BaseException) -> str:
     return _first_line(exc)
 
 
-def evaluate(expression: str, activation: dict[str, Any]) -> Any:
-    """Evaluate `expression` over `activation`; CelError worded as
-    `expression '<expr>' resulted in error: <why>`."""
+def evaluate(
+    expression: str, activation: dict[str, Any], functions: dict[str, Callable[..., Any]] | None = None
+) -> Any:
+    """Evaluate `expression` over `activation` (with `functions`, e.g. Kubernetes' CEL libraries);
+    CelError worded as `expression '<expr>' resulted in error: <why>`."""
     try:
         program = compile_expression(expression)
     except CelError as exc:
         raise CelError(f"expression '{expression}' resulted in error: {exc}") from exc
     try:
+        if functions:
+            context = _cel().Context()
+            context.update(activation)
+            for name, function in functions.items():
+                context.add_function(name, function)
+            return program.execute(context)
         return program.execute(activation)
     except Exception as exc:
         raise CelError(f"expression '{expression}' resulted in error: {_describe(exc)}") from exc

@@ -18,11 +18,17 @@ every format rule. Everything here is cheap and checked against kubernetes/kuber
   immutable), `validateResourceClaimStatusUpdate` (`reservedFor` needs an allocation, entries need
   resource, name and uid and are unique by uid, none added once the claim is being deleted; a set
   allocation cannot change, only be cleared), `validateDeviceRequest` (each request names exactly
-  one of `exactly` or `firstAvailable`, request names unique).
+  one of `exactly` or `firstAvailable`, request names unique), and a DeviceClass's
+  `spec.extendedResourceName` (KEP-5004) must be an extended resource name: a qualified name
+  (`<DNS subdomain>/<name>`) outside the `kubernetes.io` domains, not `requests.` (the rule of
+  `pkg/apis/core/v1/helper.IsExtendedResourceName`; the message is ours); `status.devices` entries
+  (`validateDeviceStatus`) each name an allocated device once, their data at most 10 KiB.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from sim.apiserver.errors import invalid_fields
@@ -36,6 +42,7 @@ _INVALID, _REQUIRED, _FORBIDDEN, _DUPLICATE = (
     "FieldValueForbidden",
     "FieldValueDuplicate",
 )
+_TOO_LONG = "FieldValueTooLong"
 _NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 
 
@@ -79,6 +86,8 @@ def validate(
         problems = _slice(_dict(obj.get("spec")), None if old is None else _dict(old.get("spec")))
     elif rt.kind == "ResourceClaim":
         problems = _claim(obj, old, subresource)
+    elif rt.kind == "DeviceClass":
+        problems = _device_class(_dict(obj.get("spec")))
     elif rt.kind == "ResourceClaimTemplate":
         if old is not None and obj.get("spec") != old.get("spec"):
             problems = [("spec", _INVALID, "field is immutable")]
@@ -88,6 +97,28 @@ def validate(
     if problems:
         name = str(_dict(obj.get("metadata")).get("name") or "")
         raise invalid_fields(rt.kind, rt.group, name, problems)
+
+
+_QUALIFIED = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _device_class(spec: dict[str, Any]) -> list[Problem]:
+    name = spec.get("extendedResourceName")
+    if name is None:
+        return []
+    path = "spec.extendedResourceName"
+    if (
+        not isinstance(name, str)
+        or not _QUALIFIED.match(name)
+        or "kubernetes.io/" in name
+        or name.startswith("requests.")
+        or len(name.split("/")[0]) > 253
+    ):
+        why = "must be an extended resource name: <DNS subdomain>/<name> outside kubernetes.io, e.g. nvidia.com/gpu"
+        return [(path, _INVALID, f"Invalid value: {name!r}: {why}")]
+    return []
 
 
 def _slice(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Problem]:
@@ -259,6 +290,32 @@ def _claim_status(status: dict[str, Any], old: dict[str, Any], deleted: bool) ->
         out.append(("status.allocation", _INVALID, "Invalid value: field is immutable"))
     elif allocation is not None and old_allocation is None:
         out += _results(_dict(allocation))
+    return out + _device_status(status.get("devices"), allocation)
+
+
+def _device_status(devices: Any, allocation: Any) -> list[Problem]:
+    """validateDeviceStatus: each entry names an allocated device once; its data is at most 10 KiB."""
+    if devices is None:
+        return []
+    if not isinstance(devices, list):
+        return [("status.devices", _INVALID, "Invalid value: must be a list")]
+    results = _list(_dict(_dict(allocation).get("devices")).get("results"))
+    allocated = {(_dict(r).get("driver"), _dict(r).get("pool"), _dict(r).get("device")) for r in results}
+    out: list[Problem] = []
+    seen = set()
+    for i, entry in enumerate(devices):
+        entry = _dict(entry)
+        key = (entry.get("driver"), entry.get("pool"), entry.get("device"))
+        path = f"status.devices[{i}]"
+        if key not in allocated:
+            out.append(
+                (path, _INVALID, f"Invalid value: {list(key)}: must be an allocated device in the claim")
+            )
+        if key in seen:
+            out.append((path, _DUPLICATE, f"Duplicate value: {list(key)}"))
+        seen.add(key)
+        if len(json.dumps(entry.get("data"))) > 10 * 1024:
+            out.append((f"{path}.data", _TOO_LONG, "Too long: may not be more than 10240 bytes"))
     return out
 
 

@@ -36,7 +36,10 @@ Not simulated (refused with `AllocationError` rather than guessed): allocationMo
 subrequests, claim constraints, admin access, device taints, consumable capacity, binding
 conditions, node selectors on slices or devices. CEL is the real language (`sim.apiserver.cel`, the
 `common-expression-language` package); `device.capacity` values are exposed as integers (upstream:
-quantities with `compareTo`).
+quantities), with Kubernetes' quantity library over them (`k8s.io/apiserver/pkg/cel/library/
+quantity.go`: `quantity("9Gi")`, `compareTo`, `isLessThan`, `isGreaterThan`, `asInteger`), so a
+selector written for a cluster (`device.capacity["d"].memory.compareTo(quantity("9Gi")) >= 0`)
+works here; one comparing a capacity with `>=` works here only (upstream: a type error).
 """
 
 from __future__ import annotations
@@ -345,13 +348,29 @@ def _activation(driver: str, device: Device) -> JSON:
     }
 
 
+def _cel_quantity(text: object) -> int:
+    try:
+        return quantity(text)
+    except SliceError as exc:
+        raise ValueError(f"quantity: {exc}") from None
+
+
+QUANTITY_LIBRARY = {  # over integer capacities: a quantity is its integer value here
+    "quantity": _cel_quantity,
+    "compareTo": lambda a, b: (a > b) - (a < b),
+    "isLessThan": lambda a, b: a < b,
+    "isGreaterThan": lambda a, b: a > b,
+    "asInteger": lambda a: a,
+}
+
+
 def _matches(expr: str, driver: str, device: Device, where: str) -> bool:
     key = (expr, driver, device.content)  # CEL is pure: the result depends on what it sees
     hit = _MATCHES.get(key)
     if hit is not None:
         return hit
     try:
-        result = evaluate(expr, _activation(driver, device))
+        result = evaluate(expr, _activation(driver, device), QUANTITY_LIBRARY)
     except CelError as exc:
         raise AllocationError(f"{where}: CEL runtime error: {exc}") from exc
     if not isinstance(result, bool):  # upstream: a compile error (the expression must be a bool)

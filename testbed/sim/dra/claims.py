@@ -384,6 +384,7 @@ class ResourceClaimController:
             status["reservedFor"] = valid or None
         if not valid and podclaims.has_finalizer(claim) and status.get("allocation") is not None:
             status["allocation"] = None
+            status["devices"] = None  # the drivers' device status goes with the allocation
             changed = True
         if changed:
             updated = self._update_status(updated)

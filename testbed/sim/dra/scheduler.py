@@ -17,7 +17,14 @@ Assumptions, stated because they decide node choice:
   what LeastAllocated does when every pod requests the same CPU;
 - slice order: the informer cache's list is a Go map's, so each cycle draws a fresh order from the
   RNG (`shuffle_slices=False` keeps the published order: the best case for a driver that sorts);
-- the claims' allocations are written back at once (no other pod is scheduled in between).
+- `schedule`: the claims' allocations are written back at once (no other pod is scheduled in
+  between); `burst`: pods created together (a Job, a Deployment scale-up) are scheduled one per cycle
+  from one publication, each cycle counting the devices the earlier cycles allocated: Reserve hands
+  them to the DRA manager as in-flight allocations (`dynamicresources.go` `Reserve` →
+  `dra_manager.go` `claimTracker.SignalClaimPendingAllocation`, `inFlightAllocations`) and the next
+  PreFilter's `ListAllAllocatedDevices` (`allocateddevices.go`) returns them with the written ones,
+  while the driver sees the allocations only when its claim watch or kubelet's prepare reaches it,
+  after the scheduler has moved on, so no republish comes in between.
 """
 
 from __future__ import annotations
@@ -80,6 +87,30 @@ class Scheduler:
         if not feasible:
             return None
         return self._select(feasible, pods_on or {})
+
+    def burst(
+        self,
+        pods: Sequence[Sequence[JSON]],
+        nodes: Sequence[str],
+        store: SliceStore,
+        classes: dict[str, JSON],
+        allocated: Iterable[DeviceID],
+        pods_on: dict[str, int] | None = None,
+    ) -> list[tuple[str, list[JSON]] | None]:
+        """Each pod's (node, results per claim) or None, the pods (their claims) scheduled in a row
+        from the store as it is: each cycle counts what the cycles before it allocated."""
+        taken = set(allocated)
+        count = dict(pods_on or {})
+        out: list[tuple[str, list[JSON]] | None] = []
+        for claims in pods:
+            got = self.schedule(claims, nodes, store, classes, taken, count)
+            out.append(got)
+            if got is not None:
+                count[got[0]] = count.get(got[0], 0) + 1
+                for results in got[1]:
+                    for r in results["devices"]["results"]:
+                        taken.add((r["driver"], r["pool"], r["device"]))
+        return out
 
     def _select(
         self, feasible: list[tuple[str, list[JSON]]], pods_on: dict[str, int]

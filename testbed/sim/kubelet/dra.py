@@ -330,11 +330,18 @@ class DraManager:
                         wanted.setdefault(ref["name"], []).append(str(ref.get("request") or ""))
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         out: list[str] = []
+        extended, mappings = _extended_claim(pod)
         with self._lock:
             for pod_claim, name in _named_claims(pod):
                 info = self._cache.get((namespace, name)) if pod_claim in wanted else None
                 for request in wanted.get(pod_claim, []) if info else []:
                     out += [d for d in info.cdi_ids(request) if d not in out]
+            info = self._cache.get((namespace, extended)) if extended else None
+            for m in mappings if info is not None else []:
+                if m.get("containerName") == container and m.get("resourceName") in _requested(
+                    pod, container
+                ):
+                    out += [d for d in info.cdi_ids(str(m.get("requestName") or "")) if d not in out]
         return out
 
     # ---- unpreparing ------------------------------------------------------------------------------
@@ -404,19 +411,41 @@ def _choose(versions: list[str]) -> tuple[str, str | None]:
     )
 
 
+def _requested(pod: dict[str, Any], container: str) -> set[str]:
+    """The resource names the container requests a non-zero quantity of."""
+    spec = pod.get("spec") or {}
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        if isinstance(c, dict) and c.get("name") == container:
+            res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+            reqs = dict(res.get("limits") or {}) | dict(res.get("requests") or {})
+            return {str(k) for k, v in reqs.items() if str(v) not in ("0", "")}
+    return set()
+
+
 def _go_list(items: list[str]) -> str:
     return "[" + " ".join(json.dumps(i) for i in items) + "]"
 
 
 def has_claims(pod: dict[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("resourceClaims"))
+    return bool((pod.get("spec") or {}).get("resourceClaims")) or bool(_extended_claim(pod)[0])
+
+
+def _extended_claim(pod: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The claim kube-scheduler made for the pod's extended resources backed by DRA, and its request
+    mappings (`status.extendedResourceClaimStatus`, KEP-5004; manager.go reads it beside the pod's
+    own claims): ("", []) when there is none."""
+    status = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    if not isinstance(status, dict) or not isinstance(status.get("resourceClaimName"), str):
+        return "", []
+    mappings = status.get("requestMappings") if isinstance(status.get("requestMappings"), list) else []
+    return status["resourceClaimName"], [m for m in mappings if isinstance(m, dict)]
 
 
 def claim_names(pod: dict[str, Any]) -> list[tuple[str, bool]]:
     """(claim name, must the pod own it) per pod claim that has a claim (resourceclaim.Name)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     who = f'pod "{meta.get("namespace")}/{meta.get("name")}"'
-    pod_claims = spec.get("resourceClaims")
+    pod_claims = spec.get("resourceClaims") or []
     if not isinstance(pod_claims, list):
         raise DraError(f"{who}: spec.resourceClaims is not a list")
     statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -436,6 +465,9 @@ def claim_names(pod: dict[str, Any]) -> list[tuple[str, bool]]:
                 out.append((status["resourceClaimName"], True))
         else:
             raise DraError(f'{who}, spec.resourceClaim "{pod_claim.get("name")}": unsupported API')
+    extended, _ = _extended_claim(pod)
+    if extended:
+        out.append((extended, True))
     return out
 
 
@@ -458,6 +490,9 @@ def _named_claims(pod: dict[str, Any]) -> list[tuple[str, str]]:
             )
         if isinstance(name, str):
             out.append((str(pod_claim.get("name")), name))
+    extended, _ = _extended_claim(pod)
+    if extended:
+        out.append(("", extended))
     return out
 
 

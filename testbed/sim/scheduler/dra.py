@@ -34,9 +34,14 @@ counted as in use), `staging/src/k8s.io/dynamic-resource-allocation/resourceclai
   Reserve): in-flight allocations are dropped and the pod taken out of `reservedFor` (read and
   updated here; upstream sends a strategic merge patch deleting the entry by uid).
 
+Extended resources backed by DRA (KEP-5004): `extendeddynamicresources.go`, in sim.scheduler.dra_extended;
+the plugin calls it at PreFilter (the pod's special claim, in memory), Filter (the node's copy of it
+with requests), Reserve, PreBind (created, allocated, then the pod's
+`status.extendedResourceClaimStatus`) and Unreserve (a created one deleted).
+
 Not simulated: PostFilter's deallocation of claims to make room, queueing hints (gated pods are
-retried on any claim change, unschedulable ones after their backoff), extended resources backed
-by DRA, binding conditions, device taints.
+retried on any claim change, unschedulable ones after their backoff), binding conditions, device
+taints.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import json
 import logging
 import random
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +61,7 @@ from kubernetes import client
 from sim.dra import podclaims
 from sim.dra.allocator import AllocationError, Allocator, DeviceID, Slice, SliceError, parse_slice
 from sim.dra.podclaims import JSON, ClaimNameError
+from sim.scheduler import dra_extended
 from sim.scheduler.api import ApiWriter
 from sim.scheduler.nodeselector import NodeSelector
 
@@ -105,6 +112,11 @@ class CycleState:
     allocator: Allocator | None = None
     node_allocations: dict[str, list[JSON]] = field(default_factory=dict)
     allocations: dict[int, JSON] = field(default_factory=dict)  # index -> allocation (Reserve)
+    pod: JSON = field(default_factory=dict)
+    extended: int | None = None  # index of the pod's extended-resource claim in `claims`
+    extended_uid: str = ""  # its uid in this cycle (the in-memory claim's temporary one)
+    node_indexes: dict[str, list[int]] = field(default_factory=dict)  # claims allocated per node
+    node_extended: dict[str, tuple[JSON, list[JSON]]] = field(default_factory=dict)  # claim, mappings
 
 
 class DynamicResources:
@@ -253,11 +265,14 @@ class DynamicResources:
         """The cycle's state, None for a pod without claims; DraUnschedulable or DraError."""
         with self._lock:
             claims = self._pod_claims(pod)
-            if not claims:
+            special = self._extended_pre_filter(pod)
+            if not claims and special is None:
                 return None
-            state = CycleState(claims=claims, selectors=[None] * len(claims))
+            state = CycleState(claims=claims, selectors=[None] * len(claims), pod=pod)
             for i, claim in enumerate(claims):
                 self._pre_filter_claim(pod, state, i, claim)
+            if special is not None:
+                self._extended_claim(state, special)
             if state.to_allocate:
                 slices = list(self._slices.values())
                 self.rng.shuffle(slices)
@@ -300,14 +315,124 @@ class DynamicResources:
         if class_name not in self._classes:
             raise DraUnschedulable(f"request {request}: device class {class_name} does not exist")
 
+    # ---- extended resources backed by DRA (sim.scheduler.dra_extended) --------------------------
+    def backed_by_dra(self, resource: str) -> bool:
+        """For NodeResourcesFit (noderesources/fit.go with DRAExtendedResource): a resource some
+        DeviceClass maps is left to this plugin on a node whose allocatable has none of it."""
+        with self._lock:
+            return dra_extended.backed_by_dra(resource, self._classes)
+
+    def _extended_pre_filter(self, pod: JSON) -> JSON | None:
+        """preFilterExtendedResources: the pod's claim of an earlier cycle, or one in memory; None
+        when no DeviceClass maps any extended resource the pod asks for."""
+        if not dra_extended.wants_dra(pod, self._classes):
+            return None
+        namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+        mine = [self._get(*k) for k in self._claims.keys() | self._assumed.keys() if k[0] == namespace]
+        found = dra_extended.find_claim(pod, [c for c in mine if c is not None])
+        return found if found is not None else dra_extended.in_memory_claim(pod, str(uuid.uuid4()))
+
+    def _extended_claim(self, state: CycleState, claim: JSON) -> None:
+        state.extended = len(state.claims)
+        state.extended_uid = str(claim["metadata"].get("uid", ""))
+        state.claims.append(claim)
+        state.selectors.append(None)
+        if claim["metadata"].get("name") != dra_extended.IN_MEMORY:
+            # written in an earlier cycle whose binding failed: upstream's Filter refuses every node
+            # ("cannot schedule extended resource claim") and PostFilter deletes it; here it is
+            # deleted at once and the pod tried again
+            threading.Thread(target=self._delete_claim, args=(claim,), daemon=True).start()
+            raise DraUnschedulable("cannot schedule extended resource claim")
+        state.to_allocate.append(state.extended)
+
+    def _extended_filter(self, state: CycleState, node: JSON, name: str) -> list[int] | str:
+        """filterExtendedResources: the claims to allocate on this node (the node's copy of the
+        extended-resource claim, with its requests, in place of the in-memory one), or why not."""
+        if state.extended is None:
+            return state.to_allocate
+        try:
+            needs = dra_extended.node_needs(state.pod, node, self._classes)
+        except dra_extended.CannotFit:
+            return "cannot fit resource"
+        indexes = [i for i in state.to_allocate if i != state.extended]
+        if needs:
+            node_claim = copy.deepcopy(state.claims[state.extended])
+            requests, mappings = dra_extended.requests_and_mappings(state.pod, needs, self._classes)
+            node_claim["spec"] = {"devices": {"requests": requests}}
+            state.node_extended[name] = (node_claim, mappings)
+            indexes.append(state.extended)
+        return indexes
+
+    def _extended_pre_bind(self, state: CycleState, i: int, pod: JSON, node: str) -> None:
+        """createExtendedResourceClaimInAPI, bindClaim, patchPodExtendedResourceClaimStatus."""
+        if node not in state.node_extended:
+            return  # this node serves the pod's extended resources through its device plugins
+        claim, mappings = state.node_extended[node]
+        meta = claim["metadata"]
+        body = {**claim, "metadata": {k: v for k, v in meta.items() if k not in ("name", "uid")}}
+        body.pop("status", None)
+        try:
+            created = json.loads(
+                self.api.send("POST", f"{RESOURCE}/namespaces/{meta['namespace']}/resourceclaims", body)
+            )
+        except client.ApiException as exc:
+            raise DraError(f"create claim for extended resources {kobj(claim)}: {_message(exc)}") from exc
+        state.claims[i] = created
+        state.claims[i] = self._bind_claim(state, i, pod)
+        status = {
+            "extendedResourceClaimStatus": {
+                "requestMappings": mappings,
+                "resourceClaimName": created["metadata"]["name"],
+            }
+        }
+        pm = pod["metadata"]
+        try:
+            self.api.send(
+                "PATCH",
+                f"/api/v1/namespaces/{pm['namespace']}/pods/{pm['name']}/status",
+                {"status": status},
+                content_type="application/strategic-merge-patch+json",
+            )
+        except client.ApiException as exc:
+            raise DraError(
+                f"update pod {pm['namespace']}/{pm['name']} ExtendedResourceClaimStatus: {_message(exc)}"
+            ) from exc
+
+    def _extended_unreserve(self, state: CycleState) -> None:
+        """unreserveExtendedResourceClaim: a claim already written is deleted."""
+        if state.extended is None:
+            return
+        claim = state.claims[state.extended]
+        if claim["metadata"].get("name") != dra_extended.IN_MEMORY:
+            self._delete_claim(claim)
+
+    def _delete_claim(self, claim: JSON) -> None:
+        """deleteClaim: the finalizer removed, then the claim deleted."""
+        meta = claim["metadata"]
+        path = f"{RESOURCE}/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
+        try:
+            current = self._read(claim)
+            finalizers = current["metadata"].get("finalizers") or []
+            if podclaims.FINALIZER in finalizers:
+                current["metadata"]["finalizers"] = [f for f in finalizers if f != podclaims.FINALIZER]
+                self.api.send("PUT", path, current)
+            self.api.send("DELETE", path, {})
+        except (client.ApiException, DraError) as exc:
+            log.info("delete extended resource claim %s: %s", kobj(claim), exc)
+
     # ---- Filter --------------------------------------------------------------------------------
     def filter(self, state: CycleState, node: JSON) -> str | None:
         """Why the node cannot take the pod's claims, None when it can (its results kept)."""
         name = str((node.get("metadata") or {}).get("name", ""))
         unavailable = any(s is not None and not s.matches(node) for s in state.selectors)
         results: list[JSON] | None = None
-        if state.allocator is not None:
-            to_allocate = [state.claims[i] for i in state.to_allocate]
+        indexes = self._extended_filter(state, node, name)
+        if isinstance(indexes, str):
+            return indexes
+        if state.allocator is not None and indexes:
+            to_allocate = [
+                state.node_extended[name][0] if i == state.extended else state.claims[i] for i in indexes
+            ]
             try:
                 results = state.allocator.allocate(name, to_allocate, pool_order=self.rng)
             except AllocationError as exc:
@@ -318,6 +443,7 @@ class DynamicResources:
                 return "cannot allocate all claims"
         if unavailable:
             return "resourceclaim not available on the node"
+        state.node_indexes[name] = indexes
         if results is not None:
             state.node_allocations[name] = results
         return None
@@ -325,31 +451,35 @@ class DynamicResources:
     # ---- Reserve, PreBind, Unreserve -----------------------------------------------------------
     def reserve(self, state: CycleState, node: str) -> None:
         """The node's results become in-flight allocations, counted as in use from now on."""
-        if not state.to_allocate:
+        indexes = state.node_indexes.get(node, state.to_allocate)
+        if not indexes:
             return
         results = state.node_allocations.get(node)
-        if results is None or len(results) != len(state.to_allocate):
+        if results is None or len(results) != len(indexes):
             raise DraError("claim allocation not found for node")
         with self._lock:
-            for i, allocation in zip(state.to_allocate, results, strict=True):
+            for i, allocation in zip(indexes, results, strict=True):
                 state.allocations[i] = allocation
-                pending = copy.deepcopy(state.claims[i])
+                claim = state.node_extended[node][0] if i == state.extended else state.claims[i]
+                pending = copy.deepcopy(claim)
                 pending.setdefault("status", {})["allocation"] = allocation
                 self._pending[str(pending["metadata"].get("uid", ""))] = pending
 
     def pre_bind(self, state: CycleState, pod: JSON, node: str) -> None:
         """Every claim not yet reserved for the pod gets its allocation (if new) and the pod."""
         for i in range(len(state.claims)):
-            if not podclaims.is_reserved_for_pod(pod, state.claims[i]):
-                try:
+            try:
+                if i == state.extended:
+                    self._extended_pre_bind(state, i, pod, node)
+                elif not podclaims.is_reserved_for_pod(pod, state.claims[i]):
                     state.claims[i] = self._bind_claim(state, i, pod)
-                except DraError as exc:
-                    raise DraError(f'running PreBind plugin "{PLUGIN}": {exc}') from exc
+            except DraError as exc:
+                raise DraError(f'running PreBind plugin "{PLUGIN}": {exc}') from exc
 
     def _bind_claim(self, state: CycleState, i: int, pod: JSON) -> JSON:
         claim = copy.deepcopy(state.claims[i])
         allocation = state.allocations.get(i)
-        uid = str(claim["metadata"].get("uid", ""))
+        uid = state.extended_uid if i == state.extended else str(claim["metadata"].get("uid", ""))
         try:
             for attempt in range(CONFLICT_RETRIES):
                 if attempt:
@@ -409,6 +539,9 @@ class DynamicResources:
             for claim in state.claims:
                 if self._pending.pop(str(claim["metadata"].get("uid", "")), None) is not None:
                     self._assumed.pop(_key(claim), None)
+            if state.extended_uid:
+                self._pending.pop(state.extended_uid, None)
+        self._extended_unreserve(state)
         for claim in state.claims:
             if podclaims.allocation(claim) is not None and podclaims.is_reserved_for_pod(pod, claim):
                 self._drop_reservation(claim, str(pod["metadata"].get("uid")))

@@ -221,6 +221,34 @@ def test_prepare_creates_exactly_the_allocated_placement_and_returns_its_cdi_dev
     assert spec["devices"][0]["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
 
 
+def test_a_prepared_claim_reports_its_mig_uuid_in_the_claims_device_status(node):
+    device = node.first_fit("1g.5gb")
+    claim = node.claim("infer", device["name"])
+    assert node.prepare(claim).claims[claim["metadata"]["uid"]].error == ""
+    mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
+    stored = node.resource.read_namespaced_resource_claim("infer", NS, _preload_content=False)
+    (entry,) = json.loads(stored.data)["status"]["devices"]
+    assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, NODE, device["name"])
+    assert entry["data"]["migUUID"] == mig and entry["data"]["gpuUUID"] == attrs(device)[0]
+    assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
+
+
+def test_the_claims_pod_gets_mig_instance_created_and_reclaimed_events(node):
+    claim = node.claim("evented", node.first_fit("1g.5gb")["name"])
+    assert node.prepare(claim).claims[claim["metadata"]["uid"]].error == ""
+    mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
+    assert node.unprepare(claim).claims[claim["metadata"]["uid"]].error == ""
+
+    def seen() -> dict[str, str]:
+        items = client.CoreV1Api(node.admin).list_namespaced_event(NS).to_dict()["items"]
+        return {e["reason"]: e["message"] for e in items if e["involved_object"]["name"] == "evented"}
+
+    wait_for(lambda: set(seen()) == {"MigInstanceCreated", "MigInstanceReclaimed"}, "both events posted")
+    events = seen()
+    assert mig in events["MigInstanceCreated"] and "1g.5gb@" in events["MigInstanceCreated"]
+    assert mig in events["MigInstanceReclaimed"]
+
+
 def test_a_second_prepare_of_a_prepared_claim_creates_nothing_and_answers_the_same(node):
     claim = node.claim("twice", node.first_fit("1g.5gb")["name"])
     first = node.prepare(claim).claims[claim["metadata"]["uid"]]
