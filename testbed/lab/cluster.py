@@ -54,7 +54,7 @@ from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 from certs import main as certs_main
-from lab import chart, dra_node, jobpods, report
+from lab import chart, dra_node, jobpods, report, volumes
 from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
@@ -111,6 +111,14 @@ class NodeRuntime:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+@dataclass(frozen=True)
+class PodContainer:
+    """A chart pod's container as the lab runs it: args (ConfigMap paths made local) and env."""
+
+    args: list[str]
+    env: dict[str, str]
 
 
 class Lab:
@@ -197,6 +205,7 @@ class Lab:
         self._mount_scheduler_secrets()
         self.serve_port, self.metrics_port, self.extender_port, page_port = free_ports(4)
         self.page_port = page_port if self.page else 0
+        self._create_configmaps()
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -376,18 +385,19 @@ class Lab:
             local.write_bytes(base64.b64decode(data[key]))
             self.scheduler_files[path] = local
 
-    def _spawn_serve(self, tee: Path | None = None) -> Child:
-        """The chart's args and environment (the Secret, cert-mode, webhooks to keep injected, leader
-        election); only ports, file paths and what a pod learns from the downward API differ. The
-        Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
+    def _spawn_serve(self, pod: PodContainer, tee: Path | None = None) -> Child:
+        """The pod's args and environment, as the release rendered them (the Secret, cert-mode,
+        webhooks to keep injected, leader election, allocation writers); its ConfigMap volumes
+        are files under the pod's directory; only ports, file paths and what a pod learns from
+        the downward API differ. The Lease identity stays the same across the Deployment's pods,
+        so a new pod leads at once."""
         args = chart.laptop_args(
-            self._chart.container_args("Deployment", "server"),
+            pod.args,
             replace={
                 "--port": str(self.serve_port),
                 "--metrics-port": str(self.metrics_port),
                 "--extender-port": str(self.extender_port),
                 **({"--page-port": str(self.page_port)} if self.page else {}),
-                "--device-config": str(self.device_config_file),
                 # one kube-scheduler without leader election (chart.laptop_scheduler_config)
                 "--leader-elect": "false",
             },
@@ -399,9 +409,7 @@ class Lab:
             },
         )
         argv = python_argv("-m", "dynmig.cli", *args)
-        return self.supervisor.start(
-            "serve", argv, env=self._chart.container_env("Deployment", "server"), tee=tee
-        )
+        return self.supervisor.start("serve", argv, env=pod.env, tee=tee)
 
     def _serve_started(self, child: Child) -> None:
         self.serve = child
@@ -598,10 +606,11 @@ class Lab:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
                 tee = self._container_log(pod, "device-plugin")
+                plugin = self._pod_container(pod, "device-plugin")
                 return ProcessContainers(
                     self.supervisor,
                     "device-plugin",
-                    lambda: self._spawn_plugin(runtime, tee),
+                    lambda: self._spawn_plugin(runtime, plugin, tee),
                     on_start=lambda child: self._plugin_started(runtime, child),
                     on_ready=lambda child: self._plugin_ready(runtime, child),
                 )
@@ -609,16 +618,30 @@ class Lab:
                 return self._dra_containers(runtime, runtime.dra, pod)
             if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
                 tee = self._container_log(pod, "server")
+                server = self._pod_container(pod, "server")
                 return ProcessContainers(
                     self.supervisor,
                     "server",
-                    lambda: self._spawn_serve(tee),
+                    lambda: self._spawn_serve(server, tee),
                     on_start=self._serve_started,
                     probe=self.serve_ready,
                 )
             return None
 
         return containers
+
+    def _pod_container(self, pod: dict[str, Any], name: str) -> PodContainer:
+        """What kubelet gives the pod's container before it starts: its ConfigMap volumes as files
+        (read from the API now, kept for the pod's life: lab.volumes), its args pointing at them and
+        its literal environment."""
+        meta = pod["metadata"]
+        root = self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / name
+        mounts = volumes.mount_configmaps(self.core("kubelet"), pod, name, root)
+        container = volumes.container_of(pod, name)
+        return PodContainer(
+            volumes.localize([str(a) for a in container.get("args") or []], mounts),
+            volumes.literal_env(container),
+        )
 
     def _deployment_of(self, namespace: str, owner: dict[str, Any]) -> str:
         """The Deployment that controls a pod whose controller is `owner`: its ReplicaSet's
@@ -692,9 +715,16 @@ class Lab:
             max_backoff=1.0,
         ).start()
 
+    def _create_configmaps(self) -> None:
+        """The chart's ConfigMaps, which the pods' volumes name; before the webhooks, in helm's
+        install order (the validating webhook checks the device config once serve runs)."""
+        for obj in self._chart.objects:
+            if obj.get("kind") == "ConfigMap":
+                self.core().create_namespaced_config_map(NAMESPACE, copy.deepcopy(obj))
+
     def _create_workloads(self) -> None:
         """The chart's Deployment and DaemonSet, as `helm install` creates them; the controllers make
-        their pods and the kubelets run them."""
+        their pods and the kubelets run them, with the ConfigMaps as files."""
         apps = client.AppsV1Api(self.api_client())
         apps.create_namespaced_deployment(
             NAMESPACE, copy.deepcopy(self._chart.find("Deployment", SERVE_DEPLOYMENT))
@@ -715,8 +745,11 @@ class Lab:
         meta = pod["metadata"]
         return self._api.log_path(meta["namespace"], meta["name"], meta["uid"], container)
 
-    def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
-        chart_args = self._chart.container_args("DaemonSet", "device-plugin")
+    def _spawn_plugin(self, runtime: NodeRuntime, pod: PodContainer, tee: Path | None = None) -> Child:
+        """The pod's args as the release rendered them, its device config and node config the
+        ConfigMaps its volumes name (a helm upgrade's filterdevices reach the plugin); only sockets,
+        ports and state paths differ."""
+        chart_args = pod.args
         # the chart's PodResources socket is the node's kubelet's: here, the simulated kubelet's
         asks = any(arg.startswith("--pod-resources-socket=") for arg in chart_args)
         sockets = {"--pod-resources-socket": str(runtime.kubelet.pod_resources_path)} if asks else {}
@@ -724,8 +757,6 @@ class Lab:
             chart_args,
             replace={
                 **sockets,
-                "--config-file": str(self.device_config_file),
-                "--node-config": str(self.node_config_file),
                 "--kubelet-dir": str(runtime.plugin_dir),
                 "--metrics-address": "127.0.0.1:0",
                 "--state-dir": str(runtime.state_file.parent / "plugin-state"),
@@ -738,7 +769,12 @@ class Lab:
         )
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
         return self.supervisor.start(
-            f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False, tee=tee
+            f"device-plugin-{runtime.name}",
+            argv,
+            env=pod.env or None,
+            ready_text=PLUGIN_READY,
+            wait=False,
+            tee=tee,
         )
 
     def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 
 import pytest
 from docs_testkit import ROOT, Reader, blocks, require_tools, section, shell_lines, values_files
@@ -96,6 +97,43 @@ def test_the_readmes_cluster_install_runs_as_written_on_the_lab_to_a_running_pod
         assert manager == "Helm", (kind, manager)
     lab = reader.lab_log.read_text()
     assert "dynmig certs init" in lab and "dynmig certs inject" in lab, reader.lab_tail()
+    # the values the reader brought run: gpu-node-2's plugin publishes GPUs 0-2, GPU 3 stays out
+    # (my-values.yaml's filterdevices: {index: [3]})
+    published = wait_for(
+        lambda: _published_gpus(kubectl, kubeconfig, "gpu-node-2"), lambda got: len(got) == 3
+    )
+    assert published == [0, 1, 2], published
+
+
+def _published_gpus(kubectl: str, kubeconfig: str, node: str) -> list[int]:
+    """The GPU indexes the node's device plugin registered (hami.io/node-nvidia-register)."""
+    text = subprocess.run(
+        [
+            kubectl,
+            "--kubeconfig",
+            kubeconfig,
+            "get",
+            "node",
+            node,
+            "-o",
+            r"jsonpath={.metadata.annotations.hami\.io/node-nvidia-register}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return sorted(int(gpu.get("index", 0)) for gpu in json.loads(text or "[]"))
+
+
+def wait_for(read, done, timeout: float = 60.0):
+    """`read()` until `done` holds for it (or the time is up): the last value read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
 
 
 def test_the_readmes_status_sample_is_what_a_fresh_lab_prints_for_the_mixed_pair(reader):
