@@ -129,6 +129,8 @@ class Lab:
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
+    policy_text: a device config's text, used as `policy` is when no policy file is given.
+    json_values: chart values as `helm install --set-json` takes them (`allocationWriters=[...]`).
     """
 
     def __init__(
@@ -140,8 +142,12 @@ class Lab:
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
         page: bool = False,
+        policy_text: str | None = None,
+        json_values: tuple[str, ...] = (),
     ):
         self.specs = nodes
+        self.policy_text = policy_text
+        self.json_values = json_values
         self.page = page
         self.page_port = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -190,11 +196,16 @@ class Lab:
         self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
+        if self.policy is None and self.policy_text is not None:
+            self.policy = self.workdir / "config" / "policy.yaml"
+            self.policy.parent.mkdir(parents=True, exist_ok=True)
+            self.policy.write_text(self.policy_text)
         self.rendered = chart.render(
             self.policy,
             tuple(n.name for n in self.specs if not n.dra),
             (("server.page.enabled=true",) if self.page else ())
             + (("draPlugin.enabled=true",) if self.dra_nodes else ()),
+            self.json_values,
         )
         self._write_configs()
         self._say(
