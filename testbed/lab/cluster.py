@@ -32,6 +32,7 @@ import signal
 import socket
 import ssl
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -164,6 +165,8 @@ class Lab:
         self.supervisor = Supervisor(self.workdir / "logs")
         self.apiserver: ApiServer | None = None
         self.scheduler: Scheduler | None = None  # the dynmig profile, calling dynmig serve as its extender
+        self._scheduler_config: dict[str, Any] | None = None  # the chart config it runs
+        self._scheduler_lock = threading.Lock()
         self.default_scheduler: Scheduler | None = None  # binds the chart's own pods (default-scheduler)
         self.serve_starts = 0
         self.scheduler_files: dict[str, Path] = {}  # path in the kube-scheduler container -> lab file
@@ -481,10 +484,22 @@ class Lab:
             f"127.0.0.1:{self.serve_port}"
         )
 
-    def _start_scheduler(self) -> None:
-        doc = chart.laptop_scheduler_config(
-            self._chart.scheduler_config, "127.0.0.1", self.extender_port, self.ca_file
-        )
+    def _start_scheduler(self, config: dict[str, Any] | None = None) -> None:
+        """kube-scheduler with `config` (the chart's KubeSchedulerConfiguration; default: the lab's
+        render), made a laptop's (chart.laptop_scheduler_config). A running one with another config
+        is stopped first, as a new serve pod's kube-scheduler container replaces the old one's."""
+        config = self._chart.scheduler_config if config is None else config
+        with self._scheduler_lock:
+            if self.scheduler is not None and config == self._scheduler_config:
+                return
+            if self.scheduler is not None:
+                self.scheduler.stop()
+                self._say("kube-scheduler (simulated) stopped: its pod's scheduler config changed")
+            self._scheduler_config = config
+            self._run_scheduler(config)
+
+    def _run_scheduler(self, config: dict[str, Any]) -> None:
+        doc = chart.laptop_scheduler_config(config, "127.0.0.1", self.extender_port, self.ca_file)
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         initial, maximum = self.scheduler_backoff
@@ -630,6 +645,7 @@ class Lab:
             if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
                 tee = self._container_log(pod, "server")
                 server = self._pod_container(pod, "server")
+                self._start_scheduler(self._pod_scheduler_config(pod))
                 return ProcessContainers(
                     self.supervisor,
                     "server",
@@ -653,6 +669,19 @@ class Lab:
             volumes.localize([str(a) for a in container.get("args") or []], mounts),
             volumes.literal_env(container),
         )
+
+    def _pod_scheduler_config(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The KubeSchedulerConfiguration the serve pod's kube-scheduler container reads: the file
+        its `--config` names in the ConfigMap volume (the release's scheduler config)."""
+        meta = pod["metadata"]
+        root = self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "kube-scheduler"
+        mounts = volumes.mount_configmaps(self.core("kubelet"), pod, "kube-scheduler", root)
+        command = volumes.container_of(pod, "kube-scheduler").get("command") or []
+        local = volumes.localize([str(a) for a in command], mounts)
+        path = next((a.split("=", 1)[1] for a in local if a.startswith("--config=")), "")
+        if not path:
+            raise volumes.MountError(f"pod {meta['name']}: its kube-scheduler container names no --config")
+        return dict(yaml.safe_load(Path(path).read_text()))
 
     def _deployment_of(self, namespace: str, owner: dict[str, Any]) -> str:
         """The Deployment that controls a pod whose controller is `owner`: its ReplicaSet's
