@@ -75,7 +75,9 @@ nvidia:
 """
 
 
-def reservation(node: str, gpu_uuid: str, profile: str, start: int, size: int, memory: int) -> dict[str, str]:
+def reservation(
+    node: str, gpu_uuid: str, profile: str, start: int, size: int, memory: int
+) -> dict[str, str | None]:
     """The annotations HAMi v2.10's scheduler writes on a pod at filter and bind time for one MIG
     device (pkg/scheduler/scheduler.go, pkg/device/nvidia/device.go: vgpu-node, the devices to
     allocate, the MIG allocation, bind-phase "allocating")."""
