@@ -147,7 +147,7 @@ class Lab:
         json_values: tuple[str, ...] = (),
     ):
         self.specs = nodes
-        self.policy_text = policy_text
+        self.policy_text = policy_text if policy is None else None  # a policy file wins
         self.json_values = json_values
         self.page = page
         self.page_port = 0

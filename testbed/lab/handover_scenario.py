@@ -38,6 +38,16 @@ def _placed(run: Run, node: str) -> list[tuple]:
     )
 
 
+def _brought(lab) -> str:
+    if lab.policy_text is None and lab.policy is not None:
+        return f"--policy {lab.policy}"
+    if lab.policy_text == hami.V2_10_DEVICE_CONFIG:
+        return "HAMi v2.10's chart default (lab.hami.V2_10_DEVICE_CONFIG)"
+    if lab.policy_text is not None:
+        return "lab.hami.HANDOVER_DEVICE_CONFIG"
+    return "the chart's default (HAMi v2.10's default profiles with model strings that match)"
+
+
 def hami_handover(run: Run) -> None:
     k = run.kit
     lab = run.lab
@@ -48,14 +58,13 @@ def hami_handover(run: Run) -> None:
             f"--privileged-user={user}" in args,
             f"dynmig serve runs with {user} among the allocation writers (allocationWriters)",
         )
-    if hami.HANDOVER_DEVICE_CONFIG is None:
-        run.say("allowlist: the chart's default (HAMi v2.10's default profiles with matching model strings)")
+    run.say(f"allowlist brought: {_brought(lab)}")
     path = next((a.split("=", 1)[1] for a in args if a.startswith("--device-config=")), "")
     loaded = Path(path).read_text() if path else ""
     run.expect(
         loaded.strip(),
-        (hami.HANDOVER_DEVICE_CONFIG or lab.rendered.device_config_text).strip(),
-        "dynmig serve runs with the allowlist brought to the handover",
+        lab.rendered.device_config_text.strip(),
+        "dynmig serve runs with the device config the release installed",
         path,
     )
 
