@@ -154,6 +154,7 @@ def _run(args: argparse.Namespace, nodes) -> int:
         echo=_print,
         reconcile_interval=args.reconcile_interval,
         page=args.page,
+        **_installed_with(args.scenario),
     )
     _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))
     try:
@@ -184,6 +185,17 @@ def _run(args: argparse.Namespace, nodes) -> int:
         _print("lab stopped: child processes ended, sockets and temp files removed")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _installed_with(name: str | None) -> dict:
+    """What a scenario's lab is installed with (its device config, unless --policy gives one, and
+    chart values): the hami-handover scenario's allowlist and allocationWriters."""
+    if not name:
+        return {}
+    from lab.scenarios import SCENARIOS
+
+    chosen = SCENARIOS[name]
+    return {"policy_text": chosen.policy_text, "json_values": chosen.json_values}
 
 
 def _scenario(lab, name: str) -> int:

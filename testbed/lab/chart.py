@@ -120,14 +120,20 @@ class Rendered:
 
 
 def render(
-    policy: Path | None = None, mig_nodes: tuple[str, ...] = (), values: tuple[str, ...] = ()
+    policy: Path | None = None,
+    mig_nodes: tuple[str, ...] = (),
+    values: tuple[str, ...] = (),
+    json_values: tuple[str, ...] = (),
 ) -> Rendered:
     """`helm template` the chart; `policy` (a device-config file) goes in as deviceConfig.content and
     each of `mig_nodes` gets `operatingmode: mig` in devicePlugin.nodeConfig, as on a real install;
-    `values` are `--set` arguments (`server.page.enabled=true`)."""
+    `values` are `--set` arguments (`server.page.enabled=true`), `json_values` `--set-json` ones
+    (`allocationWriters=[...]`)."""
     argv = [helm_binary(), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
     for value in values:
         argv += ["--set", value]
+    for value in json_values:
+        argv += ["--set-json", value]
     if mig_nodes:
         entries = [{"name": n, "operatingmode": "mig"} for n in mig_nodes]
         argv += ["--set-json", f"devicePlugin.nodeConfig={json.dumps(entries)}"]

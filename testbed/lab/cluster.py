@@ -32,6 +32,7 @@ import signal
 import socket
 import ssl
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -54,7 +55,7 @@ from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
 from certs import main as certs_main
-from lab import chart, dra_node, jobpods, report
+from lab import chart, dra_node, jobpods, report, volumes
 from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
@@ -116,6 +117,14 @@ class NodeRuntime:
         return self.spec.name
 
 
+@dataclass(frozen=True)
+class PodContainer:
+    """A chart pod's container as the lab runs it: args (ConfigMap paths made local) and env."""
+
+    args: list[str]
+    env: dict[str, str]
+
+
 class Lab:
     """Args:
     nodes: the simulated GPU nodes (`lab.nodes.parse_nodes`).
@@ -125,6 +134,8 @@ class Lab:
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
     values: further chart values (`--set` arguments, e.g. `draPlugin.extendedResources.profiles={1g.10gb}`).
+    policy_text: a device config's text, used as `policy` is when no policy file is given.
+    json_values: chart values as `helm install --set-json` takes them (`allocationWriters=[...]`).
     """
 
     def __init__(
@@ -137,8 +148,12 @@ class Lab:
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
         page: bool = False,
         values: tuple[str, ...] = (),
+        policy_text: str | None = None,
+        json_values: tuple[str, ...] = (),
     ):
         self.specs = nodes
+        self.policy_text = policy_text if policy is None else None  # a policy file wins
+        self.json_values = json_values
         self.page = page
         self.values = values
         self.page_port = 0
@@ -156,6 +171,8 @@ class Lab:
         self.supervisor = Supervisor(self.workdir / "logs")
         self.apiserver: ApiServer | None = None
         self.scheduler: Scheduler | None = None  # the dynmig profile, calling dynmig serve as its extender
+        self._scheduler_config: dict[str, Any] | None = None  # the chart config it runs
+        self._scheduler_lock = threading.Lock()
         self.default_scheduler: Scheduler | None = None  # binds the chart's own pods (default-scheduler)
         self.serve_starts = 0
         self.scheduler_files: dict[str, Path] = {}  # path in the kube-scheduler container -> lab file
@@ -188,12 +205,17 @@ class Lab:
         self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
+        if self.policy is None and self.policy_text is not None:
+            self.policy = self.workdir / "config" / "policy.yaml"
+            self.policy.parent.mkdir(parents=True, exist_ok=True)
+            self.policy.write_text(self.policy_text)
         self.rendered = chart.render(
             self.policy,
             tuple(n.name for n in self.specs if not n.dra),
             (("server.page.enabled=true",) if self.page else ())
             + (("draPlugin.enabled=true",) if self.dra_nodes else ())
             + self.values,
+            self.json_values,
         )
         self._write_configs()
         self._say(
@@ -204,6 +226,7 @@ class Lab:
         self._mount_scheduler_secrets()
         self.serve_port, self.metrics_port, self.extender_port, page_port = free_ports(4)
         self.page_port = page_port if self.page else 0
+        self._create_configmaps()
         self._register_webhooks()  # before serve: as Lease holder it keeps their CA bundle current
         for spec in self.specs:
             self._create_node(spec)
@@ -396,18 +419,19 @@ class Lab:
             local.write_bytes(base64.b64decode(data[key]))
             self.scheduler_files[path] = local
 
-    def _spawn_serve(self, tee: Path | None = None) -> Child:
-        """The chart's args and environment (the Secret, cert-mode, webhooks to keep injected, leader
-        election); only ports, file paths and what a pod learns from the downward API differ. The
-        Lease identity stays the same across the Deployment's pods, so a new pod leads at once."""
+    def _spawn_serve(self, pod: PodContainer, tee: Path | None = None) -> Child:
+        """The pod's args and environment, as the release rendered them (the Secret, cert-mode,
+        webhooks to keep injected, leader election, allocation writers); its ConfigMap volumes
+        are files under the pod's directory; only ports, file paths and what a pod learns from
+        the downward API differ. The Lease identity stays the same across the Deployment's pods,
+        so a new pod leads at once."""
         args = chart.laptop_args(
-            self._chart.container_args("Deployment", "server"),
+            pod.args,
             replace={
                 "--port": str(self.serve_port),
                 "--metrics-port": str(self.metrics_port),
                 "--extender-port": str(self.extender_port),
                 **({"--page-port": str(self.page_port)} if self.page else {}),
-                "--device-config": str(self.device_config_file),
                 # one kube-scheduler without leader election (chart.laptop_scheduler_config)
                 "--leader-elect": "false",
             },
@@ -419,9 +443,7 @@ class Lab:
             },
         )
         argv = python_argv("-m", "dynmig.cli", *args)
-        return self.supervisor.start(
-            "serve", argv, env=self._chart.container_env("Deployment", "server"), tee=tee
-        )
+        return self.supervisor.start("serve", argv, env=pod.env, tee=tee)
 
     def _serve_started(self, child: Child) -> None:
         self.serve = child
@@ -482,10 +504,22 @@ class Lab:
             f"127.0.0.1:{self.serve_port}"
         )
 
-    def _start_scheduler(self) -> None:
-        doc = chart.laptop_scheduler_config(
-            self._chart.scheduler_config, "127.0.0.1", self.extender_port, self.ca_file
-        )
+    def _start_scheduler(self, config: dict[str, Any] | None = None) -> None:
+        """kube-scheduler with `config` (the chart's KubeSchedulerConfiguration; default: the lab's
+        render), made a laptop's (chart.laptop_scheduler_config). A running one with another config
+        is stopped first, as a new serve pod's kube-scheduler container replaces the old one's."""
+        config = self._chart.scheduler_config if config is None else config
+        with self._scheduler_lock:
+            if self.scheduler is not None and config == self._scheduler_config:
+                return
+            if self.scheduler is not None:
+                self.scheduler.stop()
+                self._say("kube-scheduler (simulated) stopped: its pod's scheduler config changed")
+            self._scheduler_config = config
+            self._run_scheduler(config)
+
+    def _run_scheduler(self, config: dict[str, Any]) -> None:
+        doc = chart.laptop_scheduler_config(config, "127.0.0.1", self.extender_port, self.ca_file)
         path = self.workdir / "config" / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         initial, maximum = self.scheduler_backoff
@@ -620,10 +654,11 @@ class Lab:
                 return None
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", PLUGIN_DAEMONSET):
                 tee = self._container_log(pod, "device-plugin")
+                plugin = self._pod_container(pod, "device-plugin")
                 return ProcessContainers(
                     self.supervisor,
                     "device-plugin",
-                    lambda: self._spawn_plugin(runtime, tee),
+                    lambda: self._spawn_plugin(runtime, plugin, tee),
                     on_start=lambda child: self._plugin_started(runtime, child),
                     on_ready=lambda child: self._plugin_ready(runtime, child),
                 )
@@ -631,16 +666,44 @@ class Lab:
                 return self._dra_containers(runtime, runtime.dra, pod)
             if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
                 tee = self._container_log(pod, "server")
+                server = self._pod_container(pod, "server")
+                self._start_scheduler(self._pod_scheduler_config(pod))
                 return ProcessContainers(
                     self.supervisor,
                     "server",
-                    lambda: self._spawn_serve(tee),
+                    lambda: self._spawn_serve(server, tee),
                     on_start=self._serve_started,
                     probe=self.serve_ready,
                 )
             return None
 
         return containers
+
+    def _pod_container(self, pod: dict[str, Any], name: str) -> PodContainer:
+        """What kubelet gives the pod's container before it starts: its ConfigMap volumes as files
+        (read from the API now, kept for the pod's life: lab.volumes), its args pointing at them and
+        its literal environment."""
+        meta = pod["metadata"]
+        root = self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / name
+        mounts = volumes.mount_configmaps(self.core("kubelet"), pod, name, root)
+        container = volumes.container_of(pod, name)
+        return PodContainer(
+            volumes.localize([str(a) for a in container.get("args") or []], mounts),
+            volumes.literal_env(container),
+        )
+
+    def _pod_scheduler_config(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The KubeSchedulerConfiguration the serve pod's kube-scheduler container reads: the file
+        its `--config` names in the ConfigMap volume (the release's scheduler config)."""
+        meta = pod["metadata"]
+        root = self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "kube-scheduler"
+        mounts = volumes.mount_configmaps(self.core("kubelet"), pod, "kube-scheduler", root)
+        command = volumes.container_of(pod, "kube-scheduler").get("command") or []
+        local = volumes.localize([str(a) for a in command], mounts)
+        path = next((a.split("=", 1)[1] for a in local if a.startswith("--config=")), "")
+        if not path:
+            raise volumes.MountError(f"pod {meta['name']}: its kube-scheduler container names no --config")
+        return dict(yaml.safe_load(Path(path).read_text()))
 
     def _deployment_of(self, namespace: str, owner: dict[str, Any]) -> str:
         """The Deployment that controls a pod whose controller is `owner`: its ReplicaSet's
@@ -714,9 +777,16 @@ class Lab:
             max_backoff=1.0,
         ).start()
 
+    def _create_configmaps(self) -> None:
+        """The chart's ConfigMaps, which the pods' volumes name; before the webhooks, in helm's
+        install order (the validating webhook checks the device config once serve runs)."""
+        for obj in self._chart.objects:
+            if obj.get("kind") == "ConfigMap":
+                self.core().create_namespaced_config_map(NAMESPACE, copy.deepcopy(obj))
+
     def _create_workloads(self) -> None:
         """The chart's Deployment and DaemonSet, as `helm install` creates them; the controllers make
-        their pods and the kubelets run them."""
+        their pods and the kubelets run them, with the ConfigMaps as files."""
         apps = client.AppsV1Api(self.api_client())
         apps.create_namespaced_deployment(
             NAMESPACE, copy.deepcopy(self._chart.find("Deployment", SERVE_DEPLOYMENT))
@@ -737,8 +807,11 @@ class Lab:
         meta = pod["metadata"]
         return self._api.log_path(meta["namespace"], meta["name"], meta["uid"], container)
 
-    def _spawn_plugin(self, runtime: NodeRuntime, tee: Path | None = None) -> Child:
-        chart_args = self._chart.container_args("DaemonSet", "device-plugin")
+    def _spawn_plugin(self, runtime: NodeRuntime, pod: PodContainer, tee: Path | None = None) -> Child:
+        """The pod's args as the release rendered them, its device config and node config the
+        ConfigMaps its volumes name (a helm upgrade's filterdevices reach the plugin); only sockets,
+        ports and state paths differ."""
+        chart_args = pod.args
         # the chart's PodResources socket is the node's kubelet's: here, the simulated kubelet's
         asks = any(arg.startswith("--pod-resources-socket=") for arg in chart_args)
         sockets = {"--pod-resources-socket": str(runtime.kubelet.pod_resources_path)} if asks else {}
@@ -746,8 +819,6 @@ class Lab:
             chart_args,
             replace={
                 **sockets,
-                "--config-file": str(self.device_config_file),
-                "--node-config": str(self.node_config_file),
                 "--kubelet-dir": str(runtime.plugin_dir),
                 "--metrics-address": f"127.0.0.1:{runtime.metrics_port}",
                 "--state-dir": str(runtime.state_file.parent / "plugin-state"),
@@ -760,7 +831,12 @@ class Lab:
         )
         argv = python_argv("-m", "sim.nvml.launch", "--state", str(runtime.state_file), "--", *args)
         return self.supervisor.start(
-            f"device-plugin-{runtime.name}", argv, ready_text=PLUGIN_READY, wait=False, tee=tee
+            f"device-plugin-{runtime.name}",
+            argv,
+            env=pod.env or None,
+            ready_text=PLUGIN_READY,
+            wait=False,
+            tee=tee,
         )
 
     def _plugin_started(self, runtime: NodeRuntime, child: Child) -> None:

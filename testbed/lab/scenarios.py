@@ -16,8 +16,9 @@ from typing import Any
 
 from kubernetes import client
 
-from lab import report
+from lab import hami, report
 from lab.dra_scenario import dra_mode
+from lab.handover_scenario import hami_handover
 from lab.kit import Kit, gpu_pod
 from lab.scenario import Run, ScenarioFailed
 from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL, MigAllocation
@@ -33,14 +34,25 @@ class Scenario:
     needs: tuple[str, ...]  # GPU model substrings the nodes must have
     run: Callable[[Run], None]
     dra: bool = False  # needs a node in DRA mode (`@dra` in --nodes)
+    # what its lab is installed with: a device config's text (unless --policy gives one) and
+    # `--set-json` chart values
+    policy_text: str | None = None
+    json_values: tuple[str, ...] = ()
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, title: str, needs: tuple[str, ...] = (RTX,), dra: bool = False):
+def scenario(
+    name: str,
+    title: str,
+    needs: tuple[str, ...] = (RTX,),
+    dra: bool = False,
+    policy_text: str | None = None,
+    json_values: tuple[str, ...] = (),
+):
     def register(fn: Callable[[Run], None]) -> Callable[[Run], None]:
-        SCENARIOS[name] = Scenario(name, title, needs, fn, dra)
+        SCENARIOS[name] = Scenario(name, title, needs, fn, dra, policy_text, json_values)
         return fn
 
     return register
@@ -600,3 +612,11 @@ scenario(
     needs=(A100,),
     dra=True,
 )(dra_mode)
+
+scenario(
+    "hami-handover",
+    "the handover from HAMi: a hami-scheduler pod run at HAMi's placement, adopted, reclaimed",
+    needs=(A100,),
+    policy_text=hami.HANDOVER_DEVICE_CONFIG,
+    json_values=(f"allocationWriters={json.dumps(list(hami.ALLOCATION_WRITERS))}",),
+)(hami_handover)

@@ -171,6 +171,8 @@ def test_the_extender_is_called_over_https_verified_with_the_webhook_ca(mode):
     assert extender["managedResources"] == [
         {"name": "nvidia.com/gpu", "ignoredByScheduler": True},
         {"name": "nvidia.com/gpumem", "ignoredByScheduler": True},
+        {"name": "nvidia.com/gpumem-percentage", "ignoredByScheduler": True},
+        {"name": "nvidia.com/gpucores", "ignoredByScheduler": True},
     ]
     # the caFile is the ca.crt of the serving Secret, mounted into the kube-scheduler container
     ca_dir, ca_name = extender["tlsConfig"]["caFile"].rsplit("/", 1)

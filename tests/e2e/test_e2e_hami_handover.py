@@ -4,51 +4,25 @@ HAMi's annotations) and bound the pod, dynmig's device plugin creates exactly th
 
 In the lab the stand-in for HAMi's scheduler is dynmig's scheduler identity, as in the
 bad-annotation scenario: on a cluster, `allocationWriters` lets HAMi's own service accounts write
-the annotation during the handover (tests/charts checks that rule in all three places)."""
+the annotation during the handover (tests/charts checks that rule in all three places). The
+`hami-handover` lab scenario (lab.handover_scenario) performs the handover with those accounts, run
+here from the CLI."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 from kubernetes import client
+from lab.hami import reservation
 from lab.kit import Kit, gpu_pod
 
-from mig.annotations import (
-    BIND_PHASE,
-    BIND_TIME,
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
-    MIG_ALLOCATIONS,
-    VGPU_NODE,
-    VGPU_TIME,
-    ContainerDevice,
-    MigAllocation,
-    encode_allocations,
-    encode_devices,
-)
+from mig.annotations import BIND_PHASE, MIG_ALLOCATIONS
 
-
-def hami_reservation(node: str, gpu_uuid: str, profile: str, start: int, size: int) -> dict[str, str]:
-    """The annotations HAMi v2.10's scheduler writes at filter and bind time for one MIG device."""
-    devices = encode_devices([[ContainerDevice(gpu_uuid, "NVIDIA", 4864, 14)]])
-    allocation = MigAllocation.model_validate(
-        {
-            "containerIndex": 0,
-            "deviceIndex": 0,
-            "gpuUUID": gpu_uuid,
-            "profile": profile,
-            "placement": {"start": start, "size": size},
-        }
-    )
-    return {
-        VGPU_NODE: node,
-        VGPU_TIME: "1767225600",
-        DEVICES_TO_ALLOCATE: devices,
-        DEVICES_ALLOCATED: devices,
-        MIG_ALLOCATIONS: encode_allocations([allocation]) or "",
-        BIND_PHASE: "allocating",
-        BIND_TIME: "1767225600",
-    }
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_pod_scheduled_by_hami_is_run_by_dynmigs_device_plugin_at_hamis_placement(lab, kit):
@@ -61,7 +35,7 @@ def test_a_pod_scheduled_by_hami_is_run_by_dynmigs_device_plugin_at_hamis_placem
     assert not created["spec"].get("nodeName")  # and dynmig's scheduler does not schedule it
 
     hami = Kit(lab, identity="scheduler")
-    hami.annotate("from-hami", hami_reservation(node, gpu.uuid, "1g.5gb", start=6, size=1))
+    hami.annotate("from-hami", reservation(node, gpu.uuid, "1g.5gb", start=6, size=1, memory=4864))
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -92,10 +66,45 @@ def test_alice_cannot_forge_a_hami_reservation_in_the_lab(lab, kit):
     pod["spec"]["schedulerName"] = "hami-scheduler"
     kit.create(pod)
     alice = client.CoreV1Api(lab.api_client("alice"))
-    patch = {"metadata": {"annotations": hami_reservation(node, gpu.uuid, "1g.5gb", start=0, size=1)}}
+    patch = {"metadata": {"annotations": reservation(node, gpu.uuid, "1g.5gb", start=0, size=1, memory=4864)}}
     try:
         alice.patch_namespaced_pod("forged", "default", patch)
         denied = ""
     except client.ApiException as error:
         denied = json.loads(error.body or "{}").get("message", "")
     assert MIG_ALLOCATIONS in denied
+
+
+def test_the_hami_handover_scenario_runs_from_the_cli_with_hamis_accounts_as_allocation_writers(tmp_path):
+    """`dynmig lab --scenario hami-handover`: dynmig installed as the migration guide says (HAMi's
+    accounts in allocationWriters, reaching the running serve), a hami-scheduler pod reserved and
+    bound by HAMi's scheduler account run at HAMi's placement, adopted across a plugin restart."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dynmig.cli",
+            "lab",
+            "--scenario",
+            "hami-handover",
+            "--nodes",
+            "gpu-a100=2xA100-SXM4-40GB",
+            "--workdir",
+            str(tmp_path / "lab"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert re.search(r"^### hami-handover: PASSED — (\d+)/\1 checks passed", out, re.MULTILINE), out[-4000:]
+    for account in ("hami-scheduler", "hami-device-plugin"):
+        assert (
+            f"PASS  dynmig serve runs with system:serviceaccount:kube-system:{account} among the allocation writers"
+            in out
+        )
+    assert "PASS  dynmig's device plugin realized HAMi's reservation: same GPU, profile and start" in out
+    assert "PASS  the same instance, GI, CI and MIG UUID after the restart" in out

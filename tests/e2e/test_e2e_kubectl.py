@@ -178,6 +178,15 @@ def test_kubectl_creates_the_example_pods_and_waits_until_they_are_ready(kc):
         assert running[uuid][3], f"{name}'s workload runs on its MIG instance {uuid}"
 
 
+def test_kubectl_get_events_sorted_by_last_timestamp_lists_the_labs_events(kc):
+    create(kc, "pod-1g.yaml")
+    kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")
+    done = kc.kubectl("get", "events", "--sort-by=.lastTimestamp")
+    assert "No resources found" not in done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if "pod/one-1g" in line]
+    assert any("Scheduled" in row for row in rows), done.stdout
+
+
 def test_kubectl_delete_returns_once_the_pod_is_gone_and_its_instance_is_destroyed(kc):
     create(kc, "pod-1g.yaml")
     kc.kubectl("wait", "--for=condition=Ready", "pod/one-1g", "--timeout=90s")

@@ -54,3 +54,22 @@ def test_the_mixed_pair_shares_one_a100_and_leaves_the_other_whole(lab, kit):
     (other,) = gpus - {small[0].gpuUUID}
     holders = [a for p in pods for a in kit.allocations(p["metadata"]["name"]) if a.gpuUUID == other]
     assert holders == []  # the other A100 holds nothing: a whole-GPU pod still fits there
+
+
+def test_pods_asking_a_memory_percentage_or_gpucores_run_through_kube_schedulers_resource_fit(lab, kit):
+    """No node advertises nvidia.com/gpumem-percentage or nvidia.com/gpucores: kube-scheduler's
+    NodeResourcesFit leaves them to the extender only because the chart lists them ignoredByScheduler."""
+    for name, limits in (
+        ("tenth", {"nvidia.com/gpumem-percentage": "10"}),
+        ("cored", {"nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}),
+    ):
+        kit.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+            }
+        )
+        kit.wait_phase(name, "Running", 60)
+        assert [a.profile for a in kit.allocations(name)] == ["1g.5gb"]

@@ -193,3 +193,33 @@ def test_an_object_nested_just_under_the_parser_limit_is_refused_or_stored_never
         }
     ).encode()
     assert call("POST", "/api/v1/namespaces/default/configmaps", body)[0] in (201, 400)
+
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+@pytest.mark.parametrize(
+    ("include", "row_object"),
+    [
+        ("Object", {"kind": "Namespace", "apiVersion": "v1"}),
+        ("", {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}),
+        ("Metadata", {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}),
+    ],
+)
+def test_a_table_row_carries_the_object_kubectl_asks_for_with_include_object(call, include, row_object):
+    status, doc = call("GET", f"/api/v1/namespaces?includeObject={include}", accept=TABLE)
+    assert status == 200 and doc["kind"] == "Table"
+    row = next(r for r in doc["rows"] if r["cells"][0] == "default")
+    assert row_object.items() <= row["object"].items()
+    assert ("status" in row["object"]) == (include == "Object")
+
+
+def test_a_table_with_include_object_none_has_rows_without_objects(call):
+    status, doc = call("GET", "/api/v1/namespaces/default?includeObject=None", accept=TABLE)
+    assert status == 200 and doc["rows"][0]["object"] is None
+
+
+def test_an_unknown_include_object_is_refused_naming_the_option_and_its_values(call):
+    status, doc = call("GET", "/api/v1/namespaces?includeObject=Everything", accept=TABLE)
+    assert status == 400
+    assert "includeObject" in doc["message"] and '"Object"' in doc["message"]

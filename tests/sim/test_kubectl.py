@@ -366,3 +366,26 @@ def test_kubectl_create_deployment_and_service_work_with_their_protobuf_bodies(r
     )
     run("create", "service", "clusterip", "web", "--tcp=80:8080")
     assert apiserver.get("services", "web", "default")["spec"]["ports"][0]["targetPort"] == 8080
+
+
+def _event(name: str, reason: str, last: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "trainer", "namespace": "default"},
+        "reason": reason,
+        "message": f"{reason} happened",
+        "type": "Normal",
+        "firstTimestamp": last,
+        "lastTimestamp": last,
+        "count": 1,
+    }
+
+
+def test_kubectl_get_events_sorted_by_last_timestamp_lists_them_oldest_first(run, apiserver):
+    apiserver.create(_event("later", "Started", "2026-01-01T00:05:00Z"))
+    apiserver.create(_event("earlier", "Scheduled", "2026-01-01T00:01:00Z"))
+    table = run("get", "events", "--sort-by=.lastTimestamp")
+    assert "No resources found" not in table
+    assert table.index("Scheduled") < table.index("Started"), table

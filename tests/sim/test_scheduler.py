@@ -446,3 +446,70 @@ def test_the_scheduler_counts_the_wall_time_of_its_cycles_and_of_the_extender_fi
     assert sched.stats.attempts == extender.filter_calls == 1
     # the filter call took the extender's 0.2 s at least, and it is part of the cycle
     assert 0.2 <= extender.filter_seconds <= sched.stats.cycle_seconds
+
+
+def mig_pod(name: str, resource: str = "nvidia.com/mig-1g.10gb", count: str = "1") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "dynmig-scheduler",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {resource: count}}}],
+        },
+    }
+
+
+def test_a_pod_asking_an_extended_resource_no_node_has_stays_pending_with_kube_schedulers_reason(
+    cluster, run_scheduler, extenders
+):
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb=""))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", mig_pod("legacy"))
+    failed = wait_for(lambda: events(cluster, "FailedScheduling"))
+    assert failed[0]["message"] == "0/2 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb."
+    pod = core.read_namespaced_pod("legacy", "default")
+    assert pod.status.phase == "Pending" and pod.spec.node_name is None
+
+
+def test_pods_asking_an_extended_resource_fill_the_node_that_advertises_it_and_the_next_waits(
+    apiserver, run_scheduler, extenders
+):
+    apiserver.create(node("node-1"))
+    apiserver.create(
+        {**node("node-2"), "status": {**node("node-2")["status"], "allocatable": {"example.com/fpga": "2"}}}
+    )
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb=""))
+    core = client.CoreV1Api(apiserver.api_client("admin"))
+    for name in ("fpga-1", "fpga-2", "fpga-3"):
+        core.create_namespaced_pod("default", mig_pod(name, "example.com/fpga"))
+    names = ("fpga-1", "fpga-2", "fpga-3")
+    wait_for(lambda: events(apiserver, "FailedScheduling"))
+    wait_for(lambda: sum(bool(core.read_namespaced_pod(n, "default").spec.node_name) for n in names) == 2)
+    placed = {n: core.read_namespaced_pod(n, "default").spec.node_name for n in names}
+    assert sorted(map(str, placed.values())) == ["None", "node-2", "node-2"]
+    message = events(apiserver, "FailedScheduling")[0]["message"]
+    assert message == "0/2 nodes are available: 2 Insufficient example.com/fpga."
+    waiting = next(n for n, on in placed.items() if on is None)
+    done = next(n for n, on in placed.items() if on)
+    core.delete_namespaced_pod(done, "default", grace_period_seconds=0)
+    wait_for(lambda: core.read_namespaced_pod(waiting, "default").spec.node_name == "node-2")
+
+
+@pytest.mark.parametrize(("ignored", "scheduled"), [(True, True), (False, False)])
+def test_a_managed_resource_is_left_to_the_extender_only_when_marked_ignored_by_scheduler(
+    cluster, run_scheduler, extenders, ignored, scheduled
+):
+    ext = extenders(lambda args: {"NodeNames": args["NodeNames"], "Error": ""})
+    managed = [{"name": "nvidia.com/gpumem", "ignoredByScheduler": ignored}]
+    run_scheduler(config(f"http://127.0.0.1:{ext.port}", bindVerb="", managedResources=managed))
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    core.create_namespaced_pod("default", GPU_POD)
+    if scheduled:
+        assert wait_for(lambda: core.read_namespaced_pod("train", "default").spec.node_name)
+    else:
+        failed = wait_for(lambda: events(cluster, "FailedScheduling"))
+        assert failed[0]["message"] == "0/2 nodes are available: 2 Insufficient nvidia.com/gpumem."
+        assert ext.calls == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.apiserver import printers, scale
+from sim.apiserver.errors import ApiError
 from sim.apiserver.resources import RESOURCES, ResourceType, groups
 
 
@@ -99,20 +100,42 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 
 
+INCLUDE_OBJECT = ("Metadata", "None", "Object")  # metav1.IncludeObjectPolicy's values
+
+
+def table_include(query: dict[str, str]) -> str:
+    """The Table's `includeObject` option, checked as kube-apiserver's ValidateTableOptions does
+    (apimachinery's pkg/apis/meta/v1beta1/validation): empty means Metadata."""
+    include = query.get("includeObject", "") or "Metadata"
+    if include not in INCLUDE_OBJECT:
+        supported = ", ".join(f'"{v}"' for v in INCLUDE_OBJECT)
+        raise ApiError(
+            400,
+            f"Unable to convert to Table as requested: includeObject: Unsupported value: "
+            f"{include[:64]!r}: supported values: {supported}",
+            "BadRequest",
+        )
+    return include
+
+
 def table(
-    rt: ResourceType, items: list[dict[str, Any]], list_meta: dict[str, Any], headers: bool = True
+    rt: ResourceType,
+    items: list[dict[str, Any]],
+    list_meta: dict[str, Any],
+    headers: bool = True,
+    include: str = "Metadata",
 ) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table, as kubectl asks for with `Accept: ...;as=Table`. A watch sends the
-    column definitions with its first row only (headers=False after that), as kube-apiserver does."""
+    column definitions with its first row only (headers=False after that), as kube-apiserver does.
+    Each row's `object` follows `include` as asTable in kube-apiserver's
+    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/response.go does: the whole object in the
+    resource's version (kubectl's `--sort-by` asks for it), its PartialObjectMetadata, or null."""
     cols = printers.columns(rt)
     defs = [
         {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": n, "priority": p}
         for n, t, p, _ in cols
     ]
-    rows = []
-    for o in items:
-        partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
-        rows.append({"cells": [f(o) for _, _, _, f in cols], "object": partial})
+    rows = [{"cells": [f(o) for _, _, _, f in cols], "object": _row_object(rt, o, include)} for o in items]
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -120,3 +143,11 @@ def table(
         "columnDefinitions": defs if headers else [],
         "rows": rows,
     }
+
+
+def _row_object(rt: ResourceType, obj: dict[str, Any], include: str) -> dict[str, Any] | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return {"kind": rt.kind, "apiVersion": rt.group_version, **obj}
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}

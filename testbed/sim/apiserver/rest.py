@@ -468,7 +468,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(
                 200,
                 discovery.table(
-                    req.rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                    req.rt,
+                    [obj],
+                    {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                    include=discovery.table_include(query),
                 ),
             )
             return
@@ -516,7 +519,9 @@ class Handler(BaseHTTPRequestHandler):
             query.get("continue", ""),
         )
         if self._wants_table():
-            doc = discovery.table(req.rt, doc["items"], doc["metadata"])
+            doc = discovery.table(
+                req.rt, doc["items"], doc["metadata"], include=discovery.table_include(query)
+            )
         self._send_json(200, doc)
 
     def _verb_create(self, req: Request, query: dict[str, str]) -> None:
@@ -605,6 +610,7 @@ class Handler(BaseHTTPRequestHandler):
         generation = self.api.faults.watch_generation
         started = [False]
         as_table = [self._wants_table()]  # the first Table carries the column definitions
+        include = discovery.table_include(query) if as_table[0] else ""
 
         def start() -> None:
             self.send_response(200)
@@ -622,6 +628,7 @@ class Handler(BaseHTTPRequestHandler):
                 [obj],
                 {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
                 headers=as_table[0] == "first",
+                include=include,
             )
             as_table[0] = "later"
             return {"type": event["type"], "object": doc}

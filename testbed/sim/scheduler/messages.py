@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 NO_NODES = "no nodes available to schedule pods"
 
 
-def fit_error(num_all_nodes: int, reasons: dict[str, str]) -> str:
+def fit_error(num_all_nodes: int, reasons: Mapping[str, str | list[str]]) -> str:
     """`0/N nodes are available: <count> <reason>, ....` with reasons counted and sorted as
-    kube-scheduler's FitError does (by the "<count> <reason>" string)."""
-    histogram = Counter(reasons.values())
+    kube-scheduler's FitError does (by the "<count> <reason>" string); a node may have several
+    (NodeResourcesFit gives one per missing resource), each counted."""
+    histogram = Counter(r for why in reasons.values() for r in ([why] if isinstance(why, str) else why))
     parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
     msg = f"0/{num_all_nodes} nodes are available:"
     if parts:

@@ -16,7 +16,9 @@ With leaderElection on (kube-scheduler's default) it schedules only while it hol
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
 
 Extenders' prioritize verbs are called for the feasible nodes as kube-scheduler does (when more
-than one is feasible) and the highest total wins, ties at random. Not simulated: the preempt verb,
+than one is feasible) and the highest total wins, ties at random. Extended resources are checked
+against each node's allocatable as NodeResourcesFit does (sim.scheduler.noderesources), those the
+extenders mark ignoredByScheduler skipped. Not simulated: the preempt verb,
 scoring plugins (their scores tie),
 resource fit of cpu/memory, affinity beyond nodeSelector, the 5-minute unschedulable queue.
 """
@@ -45,6 +47,7 @@ from sim.scheduler.dra import CycleState, DraError, DraUnschedulable, DynamicRes
 from sim.scheduler.extender import Extender, ExtenderError
 from sim.scheduler.fit import PLAIN_POD, is_plain, num_feasible_nodes_to_find, unfit_reason
 from sim.scheduler.leader import LeaderElector
+from sim.scheduler.noderesources import ASSIGNED_PODS, NodeResources
 from sim.scheduler.recorder import EventRecorder
 
 log = logging.getLogger("sim.scheduler")
@@ -179,6 +182,10 @@ class Scheduler:
         self.api = ApiWriter(api_client)
         self.dra = DynamicResources(api_client, self.api, random.Random(seed), on_change=self._claims_changed)
         self._gated: dict[str, str] = {}  # pod key -> why DynamicResources' PreEnqueue holds it
+        self.fit = NodeResources(
+            (mr.name for e in config.extenders for mr in e.managed_resources if mr.ignored_by_scheduler),
+            self.dra.backed_by_dra,
+        )
         hostname = hostname or socket.gethostname()
         self.recorder = EventRecorder(self.api, hostname)
         self._next_start = 0
@@ -194,6 +201,14 @@ class Scheduler:
                 self._stopping,
             ),
             _Informer("nodes", self.core.list_node, "", self._sync_nodes, self._node_event, self._stopping),
+            _Informer(
+                "assigned-pods",
+                self.core.list_pod_for_all_namespaces,
+                ASSIGNED_PODS,
+                self.fit.sync_pods,
+                self.fit.pod_event,
+                self._stopping,
+            ),
             *self._dra_informers(api_client),
         ]
         self._worker = threading.Thread(target=self._run, name="sched-worker", daemon=True)
@@ -386,6 +401,7 @@ class Scheduler:
         except (ExtenderError, DraError) as exc:
             self._failed(key, pod, str(exc), error=True)
             return
+        self.fit.assume(pod, node)
         self._binders.submit(self._bind, key, pod, node, state)
 
     def _pre_filter(self, pod: dict[str, Any], num_nodes: int) -> CycleState | None:
@@ -425,7 +441,7 @@ class Scheduler:
         state: CycleState | None = None,
     ) -> str:
         wire_pod = _strip_type_meta(pod)
-        reasons: dict[str, str] = {}
+        reasons: dict[str, str | list[str]] = {}
         feasible: list[dict[str, Any]] = []
         want = num_feasible_nodes_to_find(self.config.percentage_of_nodes_to_score, len(nodes))
         start, processed = self._next_start % len(nodes), 0
@@ -435,7 +451,9 @@ class Scheduler:
                 break
             node, plain_why = nodes[(start + i) % len(nodes)]
             processed += 1
-            why = plain_why if plain else unfit_reason(pod, node)
+            why: str | list[str] | None = plain_why if plain else unfit_reason(pod, node)
+            if not why:
+                why = self.fit.filter(pod, node)
             if not why and state is not None:
                 why = self.dra.filter(state, node)
             if why:
@@ -493,6 +511,7 @@ class Scheduler:
         unreserves what the scheduling cycle reserved."""
         failure = self._try_bind(pod, node, state)
         if failure is not None:
+            self.fit.forget(pod)
             if state is not None:
                 self.dra.unreserve(state, pod)
             self._failed(key, pod, failure, error=True)
