@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 from mig import catalog
 from mig.allowlist import (
-    CHECK,
     DEFAULT_POLICY,
     ERROR,
-    STRICT,
+    WARNING,
     Allowlist,
     Issue,
     PolicyError,
@@ -113,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--strict",
         action="store_true",
-        help="also refuse profiles that exist only on other models than the entry's (what dynmig serve "
-        "and the chart's pre-install check apply)",
+        help="every warning is an error too (for CI; the chart's hook with deviceConfig.strict=true); "
+        "serve and the webhook refuse errors only",
     )
     check.add_argument(
         "--from-env",
@@ -165,7 +164,7 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
 
 # ---- check -------------------------------------------------------------------------------------
 def _check(path: str, strict: bool = False) -> int:
-    return _report(path, check_allowlist_file(path, STRICT if strict else CHECK), strict)
+    return _report(path, check_allowlist_file(path, strict), strict)
 
 
 def _check_env(name: str, strict: bool) -> int:
@@ -174,7 +173,7 @@ def _check_env(name: str, strict: bool) -> int:
     if text is None:
         print(f"${name}: not set (--from-env names the variable holding the device config)", file=sys.stderr)
         return 2
-    return _report(f"${name}", check_text(text, STRICT if strict else CHECK)[1], strict)
+    return _report(f"${name}", check_text(text, strict)[1], strict)
 
 
 def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:
@@ -182,10 +181,12 @@ def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:
         print(issue.render(where), file=sys.stderr if issue.severity == ERROR else sys.stdout)
     errors = sum(1 for i in issues if i.severity == ERROR)
     if errors:
-        print(f"{where}: {errors} error(s); the policy would be rejected", file=sys.stderr)
+        why = " (--strict: warnings count as errors)" if strict else ""
+        print(f"{where}: {errors} error(s){why}; the policy would be rejected", file=sys.stderr)
         return 1
+    warnings = sum(1 for i in issues if i.severity == WARNING)
     print(
-        f"{where}: ok" + (f" ({len(issues)} warning(s))" if issues else "") + (" (strict)" if strict else "")
+        f"{where}: ok" + (f" ({warnings} warning(s))" if warnings else "") + (" (strict)" if strict else "")
     )
     return 0
 

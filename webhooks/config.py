@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from base.flags import Flags, boolean, port, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DEFAULT_POLICY, STRICT, DeviceConfig, PolicyError, load_device_config
+from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ REFUSED_REASON = "DeviceConfigRefused"
 class DeviceConfigFile:
     """The device config, re-read when the file changes (checked at most once per `interval`).
 
-    Serve holds it to `dynmig policy check --strict`: a file that fails (at startup: PolicyError, serve
+    Serve holds it to `dynmig policy check` (errors, not warnings): a file that fails (at startup: PolicyError, serve
     does not start) is refused, and on a reload the last good config stays in force. Each refusal is
     logged, counted (`refusals`, `refused`: the metrics below) and handed to `on_refused` once per
     changed file (serve posts it as a Warning Event about its own pod), so a typo never reaches
@@ -413,7 +413,7 @@ class DeviceConfigFile:
         self._lock = threading.Lock()
         self._stamp = self._stat()
         self._checked = time.monotonic()
-        self._config = load_device_config(self.path, STRICT)
+        self._config = load_device_config(self.path)
         self.last_error = ""
         self.refusals = 0
 
@@ -444,7 +444,7 @@ class DeviceConfigFile:
 
     def _reload(self) -> None:
         try:
-            self._config = load_device_config(self.path, STRICT)
+            self._config = load_device_config(self.path)
         except PolicyError as error:
             self._refuse(str(error))
             return
@@ -456,7 +456,7 @@ class DeviceConfigFile:
         self.refusals += 1
         log.error("device config %s changed but is refused; keeping the previous one:\n%s", self.path, why)
         self.on_refused(
-            f"device config {self.path} refused (dynmig policy check --strict fails); the previous one "
+            f"device config {self.path} refused (dynmig policy check reports an error); the previous one "
             f"stays in force: {why}"
         )
 
@@ -485,12 +485,12 @@ class DeviceConfigCollector:
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         refused = GaugeMetricFamily(
             "dynmig_device_config_refused",
-            "1 while the device-config file fails dynmig policy check --strict and the last good one is used",
+            "1 while the device-config file has an error dynmig policy check reports and the last good one is used",
         )
         refused.add_metric([], 1.0 if self.source.refused else 0.0)
         refusals = CounterMetricFamily(
             "dynmig_device_config_refusals",
-            "Changed device-config files refused (they fail dynmig policy check --strict)",
+            "Changed device-config files refused (dynmig policy check reports an error)",
         )
         refusals.add_metric([], float(self.source.refusals))
         return [refused, refusals]
