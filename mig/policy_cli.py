@@ -10,8 +10,9 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mig import catalog
 from mig.allowlist import (
@@ -26,6 +27,7 @@ from mig.allowlist import (
     default_allowlist,
     load_allowlist,
 )
+from mig.fleetcheck import check_fleet
 from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import parse_preference
@@ -116,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
         "serve and the webhook refuse errors only",
     )
     check.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also say, for the cluster's nodes and running pods (read through the kubeconfig), which nodes "
+        "would publish no MIG profile and which held profiles the policy no longer allows (never an error)",
+    )
+    check.add_argument(
+        "--kubeconfig", help="with --cluster: the kubeconfig (default: KUBECONFIG, ~/.kube/config)"
+    )
+    check.add_argument("--context", help="with --cluster: the kubeconfig context")
+    check.add_argument(
         "--from-env",
         metavar="NAME",
         help="check the device-config text in environment variable NAME instead of a file (the chart's "
@@ -147,13 +159,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+class ClusterError(Exception):
+    """The cluster could not be read for `check --cluster` (the message says why, for a person)."""
+
+
+# reads (nodes, pods) as JSON objects from (kubeconfig, context); the `dynmig` command gives one
+ClusterReader = Callable[[str | None, str | None], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    cluster: ClusterReader | None = None,
+) -> int:
     parser = parser or build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "check":
-        if args.from_env:
-            return _check_env(args.from_env, args.strict)
-        return _check(args.file, args.strict)
+        code = _check_env(args.from_env, args.strict) if args.from_env else _check(args.file, args.strict)
+        if args.cluster and code == 0:
+            return _check_cluster(args, cluster)
+        return code
     if args.command == "explain":
         return _explain(parser, args)
     if args.command == "default":
@@ -174,6 +199,33 @@ def _check_env(name: str, strict: bool) -> int:
         print(f"${name}: not set (--from-env names the variable holding the device config)", file=sys.stderr)
         return 2
     return _report(f"${name}", check_text(text, strict)[1], strict)
+
+
+def _check_cluster(args: argparse.Namespace, cluster: ClusterReader | None) -> int:
+    """What the policy would do to the cluster's nodes and running pods; never a failure of the check."""
+    if cluster is None:
+        print(
+            "dynmig policy check: --cluster needs the dynmig command (`dynmig policy ...`)", file=sys.stderr
+        )
+        return 2
+    try:
+        if args.from_env:
+            allowlist = check_text(os.environ.get(args.from_env, ""))[0].allowlist
+        else:
+            allowlist = load_allowlist(args.file)
+        nodes, pods = cluster(args.kubeconfig, args.context)
+    except (ClusterError, PolicyError, OSError) as error:
+        print(f"dynmig policy check --cluster: {error}", file=sys.stderr)
+        return 2
+    found = check_fleet(allowlist, nodes, pods)
+    for line in found.lines():
+        print(f"cluster: {line}")
+    print(
+        f"cluster: {found.nodes} MIG node(s), {len(found.bare)} would publish no MIG profile, "
+        f"{len(found.held)} running reservation(s) of a profile no longer allowed"
+        + (" (they keep running; nothing is refused for this)" if found else "")
+    )
+    return 0
 
 
 def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:

@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from base.flags import Flags, boolean, port, positive_seconds
 from base.logs import FORMATS, LEVELS
 from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+from mig.fleetcheck import FleetCheck
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +390,9 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
 
 
 REFUSED_REASON = "DeviceConfigRefused"
+# a device config loaded that leaves nodes with no MIG profile or running pods with a profile it no
+# longer allows (mig/fleetcheck.py): said, never refused
+FLEET_REASON = "DeviceConfigFleetFindings"
 
 
 class DeviceConfigFile:
@@ -398,7 +402,8 @@ class DeviceConfigFile:
     does not start) is refused, and on a reload the last good config stays in force. Each refusal is
     logged, counted (`refusals`, `refused`: the metrics below) and handed to `on_refused` once per
     changed file (serve posts it as a Warning Event about its own pod), so a typo never reaches
-    scheduling decisions in silence.
+    scheduling decisions in silence. A file that loads is handed to `on_loaded` (serve checks it
+    against the fleet: mig/fleetcheck.py), outside the lock; `fleet` holds serve's last such check.
     """
 
     def __init__(
@@ -416,6 +421,8 @@ class DeviceConfigFile:
         self._config = load_device_config(self.path)
         self.last_error = ""
         self.refusals = 0
+        self.on_loaded: Callable[[DeviceConfig], None] = lambda config: None
+        self.fleet = FleetCheck()
 
     @property
     def refused(self) -> bool:
@@ -439,17 +446,20 @@ class DeviceConfigFile:
             if stamp is None or stamp == self._stamp:
                 return self._config
             self._stamp = stamp
-            self._reload()
+            loaded = self._reload()
+        if loaded:
+            self.on_loaded(self._config)
         return self._config
 
-    def _reload(self) -> None:
+    def _reload(self) -> bool:
         try:
             self._config = load_device_config(self.path)
         except PolicyError as error:
             self._refuse(str(error))
-            return
+            return False
         self.last_error = ""
         log.info("device config %s reloaded", self.path)
+        return True
 
     def _refuse(self, why: str) -> None:
         self.last_error = why
@@ -470,6 +480,8 @@ class StaticDeviceConfig:
         self.refusals = 0
         self.refused = False
         self.on_refused: Callable[[str], None] = lambda message: None
+        self.on_loaded: Callable[[DeviceConfig], None] = lambda config: None
+        self.fleet = FleetCheck()
 
     def get(self) -> DeviceConfig:
         return self._config
@@ -477,7 +489,9 @@ class StaticDeviceConfig:
 
 class DeviceConfigCollector:
     """`dynmig_device_config_refused` (1 while a changed file is refused and the last good config is
-    in force) and `dynmig_device_config_refusals_total`, read from the source at scrape time."""
+    in force), `dynmig_device_config_refusals_total`, and what the config in force does to the fleet
+    (`dynmig_device_config_bare_nodes`, `dynmig_device_config_disallowed_reservations`), read from the
+    source at scrape time."""
 
     def __init__(self, source: DeviceConfigFile | StaticDeviceConfig):
         self.source = source
@@ -493,4 +507,15 @@ class DeviceConfigCollector:
             "Changed device-config files refused (dynmig policy check reports an error)",
         )
         refusals.add_metric([], float(self.source.refusals))
-        return [refused, refusals]
+        bare = GaugeMetricFamily(
+            "dynmig_device_config_bare_nodes",
+            "MIG nodes that publish no MIG profile under the device config in force (checked at load and reload)",
+        )
+        bare.add_metric([], float(len(self.source.fleet.bare)))
+        held = GaugeMetricFamily(
+            "dynmig_device_config_disallowed_reservations",
+            "Running pods' reservations of a profile the device config in force no longer allows (they keep "
+            "running)",
+        )
+        held.add_metric([], float(len(self.source.fleet.held)))
+        return [refused, refusals, bare, held]

@@ -18,12 +18,20 @@ from base.heap import HeapKeeper
 from base.version import version
 from certs.reload import TLSReloader
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
-from mig.allowlist import PolicyError
+from mig.allowlist import DeviceConfig, PolicyError
+from mig.fleetcheck import check_fleet
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
-from webhooks.config import REFUSED_REASON, DeviceConfigCollector, DeviceConfigFile, ServeConfig, parse_args
+from webhooks.config import (
+    FLEET_REASON,
+    REFUSED_REASON,
+    DeviceConfigCollector,
+    DeviceConfigFile,
+    ServeConfig,
+    parse_args,
+)
 from webhooks.defrag import Defragmenter
 from webhooks.dracache import DraCache
 from webhooks.filter import Filter
@@ -92,6 +100,7 @@ class Service:
         )
         self.metrics.registry.register(DeviceConfigCollector(self.device_config))
         self.device_config.on_refused = self._device_config_refused
+        self.device_config.on_loaded = self._device_config_loaded
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads
@@ -215,6 +224,8 @@ class Service:
             self.dra.start()
         if wait:
             self.cache.wait_synced(wait)
+        if self.cache.synced:
+            self._device_config_loaded(self.device_config.get())
         self.leader.start()
         self.defrag.start()
         return self
@@ -223,6 +234,20 @@ class Service:
         """A refused device-config reload, as a Warning Event about this serve pod."""
         me = Regarding("Pod", self.cfg.namespace, self.cfg.identity)
         self.events.record_about(me, "Warning", REFUSED_REASON, message)
+
+    def _device_config_loaded(self, config: DeviceConfig) -> None:
+        """At load and each reload: which nodes the config leaves with no MIG profile, and which running
+        pods hold a profile it no longer allows (they keep running): logged, counted and posted as a
+        Warning Event about this serve pod. Nothing is refused for it."""
+        nodes, pods = self.cache.objects()
+        found = check_fleet(config.allowlist, nodes, pods)
+        self.device_config.fleet = found
+        if not found:
+            return
+        lines = found.lines()
+        log.warning("the device config in force:\n%s", "\n".join(lines))
+        me = Regarding("Pod", self.cfg.namespace, self.cfg.identity)
+        self.events.record_about(me, "Warning", FLEET_REASON, "; ".join(lines))
 
     def stop(self) -> None:
         self.defrag.stop()

@@ -10,8 +10,10 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 from waiting_testkit import eventually
+from webhooks_testkit import node
 
 from mig.allowlist import DEFAULT_POLICY, PolicyError
+from mig.annotations import MIG_ALLOCATIONS, VGPU_NODE, MigAllocation, encode_allocations
 from webhooks.config import DeviceConfigCollector, DeviceConfigFile
 
 # a profile not shaped <N>g.<x>: an error (HAMi refuses it too)
@@ -108,3 +110,61 @@ def test_serve_posts_a_warning_event_about_its_own_pod_when_it_refuses_a_reload(
     (event,) = refusals()
     assert event["type"] == "Warning" and event["involvedObject"]["name"] == "dynmig-scheduler-0"
     assert "profile '3g-40gb' has no '.'" in event["message"]
+
+
+RTX_ONLY = 'nvidia:\n  migProfileAllowlist:\n    - {models: ["RTX PRO 6000"], profiles: ["1g.24gb"]}\n'
+
+
+def test_serve_says_which_nodes_a_reloaded_policy_leaves_without_mig_and_which_pods_hold_what_it_drops(
+    apiserver, start_service, config_file
+):
+    apiserver.create(node("gpu-a100", "A100-SXM4-40GB", 1))
+    apiserver.create(node("gpu-rtx", "RTX-PRO-6000", 1))
+    held = MigAllocation.model_validate(
+        {
+            "containerIndex": 0,
+            "deviceIndex": 0,
+            "gpuUUID": "GPU-gpu-a100-0",
+            "profile": "3g.20gb",
+            "placement": {"start": 0, "size": 4},
+        }
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train",
+            "namespace": "team",
+            "annotations": {VGPU_NODE: "gpu-a100", MIG_ALLOCATIONS: encode_allocations([held])},
+        },
+        "spec": {"nodeName": "gpu-a100", "containers": [{"name": "main", "image": "cuda"}]},
+    }
+    apiserver.create(pod)
+    service = start_service(namespace="dynmig", identity="dynmig-scheduler-0")
+    assert service.device_config.fleet.nodes == 2 and not service.device_config.fleet
+
+    change(config_file, RTX_ONLY)
+    config = service.device_config.get()
+
+    assert config.allowlist.profiles_for("NVIDIA A100-SXM4-40GB") == () and not service.device_config.refused
+    assert [b.node for b in service.device_config.fleet.bare] == ["gpu-a100"]
+    assert [h.pod for h in service.device_config.fleet.held] == ["team/train"]
+
+    def findings() -> list[dict]:
+        found = client.CoreV1Api(apiserver.api_client("admin")).list_namespaced_event(
+            "dynmig", _preload_content=False
+        )
+        return [e for e in json.loads(found.data)["items"] if e["reason"] == "DeviceConfigFleetFindings"]
+
+    assert eventually(lambda: findings())
+    (event,) = findings()
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "dynmig-scheduler-0"
+    assert "node gpu-a100 (1 × NVIDIA A100-SXM4-40GB) would publish no MIG profile" in event["message"]
+    assert (
+        "pod team/train holds a 3g.20gb on gpu-a100" in event["message"]
+        and "it keeps running" in event["message"]
+    )
+    page = generate_latest(service.metrics.registry).decode()
+    assert "dynmig_device_config_bare_nodes 1.0" in page
+    assert "dynmig_device_config_disallowed_reservations 1.0" in page
+    assert apiserver.get("pods", "train", "team") is not None
