@@ -26,13 +26,14 @@ from mig.allowlist import (
     check_text,
     default_allowlist,
     load_allowlist,
+    published,
 )
 from mig.fleetcheck import check_fleet
 from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import parse_preference
 from mig.placement.published import from_catalog
-from mig.placement.request import INT32_MAX, MAX_DEVICES
+from mig.placement.request import INT32_MAX, MAX_DEVICES, Percent, bytes_in_mib, counts_mib, memory_on
 from mig.quantity import QuantityError, parse_quantity
 from mig.types import Placement
 
@@ -56,11 +57,27 @@ def _positive_mib(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text[:40]!r} is not a whole number of MiB (e.g. --memory 8000 or 8k)"
         )
+    said = counts_mib("nvidia.com/gpumem", text[:40], value)
+    if said:  # the admission webhook's own sentence for the same value
+        raise argparse.ArgumentTypeError(f"{said} (write --memory {bytes_in_mib(value)})")
     if not 0 < value <= INT32_MAX:
         raise argparse.ArgumentTypeError(
             f"{value} must be a positive number of MiB up to {INT32_MAX} (e.g. --memory 8000)"
         )
     return value
+
+
+def _percentage(text: str) -> Percent:
+    """A share of the GPU's memory, read as the scheduler reads nvidia.com/gpumem-percentage."""
+    try:
+        value = parse_quantity(text).as_int64()
+    except QuantityError:
+        value = None
+    if value is None or not 0 < value < 100:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} must be a whole percentage from 1 to 99 (e.g. --percentage 25)"
+        )
+    return Percent(value)
 
 
 def _positive_count(text: str) -> int:
@@ -137,12 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
         "default",
         help="print the packaged default device config: a file given to serve replaces it, so start from it",
     )
-    explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
-    explain.add_argument(
-        "--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB"
+    explain = sub.add_parser(
+        "explain",
+        help="which profile and placement a request gets on a GPU model; --profiles: each model's profiles",
     )
-    explain.add_argument(
-        "--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)"
+    explain.add_argument("--model", help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB")
+    ask = explain.add_mutually_exclusive_group()
+    ask.add_argument("--memory", type=_positive_mib, help="MiB per device (nvidia.com/gpumem)")
+    ask.add_argument(
+        "--percentage",
+        type=_percentage,
+        help="a share of the GPU's memory per device, 1-99 (nvidia.com/gpumem-percentage)",
+    )
+    ask.add_argument(
+        "--profiles",
+        action="store_true",
+        help="print each model's allowed profiles with their MiB (a Markdown table; --model: that model only)",
     )
     explain.add_argument(
         "--gpus", type=_positive_count, default=1, help="devices (nvidia.com/gpu), default 1"
@@ -267,7 +294,7 @@ class Explanation:
 def explain(
     model: catalog.GpuModel,
     allowlist: Allowlist,
-    memory: int,
+    memory: int | Percent,
     gpus: int = 1,
     preference: Sequence[str] = (),
     occupied: Sequence[Placement] = (),
@@ -277,7 +304,12 @@ def explain(
     if not profiles:
         return Explanation(False, (), (), _no_profiles(model, allowlist))
     gpu = GpuState(NODE, model.key, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
-    pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
+    ask = (
+        ContainerRequest(gpus, memory)
+        if isinstance(memory, int)
+        else ContainerRequest(gpus, None, memory.value)
+    )
+    pod = PodRequest(containers=(ask,), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):
         return Explanation(False, (), (), "; ".join(r.message for r in result.reasons))
@@ -303,10 +335,11 @@ def _no_profiles(model: catalog.GpuModel, allowlist: Allowlist) -> str:
 
 def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
     ps = profile_set(gpu.profiles)
-    memory = pod.containers[0].memory_mib
+    ask = pod.containers[0].memory
+    memory = memory_on(ask, gpu.memory_mb)
     cover = [p for p in ps.profiles if p.memory_mb >= (memory or 0)]
     smallest = cover[0].name
-    parts = []
+    parts = [_percent_words(ask, memory, gpu, ps.profiles)] if isinstance(ask, Percent) else []
     for d in plan.devices:
         why = f"{d.profile} at {d.placement}"
         if d.profile == smallest:
@@ -321,21 +354,58 @@ def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
         mask |= d.placement.mask
     left = [f"{p.name}×{len(ps.free_placements(mask, i))}" for i, p in enumerate(ps.profiles)]
     return (
-        "; ".join(parts) + "; placements chosen to keep the most large placements free "
+        "; ".join(p for p in parts if p) + "; placements chosen to keep the most large placements free "
         f"(still placeable afterwards: {', '.join(left)})"
     )
 
 
+def _percent_words(ask: Percent, memory: int | None, gpu: GpuState, profiles: Sequence[Any]) -> str:
+    """What a percentage means on this GPU, and a warning when it rounds up to the whole GPU."""
+    said = f"{ask.value} % of {gpu.memory_mb} MiB is {memory} MiB"
+    below = [p for p in profiles if p.memory_mb < (memory or 0)]
+    whole = profiles[-1]
+    if not below or not all(p.memory_mb < (memory or 0) for p in profiles[:-1]):
+        return said
+    under = below[-1]
+    fits = under.memory_mb * 100 // gpu.memory_mb
+    return (
+        f"{said}, just above {under.name}'s {under.memory_mb} MiB, so it takes {whole.name}, the whole GPU "
+        f"(warning: --percentage {fits} or --memory {under.memory_mb} gets a {under.name})"
+    )
+
+
+def profiles_table(allowlist: Allowlist, models: Sequence[catalog.GpuModel] = catalog.MODELS) -> list[str]:
+    """Each model's allowed profiles with their MiB, as a Markdown table (docs/policy.md holds the
+    default policy's). A name resolved by slice key shows the driver's name beside it."""
+    lines = ["| model | NVML name | allowed profiles: MiB |", "| --- | --- | --- |"]
+    for model in models:
+        got = published(allowlist, model)
+        cells = [
+            f"{r.label}{f' ({r.profile.name})' if r.by_slice_key else ''}: {r.profile.memory_mib:,}"
+            for r in sorted(got, key=lambda r: (r.profile.memory_mib, r.profile.slice_count))
+        ]
+        lines.append(
+            f"| {model.key} | {model.nvml_name} | {' · '.join(cells) or 'none (publishes no MIG profile)'} |"
+        )
+    return lines
+
+
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    try:
-        model = catalog.find_model(args.model)
-    except catalog.UnknownModel as error:
-        parser.error(f"argument --model: {error}")
     try:
         allowlist = _load(args.policy)
     except (PolicyError, OSError) as error:
         print(f"dynmig policy explain: --policy {args.policy}: {error}", file=sys.stderr)
         return 1
+    try:
+        model = catalog.find_model(args.model) if args.model else None
+    except catalog.UnknownModel as error:
+        parser.error(f"argument --model: {error}")
+    if args.profiles:
+        print("\n".join(profiles_table(allowlist, [model] if model else catalog.MODELS)))
+        return 0
+    if model is None or (args.memory is None and args.percentage is None):
+        parser.error("explain needs --model and --memory or --percentage (or --profiles)")
+    ask: int | Percent = args.memory if args.memory is not None else args.percentage
     axis = max(p.end for prof in model.profiles for p in prof.placements)
     occupied = sorted(args.occupied)
     for p in occupied:
@@ -344,14 +414,14 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     for a, b in itertools.pairwise(occupied):
         if a.overlaps(b):
             parser.error(f"argument --occupied: {a} and {b} overlap; list each held placement once")
-    result = explain(model, allowlist, args.memory, args.gpus, parse_preference(args.preference), occupied)
+    result = explain(model, allowlist, ask, args.gpus, parse_preference(args.preference), occupied)
     if args.json:
         print(json.dumps(result.as_json()))
         return 0
     held = ",".join(str(p) for p in occupied) or "nothing"
     print(f"{model.key} ({model.nvml_name}), policy {args.policy or 'default'}; occupied: {held}")
     print(
-        f"request: {args.gpus} × {args.memory} MiB"
+        f"request: {args.gpus} × {ask if isinstance(ask, Percent) else f'{ask} MiB'}"
         + (f", preference {args.preference}" if args.preference else "")
     )
     if result.fits:

@@ -19,14 +19,13 @@ from mig import annotations as keys
 from mig.allowlist import Allowlist, ResourceNames, nearest, published
 from mig.catalog import MODELS
 from mig.placement.preference import parse_preference
-from mig.placement.request import INT32_MAX
+from mig.placement.request import INT32_MAX, bytes_in_mib, counts_mib
 from mig.pods import container_label, resources
 from mig.quantity import QuantityError, parse_quantity
 
 MAX_WARNINGS = 10  # kubectl prints each; more than this is noise
 MAX_WARNING_CHARS = 256  # kube-apiserver truncates a longer admission warning
 MAX_KEYS_CHECKED = 64  # annotation keys looked at (a pod may carry thousands)
-MIB = 1024 * 1024
 _DOMAINS = ("nvidia.com/", "hami.io/", "dynmig.io/")
 KNOWN_KEYS = tuple(
     sorted(
@@ -116,11 +115,12 @@ def memory_unit_problem(key: str, i: int, container: Mapping[str, Any], names: R
     unit and what to write; "" otherwise."""
     raw = _raw_memory(container, names)
     value = _mib(raw) if raw is not None else None
-    if value is None or value <= INT32_MAX:
+    said = counts_mib(names.memory, str(raw), value) if value is not None else ""
+    if not said:
         return ""
-    in_mib = -(-value // MIB)
+    in_mib = bytes_in_mib(value or 0)
     return (
-        f"container {container_label(key, i, container)}: {names.memory} counts MiB: {raw} is {in_mib} "
+        f"container {container_label(key, i, container)}: {said} "
         f'(write {names.memory}: "{in_mib}"; at most {INT32_MAX})'
     )
 

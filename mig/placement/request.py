@@ -105,6 +105,21 @@ Memory = int | Percent | None
 UNSIZABLE = 1 << 62  # a percentage of a GPU that publishes no total memory: no profile covers it
 
 
+MIB = 1024 * 1024
+
+
+def counts_mib(name: str, raw: str, value: int) -> str:
+    """For a memory count beyond any MiB count (most likely written in bytes, `8Gi`), the sentence
+    that says so, `nvidia.com/gpumem counts MiB: 8Gi is 8192`; "" for a count that can be MiB."""
+    if value <= INT32_MAX:
+        return ""
+    return f"{name} counts MiB: {raw} is {bytes_in_mib(value)}"
+
+
+def bytes_in_mib(value: int) -> int:
+    return -(-value // MIB)
+
+
 def memory_on(ask: Memory, total_mb: int) -> int | None:
     """The MiB an ask needs on a GPU of `total_mb` total memory (None: a whole GPU), as HAMi sizes it."""
     if isinstance(ask, Percent):

@@ -325,3 +325,44 @@ def test_explain_on_a_model_the_policy_switches_off_says_so(tmp_path, capsys):
     assert (
         "why: the allowlist switches MIG off on A30 (NVIDIA A30) (matched by 'NVIDIA', migOff: true)" in out
     )
+
+
+@pytest.mark.parametrize(("written", "mib"), [("8Gi", 8192), ("16G", 15259)])
+def test_explain_memory_in_bytes_says_what_the_admission_webhook_says(capsys, written, mib):
+    code, _, err = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--memory", written)
+    assert code == 2
+    assert (
+        f"argument --memory: nvidia.com/gpumem counts MiB: {written} is {mib} (write --memory {mib})" in err
+    )
+
+
+def test_explain_percentage_that_rounds_up_to_a_whole_gpu_says_so_and_what_to_ask(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--percentage", "50")
+    assert code == 0
+    assert "request: 1 × 50% of GPU memory" in out and "device 0: 7g.40gb at 0:8" in out
+    assert (
+        "50 % of 40960 MiB is 20480 MiB, just above 3g.20gb's 20096 MiB, so it takes 7g.40gb, the whole GPU"
+        in out
+    )
+    assert "--percentage 49 or --memory 20096 gets a 3g.20gb" in out
+    code, out, _ = run(capsys, "explain", "--model", "A100-SXM4-40GB", "--percentage", "49", "--json")
+    assert json.loads(out)["profiles"] == ["3g.20gb"]
+
+
+@pytest.mark.parametrize("bad", ["0", "100", "half"])
+def test_explain_percentage_outside_1_to_99_names_the_flag_and_the_range(capsys, bad):
+    code, _, err = run(capsys, "explain", "--model", "A30", "--percentage", bad)
+    assert code == 2 and "--percentage" in err and "from 1 to 99" in err
+
+
+def test_explain_profiles_lists_each_models_profiles_with_their_mib(capsys):
+    code, out, _ = run(capsys, "explain", "--profiles")
+    assert code == 0
+    assert (
+        "| H100-SXM5-80GB | NVIDIA H100 80GB HBM3 | 1g.10gb: 9,984 · 2g.20gb: 20,096 · 3g.40gb: 40,448" in out
+    )
+    hami = str(ROOT / "tests" / "fixtures" / "hami-v2.10-chart-device-config.yaml")
+    code, out, _ = run(capsys, "explain", "--profiles", "--model", "A100-SXM4-80GB", "--policy", hami)
+    assert out.splitlines()[-1].endswith("· 7g.79gb (7g.80gb): 80,896 |")
+    code, out, _ = run(capsys, "explain", "--profiles", "--model", "H100-NVL", "--policy", hami)
+    assert "| H100-NVL-94GB | NVIDIA H100 NVL | none (publishes no MIG profile) |" in out
