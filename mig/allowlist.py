@@ -315,7 +315,7 @@ def published(allowlist: Allowlist, model: catalog.GpuModel) -> tuple[Resolved[c
 def catalog_issues(allowlist: Allowlist, path: str) -> list[Issue]:
     """What the allowlist really does on the catalog's GPUs, entry by entry (module doc)."""
     issues = _meaningless(allowlist, path)
-    if issues:
+    if not allowlist.entries:
         return issues
     for i, entry in enumerate(allowlist.entries):
         where = f"{path}[{i}]"
