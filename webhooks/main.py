@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any
 
 from base import logs
@@ -47,6 +48,7 @@ from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
+CONFIG_POLL = 2.0  # seconds between looks at the device-config file when no request reads it
 NOT_LEADER = (
     "not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
     "replica does not schedule"
@@ -101,6 +103,8 @@ class Service:
         self.metrics.registry.register(DeviceConfigCollector(self.device_config))
         self.device_config.on_refused = self._device_config_refused
         self.device_config.on_loaded = self._device_config_loaded
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_device_config, name="device-config", daemon=True)
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads
@@ -228,7 +232,17 @@ class Service:
             self._device_config_loaded(self.device_config.get())
         self.leader.start()
         self.defrag.start()
+        self._watcher.start()
         return self
+
+    def _watch_device_config(self) -> None:
+        """Re-read the device-config file on a timer too: a changed file is loaded (and checked against
+        the fleet) or refused within seconds even when no request arrives to read it."""
+        while not self._stopping.wait(CONFIG_POLL):
+            try:
+                self.device_config.get()
+            except Exception:  # never let the watcher die: the next request reads the file again
+                log.exception("reading the device config failed")
 
     def _device_config_refused(self, message: str) -> None:
         """A refused device-config reload, as a Warning Event about this serve pod."""
@@ -250,6 +264,9 @@ class Service:
         self.events.record_about(me, "Warning", FLEET_REASON, "; ".join(lines))
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
         self.defrag.stop()
         self.leader.stop()
         self.cache.stop()

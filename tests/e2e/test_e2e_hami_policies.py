@@ -44,7 +44,9 @@ def policy_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         lab.stop()
 
 
-def test_a_lab_started_with_an_allowlist_people_bring_runs_a_pod_on_each_node_it_offers_mig_on(policy_lab):
+def test_a_lab_started_with_an_allowlist_people_bring_runs_a_pod_where_it_offers_mig_and_says_where_not(
+    policy_lab,
+):
     kit = Kit(policy_lab)
     one_model = policy_lab.policy_name == "one-model.yaml"
     wanted = {"on-a100": ("A100", "gpu-a100", "1g.5gb")}
@@ -57,19 +59,21 @@ def test_a_lab_started_with_an_allowlist_people_bring_runs_a_pod_on_each_node_it
         pod = kit.wait_phase(name, timeout=60)
         assert pod["spec"]["nodeName"] == node
         assert [a.profile for a in kit.allocations(name)] == [profile]
+    bare = [line for line in policy_lab.progress if "the policy offers no MIG profile" in line]
+    assert [("gpu-rtx:" in line) for line in bare] == ([True] if one_model else [])
+    if one_model:
+        said_by_serve(policy_lab, kit)
     kit.delete_all()
 
 
-def test_a_node_the_policy_offers_nothing_is_said_not_refused(policy_lab):
-    if policy_lab.policy_name != "one-model.yaml":
-        pytest.skip("the policy offers a profile on every node of the default lab")
-    assert any("gpu-rtx: the policy offers no MIG profile" in line for line in policy_lab.progress)
-    serve = Kit(policy_lab, namespace="dynmig")
-    # serve checks a policy against the fleet at load and at each reload; here the nodes registered
-    # after serve started, so edit the file as an operator would and let the next request reload it
-    path = policy_lab.device_config_file
+def said_by_serve(lab: Lab, kit: Kit) -> None:
+    """serve checks a policy against the fleet at load and at each reload; here the nodes registered
+    after serve started, so the file is edited as an operator would and serve reloads it: it says
+    which node publishes no MIG profile, and refuses nothing for it."""
+    path = lab.device_config_file
     path.write_text(path.read_text() + "# edited\n")
-    Kit(policy_lab).create(gpu_pod("after-edit", 4000, annotations={USE_GPU_TYPE: "A100"}))
+    kit.create(gpu_pod("after-edit", 4000, annotations={USE_GPU_TYPE: "A100"}))
+    serve = Kit(lab, namespace="dynmig")
 
     event = serve.wait(
         lambda: next((e for e in serve.events() if e["reason"] == "DeviceConfigFleetFindings"), None),
@@ -77,4 +81,4 @@ def test_a_node_the_policy_offers_nothing_is_said_not_refused(policy_lab):
         "serve's DeviceConfigFleetFindings event",
     )
     assert event["type"] == "Warning" and "node gpu-rtx publishes no MIG profile" in event["message"]
-    Kit(policy_lab).wait_phase("after-edit", timeout=60)  # nothing is refused for it
+    kit.wait_phase("after-edit", timeout=60)
