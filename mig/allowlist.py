@@ -352,14 +352,16 @@ def _meaningless(allowlist: Allowlist, path: str) -> list[Issue]:
         ]
     if any(e.mig_off for e in allowlist.entries) or any(published(allowlist, m) for m in catalog.MODELS):
         return []
-    return [
-        Issue(
-            path,
-            "matches no GPU model: no known GPU would publish a MIG profile",
+    if any(allowlist.entry_for(m.nvml_name) for m in catalog.MODELS):
+        problem = "resolves no profile on the GPUs it matches"
+        hint = "list profiles those GPUs have; `dynmig policy explain --profiles` lists each model's"
+    else:
+        problem = "matches no GPU model"
+        hint = (
             "a model string is a substring of nvidia-smi's name, e.g. 'A100-SXM4-40GB', 'H100 80GB HBM3' "
-            "or 'RTX PRO 6000 Blackwell Server Edition'; `dynmig policy explain --profiles` lists them all",
+            "or 'RTX PRO 6000 Blackwell Server Edition'; `dynmig policy explain --profiles` lists them all"
         )
-    ]
+    return [Issue(path, f"{problem}: no known GPU would publish a MIG profile", hint)]
 
 
 def _applies_to(allowlist: Allowlist, entry: AllowlistEntry) -> list[catalog.GpuModel]:
@@ -427,8 +429,8 @@ def _resolution_issues(
             Issue(
                 f"{where}.profiles",
                 f"applies to {name}, but none of its profiles resolves there, so that GPU publishes none",
-                f"{model.key} has {real}: give it an entry of its own before this one, or one with "
-                f"{MIG_OFF_KEY}: true",
+                f"{model.key} has {real}: list those (in an entry of its own before this one if the entry "
+                f"is meant for other GPUs), or say {MIG_OFF_KEY}: true for it",
                 WARNING,
             )
         ]

@@ -295,3 +295,19 @@ def test_a_policy_that_cannot_mean_anything_is_still_an_error(text, path, proble
     found = errors(issues_of(text, tmp_path))
 
     assert any(i.path == path and problem in i.problem for i in found), found
+
+
+def test_entries_that_match_gpus_but_resolve_no_profile_there_are_an_error_saying_which_profiles_to_list(
+    tmp_path,
+):
+    found = issues_of(
+        "nvidia:\n  migProfileAllowlist:\n    - {models: [A30], profiles: [5g.1gb]}\n", tmp_path
+    )
+
+    (error,) = errors(found)
+    assert (
+        error.problem
+        == "resolves no profile on the GPUs it matches: no known GPU would publish a MIG profile"
+    )
+    (warning,) = at(found, "nvidia.migProfileAllowlist[0].profiles")
+    assert "A30 has 1g.6gb (5952 MiB)" in warning.hint
