@@ -16,7 +16,7 @@ SUBCOMMANDS = {
     "device-plugin": "plugin.main",
     "dra-plugin": "plugin.dra.main",
     "certs": "certs.main",
-    "policy": "mig.policy_cli",
+    "policy": "dynmig.policy",
     "status": "dynmig.status.main",
 }
 # commands another distribution adds through this entry-point group; the product itself carries none

@@ -1,35 +1,40 @@
 """The MIG profile allowlist (device-config `nvidia.migProfileAllowlist`, HAMi format).
 
-An allowlist is an ordered list of `{models: [...], profiles: [...]}` entries. A GPU uses the first
-entry whose any model string is a substring of its NVML name (HAMi semantics). An entry may instead
-say `migOff: true` (and list no profiles): the GPUs it matches publish no MIG profiles, on purpose.
+An allowlist is an ordered list of `{models: [...], profiles: [...]}` entries. It is read as HAMi
+v2.10 reads it (docs/policy.md names the source): a GPU uses the first entry whose any model string
+is a substring of its NVML name, each profile name resolves on that GPU by its own name or by its
+slice key (`mig.resolve`), and what does not resolve is omitted. An entry may instead say
+`migOff: true` (and list no profiles): the GPUs it matches publish no MIG profiles, on purpose.
 
-Findings come at three levels (`Level`), each a superset of the one before:
-- `hami`: HAMi's own rules, plus keys that are near misses of the keys dynmig reads (a miscased
-  `migProfileAllowList` is otherwise MIG off without a word). What the device plugin and status read:
-  a file HAMi accepts is accepted, with the catalog findings below as warnings.
-- `check` (`dynmig policy check`): the catalog findings are errors: a catalog model left with no
-  profile and no `migOff`, a profile name that no GPU has.
-- `strict` (`dynmig policy check --strict`, `dynmig serve`, the chart's pre-install check): a profile
-  that exists, but not on a model the entry applies to, is an error too.
-A model string that matches no known GPU, and an unknown `nvidia` key HAMi does not read, stay
-warnings at every level.
+Findings come in three severities:
+- error: a policy that cannot mean anything: not YAML or not a mapping, an unknown or miscased key
+  ("did you mean"), an empty allowlist, an entry without models or profiles, a profile not shaped
+  `<N>g.<x>`, entries that match no GPU model at all. Nothing with an error is loaded anywhere.
+- warning: a policy that loads and does something other than what it says, each naming the entry
+  and the fix: a model string no GPU reports, an entry shadowed by an earlier substring match, a
+  profile name the GPU's driver does not report (resolved by slice key, or omitted), a GPU left with
+  no profile by its entry, an `nvidia` key HAMi does not define.
+- info: catalog models no entry names (they publish no MIG profile, as in HAMi).
+`strict=True` (`dynmig policy check --strict`, the chart's hook when asked) makes every warning an
+error; serve, the webhook and the chart's hook otherwise refuse errors only.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from mig import catalog, resources
 from mig.jsontext import replace_lone_surrogates
+from mig.resolve import Resolved, on_model, slice_key
 
-ERROR, WARNING = "error", "warning"
+ERROR, WARNING, INFO = "error", "warning", "info"
 ALLOWLIST_KEY = "migProfileAllowlist"
 MIG_OFF_KEY = "migOff"
 ENTRY_KEYS = ("models", "profiles", MIG_OFF_KEY)
@@ -65,20 +70,6 @@ DEFAULT_POLICY = resources.default_policy()
 # a catch-all model string: every NVIDIA GPU's NVML name holds it
 CATCH_ALL = "NVIDIA"
 
-Level = Literal["hami", "check", "strict"]
-HAMI: Level = "hami"
-CHECK: Level = "check"
-STRICT: Level = "strict"
-LEVELS: tuple[Level, ...] = ("hami", "check", "strict")
-# what kind of finding, and from which level on it is an error
-Kind = Literal["rule", "catalog", "other-model", "advice"]
-_ERROR_FROM: dict[Kind, tuple[Level, ...]] = {
-    "rule": LEVELS,
-    "catalog": ("check", "strict"),
-    "other-model": ("strict",),
-    "advice": (),
-}
-
 
 @dataclass(frozen=True)
 class Issue:
@@ -91,12 +82,13 @@ class Issue:
 
     def render(self, source: str) -> str:
         hint = f" ({self.hint})" if self.hint else ""
-        tag = "" if self.severity == ERROR else "warning: "
+        tag = "" if self.severity == ERROR else f"{self.severity}: "
         return f"{source}: {self.path}: {tag}{self.problem}{hint}"
 
 
-def _issue(level: Level, kind: Kind, path: str, problem: str, hint: str = "") -> Issue:
-    return Issue(path, problem, hint, ERROR if level in _ERROR_FROM[kind] else WARNING)
+def strictly(issues: Iterable[Issue]) -> list[Issue]:
+    """`--strict`: every warning is an error (information stays information)."""
+    return [replace(i, severity=ERROR) if i.severity == WARNING else i for i in issues]
 
 
 class PolicyError(ValueError):
@@ -182,7 +174,7 @@ def _misspelt(key: str, known: Sequence[str]) -> str | None:
 
 
 def key_issues(doc: object) -> list[Issue]:
-    """Near misses of the keys dynmig reads, at the top and in `nvidia:` (errors at every level), and
+    """Near misses of the keys dynmig reads, at the top and in `nvidia:` (errors), and
     keys of `nvidia:` that HAMi does not define (warnings). Other top-level keys are other vendors'
     sections of HAMi's device config and are left alone."""
     if not isinstance(doc, dict):
@@ -223,9 +215,9 @@ def _profile_problem(name: object) -> str | None:
         return "a profile must be a non-empty string"
     if "." not in name:
         return f"profile {name!r} has no '.'"
-    key = name.split(".", 1)[0]
-    if len(key) < 2 or not key.endswith("g"):
-        return f"profile {name!r} must start with a slice key like '1g' before the first '.'"
+    key, rest = name.split(".", 1)
+    if not re.fullmatch(r"[0-9]+g", key) or not rest:
+        return f"profile {name!r} must be shaped <N>g.<x>: a slice key like '1g' before the first '.'"
     return None
 
 
@@ -292,12 +284,12 @@ def _parse_entry(raw: object, path: str, issues: list[Issue]) -> AllowlistEntry 
 
 
 def parse_allowlist(
-    raw: object, path: str = f"{NVIDIA_KEY}.{ALLOWLIST_KEY}", level: Level = HAMI
+    raw: object, path: str = f"{NVIDIA_KEY}.{ALLOWLIST_KEY}"
 ) -> tuple[Allowlist, list[Issue]]:
-    """Parse an allowlist value; returns it with every issue found at `level` (errors and warnings)."""
+    """Parse an allowlist value; returns it with every issue found (errors, warnings, information)."""
     issues: list[Issue] = []
     if raw is None:  # HAMi: no allowlist is an empty one
-        return Allowlist(), catalog_issues(Allowlist(), path, level)
+        return Allowlist(), catalog_issues(Allowlist(), path)
     if not isinstance(raw, list):
         issues.append(Issue(path, "must be a list of {models, profiles} entries"))
         return Allowlist(), issues
@@ -308,96 +300,106 @@ def parse_allowlist(
             entries.append(entry)
     allowlist = Allowlist(tuple(entries))
     if not any(i.severity == ERROR for i in issues):
-        issues.extend(catalog_issues(allowlist, path, level))
+        issues.extend(catalog_issues(allowlist, path))
     return allowlist, issues
 
 
-# ---------------------------------------------------------------- catalog checks (dynmig's own)
+# ---------------------------------------------------------------- against the GPU catalog
 
 
-def catalog_issues(allowlist: Allowlist, path: str, level: Level = HAMI) -> list[Issue]:
-    """Check an allowlist against the GPU catalog: what each entry really does on known GPUs."""
-    issues = coverage_issues(allowlist, path, level)
+def published(allowlist: Allowlist, model: catalog.GpuModel) -> tuple[Resolved[catalog.ProfileSpec], ...]:
+    """What a GPU of `model` publishes under `allowlist` (HAMi's rules, `mig.resolve`)."""
+    return on_model(model, allowlist.profiles_for(model.nvml_name))
+
+
+def catalog_issues(allowlist: Allowlist, path: str) -> list[Issue]:
+    """What the allowlist really does on the catalog's GPUs, entry by entry (module doc)."""
+    issues = _meaningless(allowlist, path)
+    if not allowlist.entries:
+        return issues
     for i, entry in enumerate(allowlist.entries):
         where = f"{path}[{i}]"
-        issues.extend(_model_string_issues(entry, where))
-        issues.extend(_unknown_profile_issues(entry, where, level))
-        issues.extend(_other_model_issues(allowlist, entry, where, level))
+        issues.extend(_model_string_issues(allowlist, entry, where))
+        if not entry.mig_off:
+            for model in _applies_to(allowlist, entry):
+                issues.extend(_resolution_issues(allowlist, entry, model, where))
+    unnamed = [m.key for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is None]
+    if unnamed:
+        issues.append(
+            Issue(
+                path,
+                f"no entry names {', '.join(unnamed)}: those GPUs publish no MIG profile (as in HAMi)",
+                "add an entry for a model your cluster has",
+                INFO,
+            )
+        )
     return issues
 
 
-def _covered(allowlist: Allowlist, model: catalog.GpuModel) -> bool:
-    """The model gets a profile it has, or an entry that says MIG is off on it."""
-    entry = allowlist.entry_for(model.nvml_name)
-    return entry is not None and (entry.mig_off or any(model.profile(p) for p in entry.profiles))
+_MIG_OFF_ALL = f"{{models: [{CATCH_ALL}], {MIG_OFF_KEY}: true}}"
 
 
-def coverage_issues(allowlist: Allowlist, path: str, level: Level) -> list[Issue]:
-    """Catalog models the allowlist leaves with no profile, unless an entry says `migOff: true`."""
-    off = f"{{models: [{CATCH_ALL}], {MIG_OFF_KEY}: true}}"
+def _meaningless(allowlist: Allowlist, path: str) -> list[Issue]:
+    """An allowlist under which no GPU at all would publish a profile, without saying so on purpose."""
     if not allowlist.entries:
         return [
-            _issue(
-                level,
-                "catalog",
+            Issue(
                 path,
                 "is empty or missing: no GPU would publish a MIG profile",
-                f"list profiles per model, starting from `dynmig policy default`, or write [{off}] "
+                f"list profiles per model, starting from `dynmig policy default`, or write [{_MIG_OFF_ALL}] "
                 "to switch MIG off on every GPU on purpose",
             )
         ]
-    issues = []
-    unmatched = [m.key for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is None]
-    if unmatched:
-        issues.append(
-            _issue(
-                level,
-                "catalog",
-                path,
-                f"no entry matches {', '.join(unmatched)}: those GPUs would publish no MIG profile",
-                f"add an entry for them, or end the list with {off} to say MIG is off on every GPU "
-                "not listed",
-            )
+    if any(e.mig_off for e in allowlist.entries) or any(published(allowlist, m) for m in catalog.MODELS):
+        return []
+    if any(allowlist.entry_for(m.nvml_name) for m in catalog.MODELS):
+        problem = "resolves no profile on the GPUs it matches"
+        hint = "list profiles those GPUs have; `dynmig policy explain --profiles` lists each model's"
+    else:
+        problem = "matches no GPU model"
+        hint = (
+            "a model string is a substring of nvidia-smi's name, e.g. 'A100-SXM4-40GB', 'H100 80GB HBM3' "
+            "or 'RTX PRO 6000 Blackwell Server Edition'; `dynmig policy explain --profiles` lists them all"
         )
-    for i, entry in enumerate(allowlist.entries):
-        issues.extend(_entry_leaves_without(allowlist, entry, f"{path}[{i}]", level))
-    return issues
+    return [Issue(path, f"{problem}: no known GPU would publish a MIG profile", hint)]
 
 
-def _entry_leaves_without(
-    allowlist: Allowlist, entry: AllowlistEntry, where: str, level: Level
-) -> list[Issue]:
-    issues = []
-    for model in catalog.MODELS:
-        if allowlist.entry_for(model.nvml_name) is not entry or _covered(allowlist, model):
-            continue
-        issues.append(
-            _issue(
-                level,
-                "catalog",
-                f"{where}.profiles",
-                f"applies to {model.key} ({model.nvml_name}, matched by {entry.matched_by(model.nvml_name)!r}) "
-                f"but none of its profiles exists there, so that GPU would publish none",
-                f"{model.key} has {', '.join(model.profile_names)}: give it its own entry before this "
-                f"one, or one with {MIG_OFF_KEY}: true",
-            )
-        )
-    return issues
+def _applies_to(allowlist: Allowlist, entry: AllowlistEntry) -> list[catalog.GpuModel]:
+    return [m for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is entry]
 
 
-def _model_string_issues(entry: AllowlistEntry, where: str) -> list[Issue]:
+def _model_string_issues(allowlist: Allowlist, entry: AllowlistEntry, where: str) -> list[Issue]:
+    """Model strings no GPU reports, and strings whose GPUs an earlier entry takes first."""
     issues = []
     for j, text in enumerate(entry.models):
-        if any(text in n for m in catalog.MODELS for n in m.nvml_names):
-            continue
-        issues.append(
-            Issue(
-                f"{where}.models[{j}]",
-                f"{text!r} is not part of any known GPU's NVML name",
-                _model_hint(text),
-                WARNING,
+        hits = [m for m in catalog.MODELS if any(text in n for n in m.nvml_names)]
+        if not hits:
+            issues.append(
+                Issue(
+                    f"{where}.models[{j}]",
+                    f"{text!r} is not part of any known GPU's NVML name, so it matches nothing",
+                    _model_hint(text),
+                    WARNING,
+                )
             )
-        )
+            continue
+        # an earlier entry with a broader string (a substring of this one) takes a GPU this one names
+        taken = [(m, allowlist.entry_for(m.nvml_name)) for m in hits if text in m.nvml_name]
+        shadowed = [
+            (m, e) for m, e in taken if e is not None and e is not entry and e.matched_by(m.nvml_name) in text
+        ]
+        if shadowed:
+            model, first = shadowed[0]
+            k = allowlist.entries.index(first)
+            issues.append(
+                Issue(
+                    f"{where}.models[{j}]",
+                    f"{text!r} matches {model.nvml_name}, but entry [{k}] comes first and takes it "
+                    f"({first.matched_by(model.nvml_name)!r} is a substring of that name too)",
+                    f"move this entry before entry [{k}], or make that entry's model string more specific",
+                    WARNING,
+                )
+            )
     return issues
 
 
@@ -415,63 +417,70 @@ def _model_hint(text: str) -> str:
     )
 
 
-def _applies_to(allowlist: Allowlist, entry: AllowlistEntry) -> list[catalog.GpuModel]:
-    return [m for m in catalog.MODELS if allowlist.entry_for(m.nvml_name) is entry]
-
-
-def _unknown_profile_issues(entry: AllowlistEntry, where: str, level: Level) -> list[Issue]:
-    """Profile names no known GPU has (typos): the nearest names, those of the entry's models first."""
-    known = catalog.all_profile_names()
-    own = [n for m in catalog.MODELS if entry.matches(m.nvml_name) for n in m.profile_names]
-    issues = []
-    for j, name in enumerate(entry.profiles):
-        if name in known:
-            continue
-        hint = did_you_mean(name, own) or did_you_mean(name, sorted(known)) or "see `dynmig policy default`"
-        issues.append(
-            _issue(
-                level, "catalog", f"{where}.profiles[{j}]", f"{name!r} is not a MIG profile of any GPU", hint
-            )
-        )
-    return issues
-
-
-def _other_model_issues(allowlist: Allowlist, entry: AllowlistEntry, where: str, level: Level) -> list[Issue]:
-    """Profiles that exist, but not on a model the entry applies to (that has some of its profiles)."""
-    known = catalog.all_profile_names()
-    models = _applies_to(allowlist, entry)
-    issues = []
-    for model in models:
-        missing = [p for p in entry.profiles if p in known and model.profile(p) is None]
-        if not missing or not _covered(allowlist, model) or entry.mig_off:
-            continue
-        issues.append(
-            _issue(
-                level,
-                "other-model",
+def _resolution_issues(
+    allowlist: Allowlist, entry: AllowlistEntry, model: catalog.GpuModel, where: str
+) -> list[Issue]:
+    """Profile names the model's driver does not report: resolved by slice key, or omitted."""
+    got = published(allowlist, model)
+    name = f"{model.key} ({model.nvml_name}, matched by {entry.matched_by(model.nvml_name)!r})"
+    real = ", ".join(f"{p.name} ({p.memory_mib} MiB)" for p in model.profiles if "+" not in p.name)
+    if not got:
+        return [
+            Issue(
                 f"{where}.profiles",
-                f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not a profile of {model.key} "
-                f"({model.nvml_name}, matched by {entry.matched_by(model.nvml_name)!r})",
-                _other_model_hint(missing, model, models),
+                f"applies to {name}, but none of its profiles resolves there, so that GPU publishes none",
+                f"{model.key} has {real}: list those (in an entry of its own before this one if the entry "
+                f"is meant for other GPUs), or say {MIG_OFF_KEY}: true for it",
+                WARNING,
+            )
+        ]
+    issues = []
+    by_key = [r for r in got if r.by_slice_key]
+    if by_key:
+        issues.append(
+            Issue(
+                f"{where}.profiles",
+                f"on {name}: "
+                + ", ".join(
+                    f"{r.label!r} is its {r.profile.name} ({r.profile.memory_mib} MiB)" for r in by_key
+                )
+                + f", resolved by slice key and published under the allowlist's name{'s' if len(by_key) > 1 else ''}",
+                _rename_hint(by_key, model),
+                WARNING,
+            )
+        )
+    labels = {r.label for r in got}
+    omitted = [_why_omitted(p, got, model) for p in entry.profiles if p not in labels]
+    if omitted:
+        issues.append(
+            Issue(
+                f"{where}.profiles",
+                f"on {name}: {'; '.join(omitted)}",
+                f"remove the name, or list one of {model.key}'s profiles: {real}",
+                WARNING,
             )
         )
     return issues
 
 
-def _other_model_hint(missing: list[str], model: catalog.GpuModel, siblings: list[catalog.GpuModel]) -> str:
-    owners = sorted({m.key for m in catalog.MODELS for p in missing if m.profile(p)})
-    shared = [m.key for m in siblings if m is not model and any(m.profile(p) for p in missing)]
-    if shared:
-        return (
-            f"this entry also applies to {', '.join(shared)}, which has them: give {model.key} an entry of "
-            f"its own before this one (its profiles are {', '.join(model.profile_names)})"
-        )
-    names, verb = ", ".join(missing), ("is a profile" if len(missing) == 1 else "are profiles")
-    more = "…" if len(owners) > 4 else ""
-    return (
-        f"{names} {verb} of {', '.join(owners[:4])}{more}; {model.key}'s profiles are "
-        f"{', '.join(model.profile_names)}: use one of those, or move {names} to an entry for its models"
+def _why_omitted(label: str, got: Sequence[Resolved[catalog.ProfileSpec]], model: catalog.GpuModel) -> str:
+    key = slice_key(label)
+    holder = next((r.label for r in got if slice_key(r.profile.name) == key), None)
+    if holder:
+        return f"{label!r} is omitted: its slice key {key} resolves to the profile already published as {holder!r}"
+    return f"{label!r} is omitted: {model.key} has no base {key} profile to resolve it to"
+
+
+def _rename_hint(by_key: Sequence[Resolved[catalog.ProfileSpec]], model: catalog.GpuModel) -> str:
+    renames = ", ".join(f"{r.label} -> {r.profile.name}" for r in by_key)
+    owners = sorted({m.key for r in by_key for m in catalog.MODELS if m is not model and m.profile(r.label)})
+    verb = "has" if len(owners) == 1 else "have"
+    more = (
+        f" ({', '.join(owners[:3])} {verb} those names: give {model.key} an entry of its own)"
+        if owners
+        else ""
     )
+    return f"write the name {model.key}'s driver reports: {renames}{more}"
 
 
 # ---------------------------------------------------------------- files
@@ -578,45 +587,45 @@ def _resources(doc: object) -> ResourceNames:
     )
 
 
-def check_document(doc: object, level: Level = HAMI) -> tuple[DeviceConfig, list[Issue]]:
-    """A device-config document's config and every issue found at `level`."""
+def check_document(doc: object, strict: bool = False) -> tuple[DeviceConfig, list[Issue]]:
+    """A device-config document's config and every issue found (warnings as errors when `strict`)."""
     keys = key_issues(doc)
     node, path, issues = _allowlist_node(doc)
     if issues:
         return DeviceConfig(Allowlist()), keys + issues
-    allowlist, issues = parse_allowlist(node, path, level)
-    issues = keys + issues
+    allowlist, issues = parse_allowlist(node, path)
+    issues = strictly(keys + issues) if strict else keys + issues
     warnings = tuple(i for i in issues if i.severity == WARNING)
     return DeviceConfig(allowlist, _resources(doc), warnings), issues
 
 
-def check_text(text: str, level: Level = HAMI) -> tuple[DeviceConfig, list[Issue]]:
+def check_text(text: str, strict: bool = False) -> tuple[DeviceConfig, list[Issue]]:
     """Check device-config YAML text (e.g. a ConfigMap's data value), bounded in size, depth and work."""
     doc, issues = load_yaml(text)
     if issues:
         return DeviceConfig(Allowlist()), issues
-    return check_document(doc, level)
+    return check_document(doc, strict)
 
 
-def check_allowlist_file(path: str | Path, level: Level = CHECK) -> list[Issue]:
+def check_allowlist_file(path: str | Path, strict: bool = False) -> list[Issue]:
     doc, issues = _read_yaml(Path(path))
     if issues:
         return issues
-    return check_document(doc, level)[1]
+    return check_document(doc, strict)[1]
 
 
-def load_device_config(path: str | Path, level: Level = HAMI) -> DeviceConfig:
-    """Load a device-config file; raise PolicyError when it has any error at `level`."""
+def load_device_config(path: str | Path, strict: bool = False) -> DeviceConfig:
+    """Load a device-config file; raise PolicyError when it has any error."""
     doc, issues = _read_yaml(Path(path))
     if not issues:
-        config, issues = check_document(doc, level)
+        config, issues = check_document(doc, strict)
     if any(i.severity == ERROR for i in issues):
         raise PolicyError(str(path), issues)
     return config
 
 
-def load_allowlist(path: str | Path, level: Level = HAMI) -> Allowlist:
-    return load_device_config(path, level).allowlist
+def load_allowlist(path: str | Path) -> Allowlist:
+    return load_device_config(path).allowlist
 
 
 def default_allowlist() -> Allowlist:

@@ -10,15 +10,15 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mig import catalog
 from mig.allowlist import (
-    CHECK,
     DEFAULT_POLICY,
     ERROR,
-    STRICT,
+    WARNING,
     Allowlist,
     Issue,
     PolicyError,
@@ -26,12 +26,14 @@ from mig.allowlist import (
     check_text,
     default_allowlist,
     load_allowlist,
+    published,
 )
+from mig.fleetcheck import check_fleet
 from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import parse_preference
 from mig.placement.published import from_catalog
-from mig.placement.request import INT32_MAX, MAX_DEVICES
+from mig.placement.request import MAX_DEVICES, Percent, RequestError, memory_mib, memory_on
 from mig.quantity import QuantityError, parse_quantity
 from mig.types import Placement
 
@@ -46,20 +48,28 @@ MAX_AXIS = 64  # no GPU has more memory slices (they have 8)
 
 
 def _positive_mib(text: str) -> int:
-    """MiB as a Kubernetes quantity, read as the scheduler reads nvidia.com/gpumem (8000, 8k, 1e4)."""
+    """MiB as the scheduler reads nvidia.com/gpumem (8000, 8k, 1e4), through the webhook's own
+    reading, so `8Gi` gets the admission webhook's sentence."""
+    try:
+        value = memory_mib(text)
+    except RequestError as error:
+        raise argparse.ArgumentTypeError(f"{error} (e.g. --memory 8000)") from None
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 must be a positive number of MiB (e.g. --memory 8000)")
+    return value
+
+
+def _percentage(text: str) -> Percent:
+    """A share of the GPU's memory, read as the scheduler reads nvidia.com/gpumem-percentage."""
     try:
         value = parse_quantity(text).as_int64()
     except QuantityError:
         value = None
-    if value is None:
+    if value is None or not 0 < value < 100:
         raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a whole number of MiB (e.g. --memory 8000 or 8k)"
+            f"{text[:40]!r} must be a whole percentage from 1 to 99 (e.g. --percentage 25)"
         )
-    if not 0 < value <= INT32_MAX:
-        raise argparse.ArgumentTypeError(
-            f"{value} must be a positive number of MiB up to {INT32_MAX} (e.g. --memory 8000)"
-        )
-    return value
+    return Percent(value)
 
 
 def _positive_count(text: str) -> int:
@@ -113,9 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--strict",
         action="store_true",
-        help="also refuse profiles that exist only on other models than the entry's (what dynmig serve "
-        "and the chart's pre-install check apply)",
+        help="every warning is an error too (for CI; the chart's hook with deviceConfig.strict=true); "
+        "serve and the webhook refuse errors only",
     )
+    check.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also say, for the cluster's nodes and running pods (read through the kubeconfig), which nodes "
+        "would publish no MIG profile and which held profiles the policy no longer allows (never an error)",
+    )
+    check.add_argument(
+        "--kubeconfig", help="with --cluster: the kubeconfig (default: KUBECONFIG, ~/.kube/config)"
+    )
+    check.add_argument("--context", help="with --cluster: the kubeconfig context")
     check.add_argument(
         "--from-env",
         metavar="NAME",
@@ -126,12 +146,22 @@ def build_parser() -> argparse.ArgumentParser:
         "default",
         help="print the packaged default device config: a file given to serve replaces it, so start from it",
     )
-    explain = sub.add_parser("explain", help="which profile and placement a request gets on a GPU model")
-    explain.add_argument(
-        "--model", required=True, help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB"
+    explain = sub.add_parser(
+        "explain",
+        help="which profile and placement a request gets on a GPU model; --profiles: each model's profiles",
     )
-    explain.add_argument(
-        "--memory", required=True, type=_positive_mib, help="MiB per device (nvidia.com/gpumem)"
+    explain.add_argument("--model", help="catalog key or (part of) the NVML name, e.g. A100-SXM4-40GB")
+    ask = explain.add_mutually_exclusive_group()
+    ask.add_argument("--memory", type=_positive_mib, help="MiB per device (nvidia.com/gpumem)")
+    ask.add_argument(
+        "--percentage",
+        type=_percentage,
+        help="a share of the GPU's memory per device, 1-99 (nvidia.com/gpumem-percentage)",
+    )
+    ask.add_argument(
+        "--profiles",
+        action="store_true",
+        help="print each model's allowed profiles with their MiB (a Markdown table; --model: that model only)",
     )
     explain.add_argument(
         "--gpus", type=_positive_count, default=1, help="devices (nvidia.com/gpu), default 1"
@@ -148,13 +178,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+class ClusterError(Exception):
+    """The cluster could not be read for `check --cluster` (the message says why, for a person)."""
+
+
+# reads (nodes, pods) as JSON objects from (kubeconfig, context); the `dynmig` command gives one
+ClusterReader = Callable[[str | None, str | None], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    cluster: ClusterReader | None = None,
+) -> int:
     parser = parser or build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "check":
-        if args.from_env:
-            return _check_env(args.from_env, args.strict)
-        return _check(args.file, args.strict)
+        code = _check_env(args.from_env, args.strict) if args.from_env else _check(args.file, args.strict)
+        if args.cluster and code == 0:
+            return _check_cluster(args, cluster)
+        return code
     if args.command == "explain":
         return _explain(parser, args)
     if args.command == "default":
@@ -165,7 +208,7 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
 
 # ---- check -------------------------------------------------------------------------------------
 def _check(path: str, strict: bool = False) -> int:
-    return _report(path, check_allowlist_file(path, STRICT if strict else CHECK), strict)
+    return _report(path, check_allowlist_file(path, strict), strict)
 
 
 def _check_env(name: str, strict: bool) -> int:
@@ -174,7 +217,34 @@ def _check_env(name: str, strict: bool) -> int:
     if text is None:
         print(f"${name}: not set (--from-env names the variable holding the device config)", file=sys.stderr)
         return 2
-    return _report(f"${name}", check_text(text, STRICT if strict else CHECK)[1], strict)
+    return _report(f"${name}", check_text(text, strict)[1], strict)
+
+
+def _check_cluster(args: argparse.Namespace, cluster: ClusterReader | None) -> int:
+    """What the policy would do to the cluster's nodes and running pods; never a failure of the check."""
+    if cluster is None:
+        print(
+            "dynmig policy check: --cluster needs the dynmig command (`dynmig policy ...`)", file=sys.stderr
+        )
+        return 2
+    try:
+        if args.from_env:
+            allowlist = check_text(os.environ.get(args.from_env, ""))[0].allowlist
+        else:
+            allowlist = load_allowlist(args.file)
+        nodes, pods = cluster(args.kubeconfig, args.context)
+    except (ClusterError, PolicyError, OSError) as error:
+        print(f"dynmig policy check --cluster: {error}", file=sys.stderr)
+        return 2
+    found = check_fleet(allowlist, nodes, pods)
+    for line in found.lines():
+        print(f"cluster: {line}")
+    print(
+        f"cluster: {found.nodes} MIG node(s), {len(found.bare)} would publish no MIG profile, "
+        f"{len(found.held)} running reservation(s) of a profile no longer allowed"
+        + (" (they keep running; nothing is refused for this)" if found else "")
+    )
+    return 0
 
 
 def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:
@@ -182,10 +252,12 @@ def _report(where: str, issues: Sequence[Issue], strict: bool) -> int:
         print(issue.render(where), file=sys.stderr if issue.severity == ERROR else sys.stdout)
     errors = sum(1 for i in issues if i.severity == ERROR)
     if errors:
-        print(f"{where}: {errors} error(s); the policy would be rejected", file=sys.stderr)
+        why = " (--strict: warnings count as errors)" if strict else ""
+        print(f"{where}: {errors} error(s){why}; the policy would be rejected", file=sys.stderr)
         return 1
+    warnings = sum(1 for i in issues if i.severity == WARNING)
     print(
-        f"{where}: ok" + (f" ({len(issues)} warning(s))" if issues else "") + (" (strict)" if strict else "")
+        f"{where}: ok" + (f" ({warnings} warning(s))" if warnings else "") + (" (strict)" if strict else "")
     )
     return 0
 
@@ -214,7 +286,7 @@ class Explanation:
 def explain(
     model: catalog.GpuModel,
     allowlist: Allowlist,
-    memory: int,
+    memory: int | Percent,
     gpus: int = 1,
     preference: Sequence[str] = (),
     occupied: Sequence[Placement] = (),
@@ -224,7 +296,12 @@ def explain(
     if not profiles:
         return Explanation(False, (), (), _no_profiles(model, allowlist))
     gpu = GpuState(NODE, model.key, model.nvml_name, profiles, tuple(occupied), memory_mb=model.memory_mib)
-    pod = PodRequest(containers=(ContainerRequest(gpus, memory),), preference=tuple(preference))
+    ask = (
+        ContainerRequest(gpus, memory)
+        if isinstance(memory, int)
+        else ContainerRequest(gpus, None, memory.value)
+    )
+    pod = PodRequest(containers=(ask,), preference=tuple(preference))
     result = plan_pod(pod, [gpu])
     if not isinstance(result, Plan):
         return Explanation(False, (), (), "; ".join(r.message for r in result.reasons))
@@ -250,10 +327,11 @@ def _no_profiles(model: catalog.GpuModel, allowlist: Allowlist) -> str:
 
 def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
     ps = profile_set(gpu.profiles)
-    memory = pod.containers[0].memory_mib
+    ask = pod.containers[0].memory
+    memory = memory_on(ask, gpu.memory_mb)
     cover = [p for p in ps.profiles if p.memory_mb >= (memory or 0)]
     smallest = cover[0].name
-    parts = []
+    parts = [_percent_words(ask, memory, gpu, ps.profiles)] if isinstance(ask, Percent) else []
     for d in plan.devices:
         why = f"{d.profile} at {d.placement}"
         if d.profile == smallest:
@@ -268,21 +346,58 @@ def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
         mask |= d.placement.mask
     left = [f"{p.name}×{len(ps.free_placements(mask, i))}" for i, p in enumerate(ps.profiles)]
     return (
-        "; ".join(parts) + "; placements chosen to keep the most large placements free "
+        "; ".join(p for p in parts if p) + "; placements chosen to keep the most large placements free "
         f"(still placeable afterwards: {', '.join(left)})"
     )
 
 
+def _percent_words(ask: Percent, memory: int | None, gpu: GpuState, profiles: Sequence[Any]) -> str:
+    """What a percentage means on this GPU, and a warning when it rounds up to the whole GPU."""
+    said = f"{ask.value} % of {gpu.memory_mb} MiB is {memory} MiB"
+    below = [p for p in profiles if p.memory_mb < (memory or 0)]
+    whole = profiles[-1]
+    if not below or not all(p.memory_mb < (memory or 0) for p in profiles[:-1]):
+        return said
+    under = below[-1]
+    fits = under.memory_mb * 100 // gpu.memory_mb
+    return (
+        f"{said}, just above {under.name}'s {under.memory_mb} MiB, so it takes {whole.name}, the whole GPU "
+        f"(warning: --percentage {fits} or --memory {under.memory_mb} gets a {under.name})"
+    )
+
+
+def profiles_table(allowlist: Allowlist, models: Sequence[catalog.GpuModel] = catalog.MODELS) -> list[str]:
+    """Each model's allowed profiles with their MiB, as a Markdown table (docs/policy.md holds the
+    default policy's). A name resolved by slice key shows the driver's name beside it."""
+    lines = ["| model | NVML name | allowed profiles: MiB |", "| --- | --- | --- |"]
+    for model in models:
+        got = published(allowlist, model)
+        cells = [
+            f"{r.label}{f' ({r.profile.name})' if r.by_slice_key else ''}: {r.profile.memory_mib:,}"
+            for r in sorted(got, key=lambda r: (r.profile.memory_mib, r.profile.slice_count))
+        ]
+        lines.append(
+            f"| {model.key} | {model.nvml_name} | {' · '.join(cells) or 'none (publishes no MIG profile)'} |"
+        )
+    return lines
+
+
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    try:
-        model = catalog.find_model(args.model)
-    except catalog.UnknownModel as error:
-        parser.error(f"argument --model: {error}")
     try:
         allowlist = _load(args.policy)
     except (PolicyError, OSError) as error:
         print(f"dynmig policy explain: --policy {args.policy}: {error}", file=sys.stderr)
         return 1
+    try:
+        model = catalog.find_model(args.model) if args.model else None
+    except catalog.UnknownModel as error:
+        parser.error(f"argument --model: {error}")
+    if args.profiles:
+        print("\n".join(profiles_table(allowlist, [model] if model else catalog.MODELS)))
+        return 0
+    if model is None or (args.memory is None and args.percentage is None):
+        parser.error("explain needs --model and --memory or --percentage (or --profiles)")
+    ask: int | Percent = args.memory if args.memory is not None else args.percentage
     axis = max(p.end for prof in model.profiles for p in prof.placements)
     occupied = sorted(args.occupied)
     for p in occupied:
@@ -291,14 +406,14 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     for a, b in itertools.pairwise(occupied):
         if a.overlaps(b):
             parser.error(f"argument --occupied: {a} and {b} overlap; list each held placement once")
-    result = explain(model, allowlist, args.memory, args.gpus, parse_preference(args.preference), occupied)
+    result = explain(model, allowlist, ask, args.gpus, parse_preference(args.preference), occupied)
     if args.json:
         print(json.dumps(result.as_json()))
         return 0
     held = ",".join(str(p) for p in occupied) or "nothing"
     print(f"{model.key} ({model.nvml_name}), policy {args.policy or 'default'}; occupied: {held}")
     print(
-        f"request: {args.gpus} × {args.memory} MiB"
+        f"request: {args.gpus} × {ask if isinstance(ask, Percent) else f'{ask} MiB'}"
         + (f", preference {args.preference}" if args.preference else "")
     )
     if result.fits:

@@ -31,9 +31,10 @@ nor is one past the GPU's last slice.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mig import catalog
 from mig.annotations import MigAllocation
 from mig.idle import IdleInstance
 from mig.leftovers import RECLAIMING, Leftover
@@ -48,6 +49,7 @@ from mig.placement import (
 )
 from mig.placement import reasons as R
 from mig.placement.reasons import _CLOSEST_FIRST as CLOSEST_FIRST  # the engine's own order of closeness
+from mig.resolve import on_model
 from mig.types import Placement
 
 SCHEMA_VERSION = 3  # 2: the `idle` phase, `idleSince` per segment, `idleUnreadable` per node; 3: `allocator`
@@ -108,6 +110,24 @@ class GpuMap:
     free: tuple[int, ...]
     fits: Mapping[str, int]
     closed: str = ""
+    # published name -> the name the GPU's driver reports, for names resolved by slice key (HAMi's
+    # `7g.79gb` is an A100-80GB's 7g.80gb: mig/resolve.py); empty when every name is the driver's
+    driver_names: Mapping[str, str] = field(default_factory=dict)
+
+    def shown(self, profile: str) -> str:
+        """A profile as a person reads it: the published name, and the driver's beside it if it differs."""
+        real = self.driver_names.get(profile)
+        return f"{profile} ({real})" if real else profile
+
+
+def driver_names(gpu_type: str, profiles: Iterable[str]) -> dict[str, str]:
+    """Published names that are not the GPU model's own, with the driver's name each resolves to (as
+    the device plugin resolved it); nothing for a model the catalog does not know."""
+    try:
+        model = catalog.find_model(gpu_type.removeprefix("NVIDIA-"))
+    except catalog.UnknownModel:
+        return {}
+    return {r.label: r.profile.name for r in on_model(model, profiles) if r.by_slice_key}
 
 
 @dataclass(frozen=True)
@@ -253,6 +273,7 @@ def gpu_map(
         free=tuple(free_slices(state.occupied_mask, axis)),
         fits={} if why else still_fits(state),
         closed=why,
+        driver_names=driver_names(state.type, (p.name for p in state.profiles)),
     )
 
 
@@ -357,6 +378,7 @@ def _gpu_dict(g: GpuMap) -> dict[str, Any]:
         "memoryMB": g.memory_mb,
         "slices": g.slices,
         "profiles": list(g.profiles),
+        "driverNames": dict(g.driver_names),
         "segments": [_segment_dict(s) for s in g.segments],
         "free": list(g.free),
         "fits": dict(g.fits),

@@ -2,16 +2,22 @@
 
 NVML is the truth about hardware; the allowlist is policy. A GPU is managed when it is not excluded
 by `filterdevices`, an allowlist entry matches its NVML name, and at least one allowlisted profile
-resolves (by full name) on it. Everything else on the node is left alone, GPU by GPU.
+resolves on it (`mig.resolve`: its own name, else its slice key, as HAMi v2.10 resolves it). Everything
+else on the node is left alone, GPU by GPU.
+
+An allowlisted profile is published, reserved and created under the allowlist's name (HAMi's label,
+e.g. `7g.79gb` on an A100-SXM4-80GB whose driver says `7g.80gb`): `GpuInventory.allowed` holds NVML's
+profile renamed so, and `profiles` the profiles as NVML names them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mig.allowlist import Allowlist
 from mig.annotations import DeviceInfo, MigProfile, PlacementModel
+from mig.resolve import resolve
 from plugin.config import DeviceFilter
 from plugin.nvml import GiProfile, GpuDevice, Nvml, NvmlError
 
@@ -20,7 +26,7 @@ from plugin.nvml import GiProfile, GpuDevice, Nvml, NvmlError
 class GpuInventory:
     device: GpuDevice
     profiles: tuple[GiProfile, ...] = ()  # every GI profile NVML reports on this GPU
-    allowed: tuple[GiProfile, ...] = ()  # allowlisted profiles, resolved by full name
+    allowed: tuple[GiProfile, ...] = ()  # allowlisted profiles, named by the allowlist (module doc)
     excluded: bool = False
     problem: str = ""  # why discovery could not read this GPU ("" when fine)
 
@@ -46,7 +52,10 @@ class GpuInventory:
         return next((p for p in self.allowed if p.name == name), None)
 
     def any_profile(self, profile_id: int) -> GiProfile | None:
-        return next((p for p in self.profiles if p.id == profile_id), None)
+        """The profile of a GI NVML lists, by the name it is reserved under when it is allowed."""
+        return next((p for p in self.allowed if p.id == profile_id), None) or next(
+            (p for p in self.profiles if p.id == profile_id), None
+        )
 
 
 @dataclass(frozen=True)
@@ -71,9 +80,10 @@ class Inventory:
 def resolve_allowed(
     allowlist: Allowlist, gpu_name: str, profiles: tuple[GiProfile, ...]
 ) -> tuple[GiProfile, ...]:
-    """Allowlisted profiles of this GPU in allowlist order, matched by full name (no slice-key guess)."""
-    by_name = {p.name: p for p in profiles}
-    return tuple(by_name[name] for name in allowlist.profiles_for(gpu_name) if name in by_name)
+    """Allowlisted profiles of this GPU in allowlist order, each under its allowlisted name."""
+    return tuple(
+        replace(r.profile, name=r.label) for r in resolve(allowlist.profiles_for(gpu_name), profiles)
+    )
 
 
 def core_percent(profile: GiProfile, profiles: tuple[GiProfile, ...]) -> int:

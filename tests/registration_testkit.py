@@ -10,24 +10,25 @@ from typing import Any
 
 @functools.cache
 def catalog_profiles(model_key: str, names: tuple[str, ...] | None = None) -> tuple[Any, tuple[Any, ...]]:
-    """(the catalog model, its MigProfiles as the plugin publishes them): the profiles `names`, or
-    the default allowlist's for the model; computed once per model."""
+    """(the catalog model, its MigProfiles as the plugin publishes them): the profiles `names` (each
+    resolved as HAMi resolves it and published under that name), or the default allowlist's for the
+    model; computed once per model."""
     from mig import catalog
     from mig.allowlist import default_allowlist
     from mig.annotations import MigProfile
+    from mig.resolve import on_model
 
     model = catalog.find_model(model_key)
     wanted = names if names is not None else default_allowlist().profiles_for(model.nvml_name)
     profiles = tuple(
         MigProfile(
-            name=spec.name,
-            memoryMB=spec.memory_mib,
-            core=catalog.core_percent(model, spec),
-            sliceCount=spec.slice_count,
-            placements=tuple({"start": p.start, "size": p.size} for p in spec.placements),
+            name=r.label,
+            memoryMB=r.profile.memory_mib,
+            core=catalog.core_percent(model, r.profile),
+            sliceCount=r.profile.slice_count,
+            placements=tuple({"start": p.start, "size": p.size} for p in r.profile.placements),
         )
-        for name in wanted
-        if (spec := model.profile(name)) is not None
+        for r in on_model(model, wanted)
     )
     return model, profiles
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mig.allowlist import ERROR, STRICT, Allowlist, DeviceConfig, ResourceNames, check_text
+from mig.allowlist import ERROR, INFO, Allowlist, DeviceConfig, ResourceNames, check_text
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.migmanager import Translation, translate
 from mig.offers import Offer, merged
@@ -302,7 +302,7 @@ def validate(review: Review, policy: AdmissionPolicy) -> Decision:
 
 
 def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
-    """An allowlist `dynmig policy check --strict` would reject never reaches the scheduler or the
+    """An allowlist with an error `dynmig policy check` reports never reaches the scheduler or the
     plugins (serve reloads its file under the same check); what only warns comes back as warnings."""
     cm = review.object
     if review.operation not in ("CREATE", "UPDATE") or cm is None:
@@ -317,7 +317,8 @@ def validate_device_config(review: Review, policy: AdmissionPolicy) -> Decision:
             f"{source}: data.{policy.config_key} is missing; a ConfigMap labelled "
             f"{policy.config_label}=true carries the device config under that key"
         )
-    _, issues = check_text(text, STRICT)
+    _, issues = check_text(text)
+    issues = [i for i in issues if i.severity != INFO]
     rendered = [i.render(f"{source} data.{policy.config_key}") for i in issues]
     errors = [r for r, i in zip(rendered, issues, strict=True) if i.severity == ERROR]
     if errors:

@@ -21,7 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from base.flags import Flags, boolean, port, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DEFAULT_POLICY, STRICT, DeviceConfig, PolicyError, load_device_config
+from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+from mig.fleetcheck import FleetCheck
 
 log = logging.getLogger(__name__)
 
@@ -389,16 +390,20 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
 
 
 REFUSED_REASON = "DeviceConfigRefused"
+# a device config loaded that leaves nodes with no MIG profile or running pods with a profile it no
+# longer allows (mig/fleetcheck.py): said, never refused
+FLEET_REASON = "DeviceConfigFleetFindings"
 
 
 class DeviceConfigFile:
     """The device config, re-read when the file changes (checked at most once per `interval`).
 
-    Serve holds it to `dynmig policy check --strict`: a file that fails (at startup: PolicyError, serve
+    Serve holds it to `dynmig policy check` (errors, not warnings): a file that fails (at startup: PolicyError, serve
     does not start) is refused, and on a reload the last good config stays in force. Each refusal is
     logged, counted (`refusals`, `refused`: the metrics below) and handed to `on_refused` once per
     changed file (serve posts it as a Warning Event about its own pod), so a typo never reaches
-    scheduling decisions in silence.
+    scheduling decisions in silence. A file that loads is handed to `on_loaded` (serve checks it
+    against the fleet: mig/fleetcheck.py), outside the lock; `fleet` holds serve's last such check.
     """
 
     def __init__(
@@ -413,9 +418,11 @@ class DeviceConfigFile:
         self._lock = threading.Lock()
         self._stamp = self._stat()
         self._checked = time.monotonic()
-        self._config = load_device_config(self.path, STRICT)
+        self._config = load_device_config(self.path)
         self.last_error = ""
         self.refusals = 0
+        self.on_loaded: Callable[[DeviceConfig], None] = lambda config: None
+        self.fleet = FleetCheck()
 
     @property
     def refused(self) -> bool:
@@ -439,24 +446,27 @@ class DeviceConfigFile:
             if stamp is None or stamp == self._stamp:
                 return self._config
             self._stamp = stamp
-            self._reload()
+            loaded = self._reload()
+        if loaded:
+            self.on_loaded(self._config)
         return self._config
 
-    def _reload(self) -> None:
+    def _reload(self) -> bool:
         try:
-            self._config = load_device_config(self.path, STRICT)
+            self._config = load_device_config(self.path)
         except PolicyError as error:
             self._refuse(str(error))
-            return
+            return False
         self.last_error = ""
         log.info("device config %s reloaded", self.path)
+        return True
 
     def _refuse(self, why: str) -> None:
         self.last_error = why
         self.refusals += 1
         log.error("device config %s changed but is refused; keeping the previous one:\n%s", self.path, why)
         self.on_refused(
-            f"device config {self.path} refused (dynmig policy check --strict fails); the previous one "
+            f"device config {self.path} refused (dynmig policy check reports an error); the previous one "
             f"stays in force: {why}"
         )
 
@@ -470,6 +480,8 @@ class StaticDeviceConfig:
         self.refusals = 0
         self.refused = False
         self.on_refused: Callable[[str], None] = lambda message: None
+        self.on_loaded: Callable[[DeviceConfig], None] = lambda config: None
+        self.fleet = FleetCheck()
 
     def get(self) -> DeviceConfig:
         return self._config
@@ -477,7 +489,9 @@ class StaticDeviceConfig:
 
 class DeviceConfigCollector:
     """`dynmig_device_config_refused` (1 while a changed file is refused and the last good config is
-    in force) and `dynmig_device_config_refusals_total`, read from the source at scrape time."""
+    in force), `dynmig_device_config_refusals_total`, and what the config in force does to the fleet
+    (`dynmig_device_config_bare_nodes`, `dynmig_device_config_disallowed_reservations`), read from the
+    source at scrape time."""
 
     def __init__(self, source: DeviceConfigFile | StaticDeviceConfig):
         self.source = source
@@ -485,12 +499,23 @@ class DeviceConfigCollector:
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         refused = GaugeMetricFamily(
             "dynmig_device_config_refused",
-            "1 while the device-config file fails dynmig policy check --strict and the last good one is used",
+            "1 while the device-config file has an error dynmig policy check reports and the last good one is used",
         )
         refused.add_metric([], 1.0 if self.source.refused else 0.0)
         refusals = CounterMetricFamily(
             "dynmig_device_config_refusals",
-            "Changed device-config files refused (they fail dynmig policy check --strict)",
+            "Changed device-config files refused (dynmig policy check reports an error)",
         )
         refusals.add_metric([], float(self.source.refusals))
-        return [refused, refusals]
+        bare = GaugeMetricFamily(
+            "dynmig_device_config_bare_nodes",
+            "MIG nodes that publish no MIG profile under the device config in force (checked at load and reload)",
+        )
+        bare.add_metric([], float(len(self.source.fleet.bare)))
+        held = GaugeMetricFamily(
+            "dynmig_device_config_disallowed_reservations",
+            "Running pods' reservations of a profile the device config in force no longer allows (they keep "
+            "running)",
+        )
+        held.add_metric([], float(len(self.source.fleet.held)))
+        return [refused, refusals, bare, held]

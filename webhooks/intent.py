@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mig import annotations as keys
-from mig.allowlist import Allowlist, ResourceNames, nearest
+from mig.allowlist import Allowlist, ResourceNames, nearest, published
 from mig.catalog import MODELS
 from mig.migmanager import PREFIX
 from mig.offers import Offer, short_name
@@ -152,12 +152,7 @@ def _models_in(fleet: Iterable[str]) -> list[Any]:
 def unmeetable_preference(value: str, allowlist: Allowlist, fleet: Iterable[str]) -> list[str]:
     """Preference entries no allowed profile of any model in the fleet has (all catalog models when
     the fleet is not known yet). Entries no allowlist entry has at all are denied elsewhere."""
-    offered = {
-        p
-        for model in _models_in(fleet)
-        for p in allowlist.profiles_for(model.nvml_name)
-        if model.profile(p) is not None
-    }
+    offered = {r.label for model in _models_in(fleet) for r in published(allowlist, model)}
     keys_offered = {p.split(".", 1)[0] for p in offered}
     missing = [e for e in parse_preference(value) if e not in offered and e not in keys_offered]
     if not missing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any
 
 from base import logs
@@ -18,12 +19,20 @@ from base.heap import HeapKeeper
 from base.version import version
 from certs.reload import TLSReloader
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
-from mig.allowlist import PolicyError
+from mig.allowlist import DeviceConfig, PolicyError
+from mig.fleetcheck import check_fleet
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
 from webhooks.bind import Binder
 from webhooks.cache import ClusterCache
-from webhooks.config import REFUSED_REASON, DeviceConfigCollector, DeviceConfigFile, ServeConfig, parse_args
+from webhooks.config import (
+    FLEET_REASON,
+    REFUSED_REASON,
+    DeviceConfigCollector,
+    DeviceConfigFile,
+    ServeConfig,
+    parse_args,
+)
 from webhooks.defrag import Defragmenter
 from webhooks.dracache import DraCache
 from webhooks.filter import Filter
@@ -39,6 +48,7 @@ from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
 log = logging.getLogger("dynmig.serve")
+CONFIG_POLL = 2.0  # seconds between looks at the device-config file when no request reads it
 NOT_LEADER = (
     "not the leader: the kube-scheduler of this pod does not hold the scheduler Lease, so this dynmig "
     "replica does not schedule"
@@ -94,6 +104,9 @@ class Service:
         )
         self.metrics.registry.register(DeviceConfigCollector(self.device_config))
         self.device_config.on_refused = self._device_config_refused
+        self.device_config.on_loaded = self._device_config_loaded
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_device_config, name="device-config", daemon=True)
 
         def resources():
             return self.device_config.get().resources  # read per request: the file reloads
@@ -220,16 +233,45 @@ class Service:
             self.dra.start()
         if wait:
             self.cache.wait_synced(wait)
+        if self.cache.synced:
+            self._device_config_loaded(self.device_config.get())
         self.leader.start()
         self.defrag.start()
+        self._watcher.start()
         return self
+
+    def _watch_device_config(self) -> None:
+        """Re-read the device-config file on a timer too: a changed file is loaded (and checked against
+        the fleet) or refused within seconds even when no request arrives to read it."""
+        while not self._stopping.wait(CONFIG_POLL):
+            try:
+                self.device_config.get()
+            except Exception:  # never let the watcher die: the next request reads the file again
+                log.exception("reading the device config failed")
 
     def _device_config_refused(self, message: str) -> None:
         """A refused device-config reload, as a Warning Event about this serve pod."""
         me = Regarding("Pod", self.cfg.namespace, self.cfg.identity)
         self.events.record_about(me, "Warning", REFUSED_REASON, message)
 
+    def _device_config_loaded(self, config: DeviceConfig) -> None:
+        """At load and each reload: which nodes the config leaves with no MIG profile, and which running
+        pods hold a profile it no longer allows (they keep running): logged, counted and posted as a
+        Warning Event about this serve pod. Nothing is refused for it."""
+        nodes, pods = self.cache.objects()
+        found = check_fleet(config.allowlist, nodes, pods)
+        self.device_config.fleet = found
+        if not found:
+            return
+        lines = found.lines()
+        log.warning("the device config in force:\n%s", "\n".join(lines))
+        me = Regarding("Pod", self.cfg.namespace, self.cfg.identity)
+        self.events.record_about(me, "Warning", FLEET_REASON, "; ".join(lines))
+
     def stop(self) -> None:
+        self._stopping.set()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
         self.defrag.stop()
         self.leader.stop()
         self.cache.stop()

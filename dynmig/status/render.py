@@ -138,7 +138,7 @@ def gpu_lines(g: GpuMap, style: Style) -> list[str]:
         lines.append("    " + bar(g, style))
     for s in g.segments:
         where = f"{s.placement.start}:{s.placement.size}"
-        row = f"    {where:<6}{clean(s.profile):<12}{s.phase:<11}{_who(s)}"
+        row = f"    {where:<6}{clean(g.shown(s.profile)):<11} {s.phase:<11}{_who(s)}"
         if style.wide and s.mig_uuid:
             row += f"  {clean(s.mig_uuid)}"
         lines.append(row)

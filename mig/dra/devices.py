@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mig.catalog import GpuModel, ProfileSpec
+from mig.resolve import on_model
 from mig.types import Placement
 
 MIB = 1024 * 1024
@@ -98,7 +99,7 @@ class Gpu:
     minor: int
     uuid: str
     model: GpuModel
-    allowed: tuple[str, ...]  # allowlisted profile names (names the model lacks are skipped)
+    allowed: tuple[str, ...]  # allowlisted profile names (resolved as HAMi resolves them: specs())
     instances: tuple[Instance, ...] = ()
 
     @property
@@ -114,13 +115,9 @@ class Gpu:
         return m
 
     def specs(self) -> tuple[ProfileSpec, ...]:
-        """The allowed profiles the model has, in allowlist order."""
-        out = []
-        for name in self.allowed:
-            spec = self.model.profile(name)
-            if spec is not None and spec not in out:
-                out.append(spec)
-        return tuple(out)
+        """The allowed profiles of the model, in allowlist order, each name resolved as HAMi resolves it
+        (mig/resolve.py: `7g.79gb` is an A100-80GB's 7g.80gb); DRA devices carry the driver's name."""
+        return tuple(r.profile for r in on_model(self.model, self.allowed))
 
 
 @dataclass(frozen=True)

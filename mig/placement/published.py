@@ -7,6 +7,7 @@ from typing import Any
 
 from mig.catalog import GpuModel, core_percent
 from mig.placement.request import PublishedProfile
+from mig.resolve import on_model
 from mig.types import Placement
 
 
@@ -22,17 +23,15 @@ def from_mig_profile(profile: Any) -> PublishedProfile:
 
 
 def from_catalog(model: GpuModel, names: Iterable[str]) -> tuple[PublishedProfile, ...]:
-    """What a device plugin would publish for `model` with these allowlisted profile names.
-
-    Names the model does not have are skipped, as discovery skips them.
-    """
-    out = []
-    for name in names:
-        spec = model.profile(name)
-        if spec is not None:
-            out.append(
-                PublishedProfile(
-                    spec.name, spec.memory_mib, core_percent(model, spec), spec.slice_count, spec.placements
-                )
-            )
-    return tuple(out)
+    """What a device plugin would publish for `model` with these allowlisted profile names: each
+    name that resolves (`mig.resolve`), under that name, with the real profile's facts."""
+    return tuple(
+        PublishedProfile(
+            r.label,
+            r.profile.memory_mib,
+            core_percent(model, r.profile),
+            r.profile.slice_count,
+            r.profile.placements,
+        )
+        for r in on_model(model, names)
+    )

@@ -60,7 +60,7 @@ from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
 from lab.supervisor import Child, ChildFailed, Supervisor, python_argv
-from mig.allowlist import load_device_config
+from mig.allowlist import load_device_config, published
 
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"
@@ -860,6 +860,14 @@ class Lab:
                 f"{runtime.name}: the device plugin did not register {self.resource} with the kubelet "
                 f"within {timeout:.0f}s (its log: {self.supervisor.log_dir})"
             ) from None
+        bare = self._bare_models(runtime)
+        if len(bare) == len(runtime.spec.gpus):  # as on a cluster: the node is up and offers no device
+            self._say(
+                f"{runtime.name}: the policy offers no MIG profile for {', '.join(bare)}, so it publishes no "
+                f"{self.resource} device"
+            )
+            self._set_allocatable(runtime.name, 0)
+            return
         try:
             view = runtime.kubelet.wait_for_resource(
                 self.resource,
@@ -871,14 +879,18 @@ class Lab:
             raise LabError(self._no_devices(runtime)) from None
         self._set_allocatable(runtime.name, view.healthy)
 
+    def _bare_models(self, runtime: NodeRuntime) -> list[str]:
+        """The node's GPU models the policy publishes no profile for (HAMi's resolution)."""
+        allowlist = load_device_config(self.device_config_file).allowlist
+        return [g.model.nvml_name for g in runtime.spec.gpus if not published(allowlist, g.model)]
+
     def _no_devices(self, runtime: NodeRuntime) -> str:
         """Why a node whose plugin registered publishes no device, for a person: node, models, policy."""
         view = runtime.kubelet.resource(self.resource)
         got = "no device list" if view is None or not view.updates else f"{view.healthy} healthy devices"
         policy = f"the policy {self.policy}" if self.policy else "the chart's default policy"
-        allowlist = load_device_config(self.device_config_file).allowlist
         models = [g.model.nvml_name for g in runtime.spec.gpus]
-        bare = [m for m in models if not allowlist.profiles_for(m)]
+        bare = self._bare_models(runtime)
         why = (
             f"{policy} allows no MIG profile for {', '.join(bare)}: give that model profiles in its "
             f"migProfileAllowlist, "

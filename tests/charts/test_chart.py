@@ -413,7 +413,11 @@ def test_the_install_first_checks_the_device_config_it_ships_as_serve_will():
     job = one(docs, "Job", "-device-config-check")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     check = container(job, "check")
-    assert check["args"] == ["policy", "check", "--strict", "--from-env", "DYNMIG_DEVICE_CONFIG_TEXT"]
+    assert check["args"] == ["policy", "check", "--from-env", "DYNMIG_DEVICE_CONFIG_TEXT"]
+    strict = container(
+        one(render("1.35", "deviceConfig.strict=true"), "Job", "-device-config-check"), "check"
+    )
+    assert strict["args"] == ["policy", "check", "--strict", "--from-env", "DYNMIG_DEVICE_CONFIG_TEXT"]
     shipped = one(docs, "ConfigMap", "-device-config")["data"]["device-config.yaml"]
     assert env(check, "DYNMIG_DEVICE_CONFIG_TEXT").strip() == shipped.strip()
     assert not [

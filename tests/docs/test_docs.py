@@ -133,3 +133,20 @@ def test_the_policy_examples_in_the_readme_run():
     assert done.returncode == 0, done.stderr
     assert "device 0: 1g.10gb" in done.stdout, done.stdout
     assert "a 1g.10gb on an A100-SXM4-80GB" in text
+
+
+def test_the_profile_table_in_policy_md_is_what_policy_explain_profiles_prints():
+    text = (ROOT / "docs" / "policy.md").read_text()
+    start = text.index("<!-- profiles: dynmig policy explain --profiles -->\n")
+    documented = text[text.index("\n", start) + 1 : text.index("<!-- /profiles -->")]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dynmig.cli", "policy", "explain", "--profiles"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert documented == done.stdout

@@ -127,21 +127,3 @@ def test_the_lab_tour_prints_no_python_repr():
     done = run("lab", "--scenario", "tour", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert not reprs(done.stdout + done.stderr)
-
-
-def test_a_lab_whose_node_publishes_no_devices_stops_naming_node_model_and_policy(tmp_path):
-    policy = tmp_path / "h100.yaml"
-    policy.write_text(H100_ONLY)
-    kubeconfig = tmp_path / "kubeconfig"
-    nodes = "big=1xH100-SXM5-80GB;small=1xA30"
-    done = run(
-        "lab", "--serve", "--nodes", nodes, "--policy", str(policy), "--kubeconfig-out", str(kubeconfig)
-    )
-    assert done.returncode != 0
-    (line,) = [x for x in done.stderr.splitlines() if "could not start" in x]
-    assert line.startswith(
-        "dynmig lab: could not start: small (1 × NVIDIA A30) publishes no nvidia.com/gpu"
-    ), line
-    assert "within 10s" in line and f"the policy {policy} allows no MIG profile for NVIDIA A30" in line, line
-    assert not reprs(done.stdout + done.stderr)
-    assert not kubeconfig.exists()

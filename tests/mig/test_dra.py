@@ -151,3 +151,9 @@ def test_validation_rejects_what_the_api_server_would():
     bad_name["spec"]["devices"][0]["name"] = "Not_A_Label"
     assert any("DNS label" in p for p in validate_slice(bad_name))
     assert validate_slice({"kind": "Pod"}) == ["not a resource.k8s.io/v1 ResourceSlice"]
+
+
+def test_a_dra_gpu_offers_the_profile_hamis_7g_79gb_resolves_to_under_the_drivers_name():
+    gpu = Gpu(0, "GPU-0", find_model("A100-SXM4-80GB"), ("1g.10gb", "7g.79gb", "3g.30gb"))
+
+    assert [s.name for s in gpu.specs()] == ["1g.10gb", "7g.80gb", "3g.40gb"]

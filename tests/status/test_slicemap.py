@@ -159,6 +159,7 @@ def test_the_json_form_has_a_stable_schema():
         "memoryMB",
         "slices",
         "profiles",
+        "driverNames",
         "segments",
         "free",
         "fits",

@@ -288,3 +288,25 @@ def test_advice_says_so_when_disruption_budgets_cannot_be_read(api, capsys):
     assert code == 0, err
     advice = next(line for line in out.splitlines() if "advice:" in line)
     assert advice.endswith("(PodDisruptionBudgets could not be listed, so they were not checked)")
+
+
+def test_status_shows_the_drivers_profile_beside_a_name_hami_resolved_by_slice_key(api, capsys):
+    hami_names = ("1g.10gb", "2g.20gb", "3g.40gb", "7g.79gb")  # HAMi v2.10's chart default, A100-80GB
+    api.create(
+        node(
+            "gpu-80", {NODE_REGISTER: registration("", "A100-SXM4-80GB", 1, names=hami_names, ids=["GPU-z"])}
+        )
+    )
+    api.create(
+        holder(
+            "whole", "gpu-80", "GPU-z", "7g.79gb", 0, 8, migUUID="MIG-9", gpuInstanceID=0, computeInstanceID=0
+        )
+    )
+
+    code, out, _ = status(api, capsys)
+
+    assert code == 0
+    assert "    0:8   7g.79gb (7g.80gb) realized   ml/whole" in out
+    code, out, _ = status(api, capsys, "-o", "json")
+    (gpu,) = json.loads(out)["nodes"][0]["gpus"]
+    assert gpu["driverNames"] == {"7g.79gb": "7g.80gb"}

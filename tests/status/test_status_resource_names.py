@@ -102,7 +102,11 @@ def test_a_device_config_file_names_the_resources_and_a_broken_one_is_an_error_n
 def test_device_configs_that_name_different_resources_ask_for_the_one_to_use(api, capsys):
     api.create(config_map("dynmig-device-config", RENAMED))
     api.create(
-        config_map("second-install", "nvidia:\n  resourceCountName: other.io/gpu\n", namespace="other")
+        config_map(
+            "second-install",
+            "nvidia:\n  resourceCountName: other.io/gpu\n  migProfileAllowlist: [{models: [A30], profiles: [1g.6gb]}]\n",
+            namespace="other",
+        )
     )
     code, fleet, err = status(api, capsys)
     assert code == 1 and fleet == {}
