@@ -215,7 +215,7 @@ def test_prepare_creates_exactly_the_allocated_placement_and_returns_its_cdi_dev
     assert (d.pool_name, d.device_name, list(d.request_names)) == (NODE, device["name"], ["mig"])
     assert node.instances() == [attrs(device)]
     (cdi_id,) = d.cdi_device_ids
-    spec = json.loads((node.root / "cdi" / f"dynmig-{claim['metadata']['uid']}.json").read_text())
+    spec = json.loads(next((node.root / "cdi").glob(f"*_{claim['metadata']['uid']}.json")).read_text())
     assert cdi_id == f"{spec['kind']}={spec['devices'][0]['name']}"
     mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
     assert spec["devices"][0]["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
@@ -239,7 +239,7 @@ def test_unprepare_destroys_exactly_the_claims_instance_and_leaves_the_others(no
     assert len(kept) == 2
     assert node.unprepare(a).claims[a["metadata"]["uid"]].error == ""
     assert len(node.instances()) == 1
-    assert not (node.root / "cdi" / f"dynmig-{a['metadata']['uid']}.json").exists()
+    assert not list((node.root / "cdi").glob(f"*{a['metadata']['uid']}*"))
     assert node.unprepare(a).claims[a["metadata"]["uid"]].error == ""  # again: nothing left, success
 
 
