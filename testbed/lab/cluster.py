@@ -48,7 +48,7 @@ from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.kubelet.lease import NodeLease
-from sim.nvml import SimulatedNvml
+from sim.nvml import SimulatedNvml, caps
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
@@ -72,6 +72,9 @@ RESTART_BACKOFF = (1.0, 16.0)
 JOB_BACKOFF = (1.0, 60.0)
 # kubelet's pod worker retries a failed sync (a failed NodePrepareResources) after 10 s; shorter here
 DRA_RETRY = 1.0
+CDI_RETRY = (
+    1.0  # a container whose CDI device did not resolve is created again after this (kubelet: its back-off)
+)
 DEVICES_TIMEOUT = 10.0  # seconds from a device plugin's registration to its first healthy device
 # GOARCH names, as a kubelet reports its machine
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
@@ -107,6 +110,8 @@ class NodeRuntime:
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
     dra: dra_node.DraSide | None = None  # a DRA node's kubelet DRA side and its dra-plugin process
+    cdi_dir: Path | None = None  # the runtime's CDI spec dir, when the chart's plugin writes CDI specs
+    mig_minors: Path | None = None  # the simulated driver's /proc/driver/nvidia-caps/mig-minors
 
     @property
     def name(self) -> str:
@@ -121,6 +126,8 @@ class Lab:
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
+    values: more `--set` values for the chart (e.g. devicePlugin.deviceListStrategy=cdi: the node's
+        runtime then resolves CDI devices from the node's spec dir, `NodeRuntime.cdi_dir`).
     """
 
     def __init__(
@@ -132,8 +139,10 @@ class Lab:
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
         page: bool = False,
+        values: tuple[str, ...] = (),
     ):
         self.specs = nodes
+        self.values = values
         self.page = page
         self.page_port = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -186,7 +195,8 @@ class Lab:
             self.policy,
             tuple(n.name for n in self.specs if not n.dra),
             (("server.page.enabled=true",) if self.page else ())
-            + (("draPlugin.enabled=true",) if self.dra_nodes else ()),
+            + (("draPlugin.enabled=true",) if self.dra_nodes else ())
+            + self.values,
         )
         self._write_configs()
         self._say(
@@ -492,7 +502,12 @@ class Lab:
         plugin_dir = Path(self._sockets.name) / spec.name
         kubelet = SimulatedKubelet(plugin_dir).start()
         side = dra_node.start_side(plugin_dir, base, self.api_client("kubelet")) if spec.dra else None
-        self.nodes[spec.name] = NodeRuntime(spec, state, plugin_dir, nvml, kubelet, dra=side)
+        runtime = NodeRuntime(spec, state, plugin_dir, nvml, kubelet, dra=side)
+        if not spec.dra and self._writes_cdi:
+            runtime.cdi_dir = base / "cdi"
+            runtime.cdi_dir.mkdir(exist_ok=True)
+            runtime.mig_minors = caps.write_mig_minors(base / "proc" / "mig-minors", spec.gpu_count)
+        self.nodes[spec.name] = runtime
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._api.create(
             {
@@ -552,6 +567,11 @@ class Lab:
         return str(key), str(value)
 
     @property
+    def _writes_cdi(self) -> bool:
+        """The chart's device plugin writes a CDI spec per instance (deviceListStrategy cdi)."""
+        return "--device-list-strategy=cdi" in self._chart.container_args("DaemonSet", "device-plugin")
+
+    @property
     def dra_nodes(self) -> list[str]:
         """The nodes in DRA mode (`@dra` in --nodes)."""
         return [s.name for s in self.specs if s.dra]
@@ -563,11 +583,11 @@ class Lab:
         through that plugin and resolves their CDI devices from the node's CDI dir."""
         for runtime in self.nodes.values():
             side = runtime.dra
-            extra: dict[str, Any] = (
-                {}
-                if side is None
-                else {"dra": side.manager, "cdi_dirs": [side.cdi_dir], "dra_retry": DRA_RETRY}
-            )
+            extra: dict[str, Any] = {}
+            if side is not None:
+                extra = {"dra": side.manager, "cdi_dirs": [side.cdi_dir], "dra_retry": DRA_RETRY}
+            elif runtime.cdi_dir is not None:
+                extra = {"cdi_dirs": [runtime.cdi_dir], "dra_retry": CDI_RETRY}
             runtime.agent = SimulatedPods(
                 runtime.name,
                 self.api_client("kubelet"),
@@ -720,6 +740,9 @@ class Lab:
         # the chart's PodResources socket is the node's kubelet's: here, the simulated kubelet's
         asks = any(arg.startswith("--pod-resources-socket=") for arg in chart_args)
         sockets = {"--pod-resources-socket": str(runtime.kubelet.pod_resources_path)} if asks else {}
+        if runtime.cdi_dir is not None and runtime.mig_minors is not None:
+            # the chart's hostPath /var/run/cdi and the driver's /proc table are the node's own
+            sockets |= {"--cdi-dir": str(runtime.cdi_dir), "--mig-minors": str(runtime.mig_minors)}
         args = chart.laptop_args(
             chart_args,
             replace={
