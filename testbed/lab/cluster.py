@@ -286,11 +286,12 @@ class Lab:
 
     # ---- operations -----------------------------------------------------------------------------
 
-    def restart_plugin(self, node: str, delete_pod: bool = True) -> None:
+    def restart_plugin(self, node: str, delete_pod: bool = True, sig: int = signal.SIGTERM) -> None:
         """Restart the node's device plugin; the new one must adopt what runs. `delete_pod`: as an
         operator does, delete its DaemonSet pod (kubelet sends SIGTERM, the DaemonSet controller
-        makes a new pod, kubelet starts a new plugin for it); else SIGTERM the process, which
-        kubelet restarts in the same pod after its back-off (this works with the API down)."""
+        makes a new pod, kubelet starts a new plugin for it); else send the process `sig` (SIGTERM;
+        SIGKILL: kill -9, as a crash), which kubelet restarts in the same pod after its back-off
+        (this works with the API down)."""
         runtime = self.nodes[node]
         before = runtime.kubelet.resource(self.resource)
         registrations = before.registrations if before else 0
@@ -298,8 +299,34 @@ class Lab:
         if delete_pod:
             self.core().delete_namespaced_pod(self.plugin_pod(node), NAMESPACE, _preload_content=False)
         elif runtime.plugin is not None:
-            _signal_child(runtime.plugin, signal.SIGTERM)
+            _signal_child(runtime.plugin, sig)
         self._wait_plugin(runtime, registrations + 1, started_after=starts)
+
+    def uninstall_plugins(self) -> None:
+        """Delete the device plugins' DaemonSet (as `helm uninstall` does) and wait until no plugin
+        process runs: what the plugins left on the nodes stays."""
+        apps = client.AppsV1Api(self.api_client())
+        apps.delete_namespaced_daemon_set(PLUGIN_DAEMONSET, NAMESPACE, _preload_content=False)
+        deadline = time.monotonic() + 60
+        while any(r.plugin is not None and r.plugin.process.poll() is None for r in self.nodes.values()):
+            if time.monotonic() > deadline:
+                raise LabError("the device plugins still run 60s after their DaemonSet was deleted")
+            time.sleep(0.1)
+
+    def install_plugins(self) -> None:
+        """Create the chart's device-plugin DaemonSet again and wait until each plugin registered."""
+        counts = {}
+        for name, runtime in self.nodes.items():
+            view = runtime.kubelet.resource(self.resource)
+            counts[name] = (view.registrations if view else 0, runtime.plugin_starts)
+        apps = client.AppsV1Api(self.api_client())
+        apps.create_namespaced_daemon_set(
+            NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", PLUGIN_DAEMONSET))
+        )
+        for name, runtime in self.nodes.items():
+            if runtime.dra is None:
+                registrations, starts = counts[name]
+                self._wait_plugin(runtime, registrations + 1, started_after=starts)
 
     def plugin_pod(self, node: str) -> str:
         """The name of the device-plugin DaemonSet's pod on `node` (not one being deleted)."""
