@@ -29,6 +29,7 @@ from plugin.kube import Kube, KubeError, api_client
 from plugin.leftovers import LeftoverPublisher, find_leftovers
 from plugin.metrics import PluginMetrics
 from plugin.migspecs import KIND, InstanceSpecs
+from plugin.neighbours import KubeletDevices, Neighbours
 from plugin.nvml import Nvml, NvmlError
 from plugin.podresources import KubeletPods
 from plugin.precreate import Precreator
@@ -82,8 +83,21 @@ class DevicePluginApp:
         self.startup = Startup(self.nvml, kube, self.manager, config.allowlist, config.node.filter)
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
+        self.neighbours = Neighbours(
+            kube,
+            config.resource_name,
+            self._gpu_uuids,
+            self.metrics,
+            self.events,
+            KubeletDevices(socket) if socket else None,
+        )
+        self.service.refusal = lambda: self.neighbours.refusal.message if self.neighbours.refusal else None
+        self.server.may_register = lambda: not self.neighbours.refused
+        self._uuids: set[str] | None = None
         self.precreator = Precreator(
-            kube, self.manager, ready=lambda: bool(self.report and self.report.complete)
+            kube,
+            self.manager,
+            ready=lambda: bool(self.report and self.report.complete) and not self.neighbours.refused,
         )
         self.report: StartupReport | None = None
         self._stop = threading.Event()
@@ -105,7 +119,8 @@ class DevicePluginApp:
         self.events.start()
         self.nvml.init()
         self.journal.load()
-        self.recover()
+        if self.neighbours.check() is None:  # with a neighbour here, not even start-up's clean-up
+            self.recover()
         self._reconcile_specs()
         self.publisher.publish(self.inventory)
         self.server.start()
@@ -144,7 +159,11 @@ class DevicePluginApp:
         return self.report
 
     def tick(self) -> PassResult | None:
-        """One reconcile period: finish recovery if the API was down at start, reclaim, publish."""
+        """One reconcile period: look for neighbours (with one, touch nothing), finish recovery if the
+        API was down at start, reclaim, publish."""
+        if self.neighbours.check() is not None:
+            self.server.lost()
+            return None
         if self.report is None or not self.report.complete:
             self.recover()
             if not self.report or not self.report.complete:
@@ -155,6 +174,18 @@ class DevicePluginApp:
         self.publish_claims()
         self._warm(result)
         return result
+
+    def _gpu_uuids(self) -> set[str]:
+        """Every GPU NVML shows (the device IDs this plugin may advertise name one of them)."""
+        if self._uuids is None:
+            try:
+                self._uuids = {d.uuid for d in self.nvml.devices()}
+            except NvmlError as error:
+                log.warning(
+                    "NVML cannot list the GPUs (%s): whose devices kubelet holds is not judged", error
+                )
+                return set()
+        return self._uuids
 
     def _write_specs(self, instances: list[ManagedInstance]) -> None:
         """Allocate's hand-over: each instance's CDI spec is on disk before kubelet hears its name."""
