@@ -17,6 +17,9 @@ from lab.cluster import Lab
 from lab.kit import Kit
 from lab.nodes import DEFAULT_NODES, parse_nodes
 
+from dynmig.status.main import main as status_main
+from tests.sim.kubelet_testkit import TinyPlugin
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KIND = "k8s.dynmig.io/mig"
 
@@ -150,3 +153,63 @@ def test_a_pod_deleted_while_the_plugins_were_uninstalled_has_its_instance_and_s
     lab.install_plugins()  # returns once each plugin registered: after its start-up pass
 
     assert kit.instances() == [] and specs(lab) == []
+
+
+def node_events(kit: Kit, node: str, reason: str) -> list[str]:
+    return [
+        e["message"]
+        for e in kit.events()
+        if e["involvedObject"].get("kind") == "Node"
+        and e["involvedObject"]["name"] == node
+        and e["reason"] == reason
+    ]
+
+
+def test_mig_managers_label_on_a_lab_node_makes_its_plugin_refuse_and_say_so_until_it_goes(lab, kit, capsys):
+    core = client.CoreV1Api(lab.api_client())
+    core.patch_node("gpu-a100", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.5gb"}}})
+    try:
+        (message,) = kit.wait(
+            lambda: node_events(kit, "gpu-a100", "MigNodeRefused"), 30, "a MigNodeRefused event"
+        )
+        assert (
+            "NVIDIA MIG Manager manages this node's MIG layout (nvidia.com/mig.config=all-1g.5gb)" in message
+        )
+        assert "migManager.enabled=false" in message
+        assert status_main(["--kubeconfig", str(lab.kubeconfig())]) == 0
+        assert (
+            "device plugin leaves these GPUs alone: mig-manager: NVIDIA MIG Manager"
+            in capsys.readouterr().out
+        )
+    finally:
+        core.patch_node("gpu-a100", {"metadata": {"labels": {"nvidia.com/mig.config": None}}})
+    kit.wait(lambda: node_events(kit, "gpu-a100", "MigNodeResumed"), 30, "a MigNodeResumed event")
+    (pod,) = [d for d in examples() if d["metadata"]["name"] == "prefers-3g"]  # pinned to gpu-a100
+    kit.create(pod)
+    kit.wait_phase("prefers-3g", "Running", 60)
+
+
+def test_a_second_registration_of_nvidia_gpu_on_a_lab_node_makes_its_plugin_refuse_and_say_so(lab, kit):
+    # (last in this module: the simulated kubelet, like kubelet, keeps the other plugin's devices)
+    node = lab.nodes["gpu-a100"]
+    other = TinyPlugin(
+        node.plugin_dir, "nvidia.com/gpu", socket_name="nvidia-device-plugin.sock", ids=["GPU-0", "GPU-1"]
+    )
+    other.start(watch=False)  # NVIDIA's device plugin: devices named by GPU UUID
+    try:
+        (message,) = kit.wait(
+            lambda: [
+                m for m in node_events(kit, "gpu-a100", "MigNodeRefused") if "another device plugin" in m
+            ],
+            30,
+            "a MigNodeRefused event about it",
+        )
+    finally:
+        other.stop()
+    assert message.startswith(
+        "dynmig leaves this node's GPUs alone: another device plugin is registered with kubelet for "
+        "nvidia.com/gpu on this node (kubelet lists devices GPU-0, GPU-1, which are not dynmig's)"
+    )
+    assert "devicePlugin.enabled=false" in message
+    view = node.kubelet.resource("nvidia.com/gpu")
+    assert view is not None and view.endpoint == "nvidia-device-plugin.sock"  # dynmig did not register back
