@@ -26,6 +26,7 @@ from typing import Any
 
 from mig.dra.devices import Gpu, MigDevice, by_name
 from mig.types import Placement
+from plugin.cdi import CdiError
 from plugin.cdi import MigDevice as CdiDevice
 from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError, ClaimRef, Result, allocated
@@ -94,9 +95,12 @@ class Preparer:
         devices = [(r, self._device(ref, r)) for r in results]
         with self.lock:
             made = [self._ensure(ref, i, r, d) for i, (r, d) in enumerate(devices)]
-        ids = self.cdi.write(
-            ref.uid, [self._cdi_device(ref.uid, r.device, self.journal.get(_key(d))) for r, d in devices]
-        )
+        try:
+            ids = self.cdi.write(
+                ref.uid, [self._cdi_device(ref.uid, r.device, self.journal.get(_key(d))) for r, d in devices]
+            )
+        except CdiError as error:
+            raise PrepareError(f"claim {ref}: {error}") from None
         self.changed()
         return [
             Prepared(r.request, self.pool, r.device, (cdi_id,))

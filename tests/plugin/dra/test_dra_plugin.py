@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from sim.apiserver import ApiServer
 from sim.nvml import SimulatedNvml
+from sim.nvml.caps import write_mig_minors
 from waiting_testkit import wait_for
 
 from mig.allowlist import DeviceConfig, default_allowlist
@@ -59,6 +60,7 @@ class DraNode:
             cdi_dir=self.root / "cdi",
             state_dir=self.root / "state",
             resync_interval=0.2,
+            mig_minors=write_mig_minors(self.root / "mig-minors", 8),
         )
 
     def start(self) -> DraPluginApp:
@@ -218,7 +220,13 @@ def test_prepare_creates_exactly_the_allocated_placement_and_returns_its_cdi_dev
     spec = json.loads(next((node.root / "cdi").glob(f"*_{claim['metadata']['uid']}.json")).read_text())
     assert cdi_id == f"{spec['kind']}={spec['devices'][0]['name']}"
     mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
-    assert spec["devices"][0]["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
+    # the same device edits as the device plugin's specs (plugin/cdi.py): the parent GPU and the
+    # capability devices of its GPU instance and compute instance
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert paths[0].startswith("/dev/nvidia") and len(paths) == 3
+    assert all(p.startswith("/dev/nvidia-caps/nvidia-cap") for p in paths[1:])
 
 
 def test_a_second_prepare_of_a_prepared_claim_creates_nothing_and_answers_the_same(node):
