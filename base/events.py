@@ -51,13 +51,16 @@ class Regarding:
             "Pod", str(meta.get("namespace") or "default"), str(meta.get("name") or ""), _s(meta, "uid")
         )
 
+    @property
+    def event_namespace(self) -> str:
+        """Where its Events go: its namespace; "default" for a cluster-scoped object such as a Node
+        (as kubelet posts a Node's events)."""
+        return self.namespace or "default"
+
     def reference(self) -> dict[str, str]:
-        ref = {
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "namespace": self.namespace,
-            "name": self.name,
-        }
+        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            ref["namespace"] = self.namespace
         if self.uid:
             ref["uid"] = self.uid
         return ref
@@ -213,7 +216,7 @@ class EventRecorder:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": s.regarding.namespace},
+            "metadata": {"name": name, "namespace": s.regarding.event_namespace},
             "involvedObject": s.regarding.reference(),
             "reason": s.reason,
             "message": s.message,
@@ -227,7 +230,7 @@ class EventRecorder:
         }
         _drain(
             core.create_namespaced_event(
-                s.regarding.namespace, body, _preload_content=False, _request_timeout=TIMEOUT
+                s.regarding.event_namespace, body, _preload_content=False, _request_timeout=TIMEOUT
             )
         )
         return name
@@ -237,7 +240,7 @@ class EventRecorder:
         _drain(
             core.patch_namespaced_event(
                 s.name,
-                s.regarding.namespace,
+                s.regarding.event_namespace,
                 patch,
                 _content_type="application/merge-patch+json",
                 _preload_content=False,

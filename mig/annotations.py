@@ -67,6 +67,10 @@ EVICTABLE = "dynmig.io/evictable"
 # The value names the protocol; a node without it (or with another value) keeps HAMi's lock exactly.
 PLUGIN_CLAIMS = "dynmig.io/plugin-claims"
 PLUGIN_CLAIMS_PODRESOURCES = "podresources-v1"
+# dynmig's own: set by the node's device plugin while it leaves the node's GPUs alone because another
+# component manages them (NVIDIA's device plugin, MIG Manager); the value says which and the fix.
+# `dynmig status` shows it; the plugin removes it once the neighbour is gone.
+PLUGIN_REFUSED = "dynmig.io/plugin-refused"
 
 BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS, BIND_PHASE_FAILED = "allocating", "success", "failed"
 

@@ -14,11 +14,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mig.allowlist import ResourceNames
+from mig.annotations import PLUGIN_REFUSED
 from mig.eligibility import Constraints, Eligibility, NodeFacts, constraints_of, eligibility, node_facts
 from mig.idle import IdleError, IdleInstance, decode_idle
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.placement import GpuState, PlacementIndex, PodRequest, RequestError
-from mig.pods import gpu_request, is_terminating, is_waiting, metadata_of, not_scheduled, qualified_name
+from mig.pods import (
+    annotations_of,
+    gpu_request,
+    is_terminating,
+    is_waiting,
+    metadata_of,
+    not_scheduled,
+    qualified_name,
+)
 from mig.reconstruct import (
     NodeOccupancy,
     PodUsage,
@@ -97,7 +106,9 @@ def node_view(
     idle, idle_unreadable = idle_view(node_idle(node))
     occupancy = reconstruct(published, usages)
     gpus = [gpu_view(occupancy, g, leftovers, terminating, idle) for g in occupancy.gpus]
-    return node_map(name, gpus, idle_unreadable=idle_unreadable), occupancy.gpus
+    refused = annotations_of(node).get(PLUGIN_REFUSED)
+    why = refused[: 2 * MAX_REASON] if isinstance(refused, str) else ""
+    return node_map(name, gpus, idle_unreadable=idle_unreadable, refused=why), occupancy.gpus
 
 
 def gpu_view(

@@ -144,6 +144,9 @@ class NodeMap:
     # who picks placements here: "" = dynmig's extender; "dra:<driver>" = kube-scheduler's DRA
     # allocator from the driver's ResourceSlices (mig.dra.view)
     allocator: str = ""
+    # why the node's device plugin leaves its GPUs alone ("" = it serves them): its
+    # `dynmig.io/plugin-refused` annotation
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -278,10 +281,16 @@ def gpu_map(
 
 
 def node_map(
-    name: str, gpus: Sequence[GpuMap], unreadable: str = "", idle_unreadable: str = "", allocator: str = ""
+    name: str,
+    gpus: Sequence[GpuMap],
+    unreadable: str = "",
+    idle_unreadable: str = "",
+    allocator: str = "",
+    refused: str = "",
 ) -> NodeMap:
     ordered = tuple(sorted(gpus, key=lambda g: (g.index, g.uuid)))
-    return NodeMap(name, ordered, _summed(g.fits for g in ordered), unreadable, idle_unreadable, allocator)
+    fits = _summed(g.fits for g in ordered)
+    return NodeMap(name, ordered, fits, unreadable, idle_unreadable, allocator, refused)
 
 
 def fleet_map(

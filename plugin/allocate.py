@@ -37,6 +37,7 @@ from plugin.instances import InstanceError, InstanceKey, InstanceManager, Manage
 from plugin.journal import Owner
 from plugin.kube import Conflict, Kube, KubeError, PodView
 from plugin.metrics import PluginMetrics
+from plugin.migspecs import cdi_name
 from plugin.nvml import NvmlError
 from plugin.podfinder import PodFinder, PodNotFound, lock_owner, next_container
 from plugin.podresources import KubeletPods
@@ -94,8 +95,10 @@ def container_reservations(
 
 
 def answer(strategy: str, mig_uuids: list[str], pod_uid: str) -> ContainerAnswer:
-    """The kubelet answer per device-list strategy (envvar, cdi-cri or cdi-annotations)."""
+    """The kubelet answer per device-list strategy (envvar, cdi, cdi-cri or cdi-annotations)."""
     uuids = tuple(mig_uuids)
+    if strategy == "cdi":  # dynmig's own spec per instance (plugin/migspecs.py)
+        return ContainerAnswer(cdi_devices=tuple(cdi_name(u) for u in uuids), mig_uuids=uuids)
     names = tuple(f"{CDI_KIND}={u}" for u in uuids)
     if strategy == "cdi-cri":
         return ContainerAnswer(cdi_devices=names, mig_uuids=uuids)
@@ -167,6 +170,9 @@ class Allocator:
         self.lock = threading.Lock()  # kubelet's Allocate calls are serialized plugin-wide
         # told the profiles of every Allocate served (the warm pool's demand, plugin/warm.py)
         self.served: Callable[[list[str]], None] = lambda profiles: None
+        # told the instances about to be handed to a container, before kubelet hears of them (their
+        # CDI specs are written, plugin/migspecs.py); an AllocateError fails this Allocate
+        self.handing_over: Callable[[list[ManagedInstance]], None] = lambda instances: None
 
     def reserved_gpus(self) -> list[str]:
         """Physical GPUs of the next container to allocate (for GetPreferredAllocation); [] if unknown."""
@@ -232,6 +238,7 @@ class Allocator:
             for key in created:
                 self.metrics.idle_reuse_misses.labels(reason=misses.get(key, "none")).inc()
         try:
+            self.handing_over([realized[InstanceKey.of(r)] for r in reservations])
             self._record(pod, container_index, reservations, realized)
         except AllocateError:
             self._rollback(created)

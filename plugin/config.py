@@ -19,8 +19,9 @@ from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
 from mig import jsontext
 from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
+from plugin.cdi import MIG_MINORS
 
-STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
+STRATEGIES = ("envvar", "cdi", "cdi-cri", "cdi-annotations")
 IDLE_SCOPES = ("namespace", "any")
 MAX_WARM_POOL = 64  # a node of 8 GPUs holds at most 56 MIG instances
 MAX_WARM_PROFILES = 16  # profiles a warm pool given by profile may name
@@ -92,6 +93,9 @@ class PluginConfig:
     warm_pool: int = 0  # idle instances kept ready for this node's most asked profiles; 0 = off
     warm_profiles: WarmCounts = ()  # the pool by profile, fixed (warm_pool is then their sum)
     warm_window: float = 600.0  # seconds of this node's Allocates the warm pool's choice looks at
+    cdi_dir: Path = Path("/var/run/cdi")  # where --device-list-strategy=cdi writes its specs
+    driver_root: Path = Path("/")  # the NVIDIA driver's root on the host: device nodes are under its dev/
+    mig_minors: Path = MIG_MINORS  # the driver's MIG capability table
     pod_resources_socket: str = ""  # kubelet's PodResources socket: identifies Allocate's pod lock-free
     warnings: tuple[str, ...] = ()  # deprecated environment names seen while parsing; logged at startup
 
@@ -254,7 +258,25 @@ def flags(environ: Mapping[str, str] | None = None, raise_errors: bool = False) 
         default="envvar",
         choices=STRATEGIES,
         old_env=("DEVICE_LIST_STRATEGY",),
-        help="how a container is told its MIG device: envvar (NVIDIA_VISIBLE_DEVICES) or CDI",
+        help="how a container is told its MIG device: envvar (NVIDIA_VISIBLE_DEVICES); cdi (a CDI "
+        "spec per instance, written by the plugin: GPU Operator 25.10+ and other CDI nodes); "
+        "cdi-cri or cdi-annotations (nvidia.com/gpu names, resolved by a spec someone else writes)",
+    )
+    f.add(
+        "--cdi-dir",
+        default="/var/run/cdi",
+        help="where --device-list-strategy=cdi writes a CDI spec per MIG instance (the runtime's spec dir)",
+    )
+    f.add(
+        "--driver-root",
+        default="/",
+        help="the NVIDIA driver's root on the host (/run/nvidia/driver for GPU Operator's driver "
+        "container): the CDI specs' device nodes are under its dev/",
+    )
+    f.add(
+        "--mig-minors",
+        default=str(MIG_MINORS),
+        help="the driver's MIG capability table (device minors of /dev/nvidia-caps/nvidia-cap<N>)",
     )
     f.add(
         "--reconcile-interval",
@@ -436,6 +458,9 @@ def load_config(argv: list[str]) -> PluginConfig:
         kubelet_dir=Path(args.kubelet_dir),
         socket_name=args.socket_name,
         strategy=args.device_list_strategy,
+        cdi_dir=Path(args.cdi_dir),
+        driver_root=Path(args.driver_root),
+        mig_minors=Path(args.mig_minors),
         reconcile_interval=args.reconcile_interval,
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,

@@ -18,6 +18,8 @@ COMPONENT = "dynmig-device-plugin"
 CREATED = "MigInstanceCreated"
 RECLAIMED = "MigInstanceReclaimed"
 REFUSED = "MigAllocateFailed"
+NODE_REFUSED = "MigNodeRefused"
+NODE_RESUMED = "MigNodeResumed"
 
 
 class PodEvents:
@@ -62,6 +64,12 @@ class PodEvents:
             f"Allocate refused ({reason}): {message}",
             distinct=reason,
         )
+
+    def node(self, node: str, refused: bool, message: str) -> None:
+        """On the Node (kubectl describe node): the plugin leaves its GPUs alone, or serves them again."""
+        if self.recorder is not None:
+            reason, type_ = (NODE_REFUSED, "Warning") if refused else (NODE_RESUMED, "Normal")
+            self.recorder.record_about(Regarding("Node", "", node), type_, reason, message, reason)
 
     def _post(self, owner: Owner, type_: str, reason: str, message: str, distinct: str) -> None:
         uid = owner.pod_uid if owner.pod_uid != UNKNOWN else ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -126,6 +126,8 @@ class InstanceManager:
         self.metrics = metrics or PluginMetrics()
         self.journal = journal or Journal(None, self.metrics)
         self.events = PodEvents(None)  # the app sets a posting one; tests and tools post nothing
+        # told each instance it stops managing (destroyed or found gone): its CDI spec goes (plugin/migspecs.py)
+        self.forgotten: Callable[[ManagedInstance], None] = lambda instance: None
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
         self._gpu_locks: dict[str, FifoLock] = {}
@@ -147,8 +149,10 @@ class InstanceManager:
 
     def _forget(self, key: InstanceKey) -> None:
         with self._map_lock:
-            self._managed.pop(key, None)
+            gone = self._managed.pop(key, None)
             self.metrics.managed.set(len(self._managed))
+        if gone is not None:
+            self.forgotten(gone)
 
     @contextmanager
     def gpu_lock(self, uuid: str) -> Iterator[None]:
@@ -558,7 +562,7 @@ class InstanceManager:
                 raise InstanceError("reset", f"clean {uuid}: {error}") from None
             with self._map_lock:
                 for key in [k for k in self._managed if k.gpu_uuid == uuid]:
-                    del self._managed[key]
+                    self.forgotten(self._managed.pop(key))
                 self.metrics.managed.set(len(self._managed))
                 self.metrics.idle_instances.set(sum(1 for m in self._managed.values() if m.idle))
             self._unjournal(*(InstanceKey(*e.key) for e in self.journal.entries() if e.gpuUUID == uuid))

@@ -96,6 +96,7 @@ class NodeView:
     name: str
     resource_version: str
     annotations: Mapping[str, str]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -162,7 +163,10 @@ class Kube:
         body = self._raw(self.core.read_node, self.node_name)
         meta = body.get("metadata") or {}
         return NodeView(
-            self.node_name, str(meta.get("resourceVersion") or ""), dict(meta.get("annotations") or {})
+            self.node_name,
+            str(meta.get("resourceVersion") or ""),
+            dict(meta.get("annotations") or {}),
+            dict(meta.get("labels") or {}),
         )
 
     def patch_node_annotations(

@@ -17,16 +17,19 @@ from base import logs
 from base.version import version
 from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.annotations import PLUGIN_CLAIMS, PLUGIN_CLAIMS_PODRESOURCES
-from plugin.allocate import Allocator
+from plugin.allocate import AllocateError, Allocator
+from plugin.cdi import CdiError, MigEdits, SpecDir
 from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
 from plugin.events import PodEvents
 from plugin.idle import IdlePolicy, IdlePublisher, idle_list
-from plugin.instances import InstanceManager
+from plugin.instances import InstanceManager, ManagedInstance
 from plugin.journal import Journal
 from plugin.kube import Kube, KubeError, api_client
 from plugin.leftovers import LeftoverPublisher, find_leftovers
 from plugin.metrics import PluginMetrics
+from plugin.migspecs import KIND, InstanceSpecs
+from plugin.neighbours import KubeletDevices, Neighbours
 from plugin.nvml import Nvml, NvmlError
 from plugin.podresources import KubeletPods
 from plugin.precreate import Precreator
@@ -64,6 +67,15 @@ class DevicePluginApp:
         warm = WarmPolicy(config.warm_pool, config.warm_window, config.warm_profiles)
         self.warm = WarmPool(warm, self.manager, self.reconciler, kube, Demand(warm.window))
         self.allocator.served = self.warm.demand.record
+        self.specs: InstanceSpecs | None = None
+        if config.strategy == "cdi":
+            edits = MigEdits(config.driver_root, config.mig_minors)
+            specs = InstanceSpecs(
+                SpecDir(config.cdi_dir, KIND), edits, self.nvml, lambda: self.manager.inventory
+            )
+            self.manager.forgotten = specs.forget
+            self.allocator.handing_over = self._write_specs
+            self.specs = specs
         self._claims: str | None = None  # what this plugin last wrote in dynmig.io/plugin-claims
         self.publisher = Publisher(kube, self.metrics)
         self.leftovers = LeftoverPublisher(kube, self.metrics)
@@ -72,8 +84,21 @@ class DevicePluginApp:
         self.service = DevicePluginService(self.allocator, lambda: self.manager.inventory)
         self.server = PluginServer(self.service, config)
         self.metrics.follow_registration(lambda: self.server.registered)
+        self.neighbours = Neighbours(
+            kube,
+            config.resource_name,
+            self._gpu_uuids,
+            self.metrics,
+            self.events,
+            KubeletDevices(socket) if socket else None,
+        )
+        self.service.refusal = lambda: self.neighbours.refusal.message if self.neighbours.refusal else None
+        self.server.may_register = lambda: not self.neighbours.refused
+        self._uuids: set[str] | None = None
         self.precreator = Precreator(
-            kube, self.manager, ready=lambda: bool(self.report and self.report.complete)
+            kube,
+            self.manager,
+            ready=lambda: bool(self.report and self.report.complete) and not self.neighbours.refused,
         )
         self.report: StartupReport | None = None
         self._stop = threading.Event()
@@ -95,7 +120,9 @@ class DevicePluginApp:
         self.events.start()
         self.nvml.init()
         self.journal.load()
-        self.recover()
+        if self.neighbours.check() is None:  # with a neighbour here, not even start-up's clean-up
+            self.recover()
+        self._reconcile_specs()
         self.publisher.publish(self.inventory)
         self.server.start()
         self.publish_claims()
@@ -133,16 +160,48 @@ class DevicePluginApp:
         return self.report
 
     def tick(self) -> PassResult | None:
-        """One reconcile period: finish recovery if the API was down at start, reclaim, publish."""
+        """One reconcile period: look for neighbours (with one, touch nothing), finish recovery if the
+        API was down at start, reclaim, publish."""
+        if self.neighbours.check() is not None:
+            self.server.lost()
+            return None
         if self.report is None or not self.report.complete:
             self.recover()
             if not self.report or not self.report.complete:
                 return None
         result = self._reclaim()
+        self._reconcile_specs()
         self.publisher.publish(self.inventory)
         self.publish_claims()
         self._warm(result)
         return result
+
+    def _gpu_uuids(self) -> set[str]:
+        """Every GPU NVML shows (the device IDs this plugin may advertise name one of them)."""
+        if self._uuids is None:
+            try:
+                self._uuids = {d.uuid for d in self.nvml.devices()}
+            except NvmlError as error:
+                log.warning(
+                    "NVML cannot list the GPUs (%s): whose devices kubelet holds is not judged", error
+                )
+                return set()
+        return self._uuids
+
+    def _write_specs(self, instances: list[ManagedInstance]) -> None:
+        """Allocate's hand-over: each instance's CDI spec is on disk before kubelet hears its name."""
+        assert self.specs is not None
+        try:
+            self.specs.write(instances)
+        except CdiError as error:
+            raise AllocateError(
+                "cdi-spec", f"the container runtime could not find the device: {error}"
+            ) from None
+
+    def _reconcile_specs(self) -> None:
+        """CDI specs against the managed instances (at start: after the journal's recovery)."""
+        if self.specs is not None and self.report is not None and self.report.complete:
+            self.specs.reconcile(self.manager.managed)
 
     def publish_claims(self) -> None:
         """Say on the node that Allocate finds its pod through kubelet's PodResources API (so the

@@ -140,6 +140,13 @@ class PluginMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10),
         )
 
+        self.refused = Gauge(
+            "dynmig_plugin_node_refused",
+            "1 while the plugin leaves this node's GPUs alone because of a neighbour (reason: "
+            "mig-manager, other-device-plugin)",
+            ["reason"],
+            registry=r,
+        )
         self.events_dropped = Counter(
             "dynmig_plugin_events_dropped",
             "Kubernetes Events not posted (queue full, or the API server refused or was unreachable)",

@@ -155,6 +155,10 @@ class Nvml:
             )
         return out
 
+    def minor_number(self, handle: Any) -> int:
+        """The GPU's device minor: its `/dev/nvidia<minor>` and its rows in the MIG capability table."""
+        return int(self._call("nvmlDeviceGetMinorNumber", handle))
+
     def mig_mode(self, handle: Any) -> tuple[int, int]:
         current, pending = self._call("nvmlDeviceGetMigMode", handle)
         return int(current), int(pending)

@@ -49,6 +49,8 @@ class DevicePluginService(rpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._version = 0
         self.stopping = threading.Event()
+        # why this plugin leaves the node's GPUs alone now (plugin/neighbours.py); None: it serves them
+        self.refusal: Callable[[], str | None] = lambda: None
 
     def devices_changed(self) -> None:
         with self._changed:
@@ -100,6 +102,9 @@ class DevicePluginService(rpc.DevicePluginServicer):
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         responses = []
+        refused = self.refusal()
+        if refused:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"dynmig: neighbour: {refused}")
         for container in request.container_requests:
             try:
                 responses.append(to_response(self.allocator.allocate(list(container.devices_ids))))
@@ -136,6 +141,7 @@ class PluginServer:
         self._registered = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.may_register: Callable[[], bool] = lambda: True  # False while a neighbour serves the name
 
     @property
     def socket_path(self) -> Path:
@@ -178,8 +184,16 @@ class PluginServer:
         if server is not None:
             server.stop(grace=0.5).wait(5)
 
+    def lost(self) -> None:
+        """kubelet no longer counts on us (another plugin took the resource name): not registered
+        and not ready, and the watch registers again once `may_register` allows it."""
+        self._registered = False
+
     def _try_register(self) -> bool:
-        """Register with kubelet (it dials back before answering); False when it is not there yet."""
+        """Register with kubelet (it dials back before answering); False when it is not there yet
+        or may not be (a neighbour serves the resource name)."""
+        if not self.may_register():
+            return False
         seen = _identity(self.kubelet_socket)
         if seen is None:
             return False

@@ -184,6 +184,10 @@ def node_lines(node: NodeMap, style: Style) -> list[str]:
         f"still fits: {_fits_text(node.fits, _profiles(node))}"
     )
     lines = [head]
+    if node.refused:
+        lines.append(
+            style.paint(f"  device plugin leaves these GPUs alone: {clean(node.refused, 1024)}", WARN_COLOUR)
+        )
     if node.idle_unreadable:
         lines.append(style.paint(f"  idle instances {clean(node.idle_unreadable, 1024)}", WARN_COLOUR))
     return [*lines, *(line for g in node.gpus for line in gpu_lines(g, style))]

@@ -24,23 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12podresources.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"I\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\"=\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t2Y\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12podresources.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"E\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"I\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\"=\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t2\xb9\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'podresources_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=26
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=51
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=53
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=120
-  _globals['_PODRESOURCES']._serialized_start=122
-  _globals['_PODRESOURCES']._serialized_end=213
-  _globals['_CONTAINERRESOURCES']._serialized_start=215
-  _globals['_CONTAINERRESOURCES']._serialized_end=288
-  _globals['_CONTAINERDEVICES']._serialized_start=290
-  _globals['_CONTAINERDEVICES']._serialized_end=351
-  _globals['_PODRESOURCESLISTER']._serialized_start=353
-  _globals['_PODRESOURCESLISTER']._serialized_end=442
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=26
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=55
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=57
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=126
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=128
+  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=153
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=155
+  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=222
+  _globals['_PODRESOURCES']._serialized_start=224
+  _globals['_PODRESOURCES']._serialized_end=315
+  _globals['_CONTAINERRESOURCES']._serialized_start=317
+  _globals['_CONTAINERRESOURCES']._serialized_end=390
+  _globals['_CONTAINERDEVICES']._serialized_start=392
+  _globals['_CONTAINERDEVICES']._serialized_end=453
+  _globals['_PODRESOURCESLISTER']._serialized_start=456
+  _globals['_PODRESOURCESLISTER']._serialized_end=641
 # @@protoc_insertion_point(module_scope)

@@ -13,6 +13,7 @@ from pathlib import Path
 from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
 from mig.allowlist import DeviceConfig, PolicyError, load_device_config
+from plugin.cdi import MIG_MINORS
 from plugin.config import ConfigError as NodeConfigError
 from plugin.config import DeviceFilter, load_node_config
 
@@ -41,6 +42,10 @@ class DraConfig:
     log_format: str = "text"
     # the node config's filterdevices: GPUs never published or touched
     excluded: DeviceFilter = field(default_factory=DeviceFilter)
+    # the CDI specs' device nodes (plugin/cdi.py): under the driver root, capability minors from the
+    # driver's table; None: the specs name the device by NVIDIA_VISIBLE_DEVICES alone
+    driver_root: Path = Path("/")
+    mig_minors: Path | None = None
 
 
 def driver_name(text: str) -> str:
@@ -81,6 +86,16 @@ def _flags(environ: Mapping[str, str] | None) -> Flags:
     )
     f.add("--plugin-dir", default=f"/var/lib/kubelet/plugins/{DRIVER}", help="where the DRA socket goes")
     f.add("--cdi-dir", default="/var/run/cdi", help="where CDI specs of prepared devices are written")
+    f.add(
+        "--driver-root",
+        default="/",
+        help="the NVIDIA driver's root on the host: the CDI specs' device nodes are under its dev/",
+    )
+    f.add(
+        "--mig-minors",
+        default=str(MIG_MINORS),
+        help="the driver's MIG capability table (device minors of /dev/nvidia-caps/nvidia-cap<N>)",
+    )
     f.add("--state-dir", default="/var/lib/dynmig-dra", help="the ownership journal's directory (a hostPath)")
     f.add("--metrics-address", default="", help="host:port of /metrics, /healthz and /readyz; empty: off")
     f.add("--kubeconfig", default="", help="kubeconfig file; empty: the pod's service account")
@@ -129,6 +144,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         registry_dir=Path(args.registry_dir),
         plugin_dir=Path(args.plugin_dir),
         cdi_dir=Path(args.cdi_dir),
+        driver_root=Path(args.driver_root),
+        mig_minors=Path(args.mig_minors),
         state_dir=Path(args.state_dir),
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,

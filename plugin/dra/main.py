@@ -32,6 +32,7 @@ from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.dra.devices import Gpu
 from mig.mirror import Mirror
 from mig.types import Placement
+from plugin.cdi import MigEdits
 from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError, ClaimRef
 from plugin.dra.config import ConfigError, DraConfig, load_config
@@ -118,7 +119,8 @@ class DraPluginApp:
         gpus = discover(self.nvml, self.config.device_config.allowlist, self.config.excluded)
         log.info("%d MIG GPUs published on %s", len(gpus), self.config.node_name)
         self.journal.load()
-        cdi = CdiSpecs(self.config.cdi_dir, self.config.driver)
+        edits = MigEdits(self.config.driver_root, self.config.mig_minors)
+        cdi = CdiSpecs(self.config.cdi_dir, self.config.driver, edits)
         self.preparer = Preparer(
             self.nvml,
             self.journal,

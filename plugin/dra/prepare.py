@@ -26,7 +26,9 @@ from typing import Any
 
 from mig.dra.devices import Gpu, MigDevice, by_name
 from mig.types import Placement
-from plugin.dra.cdi import CdiDevice, CdiSpecs
+from plugin.cdi import CdiError
+from plugin.cdi import MigDevice as CdiDevice
+from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError, ClaimRef, Result, allocated
 from plugin.dra.gpus import NodeGpu
 from plugin.dra.status import DeviceReport
@@ -98,7 +100,12 @@ class Preparer:
         devices = [(r, self._device(ref, r)) for r in results]
         with self.lock:
             made = [self._ensure(ref, i, r, d) for i, (r, d) in enumerate(devices)]
-        ids = self.cdi.write(ref.uid, [CdiDevice(r.device, uuid) for r, uuid in made])
+        try:
+            ids = self.cdi.write(
+                ref.uid, [self._cdi_device(ref.uid, r.device, self.journal.get(_key(d))) for r, d in devices]
+            )
+        except CdiError as error:
+            raise PrepareError(f"claim {ref}: {error}") from None
         self.changed()
         self.reported(ref, [self._report(r, d) for r, d in devices])
         return [
@@ -304,10 +311,22 @@ class Preparer:
         self.undecided = undecided
         return kept, released
 
+    def _cdi_device(self, claim_uid: str, device: str, entry: Entry | None) -> CdiDevice:
+        assert entry is not None and entry.migUUID, "a prepared device has its journal entry"
+        return CdiDevice(
+            self.cdi.device_name(claim_uid, device),
+            entry.migUUID,
+            self.gpus[entry.gpuUUID].minor,
+            entry.gpuInstanceID or 0,
+            entry.computeInstanceID or 0,
+        )
+
     def _rewrite_cdi(self, ref: ClaimRef, entries: list[Entry]) -> None:
         names = {_key(d): name for name, (_, d) in self.devices.items()}
         devices = [
-            CdiDevice(names[e.key], e.migUUID) for e in entries if e.created and e.migUUID and e.key in names
+            self._cdi_device(ref.uid, names[e.key], e)
+            for e in entries
+            if e.created and e.migUUID and e.key in names
         ]
         if devices:
             self.cdi.write(ref.uid, devices)

@@ -49,7 +49,7 @@ from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.kubelet.lease import NodeLease
-from sim.nvml import SimulatedNvml
+from sim.nvml import SimulatedNvml, caps
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
@@ -73,6 +73,9 @@ RESTART_BACKOFF = (1.0, 16.0)
 JOB_BACKOFF = (1.0, 60.0)
 # kubelet's pod worker retries a failed sync (a failed NodePrepareResources) after 10 s; shorter here
 DRA_RETRY = 1.0
+CDI_RETRY = (
+    1.0  # a container whose CDI device did not resolve is created again after this (kubelet: its back-off)
+)
 DEVICES_TIMEOUT = 10.0  # seconds from a device plugin's registration to its first healthy device
 # GOARCH names, as a kubelet reports its machine
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
@@ -111,6 +114,8 @@ class NodeRuntime:
     # chart's containerPort is), so a Prometheus scraping it sees the same target across restarts
     metrics_port: int = 0
     dra: dra_node.DraSide | None = None  # a DRA node's kubelet DRA side and its dra-plugin process
+    cdi_dir: Path | None = None  # the runtime's CDI spec dir, when the chart's plugin writes CDI specs
+    mig_minors: Path | None = None  # the simulated driver's /proc/driver/nvidia-caps/mig-minors
 
     @property
     def name(self) -> str:
@@ -133,7 +138,9 @@ class Lab:
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
-    values: further chart values (`--set` arguments, e.g. `draPlugin.extendedResources.profiles={1g.10gb}`).
+    values: further chart values (`--set` arguments, e.g. `draPlugin.extendedResources.profiles={1g.10gb}`;
+        devicePlugin.deviceListStrategy=cdi: the node's runtime then resolves CDI devices from the
+        node's spec dir, `NodeRuntime.cdi_dir`).
     policy_text: a device config's text, used as `policy` is when no policy file is given.
     json_values: chart values as `helm install --set-json` takes them (`allocationWriters=[...]`).
     """
@@ -306,11 +313,12 @@ class Lab:
 
     # ---- operations -----------------------------------------------------------------------------
 
-    def restart_plugin(self, node: str, delete_pod: bool = True) -> None:
+    def restart_plugin(self, node: str, delete_pod: bool = True, sig: int = signal.SIGTERM) -> None:
         """Restart the node's device plugin; the new one must adopt what runs. `delete_pod`: as an
         operator does, delete its DaemonSet pod (kubelet sends SIGTERM, the DaemonSet controller
-        makes a new pod, kubelet starts a new plugin for it); else SIGTERM the process, which
-        kubelet restarts in the same pod after its back-off (this works with the API down)."""
+        makes a new pod, kubelet starts a new plugin for it); else send the process `sig` (SIGTERM;
+        SIGKILL: kill -9, as a crash), which kubelet restarts in the same pod after its back-off
+        (this works with the API down)."""
         runtime = self.nodes[node]
         before = runtime.kubelet.resource(self.resource)
         registrations = before.registrations if before else 0
@@ -318,7 +326,7 @@ class Lab:
         if delete_pod:
             self.core().delete_namespaced_pod(self.plugin_pod(node), NAMESPACE, _preload_content=False)
         elif runtime.plugin is not None:
-            _signal_child(runtime.plugin, signal.SIGTERM)
+            _signal_child(runtime.plugin, sig)
         self._wait_plugin(runtime, registrations + 1, started_after=starts)
 
     def kill_plugin(self, node: str) -> bool:
@@ -333,6 +341,32 @@ class Lab:
     def plugin_metrics_url(self, node: str) -> str:
         """The node's device plugin's /metrics (the same across its restarts)."""
         return f"http://127.0.0.1:{self.nodes[node].metrics_port}/metrics"
+
+    def uninstall_plugins(self) -> None:
+        """Delete the device plugins' DaemonSet (as `helm uninstall` does) and wait until no plugin
+        process runs: what the plugins left on the nodes stays."""
+        apps = client.AppsV1Api(self.api_client())
+        apps.delete_namespaced_daemon_set(PLUGIN_DAEMONSET, NAMESPACE, _preload_content=False)
+        deadline = time.monotonic() + 60
+        while any(r.plugin is not None and r.plugin.process.poll() is None for r in self.nodes.values()):
+            if time.monotonic() > deadline:
+                raise LabError("the device plugins still run 60s after their DaemonSet was deleted")
+            time.sleep(0.1)
+
+    def install_plugins(self) -> None:
+        """Create the chart's device-plugin DaemonSet again and wait until each plugin registered."""
+        counts = {}
+        for name, runtime in self.nodes.items():
+            view = runtime.kubelet.resource(self.resource)
+            counts[name] = (view.registrations if view else 0, runtime.plugin_starts)
+        apps = client.AppsV1Api(self.api_client())
+        apps.create_namespaced_daemon_set(
+            NAMESPACE, copy.deepcopy(self._chart.find("DaemonSet", PLUGIN_DAEMONSET))
+        )
+        for name, runtime in self.nodes.items():
+            if runtime.dra is None:
+                registrations, starts = counts[name]
+                self._wait_plugin(runtime, registrations + 1, started_after=starts)
 
     def plugin_pod(self, node: str) -> str:
         """The name of the device-plugin DaemonSet's pod on `node` (not one being deleted)."""
@@ -546,9 +580,12 @@ class Lab:
         plugin_dir = Path(self._sockets.name) / spec.name
         kubelet = SimulatedKubelet(plugin_dir).start()
         side = dra_node.start_side(plugin_dir, base, self.api_client("kubelet")) if spec.dra else None
-        self.nodes[spec.name] = NodeRuntime(
-            spec, state, plugin_dir, nvml, kubelet, dra=side, metrics_port=free_port()
-        )
+        runtime = NodeRuntime(spec, state, plugin_dir, nvml, kubelet, dra=side, metrics_port=free_port())
+        if not spec.dra and self._writes_cdi:
+            runtime.cdi_dir = base / "cdi"
+            runtime.cdi_dir.mkdir(exist_ok=True)
+            runtime.mig_minors = caps.write_mig_minors(base / "proc" / "mig-minors", spec.gpu_count)
+        self.nodes[spec.name] = runtime
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._api.create(
             {
@@ -608,6 +645,11 @@ class Lab:
         return str(key), str(value)
 
     @property
+    def _writes_cdi(self) -> bool:
+        """The chart's device plugin writes a CDI spec per instance (deviceListStrategy cdi)."""
+        return "--device-list-strategy=cdi" in self._chart.container_args("DaemonSet", "device-plugin")
+
+    @property
     def dra_nodes(self) -> list[str]:
         """The nodes in DRA mode (`@dra` in --nodes)."""
         return [s.name for s in self.specs if s.dra]
@@ -619,11 +661,11 @@ class Lab:
         through that plugin and resolves their CDI devices from the node's CDI dir."""
         for runtime in self.nodes.values():
             side = runtime.dra
-            extra: dict[str, Any] = (
-                {}
-                if side is None
-                else {"dra": side.manager, "cdi_dirs": [side.cdi_dir], "dra_retry": DRA_RETRY}
-            )
+            extra: dict[str, Any] = {}
+            if side is not None:
+                extra = {"dra": side.manager, "cdi_dirs": [side.cdi_dir], "dra_retry": DRA_RETRY}
+            elif runtime.cdi_dir is not None:
+                extra = {"cdi_dirs": [runtime.cdi_dir], "dra_retry": CDI_RETRY}
             runtime.agent = SimulatedPods(
                 runtime.name,
                 self.api_client("kubelet"),
@@ -815,6 +857,9 @@ class Lab:
         # the chart's PodResources socket is the node's kubelet's: here, the simulated kubelet's
         asks = any(arg.startswith("--pod-resources-socket=") for arg in chart_args)
         sockets = {"--pod-resources-socket": str(runtime.kubelet.pod_resources_path)} if asks else {}
+        if runtime.cdi_dir is not None and runtime.mig_minors is not None:
+            # the chart's hostPath /var/run/cdi and the driver's /proc table are the node's own
+            sockets |= {"--cdi-dir": str(runtime.cdi_dir), "--mig-minors": str(runtime.mig_minors)}
         args = chart.laptop_args(
             chart_args,
             replace={

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.kubelet import DraManager, PluginWatcher
+from sim.nvml import caps
 
 from lab import chart
 from lab.supervisor import Child, Supervisor, python_argv
@@ -108,6 +109,8 @@ def plugin_argv(
             "--registry-dir": str(side.registry_dir),
             "--plugin-dir": str(side.plugin_dir / driver),
             "--cdi-dir": str(side.cdi_dir),
+            # the simulated driver's /proc/driver/nvidia-caps/mig-minors (it lists more GPUs than a node has)
+            "--mig-minors": str(caps.write_mig_minors(state_file.parent / "proc" / "mig-minors", 16)),
             "--state-dir": str(side.state_dir),
             "--metrics-address": f"127.0.0.1:{metrics_port}",
         },

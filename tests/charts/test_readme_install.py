@@ -71,7 +71,9 @@ def test_the_install_section_has_values_files_and_install_commands():
 def render_documented(command: list[str], kube_version: str, workdir) -> list[dict]:
     assert command[:2] == ["helm", "install"]
     argv = [helm_binary(), "template", *command[2:], "--kube-version", kube_version]
-    argv = [str(CHART) if a == "charts/dynmig" else a for a in argv]
+    argv = [
+        str(CHART) if a == "charts/dynmig" else str(ROOT / a) if a.startswith("charts/") else a for a in argv
+    ]
     for name, body in values_files().items():
         (workdir / name).write_text(body)
     done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=60, check=False)
@@ -96,10 +98,16 @@ def test_each_documented_install_renders_valid_objects_that_do_what_the_step_say
     assert {n["operatingmode"] for n in nodes.values()} == {"mig"}
     assert nodes["gpu-node-2"]["filterdevices"]["index"] == [3]
     flags = shlex.join(command)
-    if "gpuOperatorToolkitReady.enabled=true" in flags:  # GPU Operator nodes, HA
+    if "values-gpu-operator.yaml" in flags:  # GPU Operator 25.10+ nodes (CDI), HA
         assert spec["runtimeClassName"] == "nvidia" and not of_kind(docs, "RuntimeClass")
         assert [c["name"] for c in spec["initContainers"]] == ["toolkit-validation"]
         assert one(docs, "Deployment")["spec"]["replicas"] == 2
+        args = container(daemonset, "device-plugin")["args"]
+        assert {
+            "--device-list-strategy=cdi",
+            "--cdi-dir=/var/run/cdi",
+            "--socket-name=dynmig-gpu.sock",
+        } <= set(args)
     elif "createRuntimeClass=true" in flags:
         assert spec["runtimeClassName"] == one(docs, "RuntimeClass")["metadata"]["name"] == "nvidia"
     else:  # no NVIDIA runtime: NVML from the host's driver

@@ -8,6 +8,14 @@ devices ..."), `pkg/cdi/spec.go` (spec files `*.json` / `*.yaml` in the spec dir
 `vendor/class`, later dirs override earlier ones), `pkg/cdi/container-edits.go` (the spec's
 `containerEdits` apply with each of its devices' own, env entries `KEY=VALUE`) and
 `pkg/parser/parser.go` (a qualified name is `vendor/class=name`).
+
+What a device plugin's Allocate answer asks of the runtime: containerd's CRI `WithCDI`
+(`internal/cri/opts/spec_linux.go`; `pkg/cri/opts/spec_linux.go` in 1.7) takes the CRI `CDIDevices`
+field, then the names of `cdi.k8s.io/*` annotations (`pkg/cdi/annotations.go` `ParseAnnotations`:
+comma-separated qualified names), and injects them all through `pkg/cdi/oci_opt.go`
+`WithCDIDevices`, whose failure it reports as "CDI device injection failed: ..." and kubelet as
+"failed to create containerd container: ..." (reason CreateContainerError, HAMi issue #1903 shows it
+on a real node).
 """
 
 from __future__ import annotations
@@ -49,6 +57,19 @@ def _specs(dirs: list[Path]) -> dict[str, list[str]]:
 def _env(edits: Any) -> list[str]:
     env = edits.get("env") if isinstance(edits, dict) else None
     return [e for e in env if isinstance(e, str) and "=" in e] if isinstance(env, list) else []
+
+
+ANNOTATION_PREFIX = "cdi.k8s.io/"
+
+
+def requested(answer: Any) -> list[str]:
+    """The CDI devices a device plugin's container answer asks the runtime for, in containerd's order
+    (the CRI field, then the annotations by key), each once."""
+    names = [d.name for d in answer.cdi_devices]
+    for key, value in sorted(dict(answer.annotations).items()):
+        if key.startswith(ANNOTATION_PREFIX):
+            names += [n.strip() for n in value.split(",") if n.strip()]
+    return list(dict.fromkeys(names))
 
 
 def inject(dirs: list[Path], device_ids: list[str]) -> tuple[dict[str, str], list[str]]:

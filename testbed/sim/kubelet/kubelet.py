@@ -349,6 +349,11 @@ class SimulatedKubelet:
         with self._cond:
             self._pod_manager.pop(pod_uid, None)
 
+    def allocatable_devices(self) -> dict[str, list[str]]:
+        """Resource name -> every device ID its current plugin listed (PodResources' allocatable)."""
+        with self._cond:
+            return {name: sorted(r.devices) for name, r in self._resources.items()}
+
     def pod_resources(self) -> list[tuple[str, str, dict[str, list[str]]]]:
         """What PodResources List answers now: (namespace, name, container -> device IDs) per pod."""
         with self._cond:
@@ -459,8 +464,12 @@ class _Registration(rpc.RegistrationServicer):
 
 
 class _PodResources(prrpc.PodResourcesListerServicer):
-    """kubelet's PodResources v1 List (pkg/kubelet/apis/podresources/server_v1.go): every pod of the
-    pod manager with, per container, the devices the device manager recorded for it."""
+    """kubelet's PodResources v1 (pkg/kubelet/apis/podresources/server_v1.go). List: every pod of the
+    pod manager with, per container, the devices the device manager recorded for it.
+    GetAllocatableResources: every device of each resource's current plugin, healthy or not (the
+    device manager's `GetAllocatableDevices`, its `allDevices`, which a new registration's
+    ListAndWatch replaces), one ContainerDevices per device as `containerDevicesFromResourceDeviceInstances`
+    writes them."""
 
     def __init__(self, kubelet: SimulatedKubelet) -> None:
         self.kubelet = kubelet
@@ -478,6 +487,16 @@ class _PodResources(prrpc.PodResourcesListerServicer):
             ]
             out.append(prpb.PodResources(name=name, namespace=namespace, containers=containers))
         return prpb.ListPodResourcesResponse(pod_resources=out)
+
+    def GetAllocatableResources(
+        self, request: prpb.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> prpb.AllocatableResourcesResponse:
+        devices = [
+            prpb.ContainerDevices(resource_name=name, device_ids=[device])
+            for name, ids in self.kubelet.allocatable_devices().items()
+            for device in ids
+        ]
+        return prpb.AllocatableResourcesResponse(devices=devices)
 
 
 def _call(method: Callable, request: object, name: str) -> object:

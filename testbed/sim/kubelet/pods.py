@@ -363,9 +363,8 @@ class SimulatedPods:
                     return
             devices = {name: [] for name, _ in _containers(pod)}
             for c in record.allocation.containers if record.allocation else []:
-                if c.response is not None:
-                    record.env[c.name] = dict(c.response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
-                    devices.setdefault(c.name, []).extend(mig_uuids([c.response]))
+                if c.response is not None and not self._plugin_cdi(record, c.name, c.response, devices):
+                    return
             if not self._inject_cdi(record, devices):
                 return
             ignore = (pod["metadata"].get("annotations") or {}).get(IGNORE_SIGTERM) == "true"
@@ -396,6 +395,39 @@ class SimulatedPods:
         record.retry_at = None
         return True
 
+    def _plugin_cdi(self, record: PodRecord, name: str, response: Any, devices: dict[str, list[str]]) -> bool:
+        """A container's devices from the device plugin's answer. With `cdi_dirs` (a runtime with CDI
+        on), the CDI devices it names are resolved from the spec files as the runtime does and the
+        container runs on what the specs inject; False: one is unresolvable, the container is not
+        created (a "Failed" event) and is tried again later, with the same answer (kubelet keeps a
+        container's allocation)."""
+        names = cdi.requested(response) if self.cdi_dirs is not None else []
+        if not names:
+            record.env[name] = dict(response.envs).get("NVIDIA_VISIBLE_DEVICES", "")
+            devices.setdefault(name, []).extend(mig_uuids([response]))
+            return True
+        if self._waiting(record):
+            return False
+        try:
+            env, applied = cdi.inject(self.cdi_dirs or [], names)
+        except cdi.CdiError as error:
+            self._create_failed(record, name, error)
+            return False
+        record.retry_at = None
+        env = {**dict(response.envs), **env}
+        record.env[name] = env.get("NVIDIA_VISIBLE_DEVICES", "")
+        record.cdi_devices[name] = names
+        texts = [*dict(response.envs).values(), *applied]
+        found = devices.setdefault(name, [])
+        found += [u for t in texts for u in MIG_UUID.findall(t) if u not in found]
+        return True
+
+    def _create_failed(self, record: PodRecord, name: str, error: Exception) -> None:
+        record.retry_at = time.monotonic() + self.dra_retry
+        message = f"Error: failed to create containerd container: CDI device injection failed: {error}"
+        self._event(record.pod, "Warning", "Failed", message)
+        self.echo(f"{self.node}: {record.namespace}/{record.name} container {name}: {message}")
+
     def _inject_cdi(self, record: PodRecord, devices: dict[str, list[str]]) -> bool:
         """Each container's CDI devices, resolved as the runtime does; False: a container could
         not be created (event sent, tried again later)."""
@@ -412,12 +444,7 @@ class SimulatedPods:
                 try:
                     env, applied = cdi.inject(self.cdi_dirs, ids)
                 except cdi.CdiError as error:
-                    record.retry_at = time.monotonic() + self.dra_retry
-                    message = (
-                        f"Error: failed to create containerd container: CDI device injection failed: {error}"
-                    )
-                    self._event(record.pod, "Warning", "Failed", message)
-                    self.echo(f"{self.node}: {record.namespace}/{record.name} container {name}: {message}")
+                    self._create_failed(record, name, error)
                     return False
                 record.env[name] = env.get("NVIDIA_VISIBLE_DEVICES", "")
                 texts += applied

@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client
 from sim.apiserver import ApiServer
 from sim.nvml import SimulatedNvml
+from sim.nvml.caps import write_mig_minors
 from waiting_testkit import wait_for
 
 from plugin.api import dra_v1_pb2 as pb
@@ -50,6 +51,7 @@ class Process:
             "dra-plugin", "--node-name", NODE, "--config-file", str(policy),
             "--registry-dir", str(self.root / "registry"), "--plugin-dir", str(self.root / "plugin"),
             "--cdi-dir", str(self.root / "cdi"), "--state-dir", str(self.root / "state"),
+            "--mig-minors", str(write_mig_minors(self.root / "mig-minors", 8)),
             "--kubeconfig", str(self.api.kubeconfig()), "--resync-interval", "0.5",
         ]  # fmt: skip
         out = open(self.log, "a")  # noqa: SIM115 - the child writes to it until it dies

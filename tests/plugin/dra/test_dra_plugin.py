@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from sim.apiserver import ApiServer
 from sim.nvml import SimulatedNvml
+from sim.nvml.caps import write_mig_minors
 from waiting_testkit import wait_for
 
 from mig.allowlist import DeviceConfig, default_allowlist
@@ -59,6 +60,7 @@ class DraNode:
             cdi_dir=self.root / "cdi",
             state_dir=self.root / "state",
             resync_interval=0.2,
+            mig_minors=write_mig_minors(self.root / "mig-minors", 8),
         )
 
     def start(self) -> DraPluginApp:
@@ -215,10 +217,16 @@ def test_prepare_creates_exactly_the_allocated_placement_and_returns_its_cdi_dev
     assert (d.pool_name, d.device_name, list(d.request_names)) == (NODE, device["name"], ["mig"])
     assert node.instances() == [attrs(device)]
     (cdi_id,) = d.cdi_device_ids
-    spec = json.loads((node.root / "cdi" / f"dynmig-{claim['metadata']['uid']}.json").read_text())
+    spec = json.loads(next((node.root / "cdi").glob(f"*_{claim['metadata']['uid']}.json")).read_text())
     assert cdi_id == f"{spec['kind']}={spec['devices'][0]['name']}"
     mig = next(u for g in node.sim.gpus() for u in g.mig_uuids)
-    assert spec["devices"][0]["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig}"]
+    # the same device edits as the device plugin's specs (plugin/cdi.py): the parent GPU and the
+    # capability devices of its GPU instance and compute instance
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert paths[0].startswith("/dev/nvidia") and len(paths) == 3
+    assert all(p.startswith("/dev/nvidia-caps/nvidia-cap") for p in paths[1:])
 
 
 def test_a_prepared_claim_reports_its_mig_uuid_in_the_claims_device_status(node):
@@ -267,7 +275,7 @@ def test_unprepare_destroys_exactly_the_claims_instance_and_leaves_the_others(no
     assert len(kept) == 2
     assert node.unprepare(a).claims[a["metadata"]["uid"]].error == ""
     assert len(node.instances()) == 1
-    assert not (node.root / "cdi" / f"dynmig-{a['metadata']['uid']}.json").exists()
+    assert not list((node.root / "cdi").glob(f"*{a['metadata']['uid']}*"))
     assert node.unprepare(a).claims[a["metadata"]["uid"]].error == ""  # again: nothing left, success
 
 
