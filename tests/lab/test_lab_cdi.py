@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.kit import Kit
-from lab.nodes import DEFAULT_NODES, parse_nodes
+from lab.nodes import DEFAULT_NODES
 
 from dynmig.status.main import main as status_main
+from tests import lab_testkit
 from tests.sim.kubelet_testkit import TinyPlugin
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,19 +26,9 @@ KIND = "k8s.dynmig.io/mig"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(
-        parse_nodes(DEFAULT_NODES),
-        tmp_path_factory.mktemp("cdi-lab"),
-        values=("devicePlugin.deviceListStrategy=cdi",),
-    ).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(
+        tmp_path_factory, "cdi-lab", DEFAULT_NODES, values=("devicePlugin.deviceListStrategy=cdi",)
+    )
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 from lab import main
-from lab.chart import ChartError, helm_binary
 from lab.cluster import DRA_DAEMONSET, PLUGIN_DAEMONSET, Lab, LabError
 from lab.dra_scenario import claim_pod, claim_template
 from lab.kit import Kit, gpu_pod
@@ -19,6 +18,7 @@ from lab.scenario import Run, ScenarioFailed
 from lab.scenarios import SCENARIOS
 
 from mig.annotations import USE_GPU_TYPE
+from tests import lab_testkit
 
 NODES = "gpu-ext=1xA100-SXM4-40GB;gpu-dra=2xA100-SXM4-40GB@dra"
 
@@ -76,22 +76,12 @@ def test_the_claim_objects_are_the_example_s_with_the_profile_and_names_changed(
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("dra-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "dra-lab", NODES)
 
 
 @pytest.fixture
 def kit(lab: Lab) -> Iterator[Kit]:
-    k = Kit(lab)
-    yield k
-    k.delete_all()
+    yield from lab_testkit.emptied(lab)
 
 
 def _daemon_pods(lab: Lab, daemonset: str) -> list[str]:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.dra_scenario import claim_pod, claim_template
-from lab.nodes import parse_nodes
+
+from tests import lab_testkit
 
 pytestmark = pytest.mark.timeout(300)  # a burst of up to 14 pods, then deleting them
 
@@ -33,17 +33,9 @@ TOOLS = Path(os.environ.get("DYNMIG_TOOLS", Path(__file__).resolve().parents[2] 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
     if not (TOOLS / "kubectl").exists():
         pytest.skip(f"kubectl not found in {TOOLS} (run `make tools`)")
-    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("dra-burst-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "dra-burst-lab", NODES)
 
 
 class Kubectl:

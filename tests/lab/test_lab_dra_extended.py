@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.kit import Kit
-from lab.nodes import parse_nodes
+
+from tests import lab_testkit
 
 NODES = "gpu-h100=1xH100-SXM5-80GB@dra"
 VALUES = ("draPlugin.extendedResources.profiles={1g.10gb}",)
@@ -25,17 +25,9 @@ TOOLS = Path(os.environ.get("DYNMIG_TOOLS", Path(__file__).resolve().parents[2] 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
     if not (TOOLS / "kubectl").exists():
         pytest.skip(f"kubectl not found in {TOOLS} (run `make tools`)")
-    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("dra-ext-lab"), values=VALUES).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "dra-ext-lab", NODES, values=VALUES)
 
 
 def kubectl(lab: Lab, *args: str) -> str:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.dra_scenario import claim_pod, claim_template
 from lab.kit import Kit
-from lab.nodes import parse_nodes
+
+from tests import lab_testkit
 
 NODES = "gpu-a100=2xA100-SXM4-40GB@dra;gpu-h100=1xH100-SXM5-80GB@dra"
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,17 +29,9 @@ TOOLS = Path(os.environ.get("DYNMIG_TOOLS", ROOT / ".cache" / "tools"))
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
     if not (TOOLS / "kubectl").exists():
         pytest.skip(f"kubectl not found in {TOOLS} (run `make tools`)")
-    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("dra-visible-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "dra-visible-lab", NODES)
 
 
 def kubectl(lab: Lab, *args: str) -> str:

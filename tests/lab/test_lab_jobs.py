@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.kit import gpu_pod
-from lab.nodes import parse_nodes
 from sim.kubelet.pods import restarted_after
 from waiting_testkit import wait_for
 
 from mig.annotations import MIG_ALLOCATIONS
+from tests import lab_testkit
 
 NS = "default"
 IMAGE = "ghcr.io/dynmig/dynmig:0.1.0"
@@ -26,15 +25,7 @@ FAILING = ["certs", "init", "--in-cluster", f"--namespace={NS}", "--service=web"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(parse_nodes("gpu-a=1xA100-SXM4-40GB"), tmp_path_factory.mktemp("jobs-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "jobs-lab", "gpu-a=1xA100-SXM4-40GB")
 
 
 def _job(name: str, restart: str, args: list[str], backoff_limit: int) -> dict[str, Any]:

@@ -10,32 +10,22 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.kit import Kit
-from lab.nodes import parse_nodes
+
+from tests import lab_testkit
 
 NODES = "gpu-h100=1xH100-SXM5-80GB;gpu-a100=1xA100-SXM4-80GB"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(parse_nodes(NODES), tmp_path_factory.mktemp("mig-manager-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "mig-manager-lab", NODES)
 
 
 @pytest.fixture
 def kit(lab: Lab) -> Iterator[Kit]:
-    k = Kit(lab)
-    yield k
-    k.delete_all()
+    yield from lab_testkit.emptied(lab)
 
 
 def mig_manager_pod(name: str, resource: str, count: int, gpu_type: str = "") -> dict:

@@ -9,32 +9,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
 from lab.kit import Kit
-from lab.nodes import parse_nodes
+
+from tests import lab_testkit
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mixed-pair.yaml"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(parse_nodes("gpu-a100=2xA100-SXM4-40GB"), tmp_path_factory.mktemp("pair-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "pair-lab", "gpu-a100=2xA100-SXM4-40GB")
 
 
 @pytest.fixture
 def kit(lab: Lab) -> Iterator[Kit]:
-    k = Kit(lab)
-    yield k
-    k.delete_all()
+    yield from lab_testkit.emptied(lab)
 
 
 def test_the_mixed_pair_shares_one_a100_and_leaves_the_other_whole(lab, kit):

@@ -11,11 +11,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from lab.chart import ChartError, helm_binary
 from lab.cluster import Lab
-from lab.nodes import parse_nodes
 from waiting_testkit import wait_for
 
+from tests import lab_testkit
 from tests.charts.prometheus_testkit import PLUGIN_JOB, SERVE_JOB, Prometheus, binary, write_rules
 
 NODE = "gpu-a"
@@ -25,15 +24,7 @@ WAIT = 60.0  # generous: a loaded CI machine; nothing here is timed
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     binary("prometheus")
-    try:
-        helm_binary()
-    except ChartError as error:
-        pytest.skip(str(error))
-    started = Lab(parse_nodes(f"{NODE}=1xA100-SXM4-40GB"), tmp_path_factory.mktemp("prometheus-lab")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from lab_testkit.started(tmp_path_factory, "prometheus-lab", f"{NODE}=1xA100-SXM4-40GB")
 
 
 def scrape_config(lab: Lab, rules: str) -> dict:

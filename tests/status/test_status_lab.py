@@ -19,6 +19,7 @@ from lab.kit import Kit, gpu_pod
 from lab.nodes import DEFAULT_NODES, parse_nodes
 
 from mig.annotations import PROFILE_PREFERENCE, USE_GPU_TYPE, USE_GPU_UUID
+from tests import lab_testkit
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / ".cache" / "tools" / "kubectl"
@@ -46,9 +47,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 @pytest.fixture
 def kit(lab: Lab) -> Iterator[Kit]:
-    k = Kit(lab)
-    yield k
-    k.delete_all()
+    yield from lab_testkit.emptied(lab)
 
 
 def kubectl_dynmig(lab: Lab, *args: str) -> str:
