@@ -103,6 +103,12 @@ class FifoLock:
             self._serving += 1
             self._cond.notify_all()
 
+    @property
+    def queued(self) -> int:
+        """Callers holding or waiting for the lock."""
+        with self._cond:
+            return self._next - self._serving
+
 
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
@@ -110,6 +116,7 @@ class InstanceError(RuntimeError):
     def __init__(self, reason: str, message: str, leaked: bool = False):
         self.reason = reason
         self.leaked = leaked  # a GI this call created could not be rolled back
+        self.gi_id = -1  # that GI's ID (set with `leaked`)
         super().__init__(message)
 
 
@@ -157,6 +164,12 @@ class InstanceManager:
             lock = self._gpu_locks.setdefault(uuid, FifoLock())
         with lock:
             yield
+
+    def gpu_queue(self, uuid: str) -> int:
+        """How many callers hold or wait for the GPU's lock (creates, destroys, adopts in line)."""
+        with self._map_lock:
+            lock = self._gpu_locks.get(uuid)
+        return lock.queued if lock is not None else 0
 
     def _mutable_gpu(self, uuid: str) -> GpuInventory:
         gpu = self.inventory.gpu(uuid)
@@ -216,6 +229,10 @@ class InstanceManager:
                 self.metrics.fail("create", error.reason)
                 if not error.leaked:
                     self._unjournal(key)
+                else:
+                    # its intent entry proves it ours: managed now (never delivered, no CI recorded),
+                    # so the next reconcile pass destroys it instead of it holding slices until a restart
+                    self._remember(ManagedInstance(key, error.gi_id, -1, "", owner=owner, delivered=False))
                 raise
             self.metrics.create_seconds.observe(time.perf_counter() - started)
             instance = ManagedInstance(
@@ -283,7 +300,7 @@ class InstanceManager:
                 raise
         except InstanceError as error:
             if not self._undo_gi(gi, key):
-                error.leaked = True  # the journal's intent entry stays, so reclaim finds this GI
+                error.leaked, error.gi_id = True, gi.gi_id  # the journal's intent entry stays
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
 
@@ -530,8 +547,12 @@ class InstanceManager:
                     key,
                 )
                 return
-            ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
-            if ci is not None:
+            if instance.has_ci:
+                ci = self.nvml.ci_by_id(gi.handle, instance.ci_id)
+                cis = [ci] if ci is not None else []
+            else:  # recorded without its CI (a crash or a failed rollback): whatever CI it holds is ours
+                cis = self.nvml.list_cis(gi.handle)
+            for ci in cis:
                 # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
                 self.nvml.destroy_ci(ci.handle)
             # why: return the reserved slices to the GPU so the scheduler's next reservation fits.
