@@ -48,6 +48,7 @@ from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.kubelet.lease import NodeLease
+from sim.kubelet.status import UPDATE_S, NodeStatus
 from sim.nvml import SimulatedNvml
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
@@ -104,6 +105,7 @@ class NodeRuntime:
     kubelet: SimulatedKubelet
     agent: SimulatedPods | None = None  # the kubelet's pod side
     lease: NodeLease | None = None  # the kubelet's heartbeat
+    status: NodeStatus | None = None  # the kubelet's node status sync (allocatable of the resource)
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
     dra: dra_node.DraSide | None = None  # a DRA node's kubelet DRA side and its dra-plugin process
@@ -120,6 +122,8 @@ class Lab:
     policy: a device-config file to use instead of the chart's default allowlist.
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    node_status_period: how often each kubelet publishes its allocatable GPUs (kubelet's
+      nodeStatusUpdateFrequency, 10 s): a dead plugin's node shows 0 at most this long after.
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
     """
 
@@ -132,8 +136,10 @@ class Lab:
         reconcile_interval: float = 1.0,
         scheduler_backoff: tuple[float, float] = (0.5, 2.0),
         page: bool = False,
+        node_status_period: float = UPDATE_S,
     ):
         self.specs = nodes
+        self.node_status_period = node_status_period
         self.page = page
         self.page_port = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -227,6 +233,8 @@ class Lab:
                 runtime.agent.stop()
             if runtime.lease is not None:
                 runtime.lease.stop()
+            if runtime.status is not None:
+                runtime.status.stop()
         for scheduler in (self.scheduler, self.default_scheduler):
             if scheduler is not None:
                 scheduler.stop()
@@ -581,6 +589,13 @@ class Lab:
                 **extra,
             ).start()
             runtime.lease = NodeLease(runtime.name, self.api_client("kubelet")).start()
+            runtime.status = NodeStatus(
+                runtime.name,
+                self.api_client("kubelet"),
+                runtime.kubelet,
+                self.resource,
+                self.node_status_period,
+            ).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
