@@ -547,12 +547,8 @@ class InstanceManager:
                     key,
                 )
                 return
-            if instance.has_ci:
-                ci = self.nvml.ci_by_id(gi.handle, instance.ci_id)
-                cis = [ci] if ci is not None else []
-            else:  # recorded without its CI (a crash or a failed rollback): whatever CI it holds is ours
-                cis = self.nvml.list_cis(gi.handle)
-            for ci in cis:
+            ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
+            if ci is not None:
                 # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
                 self.nvml.destroy_ci(ci.handle)
             # why: return the reserved slices to the GPU so the scheduler's next reservation fits.
