@@ -10,6 +10,7 @@ import threading
 from kubernetes import client as k8s
 from sim.nvml import codes
 
+from plugin.journal import Journal
 from tests.plugin.conftest import Want
 from tests.waiting_testkit import wait_for
 
@@ -82,3 +83,16 @@ def test_a_gpu_instance_whose_rollback_failed_is_reclaimed_by_the_next_pass_with
     node.add_pod("b", [[Want(0, "1g.5gb", 6, 1)]])
     admitted = node.admit("b")
     assert admitted.ok, admitted.error
+
+
+def test_a_second_plugin_process_on_the_node_waits_until_the_first_has_exited(make_node):
+    node = make_node(A100)
+    app = node.start_plugin()
+    second = Journal(node.plugin_dir / "state")  # the journal of a second process on the node
+
+    assert not second.hold(block=False)  # it would wait: one writer of the journal and the GPUs
+
+    node.stop_plugin()
+    assert second.hold(block=False)
+    second.release()
+    assert app.journal.path == second.path
