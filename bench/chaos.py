@@ -170,7 +170,9 @@ class Chaos:
         long_hold: tuple[float, float] = (8.0, 20.0),
         reuse: bool = False,
         storm: float = 0.0,
+        warm: int = 0,
     ):
+        self.warm = warm  # the plugins keep a warm pool of this many instances per node
         self.storm = storm  # > 0: kills every `storm` seconds, pods created while a plugin is down
         self.started = time.monotonic()
         self.unheld: dict[tuple[str, str, int], float] = {}  # (node, GPU, GI) -> plugin-up s unheld
@@ -525,13 +527,13 @@ class Chaos:
         try:
             self.kit.wait(lambda: not self.kit.pods(), 90, "every pod to be gone")
             self.kit.wait(
-                lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(),
+                lambda: not self._left() and not self.kit.bare_gpu_instances(),
                 60,
-                "every MIG instance to be reclaimed",
+                "every MIG instance to be reclaimed (a warm pool's kept, journaled idle)",
             )
         except AssertionError as error:
             self.report.details.append(str(error))
-        leaked = self.kit.instances()
+        leaked = self._left()
         self.report.leaked_instances = len(leaked) + len(self.kit.bare_gpu_instances())
         self.report.details += [
             f"leaked {i.profile}@{i.start}:{i.size} on {i.node}/{i.gpu_uuid}" for i in leaked
@@ -539,6 +541,13 @@ class Chaos:
         with contextlib.suppress(AssertionError):
             self.kit.wait(lambda: self._journal_entries() == 0, 15, "empty journals")
         self.report.journal_entries_left = self._journal_entries()
+
+    def _left(self) -> list[Any]:
+        """Instances still on a GPU; with a warm pool, those not journaled idle (the pool keeps its own)."""
+        if not self.warm:
+            return self.kit.instances()
+        idle = self._idle_journal()
+        return [i for i in self.kit.instances() if (i.gpu_uuid, i.start, i.size, i.mig_uuid) not in idle]
 
     def _audit_at_the_last_delete(self) -> None:
         """The workload's last pod is gone: audit what its plugins keep idle now, before the kills
@@ -595,7 +604,13 @@ class Chaos:
                 self.report.details.append(f"{gpu}: {n} idle instances over the cap of {IDLE_PER_GPU}")
 
     def _journal_entries(self) -> int:
-        return sum(len(_journal(runtime)) for runtime in self.lab.nodes.values())
+        """Journal entries left (with a warm pool: those not idle)."""
+        return sum(
+            1
+            for runtime in self.lab.nodes.values()
+            for e in _journal(runtime)
+            if not (self.warm and e.get("idleSince") is not None)
+        )
 
 
 def _journal(runtime: Any) -> list[dict[str, Any]]:
@@ -663,15 +678,21 @@ def run(
     long_hold: tuple[float, float] = (8.0, 20.0),
     reuse: bool = False,
     storm: float = 0.0,
+    warm: int = 0,
 ) -> Report:
     """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run; `reuse`: the
-    plugins run with idle reuse on (TTL `IDLE_TTL`, cap `IDLE_PER_GPU`), the pods mostly alike."""
-    env = {"DYNMIG_IDLE_TTL": f"{IDLE_TTL:g}" if reuse else "0", "DYNMIG_IDLE_PER_GPU": str(IDLE_PER_GPU)}
+    plugins run with idle reuse on (TTL `IDLE_TTL`, cap `IDLE_PER_GPU`), the pods mostly alike;
+    `warm`: each plugin keeps a warm pool of that many instances (idle reuse on for it)."""
+    env = {
+        "DYNMIG_IDLE_TTL": f"{IDLE_TTL:g}" if reuse or warm else "0",
+        "DYNMIG_IDLE_PER_GPU": str(IDLE_PER_GPU),
+        "DYNMIG_WARM_POOL": str(warm),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the plugin processes inherit the lab's environment
     try:
         with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
-            return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold, reuse, storm).run()
+            return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold, reuse, storm, warm).run()
     finally:
         for k, v in saved.items():
             if v is None:
@@ -696,6 +717,7 @@ def main() -> int:
         metavar="SECONDS",
         help="a kill every SECONDS on a clock, pods created while a plugin is down (as users do)",
     )
+    parser.add_argument("--warm", type=int, default=0, metavar="N", help="a warm pool of N per node")
     args = parser.parse_args()
     report = run(
         args.nodes,
@@ -706,6 +728,7 @@ def main() -> int:
         workdir=args.workdir,
         reuse=args.reuse,
         storm=args.storm,
+        warm=args.warm,
     )
     summary = {k: v for k, v in asdict(report).items() if k != "details"}
     print(json.dumps(summary, indent=2))
