@@ -185,7 +185,10 @@ class Lab:
         return self
 
     def _start(self) -> None:
-        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
+        # every lab node runs a kubelet, which removes a deleted pod (grace 0) once its containers
+        # stopped, as kube-apiserver leaves it to: the API server must not drop it when the grace
+        # period ends, or a loaded kubelet's pod vanishes while its GPU processes still run
+        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True, reap_after_grace=False).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         self.rendered = chart.render(
