@@ -78,6 +78,9 @@ KILL_MODES_REUSE = ("anywhere", "allocate", "reuse", "after-delete", "startup")
 IDLE_TTL, IDLE_PER_GPU = 6.0, 2  # seconds; idle instances per GPU
 LEFTOVER_SIGNS = ("Insufficient resources", "error 23", "owned-by-another-pod", "instance-busy")
 LINGER_S = 10.0  # plugin-up seconds an instance no active pod holds may stay (a reconcile is ~1 s)
+# kubelet's nodeStatusUpdateFrequency (10 s) plus the extender's watch and this loop's delay: a pod
+# bound that soon after its node's plugin died still finds allocatable > 0 on the Node
+KUBELET_WINDOW_S = 12.0
 # Failed pods by the reason a user reads in their status (the first sign found names the reason)
 FAILURE_REASONS = (
     ("create-refused", ("create-gi", "Insufficient resources", "error 23")),
@@ -119,6 +122,10 @@ class Report:
     ever_running: int = 0
     failed_by_reason: dict[str, int] = field(default_factory=dict)
     lingering: int = 0  # instances no active pod held for > LINGER_S of their plugin's up time
+    # plugin-unavailable failures seen within KUBELET_WINDOW_S of their node's last kill (kubelet's
+    # node status had not shown allocatable 0 yet) and later than that
+    unavailable_in_window: int = 0
+    unavailable_later: int = 0
     seconds: float = 0.0
     details: list[str] = field(default_factory=list)
 
@@ -176,6 +183,7 @@ class Chaos:
         self.storm = storm  # > 0: kills every `storm` seconds, pods created while a plugin is down
         self.started = time.monotonic()
         self.unheld: dict[tuple[str, str, int], float] = {}  # (node, GPU, GI) -> plugin-up s unheld
+        self.killed_at: dict[str, float] = {}  # node -> when its plugin was last killed
         self.ever_running: set[str] = set()
         self.last_check = time.monotonic()
         self.long_hold = long_hold
@@ -331,6 +339,13 @@ class Chaos:
         message = (pod.get("status") or {}).get("message") or ""
         reason = failure_reason(message)
         self.report.failed_by_reason[reason] = self.report.failed_by_reason.get(reason, 0) + 1
+        if reason == "plugin-unavailable":
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            since = time.monotonic() - self.killed_at.get(node, float("-inf"))
+            if since <= KUBELET_WINDOW_S:
+                self.report.unavailable_in_window += 1
+            else:
+                self.report.unavailable_later += 1
         if self.storm and reason not in ("plugin-unavailable", "killed-mid-allocate"):
             self.report.details.append(f"failed ({reason}) {pod['metadata']['name']}: {message[:300]}")
         if any(sign in message for sign in LEFTOVER_SIGNS):
@@ -367,6 +382,7 @@ class Chaos:
             self.rng.uniform(0.3, 1.2) if mode == "startup" else None,
         )
         _sigkill(runtime.plugin)
+        self.killed_at[name] = time.monotonic()
         self.report.kills += 1
         self.report.kills_by_mode[mode] = self.report.kills_by_mode.get(mode, 0) + 1
         self.echo(f"[chaos] kill -9 #{self.report.kills} ({mode}) of the plugin on {name}")
@@ -385,6 +401,7 @@ class Chaos:
             down.started_at = down.started_at or now
             if now - down.started_at >= down.again_after:
                 _sigkill(runtime.plugin)
+                self.killed_at[down.node] = time.monotonic()
                 down.starts, down.again_after, down.since = runtime.plugin_starts, None, None
                 self.echo(f"[chaos]   and killed again while it recovers on {down.node}")
             return
@@ -741,7 +758,8 @@ def main() -> int:
         f"chaos: kills {report.kills}, pods {report.pods}, ever Running {report.ever_running}, "
         f"Failed by reason {dict(sorted(report.failed_by_reason.items()))}, lingering > {LINGER_S:g}s "
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
-        f"left {report.leaked_instances}"
+        f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
+        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}"
     )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
