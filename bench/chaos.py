@@ -31,6 +31,14 @@ hand-over in flight). It also checks:
   cap and its TTL (waiting up to 3 s for the last pass to park them); and at the end, nothing is
   left.
 
+With `--storm SECONDS` it runs as users do, the way the storm of issue 38 was judged: a kill every
+SECONDS on a clock (as soon as the plugin is back, no pause), and pods keep coming while a plugin is
+down (kube-scheduler may bind them to its node). Each run prints one line: kills, pods, ever Running,
+Failed by reason (`failure_reason`), instances lingering > LINGER_S of their plugin's up time with no
+active pod holding their placement, lost, overlaps, left after every pod was deleted. A Failed pod
+whose create was refused at its reserved placement, or whose journal could not be written, makes
+the run unclean; `plugin-unavailable` and `killed-mid-allocate` are what a kill costs.
+
 Writes bench/results/chaos.json (chaos-reuse.json with `--reuse`). The short versions run in
 tests/plugin/test_chaos.py and tests/plugin/test_chaos_reuse.py.
 """
@@ -69,6 +77,27 @@ KILL_MODES = ("anywhere", "allocate", "after-delete", "startup")
 KILL_MODES_REUSE = ("anywhere", "allocate", "reuse", "after-delete", "startup")
 IDLE_TTL, IDLE_PER_GPU = 6.0, 2  # seconds; idle instances per GPU
 LEFTOVER_SIGNS = ("Insufficient resources", "error 23", "owned-by-another-pod", "instance-busy")
+LINGER_S = 10.0  # plugin-up seconds an instance no active pod holds may stay (a reconcile is ~1 s)
+# kubelet's nodeStatusUpdateFrequency (10 s) plus the extender's watch and this loop's delay: a pod
+# bound that soon after its node's plugin died still finds allocatable > 0 on the Node
+KUBELET_WINDOW_S = 12.0
+# Failed pods by the reason a user reads in their status (the first sign found names the reason)
+FAILURE_REASONS = (
+    ("create-refused", ("create-gi", "Insufficient resources", "error 23")),
+    ("owned-by-another-pod", ("owned-by-another-pod",)),
+    ("instance-busy", ("instance-busy",)),
+    ("journal-write", ("journal-write", "ownership journal")),
+    ("plugin-unavailable", ("requested number of devices unavailable", "not registered")),
+    (
+        "killed-mid-allocate",
+        ("Stream removed", "Channel closed", "UNAVAILABLE", "unavailable", "Socket closed"),
+    ),
+)
+
+
+def failure_reason(message: str) -> str:
+    """The reason label of an admission failure's message (pure)."""
+    return next((label for label, signs in FAILURE_REASONS if any(s in message for s in signs)), "other")
 
 
 @dataclass
@@ -89,6 +118,14 @@ class Report:
     busy_handovers: int = 0  # a workload started on a MIG device a process already ran on
     idle_after_delete: int = 0  # instances left once every pod was gone (all journaled idle, or leaked)
     idle_unproven: int = 0  # of those: not journaled idle, over the per-GPU cap, or past the TTL
+    storm: bool = False  # pods keep coming while a plugin is down; kills on a clock (users' conditions)
+    ever_running: int = 0
+    failed_by_reason: dict[str, int] = field(default_factory=dict)
+    lingering: int = 0  # instances no active pod held for > LINGER_S of their plugin's up time
+    # plugin-unavailable failures seen within KUBELET_WINDOW_S of their node's last kill (kubelet's
+    # node status had not shown allocatable 0 yet) and later than that
+    unavailable_in_window: int = 0
+    unavailable_later: int = 0
     seconds: float = 0.0
     details: list[str] = field(default_factory=list)
 
@@ -102,6 +139,9 @@ class Report:
             or self.journal_entries_left
             or self.busy_handovers
             or self.idle_unproven
+            or self.lingering
+            or self.failed_by_reason.get("create-refused", 0)
+            or self.failed_by_reason.get("journal-write", 0)
         )
 
 
@@ -136,7 +176,16 @@ class Chaos:
         echo=print,
         long_hold: tuple[float, float] = (8.0, 20.0),
         reuse: bool = False,
+        storm: float = 0.0,
+        warm: int = 0,
     ):
+        self.warm = warm  # the plugins keep a warm pool of this many instances per node
+        self.storm = storm  # > 0: kills every `storm` seconds, pods created while a plugin is down
+        self.started = time.monotonic()
+        self.unheld: dict[tuple[str, str, int], float] = {}  # (node, GPU, GI) -> plugin-up s unheld
+        self.killed_at: dict[str, float] = {}  # node -> when its plugin was last killed
+        self.ever_running: set[str] = set()
+        self.last_check = time.monotonic()
         self.long_hold = long_hold
         self.reuse = reuse
         self.modes = KILL_MODES_REUSE if reuse else KILL_MODES
@@ -146,7 +195,7 @@ class Chaos:
         self.total, self.kills, self.concurrency = pods, kills, concurrency
         self.rng = random.Random(seed)
         self.echo = echo
-        self.report = Report(pods=pods, reuse=reuse)
+        self.report = Report(pods=pods, reuse=reuse, storm=storm > 0)
         self.live: dict[str, Live] = {}
         self.created = 0
         self.first_uuid: dict[str, str] = {}  # pod uid -> MIG UUID first seen
@@ -194,8 +243,13 @@ class Chaos:
         return self.modes[self.report.kills % len(self.modes)]
 
     def _kill_due(self) -> bool:
-        """Kills are spread evenly over the pod stream: the k-th once k/(kills+1) of the pods exist."""
-        if self.report.kills >= self.kills or time.monotonic() - self.back_at < 1.5:
+        """Kills are spread evenly over the pod stream: the k-th once k/(kills+1) of the pods exist
+        (storm: on a clock, every `storm` seconds, as soon as the plugin is up again)."""
+        if self.report.kills >= self.kills:
+            return False
+        if self.storm:
+            return time.monotonic() - self.started >= (self.report.kills + 1) * self.storm
+        if time.monotonic() - self.back_at < 1.5:
             return False
         return self.created >= (self.report.kills + 1) * self.total // (self.kills + 1)
 
@@ -207,7 +261,11 @@ class Chaos:
 
     def _create(self, now: float) -> None:
         made = 0
-        while self.created < self.total and len(self.live) < self.concurrency and self.down is None:
+        while (
+            self.created < self.total
+            and len(self.live) < self.concurrency
+            and (self.down is None or self.storm)
+        ):
             name = f"chaos-{self.created:04d}"
             self.kit.create(gpu_pod(name, self.rng.choice(self.memory)))
             # most pods are short; a quarter run long enough to keep their GPU busy across a restart
@@ -239,6 +297,8 @@ class Chaos:
                 continue
             if phase == "Running" and live.running_since is None:
                 live.running_since = now
+                self.ever_running.add(name)
+                self.report.ever_running = len(self.ever_running)
             due = (phase == "Running" and now - (live.running_since or now) >= live.hold) or phase in (
                 "Failed",
                 "Succeeded",
@@ -277,6 +337,17 @@ class Chaos:
             return
         self.seen_failed.add(uid)
         message = (pod.get("status") or {}).get("message") or ""
+        reason = failure_reason(message)
+        self.report.failed_by_reason[reason] = self.report.failed_by_reason.get(reason, 0) + 1
+        if reason == "plugin-unavailable":
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            since = time.monotonic() - self.killed_at.get(node, float("-inf"))
+            if since <= KUBELET_WINDOW_S:
+                self.report.unavailable_in_window += 1
+            else:
+                self.report.unavailable_later += 1
+        if self.storm and reason not in ("plugin-unavailable", "killed-mid-allocate"):
+            self.report.details.append(f"failed ({reason}) {pod['metadata']['name']}: {message[:300]}")
         if any(sign in message for sign in LEFTOVER_SIGNS):
             self.report.leftover_failures += 1
             self.report.details.append(f"leftover failure {pod['metadata']['name']}: {message[:300]}")
@@ -311,6 +382,7 @@ class Chaos:
             self.rng.uniform(0.3, 1.2) if mode == "startup" else None,
         )
         _sigkill(runtime.plugin)
+        self.killed_at[name] = time.monotonic()
         self.report.kills += 1
         self.report.kills_by_mode[mode] = self.report.kills_by_mode.get(mode, 0) + 1
         self.echo(f"[chaos] kill -9 #{self.report.kills} ({mode}) of the plugin on {name}")
@@ -329,6 +401,7 @@ class Chaos:
             down.started_at = down.started_at or now
             if now - down.started_at >= down.again_after:
                 _sigkill(runtime.plugin)
+                self.killed_at[down.node] = time.monotonic()
                 down.starts, down.again_after, down.since = runtime.plugin_starts, None, None
                 self.echo(f"[chaos]   and killed again while it recovers on {down.node}")
             return
@@ -357,6 +430,7 @@ class Chaos:
             and not p["metadata"].get("deletionTimestamp")
         ]
         self._check_pods(running)
+        self._check_lingering(after, pods)
         present = {i.mig_uuid for i in before} | {i.mig_uuid for i in after}
         for pod in running:
             for a in _allocations(pod):
@@ -389,6 +463,36 @@ class Chaos:
         ):
             return False
         return mig_uuid not in {i.mig_uuid for i in self.kit.instances()}
+
+    def _check_lingering(self, instances: list[Any], pods: list[dict[str, Any]]) -> None:
+        """Count, per GPU instance, the seconds its node's plugin was up while no active pod (not
+        terminal; a terminating one still holds it) reserved its placement; flag it past LINGER_S."""
+        now = time.monotonic()
+        elapsed, self.last_check = now - self.last_check, now
+        held = {
+            (a.gpuUUID, a.placement_value.start, a.placement_value.size)
+            for p in pods
+            if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+            for a in _allocations(p)
+        }
+        seen = set()
+        for i in instances:
+            key = (i.node, i.gpu_uuid, i.gi)
+            seen.add(key)
+            if (i.gpu_uuid, i.start, i.size) in held:
+                self.unheld.pop(key, None)
+                continue
+            up = self.down is None or self.down.node != i.node
+            self.unheld[key] = self.unheld.get(key, 0.0) + (elapsed if up else 0.0)
+            if self.unheld[key] > LINGER_S:
+                self._flag(
+                    f"linger:{key}:{i.mig_uuid}",
+                    "linger",
+                    f"{i.profile}@{i.start}:{i.size} GI {i.gi} on {i.node}/{i.gpu_uuid} held by no "
+                    f"active pod for {self.unheld[key]:.0f}s of plugin-up time",
+                )
+        for key in [k for k in self.unheld if k not in seen]:
+            del self.unheld[key]
 
     def _check_hardware(self, instances: list[Any]) -> None:
         by_gpu: dict[str, list[Placement]] = {}
@@ -426,6 +530,8 @@ class Chaos:
         self.flagged.add(key)
         if kind == "overlap":
             self.report.overlaps += 1
+        elif kind == "linger":
+            self.report.lingering += 1
         else:
             self.report.lost_instances += 1
         self.report.details.append(detail)
@@ -438,13 +544,13 @@ class Chaos:
         try:
             self.kit.wait(lambda: not self.kit.pods(), 90, "every pod to be gone")
             self.kit.wait(
-                lambda: not self.kit.instances() and not self.kit.bare_gpu_instances(),
+                lambda: not self._left() and not self.kit.bare_gpu_instances(),
                 60,
-                "every MIG instance to be reclaimed",
+                "every MIG instance to be reclaimed (a warm pool's kept, journaled idle)",
             )
         except AssertionError as error:
             self.report.details.append(str(error))
-        leaked = self.kit.instances()
+        leaked = self._left()
         self.report.leaked_instances = len(leaked) + len(self.kit.bare_gpu_instances())
         self.report.details += [
             f"leaked {i.profile}@{i.start}:{i.size} on {i.node}/{i.gpu_uuid}" for i in leaked
@@ -452,6 +558,13 @@ class Chaos:
         with contextlib.suppress(AssertionError):
             self.kit.wait(lambda: self._journal_entries() == 0, 15, "empty journals")
         self.report.journal_entries_left = self._journal_entries()
+
+    def _left(self) -> list[Any]:
+        """Instances still on a GPU; with a warm pool, those not journaled idle (the pool keeps its own)."""
+        if not self.warm:
+            return self.kit.instances()
+        idle = self._idle_journal()
+        return [i for i in self.kit.instances() if (i.gpu_uuid, i.start, i.size, i.mig_uuid) not in idle]
 
     def _audit_at_the_last_delete(self) -> None:
         """The workload's last pod is gone: audit what its plugins keep idle now, before the kills
@@ -508,7 +621,13 @@ class Chaos:
                 self.report.details.append(f"{gpu}: {n} idle instances over the cap of {IDLE_PER_GPU}")
 
     def _journal_entries(self) -> int:
-        return sum(len(_journal(runtime)) for runtime in self.lab.nodes.values())
+        """Journal entries left (with a warm pool: those not idle)."""
+        return sum(
+            1
+            for runtime in self.lab.nodes.values()
+            for e in _journal(runtime)
+            if not (self.warm and e.get("idleSince") is not None)
+        )
 
 
 def _journal(runtime: Any) -> list[dict[str, Any]]:
@@ -575,15 +694,22 @@ def run(
     workdir: Path | None = None,
     long_hold: tuple[float, float] = (8.0, 20.0),
     reuse: bool = False,
+    storm: float = 0.0,
+    warm: int = 0,
 ) -> Report:
     """`long_hold`: how long (seconds, from-to) the quarter of long-running pods run; `reuse`: the
-    plugins run with idle reuse on (TTL `IDLE_TTL`, cap `IDLE_PER_GPU`), the pods mostly alike."""
-    env = {"DYNMIG_IDLE_TTL": f"{IDLE_TTL:g}" if reuse else "0", "DYNMIG_IDLE_PER_GPU": str(IDLE_PER_GPU)}
+    plugins run with idle reuse on (TTL `IDLE_TTL`, cap `IDLE_PER_GPU`), the pods mostly alike;
+    `warm`: each plugin keeps a warm pool of that many instances (idle reuse on for it)."""
+    env = {
+        "DYNMIG_IDLE_TTL": f"{IDLE_TTL:g}" if reuse or warm else "0",
+        "DYNMIG_IDLE_PER_GPU": str(IDLE_PER_GPU),
+        "DYNMIG_WARM_POOL": str(warm),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the plugin processes inherit the lab's environment
     try:
         with Lab(parse_nodes(nodes), workdir=workdir, reconcile_interval=1.0) as lab:
-            return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold, reuse).run()
+            return Chaos(lab, pods, kills, concurrency, seed, echo, long_hold, reuse, storm, warm).run()
     finally:
         for k, v in saved.items():
             if v is None:
@@ -601,9 +727,25 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep the lab's logs and state here")
     parser.add_argument("--reuse", action="store_true", help="the plugins run with idle reuse on")
+    parser.add_argument(
+        "--storm",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a kill every SECONDS on a clock, pods created while a plugin is down (as users do)",
+    )
+    parser.add_argument("--warm", type=int, default=0, metavar="N", help="a warm pool of N per node")
     args = parser.parse_args()
     report = run(
-        args.nodes, args.pods, args.kills, args.concurrency, args.seed, workdir=args.workdir, reuse=args.reuse
+        args.nodes,
+        args.pods,
+        args.kills,
+        args.concurrency,
+        args.seed,
+        workdir=args.workdir,
+        reuse=args.reuse,
+        storm=args.storm,
+        warm=args.warm,
     )
     summary = {k: v for k, v in asdict(report).items() if k != "details"}
     print(json.dumps(summary, indent=2))
@@ -612,6 +754,13 @@ def main() -> int:
     results = RESULTS_REUSE if args.reuse else RESULTS
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps({**summary, "details": report.details}, indent=2))
+    print(
+        f"chaos: kills {report.kills}, pods {report.pods}, ever Running {report.ever_running}, "
+        f"Failed by reason {dict(sorted(report.failed_by_reason.items()))}, lingering > {LINGER_S:g}s "
+        f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
+        f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
+        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}"
+    )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
         f"{report.lost_instances} lost, {report.leftover_failures} Allocate failures from leftovers, "

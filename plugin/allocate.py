@@ -50,6 +50,8 @@ CDI_ANNOTATION_PREFIX = "cdi.k8s.io/dynmig-device-plugin_"
 PATCH_ATTEMPTS = 5
 BUSY_WAIT_S = 3.0  # how long Allocate waits for a previous owner's processes to leave an instance
 BUSY_POLL_S = 0.2
+# a create refused because an instance still holds (part of) the reserved placement
+IN_THE_WAY = ("create-gi", "owned-by-another-pod")
 
 
 class AllocateError(RuntimeError):
@@ -233,7 +235,17 @@ class Allocator:
             # rest on its own period
             ready = all(self._ready_for(pod, r) for r in reservations)
             misses = {} if ready else self._clear_way(pod, reservations)
-            realized, created = self._ensure_all(pod, reservations)
+            try:
+                realized, created = self._ensure_all(pod, reservations)
+            except AllocateError as error:
+                if error.reason not in IN_THE_WAY or not self._held_by_another(pod, reservations):
+                    raise
+                # something reached the GPU between the reconcile pass and the create (a pre-create
+                # for a pod that went meanwhile): now it is managed, the pass proves it unused
+                # (journal, no process, no active pod of its own) or leaves it, and we try once more
+                log.info("Allocate for %s: %s; clearing the way again", pod.ref, error)
+                misses = self._clear_way(pod, reservations)
+                realized, created = self._ensure_all(pod, reservations)
         if self.reconciler.idle.enabled:
             for key in created:
                 self.metrics.idle_reuse_misses.labels(reason=misses.get(key, "none")).inc()
@@ -245,6 +257,16 @@ class Allocator:
             raise
         self.served([r.profile for r in reservations])
         return answer(self.strategy, [realized[InstanceKey.of(r)].mig_uuid for r in reservations], pod.uid)
+
+    def _held_by_another(self, pod: PodView, reservations: list[MigAllocation]) -> bool:
+        """An instance this plugin manages for another pod (or none) overlaps a reserved placement."""
+        return any(
+            m.key.gpu_uuid == r.gpuUUID
+            and m.key.placement.overlaps(r.placement_value)
+            and (m.owner is None or m.owner.pod_uid != pod.uid)
+            for m in self.manager.managed()
+            for r in reservations
+        )
 
     def _ready_for(self, pod: PodView, reservation: MigAllocation) -> bool:
         """The reserved instance exists for this pod, or is idle, may be handed to it and runs no

@@ -103,6 +103,12 @@ class FifoLock:
             self._serving += 1
             self._cond.notify_all()
 
+    @property
+    def queued(self) -> int:
+        """Callers holding or waiting for the lock."""
+        with self._cond:
+            return self._next - self._serving
+
 
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
@@ -110,6 +116,7 @@ class InstanceError(RuntimeError):
     def __init__(self, reason: str, message: str, leaked: bool = False):
         self.reason = reason
         self.leaked = leaked  # a GI this call created could not be rolled back
+        self.gi_id = -1  # that GI's ID (set with `leaked`)
         super().__init__(message)
 
 
@@ -161,6 +168,12 @@ class InstanceManager:
             lock = self._gpu_locks.setdefault(uuid, FifoLock())
         with lock:
             yield
+
+    def gpu_queue(self, uuid: str) -> int:
+        """How many callers hold or wait for the GPU's lock (creates, destroys, adopts in line)."""
+        with self._map_lock:
+            lock = self._gpu_locks.get(uuid)
+        return lock.queued if lock is not None else 0
 
     def _mutable_gpu(self, uuid: str) -> GpuInventory:
         gpu = self.inventory.gpu(uuid)
@@ -220,6 +233,10 @@ class InstanceManager:
                 self.metrics.fail("create", error.reason)
                 if not error.leaked:
                     self._unjournal(key)
+                else:
+                    # its intent entry proves it ours: managed now (never delivered, no CI recorded),
+                    # so the next reconcile pass destroys it instead of it holding slices until a restart
+                    self._remember(ManagedInstance(key, error.gi_id, -1, "", owner=owner, delivered=False))
                 raise
             self.metrics.create_seconds.observe(time.perf_counter() - started)
             instance = ManagedInstance(
@@ -287,7 +304,7 @@ class InstanceManager:
                 raise
         except InstanceError as error:
             if not self._undo_gi(gi, key):
-                error.leaked = True  # the journal's intent entry stays, so reclaim finds this GI
+                error.leaked, error.gi_id = True, gi.gi_id  # the journal's intent entry stays
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
 

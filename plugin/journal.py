@@ -13,6 +13,13 @@ fsync'ed, so a kill -9 or a power loss leaves either the old or the new journal,
 survives a killed process, and the durable intent already proves the instance; GPU instances do not
 outlive an OS crash anyway.)
 
+One writer per node: `hold()` takes an exclusive `flock` on `instances.lock` beside the journal for
+the life of the process, before the journal is read or any GPU touched; a second plugin process on
+the node (a DaemonSet pod replaced while the old one is still terminating, a restart racing a
+process that has not exited yet) waits until the first has exited: the kernel releases the lock
+when a process dies, kill -9 included. Two processes would each manage instances the other creates
+(one's startup clean-up destroying the other's new instance), and their journal writes would race.
+
 Fail safe: a missing journal proves nothing (first start, or a lost state directory). A journal that
 cannot be trusted — not JSON, an unknown version, any invalid entry, larger than `MAX_BYTES` — is
 moved aside to `instances.json.corrupt` and proves nothing either: its instances fall back to the
@@ -22,6 +29,7 @@ line and in `dynmig_plugin_journal_problems_total`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -38,6 +46,7 @@ from plugin.metrics import PluginMetrics
 log = logging.getLogger("dynmig.plugin.journal")
 
 JOURNAL_FILE = "instances.json"
+LOCK_FILE = "instances.lock"  # held by the one plugin process of the node (Journal.hold)
 MAX_BYTES = 1 << 20  # a node holds at most a few dozen instances; anything near this is hostile
 MAX_ENTRIES = 1024
 VERSION = 1
@@ -187,6 +196,37 @@ class Journal:
         self.status = "unloaded"  # after load: ok, missing, corrupt, memory
         self._entries: dict[Key, Entry] = {}
         self._lock = threading.Lock()
+        self._held: int | None = None  # the open lock file while this process is the node's writer
+
+    # ---- the one writer
+
+    def hold(self, block: bool = True) -> bool:
+        """Become the node's one journal writer (see the module doc); waits while another process
+        is. False only with `block` False and the lock taken; True at once without a state dir."""
+        if self.path is None or self._held is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not block:
+                os.close(fd)
+                return False
+            log.warning(
+                "another device plugin process holds %s: waiting for it to exit before touching "
+                "the journal or any GPU",
+                self.path.with_name(LOCK_FILE),
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held = fd
+        return True
+
+    def release(self) -> None:
+        """No longer the node's writer (a stopping plugin, after its last write)."""
+        if self._held is not None:
+            os.close(self._held)  # closing the descriptor drops the flock
+            self._held = None
 
     # ---- reading
 

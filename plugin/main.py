@@ -118,6 +118,7 @@ class DevicePluginApp:
 
     def start(self) -> DevicePluginApp:
         self.events.start()
+        self.journal.hold()  # one plugin process per node: wait for an old one to exit first
         self.nvml.init()
         self.journal.load()
         if self.neighbours.check() is None:  # with a neighbour here, not even start-up's clean-up
@@ -147,6 +148,7 @@ class DevicePluginApp:
             self.nvml.shutdown()
         except NvmlError as error:
             log.warning("NVML shutdown: %s", error)
+        self.journal.release()
         self.events.stop()
 
     def recover(self) -> StartupReport:

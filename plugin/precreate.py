@@ -150,8 +150,26 @@ class Precreator:
             for future in pending:
                 future.exception(timeout=max(deadline - time.monotonic(), 0.01))
 
+    def _still_wanted(self, key: InstanceKey, owner: Owner) -> bool:
+        """The pod (same UID) still waits for exactly this reservation: read again just before the
+        create, since the scan that queued it may be seconds old (a GPU's creates go in series) and
+        an instance made for a pod that went meanwhile would hold slices the scheduler sees free."""
+        try:
+            pod = self.kube.get_pod(owner.namespace, owner.name)
+        except KubeError as error:
+            log.debug("pre-create: cannot read %s again: %s", owner.ref, error)
+            return False  # Allocate creates it if the pod is still there
+        return (
+            pod is not None
+            and pod.uid == owner.pod_uid
+            and (key, owner) in wanted([pod], self.kube.node_name)
+        )
+
     def _create(self, key: InstanceKey, owner: Owner) -> None:
         try:
+            if not self._still_wanted(key, owner):
+                log.debug("pre-create of %s: pod %s no longer waits for it", key, owner.ref)
+                return
             # creating here is what Allocate would do for this very pod (same key, same owner UID):
             # the manager journals the intent before its first NVML call, creates at exactly the
             # reserved placement, and rolls back only what this call created if a step fails

@@ -239,7 +239,7 @@ class Filter:
         problem = replan_problem(pod)
         if problem:
             raise BadArgs(f"pod {namespace}/{name} {problem}; dynmig does not plan it again")
-        return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)))
+        return self._place(args, raw, uid, namespace, name, request, len(pods.containers(raw)), names)
 
     def _body_request(
         self, args: ExtenderArgs, names: ResourceNames, namespace: str, name: str, uid: str
@@ -285,8 +285,12 @@ class Filter:
         name: str,
         request: PodRequest,
         containers: int,
+        names: ResourceNames,
     ) -> tuple[ExtenderFilterResult, str]:
         locked = self.blocked(namespace, name)  # binding there would fail on the node lock
+        # a node whose device plugin is not serving would fail the pod's admission: left out until
+        # kubelet counts its devices again (taken back with the next node status that does)
+        down = {n: why for n in args.node_names if (why := self.fleet.not_serving(n, names.count))}
         chosen = self.fleet.chosen_for_others(uid)
         if chosen:
             chosen = {n: why for n, why in chosen.items() if not self.lock_free(n)}
@@ -294,6 +298,7 @@ class Filter:
         # the fleet's index keeps the excluded nodes out of its ranking until the next filter
         out = set(locked)  # one set, built once (the index takes it as it is)
         out.update(chosen)
+        out.update(down)
 
         def annotate(plan: Plan, usage: PodUsage) -> dict[str, str]:
             return reservation_annotations(plan, usage, containers, time.time())
@@ -302,7 +307,7 @@ class Filter:
             request, args.node_names, uid, namespace, name, out, annotate, spread=self.lock_free
         )
         if isinstance(outcome, Refusal):  # the fleet forgot the pod's previous reservation
-            return self._refuse(pod, uid, request, args, outcome, blocked), "unschedulable"
+            return self._refuse(pod, uid, request, args, outcome, blocked, down), "unschedulable"
         plan = outcome[0]
         chosen_nodes = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
         return ExtenderFilterResult(node_names=[plan.node], nodes=chosen_nodes), "scheduled"
@@ -315,6 +320,7 @@ class Filter:
         args: ExtenderArgs,
         refusal: Refusal,
         blocked: Mapping[str, str],
+        down: Mapping[str, str],
     ) -> ExtenderFilterResult:
         counts = refusal.counts()
         busy = self._busy(request, args.node_names, blocked)
@@ -329,11 +335,15 @@ class Filter:
             if refusal.reasons
             else f"{NODES_PREFIX}no MIG GPU"
         )
-        failed = {node: blocked.get(node) or per_node for node in args.node_names}
+        failed = {
+            node: (down.get(node) and DOWN_TEXT) or blocked.get(node) or per_node for node in args.node_names
+        }
         if not busy:  # a wait for other pods' binds is no failure: kube-scheduler retries after them
-            self.events.record(
-                pod, "Warning", "FilteringFailed", self._event_text(refusal, closed, blocked, hint)
-            )
+            text = self._event_text(refusal, closed, blocked, hint)
+            if down:
+                named = ", ".join(f"{n} ({why})" for n, why in sorted(down.items())[:8])
+                text = f"{len(down)} candidate node(s) left out: {named}" + (f"; {text}" if text else "")
+            self.events.record(pod, "Warning", "FilteringFailed", text[:MAX_EVENT_TEXT])
         return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
 
     def _busy(self, request: PodRequest, candidates: Iterable[str], blocked: Mapping[str, str]) -> bool:
@@ -367,6 +377,11 @@ class Filter:
 
 # What every refused node's FailedNodes text starts with (kube-scheduler puts the count before it).
 NODES_PREFIX = "node(s) cannot place the pod's MIG devices: "
+# ... for a node left out because its device plugin is not serving (one text: kube-scheduler groups)
+DOWN_TEXT = (
+    "node(s) whose dynmig device plugin is not serving (kubelet counts none of its GPUs); "
+    "taken back once it serves again"
+)
 
 
 MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)

@@ -51,6 +51,17 @@ from webhooks.demand import DemandFeed
 from webhooks.metrics import DeviceSample, GpuSample, Snapshot
 
 CHOSEN = "chosen for another pod whose bind is in progress"
+NOT_SERVING = "its device plugin is not serving"
+
+
+def _count(value: str) -> int | None:
+    """A whole-number resource quantity (device counts are plain integers); None when not one."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 LAST_USERS = 100_000  # placements whose last holder's namespace is remembered
 
 
@@ -124,13 +135,21 @@ class Fleet:
         self._last_user: dict[tuple[str, str, int, int], str] = {}
         self.demand = DemandFeed(self.index, clock)  # what the filter sees prices what a placement risks
         self.synced = False
+        # node -> its status.allocatable, and the resources it ever counted above 0 (`not_serving`)
+        self._allocatable: dict[str, dict[str, str]] = {}
+        self._counted: dict[str, set[str]] = {}
 
     # ---- feed from the cache ---------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name") or ""
         # the idle list changes no occupancy (idle is free); it is read for `_idle_match`
         published = (node_register(node), node_leftovers(node), node_cordon(node), node_idle(node))
+        allocatable = (node.get("status") or {}).get("allocatable")
         with self.lock:
+            if isinstance(allocatable, Mapping):
+                self._allocatable[name] = {str(k): str(v) for k, v in allocatable.items()}
+                counted = self._counted.setdefault(name, set())
+                counted.update(k for k, v in self._allocatable[name].items() if _count(v))
             if name in self._register and self._register[name] == published:
                 return  # heartbeats and label changes do not touch what the node publishes
             self._register[name] = published
@@ -141,6 +160,8 @@ class Fleet:
         with self.lock:
             self._register.pop(name, None)
             self._published.pop(name, None)
+            self._allocatable.pop(name, None)
+            self._counted.pop(name, None)
             self._refresh(name)
 
     def set_pod(self, pod: Mapping[str, Any]) -> None:
@@ -397,6 +418,27 @@ class Fleet:
         return self._held.get(uid)
 
     # ---- views -----------------------------------------------------------------------------
+    def not_serving(self, node: str, resource: str) -> str:
+        """Why `node`'s device plugin cannot serve a pod now, "" when it can (or nothing says).
+
+        kubelet counts a resource's devices in status.allocatable only while its device plugin is
+        connected: the moment the plugin's socket goes it moves them all to unhealthy (allocatable
+        0, published at its next node status sync) and drops the resource 5 minutes later
+        (pkg/kubelet/cm/devicemanager/manager.go: PluginDisconnected, markResourceUnhealthy,
+        GetCapacity). kube-scheduler does not check `resource` itself (the chart marks it
+        ignoredByScheduler), and a pod bound there fails admission ("requested number of devices
+        unavailable"), lost to its user if it is a bare pod or a Job's. A node that never showed
+        the resource (a status nobody wrote) is not judged."""
+        with self.lock:
+            allocatable = self._allocatable.get(node)
+            if allocatable is None:
+                return ""
+            value = allocatable.get(resource)
+            if value is None:
+                gone = resource in self._counted.get(node, ())
+                return f"{NOT_SERVING}: kubelet no longer lists {resource}" if gone else ""
+            return f"{NOT_SERVING}: allocatable {resource} is 0" if _count(value) == 0 else ""
+
     def occupancy(self, node: str) -> NodeOccupancy | None:
         with self.lock:
             return self._occupancy.get(node)

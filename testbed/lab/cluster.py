@@ -49,6 +49,7 @@ from sim.apiserver import ApiServer
 from sim.apiserver.identities import Identity, service_account
 from sim.kubelet import EXIT_CODE, SimulatedKubelet, SimulatedPods
 from sim.kubelet.lease import NodeLease
+from sim.kubelet.status import UPDATE_S, NodeStatus
 from sim.nvml import SimulatedNvml, caps
 from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
@@ -108,6 +109,7 @@ class NodeRuntime:
     kubelet: SimulatedKubelet
     agent: SimulatedPods | None = None  # the kubelet's pod side
     lease: NodeLease | None = None  # the kubelet's heartbeat
+    status: NodeStatus | None = None  # the kubelet's node status sync (allocatable of the resource)
     plugin: Child | None = None  # the device plugin process now running for the DaemonSet's pod
     plugin_starts: int = 0
     # the device plugin's metrics port, the same for every process of the node's DaemonSet pod (as the
@@ -137,6 +139,8 @@ class Lab:
     policy: a device-config file to use instead of the chart's default allowlist.
     echo: where progress lines go (one line per call).
     reconcile_interval: the device plugins' reclaim period in seconds (HAMi uses 5).
+    node_status_period: how often each kubelet publishes its allocatable GPUs (kubelet's
+      nodeStatusUpdateFrequency, 10 s): a dead plugin's node shows 0 at most this long after.
     page: install the chart with the live slice-map page on (server.page.enabled); see `page_url`.
     values: further chart values (`--set` arguments, e.g. `draPlugin.extendedResources.profiles={1g.10gb}`;
         devicePlugin.deviceListStrategy=cdi: the node's runtime then resolves CDI devices from the
@@ -157,10 +161,12 @@ class Lab:
         values: tuple[str, ...] = (),
         policy_text: str | None = None,
         json_values: tuple[str, ...] = (),
+        node_status_period: float = UPDATE_S,
     ):
         self.specs = nodes
         self.policy_text = policy_text if policy is None else None  # a policy file wins
         self.json_values = json_values
+        self.node_status_period = node_status_period
         self.page = page
         self.values = values
         self.page_port = 0
@@ -209,7 +215,10 @@ class Lab:
         return self
 
     def _start(self) -> None:
-        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True).start()
+        # every lab node runs a kubelet, which removes a deleted pod (grace 0) once its containers
+        # stopped, as kube-apiserver leaves it to: the API server must not drop it when the grace
+        # period ends, or a loaded kubelet's pod vanishes while its GPU processes still run
+        self.apiserver = ApiServer(workdir=self.workdir / "kube", https=True, reap_after_grace=False).start()
         self.apiserver.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         self._say(f"API server (simulated) listening on {self.apiserver.url}")
         if self.policy is None and self.policy_text is not None:
@@ -264,6 +273,8 @@ class Lab:
                 runtime.agent.stop()
             if runtime.lease is not None:
                 runtime.lease.stop()
+            if runtime.status is not None:
+                runtime.status.stop()
         for scheduler in (self.scheduler, self.default_scheduler):
             if scheduler is not None:
                 scheduler.stop()
@@ -679,6 +690,13 @@ class Lab:
                 **extra,
             ).start()
             runtime.lease = NodeLease(runtime.name, self.api_client("kubelet")).start()
+            runtime.status = NodeStatus(
+                runtime.name,
+                self.api_client("kubelet"),
+                runtime.kubelet,
+                self.resource,
+                self.node_status_period,
+            ).start()
 
     def _pod_runtime(self, runtime: NodeRuntime):
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device

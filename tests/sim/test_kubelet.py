@@ -6,6 +6,8 @@ import grpc
 import pytest
 from kubelet_testkit import TinyPlugin
 from sim.kubelet import SimulatedKubelet
+from sim.kubelet.status import NodeStatus
+from waiting_testkit import eventually
 
 from plugin.api import UNHEALTHY
 
@@ -140,3 +142,36 @@ def test_after_a_kubelet_restart_the_plugin_re_registers_and_serves_again(
     assert view.registrations == 2 and [r.error for r in kubelet.register_log] == [None, None]
     assert (socket_dir / plugin.socket_name).is_socket()
     assert kubelet.allocate(RESOURCE, [1]).ok
+
+
+# ---- the node status sync (sim/kubelet/status.py)
+
+
+def counts(apiserver, name: str = "n1") -> tuple[str, str]:
+    status = apiserver.get("nodes", name)["status"]
+    return status["capacity"].get(RESOURCE, ""), status["allocatable"].get(RESOURCE, "")
+
+
+def test_a_dead_plugins_node_shows_no_allocatable_devices_until_the_plugin_serves_again(
+    apiserver, kubelet, plugin_factory
+):
+    apiserver.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {}, "capacity": {}},
+        }
+    )
+    plugin = plugin_factory(count=2).start(watch=False)
+    kubelet.wait_for_devices(RESOURCE, healthy=2)
+    sync = NodeStatus("n1", apiserver.api_client("kubelet"), kubelet, RESOURCE, interval=0.05).start()
+    try:
+        assert eventually(lambda: counts(apiserver) == ("2", "2"))
+        plugin.stop_serving()
+        assert eventually(lambda: counts(apiserver) == ("2", "0"))
+        plugin.serve()
+        plugin.register()
+        assert eventually(lambda: counts(apiserver) == ("2", "2"))
+    finally:
+        sync.stop()

@@ -86,6 +86,32 @@ def test_two_simulators_on_one_state_file_see_each_others_instances(tmp_path, no
     assert reader.gpus()[0].gpu_instances[0].gi_id == 9
 
 
+def test_another_processs_write_that_keeps_inode_mtime_and_size_is_never_undone(tmp_path):
+    # a rename-replaced state file reuses the inode freed two writes before, and writes within one
+    # coarse clock tick share their mtime: a same-sized change by another process must still be seen,
+    # or a mutate here writes the stale state back (an instance it destroyed back, a process gone on)
+    path = tmp_path / "node.json"
+    lab = SimulatedNvml({"gpus": [{"model": H100}]}, state_path=path)
+    uuid = lab.gpu_uuids[0]
+    lab.set_busy(uuid, (1111,))
+    lab.gpus()  # the lab's view is cached now
+    before = os.stat(path)
+    text = path.read_text()
+    with open(path, "r+") as f:  # another process: pid 1111 ended, 2222 started (same size)
+        f.write(text.replace("1111", "2222"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
+        before.st_ino,
+        before.st_mtime_ns,
+        before.st_size,
+    )
+
+    lab.set_busy(uuid, (3333,))  # a mutate of the lab's own
+
+    assert sorted(p.pid for p in SimulatedNvml(state_path=path).gpu(0).processes) == [2222, 3333]
+
+
 @pytest.mark.parametrize("model", THREE_MODELS)
 def test_hami_allocate_release_reset_and_adopt_sequences_run_through_pynvml(node, model):
     """mig-facts §6, step by step, on the first profile's last placement."""

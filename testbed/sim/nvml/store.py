@@ -54,7 +54,7 @@ class FileStore:
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._thread_lock = threading.RLock()
         self._cached: State | None = None
-        self._cached_key: tuple[int, int, int] | None = None
+        self._cached_key: bytes | None = None  # the file's text the cached state was read from
         if initial is not None:
             with self._file_lock():
                 if not self.path.exists():
@@ -83,11 +83,15 @@ class FileStore:
                     self._write(state)
 
     def _load(self) -> State:
-        st = os.stat(self.path)
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._cached is None or key != self._cached_key:
-            self._cached = State.from_json(json.loads(self.path.read_text()))
-            self._cached_key = key
+        # the cache is keyed by the file's bytes, never by (inode, mtime, size): a rename-replaced
+        # file reuses the inode freed two writes before, and two writes within one coarse clock tick
+        # share their mtime, so another process's same-sized writes could read as "unchanged" and a
+        # mutate would write back a stale state, undoing what the other process did (a created
+        # instance gone, a destroyed one back, a process that ended running again)
+        data = self.path.read_bytes()
+        if self._cached is None or data != self._cached_key:
+            self._cached = State.from_json(json.loads(data))
+            self._cached_key = data
         return self._cached
 
     def _write(self, state: State) -> None:

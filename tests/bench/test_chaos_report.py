@@ -1,0 +1,28 @@
+"""The storm's per-run report names why each pod failed, as a user reads it in the pod's status."""
+
+from __future__ import annotations
+
+from bench.chaos import Report, failure_reason
+
+
+def test_a_create_refused_at_a_reserved_placement_is_told_apart_from_a_dead_plugin():
+    refused = (
+        "Allocate failed due to rpc error: code = FailedPrecondition desc = dynmig: create-gi: create GI "
+        "1g.24gb@0:3 on GPU-1: nvmlDeviceCreateGpuInstanceWithPlacement: NVML error 23 (Insufficient "
+        "resources), which is unexpected"
+    )
+    assert failure_reason(refused) == "create-refused"
+    assert (
+        failure_reason("requested number of devices unavailable for nvidia.com/gpu") == "plugin-unavailable"
+    )
+    assert failure_reason("Allocate failed due to rpc error: code = Unavailable desc = Stream removed") == (
+        "killed-mid-allocate"
+    )
+    assert failure_reason("dynmig: journal-write: cannot write the ownership journal") == "journal-write"
+
+
+def test_a_run_with_a_refused_create_or_a_lingering_instance_is_not_clean():
+    assert Report().clean
+    assert not Report(failed_by_reason={"create-refused": 1}).clean
+    assert not Report(lingering=1).clean
+    assert Report(failed_by_reason={"plugin-unavailable": 3}).clean  # what a kill costs, counted apart
