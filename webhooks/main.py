@@ -245,9 +245,19 @@ class Service:
         the fleet) or refused within seconds even when no request arrives to read it."""
         while not self._stopping.wait(CONFIG_POLL):
             try:
-                self.device_config.get()
+                self._recheck_nodes(self.device_config.get())
             except Exception:  # never let the watcher die: the next request reads the file again
                 log.exception("reading the device config failed")
+
+    def _recheck_nodes(self, config: DeviceConfig) -> None:
+        """A node that registers after the config loaded, or changes the GPUs it publishes, is
+        checked too: when the nodes the config leaves with no MIG profile change, the fleet is
+        checked again as at a reload (said, never refused)."""
+        if not self.cache.synced:
+            return
+        nodes, _ = self.cache.objects()
+        if check_fleet(config.allowlist, nodes, ()).bare != self.device_config.fleet.bare:
+            self._device_config_loaded(config)
 
     def _device_config_refused(self, message: str) -> None:
         """A refused device-config reload, as a Warning Event about this serve pod."""

@@ -9,8 +9,8 @@ strings and profile names unchanged), the file a HAMi user points dynmig at duri
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from lab.chart import ROOT
 from mig.annotations import (
     BIND_PHASE,
     BIND_TIME,
@@ -39,7 +39,8 @@ def account(name: str) -> str:
 ALLOCATION_WRITERS = (account(SCHEDULER_ACCOUNT), account(DEVICE_PLUGIN_ACCOUNT))
 
 # HAMi v2.10's chart default device config, as rendered from its chart (the file names its source)
-V2_10_DEVICE_CONFIG = (ROOT / "tests" / "fixtures" / "hami-v2.10-chart-device-config.yaml").read_text()
+V2_10_FILE = Path(__file__).with_name("hami-v2.10-chart-device-config.yaml")
+V2_10_DEVICE_CONFIG = V2_10_FILE.read_text()
 
 
 def reservation(

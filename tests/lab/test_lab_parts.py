@@ -25,10 +25,10 @@ def test_a_bad_command_line_exits_2_naming_the_flag_and_starts_nothing(capsys, a
     assert says in capsys.readouterr().err
 
 
-def test_scenario_list_names_the_tour_and_the_eight_guide_checks(capsys):
+def test_scenario_list_names_the_tour_the_eight_guide_checks_dra_mode_and_the_hami_handover(capsys):
     assert main(["--scenario", "list"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names[0] == "tour" and len(names) == 10 and names[-1] == "dra"  # and DRA mode
+    assert names[0] == "tour" and len(names) == 11 and names[-2:] == ["dra", "hami-handover"]
 
 
 def test_the_laptop_scheduler_config_changes_only_the_extender_address_its_ca_file_and_leader_election():
