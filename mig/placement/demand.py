@@ -6,7 +6,14 @@ memory each device asked for: MiB, or None for a whole GPU) and the last `window
 request, so it follows a change of mix within one window and its memory stays bounded. `mix(pool)`
 is the offered work per request: arrival rate over the window times its mean lifetime (Little's law:
 the instances of that size running on average). Until a lifetime of a request is seen, its lifetime
-is the mean of those seen for any request, or 1.
+is the estimate over those seen for any request, or 1.
+
+A request's lifetime is estimated from its window of ended lifetimes by one of `LIFETIMES`
+(`DemandEstimate(lifetime=...)`): "mean" (the arithmetic mean), "trimmed" (the mean without the
+longest and shortest `TRIM` of them), "median", or "decayed" (each lifetime weighted by
+`DECAY` to the power of how many ended after it). Real traces have heavy-tailed lifetimes (one public
+trace: median 9 minutes, mean 7.5 hours), where one pod that lived for weeks moves a window's mean
+by hours when it ends; which estimate the engine uses is measured in docs/packing.md ("Real traces").
 
 Feeding it from the extender (webhooks/fleet.py): `arrived(pool, asks, now)` once per pod the filter
 decides (placed or refused: a refused whole-GPU job is exactly the demand that must be weighed), with
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mig.placement.request import Memory, Percent
 
@@ -35,13 +42,52 @@ Mix = tuple[tuple[Ask, float], ...]  # (ask, offered work: instances running on 
 WINDOW = 2000
 SCALE = 1 << 20  # weights are integers: the price of one slot, in 1/SCALE of a unit of work
 PRIOR: Mix = ()  # no estimate: every published profile is offered one unit
+TRIM = 0.1  # "trimmed": the share of lifetimes left out at each end
+DECAY = 0.99  # "decayed": the weight of a lifetime falls by this per later one
+
+
+def _mean(lives: Sequence[float]) -> float:
+    return sum(lives) / len(lives)
+
+
+def _trimmed(lives: Sequence[float]) -> float:
+    ordered = sorted(lives)
+    cut = int(len(ordered) * TRIM)
+    return _mean(ordered[cut : len(ordered) - cut])
+
+
+def _median(lives: Sequence[float]) -> float:
+    ordered = sorted(lives)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _decayed(lives: Sequence[float]) -> float:
+    total = weight = 0.0
+    w = 1.0
+    for life in reversed(lives):  # the last ended first, at weight 1
+        total += w * life
+        weight += w
+        w *= DECAY
+    return total / weight
+
+
+LIFETIMES: dict[str, Callable[[Sequence[float]], float]] = {
+    "mean": _mean,
+    "trimmed": _trimmed,
+    "median": _median,
+    "decayed": _decayed,
+}
 
 
 class DemandEstimate:
     """Arrival rates and lifetimes per request over a sliding window, per pool (see the module)."""
 
-    def __init__(self, window: int = WINDOW):
+    def __init__(self, window: int = WINDOW, lifetime: str = "mean"):
+        if lifetime not in LIFETIMES:
+            raise ValueError(f"lifetime: {lifetime[:40]!r} is not one of {', '.join(LIFETIMES)}")
         self.window = window
+        self._life = LIFETIMES[lifetime]
         self._arrivals: dict[str, deque[tuple[float, Ask]]] = {}
         self._lives: dict[str, dict[Ask, deque[float]]] = {}
         self.version = 0
@@ -75,11 +121,11 @@ class DemandEstimate:
             counts[ask] = counts.get(ask, 0) + 1
         lives = self._lives.get(pool, {})
         seen = [t for d in lives.values() for t in d]
-        default = sum(seen) / len(seen) if seen else 1.0
+        default = self._life(seen) if seen else 1.0
         out = []
         for ask, n in counts.items():
             d = lives.get(ask)
-            life = sum(d) / len(d) if d else default
+            life = self._life(d) if d else default
             out.append((ask, n / span * life))
         return tuple(sorted(out, key=lambda e: (-e[1], -1 if e[0] is None else e[0])))
 

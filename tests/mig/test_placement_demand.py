@@ -4,6 +4,8 @@ whole-GPU jobs are asked for."""
 
 from __future__ import annotations
 
+import pytest
+
 from mig.placement.demand import DemandEstimate, risk_weights
 
 
@@ -40,3 +42,31 @@ def test_the_last_free_slot_of_an_asked_profile_costs_more_than_one_of_many():
     last = risk_weights(names, (0.0, 1.0), {"7g.40gb": 1})
     many = risk_weights(names, (0.0, 1.0), {"7g.40gb": 20})
     assert last[1] > many[1] > 0 and last[0] == many[0] == 0
+
+
+def _one_a_minute_with_lives(lifetime: str, lives: list[float]) -> float:
+    d = DemandEstimate(lifetime=lifetime)
+    for i in range(11):
+        d.arrived("", [4000], float(i))
+    for life in lives:
+        d.ended("", [4000], life)
+    ((_, work),) = d.mix("")
+    return work / (11 / 10)  # the lifetime the estimate used
+
+
+def test_one_pod_that_lived_for_weeks_moves_the_mean_but_not_the_median_or_the_trimmed_mean():
+    lives = [9.0] * 19 + [40_000.0]  # a heavy tail: nineteen 9-minute pods and one of four weeks
+    assert _one_a_minute_with_lives("mean", lives) > 2000
+    assert _one_a_minute_with_lives("median", lives) == 9.0
+    assert _one_a_minute_with_lives("trimmed", lives) == 9.0
+
+
+def test_the_decayed_estimate_follows_the_lifetimes_that_ended_last():
+    lives = [300.0] * 500 + [10.0] * 500  # the long-lived pods ended first
+    assert _one_a_minute_with_lives("decayed", lives) < 15.0
+    assert _one_a_minute_with_lives("mean", lives) == 155.0
+
+
+def test_an_unknown_lifetime_estimate_is_named_with_the_ones_there_are():
+    with pytest.raises(ValueError, match="'mode' is not one of mean, trimmed, median, decayed"):
+        DemandEstimate(lifetime="mode")
