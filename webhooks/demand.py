@@ -56,4 +56,4 @@ class DemandFeed:
     def _refresh(self) -> None:
         if self.estimate.version - self._applied >= REFRESH:
             self._applied = self.estimate.version
-            self.index.set_demand(self.estimate.mix(POOL))
+            self.index.set_demand(self.estimate.mix(POOL), self.estimate.node_mix(POOL))

@@ -70,3 +70,47 @@ def test_the_decayed_estimate_follows_the_lifetimes_that_ended_last():
 def test_an_unknown_lifetime_estimate_is_named_with_the_ones_there_are():
     with pytest.raises(ValueError, match="'mode' is not one of mean, trimmed, median, decayed"):
         DemandEstimate(lifetime="mode")
+
+
+def _a100_node(node: str, full: int, one_g: int, empty: int):
+    """A node of A100-40GBs: `full` GPUs holding a 7g, `one_g` holding one 1g, `empty` holding nothing."""
+    from mig.allowlist import default_allowlist
+    from mig.catalog import find_model
+    from mig.placement import GpuState
+    from mig.placement.published import from_catalog
+
+    model = find_model("A100-SXM4-40GB")
+    profiles = from_catalog(model, default_allowlist().profiles_for(model.nvml_name))
+    seven = next(p for p in profiles if p.name.startswith("7g")).placements[0]
+    one = next(p for p in profiles if p.name.startswith("1g.5gb")).placements[0]
+    held = [(seven,)] * full + [(one,)] * one_g + [()] * empty
+    return [
+        GpuState(node, f"GPU-{node}-{i}", model.nvml_name, profiles, h, True, i, model.memory_mib)
+        for i, h in enumerate(held)
+    ]
+
+
+def test_while_4_gpu_jobs_arrive_a_whole_gpu_job_leaves_a_node_room_for_one():
+    from mig.placement import ContainerRequest, PlacementIndex, PodRequest
+    from mig.placement.reference import reference_plan
+
+    # node-a: half full, 4 empty GPUs (the room of one 4-GPU job); node-b: 5 empty GPUs and three
+    # lightly used ones. Node binpack alone takes node-a (fuller) and leaves no node with 4 empty GPUs.
+    fleet = _a100_node("node-a", 4, 0, 4) + _a100_node("node-b", 0, 3, 5)
+    d = DemandEstimate()
+    for i in range(40):
+        d.arrived("", [None, None, None, None] if i % 4 == 0 else [4000], float(i))
+    index = PlacementIndex(fleet)
+    index.set_demand(d.mix(), d.node_mix())
+    whole = PodRequest.from_annotations([ContainerRequest(1, None)], {})
+    plan = index.plan(whole)
+    assert plan.node == "node-b"
+    assert plan == reference_plan(whole, fleet, mix=d.mix(), node_mix=d.node_mix())
+
+
+def test_the_node_mix_counts_pods_of_n_whole_gpus_as_n_times_their_work():
+    d = DemandEstimate()
+    for i in range(11):
+        d.arrived("", [None] * 8 if i == 5 else [4000], float(i))
+    d.ended("", [None] * 8, 60.0)
+    assert d.node_mix() == ((8, 8 * 1 / 10 * 60.0),)
