@@ -91,14 +91,14 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import advise_cost, eviction, grid, plot, reuse
+from _packing import advise_cost, eviction, grid, plot, reuse, traces
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 from _packing.rules import RULES, memoized
 
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest
-from mig.placement.demand import DemandEstimate
+from mig.placement.demand import LIFETIMES, DemandEstimate
 
 SEED = 20240611
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
@@ -149,12 +149,13 @@ class Dynmig:
 
     name = "dynmig"
     REFRESH = 25
+    LIFETIME = "mean"  # the demand estimate's lifetime estimate (`mig.placement.demand.LIFETIMES`)
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
         self.nodes = {n.name: n for n in nodes}
         self.index = PlacementIndex(gpu_states(nodes))
-        self.demand = DemandEstimate()
+        self.demand = DemandEstimate(lifetime=self.LIFETIME)
         self._seen = 0
 
     def arrived(self, at: float, mems: tuple) -> None:
@@ -167,7 +168,7 @@ class Dynmig:
     def _refresh(self) -> None:
         self._seen += 1
         if self._seen % self.REFRESH == 0:
-            self.index.set_demand(self.demand.mix())
+            self.index.set_demand(self.demand.mix(), self.demand.node_mix())
 
     def decide(self, mems: list[int | None]) -> list[Pick] | None:
         plan = self.index.plan(self.request(mems))
@@ -206,6 +207,7 @@ GRID_POLICIES = (
 )
 GRID_RESULTS = RESULTS.parent / "packing-grid.json"
 REUSE_RESULTS = RESULTS.parent / "packing-reuse.json"
+TRACES_RESULTS = RESULTS.parent / "packing-traces.json"
 GRID_PLOT = Path(__file__).resolve().parents[1] / "docs" / "packing-grid.png"
 
 
@@ -601,11 +603,29 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
-def _grid_runs(job: tuple[grid.Cell, int]) -> dict[str, dict]:
+def grid_policies(lifetime: str = Dynmig.LIFETIME) -> tuple[type, ...]:
+    """The grid's policies with dynmig's demand estimate using `lifetime` (`--lifetime NAME`)."""
+    if lifetime == Dynmig.LIFETIME:
+        return GRID_POLICIES
+    ours = type("Dynmig", (Dynmig,), {"LIFETIME": lifetime})
+    return tuple(ours if c is Dynmig else c for c in GRID_POLICIES)
+
+
+def lifetime_option(argv: list[str]) -> str:
+    """`--lifetime NAME` (the engine's default when absent); ValueError naming the flag."""
+    name = _option(argv, "--lifetime")
+    if name is None:
+        return Dynmig.LIFETIME
+    if name not in LIFETIMES:
+        raise ValueError(f"--lifetime: {name[:40]!r} is not one of {', '.join(LIFETIMES)}")
+    return name
+
+
+def _grid_runs(job: tuple[grid.Cell, int, str]) -> dict[str, dict]:
     """Every grid policy on one cell's trace of one seed (one unit of work for `--jobs`)."""
-    cell, seed = job
+    cell, seed, lifetime = job
     arrivals = grid.trace(cell, seed)
-    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in GRID_POLICIES}
+    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in grid_policies(lifetime)}
 
 
 def grid_main(argv: list[str]) -> int:
@@ -618,6 +638,7 @@ def grid_main(argv: list[str]) -> int:
     cells = list(grid.QUICK_CELLS) if "--quick" in argv else grid.cells()
     try:
         jobs = grid.jobs_option(argv)
+        lifetime = lifetime_option(argv)
     except ValueError as e:
         print(f"bench/placement.py: {e}", file=sys.stderr)
         return 2
@@ -636,7 +657,7 @@ def grid_main(argv: list[str]) -> int:
     print("-" * len(head))
     summaries = []
     t0 = time.perf_counter()
-    results = grid.in_order(_grid_runs, [(cell, seed) for cell in cells for seed in seeds], jobs)
+    results = grid.in_order(_grid_runs, [(cell, seed, lifetime) for cell in cells for seed in seeds], jobs)
     for cell in cells:
         s = grid.summarise(cell, [next(results) for _ in seeds])
         summaries.append(s)
@@ -664,6 +685,93 @@ def grid_main(argv: list[str]) -> int:
     )
     print(f"wrote {target} and {picture}")
     return 0
+
+
+def _trace_runs(job: tuple[str, str, str, str, Path]) -> dict[str, dict]:
+    """Every grid policy over one trace on one fleet under one mapping (one unit of work for `--jobs`)."""
+    source, fleet, mapping, lifetime, directory = job
+    jobs = traces.load(traces.SOURCES[source], directory)
+    return {c.name: traces.replay(c, fleet, mapping, jobs, apply, release) for c in grid_policies(lifetime)}
+
+
+def traces_main(argv: list[str]) -> int:
+    """`--traces`: the real traces (bench/_packing/traces.py) on their held-out windows (`--tuning`: the
+    tuning windows), dynmig against the grid's baselines in the same run; writes
+    bench/results/packing-traces.json and one plot per trace in docs/. `--fetch` downloads the traces
+    first (pinned commit, checked SHA-256); `--trace-dir DIR` reads (and fetches) them there instead of
+    bench/traces/. Without a trace file: says how to fetch it and exits 0, replaying nothing."""
+    directory = Path(_option(argv, "--trace-dir") or traces.TRACE_DIR)
+    try:
+        jobs = grid.jobs_option(argv)
+        lifetime = lifetime_option(argv)
+        if "--fetch" in argv:
+            for source in traces.SOURCES.values():
+                print(f"fetched {traces.fetch(source, directory)}")
+        for source in traces.SOURCES.values():
+            traces.load(source, directory)
+    except traces.TraceMissing as e:
+        print(f"packing traces: skipped, {e}")
+        return 0
+    except (ValueError, OSError) as e:
+        print(f"bench/placement.py: {e}", file=sys.stderr)
+        return 2
+    tuning = "--tuning" in argv
+    windows = traces.TUNING_WINDOWS if tuning else traces.HELD_OUT_WINDOWS
+    units = [
+        (s, f, m, lifetime, directory) for s in traces.SOURCES for f in traces.FLEETS for m in traces.MAPPINGS
+    ]
+    print(
+        f"packing traces: {', '.join(traces.SOURCES)}; {'tuning' if tuning else 'held-out'} windows "
+        + ", ".join("days {:g}-{:g}".format(*traces.WINDOWS[w]) for w in windows)
+        + f"; dynmig's lifetime estimate: {lifetime}; refused GPU-work in GPU-minutes; judged: the best baseline refuses "
+        f"{traces.BAND[0]:.0%}-{traces.BAND[1]:.0%} of the offered work"
+    )
+    head = (
+        f"{'cell':<42} {'dynmig':>8} {'best baseline':>24} {'ratio':>6} {'judged':>6} "
+        f"{'refused share d/b':>17} {'refused d/b':>11}  work by kind (dynmig | best)"
+    )
+    print(head)
+    print("-" * len(head))
+    t0 = time.perf_counter()
+    out: dict[str, list[dict]] = {}
+    for (source, fleet, mapping, _, _), runs in zip(
+        units, grid.in_order(_trace_runs, units, jobs), strict=True
+    ):
+        for w in windows:
+            s = traces.summarise(fleet, mapping, w, runs)
+            out.setdefault(source, []).append(s)
+            print(_trace_row(s), flush=True)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    target = TRACES_RESULTS.with_suffix(".try.json") if tuning else TRACES_RESULTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"tuning": tuning, "windows": list(windows), "cells": out}, indent=2) + "\n")
+    for source, summaries in out.items():
+        print(f"\ntargets (issue 42) on {source}, {'tuning' if tuning else 'held-out'} windows:")
+        for line in traces.verdict(summaries):
+            print("  " + line)
+        picture = (
+            target.parent if tuning else GRID_PLOT.parent
+        ) / f"packing-trace-{source}{'.try' if tuning else ''}.png"
+        plot.grid_plot(
+            summaries,
+            picture,
+            f"{source}: dynmig / best baseline, refused GPU-work ({'tuning' if tuning else 'held-out'} windows)",
+        )
+        print(f"wrote {picture}")
+    print(f"wrote {target}")
+    return 0
+
+
+def _trace_row(s: dict) -> str:
+    best, work = s["best_baseline"], s["refused_work"]
+    kinds = " | ".join(
+        ", ".join(f"{k} {v:.0f}" for k, v in sorted(s["by_kind"][n].items())) or "-" for n in ("dynmig", best)
+    )
+    return (
+        f"{s['cell']:<42} {work['dynmig']:>8.0f} {best:>16} {work[best]:>7.0f} {s['ratio']:>5.2f}× "
+        f"{'yes' if s['judged'] else 'no':>6} {s['refused_share']['dynmig']:>8.3f}/{s['refused_share'][best]:<8.3f} "
+        f"{s['refused']['dynmig']:>5}/{s['refused'][best]:<5}  {kinds}"
+    )
 
 
 def _grid_row(s: dict) -> str:
@@ -790,6 +898,8 @@ def reuse_row(cell: grid.Cell, runs: list[tuple[dict, dict]]) -> dict:
 
 FLAGS = (
     "--quick",
+    "--traces",
+    "--fetch",
     "--evict-only",
     "--advise-cost",
     "--grid",
@@ -800,6 +910,8 @@ FLAGS = (
 # flags followed by a value
 OPTIONS = (
     "--workload",
+    "--lifetime",
+    "--trace-dir",
     "--load",
     "--seeds",
     "--ranking",
@@ -843,6 +955,8 @@ def main(argv: list[str]) -> int:
     if "--reuse" in argv and "--grid" not in argv:
         print("placement.py: --reuse is an arm of the packing grid: give --grid --reuse", file=sys.stderr)
         return 2
+    if "--traces" in argv:
+        return traces_main(argv)
     if "--grid" in argv:
         return reuse_main(argv) if "--reuse" in argv else grid_main(argv)
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change
