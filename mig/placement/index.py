@@ -534,7 +534,7 @@ class PlacementIndex:
                 # an empty GPU: its node's empty GPUs price the node slots taking it destroys
                 losses: dict[int, Loss] = {}
 
-                def key_of(
+                def priced_key(
                     fill: _NodeKey,
                     cand: _Candidate = cand,
                     pset: ProfileSet = pset,
@@ -550,10 +550,11 @@ class PlacementIndex:
                         )
                     return rank_key(pod, cand.rank, loss, fill[0], used, start)
 
+                key_of: Callable[[_NodeKey], tuple[object, ...]] = priced_key
                 fills = sorted(by_fill, key=key_of, reverse=True)
             else:
 
-                def key_of(
+                def plain_key(
                     fill: _NodeKey,
                     cand: _Candidate = cand,
                     loss: Loss = loss,
@@ -562,6 +563,7 @@ class PlacementIndex:
                 ) -> tuple[object, ...]:
                     return rank_key(pod, cand.rank, loss, fill[0], used, start)
 
+                key_of = plain_key
                 fills = sorted(by_fill, reverse=not fuller_first)
             heads.append((key_of(fills[-1]), len(groups), fills))
             groups.append((cand, by_fill, key_of))
