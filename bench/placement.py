@@ -16,7 +16,8 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 `--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
 seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 14 minutes here, 7 with `--jobs 2`);
-`--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
+`--grid --quick` a few cells, `--grid --mix NAME` one mix's cells (e.g. training, the 2/4/8-GPU pods),
+`--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
 `--grid --jobs N` (and `--grid --reuse --jobs N`) replays in N processes (the same figures).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
 plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
@@ -636,6 +637,13 @@ def grid_main(argv: list[str]) -> int:
     tuning = "--tuning" in argv
     seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
     cells = list(grid.QUICK_CELLS) if "--quick" in argv else grid.cells()
+    mix = _option(argv, "--mix")  # --mix NAME: that mix's cells only (written as a try, not to docs/)
+    if mix is not None:
+        cells = [c for c in cells if c.mix.name == mix]
+        if not cells:
+            names = ", ".join(m.name for m in grid.MIXES)
+            print(f"bench/placement.py: --mix: {mix[:40]!r} is not one of {names}", file=sys.stderr)
+            return 2
     try:
         jobs = grid.jobs_option(argv)
         lifetime = lifetime_option(argv)
@@ -675,7 +683,8 @@ def grid_main(argv: list[str]) -> int:
         print("  " + line)
     out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
     GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    target = GRID_RESULTS if not tuning and "--quick" not in argv else GRID_RESULTS.with_suffix(".try.json")
+    whole = not tuning and "--quick" not in argv and mix is None
+    target = GRID_RESULTS if whole else GRID_RESULTS.with_suffix(".try.json")
     target.write_text(json.dumps(out, indent=2) + "\n")
     picture = GRID_PLOT if target == GRID_RESULTS else target.with_suffix(".png")
     plot.grid_plot(
@@ -910,6 +919,7 @@ FLAGS = (
 # flags followed by a value
 OPTIONS = (
     "--workload",
+    "--mix",
     "--lifetime",
     "--trace-dir",
     "--load",
