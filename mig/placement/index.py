@@ -384,6 +384,11 @@ class PlacementIndex:
         """The demand mix placements are priced by now (`PRIOR` until one is set)."""
         return self._mix
 
+    @property
+    def node_demand(self) -> NodeMix:
+        """The work of pods asking for N whole GPUs on one node that node slots are priced by now."""
+        return self._node_mix
+
     def set_demand(self, mix: Mix, nodes: NodeMix = ()) -> None:
         """The demand mix to price placements by (`mig.placement.demand.DemandEstimate.mix`); `PRIOR`
         (the default) prices every published profile as if one instance of it were running. `nodes`

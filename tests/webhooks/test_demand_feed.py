@@ -77,3 +77,14 @@ def test_the_feed_remembers_a_bounded_number_of_pods():
     for i in range(MAX_PODS + 10):
         f.demand.arrived(f"p{i}", request(4000))
     assert len(f.demand._pods) == MAX_PODS
+
+
+def test_pods_asking_for_4_whole_gpus_reach_the_engine_as_demand_for_nodes_with_4_empty_gpus():
+    clock = Clock()
+    f = fleet(clock)
+    for i in range(REFRESH):
+        asked = request(4000) if i % 5 else gpu_request(gpu_pod(f"p{i}", None, devices=4), ResourceNames())
+        assert asked is not None
+        f.plan_and_reserve(asked, None, f"p{i}", "team", f"p{i}")
+        clock.now += 1
+    assert [n for n, _ in f.index.node_demand] == [4]
