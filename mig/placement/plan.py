@@ -31,7 +31,8 @@ defined in `mig.placement.occupancy`):
   small request keeps the last whole nodes whole even where it would use less of a GPU elsewhere
   (real trace, `bench/placement.py --traces --tuning`: on the mixed fleet dynmig refused 8-GPU jobs of
   weeks that first fit placed, by spreading small requests over every node of the models where they
-  use least of a GPU);
+  use least of a GPU). On the held-out windows and the grid's training cells it also loses cells the
+  engine without it did not (docs/packing.md, "Real traces");
 
 0. the profile's share of its model's GPU (`occupancy.ProfileSet.share`: its compute slices over what
    the empty GPU holds): a request goes to the model where it uses the least of a GPU, whatever the
