@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 import statistics
 import sys
@@ -146,11 +147,13 @@ class Dynmig:
     `departed` (a pod's asks and lifetime when it ends) feeds the engine's demand estimate, as the
     extender would (`mig.placement.demand`); the index is given the estimated mix every
     `REFRESH` observations. Nothing about a pod's future is told: a lifetime only once it has ended.
+    As serve by default, only the mix is fed: node slots are not priced (`DynmigNodes` prices them).
     """
 
     name = "dynmig"
     REFRESH = 25
     LIFETIME = "mean"  # the demand estimate's lifetime estimate (`mig.placement.demand.LIFETIMES`)
+    NODE_PRICING = False  # serve's --node-pricing
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
@@ -169,7 +172,11 @@ class Dynmig:
     def _refresh(self) -> None:
         self._seen += 1
         if self._seen % self.REFRESH == 0:
-            self.index.set_demand(self.demand.mix(), self.demand.node_mix())
+            self.price()
+
+    def price(self) -> None:
+        """The index priced by the estimate: its mix, and its node mix only with `NODE_PRICING`."""
+        self.index.set_demand(self.demand.mix(), self.demand.node_mix() if self.NODE_PRICING else ())
 
     def decide(self, mems: list[int | None]) -> list[Pick] | None:
         plan = self.index.plan(self.request(mems))
@@ -195,6 +202,13 @@ class Dynmig:
 
     def released(self, gpu: BGpu, placement) -> None:
         self.index.release(gpu.uuid, placement)
+
+
+class DynmigNodes(Dynmig):
+    """dynmig as serve --node-pricing=true drives it: demand for N whole GPUs on one node prices node slots."""
+
+    name = grid.NODE_ARM
+    NODE_PRICING = True
 
 
 POLICIES = (Dynmig, FirstFit, BestFit, Hami2378, Hami2378Binpack, Hami2855, Hami2855Binpack)
@@ -604,12 +618,13 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
-def grid_policies(lifetime: str = Dynmig.LIFETIME) -> tuple[type, ...]:
-    """The grid's policies with dynmig's demand estimate using `lifetime` (`--lifetime NAME`)."""
-    if lifetime == Dynmig.LIFETIME:
-        return GRID_POLICIES
-    ours = type("Dynmig", (Dynmig,), {"LIFETIME": lifetime})
-    return tuple(ours if c is Dynmig else c for c in GRID_POLICIES)
+def grid_policies(lifetime: str = Dynmig.LIFETIME, nodes: bool = False) -> tuple[type, ...]:
+    """The grid's policies with dynmig's demand estimate using `lifetime` (`--lifetime NAME`); `nodes`:
+    with the arm `dynmig+nodes` (node slots priced) beside dynmig."""
+    arms = (Dynmig, DynmigNodes) if nodes else (Dynmig,)
+    if lifetime != Dynmig.LIFETIME:
+        arms = tuple(type(c.__name__, (c,), {"LIFETIME": lifetime}) for c in arms)
+    return (*arms, *GRID_POLICIES[1:])
 
 
 def lifetime_option(argv: list[str]) -> str:
@@ -626,7 +641,8 @@ def _grid_runs(job: tuple[grid.Cell, int, str]) -> dict[str, dict]:
     """Every grid policy on one cell's trace of one seed (one unit of work for `--jobs`)."""
     cell, seed, lifetime = job
     arrivals = grid.trace(cell, seed)
-    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in grid_policies(lifetime)}
+    policies = grid_policies(lifetime, nodes=cell.mix.name == "training")  # the mix with multi-GPU pods
+    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in policies}
 
 
 def grid_main(argv: list[str]) -> int:
@@ -658,7 +674,7 @@ def grid_main(argv: list[str]) -> int:
         "GPU-minutes summed over seeds"
     )
     head = (
-        f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'per seed':>18} "
+        f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'+nodes':>6} {'per seed':>18} "
         f"{'expected':>8} {'90 % interval':>13} {'util d/b':>11} {'refused d/b':>12} {'whole-GPU work d/b':>19}"
     )
     print(head)
@@ -681,6 +697,13 @@ def grid_main(argv: list[str]) -> int:
     print("the same targets by expected refused GPU-work (each refused pod at its class's mean lifetime):")
     for line in grid.verdict(summaries, "ratio_expected"):
         print("  " + line)
+    priced = [s for s in summaries if "ratio_nodes" in s]
+    if priced:
+        print(
+            f"{grid.NODE_ARM} (node slots priced, serve --node-pricing=true) over the same best baseline: "
+            + ", ".join(f"{s['ratio_nodes']:.2f}×" for s in priced)
+            + f" in {len(priced)} cells"
+        )
     out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
     GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
     whole = not tuning and "--quick" not in argv and mix is None
@@ -700,7 +723,8 @@ def _trace_runs(job: tuple[str, str, str, str, Path]) -> dict[str, dict]:
     """Every grid policy over one trace on one fleet under one mapping (one unit of work for `--jobs`)."""
     source, fleet, mapping, lifetime, directory = job
     jobs = traces.load(traces.SOURCES[source], directory)
-    return {c.name: traces.replay(c, fleet, mapping, jobs, apply, release) for c in grid_policies(lifetime)}
+    policies = grid_policies(lifetime, nodes=True)
+    return {c.name: traces.replay(c, fleet, mapping, jobs, apply, release) for c in policies}
 
 
 def traces_main(argv: list[str]) -> int:
@@ -736,7 +760,7 @@ def traces_main(argv: list[str]) -> int:
         f"{traces.BAND[0]:.0%}-{traces.BAND[1]:.0%} of the offered work"
     )
     head = (
-        f"{'cell':<42} {'dynmig':>8} {'best baseline':>24} {'ratio':>6} {'judged':>6} "
+        f"{'cell':<42} {'dynmig':>8} {'best baseline':>24} {'ratio':>6} {'+nodes':>6} {'judged':>6} "
         f"{'refused share d/b':>17} {'refused d/b':>11}  work by kind (dynmig | best)"
     )
     print(head)
@@ -758,6 +782,9 @@ def traces_main(argv: list[str]) -> int:
         print(f"\ntargets (issue 42) on {source}, {'tuning' if tuning else 'held-out'} windows:")
         for line in traces.verdict(summaries):
             print("  " + line)
+        print(f"the same targets for {grid.NODE_ARM} (node slots priced, serve --node-pricing=true):")
+        for line in traces.verdict(summaries, "ratio_nodes"):
+            print("  " + line)
         picture = (
             target.parent if tuning else GRID_PLOT.parent
         ) / f"packing-trace-{source}{'.try' if tuning else ''}.png"
@@ -778,7 +805,8 @@ def _trace_row(s: dict) -> str:
     )
     return (
         f"{s['cell']:<42} {work['dynmig']:>8.0f} {best:>16} {work[best]:>7.0f} {s['ratio']:>5.2f}× "
-        f"{'yes' if s['judged'] else 'no':>6} {s['refused_share']['dynmig']:>8.3f}/{s['refused_share'][best]:<8.3f} "
+        f"{s.get('ratio_nodes', math.nan):>5.2f}× {'yes' if s['judged'] else 'no':>6} "
+        f"{s['refused_share']['dynmig']:>8.3f}/{s['refused_share'][best]:<8.3f} "
         f"{s['refused']['dynmig']:>5}/{s['refused'][best]:<5}  {kinds}"
     )
 
@@ -789,7 +817,7 @@ def _grid_row(s: dict) -> str:
     by = s["refused_work_by_class"]
     return (
         f"{s['cell']:<40} {work['dynmig']:>8.0f} {best:>15} {work[best]:>6.0f} {s['ratio']:>5.2f}× "
-        f"{'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
+        f"{s.get('ratio_nodes', math.nan):>5.2f}× {'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
         f"{s['ratio_expected']:>7.2f}× "
         f"{'{:.2f}-{:.2f}'.format(*s['ratio_interval']):>13} "
         f"{s['utilisation']['dynmig']:.3f}/{s['utilisation'][best]:.3f} "

@@ -342,6 +342,11 @@ def jobs_option(argv: list[str]) -> int:
     return int(number_option(argv, "--jobs", 1, 1, 64, whole=True))
 
 
+NODE_ARM = (
+    "dynmig+nodes"  # dynmig with node slots priced (opt-in in serve): an arm beside it, never a baseline
+)
+
+
 def ratio(a: float, b: float) -> float:
     if not b:
         return 1.0 if not a else math.inf
@@ -353,7 +358,7 @@ def _against_best(
 ) -> tuple[dict[str, float], str, list[float]]:
     """Each policy's `key` summed over the seeds, the best baseline by it, and ours over the best per seed."""
     work = {n: sum(r[n][key] for r in runs) for n in runs[0]}
-    baselines = [n for n in work if n != ours]
+    baselines = [n for n in work if n not in (ours, NODE_ARM)]
     best = min(baselines, key=lambda n: (work[n], n))
     per_seed = [ratio(r[ours][key], min(r[n][key] for n in baselines)) for r in runs]
     return work, best, per_seed
@@ -412,6 +417,7 @@ def summarise(cell: Cell, runs: list[dict[str, dict]], ours: str = "dynmig") -> 
             [(r[ours]["expected_refused_work"], r[best_expected]["expected_refused_work"]) for r in runs],
             cell.label,
         ),
+        **({"ratio_nodes": ratio(work[NODE_ARM], work[best])} if NODE_ARM in work else {}),
     }
 
 

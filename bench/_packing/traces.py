@@ -58,6 +58,7 @@ from pathlib import Path
 from _baselines import BNode, Pick, catalog_node
 
 from _packing.eviction import gpu_share
+from _packing.grid import NODE_ARM
 
 Mems = tuple[int | None, ...]
 Apply = Callable[[object, list[Pick], int, Mems], None]
@@ -259,7 +260,7 @@ def summarise(fleet: str, mapping: str, window: int, runs: dict[str, dict], ours
     """One cell (fleet, mapping, window): each policy's refused work, the best baseline and the ratio."""
     ws = {n: r["windows"][window] for n, r in runs.items()}
     work = {n: w["refused_work"] for n, w in ws.items()}
-    best = min((n for n in work if n != ours), key=lambda n: (work[n], n))
+    best = min((n for n in work if n not in (ours, NODE_ARM)), key=lambda n: (work[n], n))
     lo, hi = WINDOWS[window]
     return {
         "cell": f"{fleet} / {mapping} / days {lo:g}-{hi:g}",
@@ -276,20 +277,22 @@ def summarise(fleet: str, mapping: str, window: int, runs: dict[str, dict], ours
         "best_baseline": best,
         "ratio": ratio(work[ours], work[best]),
         "judged": BAND[0] <= ratio(work[best], ws[best]["offered_work"]) <= BAND[1],
+        **({"ratio_nodes": ratio(work[NODE_ARM], work[best])} if NODE_ARM in work else {}),
     }
 
 
-def verdict(summaries: list[dict]) -> list[str]:
-    """Issue 42's targets on the judged cells (`BAND`): every cell ≤ 1.0× the best baseline, the median ≤ 0.9×."""
-    summaries = [s for s in summaries if s["judged"]]
+def verdict(summaries: list[dict], key: str = "ratio") -> list[str]:
+    """Issue 42's targets on the judged cells (`BAND`): every cell ≤ 1.0× the best baseline, the median ≤ 0.9×
+    (`key` "ratio": dynmig; "ratio_nodes": dynmig with node slots priced)."""
+    summaries = [s for s in summaries if s["judged"] and key in s]
     if not summaries:
         return ["no cell in the band: nothing to judge"]
-    ratios = [s["ratio"] for s in summaries]
-    worst = max(summaries, key=lambda s: s["ratio"])
+    ratios = [s[key] for s in summaries]
+    worst = max(summaries, key=lambda s: s[key])
     median = statistics.median(ratios)
     return [
-        f"every cell ≤ 1.00× the best baseline: {'met' if worst['ratio'] <= 1.0 else 'NOT met'} "
-        f"(worst {worst['ratio']:.2f}× in {worst['cell']}; {sum(r > 1.0 for r in ratios)} of {len(ratios)} above)",
+        f"every cell ≤ 1.00× the best baseline: {'met' if worst[key] <= 1.0 else 'NOT met'} "
+        f"(worst {worst[key]:.2f}× in {worst['cell']}; {sum(r > 1.0 for r in ratios)} of {len(ratios)} above)",
         f"median cell ≤ 0.90×: {'met' if median <= 0.9 else 'NOT met'} (median {median:.2f}×, "
         f"range {min(ratios):.2f}-{max(ratios):.2f}×)",
     ]

@@ -68,6 +68,40 @@ def test_an_8_gpu_job_finding_no_empty_node_is_refused_work_in_the_window_it_arr
     assert sum(x["refused"] for x in got["windows"]) == 1
 
 
+def _eight_gpu_jobs_and_shares() -> list[traces.Job]:
+    day = 125 * DAY
+    lines = [HEAD] + [
+        _row(n, 8 if n % 5 == 0 else 1, 1000 if n % 5 == 0 else 300, day + n, day + n + 60) for n in range(60)
+    ]
+    return traces.parse(lines)
+
+
+def test_the_dynmig_arm_prices_no_node_slots_as_serve_by_default_and_the_nodes_arm_does():
+    arms = {}
+    for cls in (placement.Dynmig, placement.DynmigNodes):
+
+        class Kept(cls):  # the adapter the replay made, kept to read its index afterwards
+            def __init__(self, nodes):
+                super().__init__(nodes)
+                arms[cls.name] = self
+
+        traces.replay(
+            Kept, "A100-40GB x5", "memory", _eight_gpu_jobs_and_shares(), placement.apply, placement.release
+        )
+    assert arms["dynmig"].index.node_demand == ()
+    assert [n for n, _ in arms["dynmig+nodes"].index.node_demand] == [8]
+
+
+def test_the_node_pricing_arm_is_measured_beside_dynmig_and_never_taken_for_the_best_baseline():
+    runs = {
+        name: {"windows": [{"refused_work": work, "refused": 1, "offered_work": 100.0, "by_kind": {}}] * 4}
+        for name, work in (("dynmig", 6.0), ("dynmig+nodes", 2.0), ("first-fit", 4.0), ("best-fit", 5.0))
+    }
+    s = traces.summarise("A100-40GB x5", "memory", 1, runs)
+    assert s["best_baseline"] == "first-fit"
+    assert (s["ratio"], s["ratio_nodes"]) == (1.5, 0.5)
+
+
 def test_the_held_out_windows_are_not_the_tuning_windows():
     assert not set(traces.TUNING_WINDOWS) & set(traces.HELD_OUT_WINDOWS)
 
