@@ -83,7 +83,7 @@ def test_the_dynmig_arm_prices_no_node_slots_as_serve_by_default_and_the_nodes_a
         class Kept(cls):  # the adapter the replay made, kept to read its index afterwards
             def __init__(self, nodes):
                 super().__init__(nodes)
-                arms[cls.name] = self
+                arms[self.name] = self
 
         traces.replay(
             Kept, "A100-40GB x5", "memory", _eight_gpu_jobs_and_shares(), placement.apply, placement.release
