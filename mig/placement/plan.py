@@ -32,7 +32,8 @@ defined in `mig.placement.occupancy`):
   (real trace, `bench/placement.py --traces --tuning`: on the mixed fleet dynmig refused 8-GPU jobs of
   weeks that first fit placed, by spreading small requests over every node of the models where they
   use least of a GPU). On the held-out windows and the grid's training cells it also loses cells the
-  engine without it did not (docs/packing.md, "Real traces");
+  engine without it did not (docs/packing.md, "Real traces"), so serve passes a node mix only with
+  --node-pricing=true (webhooks/demand.py);
 
 0. the profile's share of its model's GPU (`occupancy.ProfileSet.share`: its compute slices over what
    the empty GPU holds): a request goes to the model where it uses the least of a GPU, whatever the
