@@ -128,7 +128,7 @@ def repacking(cell: grid.Cell, arrivals) -> dict:
                     live[k] = moved
             fresh = bench.Dynmig(nodes)  # its index rebuilt from the re-laid fleet, its estimate kept
             fresh.demand, fresh._seen = policy.demand, policy._seen
-            fresh.index.set_demand(policy.demand.mix())
+            fresh.price()
             policy, picks = fresh, judged.packing[key]
             repacks += 1
         bench.apply(policy, picks, key, mems)

@@ -16,7 +16,8 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 `--grid` runs the packing grid (bench/_packing/grid.py: uniform pools of every catalog family and the
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
 seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 14 minutes here, 7 with `--jobs 2`);
-`--grid --quick` a few cells, `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
+`--grid --quick` a few cells, `--grid --mix NAME` one mix's cells (e.g. training, the 2/4/8-GPU pods),
+`--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
 `--grid --jobs N` (and `--grid --reuse --jobs N`) replays in N processes (the same figures).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
 plugin's idle instances, the extender's moves onto and around them), refused GPU-work on/off per cell
@@ -65,6 +66,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 import statistics
 import sys
@@ -91,14 +93,14 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import advise_cost, eviction, grid, plot, reuse
+from _packing import advise_cost, eviction, grid, plot, reuse, traces
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 from _packing.rules import RULES, memoized
 
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest
-from mig.placement.demand import DemandEstimate
+from mig.placement.demand import LIFETIMES, DemandEstimate
 
 SEED = 20240611
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
@@ -145,16 +147,19 @@ class Dynmig:
     `departed` (a pod's asks and lifetime when it ends) feeds the engine's demand estimate, as the
     extender would (`mig.placement.demand`); the index is given the estimated mix every
     `REFRESH` observations. Nothing about a pod's future is told: a lifetime only once it has ended.
+    As serve by default, only the mix is fed: node slots are not priced (`DynmigNodes` prices them).
     """
 
     name = "dynmig"
     REFRESH = 25
+    LIFETIME = "mean"  # the demand estimate's lifetime estimate (`mig.placement.demand.LIFETIMES`)
+    NODE_PRICING = False  # serve's --node-pricing
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
         self.nodes = {n.name: n for n in nodes}
         self.index = PlacementIndex(gpu_states(nodes))
-        self.demand = DemandEstimate()
+        self.demand = DemandEstimate(lifetime=self.LIFETIME)
         self._seen = 0
 
     def arrived(self, at: float, mems: tuple) -> None:
@@ -167,7 +172,11 @@ class Dynmig:
     def _refresh(self) -> None:
         self._seen += 1
         if self._seen % self.REFRESH == 0:
-            self.index.set_demand(self.demand.mix())
+            self.price()
+
+    def price(self) -> None:
+        """The index priced by the estimate: its mix, and its node mix only with `NODE_PRICING`."""
+        self.index.set_demand(self.demand.mix(), self.demand.node_mix() if self.NODE_PRICING else ())
 
     def decide(self, mems: list[int | None]) -> list[Pick] | None:
         plan = self.index.plan(self.request(mems))
@@ -195,6 +204,13 @@ class Dynmig:
         self.index.release(gpu.uuid, placement)
 
 
+class DynmigNodes(Dynmig):
+    """dynmig as serve --node-pricing=true drives it: demand for N whole GPUs on one node prices node slots."""
+
+    name = grid.NODE_ARM
+    NODE_PRICING = True
+
+
 POLICIES = (Dynmig, FirstFit, BestFit, Hami2378, Hami2378Binpack, Hami2855, Hami2855Binpack)
 # The packing grid's policies (`--grid`): dynmig and the strong simple baselines, the _baselines ones
 # memoized per GPU (same decisions, `_packing.rules.memoized`) so the grid fits in its time.
@@ -206,6 +222,7 @@ GRID_POLICIES = (
 )
 GRID_RESULTS = RESULTS.parent / "packing-grid.json"
 REUSE_RESULTS = RESULTS.parent / "packing-reuse.json"
+TRACES_RESULTS = RESULTS.parent / "packing-traces.json"
 GRID_PLOT = Path(__file__).resolve().parents[1] / "docs" / "packing-grid.png"
 
 
@@ -601,11 +618,31 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
-def _grid_runs(job: tuple[grid.Cell, int]) -> dict[str, dict]:
+def grid_policies(lifetime: str = Dynmig.LIFETIME, nodes: bool = False) -> tuple[type, ...]:
+    """The grid's policies with dynmig's demand estimate using `lifetime` (`--lifetime NAME`); `nodes`:
+    with the arm `dynmig+nodes` (node slots priced) beside dynmig."""
+    arms = (Dynmig, DynmigNodes) if nodes else (Dynmig,)
+    if lifetime != Dynmig.LIFETIME:
+        arms = tuple(type(c.__name__, (c,), {"LIFETIME": lifetime}) for c in arms)
+    return (*arms, *GRID_POLICIES[1:])
+
+
+def lifetime_option(argv: list[str]) -> str:
+    """`--lifetime NAME` (the engine's default when absent); ValueError naming the flag."""
+    name = _option(argv, "--lifetime")
+    if name is None:
+        return Dynmig.LIFETIME
+    if name not in LIFETIMES:
+        raise ValueError(f"--lifetime: {name[:40]!r} is not one of {', '.join(LIFETIMES)}")
+    return name
+
+
+def _grid_runs(job: tuple[grid.Cell, int, str]) -> dict[str, dict]:
     """Every grid policy on one cell's trace of one seed (one unit of work for `--jobs`)."""
-    cell, seed = job
+    cell, seed, lifetime = job
     arrivals = grid.trace(cell, seed)
-    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in GRID_POLICIES}
+    policies = grid_policies(lifetime, nodes=cell.mix.name == "training")  # the mix with multi-GPU pods
+    return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in policies}
 
 
 def grid_main(argv: list[str]) -> int:
@@ -616,8 +653,16 @@ def grid_main(argv: list[str]) -> int:
     tuning = "--tuning" in argv
     seeds = grid.TUNING_SEEDS if tuning else grid.HELD_OUT_SEEDS
     cells = list(grid.QUICK_CELLS) if "--quick" in argv else grid.cells()
+    mix = _option(argv, "--mix")  # --mix NAME: that mix's cells only (written as a try, not to docs/)
+    if mix is not None:
+        cells = [c for c in cells if c.mix.name == mix]
+        if not cells:
+            names = ", ".join(m.name for m in grid.MIXES)
+            print(f"bench/placement.py: --mix: {mix[:40]!r} is not one of {names}", file=sys.stderr)
+            return 2
     try:
         jobs = grid.jobs_option(argv)
+        lifetime = lifetime_option(argv)
     except ValueError as e:
         print(f"bench/placement.py: {e}", file=sys.stderr)
         return 2
@@ -629,14 +674,14 @@ def grid_main(argv: list[str]) -> int:
         "GPU-minutes summed over seeds"
     )
     head = (
-        f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'per seed':>18} "
+        f"{'cell':<40} {'dynmig':>8} {'best baseline':>22} {'ratio':>6} {'+nodes':>6} {'per seed':>18} "
         f"{'expected':>8} {'90 % interval':>13} {'util d/b':>11} {'refused d/b':>12} {'whole-GPU work d/b':>19}"
     )
     print(head)
     print("-" * len(head))
     summaries = []
     t0 = time.perf_counter()
-    results = grid.in_order(_grid_runs, [(cell, seed) for cell in cells for seed in seeds], jobs)
+    results = grid.in_order(_grid_runs, [(cell, seed, lifetime) for cell in cells for seed in seeds], jobs)
     for cell in cells:
         s = grid.summarise(cell, [next(results) for _ in seeds])
         summaries.append(s)
@@ -652,9 +697,17 @@ def grid_main(argv: list[str]) -> int:
     print("the same targets by expected refused GPU-work (each refused pod at its class's mean lifetime):")
     for line in grid.verdict(summaries, "ratio_expected"):
         print("  " + line)
+    priced = [s for s in summaries if "ratio_nodes" in s]
+    if priced:
+        print(
+            f"{grid.NODE_ARM} (node slots priced, serve --node-pricing=true) over the same best baseline: "
+            + ", ".join(f"{s['ratio_nodes']:.2f}×" for s in priced)
+            + f" in {len(priced)} cells"
+        )
     out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
     GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    target = GRID_RESULTS if not tuning and "--quick" not in argv else GRID_RESULTS.with_suffix(".try.json")
+    whole = not tuning and "--quick" not in argv and mix is None
+    target = GRID_RESULTS if whole else GRID_RESULTS.with_suffix(".try.json")
     target.write_text(json.dumps(out, indent=2) + "\n")
     picture = GRID_PLOT if target == GRID_RESULTS else target.with_suffix(".png")
     plot.grid_plot(
@@ -666,13 +719,105 @@ def grid_main(argv: list[str]) -> int:
     return 0
 
 
+def _trace_runs(job: tuple[str, str, str, str, Path]) -> dict[str, dict]:
+    """Every grid policy over one trace on one fleet under one mapping (one unit of work for `--jobs`)."""
+    source, fleet, mapping, lifetime, directory = job
+    jobs = traces.load(traces.SOURCES[source], directory)
+    policies = grid_policies(lifetime, nodes=True)
+    return {c.name: traces.replay(c, fleet, mapping, jobs, apply, release) for c in policies}
+
+
+def traces_main(argv: list[str]) -> int:
+    """`--traces`: the real traces (bench/_packing/traces.py) on their held-out windows (`--tuning`: the
+    tuning windows), dynmig against the grid's baselines in the same run; writes
+    bench/results/packing-traces.json and one plot per trace in docs/. `--fetch` downloads the traces
+    first (pinned commit, checked SHA-256); `--trace-dir DIR` reads (and fetches) them there instead of
+    bench/traces/. Without a trace file: says how to fetch it and exits 0, replaying nothing."""
+    directory = Path(_option(argv, "--trace-dir") or traces.TRACE_DIR)
+    try:
+        jobs = grid.jobs_option(argv)
+        lifetime = lifetime_option(argv)
+        if "--fetch" in argv:
+            for source in traces.SOURCES.values():
+                print(f"fetched {traces.fetch(source, directory)}")
+        for source in traces.SOURCES.values():
+            traces.load(source, directory)
+    except traces.TraceMissing as e:
+        print(f"packing traces: skipped, {e}")
+        return 0
+    except (ValueError, OSError) as e:
+        print(f"bench/placement.py: {e}", file=sys.stderr)
+        return 2
+    tuning = "--tuning" in argv
+    windows = traces.TUNING_WINDOWS if tuning else traces.HELD_OUT_WINDOWS
+    units = [
+        (s, f, m, lifetime, directory) for s in traces.SOURCES for f in traces.FLEETS for m in traces.MAPPINGS
+    ]
+    print(
+        f"packing traces: {', '.join(traces.SOURCES)}; {'tuning' if tuning else 'held-out'} windows "
+        + ", ".join("days {:g}-{:g}".format(*traces.WINDOWS[w]) for w in windows)
+        + f"; dynmig's lifetime estimate: {lifetime}; refused GPU-work in GPU-minutes; judged: the best baseline refuses "
+        f"{traces.BAND[0]:.0%}-{traces.BAND[1]:.0%} of the offered work"
+    )
+    head = (
+        f"{'cell':<42} {'dynmig':>8} {'best baseline':>24} {'ratio':>6} {'+nodes':>6} {'judged':>6} "
+        f"{'refused share d/b':>17} {'refused d/b':>11}  work by kind (dynmig | best)"
+    )
+    print(head)
+    print("-" * len(head))
+    t0 = time.perf_counter()
+    out: dict[str, list[dict]] = {}
+    for (source, fleet, mapping, _, _), runs in zip(
+        units, grid.in_order(_trace_runs, units, jobs), strict=True
+    ):
+        for w in windows:
+            s = traces.summarise(fleet, mapping, w, runs)
+            out.setdefault(source, []).append(s)
+            print(_trace_row(s), flush=True)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    target = TRACES_RESULTS.with_suffix(".try.json") if tuning else TRACES_RESULTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"tuning": tuning, "windows": list(windows), "cells": out}, indent=2) + "\n")
+    for source, summaries in out.items():
+        print(f"\ntargets (issue 42) on {source}, {'tuning' if tuning else 'held-out'} windows:")
+        for line in traces.verdict(summaries):
+            print("  " + line)
+        print(f"the same targets for {grid.NODE_ARM} (node slots priced, serve --node-pricing=true):")
+        for line in traces.verdict(summaries, "ratio_nodes"):
+            print("  " + line)
+        picture = (
+            target.parent if tuning else GRID_PLOT.parent
+        ) / f"packing-trace-{source}{'.try' if tuning else ''}.png"
+        plot.grid_plot(
+            summaries,
+            picture,
+            f"{source}: dynmig / best baseline, refused GPU-work ({'tuning' if tuning else 'held-out'} windows)",
+        )
+        print(f"wrote {picture}")
+    print(f"wrote {target}")
+    return 0
+
+
+def _trace_row(s: dict) -> str:
+    best, work = s["best_baseline"], s["refused_work"]
+    kinds = " | ".join(
+        ", ".join(f"{k} {v:.0f}" for k, v in sorted(s["by_kind"][n].items())) or "-" for n in ("dynmig", best)
+    )
+    return (
+        f"{s['cell']:<42} {work['dynmig']:>8.0f} {best:>16} {work[best]:>7.0f} {s['ratio']:>5.2f}× "
+        f"{s.get('ratio_nodes', math.nan):>5.2f}× {'yes' if s['judged'] else 'no':>6} "
+        f"{s['refused_share']['dynmig']:>8.3f}/{s['refused_share'][best]:<8.3f} "
+        f"{s['refused']['dynmig']:>5}/{s['refused'][best]:<5}  {kinds}"
+    )
+
+
 def _grid_row(s: dict) -> str:
     """One cell's line of the grid's table."""
     best, work = s["best_baseline"], s["refused_work"]
     by = s["refused_work_by_class"]
     return (
         f"{s['cell']:<40} {work['dynmig']:>8.0f} {best:>15} {work[best]:>6.0f} {s['ratio']:>5.2f}× "
-        f"{'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
+        f"{s.get('ratio_nodes', math.nan):>5.2f}× {'[' + ', '.join(f'{r:.2f}' for r in s['ratio_per_seed']) + ']':>18} "
         f"{s['ratio_expected']:>7.2f}× "
         f"{'{:.2f}-{:.2f}'.format(*s['ratio_interval']):>13} "
         f"{s['utilisation']['dynmig']:.3f}/{s['utilisation'][best]:.3f} "
@@ -790,6 +935,8 @@ def reuse_row(cell: grid.Cell, runs: list[tuple[dict, dict]]) -> dict:
 
 FLAGS = (
     "--quick",
+    "--traces",
+    "--fetch",
     "--evict-only",
     "--advise-cost",
     "--grid",
@@ -800,6 +947,9 @@ FLAGS = (
 # flags followed by a value
 OPTIONS = (
     "--workload",
+    "--mix",
+    "--lifetime",
+    "--trace-dir",
     "--load",
     "--seeds",
     "--ranking",
@@ -843,6 +993,8 @@ def main(argv: list[str]) -> int:
     if "--reuse" in argv and "--grid" not in argv:
         print("placement.py: --reuse is an arm of the packing grid: give --grid --reuse", file=sys.stderr)
         return 2
+    if "--traces" in argv:
+        return traces_main(argv)
     if "--grid" in argv:
         return reuse_main(argv) if "--reuse" in argv else grid_main(argv)
     seeds = SEEDS[:1] if "--quick" in argv else SEEDS  # --quick: one seed, for trying a change

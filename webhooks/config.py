@@ -79,6 +79,9 @@ class ServeConfig:
     identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
     node_lock_expiry: float = 300.0
     reservation_ttl: float = 120.0
+    # The engine prices node slots for pods asking N whole GPUs on one node (webhooks/demand.py): off, as
+    # it refused more GPU-work than the best simple rule on held-out real-trace windows (docs/packing.md).
+    node_pricing: bool = False
     # Defrag (webhooks/defrag.py): advice for pending MIG pods always; evicting only when turned on.
     defrag_evict: bool = False
     defrag_move_only: bool = True  # evict only sets whose every pod is placed again elsewhere
@@ -302,6 +305,14 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         help="age after which a node lock left by a failed bind is broken (e.g. 300, 90s, 5m)",
     )
     f.add(
+        "--node-pricing",
+        default=d.node_pricing,
+        type=boolean,
+        metavar="{true,false}",
+        help="true: keep whole nodes for pods asking several whole GPUs on one node when such pods arrive "
+        "(the engine prices node slots); false: only the mix of single-GPU asks prices placements",
+    )
+    f.add(
         "--defrag-evict",
         default=d.defrag_evict,
         type=boolean,
@@ -379,6 +390,7 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         lease_name=args.lease_name,
         identity=args.identity,
         node_lock_expiry=args.node_lock_expiry,
+        node_pricing=args.node_pricing,
         defrag_evict=args.defrag_evict,
         defrag_move_only=args.defrag_move_only,
         defrag_interval=args.defrag_interval,

@@ -4,7 +4,9 @@ Each pod counts as one arrival however often kube-scheduler filters it (a refuse
 lifetime runs from its first reservation to the moment it stops holding slices, and the engine's
 pricing is refreshed every `REFRESH` changes of the estimate, not at every filter (a mix costs a
 walk over the window). One pool, the whole fleet. Memory stays bounded: at most `MAX_PODS` pods are
-remembered, the oldest forgotten first.
+remembered, the oldest forgotten first. Node slots for pods asking N whole GPUs on one node are priced
+only with `node_pricing` (serve's --node-pricing, off by default): on held-out real-trace windows that
+term refused more GPU-work than the best simple rule (docs/packing.md).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ MAX_PODS = 100_000
 
 
 class DemandFeed:
-    def __init__(self, index: PlacementIndex, clock: Callable[[], float]) -> None:
+    def __init__(self, index: PlacementIndex, clock: Callable[[], float], node_pricing: bool = False) -> None:
         self.index = index
         self.clock = clock
+        self.node_pricing = node_pricing
         self.estimate = DemandEstimate()
         self._pods: OrderedDict[str, tuple[tuple[Memory, ...], float | None]] = OrderedDict()
         self._applied = 0
@@ -56,4 +59,5 @@ class DemandFeed:
     def _refresh(self) -> None:
         if self.estimate.version - self._applied >= REFRESH:
             self._applied = self.estimate.version
-            self.index.set_demand(self.estimate.mix(POOL))
+            node_mix = self.estimate.node_mix(POOL) if self.node_pricing else ()
+            self.index.set_demand(self.estimate.mix(POOL), node_mix)

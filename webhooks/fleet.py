@@ -108,10 +108,15 @@ class Fleet:
 
     `ttl`: how long a reservation lives after its filter unless the cache shows it (`serve`'s
     `reservation_ttl`). `hold_chosen`: False leaves a chosen node a candidate for other pods (for
-    benches and stress tests that filter without binding)."""
+    benches and stress tests that filter without binding). `node_pricing`: serve's --node-pricing
+    (`DemandFeed`)."""
 
     def __init__(
-        self, ttl: float = 120.0, clock: Callable[[], float] = time.monotonic, hold_chosen: bool = True
+        self,
+        ttl: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        hold_chosen: bool = True,
+        node_pricing: bool = False,
     ):
         self.lock = threading.RLock()
         self.index = PlacementIndex()
@@ -133,7 +138,9 @@ class Fleet:
         # (GPU, profile, start, size) -> namespace of the last pod that held it (bounded): whom the
         # node's plugin hands an idle instance there (its same-namespace rule, plugin/idle.py)
         self._last_user: dict[tuple[str, str, int, int], str] = {}
-        self.demand = DemandFeed(self.index, clock)  # what the filter sees prices what a placement risks
+        self.demand = DemandFeed(
+            self.index, clock, node_pricing
+        )  # what the filter sees prices what a placement risks
         self.synced = False
         # node -> its status.allocatable, and the resources it ever counted above 0 (`not_serving`)
         self._allocatable: dict[str, dict[str, str]] = {}

@@ -92,7 +92,8 @@ class Service:
         self.cfg = cfg
         self.device_config = device_config or DeviceConfigFile(cfg.device_config)
         self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
-        self.fleet = Fleet(ttl=cfg.reservation_ttl)  # one timeout: a reservation from filter to bind
+        # one timeout: a reservation from filter to bind
+        self.fleet = Fleet(ttl=cfg.reservation_ttl, node_pricing=cfg.node_pricing)
         self.metrics = Metrics(snapshot=self.fleet.snapshot)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.cache = ClusterCache(

@@ -18,13 +18,14 @@ placement (docs/packing.md, "Two estimates of one loss"). Both are counted after
 - Fleets (`FLEETS`): 64 GPUs (8 nodes × 8) of one catalog family with HAMi's default allowlist each
   (A100-40GB, A100-80GB, H100-80GB, H200, B200, RTX PRO 6000), and the placement bench's mixed fleet
   (A100-40GB, H100-80GB and RTX PRO 6000 nodes in turn, 9 nodes × 8).
-- Demand (`MIXES`): Poisson arrivals of single-device pods in four size classes, 1g, 2g, 3g and a
+- Demand (`MIXES`): Poisson arrivals of pods in four single-device size classes, 1g, 2g, 3g and a
   whole GPU. A class asks for the memory of the pool's profile of that many compute slices (on the
   RTX PRO 6000, which has no 3g, a 3g asks for 3/7 of an A100-40GB's 3g-to-GPU memory ratio, i.e. its
   2g); on the mixed fleet the A100-40GB asks of the placement bench (4000, 9000, 18000 MiB). The
   services mix (1g:2g:3g = 50:30:20, mean lifetime 30) with a whole-GPU share of 0, 5, 10, 20 or 30 %
-  of arrivals living 1×, 3× or 10× the services; a 1g-heavy inference mix; a notebook mix. Lifetimes
-  are exponential.
+  of arrivals living 1×, 3× or 10× the services; a 1g-heavy inference mix; a notebook mix; a
+  training mix (`TRAINING`) whose pods also ask for 2, 4 or 8 whole GPUs on one node (5, 2 and 1 % of
+  arrivals, beside 12 % single whole-GPU jobs, all living 3× the services). Lifetimes are exponential.
 - Loads: offered work (each pod at its cheapest model) over the fleet's GPUs: 0.8, 0.95, 1.05.
 - Cells (`cells`): every fleet at the 10 %/3× mix at every load; every mix on the A100-40GB and
   H100-80GB pools at both high loads. `QUICK_CELLS` is a subset for trying a change.
@@ -74,7 +75,8 @@ FLEETS: dict[str, tuple[str, ...]] = {
     "RTX PRO 6000": ("RTX-PRO-6000",),
     "mixed": ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000"),
 }
-CLASSES = ("1g", "2g", "3g", "whole")
+CLASSES = ("1g", "2g", "3g", "whole", "2 GPUs", "4 GPUs", "8 GPUs")
+MULTI = {"2 GPUs": 2, "4 GPUs": 4, "8 GPUs": 8}  # whole GPUs on one node
 MIXED_ASKS = {"1g": 4000, "2g": 9000, "3g": 18000, "whole": None}
 
 
@@ -103,6 +105,19 @@ INFERENCE = Mix("inference", (("1g", 0.72, 20.0), ("2g", 0.24, 40.0), ("whole", 
 NOTEBOOK = Mix(
     "notebook", (("1g", 0.2, 60.0), ("2g", 0.45, 120.0), ("3g", 0.25, 120.0), ("whole", 0.1, 240.0))
 )
+# Multi-GPU training: 2, 4 and 8 whole GPUs on one node beside the services and whole-GPU jobs.
+TRAINING = Mix(
+    "training",
+    (
+        ("1g", 0.40, SERVICE_LIFE),
+        ("2g", 0.24, SERVICE_LIFE),
+        ("3g", 0.16, SERVICE_LIFE),
+        ("whole", 0.12, SERVICE_LIFE * 3),
+        ("2 GPUs", 0.05, SERVICE_LIFE * 3),
+        ("4 GPUs", 0.02, SERVICE_LIFE * 3),
+        ("8 GPUs", 0.01, SERVICE_LIFE * 3),
+    ),
+)
 MIXES = (
     services(0.0, 3.0),
     services(0.05, 3.0),
@@ -113,6 +128,7 @@ MIXES = (
     services(0.10, 10.0),
     INFERENCE,
     NOTEBOOK,
+    TRAINING,
 )
 LOADS = (0.8, 0.95, 1.05)
 
@@ -134,7 +150,7 @@ class Cell:
     @property
     def whole_share(self) -> float:
         total = sum(w for _, w, _ in self.mix.classes)
-        return sum(w for c, w, _ in self.mix.classes if c == "whole") / total
+        return sum(w for c, w, _ in self.mix.classes if c == "whole" or c in MULTI) / total
 
 
 def cells() -> list[Cell]:
@@ -188,26 +204,32 @@ def asks(fleet: str) -> dict[str, int | None]:
     return out
 
 
+def mems_of(fleet: str, c: str) -> Mems:
+    """What a pod of size class `c` asks on `fleet`: one device's memory, or N whole GPUs."""
+    return (None,) * MULTI[c] if c in MULTI else (asks(fleet)[c],)
+
+
 def trace(cell: Cell, seed: int) -> list[Arrival]:
     """`ARRIVALS` Poisson arrivals whose offered work is `cell.load` times the fleet's GPUs."""
     nodes = make_fleet(cell.fleet)
     gpus = sum(len(n.gpus) for n in nodes)
-    memory = asks(cell.fleet)
     weights = [w for _, w, _ in cell.mix.classes]
-    per_arrival = sum(w * gpu_share(nodes, (memory[c],)) * life for c, w, life in cell.mix.classes) / sum(
-        weights
-    )
+    per_arrival = sum(
+        w * gpu_share(nodes, mems_of(cell.fleet, c)) * life for c, w, life in cell.mix.classes
+    ) / sum(weights)
     rate = cell.load * gpus / per_arrival
     rng = random.Random(f"{cell.label}/{seed}")
     t, out = 0.0, []
     for _ in range(ARRIVALS):
         t += rng.expovariate(rate)
         c, _, life = rng.choices(cell.mix.classes, weights)[0]
-        out.append((t, (memory[c],), rng.expovariate(1 / life)))
+        out.append((t, mems_of(cell.fleet, c), rng.expovariate(1 / life)))
     return out
 
 
 def class_of(cell: Cell, mems: Mems) -> str:
+    if len(mems) > 1:
+        return f"{len(mems)} GPUs"
     return {m: c for c, m in asks(cell.fleet).items()}[mems[0]]
 
 
@@ -320,6 +342,11 @@ def jobs_option(argv: list[str]) -> int:
     return int(number_option(argv, "--jobs", 1, 1, 64, whole=True))
 
 
+NODE_ARM = (
+    "dynmig+nodes"  # dynmig with node slots priced (opt-in in serve): an arm beside it, never a baseline
+)
+
+
 def ratio(a: float, b: float) -> float:
     if not b:
         return 1.0 if not a else math.inf
@@ -331,7 +358,7 @@ def _against_best(
 ) -> tuple[dict[str, float], str, list[float]]:
     """Each policy's `key` summed over the seeds, the best baseline by it, and ours over the best per seed."""
     work = {n: sum(r[n][key] for r in runs) for n in runs[0]}
-    baselines = [n for n in work if n != ours]
+    baselines = [n for n in work if n not in (ours, NODE_ARM)]
     best = min(baselines, key=lambda n: (work[n], n))
     per_seed = [ratio(r[ours][key], min(r[n][key] for n in baselines)) for r in runs]
     return work, best, per_seed
@@ -390,6 +417,7 @@ def summarise(cell: Cell, runs: list[dict[str, dict]], ours: str = "dynmig") -> 
             [(r[ours]["expected_refused_work"], r[best_expected]["expected_refused_work"]) for r in runs],
             cell.label,
         ),
+        **({"ratio_nodes": ratio(work[NODE_ARM], work[best])} if NODE_ARM in work else {}),
     }
 
 

@@ -56,6 +56,7 @@ _FONT = {
     "/": (1, 1, 2, 4, 8, 16, 16),
     "%": (24, 25, 2, 4, 8, 19, 3),
     "-": (0, 0, 0, 31, 0, 0, 0),
+    "+": (0, 4, 4, 31, 4, 4, 0),
     "(": (2, 4, 8, 8, 8, 4, 2),
     ")": (8, 4, 2, 2, 2, 4, 8),
     ":": (0, 12, 12, 0, 12, 12, 0),
@@ -111,15 +112,15 @@ def target(summary: dict) -> float:
 
 def grid_plot(summaries: list[dict], path: Path, title: str) -> None:
     label_w, bar_w, row_h, top = 290, 420, 11, 34
-    width, height = label_w + bar_w + 70, top + row_h * len(summaries) + 30
+    width, height = label_w + bar_w + 110, top + row_h * len(summaries) + 30
     c = Canvas(width, height)
     c.text(6, 6, title.replace("×", "X").replace("'", ""))
-    c.text(
-        6,
-        18,
-        "BAR: DYNMIG / BEST BASELINE (REFUSED GPU-WORK), WHISKER: 90% INTERVAL OVER THE SEEDS. MARKS AT 0.7, 0.8, 1.0",
-        GREY,
-    )
+    keys = ["BAR: DYNMIG / BEST BASELINE (REFUSED GPU-WORK)"]
+    if any("ratio_interval" in s for s in summaries):
+        keys.append("WHISKER: 90% INTERVAL OVER THE SEEDS")
+    if any("ratio_nodes" in s for s in summaries):  # the arm with node slots priced, beside dynmig
+        keys.append("BLUE TICK: DYNMIG+NODES")
+    c.text(6, 18, ", ".join(keys) + ". MARKS AT 0.7, 0.8, 1.0", GREY)
 
     def x_of(r: float) -> int:
         return label_w + round(min(r, SCALE_MAX) / SCALE_MAX * bar_w)
@@ -137,7 +138,13 @@ def grid_plot(summaries: list[dict], path: Path, title: str) -> None:
             c.rect(lo, mid - 2, lo + 1, mid + 3, BLACK)
             c.rect(hi, mid - 2, hi + 1, mid + 3, BLACK)
             right = max(right, hi)
-        c.text(right + 4, y + 2, "INF" if r == float("inf") else f"{r:.2f}")
+        label = "INF" if r == float("inf") else f"{r:.2f}"
+        if "ratio_nodes" in s:  # dynmig+nodes on the same best baseline, a tick across the row
+            x = x_of(s["ratio_nodes"])
+            c.rect(x, y + 1, x + 2, y + row_h, BLUE)
+            right = max(right, x + 2)
+            label += f" / {s['ratio_nodes']:.2f}"
+        c.text(right + 4, y + 2, label)
     for mark, colour in ((0.7, BLUE), (0.8, BLUE), (1.0, BLACK)):
         x = x_of(mark)
         c.rect(x, top - 2, x + 1, top + row_h * len(summaries), colour)

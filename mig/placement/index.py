@@ -24,7 +24,7 @@ from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 
 from mig.placement import reasons as R
-from mig.placement.demand import PRIOR, Mix, risk_weights
+from mig.placement.demand import PRIOR, Mix, NodeMix, node_prices, node_risk, risk_weights
 from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.request import BINPACK, GpuState, Memory, Percent, PodRequest, memory_on
@@ -113,8 +113,10 @@ class _Candidate:
 _Members = list[_Gpu]
 _Bucket = list[tuple[_Candidate, _Members]]  # (candidate, GPUs) of the groups sharing a key
 _Memo = dict[tuple[object, ...], tuple[tuple[object, ...], _Candidate] | None]
-# (candidate, node fill -> GPUs, node fill -> bucket key) of one group, for `_best_first`
-_Group = tuple[_Candidate, dict[float, _Members], Callable[[float], tuple[object, ...]]]
+# a node's place in a group: (its fill, its count of empty schedulable GPUs)
+_NodeKey = tuple[float, int]
+# (candidate, node key -> GPUs, node key -> bucket key) of one group, for `_best_first`
+_Group = tuple[_Candidate, dict[_NodeKey, _Members], Callable[[_NodeKey], tuple[object, ...]]]
 
 
 def _best_on(
@@ -149,12 +151,12 @@ def _walk(cand: _Candidate, members: _Members, allowed: set[str] | None) -> Iter
 
 
 def _best_first(
-    heads: list[tuple[tuple[object, ...], int, list[float]]], groups: list[_Group]
+    heads: list[tuple[tuple[object, ...], int, list[_NodeKey]]], groups: list[_Group]
 ) -> Iterator[_Bucket]:
-    """The (group, node fill) buckets in key order, lazily: `heads` holds each group's best key not
-    yet yielded (its fills still to come in `fills`, best last). Within a group the key is strictly
-    monotonic in node fill, so a heap over groups yields keys in the order `sorted` would, and equal
-    keys of different groups are yielded together as one bucket. Most decisions stop at the first."""
+    """The (group, node key) buckets in key order, lazily: `heads` holds each group's best key not
+    yet yielded (its node keys still to come in `fills`, sorted by their bucket key, best last), so a
+    heap over groups yields keys in the order `sorted` would, and equal keys (of different groups, or
+    of one group's node keys) are yielded together as one bucket. Most decisions stop at the first."""
     heapq.heapify(heads)
     while heads:
         top = heads[0][0]
@@ -168,7 +170,7 @@ def _best_first(
         yield bucket
 
 
-_Groups = dict[tuple[int, int, str, int], dict[float, _Members]]  # group key -> node fill -> GPUs
+_Groups = dict[tuple[int, int, str, int], dict[_NodeKey, _Members]]  # group key -> node key -> GPUs
 
 
 _GroupKey = tuple[int, int, str, int]
@@ -186,7 +188,7 @@ def _runs(gpus: Iterable[_Gpu]) -> list[tuple[_GroupKey, list[_Gpu]]]:
     return list(by_group.items())
 
 
-def _put(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: float) -> None:
+def _put(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: _NodeKey) -> None:
     """File one node's GPUs of one group (`_runs`; none of that node's are filed there) in their
     (group, node fill) bucket, in GPU order."""
     members = groups.setdefault(key, {}).setdefault(fill, [])
@@ -194,7 +196,7 @@ def _put(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: float) -> None:
     members[at:at] = run
 
 
-def _take(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: float) -> None:
+def _take(groups: _Groups, key: _GroupKey, run: list[_Gpu], fill: _NodeKey) -> None:
     """Take one node's GPUs of one group (all of that node's in the bucket, `_runs`) out of their
     (group, node fill) bucket; empty buckets and groups go."""
     buckets = groups[key]
@@ -220,7 +222,9 @@ class PlacementIndex:
         # group key -> node fill -> GPUs in sort_key order
         self._groups: _Groups = {}
         self._nodes: dict[str, dict[str, _Gpu]] = {}
-        self._fill: dict[str, float] = {}
+        self._fill: dict[str, _NodeKey] = {}  # node -> (fill, empty schedulable GPUs)
+        # count of empty schedulable GPUs -> nodes with that many (node slots for multi-GPU pods)
+        self._empties: dict[int, int] = {}
         # node -> immutable snapshot of its GPUs (for refusals)
         self._sig: dict[str, tuple[_Snapshot, ...]] = {}
         # NVML type -> [schedulable GPUs, empty ones among them], for the whole-GPU model choice
@@ -231,6 +235,8 @@ class PlacementIndex:
         # NVML type -> profile name -> free slots of it over the type's schedulable GPUs (`ProfileSet.slots`)
         self._slots: dict[str, dict[str, int]] = {}
         self._mix: Mix = PRIOR
+        self._node_mix: NodeMix = ()
+        self._node_prices: dict[int, int] = {}  # this decision's, per N (`demand.node_prices`)
         self._offered: dict[int, tuple[float, ...]] = {}  # id(profile set) -> work offered per profile
         self._weights: dict[tuple[int, str], tuple[int, ...]] = {}  # this decision's, per (set, type)
         # (id(profile set), the model's free slots per profile) -> weights, under the current mix
@@ -339,17 +345,29 @@ class PlacementIndex:
                 self._count_type(g, 1, g.mask)
         for g, mask in before.values():  # gone, or no longer schedulable
             self._count_type(g, -1, mask)
+        old_fill = self._fill.get(node)
+        if old_fill is not None:
+            self._count_empties(old_fill[1], -1)
         if not gpus:
             self._nodes.pop(node, None)
             self._fill.pop(node, None)
             self._sig.pop(node, None)
             return
         total = sum(g.profile_set.axis for g in live)
-        fill = self._fill[node] = sum(g.used() for g in live) / total if total else 0.0
+        empty = sum(1 for g in live if not g.used())
+        fill = self._fill[node] = (sum(g.used() for g in live) / total if total else 0.0, empty)
+        self._count_empties(empty, 1)
         self._sig[node] = tuple(g.snapshot() for g in sorted(gpus.values(), key=lambda g: (g.index, g.uuid)))
         groups = self._buckets_of(node)
         for key, run in _runs(live):
             _put(groups, key, run, fill)
+
+    def _count_empties(self, empty: int, step: int) -> None:
+        left = self._empties.get(empty, 0) + step
+        if left:
+            self._empties[empty] = left
+        else:
+            self._empties.pop(empty, None)
 
     def _count_type(self, g: _Gpu, step: int, mask: int) -> None:
         """Count (step 1) or uncount (-1) a schedulable GPU at occupancy `mask` in its model's totals."""
@@ -366,13 +384,21 @@ class PlacementIndex:
         """The demand mix placements are priced by now (`PRIOR` until one is set)."""
         return self._mix
 
-    def set_demand(self, mix: Mix) -> None:
+    @property
+    def node_demand(self) -> NodeMix:
+        """The work of pods asking for N whole GPUs on one node that node slots are priced by now."""
+        return self._node_mix
+
+    def set_demand(self, mix: Mix, nodes: NodeMix = ()) -> None:
         """The demand mix to price placements by (`mig.placement.demand.DemandEstimate.mix`); `PRIOR`
-        (the default) prices every published profile as if one instance of it were running."""
+        (the default) prices every published profile as if one instance of it were running. `nodes`
+        (`DemandEstimate.node_mix`): the work of pods asking for N whole GPUs on one node, which
+        prices taking an empty GPU of a node by the node slots it destroys (`demand.node_risk`)."""
         if mix != self._mix:
             self._mix = tuple(mix)
             self._offered.clear()
             self._priced.clear()
+        self._node_mix = tuple(nodes)
 
     def _risk_weights(self, pset: ProfileSet, gtype: str) -> tuple[int, ...]:
         """This decision's price per profile of one free slot on a GPU of this set and type."""
@@ -393,16 +419,17 @@ class PlacementIndex:
             self._weights[key] = hit
         return hit
 
-    def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str) -> Loss:
+    def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str, nodes: int = 0) -> Loss:
         """The candidate's fragmentation loss (`plan.fragmentation`); for a placement taking the whole
-        GPU, its model's counts of schedulable and empty GPUs price it (`plan.whole_gpu_cost`)."""
+        GPU, its model's counts of schedulable and empty GPUs price it (`plan.whole_gpu_cost`);
+        `nodes` is the price of the node slots it destroys (`demand.node_risk`)."""
         whole = 0.0
         if cand.choice.placement.size >= pset.axis:
             total, empty = self._types[gtype]
             whole = whole_gpu_cost(pset.capacity(0), total, empty)
         prof = pset.profiles[cand.profile]
         return fragmentation(
-            cand.choice.loss, whole, prof.memory_mb, cand.choice.risk, pset.share(cand.profile)
+            cand.choice.loss, whole, prof.memory_mb, cand.choice.risk, pset.share(cand.profile), nodes
         )
 
     # ---- planning ----------------------------------------------------------------------------
@@ -417,6 +444,7 @@ class PlacementIndex:
             return Plan(node="", devices=())
         allowed = set(nodes) if nodes is not None else None
         self._weights = {}  # priced from the fleet as it is now
+        self._node_prices = node_prices(self._node_mix, self._empties) if self._node_mix else {}
         # with `skip`, the walk never meets a blocked node (their GPUs are parked), so only the
         # refusal has to leave them out of `allowed`
         skip = skip_blocked and bool(self._blocked)
@@ -446,6 +474,7 @@ class PlacementIndex:
         if not devices or node not in self._nodes:
             return None
         self._weights = {}  # priced from the fleet as it is now, as `plan` does
+        self._node_prices = node_prices(self._node_mix, self._empties) if self._node_mix else {}
         return self._plan_node(pod, devices, node, {})
 
     def _eligible(self, pod: PodRequest, g: _Gpu) -> bool:
@@ -486,7 +515,7 @@ class PlacementIndex:
         # per group with a candidate: its best key not yet ranked, and its fills still to rank (best
         # last: the fullest node first for binpack, the emptiest for spread)
         groups: list[_Group] = []
-        heads: list[tuple[tuple[object, ...], int, list[float]]] = []
+        heads: list[tuple[tuple[object, ...], int, list[_NodeKey]]] = []
         fuller_first = pod.node_policy == BINPACK
         # a blocked node's GPUs sit in `_parked` buckets; ranked beside the others, a bucket of each
         # with the same key is one bucket (`_best_first`)
@@ -506,17 +535,41 @@ class PlacementIndex:
             used = first.used() / pset.axis
             start = cand.choice.placement.start
             loss = self._loss(cand, pset, gtype)
+            if self._node_prices and not mask & pset.full_mask:
+                # an empty GPU: its node's empty GPUs price the node slots taking it destroys
+                losses: dict[int, Loss] = {}
 
-            def key_of(
-                fill: float,
-                cand: _Candidate = cand,
-                loss: Loss = loss,
-                used: float = used,
-                start: int = start,
-            ) -> tuple[object, ...]:
-                return rank_key(pod, cand.rank, loss, fill, used, start)
+                def priced_key(
+                    fill: _NodeKey,
+                    cand: _Candidate = cand,
+                    pset: ProfileSet = pset,
+                    gtype: str = gtype,
+                    used: float = used,
+                    start: int = start,
+                    losses: dict[int, Loss] = losses,
+                ) -> tuple[object, ...]:
+                    loss = losses.get(fill[1])
+                    if loss is None:
+                        loss = losses[fill[1]] = self._loss(
+                            cand, pset, gtype, node_risk(self._node_prices, fill[1])
+                        )
+                    return rank_key(pod, cand.rank, loss, fill[0], used, start)
 
-            fills = sorted(by_fill, reverse=not fuller_first)
+                key_of: Callable[[_NodeKey], tuple[object, ...]] = priced_key
+                fills = sorted(by_fill, key=key_of, reverse=True)
+            else:
+
+                def plain_key(
+                    fill: _NodeKey,
+                    cand: _Candidate = cand,
+                    loss: Loss = loss,
+                    used: float = used,
+                    start: int = start,
+                ) -> tuple[object, ...]:
+                    return rank_key(pod, cand.rank, loss, fill[0], used, start)
+
+                key_of = plain_key
+                fills = sorted(by_fill, reverse=not fuller_first)
             heads.append((key_of(fills[-1]), len(groups), fills))
             groups.append((cand, by_fill, key_of))
 
@@ -551,6 +604,8 @@ class PlacementIndex:
             and (not filtered or (self._eligible(pod, g) and pod.type_exclusion(g.type) is None))
         ]
         masks = [g.mask for g, _ in gpus]
+        # node slots priced from the node's empty GPUs before this pod (as its fill)
+        empty = self._fill[node][1] if self._node_prices else -1
         placed: list[DevicePlacement] = []
         largest = max((g.total for g, _ in gpus), default=0)
         for device in sorted(devices, key=lambda d: _pickiness(d, largest)):
@@ -559,11 +614,12 @@ class PlacementIndex:
             for i, (g, pset) in enumerate(gpus):
                 mask = masks[i]
                 mem = memory_on(ask, g.total) if isinstance(ask, Percent) else ask
-                mkey = (pset, mask, mem, g.type)
+                nodes = empty if empty >= 0 and not mask & pset.full_mask else -1
+                mkey = (pset, mask, mem, g.type, nodes)
                 if mkey in memo:
                     hit = memo[mkey]
                 else:
-                    hit = memo[mkey] = self._node_key(pod, pset, mask, mem, g.type)
+                    hit = memo[mkey] = self._node_key(pod, pset, mask, mem, g.type, nodes)
                 if hit is None:
                     continue
                 key = (hit[0], g.index)
@@ -578,16 +634,17 @@ class PlacementIndex:
         return Plan(node=node, devices=tuple(placed))
 
     def _node_key(
-        self, pod: PodRequest, pset: ProfileSet, mask: int, mem: int | None, gtype: str
+        self, pod: PodRequest, pset: ProfileSet, mask: int, mem: int | None, gtype: str, empty: int = -1
     ) -> tuple[tuple[object, ...], _Candidate] | None:
         """A GPU's best candidate for one device and its key among the GPUs of one node: the rule of
         `_lead_candidates` with node fill left out (it is the same for every GPU of the node, and so
-        is the node name), so it is shared by every GPU of the decision at this occupancy."""
+        is the node name), so it is shared by every GPU of the decision at this occupancy (and, for
+        an empty GPU while node slots are priced, its node's count of empty GPUs: `empty`, else -1)."""
         cand = _best_on(pset, mask, mem, pod, self._risk_weights(pset, gtype))
         if cand is None:
             return None
         used = (mask & pset.full_mask).bit_count() / pset.axis
-        loss = self._loss(cand, pset, gtype)
+        loss = self._loss(cand, pset, gtype, node_risk(self._node_prices, empty) if empty >= 0 else 0)
         return rank_key(pod, cand.rank, loss, 0.0, used, cand.choice.placement.start), cand
 
     # ---- refusal -----------------------------------------------------------------------------

@@ -24,6 +24,17 @@ alone refused about as much work (0.7 % less summed over the tuning cells, withi
 Fragmentation loss (`fragmentation`, compared in this order; capacity and the two placeable values
 defined in `mig.placement.occupancy`):
 
+- the node slots the placement destroys for pods asking for N ≥ 2 whole GPUs on one node
+  (`mig.placement.demand.node_risk`): taking an empty GPU of a node whose empty GPUs are a multiple
+  of N loses one such slot, priced by the work those pods are offered over the slots left fleet-wide
+  (`demand.node_prices`); 0 for a GPU already in use and while no such pods arrive. First, so that a
+  small request keeps the last whole nodes whole even where it would use less of a GPU elsewhere
+  (real trace, `bench/placement.py --traces --tuning`: on the mixed fleet dynmig refused 8-GPU jobs of
+  weeks that first fit placed, by spreading small requests over every node of the models where they
+  use least of a GPU). On the held-out windows and the grid's training cells it also loses cells the
+  engine without it did not (docs/packing.md, "Real traces"), so serve passes a node mix only with
+  --node-pricing=true (webhooks/demand.py);
+
 0. the profile's share of its model's GPU (`occupancy.ProfileSet.share`: its compute slices over what
    the empty GPU holds): a request goes to the model where it uses the least of a GPU, whatever the
    demand prices below say (on a mixed fleet, pricing first sent 1g requests to the model whose large
@@ -87,7 +98,7 @@ class Plan:
     fits = True
 
 
-Loss = tuple[int, int, int, float, int, int, int]
+Loss = tuple[int, int, int, int, float, int, int, int]
 
 
 def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> float:
@@ -97,10 +108,17 @@ def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> fl
 
 
 def fragmentation(
-    loss: tuple[int, int, int], whole_cost: float, memory_mb: int, risk: int = 0, share: int = 0
+    loss: tuple[int, int, int],
+    whole_cost: float,
+    memory_mb: int,
+    risk: int = 0,
+    share: int = 0,
+    nodes: int = 0,
 ) -> Loss:
     """The fragmentation loss of a candidate (lower is better); see the module docstring.
 
+    `nodes` is the price of the node slots for N-whole-GPU pods the placement destroys
+    (`demand.node_risk`; 0 for a GPU already in use, and while no such pods are asked for);
     `share` is the profile's share of its model's GPU (`occupancy.ProfileSet.share`; 0 where every
     candidate compared is of one model);
     `risk` is the price of the free slots the placement destroys (`occupancy.ProfileSet.risk` under
@@ -108,7 +126,7 @@ def fragmentation(
     (`occupancy.Choice.loss`); `whole_cost` is `whole_gpu_cost` when the placement takes the whole
     GPU, else 0.0; `memory_mb` the profile's memory.
     """
-    return (share, risk, loss[0], whole_cost, loss[1], memory_mb, loss[2])
+    return (nodes, share, risk, loss[0], whole_cost, loss[1], memory_mb, loss[2])
 
 
 def rank_key(

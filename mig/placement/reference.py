@@ -8,7 +8,9 @@ the smallest key wins. Nothing here is memoized, bucketed or shared with the ind
 
 The criteria come from where they are defined, so the reference follows when they change:
 - profile rank from `preference.candidate_order`,
-- fragmentation loss from `plan.fragmentation`: the profile's share of its model's GPU
+- fragmentation loss from `plan.fragmentation`: for a GPU holding nothing, the price of the node
+  slots for N-whole-GPU pods its node loses (`demand.node_risk` of the node's empty schedulable GPUs
+  before the pod, under `demand.node_prices`), the profile's share of its model's GPU
   (`ProfileSet.share`), the demand price of the slots destroyed (`ProfileSet.risk`), then over
   `ProfileSet.value` (usable capacity, large placeable value and placeable value, before minus
   after the placement), `plan.whole_gpu_cost` for a
@@ -33,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from mig.placement.demand import PRIOR, Mix, risk_weights
+from mig.placement.demand import PRIOR, Mix, NodeMix, node_prices, node_risk, risk_weights
 from mig.placement.occupancy import ProfileSet, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.preference import candidate_order
@@ -116,6 +118,13 @@ def model_counts(fleet: Sequence[GpuState]) -> dict[str, tuple[int, int]]:
     return {t: (total, empty) for t, (total, empty) in counts.items()}
 
 
+def empty_gpus(gpus: Sequence[GpuState]) -> int:
+    """The node's schedulable GPUs holding nothing."""
+    return sum(
+        1 for g in gpus if _schedulable(g) and (p := _pset(g)) is not None and not _used(p, g.occupied_mask)
+    )
+
+
 def options(
     pod: PodRequest,
     ask: Memory,
@@ -124,21 +133,24 @@ def options(
     fill: float,
     model: tuple[int, int],
     weights: tuple[int, ...],
+    nodes: int = 0,
 ) -> list[_Option]:
     """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key;
     `model` is its model's (schedulable, empty) GPU counts (see `model_counts`), `weights` its price
-    per profile slot (see `weights_for`)."""
+    per profile slot (see `weights_for`), `nodes` the price of the node slots taking this GPU
+    destroys while it is empty at `mask` (`demand.node_risk` of its node's empty GPUs)."""
     pset = _pset(gpu)
     if pset is None:
         return []
     used = _used(pset, mask) / pset.axis
+    extra = nodes if not _used(pset, mask) else 0
     out = []
     for rank, idx in candidate_order(pset.profiles, memory_on(ask, gpu.memory_mb), pod.preference):
         for p in pset.profiles[idx].placements:
             if p.size <= 0 or p.mask & mask:
                 continue
             key = (
-                *rank_key(pod, rank, _frag(pset, mask, p, idx, model, weights), fill, used, p.start),
+                *rank_key(pod, rank, _frag(pset, mask, p, idx, model, weights, extra), fill, used, p.start),
                 gpu.node,
                 gpu.index,
                 gpu.uuid,
@@ -148,11 +160,19 @@ def options(
 
 
 def _frag(
-    pset: ProfileSet, mask: int, p: Placement, idx: int, model: tuple[int, int], weights: tuple[int, ...]
+    pset: ProfileSet,
+    mask: int,
+    p: Placement,
+    idx: int,
+    model: tuple[int, int],
+    weights: tuple[int, ...],
+    nodes: int = 0,
 ) -> Loss:
     whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
     risk = pset.risk(mask, p, weights)
-    return fragmentation(_loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk, pset.share(idx))
+    return fragmentation(
+        _loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk, pset.share(idx), nodes
+    )
 
 
 def _pickiness(device: Device, total_mb: int) -> tuple[int, int, int, int]:
@@ -175,8 +195,10 @@ def _on_node(
     fill: float,
     counts: dict[str, tuple[int, int]],
     weights: dict[str, tuple[int, ...]],
+    nodes: int = 0,
 ) -> Plan | None:
-    """Every device on this node, largest first, each taking its best option; None if one does not fit."""
+    """Every device on this node, largest first, each taking its best option; None if one does not fit.
+    `nodes`: the node-slot price of taking one of its empty GPUs (from its empty GPUs before the pod)."""
     eligible = [g for g in gpus if _eligible(pod, g)]
     masks = {g.uuid: g.occupied_mask for g in eligible}
     largest = max((g.memory_mb for g in eligible), default=0)
@@ -185,7 +207,7 @@ def _on_node(
         found = [
             o
             for g in eligible
-            for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid])
+            for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid], nodes)
         ]
         if not found:
             return None
@@ -197,10 +219,14 @@ def _on_node(
 
 
 def reference_plan(
-    pod: PodRequest, fleet: Sequence[GpuState], nodes: Collection[str] | None = None, mix: Mix = PRIOR
+    pod: PodRequest,
+    fleet: Sequence[GpuState],
+    nodes: Collection[str] | None = None,
+    mix: Mix = PRIOR,
+    node_mix: NodeMix = (),
 ) -> Plan | None:
     """The plan the stated ranking rule picks for `pod` on `fleet` (restricted to `nodes`), or None,
-    with placements priced by the demand `mix` (`PlacementIndex.set_demand`)."""
+    with placements priced by the demand `mix` and `node_mix` (`PlacementIndex.set_demand`)."""
     devices = pod.devices()
     if not devices:
         return Plan(node="", devices=())
@@ -211,6 +237,12 @@ def reference_plan(
     counts = model_counts(fleet)
     slots = slot_counts(fleet)
     weights = {g.uuid: weights_for(g, mix, slots) for g in fleet}
+    empties = {n: empty_gpus(gpus) for n, gpus in by_node.items()}
+    histogram: dict[int, int] = {}
+    for e in empties.values():
+        histogram[e] = histogram.get(e, 0) + 1
+    prices = node_prices(node_mix, histogram)
+    risk = {n: node_risk(prices, e) for n, e in empties.items()}
     shares = any(isinstance(d[2], Percent) for d in devices)
     largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
     lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -222,12 +254,14 @@ def reference_plan(
             o.key
             for g in gpus
             if _eligible(pod, g)
-            for o in options(pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type], weights[g.uuid])
+            for o in options(
+                pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type], weights[g.uuid], risk[node]
+            )
         ]
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights)
+        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights, risk[node])
         if plan is not None:
             return plan
     return None

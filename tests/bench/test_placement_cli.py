@@ -71,3 +71,10 @@ def test_a_reuse_command_line_out_of_range_ends_at_once_naming_the_flag(args, na
     assert done.returncode == 2
     assert named in done.stderr
     assert done.stdout == ""  # nothing was replayed
+
+
+def test_a_grid_mix_that_does_not_exist_is_named_with_the_mixes_there_are():
+    done = _bench("--grid", "--mix", "trainng")
+    assert done.returncode == 2
+    assert "--mix: 'trainng' is not one of" in done.stderr and "training" in done.stderr
+    assert done.stdout == ""  # nothing was replayed

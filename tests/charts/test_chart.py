@@ -691,3 +691,12 @@ def test_a_handover_lets_hamis_service_accounts_write_allocations_everywhere_the
 def test_an_allocation_writer_that_could_break_out_of_the_cel_list_is_refused(writer):
     done = helm("template", "dynmig", str(CHART), "--set-json", f"allocationWriters={json.dumps([writer])}")
     assert done.returncode != 0 and "allocationWriters" in done.stderr
+
+
+def test_node_pricing_is_off_by_default_and_the_chart_value_turns_it_on():
+    def serve_config(docs):
+        server = container(one(docs, "Deployment"), "server")
+        return parse_args([], {k["name"]: k["value"] for k in server["env"] if "value" in k})
+
+    assert serve_config(render()).node_pricing is False
+    assert serve_config(render("1.35", "server.nodePricing=true")).node_pricing is True

@@ -140,3 +140,97 @@ def test_after_reservations_and_releases_the_index_still_picks_what_the_rule_say
             live.append(chosen)
             for d in chosen.devices:
                 held[d.gpu_uuid].append(d.placement)
+
+
+# ---- nodes of up to 8 GPUs, pods of 2, 4 or 8 whole GPUs, and demand for them ------------------
+@st.composite
+def eight_gpu_fleets(draw: st.DrawFn) -> list[GpuState]:
+    """One to three nodes of two to eight GPUs, many of them empty (room for multi-GPU pods)."""
+    out = []
+    for n in range(draw(st.integers(1, 3))):
+        for i in range(draw(st.integers(2, 8))):
+            g = draw(gpu_states(f"node-{n}", i))
+            if draw(st.integers(0, 2)) > 0:  # two in three GPUs hold nothing
+                g = GpuState(
+                    g.node, g.uuid, g.type, g.profiles, (), g.healthy, g.index, g.memory_mb, g.cordoned
+                )
+            out.append(g)
+    return out
+
+
+WHOLE_GPU_PODS = st.builds(
+    lambda n, annotations: PodRequest.from_annotations([ContainerRequest(n, None)], annotations),
+    st.sampled_from([2, 4, 8]),
+    ANNOTATIONS,
+)
+MIXES = st.lists(
+    st.tuples(st.sampled_from([None, 5000, 10240, 20000]), st.floats(0.01, 100.0)),
+    max_size=3,
+    unique_by=lambda t: t[0],
+).map(tuple)
+NODE_MIXES = st.lists(
+    st.tuples(st.sampled_from([2, 4, 8]), st.floats(0.01, 100.0)), max_size=3, unique_by=lambda t: t[0]
+).map(tuple)
+
+
+@SETTINGS
+@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES)
+def test_under_demand_for_multi_gpu_pods_a_pod_lands_where_the_rule_says(fleet, pod, mix, node_mix):
+    index = PlacementIndex(fleet)
+    index.set_demand(mix, node_mix)
+    assert _as_plan(index.plan(pod)) == reference_plan(pod, fleet, mix=mix, node_mix=node_mix)
+
+
+@SETTINGS
+@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES, st.data())
+def test_under_demand_for_multi_gpu_pods_a_pod_planned_on_one_node_lands_where_the_rule_says(
+    fleet, pod, mix, node_mix, data
+):
+    node = data.draw(st.sampled_from(sorted({g.node for g in fleet})))
+    index = PlacementIndex(fleet)
+    index.set_demand(mix, node_mix)
+    assert index.plan_on(pod, node) == reference_plan(pod, fleet, [node], mix, node_mix)
+
+
+@SETTINGS
+@given(
+    eight_gpu_fleets(),
+    st.lists(st.one_of(WHOLE_GPU_PODS, pods(multi=False)), min_size=1, max_size=10),
+    NODE_MIXES,
+    st.data(),
+)
+def test_as_multi_gpu_pods_come_and_go_the_index_still_picks_what_the_rule_says(
+    fleet, stream, node_mix, data
+):
+    """Each reservation and release moves a node's count of empty GPUs, which prices its node slots."""
+    index = PlacementIndex(fleet)
+    index.set_demand((), node_mix)
+    held = {g.uuid: list(g.occupied) for g in fleet}
+    live: list[Plan] = []
+    for pod in stream:
+        if live and data.draw(st.booleans()):
+            gone = live.pop(data.draw(st.integers(0, len(live) - 1)))
+            for d in gone.devices:
+                index.release(d.gpu_uuid, d.placement)
+                held[d.gpu_uuid].remove(d.placement)
+        now = [
+            GpuState(
+                g.node,
+                g.uuid,
+                g.type,
+                g.profiles,
+                tuple(held[g.uuid]),
+                g.healthy,
+                g.index,
+                g.memory_mb,
+                g.cordoned,
+            )
+            for g in fleet
+        ]
+        chosen = _as_plan(index.plan(pod))
+        assert chosen == reference_plan(pod, now, node_mix=node_mix)
+        if chosen is not None:
+            index.apply(chosen)
+            live.append(chosen)
+            for d in chosen.devices:
+                held[d.gpu_uuid].append(d.placement)

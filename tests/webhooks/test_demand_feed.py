@@ -10,6 +10,7 @@ from mig.allowlist import ResourceNames
 from mig.placement import PodRequest, Refusal
 from mig.placement.demand import PRIOR
 from mig.pods import gpu_request
+from webhooks.config import parse_args
 from webhooks.demand import MAX_PODS, REFRESH
 from webhooks.fleet import Fleet
 
@@ -28,8 +29,8 @@ def request(memory: int | None) -> PodRequest:
     return asked
 
 
-def fleet(clock: Clock, gpus: int = 8) -> Fleet:
-    f = Fleet(clock=clock)
+def fleet(clock: Clock, gpus: int = 8, node_pricing: bool = False) -> Fleet:
+    f = Fleet(clock=clock, node_pricing=node_pricing)
     f.set_node(node("n1", gpus=gpus))
     return f
 
@@ -77,3 +78,33 @@ def test_the_feed_remembers_a_bounded_number_of_pods():
     for i in range(MAX_PODS + 10):
         f.demand.arrived(f"p{i}", request(4000))
     assert len(f.demand._pods) == MAX_PODS
+
+
+def arrive_with_4_gpu_pods(f: Fleet, clock: Clock) -> None:
+    """One pod in five asks for 4 whole GPUs on one node, the others 4000 MiB, until the pricing refreshes."""
+    for i in range(REFRESH):
+        asked = request(4000) if i % 5 else gpu_request(gpu_pod(f"p{i}", None, devices=4), ResourceNames())
+        assert asked is not None
+        f.plan_and_reserve(asked, None, f"p{i}", "team", f"p{i}")
+        clock.now += 1
+
+
+def test_by_default_pods_asking_for_4_whole_gpus_price_no_node_slots():
+    clock = Clock()
+    f = fleet(clock)
+    arrive_with_4_gpu_pods(f, clock)
+    assert f.index.demand != PRIOR  # the mix was fed
+    assert f.index.node_demand == ()  # serve's default: node slots are not priced
+
+
+def test_with_node_pricing_pods_asking_for_4_whole_gpus_reach_the_engine_as_demand_for_nodes_with_4_empty_gpus():
+    clock = Clock()
+    f = fleet(clock, node_pricing=True)
+    arrive_with_4_gpu_pods(f, clock)
+    assert [n for n, _ in f.index.node_demand] == [4]
+
+
+def test_serve_prices_node_slots_only_when_asked():
+    assert parse_args([], {}).node_pricing is False
+    assert parse_args(["--node-pricing=true"], {}).node_pricing is True
+    assert parse_args([], {"DYNMIG_NODE_PRICING": "true"}).node_pricing is True
