@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,11 +74,16 @@ def mig_resources(container: Mapping[str, Any]) -> list[str]:
 
 
 def translate(
-    listed: Sequence[Container], annotations: Mapping[str, Any], names: ResourceNames, offers: Sequence[Offer]
+    listed: Sequence[Container],
+    annotations: Mapping[str, Any],
+    names: ResourceNames,
+    offers: Sequence[Offer],
+    dra_served: Collection[str] = (),
 ) -> Translation:
     """What the pod's `nvidia.com/mig-*` requests become, or why they are refused (`Translation()`
-    when it asks for none)."""
-    asked = [(key, i, c, mig_resources(c)) for key, i, c in listed]
+    when it asks for none). A name in `dra_served` is a DRA extended resource (a DeviceClass maps it)
+    and is left for kube-scheduler to allocate on DRA nodes."""
+    asked = [(key, i, c, [r for r in mig_resources(c) if r not in dra_served]) for key, i, c in listed]
     asked = [a for a in asked if a[3]]
     if not asked:
         return Translation()

@@ -53,6 +53,9 @@ class AdmissionPolicy:
     # each GPU type as the fleet's nodes publish it (total MiB, allowed profiles and their MiB); none
     # known: the catalog's figures for the allowlist's profiles
     fleet_offers: Callable[[], Iterable[Offer]] = lambda: ()
+    # `nvidia.com/mig-*` names the chart's DeviceClasses map for DRA nodes (DRA extended resources):
+    # left to kube-scheduler, not translated
+    dra_resources: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------- helpers on pod JSON
@@ -173,7 +176,7 @@ def mutate(review: Review, policy: AdmissionPolicy) -> Decision:
         return Decision.allow(f"pod names scheduler {current!r}; left alone", result="skipped")
     fleet = tuple(policy.fleet_offers())
     offers = merged(fleet, config.allowlist)
-    moved = translate(containers(pod), _annotations(pod), names, offers)
+    moved = translate(containers(pod), _annotations(pod), names, offers, policy.dra_resources)
     if moved.refusal:
         return Decision.deny(f"{moved.refusal} (docs/migrating-from-mig-manager.md)")
     pod = translated(pod, moved, names)

@@ -56,6 +56,7 @@ class ServeConfig:
     page_port: int = 9396
     # the DRA driver whose ResourceSlices and claims the page draws (webhooks/dracache); "" = none
     dra_driver: str = ""
+    dra_extended_resources: tuple[str, ...] = ()
     tls_cert: str = ""
     tls_key: str = ""
     tls_names: tuple[str, ...] = ()
@@ -115,6 +116,25 @@ def _validity(text: str) -> dt.timedelta:
         ) from None
 
 
+def extended_resource(text: str) -> str:
+    """A `nvidia.com/mig-<profile>` resource name (what a DRA DeviceClass's extendedResourceName maps)."""
+    if not MIG_RESOURCE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a MIG Manager resource name; write nvidia.com/mig-<profile>, "
+            "e.g. nvidia.com/mig-1g.10gb"
+        )
+    return text
+
+
+def _extended_resources(f: Flags, names: Iterable[str]) -> tuple[str, ...]:
+    try:
+        return tuple(extended_resource(n) for n in names)
+    except argparse.ArgumentTypeError as error:
+        f.error(f"argument --dra-extended-resource: {error}")
+        raise
+
+
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-[0-9]+g\.[0-9a-z.+-]{1,40}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -203,6 +223,14 @@ def flags(environ: Mapping[str, str] | None = None) -> Flags:
         metavar="NAME",
         help="DRA node pools of this driver: the extender's prioritize verb scores nodes for pods with its "
         "claims, and the page draws them (needs list/watch on resourceslices and resourceclaims); empty: none",
+    )
+    f.add(
+        "--dra-extended-resource",
+        default=d.dra_extended_resources,
+        repeat=True,
+        metavar="NAME",
+        help="a nvidia.com/mig-<profile> name a DeviceClass maps on DRA nodes (repeat, or a comma list): "
+        "admission leaves it to kube-scheduler instead of translating it",
     )
     f.add("--tls-cert", default=d.tls_cert, help="serving certificate PEM file (cert-mode files)")
     f.add("--tls-key", default=d.tls_key, help="serving key PEM file (cert-mode files)")
@@ -372,6 +400,7 @@ def parse_args(argv: list[str], environ: Mapping[str, str] | None = None) -> Ser
         page=args.page,
         page_port=args.page_port,
         dra_driver=args.dra_driver,
+        dra_extended_resources=_extended_resources(f, args.dra_extended_resource),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_names=tuple(args.tls_name),

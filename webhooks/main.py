@@ -165,6 +165,7 @@ class Service:
             privileged_users=frozenset(cfg.privileged_users),
             fleet_models=self.fleet.models,
             fleet_offers=self.fleet.offers,
+            dra_resources=frozenset(cfg.dra_extended_resources),
         )
         self.server = Server(
             policy=policy,

@@ -189,6 +189,17 @@ def test_each_listed_profile_gets_a_device_class_serving_its_extended_resource()
     assert len(of_kind(render("1.37", DRA), "DeviceClass")) == 1  # none unless asked
 
 
+def test_serve_leaves_the_extended_resources_device_classes_map_to_kube_scheduler():
+    docs = render("1.37", DRA, "draPlugin.extendedResources.profiles={1g.10gb,2g.20gb}")
+    (deployment,) = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"].endswith("scheduler")]
+    serve = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if "serve" in c["args"])
+    listed = [a for a in serve["args"] if a.startswith("--dra-extended-resource=")]
+    assert listed == [
+        "--dra-extended-resource=nvidia.com/mig-1g.10gb",
+        "--dra-extended-resource=nvidia.com/mig-2g.20gb",
+    ]
+
+
 def test_an_extended_resource_profile_that_is_not_a_mig_profile_is_refused_by_the_values_schema():
     done = helm(
         "template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.extendedResources.profiles={gpu}"

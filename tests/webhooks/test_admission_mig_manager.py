@@ -31,12 +31,15 @@ nvidia:
 """
 
 
-def admit(obj: dict, text: str | None = None, fleet: tuple = ()) -> Decision:
+def admit(
+    obj: dict, text: str | None = None, fleet: tuple = (), dra: frozenset[str] = frozenset()
+) -> Decision:
     config = check_text(text)[0] if text else load_device_config(DEFAULT_POLICY)
     policy = AdmissionPolicy(
         device_config=lambda: config,
         privileged_users=frozenset({SCHEDULER, PLUGIN}),
         fleet_offers=lambda: fleet,
+        dra_resources=dra,
     )
     return decide("mutate", parse_review(json.dumps(review(obj)).encode()), policy)
 
@@ -82,6 +85,16 @@ def test_a_mig_1g_10gb_pod_gets_a_1g_10gb_on_an_h100_and_on_an_a100_80gb_whose_1
     assert out["spec"]["containers"][0]["resources"]["requests"] == limits
     assert out["metadata"]["annotations"][PROFILE_PREFERENCE] == "1g.10gb"
     assert out["spec"]["schedulerName"] == "dynmig-scheduler"
+
+
+def test_a_mig_resource_a_dra_device_class_maps_is_left_for_kube_scheduler_to_allocate():
+    asked = mig_pod({"nvidia.com/mig-1g.10gb": "1"})
+    out = admitted(asked, dra=frozenset({"nvidia.com/mig-1g.10gb"}))
+    assert out["spec"]["containers"][0]["resources"] == asked["spec"]["containers"][0]["resources"]
+    assert PROFILE_PREFERENCE not in (out["metadata"].get("annotations") or {})
+    # a name no DeviceClass maps is still translated beside it
+    out = admitted(mig_pod({"nvidia.com/mig-3g.40gb": "1"}), dra=frozenset({"nvidia.com/mig-1g.10gb"}))
+    assert out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
 def test_a_mig_3g_40gb_pod_asking_two_gets_two_3g_40gb_not_4g_40gb_of_equal_memory():
