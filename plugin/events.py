@@ -8,7 +8,7 @@ or fails Allocate or a reclaim pass; what cannot be posted is counted in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from base.events import EventRecorder, Regarding
 from plugin.journal import UNKNOWN, Owner
@@ -22,14 +22,18 @@ NODE_REFUSED = "MigNodeRefused"
 NODE_RESUMED = "MigNodeResumed"
 
 
-class PodEvents:
+class NodeEvents:
+    """A node plugin's event recorder (None: events off), started and stopped with the plugin."""
+
+    component = COMPONENT
+
     def __init__(self, recorder: EventRecorder | None):
         self.recorder = recorder
 
     @classmethod
-    def for_node(cls, core: Any, node: str, dropped: Any = None) -> PodEvents:
+    def for_node(cls, core: Any, node: str, dropped: Any = None) -> Self:
         """Events from this node's plugin (reportingInstance and source.host: the node, as kubelet's)."""
-        return cls(EventRecorder(core, COMPONENT, instance=node, host=node, dropped=dropped))
+        return cls(EventRecorder(core, cls.component, instance=node, host=node, dropped=dropped))
 
     def start(self) -> None:
         if self.recorder is not None:
@@ -39,6 +43,8 @@ class PodEvents:
         if self.recorder is not None:
             self.recorder.stop()
 
+
+class PodEvents(NodeEvents):
     def created(self, owner: Owner | None, what: str, mig_uuid: str, gi: int, ci: int) -> None:
         """`what`: profile@start:size on GPU-…"""
         if owner is not None:

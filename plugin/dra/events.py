@@ -18,7 +18,7 @@ from base.events import EventRecorder, Regarding
 from mig.jsontext import at
 from plugin.dra.claims import ClaimRef
 from plugin.dra.status import DeviceReport
-from plugin.events import CREATED, RECLAIMED
+from plugin.events import CREATED, RECLAIMED, NodeEvents
 
 COMPONENT = "dynmig-dra-plugin"
 MAX_PODS = 16  # pods named per claim (a claim shared by more gets its first ones)
@@ -35,23 +35,13 @@ def reserved_pods(claim: Mapping[str, Any]) -> list[Regarding]:
     return out
 
 
-class ClaimEvents:
+class ClaimEvents(NodeEvents):
+    component = COMPONENT
+
     def __init__(self, recorder: EventRecorder | None):
-        self.recorder = recorder
+        super().__init__(recorder)
         self._pods: dict[str, list[Regarding]] = {}
         self._lock = threading.Lock()
-
-    @classmethod
-    def for_node(cls, core: Any, node: str) -> ClaimEvents:
-        return cls(EventRecorder(core, COMPONENT, instance=node, host=node))
-
-    def start(self) -> None:
-        if self.recorder is not None:
-            self.recorder.start()
-
-    def stop(self) -> None:
-        if self.recorder is not None:
-            self.recorder.stop()
 
     def created(self, ref: ClaimRef, claim: Mapping[str, Any], reports: list[DeviceReport]) -> None:
         pods = reserved_pods(claim)
