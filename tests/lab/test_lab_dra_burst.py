@@ -93,20 +93,13 @@ def kubectl(lab: Lab, tmp_path: Path) -> Iterator[Kubectl]:
 @pytest.mark.parametrize(
     ("node", "gpus", "profiles", "whole", "full"),
     [
-        ("gpu-a100", 2, ["1g.5gb"] * 5, "7g.40gb", 1),
-        ("gpu-a100", 2, ["1g.5gb"] * 7, "7g.40gb", 1),
         ("gpu-a100", 2, ["2g.10gb", "1g.5gb", "2g.10gb", "1g.5gb", "1g.5gb"], "7g.40gb", 1),
+        ("gpu-a100", 2, ["1g.5gb"] * 7, "7g.40gb", 1),
         ("gpu-h100", 4, ["1g.10gb"] * 14, "7g.80gb", 2),
-        (
-            "gpu-h100",
-            4,
-            ["2g.20gb", "1g.10gb", "2g.20gb", "1g.10gb", "2g.20gb", "1g.10gb", "1g.10gb"],
-            "7g.80gb",
-            2,
-        ),
-        ("gpu-h100", 4, ["3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb", "1g.10gb"], "7g.80gb", 2),
     ],
-    ids=["a100-5x1g", "a100-7x1g", "a100-5-mixed", "h100-14x1g", "h100-7-mixed", "h100-5-mixed"],
+    # the sizes the lab checks end to end (5 mixed, 7 and 14); tests/mig/test_dra_burst.py holds
+    # the allocator to the same rule on every mix without a lab
+    ids=["a100-5-mixed", "a100-7x1g", "h100-14x1g"],
 )
 def test_a_burst_created_at_once_packs_its_gpus_and_whole_gpu_claims_after_it_fit(
     kubectl, node, gpus, profiles, whole, full
