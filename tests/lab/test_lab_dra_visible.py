@@ -103,16 +103,17 @@ def test_the_example_claim_gets_the_smallest_profile_holding_9gi_on_each_model_a
 
 
 def test_a_claim_pod_that_fits_nowhere_is_pending_with_the_schedulers_reason(lab, tmp_path):
-    template = claim_template("two-7g", "7g.40gb")
-    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
-    pod = claim_pod("two-whole", "two-7g")
+    # three whole GPUs on a node of two: it fits nowhere, whatever other tests left running
+    template = claim_template("three-7g", "7g.40gb")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    pod = claim_pod("three-whole", "three-7g")
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-a100"}
     create(lab, tmp_path, [template, pod])
     kit = Kit(lab)
     kit.wait(
-        lambda: "cannot allocate all claims" in status(lab), 60, "status to list the pod with its reason"
+        lambda: "cannot allocate all claims" in status(lab), 120, "status to list the pod with its reason"
     )
     text = status(lab)
-    row = next(line for line in text.splitlines() if "default/two-whole" in line)
-    assert "cannot allocate all claims" in row and "2 × 7g.40gb" in row
+    row = next(line for line in text.splitlines() if "default/three-whole" in line)
+    assert "cannot allocate all claims" in row and "3 × 7g.40gb" in row
     assert "Pending MIG pods: none" not in text
