@@ -98,7 +98,7 @@ lint: $(STAMP)
 COVERAGE_DIR := .cache/coverage
 test: $(STAMP) tools image-tools browser prometheus lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	@status=0; $(PY) -m pytest -n 3 --dist loadfile --cov --cov-report= || status=$$?; \
+	@status=0; $(PY) -m pytest -n 2 --dist loadfile --cov --cov-report= || status=$$?; \
 	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from lab.cluster import Lab
-from lab.dra_scenario import claim_pod, claim_template
 from lab.kit import Kit
 
 from tests import lab_testkit
@@ -100,20 +99,3 @@ def test_the_example_claim_gets_the_smallest_profile_holding_9gi_on_each_model_a
     row = next(line for line in text.splitlines() if "by-memory-gpu-a100" in line)
     assert "realized" in row and instance.mig_uuid in row and "reserved" not in row
     assert text.count("8 slices") == 2  # both A100-40GBs on the same 8-slice axis as extender mode
-
-
-def test_a_claim_pod_that_fits_nowhere_is_pending_with_the_schedulers_reason(lab, tmp_path):
-    # three whole GPUs on a node of two: it fits nowhere, whatever other tests left running
-    template = claim_template("three-7g", "7g.40gb")
-    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
-    pod = claim_pod("three-whole", "three-7g")
-    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-a100"}
-    create(lab, tmp_path, [template, pod])
-    kit = Kit(lab)
-    kit.wait(
-        lambda: "cannot allocate all claims" in status(lab), 120, "status to list the pod with its reason"
-    )
-    text = status(lab)
-    row = next(line for line in text.splitlines() if "default/three-whole" in line)
-    assert "cannot allocate all claims" in row and "3 × 7g.40gb" in row
-    assert "Pending MIG pods: none" not in text
