@@ -9,14 +9,12 @@ read it. A renewal that fails (API server down) is tried again at the next tick.
 from __future__ import annotations
 
 import datetime
-import logging
-import threading
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-log = logging.getLogger(__name__)
+from sim.kubelet.periodic import Periodic
 
 NAMESPACE = "kube-node-lease"
 DURATION_S = 40
@@ -29,31 +27,20 @@ def micro_time(now: datetime.datetime | None = None) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class NodeLease:
+class NodeLease(Periodic):
     def __init__(self, node: str, api_client: Any, interval: float = RENEW_S) -> None:
         self.node = node
         self.api = client.CoordinationV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
-        self.interval = interval
         self.renewals = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kubelet-lease-{node}", daemon=True)
+        super().__init__(f"kubelet-lease-{node}", interval)
 
     def start(self) -> NodeLease:
         self.renew()
-        self._thread.start()
-        return self
+        return super().start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.renew()
-            except Exception as error:  # noqa: BLE001 - an unavailable API: renew at the next tick
-                log.debug("kubelet %s: lease not renewed: %s", self.node, error)
+    def tick(self) -> None:
+        self.renew()
 
     def renew(self) -> None:
         body = {

@@ -14,22 +14,19 @@ So a node keeps showing its old allocatable for up to one interval after its plu
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from typing import Any
 
 from kubernetes import client
 
 from sim.kubelet.kubelet import SimulatedKubelet
-
-log = logging.getLogger(__name__)
+from sim.kubelet.periodic import Periodic
 
 UPDATE_S = 10.0  # nodeStatusUpdateFrequency
 STOP_GRACE_S = 300.0  # endpointStopGracePeriod
 
 
-class NodeStatus:
+class NodeStatus(Periodic):
     def __init__(
         self, node: str, api_client: Any, kubelet: SimulatedKubelet, resource: str, interval: float = UPDATE_S
     ) -> None:
@@ -37,27 +34,13 @@ class NodeStatus:
         self.core = client.CoreV1Api(api_client)
         self.kubelet = kubelet
         self.resource = resource
-        self.interval = interval
         self.published: tuple[int, int] | None = None  # (capacity, allocatable) last written
         self.syncs = 0
         self._down_since: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kubelet-status-{node}", daemon=True)
+        super().__init__(f"kubelet-status-{node}", interval)
 
-    def start(self) -> NodeStatus:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.sync()
-            except Exception as error:  # noqa: BLE001 - an unavailable API: the next sync tries again
-                log.debug("kubelet %s: node status not updated: %s", self.node, error)
+    def tick(self) -> None:
+        self.sync()
 
     def counts(self) -> tuple[int, int] | None:
         """(capacity, allocatable) of the resource as GetCapacity reports it; None once dropped."""
