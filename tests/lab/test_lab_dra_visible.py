@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from lab.cluster import Lab
+from lab.dra_scenario import claim_pod, claim_template
 from lab.kit import Kit
 
 from tests import lab_testkit
+
+pytestmark = pytest.mark.timeout(600)  # generous: on a loaded machine the lab is slow, never wrong
 
 NODES = "gpu-a100=2xA100-SXM4-40GB@dra;gpu-h100=1xH100-SXM5-80GB@dra"
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +45,9 @@ def kubectl(lab: Lab, *args: str) -> str:
 
 def status(lab: Lab, *args: str) -> str:
     argv = [sys.executable, "-m", "dynmig.cli", "status", "--kubeconfig", str(lab.kubeconfig()), *args]
+    # generous: on a machine loaded many times over its cores, starting Python alone takes seconds
     done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"}
+        argv, capture_output=True, text=True, timeout=180, env={**os.environ, "NO_COLOR": "1"}
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -85,7 +89,7 @@ def test_the_example_claim_gets_the_smallest_profile_holding_9gi_on_each_model_a
         "--for=condition=Ready",
         "pod/by-memory-gpu-a100",
         "pod/by-memory-gpu-h100",
-        "--timeout=120s",
+        "--timeout=240s",
     )
     a100, _ = device_of(lab, "by-memory-gpu-a100")
     h100, _ = device_of(lab, "by-memory-gpu-h100")
@@ -99,3 +103,39 @@ def test_the_example_claim_gets_the_smallest_profile_holding_9gi_on_each_model_a
     row = next(line for line in text.splitlines() if "by-memory-gpu-a100" in line)
     assert "realized" in row and instance.mig_uuid in row and "reserved" not in row
     assert text.count("8 slices") == 2  # both A100-40GBs on the same 8-slice axis as extender mode
+
+
+def unschedulable_conditions(lab: Lab, names: list[str]) -> dict[str, dict]:
+    """The pods' PodScheduled=False conditions as kubectl shows them, once every pod has one."""
+    pods = json.loads(kubectl(lab, "get", "pods", "-o", "json"))["items"]
+    found = {}
+    for pod in pods:
+        for cond in pod["status"].get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond["status"] == "False":
+                found[pod["metadata"]["name"]] = cond
+    return found if all(n in found for n in names) else {}
+
+
+def test_claim_pods_that_fit_nowhere_are_pending_with_the_allocators_reason_in_status_and_their_condition(
+    lab, tmp_path
+):
+    # three whole GPUs on a node of two fit nowhere, whatever other tests left running; several pods
+    # created at once, as a Job does: each claim is made by the ResourceClaim controller after its pod
+    template = claim_template("three-7g", "7g.40gb")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    pods = [claim_pod(f"three-whole-{i}", "three-7g") for i in range(4)]
+    for pod in pods:
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-a100"}
+    create(lab, tmp_path, [template, *pods])
+    names = [p["metadata"]["name"] for p in pods]
+    conditions = Kit(lab).wait(
+        lambda: unschedulable_conditions(lab, names), 240, "every pod's PodScheduled=False condition"
+    )
+    for name in names:
+        assert conditions[name]["reason"] == "Unschedulable"
+        assert "cannot allocate all claims" in conditions[name]["message"]
+    text = status(lab)
+    for name in names:
+        row = next(line for line in text.splitlines() if f"default/{name}" in line)
+        assert "cannot allocate all claims" in row and "3 × 7g.40gb" in row
+    assert "Pending MIG pods: none" not in text

@@ -12,7 +12,8 @@ counted as in use), `staging/src/k8s.io/dynamic-resource-allocation/resourceclai
   `could not find ResourceClaim "<ns>/<name>"`; one being deleted; one not controlled by the pod) is
   not attempted at all. Upstream leaves such a pod Pending with no event and no condition (by
   design, kubernetes/kubernetes#130668; KEP-5501 would add one); `gated` says why, as its log does.
-  It is tried again when a claim changes or the pod does.
+  The scheduling queue runs it when the pod is queued, on the newest pod (sim.scheduler.scheduler),
+  and again when a claim changes or the pod does.
 - **PreFilter**: the claims again (a failure is `0/N nodes are available: <why>.`); an allocated claim
   restricts the pod to its allocation's `nodeSelector`; a claim reserved by 256 others is
   `resourceclaim in use`; a claim whose allocation is in flight for another pod waits
@@ -39,9 +40,9 @@ the plugin calls it at PreFilter (the pod's special claim, in memory), Filter (t
 with requests), Reserve, PreBind (created, allocated, then the pod's
 `status.extendedResourceClaimStatus`) and Unreserve (a created one deleted).
 
-Not simulated: PostFilter's deallocation of claims to make room, queueing hints (gated pods are
-retried on any claim change, unschedulable ones after their backoff), binding conditions, device
-taints.
+Not simulated: PostFilter's deallocation of claims to make room, the queueing hints' choice of
+events (gated pods get PreEnqueue again on any claim, slice or class change and on their own
+updates; unschedulable ones are retried after their backoff), binding conditions, device taints.
 """
 
 from __future__ import annotations

@@ -10,7 +10,19 @@ exist, claims allocated per node beside the in-tree fit and before the extenders
 the binding. Events
 (events.k8s.io/v1, as kube-scheduler posts them) are written by a recorder thread, off both paths
 (sim.scheduler.recorder). A failed attempt records a `FailedScheduling` Warning event and the
-pod's PodScheduled=False condition, and the pod is retried after an exponential backoff.
+pod's PodScheduled=False condition (reason Unschedulable, or SchedulerError for an error:
+`schedule_one.go` `handleSchedulingFailure`, `updatePod`), and the pod is retried after an
+exponential backoff.
+
+The queue follows `pkg/scheduler/backend/queue/scheduling_queue.go`: PreEnqueue plugins run when a
+pod is put in the active queue (`moveToActiveQ`, from `Add`, `Update`, the backoff flush and the
+moves of cluster events), on the pod the informer delivered last, so a pod popped for an attempt
+has passed them; a pod they reject waits gated (in `unschedulablePods`) and is moved again when the
+pod is updated or a ResourceClaim, ResourceSlice or DeviceClass changes (the DynamicResources
+plugin's queueing hints, `isSchedulableAfterPodChange`, `isSchedulableAfterClaimChange`), which
+re-runs PreEnqueue. (Running PreEnqueue on the copy popped before the claim controller recorded the
+claim lost the wake-up of a pod updated during that check: it stayed gated, with no condition,
+until an informer relisted.)
 
 With leaderElection on (kube-scheduler's default) it schedules only while it holds the Lease
 (sim.scheduler.leader), and stops for good when it loses it, as kube-scheduler exits then.
@@ -305,11 +317,22 @@ class Scheduler:
         )
 
     def _enqueue(self, key: str) -> None:
-        if key not in self._queued and key not in self._backing_off and key not in self._in_flight:
-            self._gated.pop(key, None)
-            self._queued.add(key)
-            self._active.append(key)
-            self._lock.notify_all()
+        """scheduling_queue.go `moveToActiveQ` (under the lock): PreEnqueue runs here, on the pod as
+        the informer last delivered it, never on a copy taken before; a pod it rejects waits gated,
+        out of the active queue, until its claims or the pod change (`_claims_changed`, `_pod_event`).
+        A pod queued, backing off or being attempted is left where it is: the attempt's end (or the
+        pop) reads the newest copy."""
+        if key in self._queued or key in self._backing_off or key in self._in_flight:
+            return
+        pod = self._pods.get(key)
+        why = self.dra.pre_enqueue(pod) if pod is not None else ""
+        if why:
+            self._gated[key] = why
+            return
+        self._gated.pop(key, None)
+        self._queued.add(key)
+        self._active.append(key)
+        self._lock.notify_all()
 
     def _sync_pods(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -380,10 +403,6 @@ class Scheduler:
             self.stats.cycle_seconds += time.perf_counter() - started
 
     def _cycle(self, key: str, pod: dict[str, Any]) -> None:
-        why = self.dra.pre_enqueue(pod)
-        if why:
-            self._gate(key, why)
-            return
         self.stats.attempts += 1
         with self._lock:
             nodes = list(self._nodes.values())
@@ -411,17 +430,9 @@ class Scheduler:
         except DraUnschedulable as exc:
             raise Unschedulable(messages.prefilter_error(num_nodes, str(exc))) from exc
 
-    def _gate(self, key: str, why: str) -> None:
-        """PreEnqueue rejected the pod: it waits, unattempted, with no event or condition, until a
-        claim or the pod changes (kube-scheduler logs the reason; `gated` keeps it)."""
-        with self._lock:
-            self._in_flight.discard(key)
-            if key in self._pods:
-                self._gated[key] = why
-            self._lock.notify_all()
-
     def _claims_changed(self) -> None:
-        """A claim, slice or class changed: pods PreEnqueue held are tried again."""
+        """A claim, slice or class changed: PreEnqueue runs again for the pods it held (upstream's
+        queueing hints `isSchedulableAfterClaimChange` and friends move them; PreEnqueue decides)."""
         with self._lock:
             for key in list(self._gated):
                 if key in self._pods:
