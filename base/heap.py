@@ -1,8 +1,8 @@
 """Garbage collection for a long-running server whose caches hold most of its objects.
 
 CPython's cyclic collector walks every object it tracks on a full collection. `dynmig serve`'s caches
-(every node's published GPUs, every pod) are about 300,000 such objects at 1,000 nodes × 8 GPUs, and a
-full collection then took 0.2 s, every few hundred pods, with the filter's answers waiting behind it
+(every node's published GPUs, every pod) grow with the fleet to hundreds of thousands of such
+objects, and a full collection over them, every few hundred pods, held the filter's answers behind it
 (kube-scheduler waits for each one before it schedules the next pod). None of it is garbage: the
 caches change one object at a time, and reference counting frees what they drop.
 

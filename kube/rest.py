@@ -1,8 +1,8 @@
 """JSON requests on the official client's own transport, without its generated method layer.
 
 A generated API method validates every argument (pydantic), serializes its parameters and resolves
-the host and the environment's proxies again on every call: a few hundred microseconds of CPU per
-call, which the scheduler extender pays twice per pod on its bind path (node lock, Binding).
+the host and the environment's proxies again on every call: CPU that the scheduler extender pays
+twice per pod on its bind path (node lock, Binding).
 `JsonRequests` sends the same request on the same urllib3 pool manager the `ApiClient` built from
 its Configuration (TLS, client certificates, proxy, retries), with the same authentication
 (`ApiClient.update_params_for_auth`: bearer tokens), and reports a failure as the same `KubeError`
@@ -11,7 +11,7 @@ as every other call (`kube.errors.translated`).
 Two costs of the client's own path are paid less often, not skipped:
 - authentication: the client runs its refresh hook (re-read an expired token file, an exec plugin's
   expiry) on every call, and the hook re-assigns the host, which scans the whole environment for
-  proxies (about 50 µs); here the headers it yields are kept for `AUTH_REUSE` seconds and dropped at
+  proxies; here the headers it yields are kept for `AUTH_REUSE` seconds and dropped at
   once on a 401, so a rotated token is picked up at most that much later than the client would;
 - the pool: without a proxy, the request goes straight to the host's connection pool, looked up
   once and kept (the pool manager normalises the pool's key on every lookup); a pool the manager has

@@ -2,7 +2,7 @@
 any pod asks, so the next such pod's Allocate creates nothing.
 
 Why: idle reuse keeps an ended pod's instance, so only a churning service benefits; a pod of a
-profile whose last user has not ended yet still waits for a create (~1.5 s, docs/startup.md). The
+profile whose last user has not ended yet still waits for a create (its time: docs/startup.md). The
 pool keeps up to `size` instances per node (off by default), split over the profiles of this node's
 own Allocates in a sliding window (`Demand`), most asked first; or, given `profiles` (the operator
 sizing it for a known burst, e.g. 56 x 1g.5gb), exactly those counts from the start, whatever this

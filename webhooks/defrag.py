@@ -18,18 +18,17 @@ hundreds of new pods, planning each on every pass cost CPU the filter needs):
   for every eviction, and an event on the pending pod when no set exists. A pod's victims are not
   chosen again while they are still terminating.
 
-The search is bounded (mig/defrag/, docs/defrag.md); a pass handles at most `max_pods` pending pods and stops
-taking new ones after about one interval (one-device advice is linear in the fleet: 4 s at 5,000
-nodes × 8 A100 on this 2-core machine under load), so with many pending pods the most important go first.
-Counting the pods a set would lose (mig/defrag/, docs/defrag.md) builds one fleet-wide engine index per pass, shared
-by every pod's advice (0.2-0.25 s CPU at 1,000 nodes × 8 A100), and then costs 0.1-0.5 s CPU per advice
-at 1,000 nodes when the fleet is packed with no free slice anywhere (every set must be priced).
-With `move_only` (the default), only sets that lose no pod are evicted: a pod moves, or stays. A set may
-be a chain (a pod moves where another pod moves out of its way, on another node); its pods are
-evicted in `eviction_order` (the order the advisor placed their replacements in: among equal
-priorities kube-scheduler takes the replacement queued first), and the first refused eviction ends
-the set. Chains cost more to find: on 1,000 packed nodes × 8 A100 an advice takes 1.2-3.6 s CPU
-(0.55-1.4 s without chains) on this 2-core machine under load, so a pass then advises fewer pods.
+The search is bounded (docs/defrag.md, "Bounds"); a pass handles at most `max_pods` pending pods and
+stops taking new ones after about one interval (one-device advice grows linearly with the fleet), so
+with many pending pods the most important go first. Counting the pods a set would lose builds one
+fleet-wide engine index per pass, shared by every pod's advice; each advice then prices its sets on
+it, and costs the most when the fleet is packed with no free slice anywhere (every set must be
+priced). With `move_only` (the default), only sets that lose no pod are evicted: a pod moves, or
+stays. A set may be a chain (a pod moves where another pod moves out of its way, on another node);
+its pods are evicted in `eviction_order` (the order the advisor placed their replacements in: among
+equal priorities kube-scheduler takes the replacement queued first), and the first refused eviction
+ends the set. Chains cost more to find, so a pass then advises fewer pods. What an advice costs, and
+the command that measures it: docs/defrag.md, "What an advice costs".
 Advice places the pending pod only on nodes it may run on, as kube-scheduler's NodeUnschedulable,
 TaintToleration and NodeAffinity filters decide it from the Node objects (mig/eligibility.py: its
 nodeSelector, required node affinity and tolerations); the pods a set removes may move to any node.

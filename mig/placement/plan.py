@@ -19,7 +19,8 @@ then lower start" among candidates of equal loss moves small requests between pa
 they fill and drain, and the first-fit baseline (nodes by name, GPUs in order) refused less GPU-work
 than that in most cells: a fixed order keeps the tail of the fleet empty for whole-GPU jobs. Fuller
 node stays before it (what HAMi's node binpack means); without it, least loss then the fixed order
-alone refused about as much work (0.7 % less summed over the tuning cells, within the seeds' spread).
+alone refused about as much work, within the seeds' spread (docs/packing.md, "The engine's last
+change", gives the figures).
 
 Fragmentation loss (`fragmentation`, compared in this order; capacity and the two placeable values
 defined in `mig.placement.occupancy`):
@@ -60,10 +61,11 @@ quarter-GPU 1g last), so the model small requests use least is the one with empt
 whole-GPU job placed there gives up the fewest small slots. Without them dynmig refused about as
 many pods as first-fit on that workload. Why memory before the small placements' shape (4 before 5):
 with the whole value before memory, a 4 GB request took the H100 1g.10gb that fitted an H100 best
-whenever that destroyed less value, and the 9 GB requests arriving later found the H100s full; over
-24 seeded traces (12 judged, 12 held out) this order refused 799 pods where the former refused 862,
-and no trace did worse against its best baseline. Memory before the large value instead let a 4 GB
-request break an A100's last half-GPU placement and refused 806, more of them on the mixed workload.
+whenever that destroyed less value, and the 9 GB requests arriving later found the H100s full; this
+order refused fewer pods over the bench's traces, and no trace did worse against its best baseline.
+Memory before the large value instead let a 4 GB request break an A100's last half-GPU placement and
+refused more, most of them on the mixed workload (docs/packing.md, "Memory before the small
+placements' shape", gives the figures).
 """
 
 from __future__ import annotations
@@ -99,6 +101,19 @@ class Plan:
 
 
 Loss = tuple[int, int, int, int, float, int, int, int]
+# What each term of a `Loss` is, in the order `fragmentation` returns and so compares them (the module
+# docstring's node slots, then 0-6). docs/design.md lists the terms in this order, and
+# tests/docs/test_design.py holds this list to `fragmentation` and to that page.
+LOSS_TERMS = (
+    "node slots",  # nodes
+    "model share",  # share
+    "demand price",  # risk
+    "capacity lost",  # loss[0]
+    "whole-GPU cost",  # whole_cost
+    "large value lost",  # loss[1]
+    "memory",  # memory_mb
+    "value lost",  # loss[2]
+)
 
 
 def whole_gpu_cost(compute_slices: int, model_gpus: int, model_empty: int) -> float:
