@@ -36,6 +36,9 @@ from mig.resolve import Resolved, on_model, slice_key
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 ALLOWLIST_KEY = "migProfileAllowlist"
+# a device config in the cluster: a ConfigMap with this label set to "true", the YAML under this key
+DEVICE_CONFIG_LABEL = "dynmig.io/device-config"
+DEVICE_CONFIG_KEY = "device-config.yaml"
 MIG_OFF_KEY = "migOff"
 ENTRY_KEYS = ("models", "profiles", MIG_OFF_KEY)
 NVIDIA_KEY = "nvidia"

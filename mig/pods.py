@@ -55,6 +55,7 @@ from mig.placement.request import (
     devices_problem,
 )
 
+DEFAULT_SCHEDULER = "dynmig-scheduler"  # the schedulerName of dynmig's scheduler (the chart's default)
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 CONTAINER_FIELDS = ("initContainers", "containers")  # HAMi's order: init containers first
 
