@@ -71,12 +71,6 @@ def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return _map(obj.get("metadata"))
 
 
-def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    """(namespace, name) of an object, each "" when absent: the key of a watch cache."""
-    meta = metadata_of(obj)
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
 def qualified_name(obj: Mapping[str, Any]) -> str:
     """ "namespace/name" of an object (either part "" when absent)."""
     meta = metadata_of(obj)
