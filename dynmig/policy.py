@@ -16,21 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from base.policyfiles import DEFAULT_POLICY, check_allowlist_file, default_allowlist, load_allowlist
 from dynmig.status.source import Source, StatusError, api_client
 from mig import catalog
-from mig.allowlist import (
-    DEFAULT_POLICY,
-    ERROR,
-    WARNING,
-    Allowlist,
-    Issue,
-    PolicyError,
-    check_allowlist_file,
-    check_text,
-    default_allowlist,
-    load_allowlist,
-    published,
-)
+from mig.allowlist import ERROR, WARNING, Allowlist, Issue, PolicyError, check_text, published
 from mig.fleetcheck import check_fleet
 from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set

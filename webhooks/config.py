@@ -21,7 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from base.flags import Flags, boolean, dra_driver, port, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+from base.policyfiles import DEFAULT_POLICY, load_device_config
+from mig.allowlist import DeviceConfig, PolicyError
 from mig.fleetcheck import FleetCheck
 from mig.pods import DEFAULT_SCHEDULER
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from base.policyfiles import load_device_config
 from mig.allowlist import (
     DEVICE_CONFIG_KEY,
     DEVICE_CONFIG_LABEL,
@@ -25,7 +26,6 @@ from mig.allowlist import (
     PolicyError,
     ResourceNames,
     check_text,
-    load_device_config,
 )
 
 SELECTOR = f"{DEVICE_CONFIG_LABEL}=true"
