@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -71,6 +72,20 @@ def positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration; use e.g. 5, 90s, 5m, 1h")
     return value
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def dra_driver(text: str) -> str:
+    """A DRA driver name: empty, or a DNS subdomain of at most 63 characters (as ResourceSlice's
+    spec.driver must be)."""
+    if text and (len(text) > 63 or not _DNS_SUBDOMAIN.match(text)):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a DRA driver name; use a lower-case DNS subdomain of at most 63 "
+            "characters, e.g. mig.dynmig.io"
+        )
+    return text
 
 
 # ---- the flag set

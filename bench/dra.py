@@ -57,7 +57,7 @@ import placement as packing  # the packing bench: traces, fleet, workloads (read
 from _packing import eviction
 from sim.dra.scheduler import Scheduler, SliceStore
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import GpuModel, find_model
 from mig.dra import Gpu, Instance, natural_slices, steered_slices
 from mig.dra.devices import MigDevice, by_name

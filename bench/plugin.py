@@ -35,7 +35,8 @@ from sim.apiserver import ApiServer
 from sim.kubelet import SimulatedKubelet
 from sim.nvml import SimulatedNvml
 
-from mig.allowlist import DeviceConfig, default_allowlist
+from base.policyfiles import default_allowlist
+from mig.allowlist import DeviceConfig
 from mig.annotations import (
     BIND_PHASE,
     DEVICES_TO_ALLOCATE,

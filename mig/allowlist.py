@@ -25,17 +25,19 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mig import catalog, resources
+from mig import catalog
 from mig.jsontext import replace_lone_surrogates
 from mig.resolve import Resolved, on_model, slice_key
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 ALLOWLIST_KEY = "migProfileAllowlist"
+# a device config in the cluster: a ConfigMap with this label set to "true", the YAML under this key
+DEVICE_CONFIG_LABEL = "dynmig.io/device-config"
+DEVICE_CONFIG_KEY = "device-config.yaml"
 MIG_OFF_KEY = "migOff"
 ENTRY_KEYS = ("models", "profiles", MIG_OFF_KEY)
 NVIDIA_KEY = "nvidia"
@@ -66,7 +68,6 @@ HAMI_NVIDIA_KEYS = (
     "knownMigGeometries",
     ALLOWLIST_KEY,
 )
-DEFAULT_POLICY = resources.default_policy()
 # a catch-all model string: every NVIDIA GPU's NVML name holds it
 CATCH_ALL = "NVIDIA"
 
@@ -483,7 +484,7 @@ def _rename_hint(by_key: Sequence[Resolved[catalog.ProfileSpec]], model: catalog
     return f"write the name {model.key}'s driver reports: {renames}{more}"
 
 
-# ---------------------------------------------------------------- files
+# ---------------------------------------------------------------- text (callers read the files)
 
 
 MAX_CONFIG_BYTES = 256 * 1024  # a device config is a few KiB; a ConfigMap holds at most 1 MiB
@@ -543,16 +544,6 @@ def load_yaml(text: str) -> tuple[Any, list[Issue]]:
         ]
 
 
-def _read_yaml(path: Path) -> tuple[Any, list[Issue]]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        return None, [
-            Issue("(file)", f"cannot read: {getattr(error, 'strerror', None) or error}", "check the path")
-        ]
-    return load_yaml(text)
-
-
 def _allowlist_node(doc: object) -> tuple[object, str, list[Issue]]:
     """Find the allowlist in a device-config document (`nvidia.migProfileAllowlist`) or a bare one."""
     if isinstance(doc, dict) and isinstance(doc.get(NVIDIA_KEY), dict):
@@ -607,26 +598,10 @@ def check_text(text: str, strict: bool = False) -> tuple[DeviceConfig, list[Issu
     return check_document(doc, strict)
 
 
-def check_allowlist_file(path: str | Path, strict: bool = False) -> list[Issue]:
-    doc, issues = _read_yaml(Path(path))
-    if issues:
-        return issues
-    return check_document(doc, strict)[1]
-
-
-def load_device_config(path: str | Path, strict: bool = False) -> DeviceConfig:
-    """Load a device-config file; raise PolicyError when it has any error."""
-    doc, issues = _read_yaml(Path(path))
-    if not issues:
-        config, issues = check_document(doc, strict)
+def device_config(text: str, source: str, strict: bool = False) -> DeviceConfig:
+    """The device config in `text` (read from `source`, named in messages); PolicyError when it has any
+    error (warnings count as errors when `strict`)."""
+    config, issues = check_text(text, strict)
     if any(i.severity == ERROR for i in issues):
-        raise PolicyError(str(path), issues)
+        raise PolicyError(source, issues)
     return config
-
-
-def load_allowlist(path: str | Path) -> Allowlist:
-    return load_device_config(path).allowlist
-
-
-def default_allowlist() -> Allowlist:
-    return load_allowlist(DEFAULT_POLICY)

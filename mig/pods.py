@@ -55,6 +55,7 @@ from mig.placement.request import (
     devices_problem,
 )
 
+DEFAULT_SCHEDULER = "dynmig-scheduler"  # the schedulerName of dynmig's scheduler (the chart's default)
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 CONTAINER_FIELDS = ("initContainers", "containers")  # HAMi's order: init containers first
 
@@ -68,12 +69,6 @@ def _map(value: object) -> Mapping[str, Any]:
 def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """An object's metadata ({} when absent or not a map)."""
     return _map(obj.get("metadata"))
-
-
-def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    """(namespace, name) of an object, each "" when absent: the key of a watch cache."""
-    meta = metadata_of(obj)
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def qualified_name(obj: Mapping[str, Any]) -> str:

@@ -17,8 +17,9 @@ from typing import Any
 
 from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
+from base.policyfiles import load_device_config
 from mig import jsontext
-from mig.allowlist import Allowlist, DeviceConfig, PolicyError, load_device_config
+from mig.allowlist import Allowlist, DeviceConfig, PolicyError
 from plugin.cdi import MIG_MINORS
 
 STRATEGIES = ("envvar", "cdi", "cdi-cri", "cdi-annotations")

@@ -13,8 +13,8 @@ def catalog_profiles(model_key: str, names: tuple[str, ...] | None = None) -> tu
     """(the catalog model, its MigProfiles as the plugin publishes them): the profiles `names` (each
     resolved as HAMi resolves it and published under that name), or the default allowlist's for the
     model; computed once per model."""
+    from base.policyfiles import default_allowlist
     from mig import catalog
-    from mig.allowlist import default_allowlist
     from mig.annotations import MigProfile
     from mig.resolve import on_model
 

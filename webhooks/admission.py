@@ -16,14 +16,30 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mig.allowlist import ERROR, INFO, Allowlist, DeviceConfig, ResourceNames, check_text
+from mig.allowlist import (
+    DEVICE_CONFIG_KEY,
+    DEVICE_CONFIG_LABEL,
+    ERROR,
+    INFO,
+    Allowlist,
+    DeviceConfig,
+    ResourceNames,
+    check_text,
+)
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, WEBHOOK_IGNORE_LABEL
 from mig.migmanager import Translation, translate
 from mig.offers import Offer, merged
 from mig.placement.preference import parse_preference, unknown_entries
 from mig.placement.request import RequestError, annotation_problem
-from mig.pods import annotations_of, container_label, containers, names_gpu, read_container, resources
-from webhooks.config import DEFAULT_SCHEDULER, DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
+from mig.pods import (
+    DEFAULT_SCHEDULER,
+    annotations_of,
+    container_label,
+    containers,
+    names_gpu,
+    read_container,
+    resources,
+)
 from webhooks.intent import (
     bounded,
     pod_warnings,

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kube.mirror import object_key
 from kube.reflector import Reflector
-from mig.pods import object_key
 from webhooks.fleet import Fleet
 from webhooks.kube import Kube
 from webhooks.nodelock import Blocked, LockTable, LockValue, node_lock_value

@@ -19,17 +19,16 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from base.flags import Flags, boolean, port, positive_seconds
+from base.flags import Flags, boolean, dra_driver, port, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DEFAULT_POLICY, DeviceConfig, PolicyError, load_device_config
+from base.policyfiles import DEFAULT_POLICY, load_device_config
+from mig.allowlist import DeviceConfig, PolicyError
 from mig.fleetcheck import FleetCheck
+from mig.pods import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SCHEDULER = "dynmig-scheduler"
 DEFAULT_NAMESPACE = "dynmig"
-DEVICE_CONFIG_LABEL = "dynmig.io/device-config"
-DEVICE_CONFIG_KEY = "device-config.yaml"
 CERT_MODES = ("self", "cert-manager", "files")
 CERT_KEY_TYPES = ("ecdsa", "rsa")
 
@@ -135,18 +134,6 @@ def _extended_resources(f: Flags, names: Iterable[str]) -> tuple[str, ...]:
 
 
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-[0-9]+g\.[0-9a-z.+-]{1,40}$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def dra_driver(text: str) -> str:
-    """A DRA driver name: empty, or a DNS subdomain of at most 63 characters (as ResourceSlice's
-    spec.driver must be)."""
-    if text and (len(text) > 63 or not _DNS_SUBDOMAIN.match(text)):
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r} is not a DRA driver name; use a lower-case DNS subdomain of at most 63 "
-            "characters, e.g. mig.dynmig.io"
-        )
-    return text
 
 
 def flags(environ: Mapping[str, str] | None = None) -> Flags:

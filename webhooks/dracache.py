@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from kube.mirror import Mirror
 from kube.reflector import Reflector
 from mig.dra.pending import pending_claim_pods
 from mig.dra.view import DraView, dra_view
-from mig.mirror import Mirror
 from mig.slicemap import NodeMap, PendingPod
 
 Key = tuple[str, str]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.defrag import Holder, Homes, advise
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest

@@ -31,18 +31,19 @@ from typing import Any, TextIO
 
 import yaml
 
+from base.flags import dra_driver
 from dynmig.status import names
 from dynmig.status.names import SELECTOR
 from dynmig.status.render import Style, render
 from dynmig.status.source import Cluster, Source, StatusError, api_client
 from mig.allowlist import ResourceNames
+from mig.defrag.advisor import status_advisor
 from mig.dra.pending import pending_claim_pods
 from mig.dra.view import dra_view
 from mig.fleetview import Advisor, Restriction, fleet_view
 from mig.placement import GpuState, PodRequest
+from mig.pods import DEFAULT_SCHEDULER
 from mig.slicemap import FleetMap, to_dict
-from webhooks.config import DEFAULT_SCHEDULER, dra_driver
-from webhooks.defrag import status_advisor
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRA_DRIVER = "mig.dynmig.io"  # the chart's draPlugin.driverName

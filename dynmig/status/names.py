@@ -18,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mig.allowlist import ERROR, PolicyError, ResourceNames, check_text, load_device_config
-from webhooks.config import DEVICE_CONFIG_KEY, DEVICE_CONFIG_LABEL
+from base.policyfiles import load_device_config
+from mig.allowlist import (
+    DEVICE_CONFIG_KEY,
+    DEVICE_CONFIG_LABEL,
+    ERROR,
+    PolicyError,
+    ResourceNames,
+    check_text,
+)
 
 SELECTOR = f"{DEVICE_CONFIG_LABEL}=true"
 MAX_SHOWN = 3  # ConfigMaps named in a disagreement

@@ -4,11 +4,11 @@ Pure and deterministic (no I/O). The scheduler keeps a `PlacementIndex` between 
 `plan_pod` once. See `plan` for the ranking order and `occupancy` for the fragmentation score.
 """
 
-from mig.placement.index import PlacementIndex, gpu_reason, plan_pod
+from mig.placement.index import PlacementIndex, plan_pod
 from mig.placement.occupancy import ProfileSet, free_slices, profile_set
 from mig.placement.plan import DevicePlacement, Plan
 from mig.placement.preference import candidate_order, entry_matches, parse_preference, unknown_entries
-from mig.placement.reasons import Reason, Refusal
+from mig.placement.reasons import Reason, Refusal, gpu_reason
 from mig.placement.request import (
     ContainerRequest,
     GpuState,

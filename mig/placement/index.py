@@ -21,21 +21,18 @@ import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from mig.placement import reasons as R
 from mig.placement.demand import PRIOR, Mix, NodeMix, node_prices, node_risk, risk_weights
-from mig.placement.occupancy import Choice, ProfileSet, free_slices, profile_set
+from mig.placement.occupancy import Choice, ProfileSet, profile_set
 from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
 from mig.placement.request import BINPACK, GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
-# (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
-_Snapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
 _SORT_KEY = attrgetter("sort_key")
 _NODE = attrgetter("node")
 PRICED_MEMO = 4096  # risk weights remembered across decisions (cleared when full, or the mix changes)
-_FIRST = itemgetter(0)
 Device = tuple[int, int, Memory]  # (containerIndex, deviceIndex, MiB, a share of GPU memory, or None)
 
 
@@ -82,7 +79,7 @@ class _Gpu:
     def used(self) -> int:
         return (self.mask & self.pset.full_mask).bit_count() if self.pset else 0
 
-    def snapshot(self) -> _Snapshot:
+    def snapshot(self) -> R.GpuSnapshot:
         return (
             self.index,
             self.uuid,
@@ -226,7 +223,7 @@ class PlacementIndex:
         # count of empty schedulable GPUs -> nodes with that many (node slots for multi-GPU pods)
         self._empties: dict[int, int] = {}
         # node -> immutable snapshot of its GPUs (for refusals)
-        self._sig: dict[str, tuple[_Snapshot, ...]] = {}
+        self._sig: dict[str, tuple[R.GpuSnapshot, ...]] = {}
         # NVML type -> [schedulable GPUs, empty ones among them], for the whole-GPU model choice
         self._types: dict[str, list[int]] = {}
         # blocked nodes: their GPUs count as any (fill, types, snapshots) but are bucketed in `_parked`
@@ -656,122 +653,16 @@ class PlacementIndex:
         allowed: set[str] | None,
         tried: set[str],
     ) -> R.Refusal:
-        """A refusal over an immutable snapshot of the nodes; its texts are built on first read."""
+        """A refusal over an immutable snapshot of the nodes (`reasons.refusal` words it)."""
         # Snapshots are replaced, never mutated, on a change, so a shallow copy is a snapshot of the
-        # fleet; sorting by node waits for the texts (a scheduler often needs only the count).
+        # fleet.
         if allowed is None:
             sigs = dict(self._sig)
             count = len(self._gpus)  # every GPU of the index is in its node's snapshot
         else:
             sigs = {n: self._sig.get(n, ()) for n in allowed}
             count = sum(len(g) for g in sigs.values())
-        tried = set(tried)
-
-        def build() -> list[R.Reason]:
-            out: list[R.Reason] = []
-            for node, gpus in sorted(sigs.items(), key=_FIRST):
-                if not gpus:
-                    out.append(R.Reason(R.NO_GPUS, "node publishes no MIG GPUs", node))
-                    continue
-                for _, uuid, gtype, pset, mask, healthy, total, cordoned in gpus:
-                    reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead[2], total, cordoned)
-                    if reason is not None:
-                        out.append(reason)
-                if node in tried:
-                    free = "; ".join(
-                        f"{uuid} {R.slices_text(free_slices(mask, pset.axis))}"
-                        for _, uuid, _, pset, mask, healthy, _, cordoned in gpus
-                        if healthy and not cordoned and pset
-                    )
-                    out.append(
-                        R.Reason(
-                            R.DEVICES_DO_NOT_FIT_TOGETHER,
-                            f"the pod's {len(devices)} MIG devices ({_requests_text(devices)}) do not all fit "
-                            f"on this node together; free slices: {free}",
-                            node,
-                        )
-                    )
-            return out
-
-        return R.Refusal(build, gpus=count)
-
-
-def _requests_text(devices: list[Device]) -> str:
-    return ", ".join(
-        "a whole GPU" if m is None else (str(m) if isinstance(m, Percent) else f"{m} MiB")
-        for _, _, m in devices
-    )
-
-
-def gpu_reason(
-    pod: PodRequest,
-    node: str,
-    uuid: str,
-    gpu_type: str,
-    pset: ProfileSet | None,
-    mask: int,
-    healthy: bool,
-    ask: Memory,
-    total_mb: int = 0,
-    cordoned: str = "",
-) -> R.Reason | None:
-    """Why this GPU (of `total_mb` published memory) cannot take a device asking `ask` now, or None if it can."""
-    if not healthy:
-        return R.Reason(R.UNHEALTHY, "GPU is unhealthy", node, uuid)
-    if cordoned:
-        return R.Reason(R.CORDONED, cordoned, node, uuid)
-    if pset is None or not pset.profiles:
-        return R.Reason(
-            R.NO_PROFILES,
-            f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the allowlist?)",
-            node,
-            uuid,
-        )
-    why = pod.type_exclusion(gpu_type) or pod.uuid_exclusion(uuid)
-    if why:
-        return R.Reason(R.EXCLUDED, f"excluded by annotation: {why}", node, uuid)
-    if isinstance(ask, Percent) and total_mb <= 0:
-        return R.Reason(
-            R.NOT_ENOUGH_MEMORY,
-            f"GPU publishes no total memory (devmem), so {ask} cannot be sized on it",
-            node,
-            uuid,
-        )
-    mem = memory_on(ask, total_mb)
-    order = pset.order(mem, pod.preference)
-    if not order:
-        largest = pset.profiles[-1]
-        asked = f"{mem} MiB ({ask} of {total_mb} MiB)" if isinstance(ask, Percent) else f"{mem} MiB"
-        return R.Reason(
-            R.NOT_ENOUGH_MEMORY,
-            f"no allowlisted profile has {asked}; the largest is {largest.name} with {largest.memory_mb} MiB",
-            node,
-            uuid,
-        )
-    if any(pset.best(mask, idx) for _, idx in order):
-        return None
-    smallest = pset.profiles[min(idx for _, idx in order)]
-    free = free_slices(mask, pset.axis)
-    usable = [s for s in free if any(p.start <= s < p.end for p in smallest.placements)]
-    needs = R.placements_text(sorted(smallest.placements))
-    if len(usable) >= smallest.size:
-        return R.Reason(
-            R.FRAGMENTED,
-            f"fragmented: free slices {R.slices_text(free)} but {smallest.name} needs one of {needs}",
-            node,
-            uuid,
-            smallest.name,
-            tuple(free),
-        )
-    return R.Reason(
-        R.NOT_ENOUGH_SLICES,
-        f"not enough free slices: free {R.slices_text(free)}, "
-        f"{smallest.name} needs {smallest.size} at one of {needs}",
-        node,
-        uuid,
-        smallest.name,
-        tuple(free),
-    )
+        return R.refusal(pod, sigs, count, [ask for _, _, ask in devices], lead[2], set(tried))
 
 
 def plan_pod(pod: PodRequest, gpus: Iterable[GpuState]) -> Plan | R.Refusal:

@@ -6,6 +6,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
+
+from mig.placement.occupancy import ProfileSet, free_slices
+from mig.placement.request import Memory, Percent, PodRequest, memory_on
 
 UNHEALTHY = "unhealthy"
 CORDONED = "cordoned"
@@ -21,6 +25,10 @@ MAX_NODE_TEXT = 1024  # one node's line in an extender's FailedNodes
 MAX_HEADLINE = 300  # the summary a person reads first (kube-scheduler's condition, `dynmig status`)
 HEADLINE_PARTS = 140  # the reason counts' share of it (the rest: kube-scheduler's words, "fits on")
 DETAIL_MARK = " Per GPU: "  # separates the summary from the per-GPU detail in every refusal text
+
+# (index, uuid, type, profile set, occupancy mask, healthy, total MiB, cordoned) of one GPU, for refusals
+GpuSnapshot = tuple[int, str, str, ProfileSet | None, int, bool, int, str]
+_FIRST = itemgetter(0)
 
 # When a node has several GPU reasons, its headline is the one closest to fitting.
 _CLOSEST_FIRST = (
@@ -210,3 +218,127 @@ def slices_text(slices: list[int]) -> str:
 
 def placements_text(placements: Iterable[object]) -> str:
     return ",".join(str(p) for p in placements)
+
+
+# ---------------------------------------------------------------- the engine's refusals
+
+
+def refusal(
+    pod: PodRequest,
+    nodes: dict[str, tuple[GpuSnapshot, ...]],
+    gpus: int,
+    asks: list[Memory],
+    lead: Memory,
+    tried: set[str],
+) -> Refusal:
+    """Why no node of `nodes` (each with its GPUs, a snapshot never mutated) takes the pod whose
+    devices ask `asks` (its pickiest one `lead`); `tried`: the nodes where the lead fit but the pod's
+    devices did not all fit together. The texts are built on first read (sorting by node waits for
+    them too: a scheduler often needs only the count)."""
+
+    def build() -> list[Reason]:
+        out: list[Reason] = []
+        for node, snapshots in sorted(nodes.items(), key=_FIRST):
+            if not snapshots:
+                out.append(Reason(NO_GPUS, "node publishes no MIG GPUs", node))
+                continue
+            for _, uuid, gtype, pset, mask, healthy, total, cordoned in snapshots:
+                reason = gpu_reason(pod, node, uuid, gtype, pset, mask, healthy, lead, total, cordoned)
+                if reason is not None:
+                    out.append(reason)
+            if node in tried:
+                out.append(_not_together(node, snapshots, asks))
+        return out
+
+    return Refusal(build, gpus=gpus)
+
+
+def _not_together(node: str, snapshots: tuple[GpuSnapshot, ...], asks: list[Memory]) -> Reason:
+    free = "; ".join(
+        f"{uuid} {slices_text(free_slices(mask, pset.axis))}"
+        for _, uuid, _, pset, mask, healthy, _, cordoned in snapshots
+        if healthy and not cordoned and pset
+    )
+    return Reason(
+        DEVICES_DO_NOT_FIT_TOGETHER,
+        f"the pod's {len(asks)} MIG devices ({_requests_text(asks)}) do not all fit "
+        f"on this node together; free slices: {free}",
+        node,
+    )
+
+
+def _requests_text(asks: list[Memory]) -> str:
+    return ", ".join(
+        "a whole GPU" if m is None else (str(m) if isinstance(m, Percent) else f"{m} MiB") for m in asks
+    )
+
+
+def gpu_reason(
+    pod: PodRequest,
+    node: str,
+    uuid: str,
+    gpu_type: str,
+    pset: ProfileSet | None,
+    mask: int,
+    healthy: bool,
+    ask: Memory,
+    total_mb: int = 0,
+    cordoned: str = "",
+) -> Reason | None:
+    """Why this GPU (of `total_mb` published memory) cannot take a device asking `ask` now, or None if it can."""
+    if not healthy:
+        return Reason(UNHEALTHY, "GPU is unhealthy", node, uuid)
+    if cordoned:
+        return Reason(CORDONED, cordoned, node, uuid)
+    if pset is None or not pset.profiles:
+        return Reason(
+            NO_PROFILES,
+            f"GPU ({gpu_type}) publishes no MIG profiles (is its model in the allowlist?)",
+            node,
+            uuid,
+        )
+    why = pod.type_exclusion(gpu_type) or pod.uuid_exclusion(uuid)
+    if why:
+        return Reason(EXCLUDED, f"excluded by annotation: {why}", node, uuid)
+    if isinstance(ask, Percent) and total_mb <= 0:
+        return Reason(
+            NOT_ENOUGH_MEMORY,
+            f"GPU publishes no total memory (devmem), so {ask} cannot be sized on it",
+            node,
+            uuid,
+        )
+    mem = memory_on(ask, total_mb)
+    order = pset.order(mem, pod.preference)
+    if not order:
+        largest = pset.profiles[-1]
+        asked = f"{mem} MiB ({ask} of {total_mb} MiB)" if isinstance(ask, Percent) else f"{mem} MiB"
+        return Reason(
+            NOT_ENOUGH_MEMORY,
+            f"no allowlisted profile has {asked}; the largest is {largest.name} with {largest.memory_mb} MiB",
+            node,
+            uuid,
+        )
+    if any(pset.best(mask, idx) for _, idx in order):
+        return None
+    smallest = pset.profiles[min(idx for _, idx in order)]
+    free = free_slices(mask, pset.axis)
+    usable = [s for s in free if any(p.start <= s < p.end for p in smallest.placements)]
+    needs = placements_text(sorted(smallest.placements))
+    if len(usable) >= smallest.size:
+        return Reason(
+            FRAGMENTED,
+            f"fragmented: free slices {slices_text(free)} but {smallest.name} needs one of {needs}",
+            node,
+            uuid,
+            smallest.name,
+            tuple(free),
+        )
+    return Reason(
+        NOT_ENOUGH_SLICES,
+        f"not enough free slices: free {slices_text(free)}, "
+        f"{smallest.name} needs {smallest.size} at one of {needs}",
+        node,
+        uuid,
+        smallest.name,
+        tuple(free),
+    )

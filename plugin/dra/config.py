@@ -12,7 +12,8 @@ from pathlib import Path
 
 from base.flags import FlagError, Flags, positive_seconds
 from base.logs import FORMATS, LEVELS
-from mig.allowlist import DeviceConfig, PolicyError, load_device_config
+from base.policyfiles import load_device_config
+from mig.allowlist import DeviceConfig, PolicyError
 from plugin.cdi import MIG_MINORS
 from plugin.config import ConfigError as NodeConfigError
 from plugin.config import DeviceFilter, load_node_config

@@ -27,10 +27,10 @@ from base import logs
 from base.version import version
 from kube import client as kube_client
 from kube.errors import KubeError, NotFound, translated
+from kube.mirror import Mirror
 from kube.reflector import Reflector
 from kube.shutdown import on_stop_signal, run_until_signalled
 from mig.dra.devices import Gpu
-from mig.mirror import Mirror
 from mig.types import Placement
 from plugin.cdi import MigEdits
 from plugin.dra.cdi import CdiSpecs

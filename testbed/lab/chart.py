@@ -19,10 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from mig import resources
+from base import resources
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = resources.chart()
+CHART = resources.data_path("charts", "dynmig")  # the Helm chart, as shipped in the wheel
 NAMESPACE = "dynmig"
 RELEASE = "dynmig"
 

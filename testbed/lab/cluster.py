@@ -55,13 +55,14 @@ from sim.scheduler.config import API_VERSION as SCHEDULER_API
 from sim.scheduler.config import parse as parse_scheduler_config
 from sim.scheduler.scheduler import Scheduler
 
+from base.policyfiles import load_device_config
 from certs import main as certs_main
 from lab import chart, dra_node, jobpods, report, volumes
 from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
 from lab.supervisor import Child, ChildFailed, Supervisor, python_argv
-from mig.allowlist import load_device_config, published
+from mig.allowlist import published
 
 NAMESPACE = chart.NAMESPACE
 PLUGIN_READY = "registered nvidia.com/gpu with kubelet"

@@ -4,6 +4,7 @@ import textwrap
 
 import pytest
 
+from base import policyfiles as files
 from mig import allowlist as al
 from mig import catalog
 
@@ -11,7 +12,7 @@ from mig import catalog
 def issues_of(yaml_text, tmp_path, strict=False):
     path = tmp_path / "policy.yaml"
     path.write_text(textwrap.dedent(yaml_text))
-    return al.check_allowlist_file(path, strict)
+    return files.check_allowlist_file(path, strict)
 
 
 def at(issues, path):
@@ -28,7 +29,7 @@ def errors(issues):
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_the_default_policy_matches_every_catalog_gpu_with_profiles_it_really_has(model):
-    entry = al.default_allowlist().entry_for(model.nvml_name)
+    entry = files.default_allowlist().entry_for(model.nvml_name)
     assert entry is not None, f"{model.nvml_name} matches no entry of policies/default.yaml"
     assert entry.profiles
     for name in entry.profiles:
@@ -37,8 +38,8 @@ def test_the_default_policy_matches_every_catalog_gpu_with_profiles_it_really_ha
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_the_default_policy_and_the_4g_example_pass_the_check_without_findings(strict):
-    assert al.check_allowlist_file(al.DEFAULT_POLICY, strict) == []
-    assert al.check_allowlist_file(al.DEFAULT_POLICY.parent / "examples" / "with-4g.yaml", strict) == []
+    assert files.check_allowlist_file(files.DEFAULT_POLICY, strict) == []
+    assert files.check_allowlist_file(files.DEFAULT_POLICY.parent / "examples" / "with-4g.yaml", strict) == []
 
 
 def test_the_first_entry_whose_model_is_a_substring_of_the_nvml_name_wins():
@@ -142,14 +143,14 @@ def test_a_broader_model_string_that_shadows_a_later_entry_is_a_warning_saying_w
 
 def test_bad_yaml_and_a_missing_file_are_reported_not_raised(tmp_path):
     assert "not valid YAML" in issues_of("nvidia: [\n", tmp_path)[0].problem
-    assert "cannot read" in al.check_allowlist_file(tmp_path / "absent.yaml")[0].problem
+    assert "cannot read" in files.check_allowlist_file(tmp_path / "absent.yaml")[0].problem
 
 
 def test_loading_a_policy_with_errors_raises_with_every_message(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("nvidia:\n  migProfileAllowlist:\n    - {models: [A30], profiles: [4g]}\n")
     with pytest.raises(al.PolicyError) as raised:
-        al.load_device_config(path)
+        files.load_device_config(path)
     assert f"{path}: nvidia.migProfileAllowlist[0].profiles[0]" in str(raised.value)
 
 
@@ -158,7 +159,7 @@ def test_resource_names_come_from_the_device_config(tmp_path):
     path.write_text(
         "nvidia:\n  resourceCountName: example.com/gpu\n  migProfileAllowlist: [{models: [A30], profiles: [1g.6gb]}]\n"
     )
-    config = al.load_device_config(path)
+    config = files.load_device_config(path)
     assert config.resources.count == "example.com/gpu"
     assert config.resources.memory == "nvidia.com/gpumem"
 
@@ -190,18 +191,18 @@ def test_a_mig_off_entry_shadows_later_entries_like_any_first_match(tmp_path):
     assert allow.profiles_for("NVIDIA H100 PCIe") == ("1g.10gb",)
 
 
-FIXTURES = al.DEFAULT_POLICY.parents[1] / "tests" / "fixtures"
+FIXTURES = files.DEFAULT_POLICY.parents[1] / "tests" / "fixtures"
 HAMI_CHART_DEFAULT = FIXTURES / "hami-v2.10-chart-device-config.yaml"
 
 
 def test_hamis_v2_10_chart_default_device_config_loads_with_warnings_each_naming_its_fix():
-    found = al.check_allowlist_file(HAMI_CHART_DEFAULT)
+    found = files.check_allowlist_file(HAMI_CHART_DEFAULT)
 
     assert errors(found) == []
     warnings = [i for i in found if i.severity == al.WARNING]
     assert warnings and all(w.hint for w in warnings)
     assert not any(i.path.split(".")[0] != "nvidia" for i in found)  # other vendors' sections: untouched
-    config = al.load_device_config(HAMI_CHART_DEFAULT)
+    config = files.load_device_config(HAMI_CHART_DEFAULT)
     assert config.allowlist.profiles_for("NVIDIA A100-SXM4-80GB")[-1] == "7g.79gb"
     assert [r.label for r in al.published(config.allowlist, catalog.find_model("A100-SXM4-80GB"))] == [
         "1g.10gb",
@@ -213,7 +214,7 @@ def test_hamis_v2_10_chart_default_device_config_loads_with_warnings_each_naming
 
 @pytest.mark.parametrize("name", ["hami-docs-two-entry.yaml", "one-model.yaml"])
 def test_a_policy_naming_only_the_models_a_cluster_has_passes_even_strict_with_the_rest_as_information(name):
-    found = al.check_allowlist_file(FIXTURES / name, strict=True)
+    found = files.check_allowlist_file(FIXTURES / name, strict=True)
 
     assert [i.severity for i in found] == [al.INFO]
     assert "publish no MIG profile (as in HAMi)" in found[0].problem

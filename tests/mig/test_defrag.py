@@ -7,7 +7,7 @@ from itertools import combinations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.defrag import (
     Advice,

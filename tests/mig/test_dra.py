@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra import Gpu, Instance, natural_devices, natural_slices, steer, steered_slices, validate_slice
 from mig.dra.devices import counter_set, device_name, fits

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sim.dra.scheduler import Scheduler, SliceStore
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra import Gpu, Instance, steered_slices
 from mig.dra.devices import by_name

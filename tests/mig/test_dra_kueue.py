@@ -13,7 +13,7 @@ import yaml
 from sim.apiserver.cel import evaluate
 from sim.dra.allocator import QUANTITY_LIBRARY, _activation, parse_slice, quantity
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra import Gpu, Instance, steered_slices
 

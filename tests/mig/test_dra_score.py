@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra import Gpu, Instance, steered_slices
 from mig.dra.score import MAX_SCORE, Ask, claim_asks, node_gpus, node_key, scores

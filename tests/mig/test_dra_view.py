@@ -8,7 +8,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra.devices import Gpu, Instance
 from mig.dra.slices import natural_slices, steered_slices

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.placement import (
     ContainerRequest,

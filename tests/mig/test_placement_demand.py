@@ -74,7 +74,7 @@ def test_an_unknown_lifetime_estimate_is_named_with_the_ones_there_are():
 
 def _a100_node(node: str, full: int, one_g: int, empty: int):
     """A node of A100-40GBs: `full` GPUs holding a 7g, `one_g` holding one 1g, `empty` holding nothing."""
-    from mig.allowlist import default_allowlist
+    from base.policyfiles import default_allowlist
     from mig.catalog import find_model
     from mig.placement import GpuState
     from mig.placement.published import from_catalog

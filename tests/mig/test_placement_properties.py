@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PlacementIndex, Plan, PodRequest, Refusal, plan_pod
 from mig.placement.published import from_catalog

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mig.allowlist import ResourceNames, default_allowlist
+from base.policyfiles import default_allowlist
+from mig.allowlist import ResourceNames
 from mig.catalog import find_model
 from mig.placement import (
     ContainerRequest,

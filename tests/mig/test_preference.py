@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mig.allowlist import load_allowlist
+from base.policyfiles import load_allowlist
 from mig.catalog import find_model
 from mig.placement import (
     ContainerRequest,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.placement import ContainerRequest, GpuState, PodRequest, Refusal, plan_pod
 from mig.placement import reasons as R

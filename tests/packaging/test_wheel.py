@@ -118,7 +118,10 @@ def _env(bin_dir: Path) -> dict[str, str]:
 
 def test_the_installed_package_is_the_one_running_not_the_checkout(installed):
     bin_dir, work = installed
-    script = "import mig.resources as r, dynmig; print(dynmig.__file__); print(r.default_policy()); print(r.chart())"
+    script = (
+        "import base.resources as r, dynmig; print(dynmig.__file__); print(r.default_policy()); "
+        "print(r.data_path('charts', 'dynmig'))"
+    )
     done = _run([str(bin_dir / "python"), "-c", script], cwd=work, env=_env(bin_dir))
     assert done.returncode == 0, done.stderr
     for line in done.stdout.split():

@@ -15,7 +15,7 @@ from lab.chart import CHART, ChartError, helm_binary
 from registration_testkit import registration
 from waiting_testkit import eventually
 
-from mig.allowlist import DEFAULT_POLICY, load_device_config
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from mig.annotations import NODE_REGISTER
 from webhooks.config import ServeConfig, StaticDeviceConfig, parse_args
 from webhooks.main import Service

@@ -19,7 +19,8 @@ from kubernetes import client as k8s
 from sim.kubelet import SimulatedKubelet
 from sim.nvml import SimulatedNvml
 
-from mig.allowlist import DeviceConfig, default_allowlist
+from base.policyfiles import default_allowlist
+from mig.allowlist import DeviceConfig
 from mig.annotations import (
     BIND_PHASE,
     BIND_TIME,

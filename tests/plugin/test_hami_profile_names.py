@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mig.allowlist import load_device_config
+from base.policyfiles import load_device_config
 from mig.annotations import LEFTOVERS, NODE_REGISTER, decode_node_register
 from tests.plugin.conftest import Want
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 from sim.nvml import SimulatedNvml
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from plugin.config import DeviceFilter
 from plugin.discovery import discover
 from plugin.instances import InstanceError, InstanceKey, InstanceManager

@@ -14,7 +14,7 @@ from sim.kubelet import SimulatedKubelet
 from sim.nvml import SimulatedNvml
 from waiting_testkit import wait_for
 
-from mig.allowlist import DEFAULT_POLICY
+from base.policyfiles import DEFAULT_POLICY
 from tests.plugin.conftest import NODE, RESOURCE, Node, Want
 
 ROOT = Path(__file__).resolve().parents[2]

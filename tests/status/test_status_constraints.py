@@ -10,9 +10,9 @@ from typing import Any
 from registration_testkit import registration
 
 from mig.annotations import DEVICES_ALLOCATED, MIG_ALLOCATIONS, NODE_REGISTER, VGPU_NODE
+from mig.defrag.advisor import status_advisor
 from mig.fleetview import FITS_NOW, fleet_view
 from mig.slicemap import NO_ELIGIBLE_NODE
-from webhooks.defrag import status_advisor
 
 
 def gpu_node(name: str, gpus: int, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, config
 from sim.apiserver import ApiServer
 
+from base.policyfiles import default_allowlist
 from dynmig.status.main import main
-from mig.allowlist import default_allowlist
 from mig.catalog import find_model
 from mig.dra.devices import Gpu, Instance
 from mig.dra.slices import steered_slices

@@ -11,7 +11,7 @@ with warnings.catch_warnings():  # starlette suggests httpx2; the httpx-based cl
     from starlette.testclient import TestClient
 from webhooks_testkit import PLUGIN, SCHEDULER
 
-from mig.allowlist import DEFAULT_POLICY, load_device_config
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_metrics_app
 from webhooks.config import StaticDeviceConfig

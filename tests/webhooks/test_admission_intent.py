@@ -9,7 +9,7 @@ import json
 import pytest
 from webhooks_testkit import PLUGIN, SCHEDULER, pod, review
 
-from mig.allowlist import DEFAULT_POLICY, load_device_config
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from mig.annotations import PROFILE_PREFERENCE
 from webhooks.admission import AdmissionPolicy, decide
 from webhooks.intent import MAX_WARNING_CHARS, MAX_WARNINGS

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from webhooks_testkit import PLUGIN, SCHEDULER, apply_patch, pod, review
 
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from mig import catalog
-from mig.allowlist import DEFAULT_POLICY, check_text, load_device_config
+from mig.allowlist import check_text
 from mig.annotations import PROFILE_PREFERENCE
 from mig.offers import offer
 from mig.placement.preference import candidate_order, default_sort_key

@@ -10,8 +10,8 @@ import json
 import pytest
 from webhooks_testkit import PLUGIN, SCHEDULER, pod, review
 
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from mig import catalog
-from mig.allowlist import DEFAULT_POLICY, load_device_config
 from mig.offers import catalog_offers
 from mig.placement.request import RequestError, memory_mib
 from webhooks.admission import AdmissionPolicy, decide

@@ -7,9 +7,9 @@ import json
 from webhooks_testkit import registration
 
 from mig.annotations import DEVICES_ALLOCATED, MIG_ALLOCATIONS, VGPU_NODE
+from mig.defrag.advisor import status_advisor
 from mig.placement import ContainerRequest, PodRequest
 from mig.reconstruct import node_gpus, pod_usage, reconstruct
-from webhooks.defrag import status_advisor
 
 
 def holding(name: str, start: int, priority: int = 0, node: str = "n1") -> dict:

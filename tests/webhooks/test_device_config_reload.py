@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from waiting_testkit import eventually
 from webhooks_testkit import node
 
-from mig.allowlist import DEFAULT_POLICY, PolicyError
+from base.policyfiles import DEFAULT_POLICY
+from mig.allowlist import PolicyError
 from mig.annotations import MIG_ALLOCATIONS, VGPU_NODE, MigAllocation, encode_allocations
 from webhooks.config import DeviceConfigCollector, DeviceConfigFile
 

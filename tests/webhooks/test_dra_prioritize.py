@@ -8,7 +8,7 @@ from kubernetes import client
 from starlette.testclient import TestClient
 from waiting_testkit import eventually
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.catalog import find_model
 from mig.dra import Gpu, Instance, steered_slices
 from mig.dra.devices import mig_device

@@ -10,7 +10,7 @@ import pytest
 from test_extender import post_bind, post_filter, seed, stored_pod
 from webhooks_testkit import PLUGIN, SCHEDULER, gpu_pod, node, review
 
-from mig.allowlist import load_device_config
+from base.policyfiles import load_device_config
 from mig.annotations import MIG_ALLOCATIONS, PROFILE_PREFERENCE, decode_allocations
 from webhooks.admission import AdmissionPolicy, decide
 from webhooks.config import StaticDeviceConfig

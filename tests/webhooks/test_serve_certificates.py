@@ -21,11 +21,11 @@ from kubernetes import client
 from waiting_testkit import wait_for as eventually
 from webhooks_testkit import webhook_configurations
 
+from base.policyfiles import DEFAULT_POLICY, load_device_config
 from certs.authority import Lifetimes, ServiceIdentity, load_certs, make_ca, make_serving, utcnow
 from certs.main import main as certs_main
 from certs.rotation import CertState
 from certs.store import SecretStore
-from mig.allowlist import DEFAULT_POLICY, load_device_config
 from webhooks.config import StaticDeviceConfig, parse_args
 from webhooks.main import Service
 from webhooks.runner import Listeners

@@ -23,7 +23,8 @@ from sim.kubelet.plugin_watcher import PluginWatcher
 from sim.nvml import SimulatedNvml
 from waiting_testkit import wait_for
 
-from mig.allowlist import DeviceConfig, default_allowlist
+from base.policyfiles import default_allowlist
+from mig.allowlist import DeviceConfig
 from plugin.dra.config import DraConfig
 from plugin.dra.main import DraPluginApp
 

@@ -22,7 +22,8 @@ from sim.nvml import SimulatedNvml
 from sim.nvml.caps import write_mig_minors
 from waiting_testkit import wait_for
 
-from mig.allowlist import DeviceConfig, default_allowlist
+from base.policyfiles import default_allowlist
+from mig.allowlist import DeviceConfig
 from plugin.api import dra_v1_pb2 as pb
 from plugin.api import dra_v1_pb2_grpc as rpc
 from plugin.api import dra_v1beta1_pb2 as beta

@@ -1,4 +1,5 @@
-"""The one place that finds files dynmig reads at run time: the default policy, its examples, the chart.
+"""The one place that finds files dynmig ships and reads at run time: the default policy, its examples,
+the chart (which the testbed's lab renders).
 
 They live in the `mig._data` package and are found with `importlib.resources`, so a checkout, an editable
 install, a wheel in a fresh venv and the container image all read the same files the same way. In a
@@ -31,8 +32,3 @@ def data_path(*parts: str) -> Path:
 def default_policy() -> Path:
     """The device config dynmig uses when none is given (`policies/default.yaml`)."""
     return data_path("policies", "default.yaml")
-
-
-def chart() -> Path:
-    """The Helm chart the lab renders (`charts/dynmig`)."""
-    return data_path("charts", "dynmig")

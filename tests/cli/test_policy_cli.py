@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dynmig.policy import main
 from mig.catalog import MODELS, find_model
-from mig.policy_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = str(ROOT / "policies" / "default.yaml")

@@ -4,9 +4,8 @@ caller holds whatever lock its threads need."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
-
-from mig.pods import object_key
 
 
 class Mirror:
@@ -31,3 +30,10 @@ class Mirror:
 
     def items(self) -> list[dict[str, Any]]:
         return list(self.objects.values())
+
+
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of an object, each "" when absent or unreadable."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
