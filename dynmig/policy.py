@@ -21,6 +21,7 @@ from dynmig.status.source import Source, StatusError, api_client
 from mig import catalog
 from mig.allowlist import ERROR, WARNING, Allowlist, Issue, PolicyError, check_text, published
 from mig.fleetcheck import check_fleet
+from mig.offers import offer, rounded_up
 from mig.placement import ContainerRequest, GpuState, Plan, PodRequest, plan_pod
 from mig.placement.occupancy import profile_set
 from mig.placement.preference import parse_preference
@@ -344,18 +345,14 @@ def _why(gpu: GpuState, pod: PodRequest, plan: Plan) -> str:
 
 
 def _percent_words(ask: Percent, memory: int | None, gpu: GpuState, profiles: Sequence[Any]) -> str:
-    """What a percentage means on this GPU, and a warning when it rounds up to the whole GPU."""
+    """What a percentage means on this GPU, and a warning when it rounds up past a smaller profile."""
     said = f"{ask.value} % of {gpu.memory_mb} MiB is {memory} MiB"
-    below = [p for p in profiles if p.memory_mb < (memory or 0)]
-    whole = profiles[-1]
-    if not below or not all(p.memory_mb < (memory or 0) for p in profiles[:-1]):
+    hit = rounded_up(ask.value, offer(gpu.type, gpu.memory_mb, ((p.name, p.memory_mb) for p in profiles)))
+    if hit is None:
         return said
-    under = below[-1]
-    fits = under.memory_mb * 100 // gpu.memory_mb
-    return (
-        f"{said}, just above {under.name}'s {under.memory_mb} MiB, so it takes {whole.name}, the whole GPU "
-        f"(warning: --percentage {fits} or --memory {under.memory_mb} gets a {under.name})"
-    )
+    (under, mib), takes = hit.under, f"{hit.got[0]}, the whole GPU" if hit.whole else hit.got[0]
+    fix = f"--percentage {hit.fits} or --memory {mib} gets a {under}"
+    return f"{said}, just above {under}'s {mib} MiB, so it takes {takes} (warning: {fix})"
 
 
 def profiles_table(allowlist: Allowlist, models: Sequence[catalog.GpuModel] = catalog.MODELS) -> list[str]:

@@ -41,6 +41,36 @@ class Offer:
         return next((mib for name, mib in self.profiles if name == profile), None)
 
 
+@dataclass(frozen=True)
+class RoundUp:
+    """A percentage of one model that lands just above a smaller allowed profile's MiB."""
+
+    need: int  # the MiB the percentage asks on this model, as the scheduler sizes it
+    under: tuple[str, int]  # the profile just below the ask
+    got: tuple[str, int]  # the profile the ask gets instead
+    fits: int  # the largest percentage that still gets `under`
+    whole: bool  # `got` is the model's largest profile
+
+
+def rounded_up(percent: int, offer: Offer) -> RoundUp | None:
+    """Whether `percent` of this model's memory is at most two points above the largest percentage
+    that a smaller profile holds (50 % of an A100-40GB is 20,480 MiB, above the 3g.20gb's 20,096): the
+    ask then gets the next profile up, often a whole GPU, where one or two percent less would have fit.
+    The one rule behind admission's warning and `dynmig policy explain --percentage`."""
+    if offer.memory_mib <= 0:
+        return None
+    need = offer.memory_mib * percent // 100  # as mig.placement.request.memory_on sizes it
+    got = offer.smallest_covering(need)
+    below = [p for p in offer.profiles if p[1] < need]
+    if got is None or not below:
+        return None
+    under = below[-1]
+    fits = under[1] * 100 // offer.memory_mib
+    if fits < 1 or percent - fits > 2:
+        return None
+    return RoundUp(need, under, got, fits, got == offer.largest)
+
+
 def offer(model: str, memory_mib: int, profiles: Iterable[tuple[str, int]]) -> Offer:
     """An Offer with its profiles in order: memory ascending, then name."""
     return Offer(model, memory_mib, tuple(sorted(set(profiles), key=lambda p: (p[1], p[0]))))

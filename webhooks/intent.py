@@ -21,7 +21,7 @@ from mig import annotations as keys
 from mig.allowlist import Allowlist, ResourceNames, nearest, published
 from mig.catalog import MODELS
 from mig.migmanager import PREFIX
-from mig.offers import Offer, short_name
+from mig.offers import Offer, rounded_up, short_name
 from mig.placement.preference import parse_preference
 from mig.placement.request import RequestError
 from mig.pods import Container, container_label, read_container, resources
@@ -125,19 +125,13 @@ def whole_gpu_percentages(gpu: list[Container], names: ResourceNames, offers: It
 
 def _rounded_up(percent: int, offer: Offer) -> str:
     """Why `percent` of this model rounds up past a smaller profile ("" when it does not)."""
-    need = offer.memory_mib * percent // 100  # as the scheduler sizes it (request.memory_on)
-    got = offer.smallest_covering(need)
-    below = [p for p in offer.profiles if p[1] < need]
-    if got is None or not below or offer.memory_mib <= 0:
+    hit = rounded_up(percent, offer)
+    if hit is None:
         return ""
-    name, mib = below[-1]
-    fits = mib * 100 // offer.memory_mib  # the largest percentage that still gets `name`
-    if fits < 1 or percent - fits > 2:
-        return ""
-    whole = "a whole GPU, " if got == offer.largest else ""
+    (name, mib), whole = hit.under, "a whole GPU, " if hit.whole else ""
     return (
-        f"{percent} is {need} MiB on {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
-        f"gets {whole}a {got[0]}; write {fits} for a {name}"
+        f"{percent} is {hit.need} MiB on {short_name(offer.model)}, just above a {name} ({mib} MiB), so it "
+        f"gets {whole}a {hit.got[0]}; write {hit.fits} for a {name}"
     )
 
 
