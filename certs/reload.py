@@ -190,13 +190,6 @@ class TLSReloader:
 
     # ---- status --------------------------------------------------------------------------
 
-    def seconds_to_expiry(self) -> float | None:
-        """Seconds until the served certificate expires (negative once expired; None if none)."""
-        not_after = self._not_after
-        if not_after is None:
-            return None
-        return (not_after - self._clock()).total_seconds()
-
     def expiry_timestamp(self) -> float | None:
         """The served certificate's notAfter as Unix time (None if none is loaded)."""
         not_after = self._not_after

@@ -139,13 +139,6 @@ def reservation_annotations(plan: Plan, usage: PodUsage, containers: int, now: f
     return annotations
 
 
-def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
-    """The same annotations as a merge patch of the pod, with HAMi's `hami.io/vgpu-node` label (for
-    tools that write a reservation onto a pod themselves; the filter does not)."""
-    annotations = reservation_annotations(plan, usage, containers, now)
-    return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
-
-
 class _Excluded(Mapping[str, str]):
     """Nodes a filter leaves out, with the reason: chosen for another pod whose bind is in progress
     (first), or locked by a bind (worded only when read)."""

@@ -158,15 +158,6 @@ class Kube:
         items = reply.get("items") if isinstance(reply, dict) else None
         return [i for i in items or () if isinstance(i, dict)]
 
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        _drain(
-            f"create event in {namespace}",
-            self.core.create_namespaced_event,
-            namespace,
-            body,
-            _request_timeout=self.timeout,
-        )
-
 
 class EventRecorder(events.EventRecorder):
     """The scheduler's events (base.events: aggregated, posted off the filter and bind path)."""
