@@ -35,7 +35,7 @@ from mig.annotations import (
 from mig.placement import Plan, PodRequest, Refusal, RequestError
 from mig.placement.reasons import MAX_NODE_TEXT
 from mig.pods import PodRecord, gpu_request, is_terminal
-from mig.reconstruct import PodUsage
+from mig.reconstruct import NodeOccupancy, PodUsage
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder
@@ -391,7 +391,7 @@ def refusal_text(refusal: Refusal, extra: list[str], advice: str = "") -> str:
     return refusal.text(MAX_NODE_TEXT, extra, head=head)
 
 
-def _closed(node: str, occupancy) -> list[str]:
+def _closed(node: str, occupancy: NodeOccupancy | None) -> list[str]:
     if occupancy is None or not occupancy.closed:
         return []
     return [f"{node}/{uuid}: not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
