@@ -149,10 +149,15 @@ class KubeletSockets:
         self.driver = driver
         self.registered = threading.Event()
         self.last_status = ""
-        self._dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra"))
+        # grpc's server.stop() leaves its thread pool running: stop() shuts the pools down itself
+        self._pools = (
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra"),
+            futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"),
+        )
+        self._dra = grpc.server(self._pools[0])
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer), self._dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer), self._dra)
-        self._reg = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
+        self._reg = grpc.server(self._pools[1])
         regrpc.add_RegistrationServicer_to_server(
             _Registration(driver, str(self.dra_path), self._status), self._reg
         )
@@ -180,3 +185,5 @@ class KubeletSockets:
             server.stop(grace=1).wait(2)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        for pool in self._pools:  # a call still running after the grace ends here first
+            pool.shutdown(wait=True, cancel_futures=True)
