@@ -10,7 +10,7 @@ extender's own CPU per pod at 1,000 and 5,000 nodes.
   `bench_end_to_end`) on 1,000 nodes: the extender's writes over the bound pods (filter, node lock,
   Binding, events). The device plugin's writes (its patch after Allocate, the lock release) come
   from the real plugin code (plugin.main.DevicePluginApp, "device-plugin" identity) serving kubelet's
-  Allocate on a simulated node, as bench/plugin.py runs it, each pod holding its node lock as the
+  Allocate on a simulated node, as bench/plugin_bench.py runs it, each pod holding its node lock as the
   extender leaves it; counted the same way (an in-process API server, the same counter). One
   process holds one simulated NVML, so the plugin's part is a run of its own.
 - HAMi's count per pod (`HAMI_WRITES`), derived from the protocol reference
@@ -30,7 +30,6 @@ Writes bench/results/extender-cost.json (not committed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import subprocess
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import plugin_bench as pb  # noqa: E402 - bench/plugin_bench.py: the device plugin's simulated node
 import serve as serve_bench  # noqa: E402 - bench/serve.py's helpers: PKI, children, nodes, pods, e2e
 
 RESULTS = ROOT / "bench" / "results" / "extender-cost.json"
@@ -219,20 +219,10 @@ def bench_serve_writes(work: Path, cert: Path, key: Path, ca, ctx, pods: int = 3
 # ---------------------------------------------------------------- the device plugin's writes
 
 
-def _plugin_bench():
-    """bench/plugin.py as a module (its name would shadow the product's `plugin` package)."""
-    spec = importlib.util.spec_from_file_location("plugin_bench", ROOT / "bench" / "plugin.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def bench_plugin_writes(pods: int = 40) -> dict:
     """Kubelet's Allocate for `pods` one-device MIG pods (A100 1g.5gb) on a simulated node, each pod as
     the extender leaves it (annotations, bind-phase allocating, the node lock naming it); the plugin's
     writes per Allocate, counted at the API server."""
-    pb = _plugin_bench()
     world = pb.World(gpus=1)
     counts = install_counter(world.api)
     allocating: Counter = Counter()

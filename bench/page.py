@@ -5,7 +5,7 @@ Run by `make bench` as `python bench/page.py`. Prints a table and writes bench/r
 
 Fleets of 10, 100 and 300 nodes × 8 A100-SXM4-40GB, filled to about 60 % of their slices by the
 placement engine with pods carrying the scheduler's own reservation annotations (webhooks.filter's
-reservation_patch) and fed to a real `Fleet`, plus 120 pods waiting for a node (more than the 101
+reservation_annotations) and fed to a real `Fleet`, plus 120 pods waiting for a node (more than the 101
 the page diagnoses). Columns: "objects" is `fleet_view` over every node and pod (decode every
 annotation, rebuild every GPU, an index per waiting pod), once; "cold" is the page's first
 rendering (every node drawn); "steady" a rendering when nothing changed; "one change" a rendering
@@ -29,7 +29,7 @@ from mig.annotations import NODE_REGISTER
 from mig.fleetview import fleet_view
 from mig.placement import ContainerRequest, PlacementIndex, Plan, PodRequest
 from mig.reconstruct import node_gpus
-from webhooks.filter import reservation_patch
+from webhooks.filter import reservation_annotations
 from webhooks.fleet import Fleet, usage_from_plan
 from webhooks.page.view import FleetPage
 
@@ -86,8 +86,7 @@ def fleet(nodes_count: int, rng: random.Random) -> tuple[list[dict[str, Any]], l
         index.apply(plan)
         used += plan.devices[0].placement.size
         usage = usage_from_plan(f"uid-{name}", "team", name, plan)
-        patch = reservation_patch(plan, usage, 1, time.time())
-        pods.append(pod(name, memory, plan.node, patch["metadata"]["annotations"]))
+        pods.append(pod(name, memory, plan.node, reservation_annotations(plan, usage, 1, time.time())))
     pods += [pod(f"w{i:05d}", 40000) for i in range(WAITING)]
     return nodes, pods
 

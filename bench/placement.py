@@ -77,8 +77,6 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# the product's packages before bench's scripts: bench/plugin.py would hide the plugin package, whose
-# idle-reuse rules the reuse arm calls (_packing/reuse.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _baselines import (

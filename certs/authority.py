@@ -185,7 +185,9 @@ def make_serving(
     return KeyPair(cert, key)
 
 
-def _usage(digital_signature=False, key_encipherment=False, cert_sign=False) -> x509.KeyUsage:
+def _usage(
+    digital_signature: bool = False, key_encipherment: bool = False, cert_sign: bool = False
+) -> x509.KeyUsage:
     return x509.KeyUsage(
         digital_signature=digital_signature,
         content_commitment=False,

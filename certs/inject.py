@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kube.errors import KubeError, NotFound, translated
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ class Injected:
 
 
 def inject_ca_bundle(
-    admission_api,
+    admission_api: client.AdmissionregistrationV1Api,
     bundle_pem: bytes,
     mutating: str | None = None,
     validating: str | None = None,
@@ -47,7 +52,7 @@ def inject_ca_bundle(
     if not bundle_pem:
         raise InjectError("empty CA bundle; run `dynmig certs init` first")
     encoded = base64.b64encode(bundle_pem).decode()
-    targets = []
+    targets: list[tuple[str, str, Callable[[str], Any], Callable[[str, list[dict[str, str]]], Any]]] = []
     if mutating:
         targets.append(
             (
@@ -79,7 +84,13 @@ def inject_ca_bundle(
     return results
 
 
-def _inject_one(kind: str, name: str, read, patch, encoded: str) -> Injected:
+def _inject_one(
+    kind: str,
+    name: str,
+    read: Callable[[str], Any],
+    patch: Callable[[str, list[dict[str, str]]], Any],
+    encoded: str,
+) -> Injected:
     try:
         with translated(f"reading {kind} {name}"):
             config = read(name)

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from certs.authority import (
     KeyType,
@@ -26,6 +27,10 @@ from certs.authority import (
     utcnow,
 )
 from certs.rotation import Policy
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from kubernetes import client
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -121,13 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- helpers --------------------------------------------------------------------------------
 
 
-def _names(args) -> tuple[str, str, str]:
+def _names(args: argparse.Namespace) -> tuple[str, str, str]:
     if not args.namespace:
         raise UsageError("--namespace: required (or set $POD_NAMESPACE)")
     return args.namespace, args.secret or f"{args.service}-tls", args.ca_secret or f"{args.service}-ca"
 
 
-def _policy(args) -> Policy:
+def _policy(args: argparse.Namespace) -> Policy:
     hosts = tuple(h.strip() for item in args.extra_host for h in item.split(",") if h.strip())
     if not 0 < args.renew_fraction < 1:
         raise UsageError(f"--renew-fraction: must be between 0 and 1, got {args.renew_fraction}")
@@ -146,7 +151,7 @@ def _policy(args) -> Policy:
     return Policy(ServiceIdentity(args.service, args.namespace, hosts), lifetimes, KeyType(args.key_type))
 
 
-def _apis(args):
+def _apis(args: argparse.Namespace) -> tuple[client.CoreV1Api, client.AdmissionregistrationV1Api]:
     from kubernetes import client
 
     from kube.client import api_client
@@ -155,7 +160,7 @@ def _apis(args):
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
 
 
-def describe(cert, now: dt.datetime, fraction: float = 2 / 3) -> list[str]:
+def describe(cert: x509.Certificate, now: dt.datetime, fraction: float = 2 / 3) -> list[str]:
     days = (cert.not_valid_after_utc - now).total_seconds() / 86400
     status = (
         "EXPIRED"
@@ -175,7 +180,7 @@ def describe(cert, now: dt.datetime, fraction: float = 2 / 3) -> list[str]:
 # ---- commands -------------------------------------------------------------------------------
 
 
-def cmd_init_or_rotate(args, force: bool) -> int:
+def cmd_init_or_rotate(args: argparse.Namespace, force: bool) -> int:
     from certs.renewer import rotate
     from certs.store import SecretStore
 
@@ -202,7 +207,7 @@ def cmd_init_or_rotate(args, force: bool) -> int:
     return EXIT_OK
 
 
-def cmd_inject(args) -> int:
+def cmd_inject(args: argparse.Namespace) -> int:
     from certs.inject import inject_ca_bundle
     from certs.store import SecretStore
 
@@ -229,14 +234,14 @@ def cmd_inject(args) -> int:
     return EXIT_OK
 
 
-def _read_pem(flag: str, path: str):
+def _read_pem(flag: str, path: str) -> list[x509.Certificate]:
     try:
         return load_certs(Path(path).read_bytes())
     except ValueError as error:
         raise UsageError(f"{flag} {path}: {error}") from None
 
 
-def cmd_show(args) -> int:
+def cmd_show(args: argparse.Namespace) -> int:
     now = utcnow()
     if args.cert_file:
         sections = [("certificate " + args.cert_file, _read_pem("--cert-file", args.cert_file))]

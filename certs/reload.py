@@ -28,7 +28,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.authority import (
     is_expired,
@@ -41,6 +41,12 @@ from certs.authority import (
 from kube.client import REQUEST_TIMEOUT
 from kube.errors import KubeError, translated
 from kube.reflector import Reflector
+
+if TYPE_CHECKING:
+    import uvicorn
+    from cryptography import x509
+    from kubernetes import client
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +78,7 @@ class TLSReloader:
         self,
         source: PairSource | None = None,
         required_names: list[str] | tuple[str, ...] = (),
-        registry=None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
         alpn_protocols: list[str] | None = None,
     ) -> None:
@@ -104,12 +110,16 @@ class TLSReloader:
         ctx.set_alpn_protocols(self._alpn)
         return ctx
 
-    def _pick_context(self, ssl_obj, server_name, _ctx) -> None:
+    def _pick_context(self, ssl_obj: ssl.SSLObject, server_name: str, _ctx: ssl.SSLContext) -> None:
         current = self._current  # one reference read: atomic with respect to a reload
         if current is not None:
             ssl_obj.context = current
 
-    def ssl_context_factory(self, config=None, default_factory=None) -> ssl.SSLContext:
+    def ssl_context_factory(
+        self,
+        config: uvicorn.Config | None = None,
+        default_factory: Callable[[], ssl.SSLContext] | None = None,
+    ) -> ssl.SSLContext:
         """uvicorn's `ssl_context_factory(config, default_factory)` hook: serve our live context."""
         alpn = getattr(getattr(config, "http_protocol_class", None), "alpn_protocols", None)
         if alpn and list(alpn) != self._alpn:
@@ -152,7 +162,7 @@ class TLSReloader:
             self._metrics.reloads.labels(result="loaded").inc()
         return True
 
-    def _build(self, cert_pem: bytes, key_pem: bytes):
+    def _build(self, cert_pem: bytes, key_pem: bytes) -> tuple[ssl.SSLContext, x509.Certificate]:
         try:
             chain = load_certs(cert_pem)
         except ValueError as error:
@@ -189,13 +199,6 @@ class TLSReloader:
         return context, leaf
 
     # ---- status --------------------------------------------------------------------------
-
-    def seconds_to_expiry(self) -> float | None:
-        """Seconds until the served certificate expires (negative once expired; None if none)."""
-        not_after = self._not_after
-        if not_after is None:
-            return None
-        return (not_after - self._clock()).total_seconds()
 
     def expiry_timestamp(self) -> float | None:
         """The served certificate's notAfter as Unix time (None if none is loaded)."""
@@ -250,7 +253,7 @@ class TLSReloader:
 class _Metrics:
     """Prometheus series, registered on the registry the server passes in (never the global one)."""
 
-    def __init__(self, registry, reloader: TLSReloader) -> None:
+    def __init__(self, registry: CollectorRegistry, reloader: TLSReloader) -> None:
         from prometheus_client import Counter, Gauge
 
         # A timestamp, not a countdown (Prometheus convention): alert on
@@ -284,17 +287,21 @@ def _nan_if_none(value: float | None) -> float:
 # ---- sources --------------------------------------------------------------------------------
 
 
+# a pair's files as last seen: (mtime, size, inode) of tls.crt, then of tls.key
+_Stamp = tuple[int, int, int, int, int, int]
+
+
 class FileSource:
     """A pair of files (e.g. a mounted Secret), polled: Secret volumes swap a symlink, which
     inotify reports poorly, so we compare mtime/size and then content."""
 
     def __init__(
-        self, cert_file: str | os.PathLike, key_file: str | os.PathLike, interval: float = 10.0
+        self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str], interval: float = 10.0
     ) -> None:
         self.cert_file, self.key_file, self.interval = Path(cert_file), Path(key_file), interval
-        self._seen: tuple | None = None
+        self._seen: _Stamp | None = None
 
-    def _stamp(self) -> tuple | None:
+    def _stamp(self) -> _Stamp | None:
         try:
             a, b = self.cert_file.stat(), self.key_file.stat()
         except FileNotFoundError:
@@ -329,7 +336,7 @@ class SecretSource:
 
     def __init__(
         self,
-        core_api,
+        core_api: client.CoreV1Api,
         namespace: str,
         name: str,
         watch_timeout: int = 300,
@@ -340,7 +347,7 @@ class SecretSource:
         self.backoff = backoff
         self._reflector: Reflector | None = None
 
-    def _deliver(self, secret, deliver: PairCallback) -> None:
+    def _deliver(self, secret: dict[str, Any], deliver: PairCallback) -> None:
         from certs.store import decode_data
 
         data = decode_data(secret)
@@ -363,11 +370,11 @@ class SecretSource:
             log.warning("%s failed: %s", what, error)
 
     def run(self, deliver: PairCallback, stop: threading.Event) -> None:
-        def replace(items: list[dict]) -> None:
+        def replace(items: list[dict[str, Any]]) -> None:
             for item in items:
                 self._deliver(item, deliver)
 
-        def changed(kind: str, obj: dict) -> None:
+        def changed(kind: str, obj: dict[str, Any]) -> None:
             if kind in ("ADDED", "MODIFIED") and (obj.get("metadata") or {}).get("name") == self.name:
                 self._deliver(obj, deliver)
 

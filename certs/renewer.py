@@ -11,11 +11,16 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from certs.authority import certs_to_pem, utcnow
 from certs.inject import inject_ca_bundle
 from certs.rotation import CertState, Policy, bundle_union, reconcile
 from certs.store import SecretStore
+
+if TYPE_CHECKING:
+    from kubernetes import client
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +30,7 @@ def rotate(
     policy: Policy,
     now: dt.datetime,
     force: bool = False,
-    admission_api=None,
+    admission_api: client.AdmissionregistrationV1Api | None = None,
     mutating: str | None = None,
     validating: str | None = None,
     require_webhooks: bool = True,
@@ -79,11 +84,11 @@ class CertRenewer:
         self,
         store: SecretStore,
         policy: Policy,
-        admission_api=None,
+        admission_api: client.AdmissionregistrationV1Api | None = None,
         mutating: str | None = None,
         validating: str | None = None,
         is_leader: Callable[[], bool] = lambda: True,
-        registry=None,
+        registry: CollectorRegistry | None = None,
         interval: float = 600.0,
         backoff: tuple[float, float] = (2.0, 300.0),
         clock: Callable[[], dt.datetime] = utcnow,

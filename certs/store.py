@@ -13,12 +13,16 @@ import base64
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
 from certs.authority import KeyPair, certs_to_pem, load_certs, load_key
 from certs.rotation import CertState
 from kube.errors import NotFound, translated
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,7 @@ class StoreError(RuntimeError):
     """A Secret cannot be used; the message names it and the fix."""
 
 
-def decode_data(secret) -> dict[str, bytes]:
+def decode_data(secret: dict[str, Any] | client.V1Secret) -> dict[str, bytes]:
     """A Secret's data as bytes (works for client objects and plain dicts)."""
     data = secret.get("data") if isinstance(secret, dict) else secret.data
     return {k: base64.b64decode(v) for k, v in (data or {}).items()}
@@ -49,7 +53,9 @@ class Loaded:
 
 
 class SecretStore:
-    def __init__(self, core_api, namespace: str, serving_secret: str, ca_secret: str) -> None:
+    def __init__(
+        self, core_api: client.CoreV1Api, namespace: str, serving_secret: str, ca_secret: str
+    ) -> None:
         if serving_secret == ca_secret:
             raise StoreError(
                 "--secret and --ca-secret must differ: the CA key must not sit beside the serving pair"
@@ -57,7 +63,7 @@ class SecretStore:
         self.api, self.namespace = core_api, namespace
         self.serving_secret, self.ca_secret = serving_secret, ca_secret
 
-    def _read(self, name: str):
+    def _read(self, name: str) -> client.V1Secret | None:
         try:
             with translated(f"reading Secret {self.namespace}/{name}"):
                 secret = self.api.read_namespaced_secret(name, self.namespace)

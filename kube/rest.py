@@ -31,10 +31,18 @@ import urllib3
 from kubernetes import client
 from urllib3.exceptions import ClosedPoolError
 
-from kube.errors import from_status, status_message, translated
+from kube.errors import KubeError, from_status, status_message, translated
 
 JSON = "application/json"
 AUTH_REUSE = 1.0  # seconds the authentication headers of one refresh serve every request
+
+
+def json_object(what: str, answer: object) -> dict[str, Any]:
+    """An answer that must be one JSON object (an object read, written or patched); KubeError naming
+    the call when the API server answered anything else."""
+    if not isinstance(answer, dict):
+        raise KubeError(f"{what}: the API server answered {type(answer).__name__}, not a JSON object")
+    return answer
 
 
 def segment(name: str) -> str:

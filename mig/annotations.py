@@ -132,10 +132,6 @@ class MigProfile(BaseModel):
     def encode(self) -> str:
         return _compact(self.encode_dict())
 
-    @property
-    def placement_list(self) -> tuple[Placement, ...]:
-        return tuple(p.to_placement() for p in self.placements)
-
 
 class DeviceInfo(BaseModel):
     """One registered GPU in `hami.io/node-nvidia-register`."""
@@ -368,13 +364,6 @@ def drain_container(pieces: list[list[ContainerDevice]], container_index: int) -
     if container_index >= len(pieces):
         return encode_devices(pieces)
     return encode_devices([*pieces[:container_index], [], *pieces[container_index + 1 :]])
-
-
-def erase_container_devices(text: str | None, container_index: int, key: str = DEVICES_TO_ALLOCATE) -> str:
-    """The devices string after Allocate took this container's devices, written as HAMi writes it."""
-    if not text:
-        return ""
-    return drain_container(split_devices(text, key), container_index)
 
 
 # ---------------------------------------------------------------- per-GPU cordon

@@ -94,12 +94,6 @@ class GpuModel:
             (p for p in self.profiles if name in p.driver_names), None
         )
 
-    def profile_by_enum(self, enum: int) -> ProfileSpec | None:
-        return next((p for p in self.profiles if p.enum == enum), None)
-
-    def profile_by_id(self, profile_id: int) -> ProfileSpec | None:
-        return next((p for p in self.profiles if p.profile_id == profile_id), None)
-
     @property
     def profile_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.profiles)

@@ -414,10 +414,6 @@ def warm_window(text: str) -> float:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    return flags().parser
-
-
 def load_config(argv: list[str]) -> PluginConfig:
     """Parse flags (env as defaults) and the files they name; raise ConfigError on any bad field."""
     f = flags(raise_errors=True)

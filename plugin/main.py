@@ -141,6 +141,9 @@ class DevicePluginApp:
         if self._loop is not None:
             self._loop.join(timeout=10)
         self.server.stop()
+        for channel in (self.neighbours.kubelet, self.kubelet_pods):  # kubelet's PodResources socket
+            if channel is not None:
+                channel.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -195,7 +195,9 @@ class PluginMetrics:
         return server, thread
 
 
-def _with_checks(metrics: Callable[..., Iterable[bytes]], checks: dict[str, Check | None]):
+def _with_checks(
+    metrics: Callable[..., Iterable[bytes]], checks: dict[str, Check | None]
+) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         check = checks.get(environ.get("PATH_INFO", ""))
         if check is None:

@@ -103,6 +103,9 @@ class KubeletDevices:
             return None
         return [i for d in answer.devices if d.resource_name == resource for i in d.device_ids]
 
+    def close(self) -> None:
+        self._channel.close()
+
 
 class Neighbours:
     def __init__(

@@ -172,7 +172,9 @@ class PluginServer:
 
     def _serve(self) -> None:
         self.config.kubelet_dir.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dynmig-dp"))
+        # grpc's server.stop() leaves its thread pool running: _shutdown_server shuts it down itself
+        self._pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dynmig-dp")
+        server = grpc.server(self._pool)
         rpc.add_DevicePluginServicer_to_server(self.service, server)
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
@@ -183,6 +185,7 @@ class PluginServer:
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace=0.5).wait(5)
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def lost(self) -> None:
         """kubelet no longer counts on us (another plugin took the resource name): not registered

@@ -45,25 +45,3 @@ def kubectl() -> str:
     if not found:
         pytest.skip(f"kubectl not found in {TOOLS} or PATH (run `make tools`)")
     return found
-
-
-# The run's verdict is pytest's, not the interpreter's teardown: after every test has finished and the
-# summary is printed, a C extension's background thread (grpc's, seen as an abort with no message in
-# about one whole run in three under load) can still abort the process while Python unwinds, turning a
-# passing run into exit 134. Leave with pytest's own exit status once it is known; a test that fails
-# or crashes still does so before this point.
-_EXIT_STATUS: list[int] = []
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _EXIT_STATUS.append(int(exitstatus))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if _EXIT_STATUS and not hasattr(config, "workerinput"):
-        import sys
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT_STATUS[-1])

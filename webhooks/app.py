@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,8 @@ from webhooks.bounded import BadBody, decode_json
 from webhooks.extender import MAX_BODY_BYTES as MAX_EXTENDER_BODY
 from webhooks.extender import BadArgs, WireError
 from webhooks.metrics import Metrics
+
+_Handler = Callable[[Request], Awaitable[Response]]
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
@@ -76,7 +78,7 @@ async def read_body(request: Request, limit: int = review.MAX_BODY_BYTES) -> byt
     return b"".join(chunks)
 
 
-def _admission_route(server: Server, route: str):
+def _admission_route(server: Server, route: str) -> _Handler:
     counter = server.metrics.admission
     latency = server.metrics.admission_latency.labels(route)
 
@@ -104,7 +106,7 @@ def _admission_route(server: Server, route: str):
     return handle
 
 
-def _extender_route(server: Server, verb: str):
+def _extender_route(server: Server, verb: str) -> _Handler:
     async def handle(request: Request) -> Response:
         if server.extender is None:
             return _json({"Error": "this dynmig server does not run the scheduler extender"})
@@ -132,7 +134,7 @@ def _extender_route(server: Server, verb: str):
     return handle
 
 
-def _prioritize_route(server: Server):
+def _prioritize_route(server: Server) -> _Handler:
     """POST /prioritize: a HostPriorityList (a bare JSON list, as kube-scheduler decodes it). Read
     only: it changes nothing, so it needs no leadership; scores come from caches, off the loop."""
 

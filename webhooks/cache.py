@@ -136,7 +136,7 @@ class ClusterCache:
         nodes: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_nodes(nodes)
 
-    def _node_event(self, kind: str, node: dict) -> None:
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
         name = object_key(node)[1]
         with self._lock:
             value = node_lock_value(node) if kind != "DELETED" else None
@@ -158,7 +158,7 @@ class ClusterCache:
         pods: list[Mapping[str, Any]] = list(items)
         self.fleet.replace_pods(pods)
 
-    def _pod_event(self, kind: str, pod: dict) -> None:
+    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         key = object_key(pod)
         with self._lock:
             before = self.pods.get(key)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 
@@ -34,7 +34,7 @@ class DraCache:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._slices, self._claims = Mirror(), Mirror()
-        self._derived: dict[str, tuple[tuple[int, int], Any]] = {}
+        self._derived: dict[str, tuple[tuple[int, int], object]] = {}  # name: (version, what build made)
         api = client.ResourceV1Api(api_client)
         self.reflectors = [
             self._reflector("resourceslices", api.list_resource_slice, self._slices, watch_timeout),
@@ -88,7 +88,7 @@ class DraCache:
             version = (self._slices.version, self._claims.version)
             hit = self._derived.get(name)
             if hit is not None and hit[0] == version:
-                return hit[1]
+                return cast(T, hit[1])  # a name is always built by the same build, so its T
             slices, claims = self._slices.items(), self._claims.items()
         value = build(slices, claims)
         with self._lock:

@@ -12,11 +12,13 @@ form of the request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from webhooks.objects import MAX_NAME, MAX_NODE_NAMES, Name, Node, ObjectError, Pod, check
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # 15,000 NodeNames or a few thousand full Node objects
 
@@ -51,7 +53,7 @@ class _BindingArgs(_Wire):
     Node: Name | None = None
 
 
-def _checked(model, data: Any, where: str):
+def _checked(model: type[M], data: Any, where: str) -> M:
     try:
         return check(model, data, where)
     except ObjectError as error:
@@ -132,10 +134,14 @@ class ExtenderBindingArgs:
         if not isinstance(body, dict):
             raise WireError("binding args must be a JSON object")
         args = _checked(_BindingArgs, body, "")
-        for key in ("PodName", "PodNamespace", "Node"):
-            if not getattr(args, key):
-                raise BadArgs(f"binding args: {key} is missing")
-        return ExtenderBindingArgs(args.PodName, args.PodNamespace, args.PodUID or "", args.Node)
+        name, namespace = _required(args.PodName, "PodName"), _required(args.PodNamespace, "PodNamespace")
+        return ExtenderBindingArgs(name, namespace, args.PodUID or "", _required(args.Node, "Node"))
+
+
+def _required(value: str | None, key: str) -> str:
+    if not value:
+        raise BadArgs(f"binding args: {key} is missing")
+    return value
 
 
 def bind_result(error: str = "") -> dict[str, Any]:

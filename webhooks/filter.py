@@ -35,7 +35,7 @@ from mig.annotations import (
 from mig.placement import Plan, PodRequest, Refusal, RequestError
 from mig.placement.reasons import MAX_NODE_TEXT
 from mig.pods import PodRecord, gpu_request, is_terminal
-from mig.reconstruct import PodUsage
+from mig.reconstruct import NodeOccupancy, PodUsage
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
 from webhooks.fleet import Fleet
 from webhooks.kube import EventRecorder
@@ -137,13 +137,6 @@ def reservation_annotations(plan: Plan, usage: PodUsage, containers: int, now: f
     if allocations is not None:  # a plan always has devices; a Binding's annotations are strings
         annotations[MIG_ALLOCATIONS] = allocations
     return annotations
-
-
-def reservation_patch(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, Any]:
-    """The same annotations as a merge patch of the pod, with HAMi's `hami.io/vgpu-node` label (for
-    tools that write a reservation onto a pod themselves; the filter does not)."""
-    annotations = reservation_annotations(plan, usage, containers, now)
-    return {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: plan.node}}}
 
 
 class _Excluded(Mapping[str, str]):
@@ -398,7 +391,7 @@ def refusal_text(refusal: Refusal, extra: list[str], advice: str = "") -> str:
     return refusal.text(MAX_NODE_TEXT, extra, head=head)
 
 
-def _closed(node: str, occupancy) -> list[str]:
+def _closed(node: str, occupancy: NodeOccupancy | None) -> list[str]:
     if occupancy is None or not occupancy.closed:
         return []
     return [f"{node}/{uuid}: not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]

@@ -21,7 +21,7 @@ from kubernetes import client
 from base import events
 from kube.client import api_client
 from kube.errors import NotFound, translated
-from kube.rest import JsonRequests, segment
+from kube.rest import JsonRequests, json_object, segment
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ class Kube:
         self.json = JsonRequests(api_client, timeout)
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return _json(
-            f"patch pod {namespace}/{name}",
+        what = f"patch pod {namespace}/{name}"
+        reply = _json(
+            what,
             self.core.patch_namespaced_pod,
             name,
             namespace,
@@ -69,13 +70,12 @@ class Kube:
             _content_type=MERGE,
             _request_timeout=self.timeout,
         )
+        return json_object(what, reply)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.json.request(
-            f"read pod {namespace}/{name}",
-            "GET",
-            f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}",
-        )
+        what = f"read pod {namespace}/{name}"
+        path = f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}"
+        return json_object(what, self.json.request(what, "GET", path))
 
     def pod_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when the API server has no such pod."""
@@ -85,24 +85,25 @@ class Kube:
             return None
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return self.json.request(f"read node {name}", "GET", f"/api/v1/nodes/{segment(name)}")
+        what = f"read node {name}"
+        return json_object(what, self.json.request(what, "GET", f"/api/v1/nodes/{segment(name)}"))
 
     def patch_node(self, name: str, patch: dict[str, Any], reply: bool = True) -> dict[str, Any] | None:
         """Merge-patch the node; its new state, or None with `reply=False` (the answer is not decoded)."""
-        return self.json.request(
-            f"patch node {name}", "PATCH", f"/api/v1/nodes/{segment(name)}", patch, MERGE, decode=reply
+        what = f"patch node {name}"
+        answer = self.json.request(
+            what, "PATCH", f"/api/v1/nodes/{segment(name)}", patch, MERGE, decode=reply
         )
+        return json_object(what, answer) if reply else None
 
     def lease_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The coordination.k8s.io Lease, or None when the API server has none of that name."""
         try:
-            return _json(
-                f"read lease {namespace}/{name}",
-                self.coordination.read_namespaced_lease,
-                name,
-                namespace,
-                _request_timeout=self.timeout,
+            what = f"read lease {namespace}/{name}"
+            reply = _json(
+                what, self.coordination.read_namespaced_lease, name, namespace, _request_timeout=self.timeout
             )
+            return json_object(what, reply)
         except NotFound:
             return None
 
@@ -157,15 +158,6 @@ class Kube:
         )
         items = reply.get("items") if isinstance(reply, dict) else None
         return [i for i in items or () if isinstance(i, dict)]
-
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        _drain(
-            f"create event in {namespace}",
-            self.core.create_namespaced_event,
-            namespace,
-            body,
-            _request_timeout=self.timeout,
-        )
 
 
 class EventRecorder(events.EventRecorder):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from base import logs
 from base.events import Regarding
@@ -19,7 +19,7 @@ from base.heap import HeapKeeper
 from base.version import version
 from certs.reload import TLSReloader
 from kube.shutdown import STOP_DEADLINE, exit_if_stop_hangs
-from mig.allowlist import DeviceConfig, PolicyError
+from mig.allowlist import DeviceConfig, PolicyError, ResourceNames
 from mig.fleetcheck import check_fleet
 from webhooks.admission import AdmissionPolicy
 from webhooks.app import Server, create_app, create_extender_app, create_metrics_app
@@ -47,6 +47,9 @@ from webhooks.prioritize import Prioritizer
 from webhooks.runner import Extender, Listeners, Page
 from webhooks.tls import ServingCertificates, extender_tls, settings_problem
 
+if TYPE_CHECKING:
+    from kubernetes import client
+
 log = logging.getLogger("dynmig.serve")
 CONFIG_POLL = 2.0  # seconds between looks at the device-config file when no request reads it
 NOT_LEADER = (
@@ -58,7 +61,7 @@ NOT_LEADER = (
 class Scheduler:
     """The extender verbs, answered only while this pod's kube-scheduler holds the Lease."""
 
-    def __init__(self, filter_: Filter, binder: Binder, leader):
+    def __init__(self, filter_: Filter, binder: Binder, leader: AlwaysLeader | LeaseFollower):
         self._filter, self._binder, self.leader = filter_, binder, leader
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +91,13 @@ class Scheduler:
 class Service:
     """Everything `dynmig serve` runs, minus the listeners. `start()`, then `app`, then `stop()`."""
 
-    def __init__(self, cfg: ServeConfig, api_client=None, device_config=None, tls: TLSReloader | None = None):
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        api_client: client.ApiClient | None = None,
+        device_config: DeviceConfigFile | None = None,
+        tls: TLSReloader | None = None,
+    ):
         self.cfg = cfg
         self.device_config = device_config or DeviceConfigFile(cfg.device_config)
         self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
@@ -109,7 +118,7 @@ class Service:
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch_device_config, name="device-config", daemon=True)
 
-        def resources():
+        def resources() -> ResourceNames:
             return self.device_config.get().resources  # read per request: the file reloads
 
         # one leadership for the pod: follow kube-scheduler's Lease (webhooks/leader.py)
@@ -205,7 +214,7 @@ class Service:
             lambda m: self.device_config.get().allowlist.profiles_for(m.nvml_name),
         )
 
-    def use_certificates(self, **timing) -> ServingCertificates:
+    def use_certificates(self, **timing: Any) -> ServingCertificates:
         """Serve and (cert-mode self, as Lease holder) renew the certificate `cfg` names; its metrics
         join this server's registry. Started and stopped with the service. `timing`: see
         ServingCertificates (tests shorten intervals)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mig.catalog import GpuModel
 from mig.dra.devices import Gpu
@@ -28,15 +28,15 @@ from webhooks.extender import BadArgs, ExtenderArgs
 
 MAX_POD_CLAIMS = 128  # the API's limit on pod.spec.resourceClaims (validation: 128 entries)
 
+T = TypeVar("T")
+
 
 class Claims(Protocol):
     """What prioritize reads: `webhooks.dracache.DraCache`."""
 
     def claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def derived(
-        self, name: str, build: Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
-    ) -> Any: ...
+    def derived(self, name: str, build: Callable[[list[dict[str, Any]], list[dict[str, Any]]], T]) -> T: ...
 
 
 def _claim_names(pod: Mapping[str, Any]) -> list[str] | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import uvicorn
 from starlette.applications import Starlette
@@ -21,6 +23,16 @@ GRACEFUL_SHUTDOWN = (
 )
 
 
+class ServingTLS(Protocol):
+    """What a listener's TLS gives uvicorn: a TLSReloader, or webhooks.tls.ClientCertificateTLS."""
+
+    def ssl_context_factory(
+        self,
+        config: uvicorn.Config | None = None,
+        default_factory: Callable[[], ssl.SSLContext] | None = None,
+    ) -> ssl.SSLContext: ...
+
+
 @dataclass(frozen=True)
 class Extender:
     """The scheduler-extender listener: its own app, address (loopback by default) and TLS."""
@@ -28,7 +40,7 @@ class Extender:
     app: Starlette
     host: str = "127.0.0.1"
     port: int = 0
-    tls: Any = None  # a TLSReloader or webhooks.tls.ClientCertificateTLS; None: plain HTTP
+    tls: ServingTLS | None = None  # None: plain HTTP
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,9 @@ class Page:
     port: int = 0
 
 
-def _config(app: Starlette, host: str, port: int, tls, log_level: str, graceful: int) -> uvicorn.Config:
+def _config(
+    app: Starlette, host: str, port: int, tls: ServingTLS | None, log_level: str, graceful: int
+) -> uvicorn.Config:
     # log_config=None: uvicorn's lines go through the process's handler and format (base/logs.py)
     return uvicorn.Config(
         app,
@@ -88,7 +102,7 @@ class _Server(uvicorn.Server):
     TLS layer already passed to the socket are not re-checked: a response still draining to a
     client that stopped reading can be cut short; our responses are small.)"""
 
-    async def shutdown(self, sockets=None) -> None:
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # first the connections closed before (keep-alive timeout): closing one twice, as uvicorn's
         # shutdown would, detaches its TLS layer, which then lingers out of reach
         self._drop_closed_connections()

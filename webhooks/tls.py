@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from certs.authority import KeyType, Lifetimes, ServiceIdentity, utcnow
 from certs.reload import FileSource, PairSource, SecretSource, TLSReloader
@@ -21,6 +22,11 @@ from certs.renewer import CertRenewer
 from certs.rotation import Policy
 from certs.store import SecretStore
 from webhooks.config import ServeConfig
+
+if TYPE_CHECKING:
+    import uvicorn
+    from kubernetes import client
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +82,8 @@ class ServingCertificates:
     def __init__(
         self,
         cfg: ServeConfig,
-        api_client=None,
-        registry=None,
+        api_client: client.ApiClient | None = None,
+        registry: CollectorRegistry | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         *,
         check_interval: float = 60.0,
@@ -117,7 +123,12 @@ class ServingCertificates:
             )
 
     @staticmethod
-    def _source(cfg: ServeConfig, api_client, backoff: tuple[float, float], watch_timeout: int) -> PairSource:
+    def _source(
+        cfg: ServeConfig,
+        api_client: client.ApiClient | None,
+        backoff: tuple[float, float],
+        watch_timeout: int,
+    ) -> PairSource:
         if cfg.cert_mode == "files":
             log.info("serving certificate from %s and %s (polled for changes)", cfg.tls_cert, cfg.tls_key)
             return FileSource(cfg.tls_cert, cfg.tls_key)
@@ -176,7 +187,7 @@ class ClientCertificateTLS:
         ctx.sni_callback = self._pick
         self.ssl_context = ctx
 
-    def _pick(self, ssl_obj, server_name, initial) -> None:
+    def _pick(self, ssl_obj: ssl.SSLObject, server_name: str, initial: ssl.SSLContext) -> None:
         pick = self._reloader.ssl_context.sni_callback
         assert pick is not None, "a TLSReloader's live context always carries its sni_callback"
         pick(ssl_obj, server_name, initial)
@@ -185,14 +196,20 @@ class ClientCertificateTLS:
             current.load_verify_locations(self._ca_file)
             self._loaded = {**{k: v for k, v in list(self._loaded.items())[-3:]}, id(current): current}
 
-    def ssl_context_factory(self, config=None, default_factory=None) -> ssl.SSLContext:
+    def ssl_context_factory(
+        self,
+        config: uvicorn.Config | None = None,
+        default_factory: Callable[[], ssl.SSLContext] | None = None,
+    ) -> ssl.SSLContext:
         return self.ssl_context
 
     def ready(self) -> bool:
         return self._reloader.ready()
 
 
-def extender_tls(reloader: TLSReloader | None, client_ca: str = ""):
+def extender_tls(
+    reloader: TLSReloader | None, client_ca: str = ""
+) -> TLSReloader | ClientCertificateTLS | None:
     """The TLS of the extender listener: the serving pair, and with `client_ca` client certificates."""
     if reloader is None or not client_ca:
         return reloader

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mig.dra.devices import CAPACITIES, MIB, Gpu, MigDevice, counter_set, counter_set_name, natural_devices
+from mig.dra.devices import MIB, Gpu, MigDevice, counter_set, counter_set_name, natural_devices
 from mig.dra.steer import steer
 
 API_VERSION = "resource.k8s.io/v1"
@@ -282,7 +282,3 @@ def _validate(obj: object, counter_sets: set[str] | None, deep: bool) -> list[st
         for d in devices[: MAX_DEVICES + 1] if deep else ():
             out.extend(_device_problems(d, counter_sets))
     return out
-
-
-def capacity_names() -> tuple[str, ...]:
-    return tuple(name for name, _ in CAPACITIES)

@@ -27,15 +27,16 @@ PROTOS = (
     "dra_v1.proto",
     "dra_v1beta1.proto",
 )
-# mypy-protobuf's protoc plugin for the _grpc module's .pyi (extra "test", like grpc_tools)
-_GRPC_PYI_PLUGIN = "protoc-gen-mypy_grpc"
+# mypy-protobuf's protoc plugins (extra "test", like grpc_tools) for the messages' .pyi and the _grpc
+# module's .pyi: their stubs pass mypy --strict, which protoc's own --pyi_out does not (bare Mapping)
+_PYI_PLUGINS = ("protoc-gen-mypy", "protoc-gen-mypy_grpc")
 
 
-def _grpc_pyi_plugin() -> str:
-    beside = Path(sysconfig.get_path("scripts")) / _GRPC_PYI_PLUGIN
-    found = str(beside) if beside.exists() else shutil.which(_GRPC_PYI_PLUGIN)
+def _pyi_plugin(name: str) -> str:
+    beside = Path(sysconfig.get_path("scripts")) / name
+    found = str(beside) if beside.exists() else shutil.which(name)
     if found is None:
-        raise RuntimeError(f"{_GRPC_PYI_PLUGIN} not found: install the test extra (pip install -e '.[test]')")
+        raise RuntimeError(f"{name} not found: install the test extra (pip install -e '.[test]')")
     return found
 
 
@@ -51,9 +52,9 @@ def _generate_one(proto: str, out_dir: Path) -> list[Path]:
         [
             "grpc_tools.protoc",
             f"-I{HERE}",
-            f"--plugin=protoc-gen-mypy_grpc={_grpc_pyi_plugin()}",
+            *(f"--plugin={name}={_pyi_plugin(name)}" for name in _PYI_PLUGINS),
             f"--python_out={out_dir}",
-            f"--pyi_out={out_dir}",
+            f"--mypy_out={out_dir}",
             f"--grpc_python_out={out_dir}",
             f"--mypy_grpc_out={out_dir}",
             str(HERE / proto),

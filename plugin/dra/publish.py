@@ -162,10 +162,3 @@ class SlicePublisher:
             return
         s["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
         self._raw(self.api.replace_resource_slice, s["metadata"]["name"], s)
-
-    def withdraw(self) -> None:
-        """Delete this node's slices (a clean shutdown of the driver on a node leaving DRA mode)."""
-        with self.lock:
-            for name in self._existing():
-                with contextlib.suppress(NotFound, KubeError):
-                    self._raw(self.api.delete_resource_slice, name)

@@ -15,11 +15,12 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
-from typing import Any
 
 import grpc
+from google.protobuf.internal.containers import MessageMap
 
 from plugin.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from plugin.api import pluginregistration_pb2 as regpb
@@ -35,7 +36,7 @@ MAX_ERROR = 1024
 
 
 class _Registration(regrpc.RegistrationServicer):
-    def __init__(self, driver: str, endpoint: str, on_status: Any):
+    def __init__(self, driver: str, endpoint: str, on_status: Callable[[bool, str], None]):
         self.driver, self.endpoint, self.on_status = driver, endpoint, on_status
 
     def GetInfo(self, request: regpb.InfoRequest, context: grpc.ServicerContext) -> regpb.PluginInfo:
@@ -50,38 +51,82 @@ class _Registration(regrpc.RegistrationServicer):
         return regpb.RegistrationStatusResponse()
 
 
-def _dra_servicer(pb: Any, rpc: Any, preparer: Preparer) -> Any:
-    class Servicer(rpc.DRAPluginServicer):
-        def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-            out = pb.NodePrepareResourcesResponse()
-            for claim in list(request.claims)[:MAX_CLAIMS]:
-                answer = out.claims[claim.uid[:64] or "?"]
-                try:
-                    for d in preparer.prepare(check_ref(claim.namespace, claim.uid, claim.name)):
-                        answer.devices.add(
-                            request_names=[d.request],
-                            pool_name=d.pool,
-                            device_name=d.device,
-                            cdi_device_ids=d.cdi_ids,
-                        )
-                except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
-                    del answer.devices[:]
-                    answer.error = _message(claim.uid, error)
-                    log.warning("NodePrepareResources: %s", answer.error)
-            return out
+_Claim = dra_v1_pb2.Claim | dra_v1beta1_pb2.Claim
+_PrepareAnswers = (
+    MessageMap[str, dra_v1_pb2.NodePrepareResourceResponse]
+    | MessageMap[str, dra_v1beta1_pb2.NodePrepareResourceResponse]
+)
+_UnprepareAnswers = (
+    MessageMap[str, dra_v1_pb2.NodeUnprepareResourceResponse]
+    | MessageMap[str, dra_v1beta1_pb2.NodeUnprepareResourceResponse]
+)
 
-        def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-            out = pb.NodeUnprepareResourcesResponse()
-            for claim in list(request.claims)[:MAX_CLAIMS]:
-                answer = out.claims[claim.uid[:64] or "?"]
-                try:
-                    preparer.unprepare(check_ref(claim.namespace, claim.uid, claim.name))
-                except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
-                    answer.error = _message(claim.uid, error)
-                    log.warning("NodeUnprepareResources: %s", answer.error)
-            return out
 
-    return Servicer()
+def _prepare(preparer: Preparer, claims: Iterable[_Claim], answers: _PrepareAnswers) -> None:
+    """NodePrepareResources of either API version (their messages are the same)."""
+    for claim in list(claims)[:MAX_CLAIMS]:
+        answer = answers[claim.uid[:64] or "?"]
+        try:
+            for d in preparer.prepare(check_ref(claim.namespace, claim.uid, claim.name)):
+                answer.devices.add(
+                    request_names=[d.request],
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=d.cdi_ids,
+                )
+        except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
+            del answer.devices[:]
+            answer.error = _message(claim.uid, error)
+            log.warning("NodePrepareResources: %s", answer.error)
+
+
+def _unprepare(preparer: Preparer, claims: Iterable[_Claim], answers: _UnprepareAnswers) -> None:
+    """NodeUnprepareResources of either API version."""
+    for claim in list(claims)[:MAX_CLAIMS]:
+        answer = answers[claim.uid[:64] or "?"]
+        try:
+            preparer.unprepare(check_ref(claim.namespace, claim.uid, claim.name))
+        except Exception as error:  # noqa: BLE001 - each claim's failure is its own answer
+            answer.error = _message(claim.uid, error)
+            log.warning("NodeUnprepareResources: %s", answer.error)
+
+
+class _DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer):
+        self.preparer = preparer
+
+    def NodePrepareResources(
+        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        out = dra_v1_pb2.NodePrepareResourcesResponse()
+        _prepare(self.preparer, request.claims, out.claims)
+        return out
+
+    def NodeUnprepareResources(
+        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        out = dra_v1_pb2.NodeUnprepareResourcesResponse()
+        _unprepare(self.preparer, request.claims, out.claims)
+        return out
+
+
+class _DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer):
+        self.preparer = preparer
+
+    def NodePrepareResources(
+        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+        out = dra_v1beta1_pb2.NodePrepareResourcesResponse()
+        _prepare(self.preparer, request.claims, out.claims)
+        return out
+
+    def NodeUnprepareResources(
+        self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+        out = dra_v1beta1_pb2.NodeUnprepareResourcesResponse()
+        _unprepare(self.preparer, request.claims, out.claims)
+        return out
 
 
 def _message(uid: str, error: Exception) -> str:
@@ -104,14 +149,15 @@ class KubeletSockets:
         self.driver = driver
         self.registered = threading.Event()
         self.last_status = ""
-        self._dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra"))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _dra_servicer(dra_v1_pb2, dra_v1_pb2_grpc, preparer), self._dra
+        # grpc's server.stop() leaves its thread pool running: stop() shuts the pools down itself
+        self._pools = (
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra"),
+            futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"),
         )
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _dra_servicer(dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, preparer), self._dra
-        )
-        self._reg = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
+        self._dra = grpc.server(self._pools[0])
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer), self._dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer), self._dra)
+        self._reg = grpc.server(self._pools[1])
         regrpc.add_RegistrationServicer_to_server(
             _Registration(driver, str(self.dra_path), self._status), self._reg
         )
@@ -139,3 +185,5 @@ class KubeletSockets:
             server.stop(grace=1).wait(2)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        for pool in self._pools:  # a call still running after the grace ends here first
+            pool.shutdown(wait=True, cancel_futures=True)

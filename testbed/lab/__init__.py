@@ -15,8 +15,12 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lab.nodes import DEFAULT_NODES, NodeSpecError, parse_nodes
+from lab.nodes import DEFAULT_NODES, LabNode, NodeSpecError, parse_nodes
+
+if TYPE_CHECKING:
+    from lab.cluster import Lab
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRA_EXAMPLE = "gpu-dra=2xA100-SXM4-40GB@dra"
@@ -140,7 +144,7 @@ class _SignalFlag:
         return bool(self._signals)
 
 
-def _run(args: argparse.Namespace, nodes) -> int:
+def _run(args: argparse.Namespace, nodes: tuple[LabNode, ...]) -> int:
     from lab.chart import ChartError
     from lab.cluster import Lab, LabError, write_admin_kubeconfig
     from lab.supervisor import ChildFailed
@@ -187,7 +191,7 @@ def _run(args: argparse.Namespace, nodes) -> int:
             signal.signal(sig, handler)
 
 
-def _installed_with(name: str | None) -> dict:
+def _installed_with(name: str | None) -> dict[str, Any]:
     """What a scenario's lab is installed with (its device config, unless --policy gives one, and
     chart values): the hami-handover scenario's allowlist and allocationWriters."""
     if not name:
@@ -198,7 +202,7 @@ def _installed_with(name: str | None) -> dict:
     return {"policy_text": chosen.policy_text, "json_values": chosen.json_values}
 
 
-def _scenario(lab, name: str) -> int:
+def _scenario(lab: Lab, name: str) -> int:
     from lab import report
     from lab.scenario import Run, ScenarioFailed
     from lab.scenarios import SCENARIOS

@@ -60,11 +60,14 @@ class Rendered:
     @property
     def scheduler_config(self) -> dict[str, Any]:
         data = self.find("ConfigMap", f"{RELEASE}-scheduler-config")["data"]
-        return yaml.safe_load(data["config.yaml"])
+        config = yaml.safe_load(data["config.yaml"])
+        if not isinstance(config, dict):
+            raise ChartError(f"{RELEASE}-scheduler-config: config.yaml is not a YAML mapping")
+        return config
 
     @property
     def device_config_text(self) -> str:
-        return self.find("ConfigMap", f"{RELEASE}-device-config")["data"]["device-config.yaml"]
+        return str(self.find("ConfigMap", f"{RELEASE}-device-config")["data"]["device-config.yaml"])
 
     @property
     def webhook_configurations(self) -> list[dict[str, Any]]:
@@ -76,7 +79,7 @@ class Rendered:
 
     @property
     def node_config_text(self) -> str:
-        return self.find("ConfigMap", f"{RELEASE}-node-config")["data"]["config.json"]
+        return str(self.find("ConfigMap", f"{RELEASE}-node-config")["data"]["config.json"])
 
     def _pod(self, kind: str, container: str) -> tuple[dict[str, Any], dict[str, Any]]:
         for obj in self.objects:

@@ -387,7 +387,7 @@ class Lab:
             field_selector=f"spec.nodeName={node}",
             label_selector=chart.component_selector("device-plugin"),
         )
-        live = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
+        live: list[str] = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
         if len(live) != 1:
             raise LabError(f"{node}: expected one device-plugin pod, found {live}")
         return live[0]
@@ -502,7 +502,8 @@ class Lab:
             with urllib.request.urlopen(
                 f"https://127.0.0.1:{self.serve_port}/readyz", context=ctx, timeout=1
             ) as resp:
-                return resp.status == 200
+                status: int = resp.status  # urlopen's answer is untyped (typeshed)
+                return status == 200
         except Exception:  # noqa: BLE001 - not listening or not ready yet
             return False
 
@@ -699,7 +700,7 @@ class Lab:
                 self.node_status_period,
             ).start()
 
-    def _pod_runtime(self, runtime: NodeRuntime):
+    def _pod_runtime(self, runtime: NodeRuntime) -> Callable[[dict[str, Any]], ProcessContainers | None]:
         """Which pods run a real dynmig process on this node: the chart's DaemonSet's (the device
         plugin) and Deployment's, through its ReplicaSet (dynmig serve; its kube-scheduler container is the lab's simulated
         kube-scheduler), Jobs' pods of the dynmig image (`_job_containers`) and, on a DRA node,
@@ -1069,7 +1070,7 @@ class Lab:
             field_selector=f"spec.nodeName={node}",
             label_selector=chart.component_selector(dra_node.CONTAINER),
         )
-        live = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
+        live: list[str] = [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None]
         if len(live) != 1:
             raise LabError(f"{node}: expected one dra-plugin pod, found {live}")
         return live[0]

@@ -38,6 +38,7 @@ from sim import recorder
 from sim.dra.claims import ResourceClaimController
 from sim.scheduler.nodeselector import NodeSelector
 
+from kube.rest import json_object
 from lab import replicasets, rollout
 from lab.jobs import MERGE, POD_FAILURE_BACKOFF, JobController
 from lab.replicasets import TERMINAL, controller_of
@@ -413,7 +414,7 @@ class ControllerManager:
         resp = self.core.create_namespaced_pod(
             pod["metadata"]["namespace"], pod, _preload_content=False, _request_timeout=5
         )
-        made = json.loads(resp.data)
+        made = json_object(f"{who}: create pod", json.loads(resp.data))
         self.echo(
             f"{who}: created pod {made['metadata']['namespace']}/{made['metadata']['name']}"
             + (f" on {node}" if node else "")

@@ -15,12 +15,14 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from kubernetes import client
 
+from kube.rest import json_object
 from lab import chart, dra_node, report
 from lab.kit import Instance, WaitTimeout
 from lab.scenario import Run, ScenarioFailed
@@ -102,7 +104,7 @@ def slice_device(run: Run, driver: str, pool: str, device: str) -> dict[str, Any
     for s in mine:
         if s["spec"]["pool"].get("generation", 0) == newest:
             for d in s["spec"].get("devices") or []:
-                if d.get("name") == device:
+                if isinstance(d, dict) and d.get("name") == device:
                     return d
     return None
 
@@ -115,7 +117,8 @@ def claim_of(run: Run, pod_name: str) -> dict[str, Any] | None:
     if name is None:
         return None
     try:
-        return _custom(run).get_namespaced_custom_object(GROUP, VERSION, "default", "resourceclaims", name)
+        claim = _custom(run).get_namespaced_custom_object(GROUP, VERSION, "default", "resourceclaims", name)
+        return json_object(f"read resourceclaim {name}", claim)
     except client.ApiException:
         return None
 
@@ -176,7 +179,7 @@ def _running(run: Run, name: str, timeout: float = 60.0) -> None:
     run.wait(lambda: run.kit.wait_phase(name, "Running", timeout), f"{name} is Running")
 
 
-def _wait(run: Run, condition, timeout: float, text: str) -> Any:
+def _wait(run: Run, condition: Callable[[], object], timeout: float, text: str) -> Any:
     return run.wait(lambda: run.kit.wait(condition, timeout, text), text)
 
 
@@ -359,7 +362,9 @@ def _chaos(run: Run, node: str, driver: str) -> None:
         k.create(claim_pod("dra-chaos", "dra-1g"))
         try:
             half = k.wait(
-                lambda: _in_flight(run, node, "dra-chaos-") and _bare(run, node), 60, "a prepare mid-create"
+                lambda: _bare(run, node) if _in_flight(run, node, "dra-chaos-") else None,
+                60,
+                "a prepare mid-create",
             )
         except WaitTimeout as error:
             run.check(

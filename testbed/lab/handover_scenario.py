@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.apiserver.identities import service_account
 
 from lab import hami
 from lab.kit import Kit, gpu_pod
 from lab.scenario import Run
+
+if TYPE_CHECKING:
+    from lab.cluster import Lab
 
 POD = "from-hami"
 PROFILE, START, SIZE, MEMORY = "1g.5gb", 6, 1, 4000  # an A100-40GB 1g.5gb at HAMi's chosen start
@@ -32,13 +36,13 @@ def _hami_scheduler(run: Run) -> Kit:
     return Kit(run.lab, identity=HANDLE)
 
 
-def _placed(run: Run, node: str) -> list[tuple]:
+def _placed(run: Run, node: str) -> list[tuple[str, str, int, int, int, int, str]]:
     return sorted(
         (i.gpu_uuid, i.profile, i.start, i.size, i.gi, i.ci, i.mig_uuid) for i in run.kit.instances(node)
     )
 
 
-def _brought(lab) -> str:
+def _brought(lab: Lab) -> str:
     if lab.policy_text is None and lab.policy is not None:
         return f"--policy {lab.policy}"
     if lab.policy_text == hami.V2_10_DEVICE_CONFIG:

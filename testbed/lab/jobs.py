@@ -47,6 +47,8 @@ from typing import Any
 from kubernetes import client
 from sim import recorder
 
+from kube.rest import json_object
+
 log = logging.getLogger("lab.jobs")
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 JOB_CONTROLLER = "kubernetes.io/job-controller"
@@ -289,7 +291,7 @@ class Backoff:
         if not self.failures or self.last_failure is None:
             return 0.0
         initial, cap = backoff
-        delay = min(cap, initial * 2 ** min(self.failures - 1, 40))
+        delay = min(cap, initial * 2.0 ** min(self.failures - 1, 40))
         return max(0.0, delay - (now - self.last_failure))
 
 
@@ -398,7 +400,7 @@ class JobController:
         resp = self.core.create_namespaced_pod(
             meta["namespace"], job_pod(job), _preload_content=False, _request_timeout=5
         )
-        made = json.loads(resp.data)
+        made = json_object(f"create pod for job {meta['name']}", json.loads(resp.data))
         self.echo(f"job {meta['namespace']}/{meta['name']}: created pod {made['metadata']['name']}")
         self.event(job, "Normal", "SuccessfulCreate", f"Created pod: {made['metadata']['name']}")
         return made

@@ -10,14 +10,20 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubernetes import client
 
+from kube.rest import json_object
 from mig.annotations import MIG_ALLOCATIONS, AnnotationError, MigAllocation, decode_allocations
 
 GPU = "nvidia.com/gpu"
 GPUMEM = "nvidia.com/gpumem"
+
+if TYPE_CHECKING:
+    from lab.cluster import Lab
+
+T = TypeVar("T")
 
 
 class WaitTimeout(AssertionError):
@@ -77,7 +83,7 @@ class Instance:
 
 
 class Kit:
-    def __init__(self, lab: Any, namespace: str = "default", identity: str = "admin"):
+    def __init__(self, lab: Lab, namespace: str = "default", identity: str = "admin"):
         self.lab = lab
         self.namespace = namespace
         self.core = client.CoreV1Api(lab.api_client(identity))
@@ -88,7 +94,7 @@ class Kit:
         resp = self.core.create_namespaced_pod(
             pod["metadata"].get("namespace", self.namespace), pod, _preload_content=False
         )
-        return json.loads(resp.data)
+        return json_object(f"create pod {pod['metadata'].get('name')}", json.loads(resp.data))
 
     def pod(self, name: str) -> dict[str, Any] | None:
         try:
@@ -97,7 +103,7 @@ class Kit:
             if error.status == 404:
                 return None
             raise
-        return json.loads(resp.data)
+        return json_object(f"read pod {name}", json.loads(resp.data))
 
     def existing_pod(self, name: str) -> dict[str, Any]:
         """The pod, for a step that knows it exists: a missing one is a LookupError naming it."""
@@ -141,7 +147,7 @@ class Kit:
     # ---- waiting --------------------------------------------------------------------------------
 
     @staticmethod
-    def wait(condition: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    def wait(condition: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
         deadline = time.monotonic() + timeout
         while True:
             value = condition()

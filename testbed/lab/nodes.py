@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from mig import catalog
 
@@ -39,7 +40,7 @@ class LabNode:
     def dra(self) -> bool:
         return self.mode == DRA
 
-    def nvml_spec(self) -> dict:
+    def nvml_spec(self) -> dict[str, Any]:
         """The node description the simulated NVML takes."""
         return {"node": self.name, "gpus": [{"model": g.model.key, "count": g.count} for g in self.gpus]}
 

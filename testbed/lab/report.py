@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sim.nvml.views import SimGpu
+
 from lab.kit import Kit
+
+# a GPU's processes by (GPU UUID, GI, CI); a process outside MIG has neither GI nor CI
+_Busy = dict[tuple[str, int | None, int | None], list[int]]
 
 ALLOCATION_HEADER = ("POD", "PARENT_GPU", "PROFILE", "START", "SIZE", "MIG_UUID", "GI", "CI")
 
@@ -120,7 +125,7 @@ def nvidia_smi(kit: Kit, nodes: Iterable[str] | None = None, only_used: bool = F
         if nodes is not None and runtime.name not in nodes:
             continue
         out.append(f"  $ nvidia-smi -L    # on node {runtime.name}")
-        busy: dict[tuple[str, int, int], list[int]] = {}
+        busy: _Busy = {}
         for gpu in runtime.nvml.gpus():
             for p in gpu.processes:
                 busy.setdefault((gpu.uuid, p.gi_id, p.ci_id), []).append(p.pid)
@@ -144,7 +149,7 @@ def nvidia_smi(kit: Kit, nodes: Iterable[str] | None = None, only_used: bool = F
     return "\n".join(out)
 
 
-def _pids_for(gpu, line: str, busy) -> list[int]:
+def _pids_for(gpu: SimGpu, line: str, busy: _Busy) -> list[int]:
     for gi in gpu.gpu_instances:
         for ci in gi.compute_instances:
             if ci.mig_uuid in line:

@@ -404,7 +404,7 @@ class _Pass:
 
     def complete(self, counts: dict[str, Any] | None = None) -> bool:
         c = counts or self.counts()
-        return (
+        return bool(
             c["updatedReplicas"] == self.replicas
             and c["replicas"] == self.replicas
             and c["availableReplicas"] == self.replicas
@@ -546,7 +546,7 @@ def _progressing(old: dict[str, Any], new: dict[str, Any]) -> bool:
         value = status.get(key, 0)
         return value if isinstance(value, int) else 0
 
-    return (
+    return bool(
         new["updatedReplicas"] > get(old, "updatedReplicas")
         or new["replicas"] - new["updatedReplicas"] < get(old, "replicas") - get(old, "updatedReplicas")
         or new["readyReplicas"] > get(old, "readyReplicas")

@@ -19,7 +19,7 @@ from kubernetes import client
 from lab import hami, report
 from lab.dra_scenario import dra_mode
 from lab.handover_scenario import hami_handover
-from lab.kit import Kit, gpu_pod
+from lab.kit import Instance, Kit, gpu_pod
 from lab.scenario import Run, ScenarioFailed
 from mig.annotations import MIG_ALLOCATIONS, USE_GPU_TYPE, USE_GPU_UUID, WEBHOOK_IGNORE_LABEL, MigAllocation
 
@@ -50,7 +50,7 @@ def scenario(
     dra: bool = False,
     policy_text: str | None = None,
     json_values: tuple[str, ...] = (),
-):
+) -> Callable[[Callable[[Run], None]], Callable[[Run], None]]:
     def register(fn: Callable[[Run], None]) -> Callable[[Run], None]:
         SCENARIOS[name] = Scenario(name, title, needs, fn, dra, policy_text, json_values)
         return fn
@@ -65,7 +65,7 @@ def _running(run: Run, name: str, timeout: float = 30.0) -> None:
     run.wait(lambda: run.kit.wait_phase(name, "Running", timeout), f"{name} is Running")
 
 
-def _start(run: Run, *pods: dict) -> list[str]:
+def _start(run: Run, *pods: dict[str, Any]) -> list[str]:
     """Create every pod first (so they are scheduled side by side), then wait for each to run."""
     for pod in pods:
         run.kit.create(pod)
@@ -75,12 +75,20 @@ def _start(run: Run, *pods: dict) -> list[str]:
     return names
 
 
-def _one(run: Run, name: str):
+def _one(run: Run, name: str) -> MigAllocation | None:
     entries = run.kit.allocations(name)
     return entries[0] if len(entries) == 1 else None
 
 
-def _event(run: Run, name: str, reason: str, timeout: float = 10.0) -> dict | None:
+def _the_one(run: Run, name: str) -> MigAllocation:
+    """The pod's one reservation; without exactly one the scenario cannot go on."""
+    a = _one(run, name)
+    if a is None:
+        raise ScenarioFailed(f"{name} has not exactly one reservation in {MIG_ALLOCATIONS}")
+    return a
+
+
+def _event(run: Run, name: str, reason: str, timeout: float = 10.0) -> dict[str, Any] | None:
     """The pod's first event with this reason (events are written in the background), or None."""
     try:
         return run.kit.wait_event(name, reason, timeout)
@@ -88,7 +96,7 @@ def _event(run: Run, name: str, reason: str, timeout: float = 10.0) -> dict | No
         return None
 
 
-def _instance_of(run: Run, mig_uuid: str | None):
+def _instance_of(run: Run, mig_uuid: str | None) -> Instance | None:
     return next((i for i in run.kit.instances() if i.mig_uuid == mig_uuid), None)
 
 
@@ -103,7 +111,7 @@ def _reclaimed(run: Run, mig_uuid: str | None, text: str, what: str = "reclaim")
     )
 
 
-def _identities(run: Run, node: str) -> set[tuple]:
+def _identities(run: Run, node: str) -> set[tuple[str, int, int, str]]:
     """Who each MIG instance on the node is: (GPU UUID, GI ID, CI ID, MIG UUID)."""
     return {(i.gpu_uuid, i.gi, i.ci, i.mig_uuid) for i in run.kit.instances(node)}
 
@@ -111,10 +119,13 @@ def _identities(run: Run, node: str) -> set[tuple]:
 def _check_realized(run: Run, name: str, profile: str, model: str) -> MigAllocation | None:
     """The pod got one MIG device of `profile` on a `model` GPU, realized on the hardware as recorded."""
     a = _one(run, name)
-    if not run.check(
-        a is not None,
-        f"{name} has one reservation in {MIG_ALLOCATIONS}",
-        f"got {len(run.kit.allocations(name))} entries",
+    if (
+        not run.check(
+            a is not None,
+            f"{name} has one reservation in {MIG_ALLOCATIONS}",
+            f"got {len(run.kit.allocations(name))} entries",
+        )
+        or a is None
     ):
         return None
     node, gpu = run.kit.gpu(a.gpuUUID)
@@ -220,11 +231,11 @@ def tour(run: Run) -> None:
     _show(run, names, [node], events=["tour-5", "tour-6"])
 
     run.step("6. Delete tour-2: only its instance is reclaimed")
-    gone = _one(run, "tour-2").migUUID
+    gone = _the_one(run, "tour-2").migUUID
     others = {i.mig_uuid for i in k.instances()} - {gone}
     k.delete("tour-2")
     _reclaimed(run, gone, "tour-2's MIG instance is destroyed", what="tour-2's instance to be destroyed")
-    run.check(_instance_of(run, gone) is None, "tour-2's MIG instance is gone from NVML", gone)
+    run.check(_instance_of(run, gone) is None, "tour-2's MIG instance is gone from NVML", f"{gone}")
     left = {i.mig_uuid for i in k.instances()}
     run.expect(left, others, "every other pod's MIG instance is untouched", f"{len(left)} instances remain")
 
@@ -263,7 +274,7 @@ def _gpu_of(run: Run, model: str, i: int = 0) -> tuple[str, str]:
     return node, gpu.uuid
 
 
-def _pinned(name: str, memory: int, gpu_uuid: str, **extra) -> dict:
+def _pinned(name: str, memory: int, gpu_uuid: str, **extra: str) -> dict[str, Any]:
     return gpu_pod(name, memory, annotations={USE_GPU_UUID: gpu_uuid, **extra})
 
 
@@ -289,7 +300,8 @@ def create_delete(run: Run) -> None:
     )
     env = run.lab.nodes[node].agent.pods_by_name("default", "one-1g").env.get("main")
     run.expect(env, a.migUUID if a else None, "the container gets NVIDIA_VISIBLE_DEVICES=<its MIG UUID>")
-    run.check(_instance_of(run, a.migUUID).busy, "the workload's process runs on that MIG instance")
+    inst = _instance_of(run, a.migUUID)
+    run.check(inst is not None and inst.busy, "the workload's process runs on that MIG instance")
     _show(run, ["one-1g"], [node])
     run.step("Delete the pod")
     since = len(k.nvml_events(node))
@@ -314,9 +326,9 @@ def several_1g(run: Run) -> None:
     node, gpu_uuid = _gpu_of(run, RTX)
     run.step(f"Four 8000 MiB pods pinned to {gpu_uuid}")
     names = _fill(run, gpu_uuid, "share")
-    got = [_one(run, n) for n in names]
+    got = [_the_one(run, n) for n in names]
     run.check(
-        all(a is not None and a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
+        all(a.gpuUUID == gpu_uuid and a.profile == "1g.24gb" for a in got),
         "every pod has one 1g.24gb on that GPU",
     )
     run.expect(
@@ -406,7 +418,7 @@ def reuse(run: Run) -> None:
     node, gpu_uuid = _gpu_of(run, RTX)
     run.step(f"Fill {gpu_uuid} with four 1g.24gb pods, then delete reuse-2")
     names = _fill(run, gpu_uuid, "reuse")
-    freed = _one(run, "reuse-2")
+    freed = _the_one(run, "reuse-2")
     k.delete("reuse-2")
     _reclaimed(run, freed.migUUID, "reuse-2's instance is reclaimed")
     run.step("A new pod pinned to the same GPU")
@@ -467,7 +479,7 @@ def plugin_restart(run: Run) -> None:
     k.create(_pinned("work-4", 8000, gpu_uuid))
     _running(run, "work-4")
     _check_realized(run, "work-4", "1g.24gb", RTX)
-    gone = _one(run, "work-1").migUUID
+    gone = _the_one(run, "work-1").migUUID
     k.delete("work-1")
     _reclaimed(run, gone, "the adopted instance of a deleted pod is reclaimed")
     run.check(
@@ -516,7 +528,7 @@ def bad_annotation(run: Run) -> None:
 
     run.step("Partial: a running pod's annotation loses computeInstanceID; another pod is deleted")
     _start(run, _pinned("keeper", 8000, gpu_uuid), _pinned("leaver", 8000, gpu_uuid))
-    keeper, leaver = _one(run, "keeper"), _one(run, "leaver")
+    keeper, leaver = _the_one(run, "keeper"), _the_one(run, "leaver")
     good = k.existing_pod("keeper")["metadata"]["annotations"][MIG_ALLOCATIONS]
     entries = json.loads(good)
     for entry in entries:
@@ -596,7 +608,7 @@ def api_down(run: Run) -> None:
     run.expect(_identities(run, node), before, "after the outage: same instances, same UUIDs")
     for n in ("steady-1", "steady-2"):
         run.expect(k.phase(n), "Running", f"{n} is still Running")
-    gone = _one(run, "steady-1").migUUID
+    gone = _the_one(run, "steady-1").migUUID
     k.delete("steady-1")
     _reclaimed(run, gone, "a pod deleted after the outage is reclaimed")
     run.check(_instance_of(run, gone) is None, "steady-1's instance is reclaimed after the outage")

@@ -21,9 +21,9 @@ class ChildFailed(RuntimeError):
 @dataclass
 class Child:
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen[str]
     log_path: Path
-    lines: deque = field(default_factory=lambda: deque(maxlen=400))
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     _ready: threading.Event = field(default_factory=threading.Event)
 
     def is_ready(self) -> bool:
@@ -36,16 +36,15 @@ class Child:
 class Supervisor:
     """Starts processes, waits for a readiness line, and stops them all (TERM, then KILL)."""
 
-    def __init__(self, log_dir: Path, echo=None):
+    def __init__(self, log_dir: Path):
         self.log_dir = log_dir
         self.children: list[Child] = []
-        self.echo = echo
 
     def start(
         self,
         name: str,
         argv: list[str],
-        env: dict | None = None,
+        env: dict[str, str] | None = None,
         ready_text: str | None = None,
         timeout: float = 30.0,
         wait: bool = True,
@@ -127,7 +126,7 @@ def _die_with_parent(argv: list[str]) -> list[str]:
     return [sys.executable, "-c", _GUARD, str(os.getpid()), *argv]
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
+def _signal_group(process: subprocess.Popen[str], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
 

@@ -3,18 +3,9 @@ count over the same window and every pod is accounted for. (No timing is asserte
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-_saved = list(sys.path)
-import defrag_grid  # noqa: E402 - placement.py (imported by it) puts bench/ first on sys.path; undone below
-import placement  # noqa: E402
-
-sys.path[:] = _saved
-
-from _packing import eviction, grid  # noqa: E402
+import defrag_grid
+import placement
+from _packing import eviction, grid
 
 CELL = grid.Cell("A100-40GB", grid.BASE, 1.05)
 ARRIVALS = grid.trace(CELL, 11)[:500]  # a tuning seed, the start of its trace

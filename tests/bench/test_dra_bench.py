@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-_saved = list(sys.path)
-sys.path.insert(0, str(BENCH))
-dra = pytest.importorskip("dra")  # bench/dra.py puts bench/ (and testbed/) first on sys.path; undone below
-packing = pytest.importorskip("placement")
-sys.path[:] = _saved  # bench/plugin.py must not shadow the product's plugin package for later tests
+import dra
+import placement as packing
 
 
 def test_each_claim_names_the_smallest_covering_profile_of_every_model():

@@ -7,16 +7,8 @@ imported from bench/placement.py, so these tests exercise exactly what `make ben
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import placement
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-# Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
 from _baselines import BNode, catalog_node
 from _packing.eviction import (
     EVERYONE,
@@ -31,11 +23,8 @@ from _packing.eviction import (
     Outcome,
     churn_evicting,
 )
-
-_saved = list(sys.path)
-import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HARNESS = Harness(placement.Dynmig, placement.apply, placement.release, placement.gpu_states, placement.kind)
 WHOLE, ONE_G, TWO_G, THREE_G = (None,), (4000,), (9000,), (18000,)  # sizes on an A100-40GB

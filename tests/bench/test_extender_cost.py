@@ -3,20 +3,12 @@ and resource; HAMi's count per pod is the reference's steps. (No timing is asser
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import extender_cost
 import pytest
 from kubernetes import client
-
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-_saved = list(sys.path)
-import extender_cost  # noqa: E402 - it puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
-
-from sim.apiserver import ApiServer  # noqa: E402
+from sim.apiserver import ApiServer
 
 
 def test_counter_counts_writes_by_identity_verb_and_resource(tmp_path: Path) -> None:

@@ -5,21 +5,11 @@ does. (Its command line is tested in test_placement_cli.py.)"""
 
 from __future__ import annotations
 
-import sys
 from functools import partial
-from pathlib import Path
 
+import placement
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT / "bench"))
-
-_saved = list(sys.path)
-import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
-
-from _packing import grid, reuse  # noqa: E402
+from _packing import grid, reuse
 
 CELL = grid.Cell("A100-40GB", grid.BASE, 1.05)
 ONE_G = (grid.asks(CELL.fleet)["1g"],)

@@ -7,18 +7,11 @@ checker written here, so neither leans on the oracle's own per-GPU search.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-# Appended, not prepended: bench/ holds plugin.py and serve.py, which must not shadow the packages.
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
 from _baselines import BGpu, BNode, catalog_node
 from _packing.oracle import INFEASIBLE, PACKED, Oracle, legal_packing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000")
 MEMS = (4000, 9000, 18000, 30000, None)  # None: a whole GPU

@@ -3,21 +3,11 @@ no decision, and a replay counts refused GPU-work after the warm-up only."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import placement
 import pytest
-
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-_saved = list(sys.path)
-import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
-
-from _baselines import BestFit, FirstFit, Hami2378Binpack, Hami2855Binpack  # noqa: E402
-from _packing import grid  # noqa: E402
-from _packing.rules import DriverOrder, LeastDamage, memoized  # noqa: E402
+from _baselines import BestFit, FirstFit, Hami2378Binpack, Hami2855Binpack
+from _packing import grid
+from _packing.rules import DriverOrder, LeastDamage, memoized
 
 
 def _one_a100():

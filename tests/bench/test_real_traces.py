@@ -8,17 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import placement
 import pytest
-
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-_saved = list(sys.path)
-import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
-
-from _baselines import FirstFit  # noqa: E402
-from _packing import traces  # noqa: E402
+from _baselines import FirstFit
+from _packing import traces
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"

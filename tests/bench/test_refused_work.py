@@ -5,17 +5,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import placement
 import pytest
-
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-_saved = list(sys.path)
-import placement  # noqa: E402 - placement.py puts bench/ first on sys.path when imported; undone below
-
-sys.path[:] = _saved
 
 WHOLE, SERVICE = (None,), (4000,)
 

@@ -518,7 +518,7 @@ def test_the_values_schema_rejects_a_typo_and_names_it(typo, named):
 
 
 def test_the_server_and_the_device_plugin_accept_every_flag_the_chart_passes():
-    from plugin.config import _parser as plugin_parser
+    from plugin.config import flags
     from webhooks.config import parse_args
 
     docs = render("1.35", "server.httpsPort=9443")
@@ -530,7 +530,7 @@ def test_the_server_and_the_device_plugin_accept_every_flag_the_chart_passes():
     assert config.device_config == "/etc/dynmig/device-config/device-config.yaml"
     plugin = container(one(docs, "DaemonSet"), "device-plugin")
     assert plugin["args"][0] == "device-plugin"
-    parsed = plugin_parser().parse_args(plugin["args"][1:])
+    parsed = flags().parser.parse_args(plugin["args"][1:])
     assert parsed.node_config == "/etc/dynmig/node-config/config.json"
     assert parsed.metrics_address == ":9394" and parsed.device_list_strategy == "envvar"
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from mig import annotations as ann
+from mig.pods import PodRecord
 
 A = {
     "containerIndex": 0,
@@ -163,9 +164,9 @@ def test_a_hami_registration_re_encodes_byte_for_byte():
 def test_a_profile_whose_placements_are_null_offers_no_placement_and_the_rest_of_the_node_stays():
     first, second, third = ann.decode_node_register(HAMI_REGISTRATION)
     by_name = {p.name: p for p in first.migProfiles}
-    assert by_name["7g.40gb"].placement_list == ()
-    assert len(by_name["1g.5gb"].placement_list) == 7 and len(by_name["3g.20gb"].placement_list) == 2
-    assert second.numa == 1 and second.migProfiles[0].placement_list[0].start == 6
+    assert by_name["7g.40gb"].placements == ()
+    assert len(by_name["1g.5gb"].placements) == 7 and len(by_name["3g.20gb"].placements) == 2
+    assert second.numa == 1 and second.migProfiles[0].placements[0].to_placement().start == 6
     assert third.mode == "hami-core" and not third.health
 
 
@@ -174,13 +175,17 @@ def test_null_profile_lists_read_as_no_profiles_as_go_reads_them():
     assert device.migProfiles == ()
 
 
+def _drained(text: str, container_index: int) -> str:
+    return PodRecord({ann.DEVICES_TO_ALLOCATE: text}).drained(container_index)
+
+
 def test_the_drained_device_list_after_allocate_is_what_hami_leaves_and_still_decodes():
     one = "GPU-a,NVIDIA,4864,14:;"
-    assert ann.erase_container_devices(one, 0) == ";;"  # HAMi's EncodePodSingleDevice of its own split
+    assert _drained(one, 0) == ";;"  # HAMi's EncodePodSingleDevice of its own split
     two = "GPU-a,NVIDIA,4864,14:;GPU-b,NVIDIA,9728,15:;"
-    after_first = ann.erase_container_devices(two, 0)
+    after_first = _drained(two, 0)
     assert after_first == ";GPU-b,NVIDIA,9728,15:;;"
-    assert ann.erase_container_devices(after_first, 1) == ";;;;"
+    assert _drained(after_first, 1) == ";;;;"
     for drained in (";;", ";", ";;;;"):
         assert not any(ann.decode_devices(drained))
     assert [len(c) for c in ann.decode_devices(after_first)] == [0, 1, 0]
@@ -188,4 +193,4 @@ def test_the_drained_device_list_after_allocate_is_what_hami_leaves_and_still_de
 
 def test_erasing_a_container_from_a_malformed_device_list_names_the_entry():
     with pytest.raises(ann.AnnotationError, match=r"vgpu-devices-to-allocate\[0\]\[0\]"):
-        ann.erase_container_devices("GPU-a,NVIDIA,lots,14:;", 0)
+        _drained("GPU-a,NVIDIA,lots,14:;", 0)

@@ -48,6 +48,7 @@ class TinyPlugin(rpc.DevicePluginServicer):
         self._cond = threading.Condition()
         self._version = 0
         self._server: grpc.Server | None = None
+        self._pools: list[futures.ThreadPoolExecutor] = []
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -100,7 +101,8 @@ class TinyPlugin(rpc.DevicePluginServicer):
             self._cond.notify_all()
 
     def serve(self) -> None:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._pools.append(futures.ThreadPoolExecutor(max_workers=4))  # shut down by stop()
+        server = grpc.server(self._pools[-1])
         rpc.add_DevicePluginServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.directory / self.socket_name}")
         server.start()
@@ -147,6 +149,8 @@ class TinyPlugin(rpc.DevicePluginServicer):
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         self.stop_serving()
+        for pool in self._pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

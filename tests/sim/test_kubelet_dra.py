@@ -55,7 +55,8 @@ class TinyDraPlugin:
     def start(self) -> TinyDraPlugin:
         self.endpoint.parent.mkdir(parents=True, exist_ok=True)
         self.registry_socket.parent.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._pool = futures.ThreadPoolExecutor(max_workers=4)  # shut down by stop()
+        server = grpc.server(self._pool)
         regrpc.add_RegistrationServicer_to_server(_Registration(self), server)
         for service in [s for s in self.services if s in WIRE]:
             WIRE[service][1].add_DRAPluginServicer_to_server(_Dra(self, service), server)
@@ -68,6 +69,7 @@ class TinyDraPlugin:
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop(grace=0).wait(5)
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self.registry_socket.unlink(missing_ok=True)
 
     def methods(self, method: str) -> list[list[tuple[str, str, str]]]:

@@ -147,7 +147,9 @@ class SimulatedKubelet:
 
     def start(self) -> SimulatedKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-kubelet"))
+        # grpc's server.stop() leaves its thread pool running: stop() shuts it down as well
+        self._pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-kubelet")
+        server = grpc.server(self._pool)
         rpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix://{self.socket_path}")
         if len(str(self.pod_resources_path)) <= MAX_UNIX_PATH:
@@ -163,6 +165,7 @@ class SimulatedKubelet:
         if self._server is not None:
             self._server.stop(grace=1).wait(5)
             self._server = None
+            self._pool.shutdown(wait=True, cancel_futures=True)
         with self._cond:
             endpoints = [r.endpoint for r in self._resources.values()]
         for endpoint in endpoints:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -324,6 +326,14 @@ def test_an_instance_someone_else_made_is_published_as_occupied_and_never_handed
     assert "which is not this claim's" in answer.error
     listed = lambda: [attrs(d) for s in node.slices() for d in s["spec"].get("devices", [])]  # noqa: E731
     wait_for(lambda: (gpu.uuid, "1g.5gb", 0, 1) in listed(), what="the foreign instance listed as occupied")
+
+
+def test_a_stopped_plugin_leaves_none_of_its_grpc_threads_running(node):
+    claim = node.claim("served", node.first_fit("1g.5gb")["name"])
+    node.prepare(claim)  # the DRA socket's pool has run a call
+    node.stop()
+    left = [t.name for t in threading.enumerate() if re.fullmatch(r"dra(-reg)?_\d+", t.name)]
+    assert left == [], f"threads of the stopped plugin's gRPC servers still run: {left}"
 
 
 def test_a_restarted_plugin_adopts_a_prepared_claim_and_unprepare_still_destroys_exactly_it(node):

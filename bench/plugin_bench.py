@@ -1,6 +1,6 @@
 """Device-plugin benchmark: Allocate overhead and one reconcile pass over a full node.
 
-Run as `python bench/plugin.py`. Everything runs in this process against the simulated world
+Run as `python bench/plugin_bench.py`. Everything runs in this process against the simulated world
 (simulated NVML under pynvml, simulated kubelet over gRPC unix sockets, simulated API server over
 HTTP through the official client), with the plugin's production code unchanged.
 
