@@ -3,6 +3,7 @@ each candidate node's own reason, and deciding for one pod never touches another
 
 from __future__ import annotations
 
+from waiting_testkit import eventually
 from webhooks_testkit import gpu_pod, node
 
 from mig.allowlist import ResourceNames
@@ -64,3 +65,28 @@ def test_a_decision_never_changes_another_pods_reservation():
     assert f.reservation("a") is first.reservation
     ours = {u: [(uid, p) for uid, p in held if uid == "a"] for u, held in f.placements().items()}
     assert ours == {u: [(uid, p) for uid, p in held if uid == "a"] for u, held in before.items()}
+
+
+def test_the_filters_answer_for_a_refused_pod_names_each_nodes_reason_on_the_wire(
+    apiserver, service, extender
+):
+    for name, gpus in (("chosen", 7), ("down", 0), ("small", 7)):
+        apiserver.create(serving(name, gpus))
+    names = ["chosen", "down", "small"]
+    assert eventually(lambda: all(service.fleet.occupancy(n) is not None for n in names))
+    assert eventually(lambda: service.fleet.not_serving("down", RESOURCE))
+    first, big = (
+        apiserver.create(gpu_pod("first", memory=4000)),
+        apiserver.create(gpu_pod("big", memory=60000)),
+    )
+    assert eventually(lambda: service.cache.pod("team", "big") is not None)
+    assert eventually(lambda: service.cache.pod("team", "first") is not None)
+    placed = extender.post("/filter", json={"Pod": first, "Nodes": None, "NodeNames": ["chosen"]}).json()
+    assert placed["NodeNames"] == ["chosen"]  # its bind is still to come: the node is chosen for it
+
+    refused = extender.post("/filter", json={"Pod": big, "Nodes": None, "NodeNames": names}).json()
+
+    assert refused["NodeNames"] == [] and set(refused["FailedNodes"]) == set(names)
+    assert refused["FailedNodes"]["chosen"] == CHOSEN
+    assert refused["FailedNodes"]["down"] == DOWN_TEXT
+    assert refused["FailedNodes"]["small"].startswith(NODES_PREFIX)
