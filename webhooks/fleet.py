@@ -61,7 +61,7 @@ from mig.reconstruct import (
 from mig.slicemap import diagnose
 from mig.types import Placement
 from webhooks.demand import DemandFeed
-from webhooks.refusal import Refused, closed_texts, refused
+from webhooks.refusal import Refused, reason_of, refused
 
 CHOSEN = "chosen for another pod whose bind is in progress"
 NOT_SERVING = "its device plugin is not serving"
@@ -346,10 +346,13 @@ class Fleet:
                 return outcome
             waiting = [n for n in candidates or () if n in chosen or n in locked] if chosen or locked else []
             busy = bool(waiting) and not isinstance(self.index.plan(request, nodes=waiting), Refusal)
-            closed = closed_texts([self._occupancy.get(n) for n in candidates or ()])
-            decision = refused(outcome, candidates or (), (chosen, locked, down), busy, closed, advice)
-            self.set_refused(pod.uid, decision.reason)
-        return decision
+            reason = reason_of(outcome, busy)
+            self.set_refused(pod.uid, reason)
+            occupancies = [
+                self._occupancy.get(n) for n in candidates or ()
+            ]  # immutable, replaced on a change
+        # worded off the lock: the texts read nothing else of the fleet
+        return refused(outcome, reason, candidates or (), (chosen, locked, down), occupancies, advice)
 
     def _place(
         self,

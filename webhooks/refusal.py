@@ -23,6 +23,7 @@ DOWN_TEXT = (
     "taken back once it serves again"
 )
 MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)
+NODE_LOCKED = "node-locked"  # the reason of a pod only other pods' binds in progress keep out
 
 
 @dataclass(frozen=True)
@@ -38,22 +39,29 @@ class Refused:
     event: str | None
 
 
+def reason_of(refusal: Refusal, busy: bool) -> str:
+    """The refused pod's reason code (what it waits for; dynmig_pods_pending's label): `busy`, the
+    pod would fit on a node only other pods' binds in progress keep it off, is `NODE_LOCKED`."""
+    counts = refusal.counts()
+    return NODE_LOCKED if busy else counts.most_common(1)[0][0] if counts else "no-mig-gpus"
+
+
 def refused(
     refusal: Refusal,
+    reason: str,
     candidates: Collection[str],
     left_out: tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]],
-    busy: bool,
-    closed: list[str],
+    occupancies: Iterable[NodeOccupancy | None],
     advice: str,
 ) -> Refused:
     """The refusal as kube-scheduler and the pod's events read it. `left_out`: the candidate nodes
     left out, each with its reason: (chosen for another pod, locked by a bind, device plugin not
-    serving); `busy`: the pod would fit on a chosen or locked one (it only waits for other pods'
-    binds: no event, no advice); `closed`: the GPUs failed closed on the candidates (`closed_texts`)."""
+    serving); `occupancies`: the candidates' (their GPUs failed closed are said). A pod only other
+    pods' binds keep out (`reason` `NODE_LOCKED`) gets no event and no advice."""
     chosen, locked, down = left_out
     excluded: Mapping[str, str] = Excluded(chosen, locked) if chosen else locked
-    counts = refusal.counts()
-    reason = "node-locked" if busy else counts.most_common(1)[0][0] if counts else "no-mig-gpus"
+    busy = reason == NODE_LOCKED
+    closed = closed_texts(occupancies)
     said = "" if busy else advice
     failed = node_texts(refusal, candidates, excluded, down, closed, said)
     event = None if busy else event_text(refusal, closed, excluded, down, said)
