@@ -29,7 +29,7 @@ from mig.annotations import NODE_REGISTER
 from mig.fleetview import fleet_view
 from mig.placement import ContainerRequest, PlacementIndex, Plan, PodRequest
 from mig.reconstruct import node_gpus
-from webhooks.filter import reservation_annotations
+from webhooks.fleet import reservation_annotations
 from webhooks.fleet import Fleet, usage_from_plan
 from webhooks.page.view import FleetPage
 

@@ -308,10 +308,10 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
     from mig.allowlist import ResourceNames
     from webhooks.extender import ExtenderArgs
     from webhooks.filter import pod_request
-    from webhooks.fleet import Fleet
+    from webhooks.fleet import Asking, Fleet, Placed
 
     rng = random.Random(nodes)
-    fleet = Fleet()
+    fleet = Fleet(hold_chosen=False)  # filters without binds: a chosen node stays a candidate
     for n in fleet_nodes(nodes, gpus, rng):
         fleet.set_node(n)
     names = [f"node-{i:05d}" for i in range(nodes)]
@@ -335,7 +335,7 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
         }
         request = pod_request(pod, ResourceNames())
         assert request is not None, "bench pods ask for a GPU"
-        fleet.plan_and_reserve(request, None, f"run-{i}", "team", f"run-{i}")
+        fleet.decide(request, None, Asking(f"run-{i}", "team", f"run-{i}"))
     bodies = []
     for i in range(requests):
         pod = {
@@ -367,17 +367,10 @@ def bench_filter(nodes: int, gpus: int = 8, requests: int = 400) -> dict:
         meta = args.pod["metadata"]
         request = pod_request(args.pod, ResourceNames())
         assert request is not None, "bench pods ask for a GPU"
-        outcome = fleet.plan_and_reserve(
-            request,
-            args.node_names,
-            meta["uid"],
-            meta["namespace"],
-            meta["name"],
-        )
+        outcome = fleet.decide(request, args.node_names, Asking(meta["uid"], meta["namespace"], meta["name"]))
         decide.append(time.perf_counter() - t0)
-        if isinstance(outcome, tuple):
-            _, usage = outcome
-            fleet.release(usage.uid, usage)  # keep the fleet's fill steady across requests
+        if isinstance(outcome, Placed):
+            fleet.release(outcome.usage.uid, outcome.usage)  # keep the fleet's fill steady across requests
     d50, d99 = pct(decode, 0.5), pct(decode, 0.99)
     f50, f99 = pct(decide, 0.5), pct(decide, 0.99)
     return {

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
 from kube.errors import KubeError, NotFound
@@ -61,7 +62,7 @@ from mig.defrag import (
 )
 from mig.defrag.advisor import holder_of
 from mig.eligibility import constraints_of, eligibility, node_facts
-from mig.placement import GpuState, Plan, PodRequest
+from mig.placement import GpuState, PodRequest
 from mig.placement.request import MAX_DEVICES
 from mig.pods import is_waiting, metadata_of, not_scheduled
 from webhooks.extender import BadArgs
@@ -87,19 +88,16 @@ def snapshot(
     budgets: Budgets,
     names: ResourceNames | None = None,
 ) -> World:
-    """GPUs and the running MIG pods holding them (bound, not terminating, not in flight)."""
+    """GPUs and the running MIG pods holding them (bound, not terminating, no reservation), node by node."""
     gpus: list[GpuState] = []
     held: dict[str, tuple[Any, list[Any]]] = {}
-    with fleet.lock:
-        for node in fleet.index.nodes():
-            occ = fleet.occupancy(node)
-            if occ is None:
-                continue
-            gpus.extend(occ.gpus)
-            for uuid, owners in occ.holders.items():
-                for usage, allocation in owners:
-                    if fleet.in_flight(usage.uid) is None:
-                        held.setdefault(usage.uid, (usage, []))[1].append((uuid, allocation.placement_value))
+    view = fleet.view()
+    for occ in sorted(view.occupancies, key=attrgetter("node")):
+        gpus.extend(occ.gpus)
+        for uuid, owners in occ.holders.items():
+            for usage, allocation in owners:
+                if usage.uid not in view.reserved:
+                    held.setdefault(usage.uid, (usage, []))[1].append((uuid, allocation.placement_value))
     out = []
     for usage, placements in held.values():
         pod = pod_of(usage.namespace, usage.name)
@@ -242,8 +240,7 @@ class Defragmenter:
         """Per pending pod (by uid), the nodes with MIG GPUs it may run on (None: all of them)."""
         if not pods:
             return {}
-        with self.fleet.lock:
-            names = self.fleet.index.nodes()
+        names = self.fleet.nodes()
         facts = [(n, node_facts(obj) if isinstance(obj := self.node_of(n), Mapping) else None) for n in names]
         found: dict[Any, frozenset[str] | None] = {}
         out: dict[str, frozenset[str] | None] = {}
@@ -255,8 +252,7 @@ class Defragmenter:
         return out
 
     def _fits(self, request: PodRequest, nodes: frozenset[str] | None = None) -> bool:
-        with self.fleet.lock:
-            return isinstance(self.fleet.index.plan(request, nodes=nodes), Plan)
+        return self.fleet.fits(request, nodes)
 
     def _budgets(self) -> Budgets:
         try:

@@ -1,6 +1,6 @@
 """Extender filter: plan the whole pod with the placement engine and reserve it in memory at once.
 
-The filter writes nothing to the cluster: `Fleet.plan_and_reserve` plans and reserves under one
+The filter writes nothing to the cluster: one `Fleet.decide` plans and reserves under the fleet's
 lock (the next filter already sees this reservation), and the pod's HAMi annotations wait in that
 reservation for its bind, which carries them on the Binding. A pod that fits nowhere gets per-node
 reasons and a `FilteringFailed` event; a pod that fits gets no event of ours (kube-scheduler posts
@@ -15,35 +15,22 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mig import pods
 from mig.allowlist import ResourceNames
-from mig.annotations import (
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
-    MIG_ALLOCATIONS,
-    VGPU_NODE,
-    VGPU_TIME,
-    AnnotationError,
-    ContainerDevice,
-    encode_allocations,
-    encode_devices,
-)
-from mig.placement import Plan, PodRequest, Refusal, RequestError
-from mig.placement.reasons import MAX_NODE_TEXT
+from mig.annotations import AnnotationError
+from mig.placement import PodRequest, RequestError
 from mig.pods import PodRecord, gpu_request, is_terminal
-from mig.reconstruct import NodeOccupancy, PodUsage
 from webhooks.extender import BadArgs, ExtenderArgs, ExtenderFilterResult
-from webhooks.fleet import Fleet
+from webhooks.fleet import Asking, Fleet, Placed
 from webhooks.kube import EventRecorder
 from webhooks.metrics import Metrics
 from webhooks.objects import ObjectError, ObjectMeta, Pod, check
 
 log = logging.getLogger(__name__)
-DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
 
 
 def typed_pod(pod: Mapping[str, Any] | Pod, where: str = "Pod") -> Pod:
@@ -121,42 +108,6 @@ def replan_problem(pod: Pod) -> str:
     return ""
 
 
-def reservation_annotations(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, str]:
-    """HAMi's filter-time annotations for a plan (the bind puts them on the pod)."""
-    per_container: list[list[ContainerDevice]] = [[] for _ in range(containers)]
-    for d in plan.devices:
-        per_container[d.container_index].append(ContainerDevice(d.gpu_uuid, DEVICE_TYPE, d.memory_mb, d.core))
-    devices = encode_devices(per_container)
-    allocations = encode_allocations(usage.allocations)
-    annotations = {
-        VGPU_NODE: plan.node,
-        VGPU_TIME: str(int(now)),
-        DEVICES_TO_ALLOCATE: devices,
-        DEVICES_ALLOCATED: devices,
-    }
-    if allocations is not None:  # a plan always has devices; a Binding's annotations are strings
-        annotations[MIG_ALLOCATIONS] = allocations
-    return annotations
-
-
-class _Excluded(Mapping[str, str]):
-    """Nodes a filter leaves out, with the reason: chosen for another pod whose bind is in progress
-    (first), or locked by a bind (worded only when read)."""
-
-    def __init__(self, chosen: Mapping[str, str], locked: Mapping[str, str]):
-        self._chosen, self._locked = chosen, locked
-
-    def __getitem__(self, node: str) -> str:
-        return self._chosen[node] if node in self._chosen else self._locked[node]
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._chosen
-        yield from (n for n in self._locked if n not in self._chosen)
-
-    def __len__(self) -> int:
-        return len(self._chosen) + sum(1 for n in self._locked if n not in self._chosen)
-
-
 _Lookup = Callable[[str, str, str], dict[str, Any] | None]
 
 
@@ -185,14 +136,14 @@ class Filter:
     # The pod as the cluster has it (cache, else one GET), by namespace/name; None when it does not
     # exist. Filter plans only that pod, never the body kube-scheduler (or anyone) sent.
     lookup: Callable[[str, str, str], dict[str, Any] | None] | None = None
-    # Defrag advice for a pending pod by uid: (node, one line), or None (webhooks/defrag.py).
-    advice: Callable[[str], tuple[str, str] | None] = lambda uid: None
+    # Defrag advice for a refused pod by uid: (node, one line), or None (webhooks/defrag.py).
+    advice: Callable[[str], tuple[str, str] | None] | None = None
     # The pod from the cache only (no API call), for `inline`; None: `inline` always declines.
     cached: Callable[[str, str, str], dict[str, Any] | None] | None = None
     readings: PodReadings = field(default_factory=PodReadings)  # shared with bind
     # Nodes whose binds take no node lock (webhooks/nodelock.lock_free): a reservation whose bind is
-    # coming does not keep other pods off them.
-    lock_free: Callable[[str], bool] = lambda node: False
+    # coming does not keep other pods off them. None: every node's binds take it.
+    lock_free: Callable[[str], bool] | None = None
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         reply = self._answer(body, self.lookup)
@@ -280,118 +231,23 @@ class Filter:
         containers: int,
         names: ResourceNames,
     ) -> tuple[ExtenderFilterResult, str]:
-        locked = self.blocked(namespace, name)  # binding there would fail on the node lock
-        # a node whose device plugin is not serving would fail the pod's admission: left out until
-        # kubelet counts its devices again (taken back with the next node status that does)
-        down = {n: why for n in args.node_names if (why := self.fleet.not_serving(n, names.count))}
-        chosen = self.fleet.chosen_for_others(uid)
-        if chosen:
-            chosen = {n: why for n, why in chosen.items() if not self.lock_free(n)}
-        blocked: Mapping[str, str] = _Excluded(chosen, locked) if chosen else locked
-        # the fleet's index keeps the excluded nodes out of its ranking until the next filter
-        out = set(locked)  # one set, built once (the index takes it as it is)
-        out.update(chosen)
-        out.update(down)
-
-        def annotate(plan: Plan, usage: PodUsage) -> dict[str, str]:
-            return reservation_annotations(plan, usage, containers, time.time())
-
-        outcome = self.fleet.plan_and_reserve(
-            request, args.node_names, uid, namespace, name, out, annotate, spread=self.lock_free
+        """One decision by the fleet; a refused pod gets each node's reason and, unless only other
+        pods' binds keep it out, a FilteringFailed event."""
+        hint = self.advice(uid) if self.advice is not None else None
+        decision = self.fleet.decide(
+            request,
+            args.node_names,
+            Asking(uid, namespace, name, containers),
+            self.blocked(namespace, name),  # binding there would fail on the node lock
+            resource=names.count,  # a node whose device plugin is not serving it is left out
+            advice=hint[1] if hint else "",
+            lock_free=self.lock_free,
         )
-        if isinstance(outcome, Refusal):  # the fleet forgot the pod's previous reservation
-            return self._refuse(pod, uid, request, args, outcome, blocked, down), "unschedulable"
-        plan = outcome[0]
-        chosen_nodes = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == plan.node]
-        return ExtenderFilterResult(node_names=[plan.node], nodes=chosen_nodes), "scheduled"
-
-    def _refuse(
-        self,
-        pod: dict[str, Any],
-        uid: str,
-        request: PodRequest,
-        args: ExtenderArgs,
-        refusal: Refusal,
-        blocked: Mapping[str, str],
-        down: Mapping[str, str],
-    ) -> ExtenderFilterResult:
-        counts = refusal.counts()
-        busy = self._busy(request, args.node_names, blocked)
-        headline = "node-locked" if busy else counts.most_common(1)[0][0] if counts else "no-mig-gpus"
-        self.fleet.set_pending(uid, headline)
-        closed = self._closed_texts(args.node_names)
-        # The same text for every refused node: kube-scheduler counts identical reasons, so its
-        # FailedScheduling reads "0/N nodes are available: N node(s) cannot place ...: <headline>."
-        hint = None if busy else self.advice(uid)
-        per_node = (
-            refusal_text(refusal, closed, hint[1] if hint else "")
-            if refusal.reasons
-            else f"{NODES_PREFIX}no MIG GPU"
-        )
-        failed = {
-            node: (down.get(node) and DOWN_TEXT) or blocked.get(node) or per_node for node in args.node_names
-        }
-        if not busy:  # a wait for other pods' binds is no failure: kube-scheduler retries after them
-            text = self._event_text(refusal, closed, blocked, hint)
-            if down:
-                named = ", ".join(f"{n} ({why})" for n, why in sorted(down.items())[:8])
-                text = f"{len(down)} candidate node(s) left out: {named}" + (f"; {text}" if text else "")
-            self.events.record(pod, "Warning", "FilteringFailed", text[:MAX_EVENT_TEXT])
-        return ExtenderFilterResult(node_names=[] if args.nodes is None else None, nodes=[], failed=failed)
-
-    def _busy(self, request: PodRequest, candidates: Iterable[str], blocked: Mapping[str, str]) -> bool:
-        """The pod would be placed now on a candidate node left out only because another pod's bind
-        is in progress there (its node lock, or a reservation whose bind is coming)."""
-        waiting = [n for n in candidates if n in blocked] if blocked else []
-        return bool(waiting) and self.fleet.fits(request, waiting)
-
-    @staticmethod
-    def _event_text(
-        refusal: Refusal, closed: list[str], blocked: Mapping[str, str], hint: tuple[str, str] | None
-    ) -> str:
-        """The FilteringFailed event's text: the locked nodes, the refusal, and the defrag advice."""
-        text = refusal.text(MAX_EVENT_TEXT, closed) if refusal.reasons else ""
-        locked = (
-            (f"{len(blocked)} candidate nodes are locked by binds in progress (retried when they finish)")
-            if blocked
-            else ""
-        )
-        text = "; ".join(t for t in (locked, text) if t)
-        if hint is not None:  # its own line here; in every refused node's text, after the headline
-            text += "\n" + hint[1]
-        return text
-
-    def _closed_texts(self, nodes: Iterable[str]) -> list[str]:
-        out: list[str] = []
-        for node in nodes:
-            out.extend(_closed(node, self.fleet.occupancy(node)))
-        return out
-
-
-# What every refused node's FailedNodes text starts with (kube-scheduler puts the count before it).
-NODES_PREFIX = "node(s) cannot place the pod's MIG devices: "
-# ... for a node left out because its device plugin is not serving (one text: kube-scheduler groups)
-DOWN_TEXT = (
-    "node(s) whose dynmig device plugin is not serving (kubelet counts none of its GPUs); "
-    "taken back once it serves again"
-)
-
-
-MAX_EVENT_TEXT = 1024  # an Event's message (the API server's limit)
-
-
-def refusal_text(refusal: Refusal, extra: list[str], advice: str = "") -> str:
-    """One refused node's FailedNodes text: the prefix and headline (together under 300 characters),
-    the defrag advice if any, then ` Per GPU: ` and the per-GPU detail, capped with "and N more GPUs".
-
-    The advice goes on every refused node, not only the one it names: kube-scheduler groups nodes by
-    identical text, so one text keeps its FailedScheduling to one group (the advice names its node),
-    and before the detail it survives the event's 1 KiB cut."""
-    head = f"{NODES_PREFIX}{refusal.headline()}" + (f"; {advice}" if advice else "")
-    return refusal.text(MAX_NODE_TEXT, extra, head=head)
-
-
-def _closed(node: str, occupancy: NodeOccupancy | None) -> list[str]:
-    if occupancy is None or not occupancy.closed:
-        return []
-    return [f"{node}/{uuid}: not schedulable: {why}" for uuid, why in sorted(occupancy.closed.items())]
+        if isinstance(decision, Placed):
+            node = decision.plan.node
+            chosen = [n for n in (args.nodes or ()) if (n.get("metadata") or {}).get("name") == node]
+            return ExtenderFilterResult(node_names=[node], nodes=chosen), "scheduled"
+        if decision.event is not None:
+            self.events.record(pod, "Warning", "FilteringFailed", decision.event)
+        empty: list[str] | None = [] if args.nodes is None else None
+        return ExtenderFilterResult(node_names=empty, nodes=[], failed=decision.failed), "unschedulable"

@@ -1,8 +1,9 @@
 """The scheduler's view of the fleet: published GPUs, what active pods hold, and reservations.
 
-One lock guards everything here, and the placement index is kept in step on every change;
-`plan_and_reserve` plans and reserves under that lock, so two filters can never be handed
-overlapping placements.
+One lock guards everything here, and the placement index is kept in step on every change. The
+filter's whole decision is one call, `decide`, in one section under that lock: it plans and reserves
+(so two filters can never be handed overlapping placements), or refuses with every candidate node's
+reason (`Refused`), and records the refused pod as waiting.
 
 Two sources of what a pod uses, never both at once:
 - *held*: what the cache shows in the pod's annotations (the durable record);
@@ -24,15 +25,26 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from mig.annotations import MigAllocation, PlacementModel
-from mig.idleplan import around_idle, last_user_key, onto_idle
+from mig.annotations import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
+    VGPU_NODE,
+    VGPU_TIME,
+    ContainerDevice,
+    MigAllocation,
+    PlacementModel,
+    encode_allocations,
+    encode_devices,
+)
 from mig.offers import Offer, offer
-from mig.placement import GpuState, PlacementIndex, Plan, PodRequest, Refusal
+from mig.placement import PlacementIndex, Plan, PodRequest, Refusal
+from mig.placement.adjust import adjust, last_user_key
 from mig.pods import active_for_scheduler
 from mig.reconstruct import (
     NodeGpus,
@@ -46,12 +58,14 @@ from mig.reconstruct import (
     pod_usage,
     reconstruct,
 )
+from mig.slicemap import diagnose
 from mig.types import Placement
 from webhooks.demand import DemandFeed
-from webhooks.metrics import DeviceSample, GpuSample, Snapshot
+from webhooks.refusal import Refused, reason_of, refused
 
 CHOSEN = "chosen for another pod whose bind is in progress"
 NOT_SERVING = "its device plugin is not serving"
+DEVICE_TYPE = "NVIDIA"  # the Type field of HAMi's device strings
 
 
 def _count(value: str) -> int | None:
@@ -103,6 +117,65 @@ def usage_from_plan(uid: str, namespace: str, name: str, plan: Plan) -> PodUsage
     )
 
 
+def reservation_annotations(plan: Plan, usage: PodUsage, containers: int, now: float) -> dict[str, str]:
+    """HAMi's filter-time annotations for a plan (the bind puts them on the pod); `containers`: the
+    pod's containers, init containers first (0: as many as the plan's devices name)."""
+    count = containers or 1 + max((d.container_index for d in plan.devices), default=0)
+    per_container: list[list[ContainerDevice]] = [[] for _ in range(count)]
+    for d in plan.devices:
+        per_container[d.container_index].append(ContainerDevice(d.gpu_uuid, DEVICE_TYPE, d.memory_mb, d.core))
+    devices = encode_devices(per_container)
+    allocations = encode_allocations(usage.allocations)
+    annotations = {
+        VGPU_NODE: plan.node,
+        VGPU_TIME: str(int(now)),
+        DEVICES_TO_ALLOCATE: devices,
+        DEVICES_ALLOCATED: devices,
+    }
+    if allocations is not None:  # a plan always has devices; a Binding's annotations are strings
+        annotations[MIG_ALLOCATIONS] = allocations
+    return annotations
+
+
+@dataclass(frozen=True)
+class Asking:
+    """The pod a decision is for; `containers`: its containers, init containers first (0: as many
+    as its plan's devices name), for the annotations its bind carries."""
+
+    uid: str
+    namespace: str
+    name: str
+    containers: int = 0
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The pod is placed: its plan, and the reservation its bind carries out."""
+
+    plan: Plan
+    reservation: Reservation
+
+    @property
+    def usage(self) -> PodUsage:
+        return self.reservation.usage
+
+
+Decision = Placed | Refused
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The fleet at one moment, for readers that must not hold its lock (metrics, defrag): each
+    node's occupancy (immutable, replaced on a change), the pods with a reservation, and per refused
+    pod its reason and when the filter first refused it (on `clock`, read as `now`)."""
+
+    occupancies: tuple[NodeOccupancy, ...]
+    reserved: frozenset[str]
+    refused: tuple[tuple[str, float], ...]
+    now: float
+    synced: bool
+
+
 class Fleet:
     """Nodes, pod usages and reservations, with a `PlacementIndex` kept in step.
 
@@ -132,8 +205,8 @@ class Fleet:
         self._chosen: dict[str, str] = {}  # node -> uid whose unbound reservation chose it (the latest)
         self._deadlines: list[tuple[float, str]] = []
         self._occupancy: dict[str, NodeOccupancy] = {}
-        self._pending: dict[str, str] = {}  # uid -> the filter's last refusal reason
-        self._pending_since: dict[str, float] = {}  # uid -> when the filter first refused it (clock)
+        self._refused: dict[str, str] = {}  # uid -> the filter's last refusal reason
+        self._refused_since: dict[str, float] = {}  # uid -> when the filter first refused it (clock)
         self._versions: dict[str, int] = {}  # last resourceVersion applied per pod: never go backwards
         # (GPU, profile, start, size) -> namespace of the last pod that held it (bounded): whom the
         # node's plugin hands an idle instance there (its same-namespace rule, plugin/idle.py)
@@ -149,7 +222,7 @@ class Fleet:
     # ---- feed from the cache ---------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name") or ""
-        # the idle list changes no occupancy (idle is free); it is read for `_idle_match`
+        # the idle list changes no occupancy (idle is free); it is read for `mig.placement.adjust`
         published = (node_register(node), node_leftovers(node), node_cordon(node), node_idle(node))
         allocatable = (node.get("status") or {}).get("allocatable")
         with self.lock:
@@ -182,7 +255,7 @@ class Fleet:
                     return  # an older copy (a lagging watch after we applied a patch reply)
                 self._versions[uid] = version
             if (pod.get("spec") or {}).get("nodeName") or not active_for_scheduler(pod):
-                self._unpend(uid)
+                self._unrefuse(uid)
             if not active_for_scheduler(pod):
                 self.demand.ended(uid)
             dirty: list[str] = []
@@ -205,7 +278,7 @@ class Fleet:
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid") or ""
         with self.lock:
-            self._unpend(uid)
+            self._unrefuse(uid)
             self._versions.pop(uid, None)
             self.demand.ended(uid)
             nodes = self._drop_reservation(uid)
@@ -218,8 +291,8 @@ class Fleet:
         with self.lock:
             for uid in [u for u in self._versions if u not in uids]:
                 del self._versions[uid]
-            for uid in [u for u in self._pending if u not in uids]:
-                self._unpend(uid)  # refused, then deleted while the watch was down
+            for uid in [u for u in self._refused if u not in uids]:
+                self._unrefuse(uid)  # refused, then deleted while the watch was down
             for uid in [u for u in self._held if u not in uids]:
                 self.demand.ended(uid)
                 old = self._unhold(uid)
@@ -237,109 +310,90 @@ class Fleet:
                 self.set_node(node)
 
     # ---- reservations: made by the filter, carried out by bind ------------------------------
-    def plan_and_reserve(
+    def decide(
         self,
         request: PodRequest,
-        nodes: Collection[str] | None,
-        uid: str,
-        namespace: str,
-        name: str,
-        blocked: Collection[str] = (),
-        annotate: Annotate | None = None,
-        spread: Callable[[str], bool] | None = None,
-    ) -> Refusal | tuple[Plan, PodUsage]:
-        """Plan the pod over `nodes` (None: every node) but none of `blocked`, and reserve the plan,
-        atomically: the next plan already counts it, so two pods are never handed overlapping
-        placements. `annotate(plan, usage)` gives the annotations its bind carries. A re-filter
-        never counts the pod's previous reservation or record, and a refused one leaves the pod
-        none. `blocked` (nodes a bind would fail on now) stays blocked in the index until the next
-        plan, so passing about the same set every time moves only the nodes that changed; every
-        other reader of the index (defrag, diagnoses) plans over blocked nodes too. `spread(node)`
-        true: a single-device pod whose GPU there has creates in flight moves to the engine's next
-        GPU of that node with fewer (`_spread`)."""
+        candidates: Collection[str] | None,
+        pod: Asking,
+        locked: Mapping[str, str] = MappingProxyType({}),
+        *,
+        resource: str = "",
+        advice: str = "",
+        lock_free: Callable[[str], bool] | None = None,
+    ) -> Decision:
+        """The filter's decision for `pod`, in one section under the lock: placed and reserved, or
+        refused with every candidate node's reason.
+
+        Planned over `candidates` (None: every node) but none left out: `locked` (a bind would fail
+        on their node lock now, with the reason), nodes chosen for another pod whose bind is coming
+        (unless `lock_free(node)`: its binds take no node lock), and nodes whose device plugin is not
+        serving `resource` (`not_serving`; "" does not judge). The plan is reserved at once: the next
+        decision already counts it, so two pods are never handed overlapping placements. A decision
+        never counts the pod's previous reservation or record, and a refused one leaves the pod none.
+        `advice`: defrag's line for this pod, said in a refusal unless only binds in progress keep it
+        out."""
         self.sweep()
         with self.lock:
-            self._forget_pod(uid)
-            self.demand.arrived(uid, request)
-            self.index.block(blocked)
-            outcome = self.index.plan(request, nodes=nodes, skip_blocked=True)
-            if isinstance(outcome, Refusal):
+            down = {n: why for n in candidates or () if (why := self._not_serving(n, resource))}
+            chosen = self._chosen_for_others(pod.uid)
+            if chosen and lock_free is not None:
+                chosen = {n: why for n, why in chosen.items() if not lock_free(n)}
+            out = set(locked)  # one set, built once (the index takes it as it is)
+            out.update(chosen)
+            out.update(down)
+            outcome = self._place(request, candidates, pod, out, lock_free)
+            if not isinstance(outcome, Refusal):
                 return outcome
-            if len(outcome.devices) == 1:
-                idle = self._idle_match(request, outcome, namespace)
-                if idle is not None:
-                    outcome = idle
-                else:
-                    if spread is not None and spread(outcome.node):
-                        outcome = self._spread(request, outcome)
-                    outcome = self._around_idle(request, outcome)
-            self.demand.placed(uid)
-            usage = usage_from_plan(uid, namespace, name, outcome)
-            self._reserve(Reservation(usage, annotate(outcome, usage) if annotate else {}, self._deadline()))
-            return outcome, usage
+            waiting = [n for n in candidates or () if n in chosen or n in locked] if chosen or locked else []
+            busy = bool(waiting) and not isinstance(self.index.plan(request, nodes=waiting), Refusal)
+            reason = reason_of(outcome, busy)
+            self.set_refused(pod.uid, reason)
+            occupancies = [
+                self._occupancy.get(n) for n in candidates or ()
+            ]  # immutable, replaced on a change
+        # worded off the lock: the texts read nothing else of the fleet
+        return refused(outcome, reason, candidates or (), (chosen, locked, down), occupancies, advice)
 
-    def _idle_match(self, request: PodRequest, plan: Plan, namespace: str) -> Plan | None:
-        """The plan moved onto an idle instance its node's plugin keeps (`dynmig.io/node-idle-
-        instances`) and would hand to this pod (`mig.idleplan.onto_idle`); None when there is none."""
-        kept = self._published.get(plan.node)
-        occ = self._occupancy.get(plan.node)
-        if kept is None or occ is None:
-            return None
-        return onto_idle(request, plan, occ.gpus, kept.idle, namespace, self._last_user)
-
-    def _around_idle(self, request: PodRequest, plan: Plan) -> Plan:
-        """The plan moved, on its GPU, off an idle instance it would overlap and not be handed
-        (`mig.idleplan.around_idle`)."""
-        kept = self._published.get(plan.node)
-        occ = self._occupancy.get(plan.node)
-        if kept is None or occ is None:
+    def _place(
+        self,
+        request: PodRequest,
+        candidates: Collection[str] | None,
+        pod: Asking,
+        out: Collection[str],
+        lock_free: Callable[[str], bool] | None,
+    ) -> Placed | Refusal:
+        """Plan the pod over `candidates` but none of `out`, and reserve the plan (under the lock).
+        `out` stays blocked in the index until the next plan, so passing about the same set every
+        time moves only the nodes that changed; every other reader of the index (defrag, diagnoses)
+        plans over blocked nodes too. A single-device plan moves on its node onto or around the idle
+        instances its plugin keeps, or off a GPU with creates in flight when `lock_free` says the
+        node's binds take no node lock (`mig.placement.adjust`)."""
+        self._forget_pod(pod.uid)
+        self.demand.arrived(pod.uid, request)
+        self.index.block(out)
+        plan = self.index.plan(request, nodes=candidates, skip_blocked=True)
+        if isinstance(plan, Refusal):
             return plan
-        return around_idle(request, plan, occ.gpus, kept.idle)
-
-    def _spread(self, request: PodRequest, plan: Plan) -> Plan:
-        """The engine's plan moved, on its own node, off a GPU with creates in flight.
-
-        A node creates its GPU instances one at a time per GPU, GPUs in parallel, and kubelet admits
-        the node's pods one at a time, oldest first: a burst packed onto one GPU waits for that
-        GPU's creates in series before kubelet reaches the next pod. So while the chosen GPU has
-        reservations not yet realized (no instance on the record: bound but not admitted, or not yet
-        bound), the pod takes the engine's best GPU of the same node among those with fewer, with
-        the same profile, never a GPU nothing holds yet (that would cost packing: a whole GPU broken
-        for a create's seconds); anything else (another profile, no such GPU) keeps the engine's plan. The
-        node, the profile and the placement rule stay the engine's: the GPUs a burst touches fill
-        first afterwards (fuller GPUs rank first). Only nodes whose pods are bound without HAMi's
-        node lock get here: a locked node has one pod in flight at a time."""
-        inflight = self._creates_in_flight(plan.node)
-        untouched = self._empty_gpus(plan.node)
-        device = plan.devices[0]
-        busy = inflight.get(device.gpu_uuid, 0)
-        while busy:
-            # never onto a GPU nothing holds: breaking a whole GPU to save a create's seconds costs
-            # the next whole-GPU pod its place (a 1g then a 3g share one GPU, as packing wants)
-            avoid = tuple(u for u, n in inflight.items() if n >= busy) + untouched
-            asked = replace(request, nouse_uuids=request.nouse_uuids + avoid)
-            other = self.index.plan_on(asked, plan.node)
-            if other is None or other.devices[0].profile != device.profile:
-                break
-            plan, device = other, other.devices[0]
-            busy = inflight.get(device.gpu_uuid, 0)
-        return plan
-
-    def _empty_gpus(self, node: str) -> tuple[str, ...]:
-        """The node's GPUs with no placement held (no instance, no reservation, no leftover)."""
-        occ = self._occupancy.get(node)
-        if occ is None:
-            return ()
-        return tuple(g.uuid for g in occ.gpus if not g.occupied_mask and not occ.holders.get(g.uuid))
-
-    def _creates_in_flight(self, node: str) -> dict[str, int]:
-        """Per GPU of the node, the reservations counted there whose instance is not on a record yet."""
-        occ = self._occupancy.get(node)
-        if occ is None:
-            return {}
-        return {
-            uuid: sum(1 for _u, a in holders if not a.runtime_ready) for uuid, holders in occ.holders.items()
-        }
+        kept, occ = self._published.get(plan.node), self._occupancy.get(plan.node)
+        if len(plan.devices) == 1 and kept is not None and occ is not None:
+            free = lock_free is not None and lock_free(plan.node)
+            plan = adjust(
+                request,
+                plan,
+                self.index,
+                occ.gpus,
+                occ.holders,
+                kept.idle,
+                pod.namespace,
+                self._last_user,
+                free,
+            )
+        self.demand.placed(pod.uid)
+        usage = usage_from_plan(pod.uid, pod.namespace, pod.name, plan)
+        annotations = reservation_annotations(plan, usage, pod.containers, time.time())
+        reservation = Reservation(usage, annotations, self._deadline())
+        self._reserve(reservation)
+        return Placed(plan, reservation)
 
     def _deadline(self) -> float:
         return self.clock() + self.ttl
@@ -352,7 +406,7 @@ class Fleet:
         self._reserved_on.setdefault(node, set()).add(uid)
         self._chosen[node] = uid
         heapq.heappush(self._deadlines, (reservation.deadline, uid))
-        self._unpend(uid)
+        self._unrefuse(uid)
         self._refresh(node)
 
     def reservation(self, uid: str) -> Reservation | None:
@@ -363,11 +417,14 @@ class Fleet:
 
     def chosen_for_others(self, uid: str) -> dict[str, str]:
         """Nodes chosen for another pod whose bind has not happened yet, each with the reason."""
-        if not self.hold_chosen:
-            return {}
         self.sweep()
         with self.lock:
-            return {node: CHOSEN for node, owner in self._chosen.items() if owner != uid}
+            return self._chosen_for_others(uid)
+
+    def _chosen_for_others(self, uid: str) -> dict[str, str]:
+        if not self.hold_chosen:
+            return {}
+        return {node: CHOSEN for node, owner in self._chosen.items() if owner != uid}
 
     def bound(self, reservation: Reservation) -> None:
         """Its Binding was created: the node is no longer chosen for it, and the reservation waits
@@ -400,32 +457,37 @@ class Fleet:
                 if reservation is not None and reservation.deadline == deadline:
                     self._refresh(*self._drop_reservation(uid))
 
-    def fits(self, request: PodRequest, nodes: Collection[str]) -> bool:
-        """The pod could be placed on one of `nodes` now, were none of them blocked (nothing reserved)."""
+    def fits(self, request: PodRequest, nodes: Collection[str] | None = None) -> bool:
+        """The pod could be placed on one of `nodes` (None: any) now, were none of them blocked
+        (nothing reserved)."""
         with self.lock:
             return not isinstance(self.index.plan(request, nodes=nodes), Refusal)
 
-    def set_pending(self, uid: str, reason: str) -> None:
-        """The filter refused this pod (`reason`: the headline): it waits for a node."""
+    def set_refused(self, uid: str, reason: str) -> None:
+        """The filter refused this pod (`reason`: the headline code): it waits for a node."""
         with self.lock:
-            self._pending[uid] = reason
-            self._pending_since.setdefault(uid, self.clock())
+            self._refused[uid] = reason
+            self._refused_since.setdefault(uid, self.clock())
 
     def refused(self, uid: str) -> bool:
         """The filter refused this pod and has not placed it since (it is still waiting)."""
-        return uid in self._pending
-
-    def in_flight(self, uid: str) -> PodUsage | None:
-        """What the pod's reservation uses (None: it has none). The same as `reservation(uid).usage`;
-        webhooks/defrag.py still reads it by this name."""
-        reservation = self._reserved.get(uid)
-        return reservation.usage if reservation else None
+        return uid in self._refused
 
     def held(self, uid: str) -> PodUsage | None:
         return self._held.get(uid)
 
+    def counted(self, uid: str) -> bool:
+        """The fleet counts slices for this pod: the cache shows it holding some, or it has a
+        reservation (lapsed ones included until the next sweep)."""
+        return uid in self._held or uid in self._reserved
+
     # ---- views -----------------------------------------------------------------------------
     def not_serving(self, node: str, resource: str) -> str:
+        """Why `node`'s device plugin cannot serve a pod now, "" when it can (`_not_serving`)."""
+        with self.lock:
+            return self._not_serving(node, resource)
+
+    def _not_serving(self, node: str, resource: str) -> str:
         """Why `node`'s device plugin cannot serve a pod now, "" when it can (or nothing says).
 
         kubelet counts a resource's devices in status.allocatable only while its device plugin is
@@ -435,16 +497,15 @@ class Fleet:
         GetCapacity). kube-scheduler does not check `resource` itself (the chart marks it
         ignoredByScheduler), and a pod bound there fails admission ("requested number of devices
         unavailable"), lost to its user if it is a bare pod or a Job's. A node that never showed
-        the resource (a status nobody wrote) is not judged."""
-        with self.lock:
-            allocatable = self._allocatable.get(node)
-            if allocatable is None:
-                return ""
-            value = allocatable.get(resource)
-            if value is None:
-                gone = resource in self._counted.get(node, ())
-                return f"{NOT_SERVING}: kubelet no longer lists {resource}" if gone else ""
-            return f"{NOT_SERVING}: allocatable {resource} is 0" if _count(value) == 0 else ""
+        the resource (a status nobody wrote), or an empty `resource`, is not judged."""
+        allocatable = self._allocatable.get(node)
+        if allocatable is None or not resource:
+            return ""
+        value = allocatable.get(resource)
+        if value is None:
+            gone = resource in self._counted.get(node, ())
+            return f"{NOT_SERVING}: kubelet no longer lists {resource}" if gone else ""
+        return f"{NOT_SERVING}: allocatable {resource} is 0" if _count(value) == 0 else ""
 
     def occupancy(self, node: str) -> NodeOccupancy | None:
         with self.lock:
@@ -480,43 +541,33 @@ class Fleet:
                     out[uuid] = [(u.uid, a.placement_value) for u, a in holders]
         return out
 
-    def snapshot(self) -> Snapshot:
+    def view(self) -> FleetView:
+        """The fleet now, for readers off the lock (metrics sample it, defrag advises over it)."""
         with self.lock:
-            instances: list[tuple[str, ...]] = []
-            owners: list[tuple[str, ...]] = []
-            gpus: list[GpuSample] = []
-            devices: list[DeviceSample] = []
-            for occ in self._occupancy.values():
-                for g in occ.gpus:
-                    holders = occ.holders.get(g.uuid, ())
-                    realized = [(u, a) for u, a in holders if a.runtime_ready]
-                    instances.extend(_instance_labels(occ.node, g, a) for _u, a in realized)
-                    owners.extend(_owner_labels(occ.node, u, a) for u, a in realized)
-                    gpus.append(_gpu_sample(g, holders))
-                    devices.extend(_device_samples(occ.node, g, holders))
-            pending = tuple(sorted(Counter(self._pending.values()).items()))
-            return Snapshot(
-                tuple(instances),
-                tuple(gpus),
-                pending,
+            now, since = self.clock(), self._refused_since
+            return FleetView(
+                tuple(self._occupancy.values()),
+                frozenset(self._reserved),
+                tuple((reason, since.get(uid, now)) for uid, reason in self._refused.items()),
+                now,
                 self.synced,
-                tuple(devices),
-                self._waited(),
-                tuple(owners),
             )
 
-    # ---- internals ---------------------------------------------------------------------------
-    def _unpend(self, uid: str) -> None:
-        self._pending.pop(uid, None)
-        self._pending_since.pop(uid, None)
+    def nodes(self) -> list[str]:
+        """The nodes with GPUs the engine places on, by name."""
+        with self.lock:
+            return self.index.nodes()
 
-    def _waited(self) -> tuple[tuple[str, float], ...]:
-        """(reason, seconds) of the longest-waiting refused pod of each reason: since the filter
-        first refused it, under whatever reason it has now."""
-        now, oldest = self.clock(), dict[str, float]()
-        for uid, reason in self._pending.items():
-            oldest[reason] = max(oldest.get(reason, 0.0), now - self._pending_since.get(uid, now))
-        return tuple(sorted(oldest.items()))
+    def diagnose(self, request: PodRequest, nodes: Collection[str] | None = None) -> tuple[str, str]:
+        """(reason code, fix) for a waiting pod by the scheduler's own index now (`mig.slicemap.diagnose`;
+        `nodes`: those it may run on, None: any); ("", "") when it would fit."""
+        with self.lock:
+            return diagnose(request, self.index, nodes)
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _unrefuse(self, uid: str) -> None:
+        self._refused.pop(uid, None)
+        self._refused_since.pop(uid, None)
 
     def _drop_reservation(self, uid: str) -> list[str]:
         reservation = self._reserved.pop(uid, None)
@@ -583,84 +634,3 @@ def _same(usage: PodUsage | None, planned: PodUsage) -> bool:
     if usage is None or usage.node != planned.node:
         return False
     return tuple(a.without_runtime() for a in usage.allocations) == planned.allocations
-
-
-Holders = tuple[tuple[PodUsage, MigAllocation], ...]
-
-
-def _instance_labels(node: str, g: GpuState, a: MigAllocation) -> tuple[str, ...]:
-    """hami_node_gpu_mig_instance_info's label values for a realized reservation."""
-    return (
-        node,
-        a.gpuUUID,
-        str(g.index),
-        a.migUUID or "",
-        a.profile,
-        str(a.gpuInstanceID),
-        str(a.computeInstanceID),
-        str(a.placement.start),
-        str(a.placement.size),
-    )
-
-
-def _owner_labels(node: str, u: PodUsage, a: MigAllocation) -> tuple[str, ...]:
-    """dynmig_mig_instance_info's label values (webhooks.metrics.OWNER_LABELS) for a realized
-    reservation: the instance and the pod it serves."""
-    return (
-        node,
-        a.gpuUUID,
-        str(a.gpuInstanceID),
-        str(a.computeInstanceID),
-        a.profile,
-        a.migUUID or "",
-        u.namespace,
-        u.name,
-    )
-
-
-def _profile_sizes(g: GpuState, a: MigAllocation) -> tuple[int, int]:
-    """(memory MiB, cores) of a reservation's profile as the GPU publishes it; (0, 0) if it no longer
-    publishes that profile."""
-    found = next((p for p in g.profiles if p.name == a.profile), None)
-    return (found.memory_mb, found.core) if found else (0, 0)
-
-
-def _gpu_sample(g: GpuState, holders: Holders = ()) -> GpuSample:
-    axis = max((p.end for pr in g.profiles for p in pr.placements), default=0)
-    mask = g.occupied_mask
-    free = sum(1 for i in range(axis) if not mask >> i & 1)
-    best = ("", 0)
-    if g.healthy and not g.cordoned:
-        for pr in g.profiles:
-            if pr.memory_mb > best[1] and any(p.size and not p.mask & mask for p in pr.placements):
-                best = (pr.name, pr.memory_mb)
-    sizes = [_profile_sizes(g, a) for _u, a in holders]
-    return GpuSample(
-        g.node,
-        g.uuid,
-        g.index,
-        free,
-        best[0],
-        best[1],
-        slices=axis,
-        type=g.type,
-        memory_mb=g.memory_mb,
-        allocated_mb=sum(m for m, _ in sizes),
-        allocated_cores=sum(c for _, c in sizes),
-        shared=len(holders),
-    )
-
-
-def _device_samples(node: str, g: GpuState, holders: Holders) -> list[DeviceSample]:
-    """Per container of each pod, what its reservations on this GPU hold (summed: HAMi's series has
-    one sample per container and GPU)."""
-    summed: dict[tuple[str, str, int], list[int]] = {}
-    for usage, a in holders:
-        memory, cores = _profile_sizes(g, a)
-        acc = summed.setdefault((usage.namespace, usage.name, a.containerIndex), [0, 0])
-        acc[0] += memory
-        acc[1] += cores
-    return [
-        DeviceSample(ns, node, pod, index, g.uuid, memory, cores)
-        for (ns, pod, index), (memory, cores) in sorted(summed.items())
-    ]

@@ -103,7 +103,7 @@ class Service:
         self.kube = Kube(api_client or load_api_client(cfg.kubeconfig))
         # one timeout: a reservation from filter to bind
         self.fleet = Fleet(ttl=cfg.reservation_ttl, node_pricing=cfg.node_pricing)
-        self.metrics = Metrics(snapshot=self.fleet.snapshot)
+        self.metrics = Metrics(fleet=self.fleet.view)
         lock = NodeLock(self.kube, cfg.node_lock_expiry)
         self.cache = ClusterCache(
             self.kube, self.fleet, locks=lock.table(), on_running=self.metrics.time_to_running.observe
@@ -130,15 +130,6 @@ class Service:
             else AlwaysLeader()
         )
         self.metrics.follow_leader(self.leader.is_leader)
-        self.filter = Filter(
-            self.fleet,
-            resources,
-            self.events,
-            self.metrics,
-            blocked=self.cache.blocked,
-            lookup=self.cache.find_pod,
-            cached=self.cache.cached_pod,
-        )
         self.defrag = Defragmenter(
             self.fleet,
             self.kube,
@@ -154,8 +145,17 @@ class Service:
             interval=cfg.defrag_interval,
             per_minute=cfg.defrag_evictions_per_minute,
         )
-        self.filter.advice = self.defrag.advice_for
-        self.filter.lock_free = lambda node: lock_free(self.cache.node(node))
+        self.filter = Filter(
+            self.fleet,
+            resources,
+            self.events,
+            self.metrics,
+            blocked=self.cache.blocked,
+            lookup=self.cache.find_pod,
+            advice=self.defrag.advice_for,
+            cached=self.cache.cached_pod,
+            lock_free=lambda node: lock_free(self.cache.node(node)),
+        )
         self.binder = Binder(
             self.fleet,
             self.cache,

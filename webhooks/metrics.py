@@ -12,12 +12,13 @@ profile per GPU, pods pending by reason and how long the oldest has waited, each
 with its pod (`dynmig_mig_instance_info`, for joins with DCGM exporter's per-instance series), MIG
 pods' time to Running, whether this replica leads, events dropped; and the process's
 `process_*`/`python_*`.
-The per-GPU and per-reservation series are computed at scrape time from the cache (a collector),
-so they can never drift from what the scheduler decides on.
+The per-GPU and per-reservation series are computed at scrape time from the fleet the scheduler
+decides on (`Fleet.view`, sampled by `sample`), so they can never drift from it.
 """
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -26,6 +27,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from base.process_metrics import register_process_collectors
 from base.version import register_build_info
+from mig.annotations import MigAllocation
+from mig.placement import GpuState
+from mig.reconstruct import PodUsage
+from webhooks.fleet import FleetView
 
 MIB = 1024 * 1024
 HAMI_ZONE = ("zone", "vGPU")  # HAMi's scheduler wraps its registry with this constant label
@@ -92,11 +97,128 @@ class Snapshot:
 
     instances: tuple[tuple[str, ...], ...] = ()  # label values in MIG_INSTANCE_LABELS order
     gpus: tuple[GpuSample, ...] = ()
-    pending: tuple[tuple[str, int], ...] = ()  # (reason code, pods)
+    refused: tuple[tuple[str, int], ...] = ()  # (reason code, pods the filter refused): dynmig_pods_pending
     cache_synced: bool = False
     devices: tuple[DeviceSample, ...] = ()
-    waited: tuple[tuple[str, float], ...] = ()  # (reason code, seconds the longest-waiting pod waited)
+    waited: tuple[tuple[str, float], ...] = ()  # (reason code, seconds the longest-refused pod waited)
     owners: tuple[tuple[str, ...], ...] = ()  # label values in OWNER_LABELS order
+
+
+def sample(view: FleetView) -> Snapshot:
+    """What the metrics show of the fleet now: per GPU its slices and what its reservations hold,
+    per container its devices, per realized instance its identity and pod, and the refused pods."""
+    instances: list[tuple[str, ...]] = []
+    owners: list[tuple[str, ...]] = []
+    gpus: list[GpuSample] = []
+    devices: list[DeviceSample] = []
+    for occ in view.occupancies:
+        for g in occ.gpus:
+            holders = occ.holders.get(g.uuid, ())
+            realized = [(u, a) for u, a in holders if a.runtime_ready]
+            instances.extend(_instance_labels(occ.node, g, a) for _u, a in realized)
+            owners.extend(_owner_labels(occ.node, u, a) for u, a in realized)
+            gpus.append(_gpu_sample(g, holders))
+            devices.extend(_device_samples(occ.node, g, holders))
+    refused = tuple(sorted(Tally(reason for reason, _since in view.refused).items()))
+    return Snapshot(
+        tuple(instances),
+        tuple(gpus),
+        refused,
+        view.synced,
+        tuple(devices),
+        _waited(view),
+        tuple(owners),
+    )
+
+
+def _waited(view: FleetView) -> tuple[tuple[str, float], ...]:
+    """(reason, seconds) of the longest-waiting refused pod of each reason: since the filter
+    first refused it, under whatever reason it has now."""
+    oldest: dict[str, float] = {}
+    for reason, since in view.refused:
+        oldest[reason] = max(oldest.get(reason, 0.0), view.now - since)
+    return tuple(sorted(oldest.items()))
+
+
+Holders = tuple[tuple[PodUsage, MigAllocation], ...]
+
+
+def _instance_labels(node: str, g: GpuState, a: MigAllocation) -> tuple[str, ...]:
+    """hami_node_gpu_mig_instance_info's label values for a realized reservation."""
+    return (
+        node,
+        a.gpuUUID,
+        str(g.index),
+        a.migUUID or "",
+        a.profile,
+        str(a.gpuInstanceID),
+        str(a.computeInstanceID),
+        str(a.placement.start),
+        str(a.placement.size),
+    )
+
+
+def _owner_labels(node: str, u: PodUsage, a: MigAllocation) -> tuple[str, ...]:
+    """dynmig_mig_instance_info's label values (OWNER_LABELS) for a realized reservation: the
+    instance and the pod it serves."""
+    return (
+        node,
+        a.gpuUUID,
+        str(a.gpuInstanceID),
+        str(a.computeInstanceID),
+        a.profile,
+        a.migUUID or "",
+        u.namespace,
+        u.name,
+    )
+
+
+def _profile_sizes(g: GpuState, a: MigAllocation) -> tuple[int, int]:
+    """(memory MiB, cores) of a reservation's profile as the GPU publishes it; (0, 0) if it no longer
+    publishes that profile."""
+    found = next((p for p in g.profiles if p.name == a.profile), None)
+    return (found.memory_mb, found.core) if found else (0, 0)
+
+
+def _gpu_sample(g: GpuState, holders: Holders = ()) -> GpuSample:
+    axis = max((p.end for pr in g.profiles for p in pr.placements), default=0)
+    mask = g.occupied_mask
+    free = sum(1 for i in range(axis) if not mask >> i & 1)
+    best = ("", 0)
+    if g.healthy and not g.cordoned:
+        for pr in g.profiles:
+            if pr.memory_mb > best[1] and any(p.size and not p.mask & mask for p in pr.placements):
+                best = (pr.name, pr.memory_mb)
+    sizes = [_profile_sizes(g, a) for _u, a in holders]
+    return GpuSample(
+        g.node,
+        g.uuid,
+        g.index,
+        free,
+        best[0],
+        best[1],
+        slices=axis,
+        type=g.type,
+        memory_mb=g.memory_mb,
+        allocated_mb=sum(m for m, _ in sizes),
+        allocated_cores=sum(c for _, c in sizes),
+        shared=len(holders),
+    )
+
+
+def _device_samples(node: str, g: GpuState, holders: Holders) -> list[DeviceSample]:
+    """Per container of each pod, what its reservations on this GPU hold (summed: HAMi's series has
+    one sample per container and GPU)."""
+    summed: dict[tuple[str, str, int], list[int]] = {}
+    for usage, a in holders:
+        memory, cores = _profile_sizes(g, a)
+        acc = summed.setdefault((usage.namespace, usage.name, a.containerIndex), [0, 0])
+        acc[0] += memory
+        acc[1] += cores
+    return [
+        DeviceSample(ns, node, pod, index, g.uuid, memory, cores)
+        for (ns, pod, index), (memory, cores) in sorted(summed.items())
+    ]
 
 
 def _hami(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
@@ -108,17 +230,17 @@ HAMI_GPU_LABELS = ["node", "device_uuid", "device_index", "device_type"]
 
 
 class _StateCollector:
-    def __init__(self, snapshot: Callable[[], Snapshot]):
-        self._snapshot = snapshot
+    def __init__(self, fleet: Callable[[], FleetView]):
+        self._fleet = fleet
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        snap = self._snapshot()
+        snap = sample(self._fleet())
         yield from _hami_families(snap)
         yield from _gpu_families(snap.gpus)
         pending = GaugeMetricFamily(
             "dynmig_pods_pending", "MIG pods the extender could not place, by reason", labels=["reason"]
         )
-        for reason, count in snap.pending:
+        for reason, count in snap.refused:
             pending.add_metric([reason], count)
         yield pending
         oldest = GaugeMetricFamily(
@@ -231,7 +353,8 @@ def _hami_families(snap: Snapshot) -> Iterable[GaugeMetricFamily]:
 class Metrics:
     """All of the server's metrics in one registry (one per app, so tests can build many apps)."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot] | None = None):
+    def __init__(self, fleet: Callable[[], FleetView] | None = None):
+        """`fleet`: the fleet now (`Fleet.view`), sampled at every scrape; None: no fleet series."""
         self.registry = CollectorRegistry(auto_describe=False)
         register_build_info(self.registry, "serve")
         register_process_collectors(self.registry)
@@ -280,8 +403,8 @@ class Metrics:
             buckets=_START_BUCKETS,
             registry=self.registry,
         )
-        if snapshot is not None:
-            self.registry.register(_StateCollector(snapshot))
+        if fleet is not None:
+            self.registry.register(_StateCollector(fleet))
 
     def follow_leader(self, is_leader: Callable[[], bool]) -> None:
         """`dynmig_leader`: 1 while this replica filters and binds (read at scrape time)."""

@@ -12,10 +12,10 @@ What each side does, by the product's own functions:
   idle instance its placements overlap ("idle-evicted").
 - The scheduler: the engine plans with idle placements free (mig/reconstruct.py counts them so),
   so an idle instance that is in the way of a pod never refuses it. Then, for a single-device pod,
-  `mig.idleplan.onto_idle` (with the namespace of each placement's last holder, as webhooks/fleet.py
-  remembers it), else `mig.idleplan.around_idle`, on the node's GPUs as the scheduler counts them and
+  `mig.placement.adjust.onto_idle` (with the namespace of each placement's last holder, as webhooks/fleet.py
+  remembers it), else `mig.placement.adjust.around_idle`, on the node's GPUs as the scheduler counts them and
   its idle list as the plugin publishes it (`plugin.idle.idle_list`). The burst spread between the
-  two (webhooks/fleet.py `_spread`) moves a pod only off a GPU with creates in flight; the replay
+  two (`mig.placement.adjust.spread`) moves a pod only off a GPU with creates in flight; the replay
   creates at once, so it never applies.
 - Pods: each arrival is in one of `NAMESPACES` namespaces, drawn by a generator of its own per
   trace (the arrivals, sizes and lifetimes are the reuse-off arm's), so a namespace's pods of one size
@@ -37,8 +37,8 @@ from _baselines import BNode, Pick
 
 from _packing.grid import BASE, Cell
 from mig.idle import by_gpu
-from mig.idleplan import around_idle, last_user_key, onto_idle
 from mig.placement import GpuState, PlacementIndex, Plan, PodRequest
+from mig.placement.adjust import around_idle, last_user_key, onto_idle
 from plugin.idle import NAMESPACE, IdlePolicy, idle_list
 from plugin.instances import InstanceKey, ManagedInstance
 from plugin.journal import Owner

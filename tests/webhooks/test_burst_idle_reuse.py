@@ -10,10 +10,11 @@ from webhooks_testkit import gpu_pod, node
 from mig.allowlist import ResourceNames
 from mig.annotations import MIG_ALLOCATIONS, VGPU_NODE, encode_allocations
 from mig.idle import IDLE, IdleInstance, encode_idle
-from mig.placement import PodRequest, Refusal
+from mig.placement import PodRequest
 from mig.pods import gpu_request
 from mig.types import Placement
-from webhooks.fleet import Fleet
+from webhooks.fleet import Asking, Fleet
+from webhooks.refusal import Refused
 
 ONE_G = 4000  # a 1g.5gb on an A100-40GB
 
@@ -27,7 +28,7 @@ def request(memory: int = ONE_G) -> PodRequest:
 def a100_node(idle: list[tuple[int, str, int, int]] = ()) -> tuple[dict, list[str]]:
     """The node with 2 GPUs, its plugin keeping `idle` (GPU index, profile, start, size) idle."""
     n = node("n1", "A100-SXM4-40GB", gpus=2)
-    f = Fleet()
+    f = Fleet(hold_chosen=False)  # decided one after the other without binds
     f.set_node(n)
     uuids = [g.uuid for g in sorted(f.occupancy("n1").gpus, key=lambda g: g.index)]
     if idle:
@@ -37,20 +38,21 @@ def a100_node(idle: list[tuple[int, str, int, int]] = ()) -> tuple[dict, list[st
 
 
 def fleet_with(n: dict) -> Fleet:
-    f = Fleet()
+    f = Fleet(hold_chosen=False)  # decided one after the other without binds
     f.set_node(n)
     return f
 
 
 def place(f: Fleet, uid: str, namespace: str = "team", memory: int = ONE_G):
-    outcome = f.plan_and_reserve(request(memory), None, uid, namespace, uid)
-    assert not isinstance(outcome, Refusal), uid
-    return outcome[0].devices[0]
+    outcome = f.decide(request(memory), None, Asking(uid, namespace, uid))
+    assert not isinstance(outcome, Refused), uid
+    return outcome.plan.devices[0]
 
 
 def ended(f: Fleet, uid: str, namespace: str = "team") -> None:
     """The pod ran with its reservation (as its record shows it), then succeeded."""
-    usage = f.in_flight(uid)
+    reservation = f.reservation(uid)
+    usage = reservation.usage if reservation else None
     assert usage is not None
     allocations = [
         a.model_copy(update={"gpuInstanceID": 1, "computeInstanceID": 0, "migUUID": "MIG-x"})
@@ -129,11 +131,11 @@ def test_a_burst_never_spreads_a_pod_off_the_idle_instance_it_was_planned_on():
     n, uuids = a100_node([(0, "1g.5gb", 5, 1)])
     f = fleet_with(n)
     spread = lambda node: True  # noqa: E731 - a lock-free node
-    first = f.plan_and_reserve(request(), None, "a", "team", "a", spread=spread)
-    assert not isinstance(first, Refusal)
-    second = f.plan_and_reserve(request(), None, "b", "team", "b", spread=spread)
-    assert not isinstance(second, Refusal)
-    taken = {(d.gpu_uuid, d.placement) for plan, _ in (first, second) for d in plan.devices}
+    first = f.decide(request(), None, Asking("a", "team", "a"), lock_free=spread)
+    assert not isinstance(first, Refused)
+    second = f.decide(request(), None, Asking("b", "team", "b"), lock_free=spread)
+    assert not isinstance(second, Refused)
+    taken = {(d.gpu_uuid, d.placement) for placed in (first, second) for d in placed.plan.devices}
     assert (uuids[0], Placement(5, 1)) in taken
 
 

@@ -10,9 +10,10 @@ from webhooks_testkit import gpu_pod, node
 
 from mig.allowlist import ResourceNames
 from mig.annotations import MIG_ALLOCATIONS, VGPU_NODE, encode_allocations
-from mig.placement import PodRequest, Refusal
+from mig.placement import PodRequest
 from mig.pods import gpu_request
-from webhooks.fleet import Fleet
+from webhooks.fleet import Asking, Fleet
+from webhooks.refusal import Refused
 
 ONE_G = 4000  # a 1g.5gb on an A100-40GB
 
@@ -24,23 +25,27 @@ def request(memory: int = ONE_G, devices: int = 1, annotations: dict | None = No
 
 
 def fleet(*names: str, gpus: int = 8) -> Fleet:
-    f = Fleet()
+    f = Fleet(hold_chosen=False)  # decided one after the other without binds
     for name in names:
         f.set_node(node(name, "A100-SXM4-40GB", gpus=gpus))
     return f
 
 
 def place(f: Fleet, uid: str, asked: PodRequest | None = None, lock_free: bool = True):
-    outcome = f.plan_and_reserve(
-        asked or request(), None, uid, "team", uid, spread=(lambda n: lock_free) if lock_free else None
+    outcome = f.decide(
+        asked or request(),
+        None,
+        Asking(uid, "team", uid),
+        lock_free=(lambda n: lock_free) if lock_free else None,
     )
-    assert not isinstance(outcome, Refusal), uid
-    return outcome[0]
+    assert not isinstance(outcome, Refused), uid
+    return outcome.plan
 
 
 def realize(f: Fleet, uid: str) -> None:
     """The pod as the cache shows it once kubelet admitted it: its record names its instance."""
-    usage = f.in_flight(uid)
+    reservation = f.reservation(uid)
+    usage = reservation.usage if reservation else None
     assert usage is not None
     allocations = [
         a.model_copy(update={"gpuInstanceID": 1 + i, "computeInstanceID": 0, "migUUID": f"MIG-{uid}-{i}"})
@@ -79,8 +84,8 @@ def test_a_burst_never_breaks_an_untouched_gpu_to_save_a_create():
     small = place(f, "pair-small")
     large = place(f, "pair-large", request(18000))  # a 3g.20gb while the 1g's create is in flight
     assert large.devices[0].gpu_uuid == small.devices[0].gpu_uuid  # they share one A100, as packing wants
-    whole = f.plan_and_reserve(request(40000), None, "whole", "team", "whole")
-    assert not isinstance(whole, Refusal) and whole[0].devices[0].profile == "7g.40gb"
+    whole = f.decide(request(40000), None, Asking("whole", "team", "whole"))
+    assert not isinstance(whole, Refused) and whole.plan.devices[0].profile == "7g.40gb"
 
 
 def test_a_whole_burst_fills_the_node_exactly_as_packing_would():
@@ -91,7 +96,7 @@ def test_a_whole_burst_fills_the_node_exactly_as_packing_would():
     used = {u: sorted(p for _, p in holders) for u, holders in spread.placements().items()}
     assert used == {u: sorted(p for _, p in holders) for u, holders in packed.placements().items()}
     assert all(len(v) == 7 for v in used.values())
-    assert isinstance(spread.plan_and_reserve(request(), None, "x", "team", "x"), Refusal)
+    assert isinstance(spread.decide(request(), None, Asking("x", "team", "x")), Refused)
 
 
 def test_a_node_that_keeps_the_lock_packs_one_gpu_first():

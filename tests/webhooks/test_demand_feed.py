@@ -7,12 +7,13 @@ from __future__ import annotations
 from webhooks_testkit import gpu_pod, node
 
 from mig.allowlist import ResourceNames
-from mig.placement import PodRequest, Refusal
+from mig.placement import PodRequest
 from mig.placement.demand import PRIOR
 from mig.pods import gpu_request
 from webhooks.config import parse_args
 from webhooks.demand import MAX_PODS, REFRESH
-from webhooks.fleet import Fleet
+from webhooks.fleet import Asking, Fleet
+from webhooks.refusal import Refused
 
 
 class Clock:
@@ -30,7 +31,7 @@ def request(memory: int | None) -> PodRequest:
 
 
 def fleet(clock: Clock, gpus: int = 8, node_pricing: bool = False) -> Fleet:
-    f = Fleet(clock=clock, node_pricing=node_pricing)
+    f = Fleet(clock=clock, node_pricing=node_pricing, hold_chosen=False)  # decided without binds
     f.set_node(node("n1", gpus=gpus))
     return f
 
@@ -39,11 +40,11 @@ def test_a_pod_filtered_again_and_again_is_one_arrival():
     clock = Clock()
     f = fleet(clock, gpus=1)
     for _ in range(5):  # a whole-GPU job refused each time it is retried, after the first fits
-        f.plan_and_reserve(request(None), None, "job", "team", "job")
+        f.decide(request(None), None, Asking("job", "team", "job"))
         clock.now += 1
-    f.plan_and_reserve(request(4000), None, "svc", "team", "svc")
+    f.decide(request(4000), None, Asking("svc", "team", "svc"))
     clock.now += 1
-    f.plan_and_reserve(request(4000), None, "svc2", "team", "svc2")
+    f.decide(request(4000), None, Asking("svc2", "team", "svc2"))
     asks = dict(f.demand.estimate.mix())
     assert len(asks) == 2 and sum(asks.values()) > 0  # one whole-GPU ask and one 4000 MiB ask
 
@@ -53,8 +54,8 @@ def test_the_engine_is_priced_by_what_the_fleet_is_asked_for_once_enough_pods_ar
     f = fleet(clock)
     assert f.index.demand == PRIOR
     for i in range(REFRESH):
-        outcome = f.plan_and_reserve(request(None if i % 5 == 0 else 4000), None, f"p{i}", "team", f"p{i}")
-        assert not isinstance(outcome, Refusal) or i % 5 == 0
+        outcome = f.decide(request(None if i % 5 == 0 else 4000), None, Asking(f"p{i}", "team", f"p{i}"))
+        assert not isinstance(outcome, Refused) or i % 5 == 0
         clock.now += 1
     mix = dict(f.index.demand)
     assert set(mix) == {None, 4000}, mix  # whole-GPU jobs and 4000 MiB services, as they arrived
@@ -65,7 +66,7 @@ def test_a_deleted_pod_tells_the_estimate_how_long_it_ran():
     f = fleet(clock)
     pod = gpu_pod("svc", 4000)
     pod["metadata"]["uid"] = "svc"
-    f.plan_and_reserve(request(4000), None, "svc", "team", "svc")
+    f.decide(request(4000), None, Asking("svc", "team", "svc"))
     clock.now += 300
     f.delete_pod(pod)
     lives = f.demand.estimate._lives[""]  # the lifetimes the estimate has seen per ask
@@ -85,7 +86,7 @@ def arrive_with_4_gpu_pods(f: Fleet, clock: Clock) -> None:
     for i in range(REFRESH):
         asked = request(4000) if i % 5 else gpu_request(gpu_pod(f"p{i}", None, devices=4), ResourceNames())
         assert asked is not None
-        f.plan_and_reserve(asked, None, f"p{i}", "team", f"p{i}")
+        f.decide(asked, None, Asking(f"p{i}", "team", f"p{i}"))
         clock.now += 1
 
 

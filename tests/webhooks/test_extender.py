@@ -20,6 +20,7 @@ from mig.annotations import (
 )
 from mig.types import Placement
 from webhooks.filter import pod_request
+from webhooks.fleet import Asking
 
 
 def seed(apiserver, service, *objs):
@@ -245,7 +246,7 @@ def test_a_reservation_the_pod_never_shows_expires(apiserver, start_service):
     pod = apiserver.create(gpu_pod("p1"))
     request = pod_request(pod, service.device_config.get().resources)
     assert request is not None
-    service.fleet.plan_and_reserve(request, None, pod["metadata"]["uid"], "team", "p1")
+    service.fleet.decide(request, None, Asking(pod["metadata"]["uid"], "team", "p1"))
     assert service.fleet.placements()["GPU-n1-0"]
     clock.now += 120.0
     service.fleet.sweep()
@@ -346,7 +347,7 @@ def test_bind_fails_while_another_live_pod_holds_the_node_lock(apiserver, servic
     ).json()
     assert "node lock contention" in out["Error"]
     assert stored_pod(apiserver, "p1")["spec"].get("nodeName") is None
-    assert service.fleet.in_flight(pod["metadata"]["uid"]) is None
+    assert service.fleet.reservation(pod["metadata"]["uid"]) is None
     assert eventually(lambda: events(apiserver, "BindingFailed"))
 
 

@@ -30,13 +30,13 @@ def pod(uid: str) -> dict:
 def test_the_longest_wait_per_reason_counts_from_the_first_refusal_and_ends_with_the_pod():
     clock = Clock()
     fleet = Fleet(clock=clock)
-    metrics = Metrics(snapshot=fleet.snapshot)
-    fleet.set_pending("a", "fragmented")
+    metrics = Metrics(fleet=fleet.view)
+    fleet.set_refused("a", "fragmented")
     clock.now += 30
-    fleet.set_pending("b", "fragmented")
-    fleet.set_pending("c", "not-enough-free-slices")
+    fleet.set_refused("b", "fragmented")
+    fleet.set_refused("c", "not-enough-free-slices")
     clock.now += 20
-    fleet.set_pending("a", "not-enough-free-slices")  # refused again, for another reason: still waiting since
+    fleet.set_refused("a", "not-enough-free-slices")  # refused again, for another reason: still waiting since
     clock.now += 50
 
     assert oldest(metrics, "not-enough-free-slices") == 100  # a, since its first refusal

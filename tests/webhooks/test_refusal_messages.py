@@ -22,7 +22,7 @@ from mig.placement.reasons import (
     Reason,
     Refusal,
 )
-from webhooks.filter import NODES_PREFIX, refusal_text
+from webhooks.refusal import NODES_PREFIX, refusal_text
 
 
 def refuse(apiserver, service, extender, nodes: int, gpus: int, memory: int):

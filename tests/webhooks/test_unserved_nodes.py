@@ -12,7 +12,7 @@ from kubernetes import client
 from waiting_testkit import eventually
 from webhooks_testkit import gpu_pod, node
 
-from webhooks.filter import DOWN_TEXT
+from webhooks.refusal import DOWN_TEXT
 
 RESOURCE = "nvidia.com/gpu"
 

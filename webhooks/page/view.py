@@ -10,8 +10,8 @@ Bounded work per rendering, however big or hostile the cluster:
 - the idle list (`dynmig.io/node-idle-instances`) is read from the watch cache's Node objects: the
   Fleet does not keep it, as it never occupies anything (an unreadable one is said on the node, and
   changes nothing else);
-- pending pods are diagnosed against the scheduler's own placement index (read under its lock, one
-  pod at a time, so a filter never waits for more than one diagnosis), over the nodes each may run
+- pending pods are diagnosed against the scheduler's own placement index (`Fleet.diagnose`, under
+  its lock one pod at a time, so a filter never waits for more than one diagnosis), over the nodes each may run
   on (`mig.eligibility`, from the watch cache's Node objects), and at most `MAX_WAITING` of them;
   the others are only counted.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mig.allowlist import ResourceNames
-from mig.fleetview import UNREADABLE, Diagnoses, Eligibilities, gpu_view, idle_view, pending_view
+from mig.fleetview import UNREADABLE, Eligibilities, gpu_view, idle_view, pending_view
 from mig.leftovers import Leftover, LeftoverError, decode_leftovers
 from mig.pods import active_for_scheduler, is_terminating, metadata_of, qualified_name
 from mig.reconstruct import NodeGpus, NodeOccupancy, node_idle
@@ -152,8 +152,7 @@ class FleetPage:
             not (isinstance(spec, Mapping) and spec.get("nodeName"))
             and active_for_scheduler(pod)
             and not is_terminating(pod)
-            and self.fleet.held(uid) is None
-            and self.fleet.in_flight(uid) is None  # reserved: drawn as a segment, not as pending
+            and not self.fleet.counted(uid)  # held or reserved: drawn as a segment, not as pending
         )
 
     def _order(self, pod: Mapping[str, Any]) -> tuple[bool, str, str]:
@@ -165,9 +164,7 @@ class FleetPage:
     def _eligibilities(self) -> Eligibilities:
         """Which nodes with MIG GPUs pods may run on, from the Node objects the cache holds."""
         objects = {str(metadata_of(n).get("name") or ""): n for n in self.nodes() if isinstance(n, Mapping)}
-        with self.fleet.lock:
-            names = self.fleet.index.nodes()
-        return Eligibilities((name, objects.get(name)) for name in names)
+        return Eligibilities((name, objects.get(name)) for name in self.fleet.nodes())
 
     def _pending(self, pods: list[dict[str, Any]]) -> tuple[list[PendingPod], int]:
         waiting = sorted((p for p in pods if self._waiting(p)), key=self._order)
@@ -176,15 +173,14 @@ class FleetPage:
         eligible = self._eligibilities() if waiting else None
         for pod in waiting[:MAX_WAITING]:
             allowed = eligible(pod) if eligible is not None else None
-            with self.fleet.lock:  # the scheduler's index, read between two of its filters
-                view = pending_view(
-                    pod,
-                    (),
-                    names,
-                    diagnosis=Diagnoses(self.fleet.index),
-                    eligible=allowed,
-                    scheduler=self.scheduler_name,
-                )
+            view = pending_view(
+                pod,
+                (),
+                names,
+                diagnosis=self.fleet.diagnose,  # the scheduler's index, read between two of its decisions
+                eligible=allowed,
+                scheduler=self.scheduler_name,
+            )
             if view is not None:
                 pending.append(view)
         return pending, max(0, len(waiting) - MAX_WAITING)
