@@ -4,7 +4,7 @@ node lock), then off idle instances it would overlap; never onto a GPU nothing h
 
 from __future__ import annotations
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from mig.annotations import MigAllocation, PlacementModel
 from mig.catalog import find_model
 from mig.idle import IdleInstance
