@@ -117,6 +117,7 @@ class InstanceError(RuntimeError):
         self.reason = reason
         self.leaked = leaked  # a GI this call created could not be rolled back
         self.gi_id = -1  # that GI's ID (set with `leaked`)
+        self.held_by = -1  # a create refused: the ID of a GI that holds (part of) its placement
         super().__init__(message)
 
 
@@ -280,9 +281,13 @@ class InstanceManager:
                 f"{key.profile} on {gpu.uuid} (legal: {', '.join(map(str, possible))})",
             )
         try:
+            # why: the key's placement was reserved for this owner, the journal records the intent
+            # first, and NVML refuses a GI that would overlap any existing one
             gi = self.nvml.create_gi(handle, profile.id, key.placement)
         except NvmlError as error:
-            raise InstanceError("create-gi", f"create GI {key}: {error}") from None
+            refused = InstanceError("create-gi", f"create GI {key}: {error}")
+            refused.held_by = self._holder(gpu, key.placement)
+            raise refused from None
         try:
             if gi.placement != key.placement or gi.profile_id != profile.id:
                 raise InstanceError(
@@ -307,6 +312,17 @@ class InstanceManager:
                 error.leaked, error.gi_id = True, gi.gi_id  # the journal's intent entry stays
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
+
+    def _holder(self, gpu: GpuInventory, placement: Placement) -> int:
+        """The ID of a live GI overlapping `placement` (after a refused create); -1 when none or NVML
+        cannot tell."""
+        try:
+            for gi in self.nvml.list_gis(gpu.device.handle, list(gpu.profiles)):
+                if gi.placement.overlaps(placement):
+                    return gi.gi_id
+        except NvmlError:
+            pass
+        return -1
 
     def _listed_mig_uuid(self, handle: object, gi_id: int, ci_id: int) -> str | None:
         """The new CI's MIG UUID, waiting up to LISTING_WAIT_S for NVML's MIG device list to show it
@@ -500,8 +516,10 @@ class InstanceManager:
 
     # ---- destroy
 
-    def release(self, key: InstanceKey, cause: str = "reclaim") -> None:
-        """Destroy the managed instance of `key` (CI, then GI) and forget it; gone already = done."""
+    def release(self, key: InstanceKey, cause: str = "reclaim", unused: bool = False) -> None:
+        """Destroy the managed instance of `key` (CI, then GI) and forget it; gone already = done.
+        `unused`: only when NVML shows no process on it ("cannot tell" counts as busy), checked
+        under the GPU's lock; else InstanceError `in-use` and it stays."""
         instance = self.get(key)
         if instance is None:
             return
@@ -509,6 +527,8 @@ class InstanceManager:
         with self.gpu_lock(key.gpu_uuid):
             started = time.perf_counter()
             try:
+                if unused:
+                    self._check_unused(instance)
                 self._destroy(gpu, instance)
             except InstanceError as error:
                 self.metrics.fail("destroy", error.reason)
@@ -533,6 +553,22 @@ class InstanceManager:
         if cause == "reclaim":
             self.events.reclaimed(instance.owner, str(key), instance.mig_uuid)
 
+    def _check_unused(self, instance: ManagedInstance) -> None:
+        if not instance.has_ci:
+            return  # a GI without its compute instance runs nothing
+        try:
+            pids = self.instance_processes(instance)
+        except NvmlError as error:
+            raise InstanceError(
+                "in-use", f"{instance.key}: NVML cannot tell whether a process uses it ({error})"
+            ) from None
+        if pids:
+            raise InstanceError(
+                "in-use",
+                f"{instance.key}: process(es) {', '.join(map(str, pids[:8]))} still run on "
+                f"{instance.mig_uuid}",
+            )
+
     def _destroy(self, gpu: GpuInventory, instance: ManagedInstance) -> None:
         handle, key = gpu.device.handle, instance.key
         try:
@@ -553,9 +589,12 @@ class InstanceManager:
                 return
             ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
             if ci is not None:
-                # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
+                # why: the caller proved the instance ours and done with (its pod ended, its claim was
+                # unprepared, or its slices are needed and nothing runs on it); CIs go first or the
+                # GI is IN_USE.
                 self.nvml.destroy_ci(ci.handle)
-            # why: return the reserved slices to the GPU so the scheduler's next reservation fits.
+            # why: same proof; the GI was just checked to be ours by ID, profile and placement, and
+            # destroying it returns the slices so the next reservation or claim fits.
             self.nvml.destroy_gi(gi.handle)
         except NvmlError as error:
             reason = "in-use" if error.code == IN_USE else "nvml"
