@@ -13,12 +13,15 @@ was created (or adopted) for, so an instance is never handed to another pod.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from base.logs import about
 from mig.annotations import MigAllocation
@@ -31,6 +34,7 @@ from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
 
 log = logging.getLogger("dynmig.plugin.instances")
 
+GPU_LOCKS = "gpus"  # beside the device plugin's journal: the per-GPU lock files (the DRA plugin's too)
 LISTING_WAIT_S = 3.0  # how long a new MIG device may take to show in NVML's list before a rollback
 LISTING_POLL_S = 0.05
 
@@ -110,6 +114,23 @@ class FifoLock:
             return self._next - self._serving
 
 
+@contextmanager
+def node_lock(lock_dir: Path | None, uuid: str) -> Iterator[None]:
+    """The GPU's lock across the processes of the node: an exclusive `flock` on its file in
+    `lock_dir`, which the device plugin and the DRA plugin share (the kernel drops it when a process
+    dies, kill -9 included); no `lock_dir`: this process only."""
+    if lock_dir is None:
+        yield
+        return
+    name = "gpu-" + "".join(c if c.isalnum() or c == "-" else "_" for c in uuid)[:200] + ".lock"
+    fd = os.open(lock_dir / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
 
@@ -128,7 +149,9 @@ class InstanceManager:
         inventory: Inventory,
         metrics: PluginMetrics | None = None,
         journal: Journal | None = None,
+        lock_dir: Path | None = None,
     ):
+        """`lock_dir`: where the per-GPU lock files of the node live (`node_lock`); made here."""
         self.nvml = nvml
         self.inventory = inventory
         self.metrics = metrics or PluginMetrics()
@@ -139,6 +162,18 @@ class InstanceManager:
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
         self._gpu_locks: dict[str, FifoLock] = {}
+        self.lock_dir = lock_dir
+        if lock_dir is not None:
+            try:
+                lock_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                log.error(
+                    "cannot make the per-GPU lock directory %s (%s): GPUs are locked in this process "
+                    "only, so no other plugin process of the node may run beside this one",
+                    lock_dir,
+                    error.strerror,
+                )
+                self.lock_dir = None
 
     # ---- the managed set
 
@@ -164,10 +199,11 @@ class InstanceManager:
 
     @contextmanager
     def gpu_lock(self, uuid: str) -> Iterator[None]:
-        """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock."""
+        """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock, in this
+        process (first come, first served) and across the node's processes (`node_lock`)."""
         with self._map_lock:
             lock = self._gpu_locks.setdefault(uuid, FifoLock())
-        with lock:
+        with lock, node_lock(self.lock_dir, uuid):
             yield
 
     def gpu_queue(self, uuid: str) -> int:

@@ -124,7 +124,9 @@ class DraPluginApp:
         edits = MigEdits(self.config.driver_root, self.config.mig_minors)
         cdi = CdiSpecs(self.config.cdi_dir, self.config.driver, edits)
         # the node's one writer of MIG instances, as in the device plugin: per-GPU locks, the journal
-        manager = InstanceManager(self.nvml, inventory(gpus), self.metrics, self.journal)
+        manager = InstanceManager(
+            self.nvml, inventory(gpus), self.metrics, self.journal, self.config.gpu_lock_dir
+        )
         self.preparer = Preparer(
             manager,
             gpus,

@@ -125,6 +125,12 @@ class Preparer:
     def _ensure(self, ref: ClaimRef, index: int, r: Result, d: MigDevice) -> tuple[Result, ManagedInstance]:
         """The claim's instance for `d`, made by the instance manager if it is not there yet."""
         key = key_of(d)
+        recorded = self.manager.journal.get(key.journal_key)
+        if recorded is not None and recorded.podUID != ref.uid:
+            # journaled for another claim, even one adoption could not prove yet: never taken over
+            raise PrepareError(
+                f"claim {ref}: device {r.device} is prepared for claim {recorded.namespace}/{recorded.name}"
+            )
         try:
             instance, created = self.manager.ensure(key, Owner(ref.uid, ref.namespace, ref.name, 0, index))
         except InstanceError as error:

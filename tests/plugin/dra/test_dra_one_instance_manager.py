@@ -1,7 +1,8 @@
 """The DRA plugin makes and releases MIG instances through the node's one instance manager
 (`plugin.instances`), the writer the device plugin uses: its per-GPU lock, its journal, its adoption
 rule. The plugin runs unchanged (`DraPluginApp`) over the simulated NVML and API server; the device
-plugin's side is the manager call its Allocate makes (`InstanceManager.ensure` for a pod)."""
+plugin's side is its instance manager, built as its process builds it, and the call its Allocate
+makes (`InstanceManager.ensure` for a pod)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from typing import Any
 from test_dra_plugin import NS, DraNode, attrs, node  # noqa: F401 - `node` is the fixture
 from waiting_testkit import wait_for
 
+from mig.allowlist import default_allowlist
+from plugin.config import DeviceFilter
+from plugin.discovery import discover
 from plugin.instances import InstanceError, InstanceKey, InstanceManager
-from plugin.journal import Owner
+from plugin.journal import Journal, Owner
+from plugin.nvml import Nvml
 
 POD = Owner("pod-uid-1", NS, "vgpu-pod")
 
@@ -24,41 +29,61 @@ def _manager(n: DraNode) -> InstanceManager:
 
 
 def _journal(n: DraNode) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = json.loads((n.root / "state" / "instances.json").read_text())["entries"]
+    path = n.root / "state" / "instances.json"
+    entries: list[dict[str, Any]] = json.loads(path.read_text())["entries"] if path.exists() else []
     return entries
+
+
+def _device_plugin(n: DraNode) -> InstanceManager:
+    """The device plugin's instance manager as its process builds it (plugin/main.py): its own
+    NVML session and journal, the node's per-GPU lock files."""
+    nvml = Nvml()
+    nvml.init()
+    state = n.root / "device-plugin"
+    journal = Journal(state)
+    journal.load()
+    return InstanceManager(
+        nvml, discover(nvml, default_allowlist(), DeviceFilter()), journal=journal, lock_dir=n.root / "gpus"
+    )
 
 
 def test_the_dra_plugin_and_the_device_plugin_on_one_node_never_create_overlapping_instances_concurrently(
     node,  # noqa: F811
 ):
     device = node.first_fit("3g.20gb")
-    gpu, _, start, size = attrs(device)
+    gpu, _, start, _ = attrs(device)
     claim = node.claim("dra-side", device["name"])
-    manager = _manager(node)
-    overlapping = InstanceKey(gpu, "2g.10gb", start, 2)  # the device plugin's pod wants the same slices
+    dra, pods = _manager(node), _device_plugin(node)
+    overlapping = InstanceKey(gpu, "2g.10gb", start, 2)  # a device plugin pod's reservation, same slices
     answers: dict[str, Any] = {}
 
     def device_plugin() -> None:
         try:
-            answers["pod"] = manager.ensure(overlapping, POD)
+            answers["pod"] = pods.ensure(overlapping, POD)
         except InstanceError as error:
             answers["pod"] = error
 
-    with manager.gpu_lock(gpu):  # one writer per GPU: both sides queue behind this lock
-        dra = threading.Thread(target=lambda: answers.setdefault("claim", node.prepare(claim)))
-        dra.start()
-        wait_for(lambda: manager.gpu_queue(gpu) == 2, what="the DRA prepare waiting on the GPU's lock")
-        pod = threading.Thread(target=device_plugin)
-        pod.start()
-        wait_for(lambda: manager.gpu_queue(gpu) == 3, what="the device plugin waiting on the same lock")
-        assert node.instances() == []  # nobody created while another held the GPU
-    dra.join(30)
-    pod.join(30)
+    with pods.gpu_lock(gpu):  # the device plugin is writing on this GPU
+        prepare = threading.Thread(target=lambda: answers.setdefault("claim", node.prepare(claim)))
+        prepare.start()
+        wait_for(lambda: dra.gpu_queue(gpu) == 1, what="the DRA prepare at the GPU's lock")
+        allocate = threading.Thread(target=device_plugin)
+        allocate.start()
+        wait_for(lambda: pods.gpu_queue(gpu) == 2, what="a second device plugin call at the GPU's lock")
+        assert node.instances() == []  # neither created while the other process held the GPU
+    prepare.join(30)
+    allocate.join(30)
 
-    assert node.instances() == [(gpu, "3g.20gb", start, size)]  # the first in line, alone
-    assert answers["claim"].claims[claim["metadata"]["uid"]].error == ""
-    assert isinstance(answers["pod"], InstanceError) and answers["pod"].reason == "create-gi"
-    assert [(e["gpuUUID"], e["podUID"]) for e in _journal(node)] == [(gpu, claim["metadata"]["uid"])]
+    made = node.instances()
+    assert len(made) == 1 and made[0][0] == gpu and made[0][2] == start  # one of the two, alone
+    refused = [a for a in (answers["pod"], answers["claim"].claims[claim["metadata"]["uid"]]) if _failed(a)]
+    assert len(refused) == 1
+    journaled = [e["podUID"] for e in _journal(node)] + [e.podUID for e in pods.journal.entries()]
+    assert len(journaled) == 1 and journaled[0] in (POD.pod_uid, claim["metadata"]["uid"])
+
+
+def _failed(answer: Any) -> bool:
+    return isinstance(answer, InstanceError) or bool(getattr(answer, "error", ""))
 
 
 def test_a_dra_unprepare_destroys_only_its_own_claims_instance(node):  # noqa: F811
@@ -69,7 +94,8 @@ def test_a_dra_unprepare_destroys_only_its_own_claims_instance(node):  # noqa: F
     node.prepare(other)
     free = node.first_fit("2g.10gb")
     gpu, profile, start, size = attrs(free)
-    node.app.preparer.manager.ensure(InstanceKey(gpu, profile, start, size), POD)  # a device plugin pod's
+    pods = _device_plugin(node)
+    pods.ensure(InstanceKey(gpu, profile, start, size), POD)  # a device plugin pod's
     before = node.instances()
     assert len(before) == 3
 
@@ -77,7 +103,8 @@ def test_a_dra_unprepare_destroys_only_its_own_claims_instance(node):  # noqa: F
 
     left = node.instances()
     assert len(left) == 2 and (gpu, profile, start, size) in left
-    assert sorted(e["podUID"] for e in _journal(node)) == sorted([other["metadata"]["uid"], POD.pod_uid])
+    assert [e["podUID"] for e in _journal(node)] == [other["metadata"]["uid"]]
+    assert [e.podUID for e in pods.journal.entries()] == [POD.pod_uid]
 
 
 def test_an_instance_recorded_by_the_previous_dra_journal_format_is_adopted_not_destroyed_after_upgrade(
@@ -90,20 +117,12 @@ def test_an_instance_recorded_by_the_previous_dra_journal_format_is_adopted_not_
     # the journal exactly as the DRA plugin before the shared instance manager wrote it
     # (plugin/dra/prepare.py: Entry.intent(key, Owner(claim UID, namespace, name, 0, index)), then
     # with_runtime(GI, CI, MIG UUID); plugin/journal.py encode: compact, keys sorted)
+    e, uid = entry, claim["metadata"]["uid"]
     old = (
-        '{"entries":[{"computeInstanceID":%d,"containerIndex":0,"deviceIndex":0,"gpuInstanceID":%d,'
-        '"gpuUUID":"%s","migUUID":"%s","name":"upgraded","namespace":"%s","podUID":"%s",'
-        '"profile":"3g.20gb","size":%d,"start":%d}],"version":1}'
-        % (
-            entry["computeInstanceID"],
-            entry["gpuInstanceID"],
-            entry["gpuUUID"],
-            entry["migUUID"],
-            NS,
-            claim["metadata"]["uid"],
-            entry["size"],
-            entry["start"],
-        )
+        f'{{"entries":[{{"computeInstanceID":{e["computeInstanceID"]},"containerIndex":0,"deviceIndex":0,'
+        f'"gpuInstanceID":{e["gpuInstanceID"]},"gpuUUID":"{e["gpuUUID"]}","migUUID":"{e["migUUID"]}",'
+        f'"name":"upgraded","namespace":"{NS}","podUID":"{uid}","profile":"3g.20gb","size":{e["size"]},'
+        f'"start":{e["start"]}}}],"version":1}}'
     )
     (node.root / "state" / "instances.json").write_text(old)
     before = node.instances()

@@ -59,6 +59,7 @@ class DraNode:
             plugin_dir=self.root / "plugin",
             cdi_dir=self.root / "cdi",
             state_dir=self.root / "state",
+            gpu_lock_dir=self.root / "gpus",
             resync_interval=0.2,
             mig_minors=write_mig_minors(self.root / "mig-minors", 8),
         )
