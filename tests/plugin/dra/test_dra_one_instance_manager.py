@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 from test_dra_plugin import NS, DraNode, attrs, node  # noqa: F401 - `node` is the fixture
@@ -21,11 +22,6 @@ from plugin.journal import Journal, Owner
 from plugin.nvml import Nvml
 
 POD = Owner("pod-uid-1", NS, "vgpu-pod")
-
-
-def _manager(n: DraNode) -> InstanceManager:
-    assert n.app is not None and n.app.preparer is not None
-    return n.app.preparer.manager
 
 
 def _journal(n: DraNode) -> list[dict[str, Any]]:
@@ -53,7 +49,7 @@ def test_the_dra_plugin_and_the_device_plugin_on_one_node_never_create_overlappi
     device = node.first_fit("3g.20gb")
     gpu, _, start, _ = attrs(device)
     claim = node.claim("dra-side", device["name"])
-    dra, pods = _manager(node), _device_plugin(node)
+    pods = _device_plugin(node)
     overlapping = InstanceKey(gpu, "2g.10gb", start, 2)  # a device plugin pod's reservation, same slices
     answers: dict[str, Any] = {}
 
@@ -66,7 +62,10 @@ def test_the_dra_plugin_and_the_device_plugin_on_one_node_never_create_overlappi
     with pods.gpu_lock(gpu):  # the device plugin is writing on this GPU
         prepare = threading.Thread(target=lambda: answers.setdefault("claim", node.prepare(claim)))
         prepare.start()
-        wait_for(lambda: dra.gpu_queue(gpu) == 1, what="the DRA prepare at the GPU's lock")
+        wait_for(
+            lambda: _blocked(node.root / "gpus") == 1,
+            what="the DRA prepare blocked on the lock file the device plugin holds",
+        )
         allocate = threading.Thread(target=device_plugin)
         allocate.start()
         wait_for(lambda: pods.gpu_queue(gpu) == 2, what="a second device plugin call at the GPU's lock")
@@ -80,6 +79,19 @@ def test_the_dra_plugin_and_the_device_plugin_on_one_node_never_create_overlappi
     assert len(refused) == 1
     journaled = [e["podUID"] for e in _journal(node)] + [e.podUID for e in pods.journal.entries()]
     assert len(journaled) == 1 and journaled[0] in (POD.pod_uid, claim["metadata"]["uid"])
+
+
+def _blocked(lock_dir: Path) -> int:
+    """How many callers the kernel shows waiting for a flock on a file in `lock_dir` (the `->` lines
+    of /proc/locks, whose device field ends in the file's inode)."""
+    inodes = {f.stat().st_ino for f in lock_dir.glob("*.lock")}
+    waiting = 0
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields:
+            device = next((f for f in fields if f.count(":") == 2), "")
+            waiting += device.rsplit(":", 1)[-1].isdigit() and int(device.rsplit(":", 1)[-1]) in inodes
+    return waiting
 
 
 def _failed(answer: Any) -> bool:
