@@ -360,6 +360,30 @@ class InstanceManager:
             pass
         return -1
 
+    def confirm(self, key: InstanceKey) -> None:
+        """Forget the managed instance of `key` when NVML shows its GI gone, or its ID now naming
+        another instance (a GPU reset behind our back), so the next `ensure` makes it anew; destroys
+        nothing. InstanceError when NVML cannot tell."""
+        instance = self.get(key)
+        if instance is None:
+            return
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        with self.gpu_lock(key.gpu_uuid):
+            try:
+                gi = self.nvml.gi_by_id(gpu.device.handle, instance.gi_id)
+            except NvmlError as error:
+                raise InstanceError("nvml-query", f"look for {key}: {error}") from None
+            profile = gpu.profile(key.profile)
+            if (
+                gi is not None
+                and gi.placement == key.placement
+                and (profile is None or gi.profile_id == profile.id)
+            ):
+                return
+            log.info("MIG instance %s (GI %d) is gone; forgetting it", key, instance.gi_id)
+            self._forget(key)
+            self._unjournal(key)
+
     def _listed_mig_uuid(self, handle: object, gi_id: int, ci_id: int) -> str | None:
         """The new CI's MIG UUID, waiting up to LISTING_WAIT_S for NVML's MIG device list to show it
         (DCGM's view is known to lag a create by 1-2 s, NVIDIA/DCGM#230; NVML's may too)."""

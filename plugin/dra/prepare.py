@@ -132,6 +132,8 @@ class Preparer:
                 f"claim {ref}: device {r.device} is prepared for claim {recorded.namespace}/{recorded.name}"
             )
         try:
+            if recorded is not None:
+                self.manager.confirm(key)  # prepared before: its GI may have gone with a GPU reset
             instance, created = self.manager.ensure(key, Owner(ref.uid, ref.namespace, ref.name, 0, index))
         except InstanceError as error:
             raise PrepareError(self._refusal(ref, r, d, error)) from None

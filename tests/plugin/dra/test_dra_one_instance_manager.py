@@ -147,3 +147,20 @@ def test_an_instance_recorded_by_the_previous_dra_journal_format_is_adopted_not_
     assert [e["migUUID"] for e in _journal(node)] == [entry["migUUID"]]
     assert node.unprepare(claim).claims[claim["metadata"]["uid"]].error == ""
     assert node.instances() == []
+
+
+def test_a_prepared_claim_whose_instance_went_with_a_gpu_reset_is_prepared_anew_at_its_placement(
+    node,  # noqa: F811
+):
+    claim = node.claim("reset", node.first_fit("2g.10gb")["name"])
+    node.prepare(claim)
+    (made,) = node.instances()
+    (before,) = _journal(node)
+    node.sim.reset_gpu(made[0])
+    assert node.instances() == []
+
+    again = node.prepare(claim).claims[claim["metadata"]["uid"]]
+
+    assert again.error == "" and node.instances() == [made]
+    (after,) = _journal(node)
+    assert after["migUUID"] != before["migUUID"]
