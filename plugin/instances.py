@@ -122,8 +122,18 @@ def node_lock(lock_dir: Path | None, uuid: str) -> Iterator[None]:
     if lock_dir is None:
         yield
         return
-    name = "gpu-" + "".join(c if c.isalnum() or c == "-" else "_" for c in uuid)[:200] + ".lock"
-    fd = os.open(lock_dir / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    path = lock_dir / ("gpu-" + "".join(c if c.isalnum() or c == "-" else "_" for c in uuid)[:200] + ".lock")
+    fd: int | None = None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        # a broken state directory: the journal write that follows fails too, and says so
+        log.error(
+            "cannot open the GPU's lock file %s (%s): locked in this process only", path, error.strerror
+        )
+    if fd is None:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
