@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from base.logs import about
 from mig.annotations import (
@@ -234,7 +234,7 @@ class Allocator:
             # (NVML holds no overlapping instance beside them); the reconcile loop reclaims the
             # rest on its own period
             ready = all(self._ready_for(pod, r) for r in reservations)
-            misses = {} if ready else self._clear_way(pod, reservations)
+            misses = {} if ready else self.reconciler.clear_for(pod, reservations, self.busy_wait)
             try:
                 realized, created = self._ensure_all(pod, reservations)
             except AllocateError as error:
@@ -244,7 +244,7 @@ class Allocator:
                 # for a pod that went meanwhile): now it is managed, the pass proves it unused
                 # (journal, no process, no active pod of its own) or leaves it, and we try once more
                 log.info("Allocate for %s: %s; clearing the way again", pod.ref, error)
-                misses = self._clear_way(pod, reservations)
+                misses = self.reconciler.clear_for(pod, reservations, self.busy_wait)
                 realized, created = self._ensure_all(pod, reservations)
         if self.reconciler.idle.enabled:
             for key in created:
@@ -311,53 +311,6 @@ class Allocator:
             if new:
                 created.append(key)
         return realized, created
-
-    def _clear_way(self, pod: PodView, reservations: list[MigAllocation]) -> dict[InstanceKey, str]:
-        """Reconcile first. An ended pod's instance overlapping a reserved placement is destroyed now,
-        whatever its back-off; while that fails (its last processes are exiting), retry for up to
-        `busy_wait` seconds. Whatever still blocks then makes the create fail, never shared. An idle
-        instance is spared only when it will serve the reservation at its exact key (the idle
-        policy's match and namespace rule); one that overlaps otherwise is destroyed first. Returns,
-        per reservation key, why an idle instance in its way could not serve it (for the metrics)."""
-        wanted = [(r.gpuUUID, r.placement_value, InstanceKey.of(r)) for r in reservations]
-        policy = self.reconciler.idle
-        misses: dict[InstanceKey, str] = {}
-        owner = Owner(pod.uid, pod.namespace, pod.name)
-
-        strict = [False]  # the first pass spares an ended pod's instance at an exact key: it may park
-
-        def blocks(m: ManagedInstance) -> bool:
-            for gpu, placement, key in wanted:
-                if m.key.gpu_uuid != gpu or not m.key.placement.overlaps(placement):
-                    continue
-                if policy.serves(m, key, pod.namespace):
-                    return False
-                if (
-                    not strict[0]
-                    and not m.idle
-                    and policy.serves(replace(m, idle_since=0.0), key, pod.namespace)
-                ):
-                    return False
-                if m.idle:
-                    misses[key] = policy.why_not(m, owner, key) or "none"
-                return True
-            return False
-
-        deadline = time.monotonic() + self.busy_wait
-        while True:
-            result = self.reconciler.run_once(urgent=blocks)
-            if not strict[0]:
-                strict[0] = True
-                # what the pass neither parked nor destroyed at an exact key is in the way now
-                if any(
-                    blocks(m) and m.owner is not None and m.owner.pod_uid != pod.uid
-                    for m in self.manager.managed()
-                ):
-                    continue
-            in_way = {m.key for m in self.manager.managed() if blocks(m)}
-            if not any(key in in_way for key, _ in result.failed) or time.monotonic() >= deadline:
-                return misses
-            time.sleep(BUSY_POLL_S)
 
     def _wait_idle(self, instance: ManagedInstance) -> None:
         """Return once NVML shows no compute process on the existing instance; else instance-busy."""

@@ -13,12 +13,15 @@ was created (or adopted) for, so an instance is never handed to another pod.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from base.logs import about
 from mig.annotations import MigAllocation
@@ -31,6 +34,7 @@ from plugin.nvml import IN_USE, MIG_ENABLE, GiProfile, GiRecord, Nvml, NvmlError
 
 log = logging.getLogger("dynmig.plugin.instances")
 
+GPU_LOCKS = "gpus"  # beside the device plugin's journal: the per-GPU lock files (the DRA plugin's too)
 LISTING_WAIT_S = 3.0  # how long a new MIG device may take to show in NVML's list before a rollback
 LISTING_POLL_S = 0.05
 
@@ -110,6 +114,33 @@ class FifoLock:
             return self._next - self._serving
 
 
+@contextmanager
+def node_lock(lock_dir: Path | None, uuid: str) -> Iterator[None]:
+    """The GPU's lock across the processes of the node: an exclusive `flock` on its file in
+    `lock_dir`, which the device plugin and the DRA plugin share (the kernel drops it when a process
+    dies, kill -9 included); no `lock_dir`: this process only."""
+    if lock_dir is None:
+        yield
+        return
+    path = lock_dir / ("gpu-" + "".join(c if c.isalnum() or c == "-" else "_" for c in uuid)[:200] + ".lock")
+    fd: int | None = None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        # a broken state directory: the journal write that follows fails too, and says so
+        log.error(
+            "cannot open the GPU's lock file %s (%s): locked in this process only", path, error.strerror
+        )
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
 class InstanceError(RuntimeError):
     """A refused or failed instance operation; `reason` is the metric label."""
 
@@ -117,6 +148,7 @@ class InstanceError(RuntimeError):
         self.reason = reason
         self.leaked = leaked  # a GI this call created could not be rolled back
         self.gi_id = -1  # that GI's ID (set with `leaked`)
+        self.held_by = -1  # a create refused: the ID of a GI that holds (part of) its placement
         super().__init__(message)
 
 
@@ -127,7 +159,9 @@ class InstanceManager:
         inventory: Inventory,
         metrics: PluginMetrics | None = None,
         journal: Journal | None = None,
+        lock_dir: Path | None = None,
     ):
+        """`lock_dir`: where the per-GPU lock files of the node live (`node_lock`); made here."""
         self.nvml = nvml
         self.inventory = inventory
         self.metrics = metrics or PluginMetrics()
@@ -138,6 +172,18 @@ class InstanceManager:
         self._managed: dict[InstanceKey, ManagedInstance] = {}
         self._map_lock = threading.Lock()
         self._gpu_locks: dict[str, FifoLock] = {}
+        self.lock_dir = lock_dir
+        if lock_dir is not None:
+            try:
+                lock_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                log.error(
+                    "cannot make the per-GPU lock directory %s (%s): GPUs are locked in this process "
+                    "only, so no other plugin process of the node may run beside this one",
+                    lock_dir,
+                    error.strerror,
+                )
+                self.lock_dir = None
 
     # ---- the managed set
 
@@ -163,10 +209,11 @@ class InstanceManager:
 
     @contextmanager
     def gpu_lock(self, uuid: str) -> Iterator[None]:
-        """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock."""
+        """One writer per GPU: every create, destroy and adopt on `uuid` runs under this lock, in this
+        process (first come, first served) and across the node's processes (`node_lock`)."""
         with self._map_lock:
             lock = self._gpu_locks.setdefault(uuid, FifoLock())
-        with lock:
+        with lock, node_lock(self.lock_dir, uuid):
             yield
 
     def gpu_queue(self, uuid: str) -> int:
@@ -280,9 +327,13 @@ class InstanceManager:
                 f"{key.profile} on {gpu.uuid} (legal: {', '.join(map(str, possible))})",
             )
         try:
+            # why: the key's placement was reserved for this owner, the journal records the intent
+            # first, and NVML refuses a GI that would overlap any existing one
             gi = self.nvml.create_gi(handle, profile.id, key.placement)
         except NvmlError as error:
-            raise InstanceError("create-gi", f"create GI {key}: {error}") from None
+            refused = InstanceError("create-gi", f"create GI {key}: {error}")
+            refused.held_by = self._holder(gpu, key.placement)
+            raise refused from None
         try:
             if gi.placement != key.placement or gi.profile_id != profile.id:
                 raise InstanceError(
@@ -307,6 +358,41 @@ class InstanceManager:
                 error.leaked, error.gi_id = True, gi.gi_id  # the journal's intent entry stays
             raise
         return ManagedInstance(key, gi.gi_id, ci.ci_id, mig_uuid)
+
+    def _holder(self, gpu: GpuInventory, placement: Placement) -> int:
+        """The ID of a live GI overlapping `placement` (after a refused create); -1 when none or NVML
+        cannot tell."""
+        try:
+            for gi in self.nvml.list_gis(gpu.device.handle, list(gpu.profiles)):
+                if gi.placement.overlaps(placement):
+                    return gi.gi_id
+        except NvmlError:
+            pass
+        return -1
+
+    def confirm(self, key: InstanceKey) -> None:
+        """Forget the managed instance of `key` when NVML shows its GI gone, or its ID now naming
+        another instance (a GPU reset behind our back), so the next `ensure` makes it anew; destroys
+        nothing. InstanceError when NVML cannot tell."""
+        instance = self.get(key)
+        if instance is None:
+            return
+        gpu = self._mutable_gpu(key.gpu_uuid)
+        with self.gpu_lock(key.gpu_uuid):
+            try:
+                gi = self.nvml.gi_by_id(gpu.device.handle, instance.gi_id)
+            except NvmlError as error:
+                raise InstanceError("nvml-query", f"look for {key}: {error}") from None
+            profile = gpu.profile(key.profile)
+            if (
+                gi is not None
+                and gi.placement == key.placement
+                and (profile is None or gi.profile_id == profile.id)
+            ):
+                return
+            log.info("MIG instance %s (GI %d) is gone; forgetting it", key, instance.gi_id)
+            self._forget(key)
+            self._unjournal(key)
 
     def _listed_mig_uuid(self, handle: object, gi_id: int, ci_id: int) -> str | None:
         """The new CI's MIG UUID, waiting up to LISTING_WAIT_S for NVML's MIG device list to show it
@@ -500,8 +586,10 @@ class InstanceManager:
 
     # ---- destroy
 
-    def release(self, key: InstanceKey, cause: str = "reclaim") -> None:
-        """Destroy the managed instance of `key` (CI, then GI) and forget it; gone already = done."""
+    def release(self, key: InstanceKey, cause: str = "reclaim", unused: bool = False) -> None:
+        """Destroy the managed instance of `key` (CI, then GI) and forget it; gone already = done.
+        `unused`: only when NVML shows no process on it ("cannot tell" counts as busy), checked
+        under the GPU's lock; else InstanceError `in-use` and it stays."""
         instance = self.get(key)
         if instance is None:
             return
@@ -509,6 +597,8 @@ class InstanceManager:
         with self.gpu_lock(key.gpu_uuid):
             started = time.perf_counter()
             try:
+                if unused:
+                    self._check_unused(instance)
                 self._destroy(gpu, instance)
             except InstanceError as error:
                 self.metrics.fail("destroy", error.reason)
@@ -533,6 +623,22 @@ class InstanceManager:
         if cause == "reclaim":
             self.events.reclaimed(instance.owner, str(key), instance.mig_uuid)
 
+    def _check_unused(self, instance: ManagedInstance) -> None:
+        if not instance.has_ci:
+            return  # a GI without its compute instance runs nothing
+        try:
+            pids = self.instance_processes(instance)
+        except NvmlError as error:
+            raise InstanceError(
+                "in-use", f"{instance.key}: NVML cannot tell whether a process uses it ({error})"
+            ) from None
+        if pids:
+            raise InstanceError(
+                "in-use",
+                f"{instance.key}: process(es) {', '.join(map(str, pids[:8]))} still run on "
+                f"{instance.mig_uuid}",
+            )
+
     def _destroy(self, gpu: GpuInventory, instance: ManagedInstance) -> None:
         handle, key = gpu.device.handle, instance.key
         try:
@@ -553,9 +659,12 @@ class InstanceManager:
                 return
             ci = self.nvml.ci_by_id(gi.handle, instance.ci_id) if instance.has_ci else None
             if ci is not None:
-                # why: the pod that owned this MIG device has ended; CIs go first or the GI is IN_USE.
+                # why: the caller proved the instance ours and done with (its pod ended, its claim was
+                # unprepared, or its slices are needed and nothing runs on it); CIs go first or the
+                # GI is IN_USE.
                 self.nvml.destroy_ci(ci.handle)
-            # why: return the reserved slices to the GPU so the scheduler's next reservation fits.
+            # why: same proof; the GI was just checked to be ours by ID, profile and placement, and
+            # destroying it returns the slices so the next reservation or claim fits.
             self.nvml.destroy_gi(gi.handle)
         except NvmlError as error:
             reason = "in-use" if error.code == IN_USE else "nvml"

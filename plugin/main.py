@@ -23,7 +23,7 @@ from plugin.config import ConfigError, PluginConfig, load_config
 from plugin.discovery import Inventory
 from plugin.events import PodEvents
 from plugin.idle import IdlePolicy, IdlePublisher, idle_list
-from plugin.instances import InstanceManager, ManagedInstance
+from plugin.instances import GPU_LOCKS, InstanceManager, ManagedInstance
 from plugin.journal import Journal
 from plugin.kube import Kube, KubeError, api_client
 from plugin.leftovers import LeftoverPublisher, find_leftovers
@@ -51,7 +51,8 @@ class DevicePluginApp:
         self.nvml = nvml or Nvml()
         self.metrics = metrics or PluginMetrics()
         self.journal = Journal(config.state_dir, self.metrics)
-        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics, self.journal)
+        locks = config.state_dir / GPU_LOCKS if config.state_dir is not None else None
+        self.manager = InstanceManager(self.nvml, Inventory(), self.metrics, self.journal, locks)
         self.manager.events = self.events = PodEvents.for_node(
             kube.core, kube.node_name, dropped=self.metrics.event_dropped
         )

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mig.annotations import AnnotationError, MigAllocation
 from mig.pods import is_terminal
@@ -44,6 +44,7 @@ PARKED, WAITING = (
 log = logging.getLogger("dynmig.plugin.reconcile")
 
 BACKOFF_BASE = 2.0  # seconds before the first retry of a failed reclaim
+CLEAR_POLL_S = 0.2  # clear_for: how often a destroy in a pod's way is tried again
 BACKOFF_CAP = 300.0
 STUCK_EVENT = "MigInstanceReclaimStuck"
 
@@ -175,6 +176,37 @@ class PassResult:
     reservations: NodeReservations | None = None  # set when the pass fully understood the node
 
 
+class InTheWay:
+    """Which managed instances stand in the way of one pod's reservations (`Reconciler.clear_for`),
+    and per reservation key why an idle instance there could not serve it (for the metrics)."""
+
+    def __init__(self, idle: IdlePolicy, pod: PodView, reservations: list[MigAllocation]):
+        self.wanted = [(r.gpuUUID, r.placement_value, InstanceKey.of(r)) for r in reservations]
+        self.idle = idle
+        self.pod = pod
+        self.owner = Owner(pod.uid, pod.namespace, pod.name)
+        self.misses: dict[InstanceKey, str] = {}
+        # the first pass spares an ended pod's instance at an exact key: it may be parked and serve
+        self.strict = False
+
+    def __call__(self, m: ManagedInstance) -> bool:
+        for gpu, placement, key in self.wanted:
+            if m.key.gpu_uuid != gpu or not m.key.placement.overlaps(placement):
+                continue
+            if self.idle.serves(m, key, self.pod.namespace):
+                return False
+            if (
+                not self.strict
+                and not m.idle
+                and self.idle.serves(replace(m, idle_since=0.0), key, self.pod.namespace)
+            ):
+                return False
+            if m.idle:
+                self.misses[key] = self.idle.why_not(m, self.owner, key) or "none"
+            return True
+        return False
+
+
 class Reconciler:
     """Runs reconcile passes; `lock` serializes a pass against Allocate's creates and startup."""
 
@@ -256,6 +288,36 @@ class Reconciler:
         self.backoff.prune({m.key for m in self.manager.managed()})
         self.metrics.reclaims_stuck.set(len(self.backoff.retries))
         return result
+
+    def clear_for(
+        self, pod: PodView, reservations: list[MigAllocation], busy_wait: float
+    ) -> dict[InstanceKey, str]:
+        """Clear the way for a pod's reservations before its instances are created: a reconcile pass
+        with the instances in the way urgent, so an ended pod's instance overlapping a reserved
+        placement is destroyed now whatever its back-off (the pass destroys only what the manager
+        manages, whose pod has no active reservation of its own, and only when it fully understood the
+        node; NVML refuses a destroy while a process runs). While such a destroy fails (its last
+        processes are exiting), it is retried for up to `busy_wait` seconds; whatever still blocks
+        then makes the create fail, never shared. An idle instance is spared only when it will serve
+        the reservation at its exact key (the idle policy's match and namespace rule); one that
+        overlaps otherwise is destroyed first. Returns, per reservation key, why an idle instance in
+        its way could not serve it (for the metrics)."""
+        in_way = InTheWay(self.idle, pod, reservations)
+        deadline = time.monotonic() + busy_wait
+        while True:
+            result = self.run_once(urgent=in_way)
+            if not in_way.strict:
+                in_way.strict = True
+                # what the pass neither parked nor destroyed at an exact key is in the way now
+                if any(
+                    in_way(m) and m.owner is not None and m.owner.pod_uid != pod.uid
+                    for m in self.manager.managed()
+                ):
+                    continue
+            blocking = {m.key for m in self.manager.managed() if in_way(m)}
+            if not any(key in blocking for key, _ in result.failed) or time.monotonic() >= deadline:
+                return in_way.misses
+            time.sleep(CLEAR_POLL_S)
 
     def _still_idle(
         self, instance: ManagedInstance, urgent: Callable[[ManagedInstance], bool] | None

@@ -47,6 +47,9 @@ class DraConfig:
     # driver's table; None: the specs name the device by NVIDIA_VISIBLE_DEVICES alone
     driver_root: Path = Path("/")
     mig_minors: Path | None = None
+    # the node's per-GPU lock files, shared with the device plugin (plugin/instances.py node_lock);
+    # None: GPUs are locked in this process only
+    gpu_lock_dir: Path | None = None
 
 
 def driver_name(text: str) -> str:
@@ -98,6 +101,12 @@ def _flags(environ: Mapping[str, str] | None) -> Flags:
         help="the driver's MIG capability table (device minors of /dev/nvidia-caps/nvidia-cap<N>)",
     )
     f.add("--state-dir", default="/var/lib/dynmig-dra", help="the ownership journal's directory (a hostPath)")
+    f.add(
+        "--gpu-lock-dir",
+        default="/var/lib/dynmig/gpus",
+        help="the per-GPU lock files the device plugin takes too (a hostPath), so the two never "
+        "write one GPU at once; empty: this process only",
+    )
     f.add("--metrics-address", default="", help="host:port of /metrics, /healthz and /readyz; empty: off")
     f.add("--kubeconfig", default="", help="kubeconfig file; empty: the pod's service account")
     f.add(
@@ -148,6 +157,7 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         driver_root=Path(args.driver_root),
         mig_minors=Path(args.mig_minors),
         state_dir=Path(args.state_dir),
+        gpu_lock_dir=Path(args.gpu_lock_dir) if args.gpu_lock_dir else None,
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,
         resync_interval=args.resync_interval,

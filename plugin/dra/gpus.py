@@ -17,7 +17,8 @@ from mig.catalog import GpuModel, UnknownModel, find_model
 from mig.dra.devices import Gpu, Instance
 from mig.types import Placement
 from plugin.config import DeviceFilter
-from plugin.nvml import MIG_ENABLE, GiProfile, GiRecord, Nvml
+from plugin.discovery import GpuInventory, Inventory
+from plugin.nvml import MIG_ENABLE, GiProfile, GiRecord, GpuDevice, Nvml
 
 log = logging.getLogger("dynmig.dra.gpus")
 
@@ -67,6 +68,17 @@ def discover(nvml: Nvml, allowlist: Allowlist, excluded: DeviceFilter | None = N
         profiles = tuple(nvml.gi_profiles(dev.handle))
         out.append(NodeGpu(dev.index, dev.uuid, model, tuple(allowed), dev.handle, profiles))
     return out
+
+
+def inventory(gpus: list[NodeGpu]) -> Inventory:
+    """The GPUs as the node's instance manager (`plugin.instances`) mutates them: only the profiles
+    the allowlist allows, under the driver's names (as the DRA devices carry them)."""
+    out = []
+    for g in gpus:
+        allowed = {s.name for s in Gpu(g.minor, g.uuid, g.model, g.allowed).specs()}
+        device = GpuDevice(g.minor, g.uuid, g.model.nvml_name, 0, -1, g.handle)
+        out.append(GpuInventory(device, g.profiles, tuple(p for p in g.profiles if p.name in allowed)))
+    return Inventory(tuple(out))
 
 
 def live_instances(nvml: Nvml, gpu: NodeGpu) -> list[GiRecord]:

@@ -37,12 +37,13 @@ from plugin.dra.cdi import CdiSpecs
 from plugin.dra.claims import ClaimError, ClaimRef
 from plugin.dra.config import ConfigError, DraConfig, load_config
 from plugin.dra.events import ClaimEvents
-from plugin.dra.gpus import discover, publishable, unheld_slices
+from plugin.dra.gpus import discover, inventory, publishable, unheld_slices
 from plugin.dra.prepare import Preparer
 from plugin.dra.publish import SlicePublisher, pending_instances
 from plugin.dra.service import KubeletSockets
 from plugin.dra.status import DeviceReport, DeviceStatusWriter
-from plugin.journal import Entry, Journal
+from plugin.instances import InstanceManager, ManagedInstance
+from plugin.journal import Journal
 from plugin.metrics import PluginMetrics
 from plugin.nvml import Nvml, NvmlError
 
@@ -98,8 +99,9 @@ class DraPluginApp:
             self.events.created(ref, claim, reports)
         self.device_status.report(ref.namespace, ref.name, reports)
 
-    def _released(self, ref: ClaimRef, entry: Entry) -> None:
-        self.events.reclaimed(ref, f"{entry.profile}@{entry.start} on {entry.gpuUUID}", entry.migUUID or "?")
+    def _released(self, ref: ClaimRef, instance: ManagedInstance) -> None:
+        key = instance.key
+        self.events.reclaimed(ref, f"{key.profile}@{key.start} on {key.gpu_uuid}", instance.mig_uuid or "?")
 
     def _claims_replaced(self, items: list[dict[str, Any]]) -> None:
         with self._claims_lock:
@@ -121,9 +123,12 @@ class DraPluginApp:
         self.journal.load()
         edits = MigEdits(self.config.driver_root, self.config.mig_minors)
         cdi = CdiSpecs(self.config.cdi_dir, self.config.driver, edits)
+        # the node's one writer of MIG instances, as in the device plugin: per-GPU locks, the journal
+        manager = InstanceManager(
+            self.nvml, inventory(gpus), self.metrics, self.journal, self.config.gpu_lock_dir
+        )
         self.preparer = Preparer(
-            self.nvml,
-            self.journal,
+            manager,
             gpus,
             cdi,
             self.config.driver,

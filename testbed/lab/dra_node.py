@@ -112,6 +112,8 @@ def plugin_argv(
             # the simulated driver's /proc/driver/nvidia-caps/mig-minors (it lists more GPUs than a node has)
             "--mig-minors": str(caps.write_mig_minors(state_file.parent / "proc" / "mig-minors", 16)),
             "--state-dir": str(side.state_dir),
+            # the node's per-GPU lock files, in the lab's workdir rather than the host's /var/lib
+            "--gpu-lock-dir": str(side.state_dir.parent / "gpu-locks"),
             "--metrics-address": f"127.0.0.1:{metrics_port}",
         },
         add={"--node-name": node, "--kubeconfig": str(kubeconfig)},

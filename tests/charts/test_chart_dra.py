@@ -205,3 +205,15 @@ def test_an_extended_resource_profile_that_is_not_a_mig_profile_is_refused_by_th
         "template", "dynmig", str(CHART), "--set", DRA, "--set", "draPlugin.extendedResources.profiles={gpu}"
     )
     assert done.returncode != 0 and "extendedResources" in done.stderr
+
+
+def test_the_dra_plugin_takes_the_same_per_gpu_lock_files_as_the_device_plugin():
+    """A node relabelled between modes runs both for a moment (one pod terminating, the other
+    starting): both lock a GPU through the same host directory (plugin/instances.py node_lock)."""
+    sets = _daemonsets(render("1.35", DRA))
+    dra = container(sets["dra-plugin"], "dra-plugin")
+    device = sets["device-plugin"]["spec"]["template"]["spec"]
+    state = {v["name"]: v for v in device["volumes"]}["state"]["hostPath"]["path"]
+    locks = {v["name"]: v for v in sets["dra-plugin"]["spec"]["template"]["spec"]["volumes"]}["gpu-locks"]
+    assert arg(dra, "gpu-lock-dir") == f"{state}/gpus" == locks["hostPath"]["path"]
+    assert {"name": "gpu-locks", "mountPath": f"{state}/gpus"} in dra["volumeMounts"]

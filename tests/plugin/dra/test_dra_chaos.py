@@ -51,6 +51,7 @@ class Process:
             "dra-plugin", "--node-name", NODE, "--config-file", str(policy),
             "--registry-dir", str(self.root / "registry"), "--plugin-dir", str(self.root / "plugin"),
             "--cdi-dir", str(self.root / "cdi"), "--state-dir", str(self.root / "state"),
+            "--gpu-lock-dir", str(self.root / "gpus"),
             "--mig-minors", str(write_mig_minors(self.root / "mig-minors", 8)),
             "--kubeconfig", str(self.api.kubeconfig()), "--resync-interval", "0.5",
         ]  # fmt: skip

@@ -62,6 +62,7 @@ class DraNode:
             plugin_dir=self.root / "plugin",
             cdi_dir=self.root / "cdi",
             state_dir=self.root / "state",
+            gpu_lock_dir=self.root / "gpus",
             resync_interval=0.2,
             mig_minors=write_mig_minors(self.root / "mig-minors", 8),
         )
@@ -418,7 +419,8 @@ def test_the_allocator_never_hands_out_the_placement_of_an_instance_someone_else
 def test_nvml_failing_mid_call_is_each_claims_own_error_and_a_retry_succeeds(node):
     one = node.claim("one", node.first_fit("1g.5gb")["name"])
     two = node.claim("two", node.first_fit("2g.10gb")["name"])
-    node.sim.inject_error("nvmlDeviceGetGpuInstances", 999, times=50)  # NVML_ERROR_UNKNOWN
+    # NVML_ERROR_UNKNOWN after each GI is made: the create is rolled back, the GI destroyed
+    node.sim.inject_error("nvmlGpuInstanceCreateComputeInstance", 999, times=50)
     answer = node.prepare(one, two).claims
     assert all("NVML" in answer[c["metadata"]["uid"]].error for c in (one, two))
     assert node.instances() == []
