@@ -29,8 +29,7 @@ from mig.annotations import NODE_REGISTER
 from mig.fleetview import fleet_view
 from mig.placement import ContainerRequest, PlacementIndex, Plan, PodRequest
 from mig.reconstruct import node_gpus
-from webhooks.fleet import reservation_annotations
-from webhooks.fleet import Fleet, usage_from_plan
+from webhooks.fleet import Fleet, reservation_annotations, usage_from_plan
 from webhooks.page.view import FleetPage
 
 SEED = 20261201
