@@ -14,7 +14,7 @@ from typing import Any
 from test_dra_plugin import NS, DraNode, attrs, node  # noqa: F401 - `node` is the fixture
 from waiting_testkit import wait_for
 
-from mig.allowlist import default_allowlist
+from base.policyfiles import default_allowlist
 from plugin.config import DeviceFilter
 from plugin.discovery import discover
 from plugin.instances import InstanceError, InstanceKey, InstanceManager
