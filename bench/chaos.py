@@ -127,6 +127,7 @@ class Report:
     unavailable_in_window: int = 0
     unavailable_later: int = 0
     seconds: float = 0.0
+    load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, every 10 s
     details: list[str] = field(default_factory=list)
 
     @property
@@ -186,6 +187,7 @@ class Chaos:
         self.killed_at: dict[str, float] = {}  # node -> when its plugin was last killed
         self.ever_running: set[str] = set()
         self.last_check = time.monotonic()
+        self.last_load = float("-inf")
         self.long_hold = long_hold
         self.reuse = reuse
         self.modes = KILL_MODES_REUSE if reuse else KILL_MODES
@@ -216,6 +218,9 @@ class Chaos:
         while (self.created < self.total or self.live) and time.monotonic() < deadline:
             now = time.monotonic()
             pods = {p["metadata"]["name"]: p for p in self.kit.pods()}
+            if now - self.last_load >= 10.0:
+                self.report.load.append(round(os.getloadavg()[0], 1))
+                self.last_load = now
             self._advance(pods, now)
             self._create(now)
             self._check()
@@ -475,11 +480,12 @@ class Chaos:
             if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             for a in _allocations(p)
         }
+        kept = self._kept_idle()
         seen = set()
         for i in instances:
             key = (i.node, i.gpu_uuid, i.gi)
             seen.add(key)
-            if (i.gpu_uuid, i.start, i.size) in held:
+            if (i.gpu_uuid, i.start, i.size) in held or (i.gpu_uuid, i.start, i.size, i.mig_uuid) in kept:
                 self.unheld.pop(key, None)
                 continue
             up = self.down is None or self.down.node != i.node
@@ -493,6 +499,19 @@ class Chaos:
                 )
         for key in [k for k in self.unheld if k not in seen]:
             del self.unheld[key]
+
+    def _kept_idle(self) -> set[tuple[str, int, int, str]]:
+        """Instances kept on purpose: journaled idle by their plugin (published to the scheduler as
+        free slices, handed to the next pod alike), a warm pool's for as long as the pool keeps them,
+        idle reuse's within its TTL. Past that, an idle instance lingers like any other."""
+        if not (self.reuse or self.warm):
+            return set()
+        now = time.time()
+        return {
+            key
+            for key, since in self._idle_journal().items()
+            if self.warm or now - since <= IDLE_TTL + LINGER_S
+        }
 
     def _check_hardware(self, instances: list[Any]) -> None:
         by_gpu: dict[str, list[Placement]] = {}
@@ -660,6 +679,14 @@ def _watch_busy(nvml: Any, report: Any) -> None:
     nvml.set_busy = set_busy
 
 
+def _load(samples: list[float]) -> str:
+    """The machine's 1-minute load average over the run: median (min-max)."""
+    if not samples:
+        return "-"
+    ordered = sorted(samples)
+    return f"{ordered[len(ordered) // 2]:g} ({ordered[0]:g}-{ordered[-1]:g})"
+
+
 def _sigkill(child: Any) -> None:
     if child is None:
         return
@@ -735,7 +762,15 @@ def main() -> int:
         help="a kill every SECONDS on a clock, pods created while a plugin is down (as users do)",
     )
     parser.add_argument("--warm", type=int, default=0, metavar="N", help="a warm pool of N per node")
+    parser.add_argument(
+        "--serve-failover",
+        action="store_true",
+        help="two scheduler replicas, kill -9 of the leader during a burst of --pods (bench/failover.py)",
+    )
+    parser.add_argument("--set", action="append", default=[], help="a chart value (with --serve-failover)")
     args = parser.parse_args()
+    if args.serve_failover:
+        return _serve_failover(args)
     report = run(
         args.nodes,
         args.pods,
@@ -759,7 +794,8 @@ def main() -> int:
         f"Failed by reason {dict(sorted(report.failed_by_reason.items()))}, lingering > {LINGER_S:g}s "
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
         f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
-        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}"
+        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}; "
+        f"load {_load(report.load)}; {report.seconds:.0f}s"
     )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
@@ -774,6 +810,16 @@ def main() -> int:
         )
     )
     return 0 if report.clean else 1
+
+
+def _serve_failover(args: argparse.Namespace) -> int:
+    from bench import failover
+
+    result = failover.run(args.nodes, args.pods, args.seed, workdir=args.workdir, values=tuple(args.set))
+    for line in result.details[:40]:
+        print("  ", line)
+    print(result.line())
+    return 0 if result.clean else 1
 
 
 if __name__ == "__main__":
