@@ -128,6 +128,7 @@ class Report:
     unavailable_later: int = 0
     seconds: float = 0.0
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, every 10 s
+    slowest_look: float = 0.0  # the longest seconds between two looks at the pods and GPUs
     details: list[str] = field(default_factory=list)
 
     @property
@@ -474,6 +475,7 @@ class Chaos:
         terminal; a terminating one still holds it) reserved its placement; flag it past LINGER_S."""
         now = time.monotonic()
         elapsed, self.last_check = now - self.last_check, now
+        self.report.slowest_look = round(max(self.report.slowest_look, elapsed), 1)
         held = {
             (a.gpuUUID, a.placement_value.start, a.placement_value.size)
             for p in pods
@@ -489,7 +491,10 @@ class Chaos:
                 self.unheld.pop(key, None)
                 continue
             up = self.down is None or self.down.node != i.node
-            self.unheld[key] = self.unheld.get(key, 0.0) + (elapsed if up else 0.0)
+            # the time between two looks counts only when the instance was unheld at both: under
+            # load one look can take seconds, and the interval before an instance's first unheld
+            # look is mostly time its pod still held it
+            self.unheld[key] = self.unheld[key] + (elapsed if up else 0.0) if key in self.unheld else 0.0
             if self.unheld[key] > LINGER_S:
                 self._flag(
                     f"linger:{key}:{i.mig_uuid}",
@@ -795,7 +800,7 @@ def main() -> int:
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
         f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
         f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}; "
-        f"load {_load(report.load)}; {report.seconds:.0f}s"
+        f"load {_load(report.load)}, slowest look {report.slowest_look:g}s; {report.seconds:.0f}s"
     )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
