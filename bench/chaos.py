@@ -100,6 +100,15 @@ def failure_reason(message: str) -> str:
     return next((label for label, signs in FAILURE_REASONS if any(s in message for s in signs)), "other")
 
 
+def unheld_after(before: float | None, elapsed: float, up: bool) -> float:
+    """An instance's unheld plugin-up seconds after a look that found it unheld (pure): the time
+    between two looks counts only when both found it unheld and its plugin up. Under load one look
+    takes seconds, and the interval before the first unheld look is mostly its pod holding it."""
+    if before is None:
+        return 0.0
+    return before + (elapsed if up else 0.0)
+
+
 @dataclass
 class Report:
     pods: int = 0
@@ -491,10 +500,7 @@ class Chaos:
                 self.unheld.pop(key, None)
                 continue
             up = self.down is None or self.down.node != i.node
-            # the time between two looks counts only when the instance was unheld at both: under
-            # load one look can take seconds, and the interval before an instance's first unheld
-            # look is mostly time its pod still held it
-            self.unheld[key] = self.unheld[key] + (elapsed if up else 0.0) if key in self.unheld else 0.0
+            self.unheld[key] = unheld_after(self.unheld.get(key), elapsed, up)
             if self.unheld[key] > LINGER_S:
                 self._flag(
                     f"linger:{key}:{i.mig_uuid}",
