@@ -95,8 +95,13 @@ FAILURE_REASONS = (
 )
 
 
-def failure_reason(message: str) -> str:
-    """The reason label of an admission failure's message (pure)."""
+def failure_reason(message: str, deleted: bool = False) -> str:
+    """The reason label of an admission failure's message (pure). `deleted`: the pod was deleted
+    before kubelet admitted it (the bench deletes a pod Pending for 60 s; kubelet still admits a
+    pod that reaches it already deleted, HandlePodAdditions in pkg/kubelet/kubelet.go, and the
+    plugin makes nothing for a pod being deleted): not a cost of the storm."""
+    if deleted:
+        return "deleted-before-admission"
     return next((label for label, signs in FAILURE_REASONS if any(s in message for s in signs)), "other")
 
 
@@ -352,7 +357,7 @@ class Chaos:
             return
         self.seen_failed.add(uid)
         message = (pod.get("status") or {}).get("message") or ""
-        reason = failure_reason(message)
+        reason = failure_reason(message, deleted=bool(pod["metadata"].get("deletionTimestamp")))
         self.report.failed_by_reason[reason] = self.report.failed_by_reason.get(reason, 0) + 1
         if reason == "plugin-unavailable":
             node = (pod.get("spec") or {}).get("nodeName") or ""

@@ -35,3 +35,12 @@ def test_an_instance_first_seen_unheld_after_a_slow_look_is_not_yet_lingering():
     # unheld at two looks: the time between them counts, while its plugin was up
     assert unheld_after(0.0, 11.0, up=True) == 11.0
     assert unheld_after(4.0, 6.0, up=False) == 4.0
+
+
+def test_a_pod_deleted_before_kubelet_admitted_it_is_not_counted_as_a_failure_of_the_storm():
+    refused = (
+        "Allocate failed due to FAILED_PRECONDITION: dynmig: pod-not-found: no binding pod found on node "
+        "gpu-rtx: kubelet's pod manager lists no pod in bind-phase allocating"
+    )
+    assert failure_reason(refused, deleted=True) == "deleted-before-admission"
+    assert failure_reason(refused) == "other"
