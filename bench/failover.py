@@ -5,7 +5,8 @@ with the chart's `server.replicas=2` (lab.replicas: each scheduler pod runs its 
 leader election on, and its own `dynmig serve` following that Lease), waits until one replica
 leads, then creates a burst of GPU pods (1g, 2g and 3g instances that all fit at once, each runs
 until the end) and, once a third of them exist, kills the leading replica's pod at once (serve
-SIGKILLed, its kube-scheduler gone without releasing the Lease: a node lost). The other replica
+SIGKILLed, its kube-scheduler gone without releasing the Lease: a node lost), the webhook Service
+routing to it at that moment (the worst case of kube-proxy's choice). The other replica
 must take over: its kube-scheduler may take the Lease only after seeing it unchanged for
 leaseDuration (15 s, client-go's leaderelection), and its serve then filters and binds from the
 reservations recorded in pod annotations.
@@ -101,6 +102,9 @@ def run(
         killed_at = 0.0
         for n in range(pods):
             if n == int(pods * kill_at):
+                # the worst case of a Service's load balancing: the API server's webhook calls go to
+                # the replica killed, until the lab's endpoints drop it (lab.replicas)
+                replicas.route_to(leader.pod)
                 out.killed = leader.pod
                 replicas.kill(leader.pod)
                 killed_at = time.monotonic()

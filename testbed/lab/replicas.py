@@ -174,6 +174,13 @@ class ServeReplicas:
 
     # ---- who leads, who serves
 
+    def route_to(self, pod: str) -> None:
+        """Route the webhook Service to this replica now (kube-proxy picks any ready endpoint: a
+        bench takes the worst case, the replica it is about to kill)."""
+        replica = self.by_pod[pod]
+        self.lab.route_service(replica.serve_port)
+        self._endpoint = pod
+
     def live(self) -> list[Replica]:
         return [r for r in self.by_pod.values() if not r.gone]
 
