@@ -82,12 +82,12 @@ class ServeReplicas:
         name = pod["metadata"]["name"]
         with self._lock:
             first = not self.by_pod
-            ports = (
+            serve, metrics, extender = (
                 (self.lab.serve_port, self.lab.metrics_port, self.lab.extender_port)
                 if first
-                else tuple(free_three())
+                else free_three()
             )
-            replica = Replica(name, *ports)
+            replica = Replica(name, serve, metrics, extender)
             self.by_pod[name] = replica
             if first:
                 self._endpoint = name  # the lab registered the Service at its port
@@ -217,10 +217,11 @@ class ServeReplicas:
                     break
 
 
-def free_three() -> list[int]:
+def free_three() -> tuple[int, int, int]:
     from lab.cluster import free_ports
 
-    return free_ports(3)
+    serve, metrics, extender = free_ports(3)
+    return serve, metrics, extender
 
 
 def _ready(lab: Lab, port: int) -> bool:
