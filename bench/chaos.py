@@ -143,6 +143,9 @@ class Report:
     seconds: float = 0.0
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, every 10 s
     slowest_look: float = 0.0  # the longest seconds between two looks at the pods and GPUs
+    # instances a process still ran on after their pod was gone (force-deleted, its containers not
+    # stopped yet): not lingering, the plugin never destroys an instance in use
+    busy_without_pod: int = 0
     details: list[str] = field(default_factory=list)
 
     @property
@@ -203,6 +206,7 @@ class Chaos:
         self.ever_running: set[str] = set()
         self.last_check = time.monotonic()
         self.last_load = float("-inf")
+        self.busy_unheld: set[tuple[str, str, int]] = set()
         self.long_hold = long_hold
         self.reuse = reuse
         self.modes = KILL_MODES_REUSE if reuse else KILL_MODES
@@ -504,6 +508,12 @@ class Chaos:
             if (i.gpu_uuid, i.start, i.size) in held or (i.gpu_uuid, i.start, i.size, i.mig_uuid) in kept:
                 self.unheld.pop(key, None)
                 continue
+            if i.busy:  # its pod gone (force-deleted), its workload still running: never destroyable
+                self.unheld.pop(key, None)
+                if key not in self.busy_unheld:
+                    self.busy_unheld.add(key)
+                    self.report.busy_without_pod += 1
+                continue
             up = self.down is None or self.down.node != i.node
             self.unheld[key] = unheld_after(self.unheld.get(key), elapsed, up)
             if self.unheld[key] > LINGER_S:
@@ -511,7 +521,8 @@ class Chaos:
                     f"linger:{key}:{i.mig_uuid}",
                     "linger",
                     f"{i.profile}@{i.start}:{i.size} GI {i.gi} on {i.node}/{i.gpu_uuid} held by no "
-                    f"active pod for {self.unheld[key]:.0f}s of plugin-up time",
+                    f"active pod for {self.unheld[key]:.0f}s of plugin-up time "
+                    f"({now - self.started:.0f}s into the run)",
                 )
         for key in [k for k in self.unheld if k not in seen]:
             del self.unheld[key]
@@ -811,7 +822,8 @@ def main() -> int:
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
         f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
         f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}; "
-        f"load {_load(report.load)}, slowest look {report.slowest_look:g}s; {report.seconds:.0f}s"
+        f"in use with their pod gone {report.busy_without_pod}; load {_load(report.load)}, slowest look "
+        f"{report.slowest_look:g}s; {report.seconds:.0f}s"
     )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
