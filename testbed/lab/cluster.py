@@ -148,6 +148,8 @@ class Lab:
         node's spec dir, `NodeRuntime.cdi_dir`).
     policy_text: a device config's text, used as `policy` is when no policy file is given.
     json_values: chart values as `helm install --set-json` takes them (`allocationWriters=[...]`).
+    serve_replicas: the chart's server.replicas; above 1 each scheduler pod runs its own
+      kube-scheduler (leader election on) and dynmig serve (lab.replicas, `replicas`).
     """
 
     def __init__(
