@@ -95,9 +95,23 @@ FAILURE_REASONS = (
 )
 
 
-def failure_reason(message: str) -> str:
-    """The reason label of an admission failure's message (pure)."""
+def failure_reason(message: str, deleted: bool = False) -> str:
+    """The reason label of an admission failure's message (pure). `deleted`: the pod was deleted
+    before kubelet admitted it (the bench deletes a pod Pending for 60 s; kubelet still admits a
+    pod that reaches it already deleted, HandlePodAdditions in pkg/kubelet/kubelet.go, and the
+    plugin makes nothing for a pod being deleted): not a cost of the storm."""
+    if deleted:
+        return "deleted-before-admission"
     return next((label for label, signs in FAILURE_REASONS if any(s in message for s in signs)), "other")
+
+
+def unheld_after(before: float | None, elapsed: float, up: bool) -> float:
+    """An instance's unheld plugin-up seconds after a look that found it unheld (pure): the time
+    between two looks counts only when both found it unheld and its plugin up. Under load one look
+    takes seconds, and the interval before the first unheld look is mostly its pod holding it."""
+    if before is None:
+        return 0.0
+    return before + (elapsed if up else 0.0)
 
 
 @dataclass
@@ -127,6 +141,11 @@ class Report:
     unavailable_in_window: int = 0
     unavailable_later: int = 0
     seconds: float = 0.0
+    load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, every 10 s
+    slowest_look: float = 0.0  # the longest seconds between two looks at the pods and GPUs
+    # instances a process still ran on after their pod was gone (force-deleted, its containers not
+    # stopped yet): not lingering, the plugin never destroys an instance in use
+    busy_without_pod: int = 0
     details: list[str] = field(default_factory=list)
 
     @property
@@ -186,6 +205,8 @@ class Chaos:
         self.killed_at: dict[str, float] = {}  # node -> when its plugin was last killed
         self.ever_running: set[str] = set()
         self.last_check = time.monotonic()
+        self.last_load = float("-inf")
+        self.busy_unheld: set[tuple[str, str, int]] = set()
         self.long_hold = long_hold
         self.reuse = reuse
         self.modes = KILL_MODES_REUSE if reuse else KILL_MODES
@@ -216,6 +237,9 @@ class Chaos:
         while (self.created < self.total or self.live) and time.monotonic() < deadline:
             now = time.monotonic()
             pods = {p["metadata"]["name"]: p for p in self.kit.pods()}
+            if now - self.last_load >= 10.0:
+                self.report.load.append(round(os.getloadavg()[0], 1))
+                self.last_load = now
             self._advance(pods, now)
             self._create(now)
             self._check()
@@ -337,7 +361,7 @@ class Chaos:
             return
         self.seen_failed.add(uid)
         message = (pod.get("status") or {}).get("message") or ""
-        reason = failure_reason(message)
+        reason = failure_reason(message, deleted=bool(pod["metadata"].get("deletionTimestamp")))
         self.report.failed_by_reason[reason] = self.report.failed_by_reason.get(reason, 0) + 1
         if reason == "plugin-unavailable":
             node = (pod.get("spec") or {}).get("nodeName") or ""
@@ -469,30 +493,52 @@ class Chaos:
         terminal; a terminating one still holds it) reserved its placement; flag it past LINGER_S."""
         now = time.monotonic()
         elapsed, self.last_check = now - self.last_check, now
+        self.report.slowest_look = round(max(self.report.slowest_look, elapsed), 1)
         held = {
             (a.gpuUUID, a.placement_value.start, a.placement_value.size)
             for p in pods
             if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             for a in _allocations(p)
         }
+        kept = self._kept_idle()
         seen = set()
         for i in instances:
             key = (i.node, i.gpu_uuid, i.gi)
             seen.add(key)
-            if (i.gpu_uuid, i.start, i.size) in held:
+            if (i.gpu_uuid, i.start, i.size) in held or (i.gpu_uuid, i.start, i.size, i.mig_uuid) in kept:
                 self.unheld.pop(key, None)
                 continue
+            if i.busy:  # its pod gone (force-deleted), its workload still running: never destroyable
+                self.unheld.pop(key, None)
+                if key not in self.busy_unheld:
+                    self.busy_unheld.add(key)
+                    self.report.busy_without_pod += 1
+                continue
             up = self.down is None or self.down.node != i.node
-            self.unheld[key] = self.unheld.get(key, 0.0) + (elapsed if up else 0.0)
+            self.unheld[key] = unheld_after(self.unheld.get(key), elapsed, up)
             if self.unheld[key] > LINGER_S:
                 self._flag(
                     f"linger:{key}:{i.mig_uuid}",
                     "linger",
                     f"{i.profile}@{i.start}:{i.size} GI {i.gi} on {i.node}/{i.gpu_uuid} held by no "
-                    f"active pod for {self.unheld[key]:.0f}s of plugin-up time",
+                    f"active pod for {self.unheld[key]:.0f}s of plugin-up time "
+                    f"({now - self.started:.0f}s into the run)",
                 )
         for key in [k for k in self.unheld if k not in seen]:
             del self.unheld[key]
+
+    def _kept_idle(self) -> set[tuple[str, int, int, str]]:
+        """Instances kept on purpose: journaled idle by their plugin (published to the scheduler as
+        free slices, handed to the next pod alike), a warm pool's for as long as the pool keeps them,
+        idle reuse's within its TTL. Past that, an idle instance lingers like any other."""
+        if not (self.reuse or self.warm):
+            return set()
+        now = time.time()
+        return {
+            key
+            for key, since in self._idle_journal().items()
+            if self.warm or now - since <= IDLE_TTL + LINGER_S
+        }
 
     def _check_hardware(self, instances: list[Any]) -> None:
         by_gpu: dict[str, list[Placement]] = {}
@@ -660,6 +706,14 @@ def _watch_busy(nvml: Any, report: Any) -> None:
     nvml.set_busy = set_busy
 
 
+def _load(samples: list[float]) -> str:
+    """The machine's 1-minute load average over the run: median (min-max)."""
+    if not samples:
+        return "-"
+    ordered = sorted(samples)
+    return f"{ordered[len(ordered) // 2]:g} ({ordered[0]:g}-{ordered[-1]:g})"
+
+
 def _sigkill(child: Any) -> None:
     if child is None:
         return
@@ -735,7 +789,15 @@ def main() -> int:
         help="a kill every SECONDS on a clock, pods created while a plugin is down (as users do)",
     )
     parser.add_argument("--warm", type=int, default=0, metavar="N", help="a warm pool of N per node")
+    parser.add_argument(
+        "--serve-failover",
+        action="store_true",
+        help="two scheduler replicas, kill -9 of the leader during a burst of --pods (bench/failover.py)",
+    )
+    parser.add_argument("--set", action="append", default=[], help="a chart value (with --serve-failover)")
     args = parser.parse_args()
+    if args.serve_failover:
+        return _serve_failover(args)
     report = run(
         args.nodes,
         args.pods,
@@ -759,7 +821,9 @@ def main() -> int:
         f"Failed by reason {dict(sorted(report.failed_by_reason.items()))}, lingering > {LINGER_S:g}s "
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
         f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
-        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}"
+        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}; "
+        f"in use with their pod gone {report.busy_without_pod}; load {_load(report.load)}, slowest look "
+        f"{report.slowest_look:g}s; {report.seconds:.0f}s"
     )
     print(
         f"chaos: {report.kills} kill -9 during {report.pods} pods: {report.overlaps} overlaps, "
@@ -774,6 +838,16 @@ def main() -> int:
         )
     )
     return 0 if report.clean else 1
+
+
+def _serve_failover(args: argparse.Namespace) -> int:
+    from bench import failover
+
+    result = failover.run(args.nodes, args.pods, args.seed, workdir=args.workdir, values=tuple(args.set))
+    for line in result.details[:40]:
+        print("  ", line)
+    print(result.line())
+    return 0 if result.clean else 1
 
 
 if __name__ == "__main__":

@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="install the chart with server.page.enabled: dynmig serve's live slice-map page",
     )
     p.add_argument(
+        "--serve-replicas",
+        type=int,
+        default=1,
+        choices=range(1, 4),
+        metavar="N",
+        help="scheduler pods (server.replicas, 1 to 3): each runs its own kube-scheduler, leader "
+        "election on, and its own dynmig serve following that Lease (default 1)",
+    )
+    p.add_argument(
         "--reconcile-interval",
         type=float,
         default=1.0,
@@ -158,6 +167,7 @@ def _run(args: argparse.Namespace, nodes: tuple[LabNode, ...]) -> int:
         echo=_print,
         reconcile_interval=args.reconcile_interval,
         page=args.page,
+        serve_replicas=args.serve_replicas,
         **_installed_with(args.scenario),
     )
     _print("dynmig lab: " + "; ".join(f"{n.name}: {n.describe()}" for n in nodes))

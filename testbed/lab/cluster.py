@@ -61,6 +61,7 @@ from lab import chart, dra_node, jobpods, report, volumes
 from lab.controllers import ControllerManager
 from lab.nodes import LabNode
 from lab.processes import ProcessContainers
+from lab.replicas import ServeReplicas
 from lab.supervisor import Child, ChildFailed, Supervisor, python_argv
 from mig.allowlist import published
 
@@ -148,6 +149,8 @@ class Lab:
         node's spec dir, `NodeRuntime.cdi_dir`).
     policy_text: a device config's text, used as `policy` is when no policy file is given.
     json_values: chart values as `helm install --set-json` takes them (`allocationWriters=[...]`).
+    serve_replicas: the chart's server.replicas; above 1 each scheduler pod runs its own
+      kube-scheduler (leader election on) and dynmig serve (lab.replicas, `replicas`).
     """
 
     def __init__(
@@ -163,8 +166,11 @@ class Lab:
         policy_text: str | None = None,
         json_values: tuple[str, ...] = (),
         node_status_period: float = UPDATE_S,
+        serve_replicas: int = 1,
     ):
         self.specs = nodes
+        self.serve_replicas = serve_replicas
+        self.replicas: ServeReplicas | None = None  # serve_replicas > 1: each pod's pair (lab.replicas)
         self.policy_text = policy_text if policy is None else None  # a policy file wins
         self.json_values = json_values
         self.node_status_period = node_status_period
@@ -231,6 +237,7 @@ class Lab:
             tuple(n.name for n in self.specs if not n.dra),
             (("server.page.enabled=true",) if self.page else ())
             + (("draPlugin.enabled=true",) if self.dra_nodes else ())
+            + ((f"server.replicas={self.serve_replicas}",) if self.serve_replicas > 1 else ())
             + self.values,
             self.json_values,
         )
@@ -250,8 +257,11 @@ class Lab:
         self._start_kubelets()
         self._start_default_scheduler()
         self._start_controllers()
+        if self.serve_replicas > 1:
+            self.replicas = ServeReplicas(self)  # each serve pod runs its own kube-scheduler
         self._create_workloads()  # the chart's Deployment (dynmig serve) and DaemonSet (device plugins)
-        self._start_scheduler()
+        if self.replicas is None:
+            self._start_scheduler()
         for runtime in self.nodes.values():
             if runtime.dra is None:
                 self._wait_plugin(runtime)
@@ -276,6 +286,8 @@ class Lab:
                 runtime.lease.stop()
             if runtime.status is not None:
                 runtime.status.stop()
+        if self.replicas is not None:
+            self.replicas.stop()
         for scheduler in (self.scheduler, self.default_scheduler):
             if scheduler is not None:
                 scheduler.stop()
@@ -534,9 +546,14 @@ class Lab:
         tail = self.serve.tail() if self.serve is not None else "(no serve process started)"
         raise ChildFailed(f"dynmig serve not ready after {timeout:.0f}s ({last}):\n{tail}")
 
+    def route_service(self, port: int) -> None:
+        """The webhook Service's endpoint: the serve listening on `port` (one ready replica)."""
+        namespace, name = self._chart.service
+        self._api.register_service(namespace, name, "127.0.0.1", port)
+
     def _register_webhooks(self) -> None:
         namespace, name = self._chart.service
-        self._api.register_service(namespace, name, "127.0.0.1", self.serve_port)
+        self.route_service(self.serve_port)
         api = client.AdmissionregistrationV1Api(self.api_client())
         for obj in self._chart.webhook_configurations:
             if obj["kind"] == "MutatingWebhookConfiguration":
@@ -727,6 +744,8 @@ class Lab:
             if (owner.get("kind"), owner.get("name")) == ("DaemonSet", DRA_DAEMONSET) and runtime.dra:
                 return self._dra_containers(runtime, runtime.dra, pod)
             if self._deployment_of(pod["metadata"]["namespace"], owner) == SERVE_DEPLOYMENT:
+                if self.replicas is not None:
+                    return self.replicas.containers(pod)
                 tee = self._container_log(pod, "server")
                 server = self._pod_container(pod, "server")
                 self._start_scheduler(self._pod_scheduler_config(pod))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.chaos import Report, failure_reason
+from bench.chaos import Report, failure_reason, unheld_after
 
 
 def test_a_create_refused_at_a_reserved_placement_is_told_apart_from_a_dead_plugin():
@@ -26,3 +26,21 @@ def test_a_run_with_a_refused_create_or_a_lingering_instance_is_not_clean():
     assert not Report(failed_by_reason={"create-refused": 1}).clean
     assert not Report(lingering=1).clean
     assert Report(failed_by_reason={"plugin-unavailable": 3}).clean  # what a kill costs, counted apart
+
+
+def test_an_instance_first_seen_unheld_after_a_slow_look_is_not_yet_lingering():
+    # a look 11 s after the last one (a loaded machine) finds the instance's pod gone: the 11 s were
+    # mostly its pod holding it, so the count starts at 0
+    assert unheld_after(None, 11.0, up=True) == 0.0
+    # unheld at two looks: the time between them counts, while its plugin was up
+    assert unheld_after(0.0, 11.0, up=True) == 11.0
+    assert unheld_after(4.0, 6.0, up=False) == 4.0
+
+
+def test_a_pod_deleted_before_kubelet_admitted_it_is_not_counted_as_a_failure_of_the_storm():
+    refused = (
+        "Allocate failed due to FAILED_PRECONDITION: dynmig: pod-not-found: no binding pod found on node "
+        "gpu-rtx: kubelet's pod manager lists no pod in bind-phase allocating"
+    )
+    assert failure_reason(refused, deleted=True) == "deleted-before-admission"
+    assert failure_reason(refused) == "other"
