@@ -15,7 +15,7 @@ IMAGE ?= ghcr.io/dynmig/dynmig:$(VERSION)
 IMAGE_OUT ?= dist/dynmig-$(VERSION)-oci.tar
 IMAGE_TOOLS := mmdebstrap umoci skopeo
 
-.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser prometheus clean
+.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser prometheus test-debs clean
 
 all: test
 
@@ -45,34 +45,38 @@ $(HELM) $(KUBECTL):
 
 tools: $(HELM) $(KUBECTL)
 
-# mmdebstrap and umoci build the image, skopeo checks and pushes it: Debian packages, installed when
-# missing and we may (root with apt-get); elsewhere the image test skips and says why.
+# Debian packages some tests use, each installed when its command is missing and we may (root with
+# apt-get); elsewhere those tests skip and say why. mmdebstrap and umoci build the image, skopeo checks
+# and pushes it; Debian's chromium runs the live page's browser test (tests/page); Debian's prometheus
+# package gives promtool (the chart's alert rules and dashboard queries are checked and unit-tested with
+# it) and a real Prometheus server (a lab test sees an alert fire and resolve).
+IMAGE_DEBS := mmdebstrap=mmdebstrap umoci=umoci skopeo=skopeo
+BROWSER_DEBS := chromium=chromium
+PROMETHEUS_DEBS := promtool=prometheus prometheus=prometheus
+
+# $(call debian,<command>=<package> ...,<what needs them, no comma>): one apt-get update and one apt-get install
+# for every package whose command is missing.
+define debian
+missing=$$(for pair in $(1); do command -v $${pair%%=*} >/dev/null || echo $${pair#*=}; done | sort -u | xargs); \
+if [ -z "$$missing" ]; then exit 0; fi; \
+if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+  echo "installing $$missing for $(2) (apt-get)"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+else echo "note: for $(2), apt-get install $$missing as root"; fi
+endef
+
 image-tools:
-	@missing=$$(for t in $(IMAGE_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing $$missing (apt-get, ~10 s)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	else echo "note: make image needs $$missing (apt-get install $$missing as root)"; fi
+	@$(call debian,$(IMAGE_DEBS),make image)
 
-# Debian's chromium runs the live page's browser test (tests/page): installed when missing and we may
-# (root with apt-get); elsewhere that test skips and says why.
 browser:
-	@if command -v chromium >/dev/null; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing chromium for the browser test (apt-get, ~1 min)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	else echo "note: the browser test needs chromium (apt-get install chromium as root)"; fi
+	@$(call debian,$(BROWSER_DEBS),the browser test)
 
-# Debian's prometheus package gives promtool (the chart's alert rules and dashboard queries are checked
-# and unit-tested with it) and a real Prometheus server (a lab test sees an alert fire and resolve):
-# installed when missing and we may (root with apt-get); elsewhere those tests skip and say why.
 prometheus:
-	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing prometheus (promtool and the server) for the alert tests (apt-get, ~20 s)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	else echo "note: the alert tests need promtool and prometheus (apt-get install prometheus as root)"; fi
+	@$(call debian,$(PROMETHEUS_DEBS),the alert tests)
+
+# what `make test` installs from Debian, all three sets at once (one apt-get update, not three)
+test-debs:
+	@$(call debian,$(IMAGE_DEBS) $(BROWSER_DEBS) $(PROMETHEUS_DEBS),the image and the browser and alert tests)
 
 # The OCI archive of the Containerfile's image, built without a container engine (scripts/build_image.sh).
 image: $(STAMP) image-tools
@@ -95,10 +99,13 @@ lint: $(STAMP)
 
 # The suite under coverage (every Python process it starts included), then the coverage per package;
 # the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
+# Two workers take whole files in the order tests/conftest.py gives (the longest first, so neither is
+# left alone on a long lab file at the end); --no-loadscope-reorder keeps that order (xdist would
+# otherwise hand out the files with the most tests first). --durations lists the slowest tests.
 COVERAGE_DIR := .cache/coverage
-test: $(STAMP) tools image-tools browser prometheus lint
+test: $(STAMP) tools test-debs lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	@status=0; $(PY) -m pytest -n 2 --dist loadfile --cov --cov-report= || status=$$?; \
+	@status=0; $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
 	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools

@@ -14,11 +14,13 @@ import threading
 import time
 from pathlib import Path
 
+from people_testkit import reprs
+
 ROOT = Path(__file__).resolve().parents[2]
 LAB = [sys.executable, "-m", "dynmig.cli", "lab"]
 
 
-def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
+def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at_in_words_not_python_reprs():
     done = subprocess.run(
         [*LAB, "--scenario", "tour"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
@@ -36,6 +38,7 @@ def test_the_tour_passes_every_check_and_shows_what_a_person_would_look_at():
     )
     assert re.search(r"^    MIG 2g\.48gb +Device +\d: \(UUID: MIG-", out, re.MULTILINE)
     assert "lab stopped" in out
+    assert not reprs(out + done.stderr)  # the tour is text for people (tests/lab/test_messages_for_people.py)
 
 
 def _children(pid: int) -> list[int]:
