@@ -146,7 +146,9 @@ def _accounted(out: Outcome, arrivals: list, ranking) -> None:
 
 @pytest.mark.parametrize("ranking", [EVERYONE, JOBS, EVERYONE_MOVES, JOBS_MOVES], ids=lambda r: r.name)
 def test_on_a_churn_trace_under_overload_every_pod_is_on_its_picks_and_every_eviction_accounted_for(ranking):
-    arrivals = placement.trace(80, 2.0, placement.SEED, placement.MIX)  # 2 nodes × 4 GPUs, overloaded (12-43 evictions)
+    arrivals = placement.trace(
+        80, 2.0, placement.SEED, placement.MIX
+    )  # 2 nodes × 4 GPUs, overloaded (12-43 evictions)
     nodes = [catalog_node(f"node-{n}", str(n), m, 4) for n, m in enumerate(placement.MODELS[:2])]
     out = replay(arrivals, nodes, ranking)
     _accounted(out, arrivals, ranking)
