@@ -99,13 +99,13 @@ lint: $(STAMP)
 
 # The suite under coverage (every Python process it starts included), then the coverage per package;
 # the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
-# Two workers take whole files in the order tests/conftest.py gives (the longest first, so neither is
+# Three workers (on two cores: a lab test mostly waits on the processes it started) take whole files in the order tests/conftest.py gives (the longest first, so neither is
 # left alone on a long lab file at the end); --no-loadscope-reorder keeps that order (xdist would
 # otherwise hand out the files with the most tests first). --durations lists the slowest tests.
 COVERAGE_DIR := .cache/coverage
 test: $(STAMP) tools test-debs lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	@status=0; $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
+	@status=0; $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
 	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools

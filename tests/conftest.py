@@ -47,7 +47,7 @@ def kubectl() -> str:
     return found
 
 
-# The order files run in under `make test` (`-n 2 --dist loadfile --no-loadscope-reorder`: xdist hands
+# The order files run in under `make test` (`-n 3 --dist loadfile --no-loadscope-reorder`: xdist hands
 # each worker the next whole file in collection order once it is nearly done with its own). The files
 # that run longest go first, so the run does not end with one worker alone on a long lab file while the
 # other is idle; then every other file that starts a lab (a fixture of one of LAB_FIXTURES' names),

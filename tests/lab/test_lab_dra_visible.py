@@ -45,10 +45,10 @@ def kubectl(lab: Lab, *args: str) -> str:
 
 def status(lab: Lab, *args: str) -> str:
     argv = [sys.executable, "-m", "dynmig.cli", "status", "--kubeconfig", str(lab.kubeconfig()), *args]
-    # generous: on a machine loaded many times over its cores, starting Python alone takes seconds
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=180, env={**os.environ, "NO_COLOR": "1"}
-    )
+    # generous: on a machine loaded many times over its cores, starting Python alone takes seconds;
+    # a wide terminal, so a row keeps the scheduler's whole reason (at 100 columns it ends in "…")
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "400"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
