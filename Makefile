@@ -99,9 +99,10 @@ lint: $(STAMP)
 
 # The suite under coverage (every Python process it starts included), then the coverage per package;
 # the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
-# Three workers (on two cores: a lab test mostly waits on the processes it started) take whole files in the order tests/conftest.py gives (the longest first, so neither is
-# left alone on a long lab file at the end); --no-loadscope-reorder keeps that order (xdist would
-# otherwise hand out the files with the most tests first). --durations lists the slowest tests.
+# Three workers (two cores: a lab test mostly waits on the processes it starts) take whole files in
+# the order tests/conftest.py gives (the longest first, so no worker is left alone on a long lab file
+# at the end); --no-loadscope-reorder keeps that order (xdist would otherwise hand out the files with
+# the most tests first). --durations lists the slowest tests.
 COVERAGE_DIR := .cache/coverage
 test: $(STAMP) tools test-debs lint
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
