@@ -104,10 +104,15 @@ lint: $(STAMP)
 # at the end); --no-loadscope-reorder keeps that order (xdist would otherwise hand out the files with
 # the most tests first). --durations lists the slowest tests.
 COVERAGE_DIR := .cache/coverage
-test: $(STAMP) tools test-debs lint
+# Lint runs beside the suite (it keeps one core busy while the first lab files start; its output is
+# printed after the suite's) and fails the run as the suite does.
+test: $(STAMP) tools test-debs
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	@status=0; $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
-	  $(PY) scripts/coverage_summary.py; exit $$status
+	@$(MAKE) --no-print-directory lint > .cache/lint.log 2>&1 & lint=$$!; \
+	  status=0; $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
+	  $(PY) scripts/coverage_summary.py; \
+	  if wait $$lint; then cat .cache/lint.log; else cat .cache/lint.log; echo "make lint failed (above)"; status=1; fi; \
+	  exit $$status
 
 lab: $(STAMP) tools
 	$(VENV)/bin/dynmig lab --scenario tour

@@ -98,12 +98,21 @@ def _failed(answer: Any) -> bool:
     return isinstance(answer, InstanceError) or bool(getattr(answer, "error", ""))
 
 
+def _overlaps(device: tuple[str, str, int, int], held: list[tuple[str, str, int, int]]) -> bool:
+    gpu, _, start, size = device
+    return any(g == gpu and s < start + size and start < s + z for g, _, s, z in held)
+
+
 def test_a_dra_unprepare_destroys_only_its_own_claims_instance(node):  # noqa: F811
     mine = node.claim("mine", node.first_fit("1g.5gb")["name"])
     node.prepare(mine)
     wait_for(lambda: attrs(node.first_fit("1g.5gb")) not in node.instances(), what="a republished pool")
     other = node.claim("other", node.first_fit("1g.5gb")["name"])
     node.prepare(other)
+    # the free 2g must come from a publication that already shows `other` (a stale one may offer
+    # the very slices `other` now holds, and the device plugin's create is then refused)
+    held = node.instances()
+    wait_for(lambda: not _overlaps(attrs(node.first_fit("2g.10gb")), held), what="a publication showing both")
     free = node.first_fit("2g.10gb")
     gpu, profile, start, size = attrs(free)
     pods = _device_plugin(node)
