@@ -84,17 +84,17 @@ def test_renders_for_every_supported_kubernetes_version_with_both_webhooks(kube_
 
 def test_the_mutating_webhook_has_the_documented_defaults_and_skips_ignored_objects():
     hook = one(render(), "MutatingWebhookConfiguration")["webhooks"][0]
-    assert hook["failurePolicy"] == "Ignore"
+    assert hook["failurePolicy"] == "Fail"  # only dynmig's pods are sent (matchConditions)
     assert hook["admissionReviewVersions"] == ["v1"] and hook["sideEffects"] == "None"
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert ignore in hook["namespaceSelector"]["matchExpressions"]
     assert ignore in hook["objectSelector"]["matchExpressions"]
     assert hook["clientConfig"]["service"]["path"] == "/mutate"
     assert (
-        one(render("1.35", "webhook.mutating.failurePolicy=Fail"), "MutatingWebhookConfiguration")[
+        one(render("1.35", "webhook.mutating.failurePolicy=Ignore"), "MutatingWebhookConfiguration")[
             "webhooks"
         ][0]["failurePolicy"]
-        == "Fail"
+        == "Ignore"
     )
 
 

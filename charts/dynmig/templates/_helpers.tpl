@@ -91,3 +91,55 @@ webhook's matchConditions, the ValidatingAdmissionPolicy and `dynmig serve --pri
 {{- define "dynmig.vapSupported" -}}
 {{- if semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version }}true{{ end -}}
 {{- end -}}
+
+{{/* The extended-resource names dynmig reads from a pod, as the device config names them (HAMi's
+keys in its `nvidia:` section, else HAMi's defaults, as `dynmig serve` reads them), a JSON object:
+count, memory, memoryPercentage, cores. One place for kube-scheduler's managedResources and the
+mutating webhook's matchConditions. */}}
+{{- define "dynmig.resourceNames" -}}
+{{- $nv := (include "dynmig.deviceConfig" . | fromYaml).nvidia -}}
+{{- if not (kindIs "map" $nv) }}{{ $nv = dict }}{{ end -}}
+{{- dict
+  "count" (toString ($nv.resourceCountName | default "nvidia.com/gpu"))
+  "memory" (toString ($nv.resourceMemoryName | default "nvidia.com/gpumem"))
+  "memoryPercentage" (toString ($nv.resourceMemoryPercentageName | default "nvidia.com/gpumem-percentage"))
+  "cores" (toString ($nv.resourceCoreName | default "nvidia.com/gpucores"))
+  | toJson -}}
+{{- end -}}
+
+{{/* The DRA extended resources (`nvidia.com/mig-<profile>` names a DeviceClass maps) as a JSON
+list: serve's --dra-extended-resource, left to kube-scheduler by admission. Empty without DRA. */}}
+{{- define "dynmig.draExtendedResources" -}}
+{{- $names := list -}}
+{{- if .Values.draPlugin.enabled -}}
+{{- range $profile := .Values.draPlugin.extendedResources.profiles -}}
+{{- $names = append $names (printf "%s%s" $.Values.draPlugin.extendedResources.resourcePrefix $profile) -}}
+{{- end -}}
+{{- end -}}
+{{- $names | toJson -}}
+{{- end -}}
+
+{{/* The pod annotations /mutate reads on any pod, whatever it asks for: the reservation it guards
+(hami.io/vgpu-mig-allocations) and the scheduling annotations it checks (size, preference), as a JSON
+list. webhooks/admission.py's rules; tests/charts/test_chart_mutating_conditions.py keeps the two in
+line. */}}
+{{- define "dynmig.guardedAnnotations" -}}
+{{- list "hami.io/vgpu-mig-allocations" "nvidia.com/mig-profile-preference" "hami.io/node-scheduler-policy" "hami.io/gpu-scheduler-policy" "nvidia.com/use-gpuuuid" "nvidia.com/nouse-gpuuuid" "nvidia.com/use-gputype" "nvidia.com/nouse-gputype" | toJson -}}
+{{- end -}}
+
+{{/* The mutating webhook's matchCondition (CEL): exactly the pod creations /mutate acts on, so a
+serve outage never blocks any other pod. A pod is sent when it carries an annotation /mutate guards,
+or when it names dynmig's scheduler or the default one and one of its containers or init containers
+asks (limits or requests, even at 0) for the count, memory or memory-percentage resource, or for a
+`nvidia.com/mig-*` profile that admission translates (not a DRA extended resource). Ephemeral
+containers cannot be set on create. */}}
+{{- define "dynmig.mutateCondition" -}}
+{{- $names := include "dynmig.resourceNames" . | fromJson -}}
+{{- $wanted := list $names.count $names.memory $names.memoryPercentage | toJson -}}
+{{- $asks := printf "k in %s || (k.startsWith('nvidia.com/mig-') && !(k in %s))" $wanted (include "dynmig.draExtendedResources" .) -}}
+{{- $asksIn := printf "(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, %s)) || (has(c.resources.requests) && c.resources.requests.exists(k, %s))))" $asks $asks -}}
+{{- $listed := "(has(object.spec.initContainers) ? object.spec.initContainers : []) + (has(object.spec.containers) ? object.spec.containers : [])" -}}
+{{- $scheduler := printf "(!has(object.spec.schedulerName) || object.spec.schedulerName in ['', 'default-scheduler', %s])" (.Values.schedulerName | toJson) -}}
+{{- $annotated := printf "(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k in %s))" (include "dynmig.guardedAnnotations" .) -}}
+{{- printf "%s || (%s && (%s).exists(c, %s))" $annotated $scheduler $listed $asksIn -}}
+{{- end -}}
