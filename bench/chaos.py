@@ -795,6 +795,12 @@ def main() -> int:
         help="two scheduler replicas, kill -9 of the leader during a burst of --pods (bench/failover.py)",
     )
     parser.add_argument("--set", action="append", default=[], help="a chart value (with --serve-failover)")
+    parser.add_argument(
+        "--kill",
+        choices=("pod", "serve"),
+        default="pod",
+        help="with --serve-failover: the leader's pod (a lost node) or only its serve process",
+    )
     args = parser.parse_args()
     if args.serve_failover:
         return _serve_failover(args)
@@ -843,7 +849,9 @@ def main() -> int:
 def _serve_failover(args: argparse.Namespace) -> int:
     from bench import failover
 
-    result = failover.run(args.nodes, args.pods, args.seed, workdir=args.workdir, values=tuple(args.set))
+    result = failover.run(
+        args.nodes, args.pods, args.seed, workdir=args.workdir, values=tuple(args.set), kill=args.kill
+    )
     for line in result.details[:40]:
         print("  ", line)
     print(result.line())

@@ -1,27 +1,36 @@
 """Serve failover: kill -9 of the leading scheduler replica during a burst of GPU pods.
 
-Run as `python bench/chaos.py --serve-failover [--pods 30] [--seed 1]`. It starts a `dynmig lab`
-with the chart's `server.replicas=2` (lab.replicas: each scheduler pod runs its own kube-scheduler,
-leader election on, and its own `dynmig serve` following that Lease), waits until one replica
-leads, then creates a burst of GPU pods (1g, 2g and 3g instances that all fit at once, each runs
-until the end) and, once a third of them exist, kills the leading replica's pod at once (serve
-SIGKILLed, its kube-scheduler gone without releasing the Lease: a node lost), the webhook Service
-routing to it at that moment (the worst case of kube-proxy's choice). The other replica
-must take over: its kube-scheduler may take the Lease only after seeing it unchanged for
-leaseDuration (15 s, client-go's leaderelection), and its serve then filters and binds from the
-reservations recorded in pod annotations.
+Run as `python bench/chaos.py --serve-failover [--pods 30] [--seed 1] [--kill pod|serve]`. It starts
+a `dynmig lab` with the chart's `server.replicas=2` and its other defaults (lab.replicas: each
+scheduler pod runs its own kube-scheduler, leader election on, and its own `dynmig serve` following
+that Lease), waits until one replica leads, then creates a burst of GPU pods (1g, 2g and 3g
+instances that all fit at once, each runs until the end) and, once a third of them exist, kills
+the leader, the webhook Service routing to it at that moment (the worst case of kube-proxy's
+choice), and at once creates a pod that asks for no GPU. What is killed:
+
+- `pod` (default): the leading replica's pod at once (serve SIGKILLed, its kube-scheduler gone
+  without releasing the Lease: a node lost). The other replica must take over: its kube-scheduler
+  may take the Lease only after seeing it unchanged for leaseDuration (15 s, client-go's
+  leaderelection), and its serve then filters and binds from the reservations recorded in pod
+  annotations.
+- `serve`: only the leader's serve process (SIGKILL); its pod's kube-scheduler keeps the Lease and
+  calls its extender, which does not answer: the extender is not ignorable, so GPU pods wait
+  (kube-scheduler retries them with backoff) until kubelet has restarted serve (CrashLoopBackOff's
+  first delay) and it leads again with its pod's kube-scheduler.
 
 It prints one line: pods, Running, double reservations (two live pods whose recorded placements
-intersect on one GPU, or one MIG device given to two), overlapping GPU instances, pods admitted
-without dynmig's mutating webhook (failurePolicy Ignore: routed to the default scheduler), and the
-failover times from the kill: until a surviving replica leads (its kube-scheduler holds the Lease
-and its serve's `dynmig_leader` is 1), until the first pod is bound after the kill, until every
-pod is Running.
+intersect on one GPU, or one MIG device given to two), overlapping GPU instances, GPU pods admitted
+without dynmig's mutating webhook (routed to the default scheduler), GPU pod creates refused
+(retried, as a controller does), whether the pod without a GPU was refused, and the times from the
+kill: until a replica leads again (a kube-scheduler holds the Lease and its pod's serve, a process
+started after the kill or the other replica's, says `dynmig_leader` 1), until the first pod is bound
+after the kill, until every pod is Running.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +55,9 @@ class Failover:
     double_reservations: int = 0
     overlaps: int = 0
     unrouted: int = 0  # admitted without the mutating webhook (not routed to dynmig's scheduler)
-    create_errors: int = 0  # pod creations the API server refused (retried)
+    create_errors: int = 0  # GPU pod creations the API server refused (retried)
+    plain_refused: int = 0  # creations refused of the pod that asks for no GPU, created right after the kill
+    kill: str = "pod"  # what was killed: the leader's pod, or only its serve process
     killed: str = ""
     leader_after: float | None = None  # seconds from the kill until a surviving replica leads
     first_bind_after: float | None = None
@@ -60,6 +71,7 @@ class Failover:
             and not self.double_reservations
             and not self.overlaps
             and not self.unrouted
+            and not self.plain_refused
             and self.leader_after is not None
         )
 
@@ -70,8 +82,9 @@ class Failover:
         return (
             f"serve failover: pods {self.pods}, Running {self.running}, double reservations "
             f"{self.double_reservations}, overlaps {self.overlaps}, admitted without the webhook "
-            f"{self.unrouted}, creates refused {self.create_errors}; kill -9 of {self.killed} -> a "
-            f"replica leads after {s(self.leader_after)}, first bind after {s(self.first_bind_after)}, "
+            f"{self.unrouted}, creates refused {self.create_errors}, pod without a GPU refused "
+            f"{self.plain_refused}; kill -9 of {self.killed}{' (serve only)' if self.kill == 'serve' else ''} "
+            f"-> a replica leads after {s(self.leader_after)}, first bind after {s(self.first_bind_after)}, "
             f"every pod Running after {s(self.all_running_after)}"
         )
 
@@ -86,12 +99,16 @@ def run(
     timeout: float = 240.0,
     memory: tuple[int, ...] = MEMORY,
     values: tuple[str, ...] = (),
+    kill: str = "pod",
 ) -> Failover:
     """`kill_at`: the share of the burst created when the leader is killed; `memory`: the MiB a pod
     asks, drawn from these (the burst must fit the nodes at once: each pod runs until the end);
-    `values`: chart values (`webhook.mutating.failurePolicy=Fail`)."""
+    `values`: chart values beyond its defaults (`webhook.mutating.failurePolicy=Ignore`); `kill`:
+    `pod` (the leader's pod, a lost node) or `serve` (only its serve process)."""
+    if kill not in KILLS:
+        raise ValueError(f"kill must be one of {', '.join(KILLS)}, not {kill!r}")
     rng = random.Random(seed)
-    out = Failover(pods=pods)
+    out = Failover(pods=pods, kill=kill)
     with Lab(parse_nodes(nodes), workdir=workdir, serve_replicas=2, echo=echo, values=values) as lab:
         kit = Kit(lab)
         replicas = lab.replicas
@@ -99,54 +116,99 @@ def run(
         kit.wait(lambda: len(replicas.live()) == 2 and replicas.leader() is not None, 120, "a leader of two")
         leader = replicas.leader()
         assert leader is not None
-        killed_at = 0.0
+        watch: Watch | None = None
         for n in range(pods):
             if n == int(pods * kill_at):
                 # the worst case of a Service's load balancing: the API server's webhook calls go to
                 # the replica killed, until the lab's endpoints drop it (lab.replicas)
                 replicas.route_to(leader.pod)
                 out.killed = leader.pod
-                replicas.kill(leader.pod)
-                killed_at = time.monotonic()
-                echo(f"[failover] kill -9 of {leader.pod} (the leader) after {n} pods")
-            _create(kit, gpu_pod(f"burst-{n:03d}", rng.choice(memory)), out)
-        _follow(kit, replicas, leader.pod, killed_at, out, timeout)
+                watch = Watch(kit, replicas, leader, kill, out, timeout)
+                if kill == "pod":
+                    replicas.kill(leader.pod)
+                else:
+                    replicas.kill_serve(leader.pod)
+                watch.start()
+                echo(
+                    f"[failover] kill -9 of {leader.pod}{'' if kill == 'pod' else ' serve'} (the leader) after {n} pods"
+                )
+                out.plain_refused = _create(kit, plain_pod(PLAIN), tries=1)
+            out.create_errors += _create(kit, gpu_pod(f"burst-{n:03d}", rng.choice(memory)))
+        assert watch is not None
+        watch.join()
         _audit(kit, out)
     return out
 
 
-def _create(kit: Kit, pod: dict[str, Any], out: Failover) -> None:
-    """Create as a controller does: retry a refused create (a webhook with failurePolicy Fail)."""
-    for _ in range(60):
+KILLS = ("pod", "serve")
+PLAIN = "plain-after-kill"
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    """A pod that asks for no GPU (dynmig's webhook is not sent it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"]}]},
+    }
+
+
+def _create(kit: Kit, pod: dict[str, Any], tries: int = 60) -> int:
+    """Create as a controller does: retry a refused create (a webhook with failurePolicy Fail) every
+    half second; the number of refusals. `tries` 1: once, as a bare `kubectl run` does."""
+    for refused in range(tries):
         try:
             kit.create(pod)
-            return
-        except client.ApiException:  # refused by the API server (a webhook failing closed): retried
-            out.create_errors += 1
+            return refused
+        except client.ApiException:  # refused by the API server (a webhook failing closed)
             time.sleep(0.5)
-    raise RuntimeError(f"{pod['metadata']['name']}: could not be created in 30s")
+    if tries == 1:
+        return 1
+    raise RuntimeError(f"{pod['metadata']['name']}: could not be created in {tries / 2:g}s")
 
 
-def _follow(kit: Kit, replicas: Any, killed: str, killed_at: float, out: Failover, timeout: float) -> None:
-    deadline = killed_at + timeout
-    bound_at_kill: set[str] | None = None
-    while time.monotonic() < deadline:
-        now = time.monotonic() - killed_at
-        if out.leader_after is None:
-            leader = replicas.leader()
-            if leader is not None and leader.pod != killed:
+class Watch(threading.Thread):
+    """From the kill on, every 0.1 s: who leads, which burst pods are bound and Running."""
+
+    def __init__(self, kit: Kit, replicas: Any, killed: Any, kill: str, out: Failover, timeout: float):
+        super().__init__(name="failover-watch", daemon=True)
+        self.kit, self.replicas, self.out, self.timeout = kit, replicas, out, timeout
+        self.killed_pod = killed.pod
+        self.killed_pid = killed.containers.child.process.pid if kill == "serve" else None
+        self.killed_at = time.monotonic()
+        self.bound_at_kill = self._bound(self._burst())
+
+    def _burst(self) -> list[dict[str, Any]]:
+        return [p for p in self.kit.pods() if p["metadata"]["name"].startswith("burst-")]
+
+    @staticmethod
+    def _bound(pods: list[dict[str, Any]]) -> set[str]:
+        return {p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName")}
+
+    def _new_leader(self) -> bool:
+        """A replica leads that is not the process killed: the other pod, or (serve only) the same
+        pod's restarted serve."""
+        leader = self.replicas.leader()
+        if leader is None:
+            return False
+        if self.killed_pid is None:
+            return bool(leader.pod != self.killed_pod)
+        return bool(leader.pod != self.killed_pod or leader.containers.child.process.pid != self.killed_pid)
+
+    def run(self) -> None:
+        out = self.out
+        while (now := time.monotonic() - self.killed_at) < self.timeout:
+            if out.leader_after is None and self._new_leader():
                 out.leader_after = now
-        pods = [p for p in kit.pods() if p["metadata"]["name"].startswith("burst-")]
-        bound = {p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName")}
-        if bound_at_kill is None:
-            bound_at_kill = bound
-        if out.first_bind_after is None and bound - bound_at_kill:
-            out.first_bind_after = now
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-        if len(running) == out.pods and out.leader_after is not None:
-            out.all_running_after = now
-            return
-        time.sleep(0.1)
+            pods = self._burst()
+            if out.first_bind_after is None and self._bound(pods) - self.bound_at_kill:
+                out.first_bind_after = now
+            running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+            if len(running) == out.pods and out.leader_after is not None:
+                out.all_running_after = now
+                return
+            time.sleep(0.1)
 
 
 def _audit(kit: Kit, out: Failover) -> None:

@@ -172,6 +172,14 @@ class ServeReplicas:
         with contextlib.suppress(Exception):
             self.lab.core().delete_namespaced_pod(pod, chart.NAMESPACE, grace_period_seconds=0)
 
+    def kill_serve(self, pod: str) -> None:
+        """Only the replica's server container dies (`kill -9` of serve): the pod and its
+        kube-scheduler stay, holding the Lease, and kubelet restarts serve after its back-off."""
+        replica = self.by_pod[pod]
+        assert replica.containers is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(replica.containers.child.process.pid, signal.SIGKILL)
+
     # ---- who leads, who serves
 
     def route_to(self, pod: str) -> None:
