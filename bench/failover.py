@@ -57,6 +57,7 @@ class Failover:
     unrouted: int = 0  # admitted without the mutating webhook (not routed to dynmig's scheduler)
     create_errors: int = 0  # GPU pod creations the API server refused (retried)
     plain_refused: int = 0  # creations refused of the pod that asks for no GPU, created right after the kill
+    plain_in_window: bool = False  # the Service still routed to the killed replica when that create returned
     kill: str = "pod"  # what was killed: the leader's pod, or only its serve process
     killed: str = ""
     leader_after: float | None = None  # seconds from the kill until a surviving replica leads
@@ -83,7 +84,8 @@ class Failover:
             f"serve failover: pods {self.pods}, Running {self.running}, double reservations "
             f"{self.double_reservations}, overlaps {self.overlaps}, admitted without the webhook "
             f"{self.unrouted}, creates refused {self.create_errors}, pod without a GPU refused "
-            f"{self.plain_refused}; kill -9 of {self.killed}{' (serve only)' if self.kill == 'serve' else ''} "
+            f"{self.plain_refused} ({'' if self.plain_in_window else 'not '}while the Service routed to "
+            f"the killed replica); kill -9 of {self.killed}{' (serve only)' if self.kill == 'serve' else ''} "
             f"-> a replica leads after {s(self.leader_after)}, first bind after {s(self.first_bind_after)}, "
             f"every pod Running after {s(self.all_running_after)}"
         )
@@ -133,6 +135,7 @@ def run(
                     f"[failover] kill -9 of {leader.pod}{'' if kill == 'pod' else ' serve'} (the leader) after {n} pods"
                 )
                 out.plain_refused = _create(kit, plain_pod(PLAIN), tries=1)
+                out.plain_in_window = replicas.endpoint == leader.pod
             out.create_errors += _create(kit, gpu_pod(f"burst-{n:03d}", rng.choice(memory)))
         assert watch is not None
         watch.join()

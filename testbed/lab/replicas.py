@@ -189,6 +189,11 @@ class ServeReplicas:
         self.lab.route_service(replica.serve_port)
         self._endpoint = pod
 
+    @property
+    def endpoint(self) -> str | None:
+        """The pod the webhook Service routes to now."""
+        return self._endpoint
+
     def live(self) -> list[Replica]:
         return [r for r in self.by_pod.values() if not r.gone]
 
