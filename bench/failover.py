@@ -24,7 +24,8 @@ without dynmig's mutating webhook (routed to the default scheduler), GPU pod cre
 (retried, as a controller does), whether the pod without a GPU was refused, and the times from the
 kill: until a replica leads again (a kube-scheduler holds the Lease and its pod's serve, a process
 started after the kill or the other replica's, says `dynmig_leader` 1), until the first pod is bound
-after the kill, until every pod is Running.
+after that (a bind the killed leader decided may still land after the kill; it is not counted),
+until every pod is Running.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ class Watch(threading.Thread):
         self.killed_pod = killed.pod
         self.killed_pid = killed.containers.child.process.pid if kill == "serve" else None
         self.killed_at = time.monotonic()
-        self.bound_at_kill = self._bound(self._burst())
+        self.bound_before: set[str] = set()  # bound when a replica was last seen not leading
 
     def _burst(self) -> list[dict[str, Any]]:
         return [p for p in self.kit.pods() if p["metadata"]["name"].startswith("burst-")]
@@ -202,10 +203,13 @@ class Watch(threading.Thread):
     def run(self) -> None:
         out = self.out
         while (now := time.monotonic() - self.killed_at) < self.timeout:
-            if out.leader_after is None and self._new_leader():
-                out.leader_after = now
             pods = self._burst()
-            if out.first_bind_after is None and self._bound(pods) - self.bound_at_kill:
+            if out.leader_after is None:
+                # a bind decided before the kill may still land: count binds from the new leader on
+                self.bound_before = self._bound(pods)
+                if self._new_leader():
+                    out.leader_after = now
+            elif out.first_bind_after is None and self._bound(pods) - self.bound_before:
                 out.first_bind_after = now
             running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
             if len(running) == out.pods and out.leader_after is not None:
