@@ -17,6 +17,8 @@ baselines alone, refused work per seed (no oracle, eviction or timing).
 mixed fleet, demand mixes, loads; refused GPU-work against the strong simple baselines) on its held-out
 seeds and writes bench/results/packing-grid.json and docs/packing-grid.png (about 14 minutes here, 7 with `--jobs 2`);
 `--grid --quick` a few cells, `--grid --mix NAME` one mix's cells (e.g. training, the 2/4/8-GPU pods),
+`--grid --fleet NAME` one fleet's cells (e.g. mixed), `--keep-nodes-whole` (with `--grid` or `--traces`)
+dynmig with the engine's opt-in empty-node term (`PlacementIndex(keep_nodes_whole=True)`; a try),
 `--grid --tuning` the tuning seeds (those write *.try.* in bench/results/);
 `--grid --jobs N` (and `--grid --reuse --jobs N`) replays in N processes (the same figures).
 `--grid --reuse` replays the grid with dynmig alone, idle reuse off and on (bench/_packing/reuse.py: the
@@ -152,11 +154,12 @@ class Dynmig:
     REFRESH = 25
     LIFETIME = "mean"  # the demand estimate's lifetime estimate (`mig.placement.demand.LIFETIMES`)
     NODE_PRICING = False  # serve's --node-pricing
+    KEEP_NODES_WHOLE = False  # the engine's opt-in empty-node term (`--keep-nodes-whole`)
 
     def __init__(self, nodes: list[BNode]):
         self.by_uuid = {g.uuid: g for n in nodes for g in n.gpus}
         self.nodes = {n.name: n for n in nodes}
-        self.index = PlacementIndex(gpu_states(nodes))
+        self.index = PlacementIndex(gpu_states(nodes), keep_nodes_whole=self.KEEP_NODES_WHOLE)
         self.demand = DemandEstimate(lifetime=self.LIFETIME)
         self._seen = 0
 
@@ -616,12 +619,15 @@ def evict_only(argv: list[str], only: str | None) -> int:
     return 0
 
 
-def grid_policies(lifetime: str = Dynmig.LIFETIME, nodes: bool = False) -> tuple[type, ...]:
+def grid_policies(
+    lifetime: str = Dynmig.LIFETIME, nodes: bool = False, keep: bool = False
+) -> tuple[type, ...]:
     """The grid's policies with dynmig's demand estimate using `lifetime` (`--lifetime NAME`); `nodes`:
-    with the arm `dynmig+nodes` (node slots priced) beside dynmig."""
+    with the arm `dynmig+nodes` (node slots priced) beside dynmig; `keep`: both arms with the engine's
+    opt-in empty-node term (`--keep-nodes-whole`, `PlacementIndex(keep_nodes_whole=True)`)."""
     arms = (Dynmig, DynmigNodes) if nodes else (Dynmig,)
-    if lifetime != Dynmig.LIFETIME:
-        arms = tuple(type(c.__name__, (c,), {"LIFETIME": lifetime}) for c in arms)
+    if lifetime != Dynmig.LIFETIME or keep:
+        arms = tuple(type(c.__name__, (c,), {"LIFETIME": lifetime, "KEEP_NODES_WHOLE": keep}) for c in arms)
     return (*arms, *GRID_POLICIES[1:])
 
 
@@ -635,11 +641,12 @@ def lifetime_option(argv: list[str]) -> str:
     return name
 
 
-def _grid_runs(job: tuple[grid.Cell, int, str]) -> dict[str, dict]:
+def _grid_runs(job: tuple[grid.Cell, int, str, bool]) -> dict[str, dict]:
     """Every grid policy on one cell's trace of one seed (one unit of work for `--jobs`)."""
-    cell, seed, lifetime = job
+    cell, seed, lifetime, keep = job
     arrivals = grid.trace(cell, seed)
-    policies = grid_policies(lifetime, nodes=cell.mix.name == "training")  # the mix with multi-GPU pods
+    # dynmig+nodes in the mix with multi-GPU pods
+    policies = grid_policies(lifetime, nodes=cell.mix.name == "training", keep=keep)
     return {c.name: grid.replay(c, cell, arrivals, apply, release) for c in policies}
 
 
@@ -657,6 +664,15 @@ def grid_main(argv: list[str]) -> int:
         if not cells:
             names = ", ".join(m.name for m in grid.MIXES)
             print(f"bench/placement.py: --mix: {mix[:40]!r} is not one of {names}", file=sys.stderr)
+            return 2
+    fleet = _option(argv, "--fleet")  # --fleet NAME: that fleet's cells only (written as a try)
+    if fleet is not None:
+        cells = [c for c in cells if c.fleet == fleet]
+        if not cells:
+            print(
+                f"bench/placement.py: --fleet: {fleet[:40]!r} is not one of {', '.join(grid.FLEETS)}",
+                file=sys.stderr,
+            )
             return 2
     try:
         jobs = grid.jobs_option(argv)
@@ -679,7 +695,10 @@ def grid_main(argv: list[str]) -> int:
     print("-" * len(head))
     summaries = []
     t0 = time.perf_counter()
-    results = grid.in_order(_grid_runs, [(cell, seed, lifetime) for cell in cells for seed in seeds], jobs)
+    keep = "--keep-nodes-whole" in argv
+    results = grid.in_order(
+        _grid_runs, [(cell, seed, lifetime, keep) for cell in cells for seed in seeds], jobs
+    )
     for cell in cells:
         s = grid.summarise(cell, [next(results) for _ in seeds])
         summaries.append(s)
@@ -704,7 +723,7 @@ def grid_main(argv: list[str]) -> int:
         )
     out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
     GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    whole = not tuning and "--quick" not in argv and mix is None
+    whole = not tuning and "--quick" not in argv and mix is None and fleet is None and not keep
     target = GRID_RESULTS if whole else GRID_RESULTS.with_suffix(".try.json")
     target.write_text(json.dumps(out, indent=2) + "\n")
     picture = GRID_PLOT if target == GRID_RESULTS else target.with_suffix(".png")
@@ -717,11 +736,11 @@ def grid_main(argv: list[str]) -> int:
     return 0
 
 
-def _trace_runs(job: tuple[str, str, str, str, Path]) -> dict[str, dict]:
+def _trace_runs(job: tuple[str, str, str, str, Path, bool]) -> dict[str, dict]:
     """Every grid policy over one trace on one fleet under one mapping (one unit of work for `--jobs`)."""
-    source, fleet, mapping, lifetime, directory = job
+    source, fleet, mapping, lifetime, directory, keep = job
     jobs = traces.load(traces.SOURCES[source], directory)
-    policies = grid_policies(lifetime, nodes=True)
+    policies = grid_policies(lifetime, nodes=True, keep=keep)
     return {c.name: traces.replay(c, fleet, mapping, jobs, apply, release) for c in policies}
 
 
@@ -748,13 +767,19 @@ def traces_main(argv: list[str]) -> int:
         return 2
     tuning = "--tuning" in argv
     windows = traces.TUNING_WINDOWS if tuning else traces.HELD_OUT_WINDOWS
+    keep = "--keep-nodes-whole" in argv
     units = [
-        (s, f, m, lifetime, directory) for s in traces.SOURCES for f in traces.FLEETS for m in traces.MAPPINGS
+        (s, f, m, lifetime, directory, keep)
+        for s in traces.SOURCES
+        for f in traces.FLEETS
+        for m in traces.MAPPINGS
     ]
     print(
         f"packing traces: {', '.join(traces.SOURCES)}; {'tuning' if tuning else 'held-out'} windows "
         + ", ".join("days {:g}-{:g}".format(*traces.WINDOWS[w]) for w in windows)
-        + f"; dynmig's lifetime estimate: {lifetime}; refused GPU-work in GPU-minutes; judged: the best baseline refuses "
+        + f"; dynmig's lifetime estimate: {lifetime}"
+        + ("; empty nodes kept whole" if keep else "")
+        + "; refused GPU-work in GPU-minutes; judged: the best baseline refuses "
         f"{traces.BAND[0]:.0%}-{traces.BAND[1]:.0%} of the offered work"
     )
     head = (
@@ -765,7 +790,7 @@ def traces_main(argv: list[str]) -> int:
     print("-" * len(head))
     t0 = time.perf_counter()
     out: dict[str, list[dict]] = {}
-    for (source, fleet, mapping, _, _), runs in zip(
+    for (source, fleet, mapping, *_), runs in zip(
         units, grid.in_order(_trace_runs, units, jobs), strict=True
     ):
         for w in windows:
@@ -773,7 +798,8 @@ def traces_main(argv: list[str]) -> int:
             out.setdefault(source, []).append(s)
             print(_trace_row(s), flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
-    target = TRACES_RESULTS.with_suffix(".try.json") if tuning else TRACES_RESULTS
+    trying = tuning or keep  # a try: written beside the results, not to docs/
+    target = TRACES_RESULTS.with_suffix(".try.json") if trying else TRACES_RESULTS
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"tuning": tuning, "windows": list(windows), "cells": out}, indent=2) + "\n")
     for source, summaries in out.items():
@@ -784,8 +810,8 @@ def traces_main(argv: list[str]) -> int:
         for line in traces.verdict(summaries, "ratio_nodes"):
             print("  " + line)
         picture = (
-            target.parent if tuning else GRID_PLOT.parent
-        ) / f"packing-trace-{source}{'.try' if tuning else ''}.png"
+            target.parent if trying else GRID_PLOT.parent
+        ) / f"packing-trace-{source}{'.try' if trying else ''}.png"
         plot.grid_plot(
             summaries,
             picture,
@@ -941,11 +967,13 @@ FLAGS = (
     "--reuse",
     "--tuning",
     "--churn-only",
+    "--keep-nodes-whole",
 )  # flags on their own
 # flags followed by a value
 OPTIONS = (
     "--workload",
     "--mix",
+    "--fleet",
     "--lifetime",
     "--trace-dir",
     "--load",

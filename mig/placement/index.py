@@ -26,7 +26,15 @@ from operator import attrgetter
 from mig.placement import reasons as R
 from mig.placement.demand import PRIOR, Mix, NodeMix, node_prices, node_risk, risk_weights
 from mig.placement.occupancy import Choice, ProfileSet, profile_set
-from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
+from mig.placement.plan import (
+    DevicePlacement,
+    Loss,
+    Plan,
+    fragmentation,
+    opens_node,
+    rank_key,
+    whole_gpu_cost,
+)
 from mig.placement.request import BINPACK, GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
 
@@ -214,7 +222,10 @@ class PlacementIndex:
     once it has committed to it. Not thread-safe: the scheduler serializes access.
     """
 
-    def __init__(self, gpus: Iterable[GpuState] = ()):
+    def __init__(self, gpus: Iterable[GpuState] = (), keep_nodes_whole: bool = False):
+        """`keep_nodes_whole` (opt-in): rank a placement that opens an empty node after any on a node
+        in use (`plan.opens_node`; off, the `empty node` term is 0 for every placement)."""
+        self.keep_nodes_whole = keep_nodes_whole
         self._gpus: dict[str, _Gpu] = {}
         # group key -> node fill -> GPUs in sort_key order
         self._groups: _Groups = {}
@@ -416,7 +427,14 @@ class PlacementIndex:
             self._weights[key] = hit
         return hit
 
-    def _loss(self, cand: _Candidate, pset: ProfileSet, gtype: str, nodes: int = 0) -> Loss:
+    def _loss(
+        self,
+        cand: _Candidate,
+        pset: ProfileSet,
+        gtype: str,
+        nodes: int = 0,
+        empty_node: int = 0,
+    ) -> Loss:
         """The candidate's fragmentation loss (`plan.fragmentation`); for a placement taking the whole
         GPU, its model's counts of schedulable and empty GPUs price it (`plan.whole_gpu_cost`);
         `nodes` is the price of the node slots it destroys (`demand.node_risk`)."""
@@ -426,7 +444,13 @@ class PlacementIndex:
             whole = whole_gpu_cost(pset.capacity(0), total, empty)
         prof = pset.profiles[cand.profile]
         return fragmentation(
-            cand.choice.loss, whole, prof.memory_mb, cand.choice.risk, pset.share(cand.profile), nodes
+            cand.choice.loss,
+            whole,
+            prof.memory_mb,
+            cand.choice.risk,
+            pset.share(cand.profile),
+            nodes,
+            empty_node,
         )
 
     # ---- planning ----------------------------------------------------------------------------
@@ -532,9 +556,11 @@ class PlacementIndex:
             used = first.used() / pset.axis
             start = cand.choice.placement.start
             loss = self._loss(cand, pset, gtype)
-            if self._node_prices and not mask & pset.full_mask:
-                # an empty GPU: its node's empty GPUs price the node slots taking it destroys
-                losses: dict[int, Loss] = {}
+            empty_gpu = not mask & pset.full_mask
+            if self._node_prices and empty_gpu:
+                # an empty GPU: its node's empty GPUs price the node slots taking it destroys, and
+                # its node's fill says whether taking it opens an empty node (`plan.opens_node`)
+                losses: dict[tuple[int, int], Loss] = {}
 
                 def priced_key(
                     fill: _NodeKey,
@@ -543,27 +569,39 @@ class PlacementIndex:
                     gtype: str = gtype,
                     used: float = used,
                     start: int = start,
-                    losses: dict[int, Loss] = losses,
+                    losses: dict[tuple[int, int], Loss] = losses,
                 ) -> tuple[object, ...]:
-                    loss = losses.get(fill[1])
+                    at = (fill[1], opens_node(*fill) if self.keep_nodes_whole else 0)
+                    loss = losses.get(at)
                     if loss is None:
-                        loss = losses[fill[1]] = self._loss(
-                            cand, pset, gtype, node_risk(self._node_prices, fill[1])
+                        loss = losses[at] = self._loss(
+                            cand, pset, gtype, node_risk(self._node_prices, fill[1]), at[1]
                         )
                     return rank_key(pod, cand.rank, loss, fill[0], used, start)
 
                 key_of: Callable[[_NodeKey], tuple[object, ...]] = priced_key
                 fills = sorted(by_fill, key=key_of, reverse=True)
             else:
+                # on an empty GPU of an empty node, the loss of opening it (its node's fill is 0.0,
+                # so it sorts where the fill puts it under every policy's key)
+                opened = self._loss(cand, pset, gtype, 0, 1) if empty_gpu and self.keep_nodes_whole else loss
 
                 def plain_key(
                     fill: _NodeKey,
                     cand: _Candidate = cand,
                     loss: Loss = loss,
+                    opened: Loss = opened,
                     used: float = used,
                     start: int = start,
                 ) -> tuple[object, ...]:
-                    return rank_key(pod, cand.rank, loss, fill[0], used, start)
+                    return rank_key(
+                        pod,
+                        cand.rank,
+                        opened if opened is not loss and opens_node(*fill) else loss,
+                        fill[0],
+                        used,
+                        start,
+                    )
 
                 key_of = plain_key
                 fills = sorted(by_fill, reverse=not fuller_first)

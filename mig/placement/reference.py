@@ -10,7 +10,8 @@ The criteria come from where they are defined, so the reference follows when the
 - profile rank from `preference.candidate_order`,
 - fragmentation loss from `plan.fragmentation`: for a GPU holding nothing, the price of the node
   slots for N-whole-GPU pods its node loses (`demand.node_risk` of the node's empty schedulable GPUs
-  before the pod, under `demand.node_prices`), the profile's share of its model's GPU
+  before the pod, under `demand.node_prices`), with `keep_nodes_whole` whether its node is empty
+  (`plan.opens_node` of the node's fill and empty GPUs before the pod), the profile's share of its model's GPU
   (`ProfileSet.share`), the demand price of the slots destroyed (`ProfileSet.risk`), then over
   `ProfileSet.value` (usable capacity, large placeable value and placeable value, before minus
   after the placement), `plan.whole_gpu_cost` for a
@@ -37,7 +38,15 @@ from dataclasses import dataclass
 
 from mig.placement.demand import PRIOR, Mix, NodeMix, node_prices, node_risk, risk_weights
 from mig.placement.occupancy import ProfileSet, profile_set
-from mig.placement.plan import DevicePlacement, Loss, Plan, fragmentation, rank_key, whole_gpu_cost
+from mig.placement.plan import (
+    DevicePlacement,
+    Loss,
+    Plan,
+    fragmentation,
+    opens_node,
+    rank_key,
+    whole_gpu_cost,
+)
 from mig.placement.preference import candidate_order
 from mig.placement.request import GpuState, Memory, Percent, PodRequest, memory_on
 from mig.types import Placement
@@ -134,23 +143,28 @@ def options(
     model: tuple[int, int],
     weights: tuple[int, ...],
     nodes: int = 0,
+    empty_node: int = 0,
 ) -> list[_Option]:
     """Every legal (profile, placement) for one device on this GPU at `mask`, with its full key;
     `model` is its model's (schedulable, empty) GPU counts (see `model_counts`), `weights` its price
     per profile slot (see `weights_for`), `nodes` the price of the node slots taking this GPU
-    destroys while it is empty at `mask` (`demand.node_risk` of its node's empty GPUs)."""
+    destroys while it is empty at `mask` (`demand.node_risk` of its node's empty GPUs), `empty_node`
+    whether its node held nothing before the pod (`plan.opens_node`)."""
     pset = _pset(gpu)
     if pset is None:
         return []
     used = _used(pset, mask) / pset.axis
     extra = nodes if not _used(pset, mask) else 0
+    opens = empty_node if not _used(pset, mask) else 0
     out = []
     for rank, idx in candidate_order(pset.profiles, memory_on(ask, gpu.memory_mb), pod.preference):
         for p in pset.profiles[idx].placements:
             if p.size <= 0 or p.mask & mask:
                 continue
             key = (
-                *rank_key(pod, rank, _frag(pset, mask, p, idx, model, weights, extra), fill, used, p.start),
+                *rank_key(
+                    pod, rank, _frag(pset, mask, p, idx, model, weights, extra, opens), fill, used, p.start
+                ),
                 gpu.node,
                 gpu.index,
                 gpu.uuid,
@@ -167,11 +181,12 @@ def _frag(
     model: tuple[int, int],
     weights: tuple[int, ...],
     nodes: int = 0,
+    empty_node: int = 0,
 ) -> Loss:
     whole = whole_gpu_cost(pset.capacity(0), *model) if p.size >= pset.axis else 0.0
     risk = pset.risk(mask, p, weights)
     return fragmentation(
-        _loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk, pset.share(idx), nodes
+        _loss(pset, mask, p), whole, pset.profiles[idx].memory_mb, risk, pset.share(idx), nodes, empty_node
     )
 
 
@@ -196,9 +211,11 @@ def _on_node(
     counts: dict[str, tuple[int, int]],
     weights: dict[str, tuple[int, ...]],
     nodes: int = 0,
+    empty_node: int = 0,
 ) -> Plan | None:
     """Every device on this node, largest first, each taking its best option; None if one does not fit.
-    `nodes`: the node-slot price of taking one of its empty GPUs (from its empty GPUs before the pod)."""
+    `nodes`: the node-slot price of taking one of its empty GPUs (from its empty GPUs before the pod);
+    `empty_node`: whether the node held nothing before the pod (`plan.opens_node`)."""
     eligible = [g for g in gpus if _eligible(pod, g)]
     masks = {g.uuid: g.occupied_mask for g in eligible}
     largest = max((g.memory_mb for g in eligible), default=0)
@@ -207,7 +224,9 @@ def _on_node(
         found = [
             o
             for g in eligible
-            for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid], nodes)
+            for o in options(
+                pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid], nodes, empty_node
+            )
         ]
         if not found:
             return None
@@ -224,9 +243,11 @@ def reference_plan(
     nodes: Collection[str] | None = None,
     mix: Mix = PRIOR,
     node_mix: NodeMix = (),
+    keep_nodes_whole: bool = False,
 ) -> Plan | None:
     """The plan the stated ranking rule picks for `pod` on `fleet` (restricted to `nodes`), or None,
-    with placements priced by the demand `mix` and `node_mix` (`PlacementIndex.set_demand`)."""
+    with placements priced by the demand `mix` and `node_mix` (`PlacementIndex.set_demand`) and
+    empty nodes kept whole when `keep_nodes_whole` (`PlacementIndex(keep_nodes_whole=...)`)."""
     devices = pod.devices()
     if not devices:
         return Plan(node="", devices=())
@@ -243,6 +264,7 @@ def reference_plan(
         histogram[e] = histogram.get(e, 0) + 1
     prices = node_prices(node_mix, histogram)
     risk = {n: node_risk(prices, e) for n, e in empties.items()}
+    opens = {n: opens_node(fills[n], e) if keep_nodes_whole else 0 for n, e in empties.items()}
     shares = any(isinstance(d[2], Percent) for d in devices)
     largest = max((g.memory_mb for g in fleet), default=0) if shares else 0
     lead = min(devices, key=lambda d: _pickiness(d, largest))
@@ -255,13 +277,21 @@ def reference_plan(
             for g in gpus
             if _eligible(pod, g)
             for o in options(
-                pod, lead[2], g, g.occupied_mask, fills[node], counts[g.type], weights[g.uuid], risk[node]
+                pod,
+                lead[2],
+                g,
+                g.occupied_mask,
+                fills[node],
+                counts[g.type],
+                weights[g.uuid],
+                risk[node],
+                opens[node],
             )
         ]
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights, risk[node])
+        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights, risk[node], opens[node])
         if plan is not None:
             return plan
     return None

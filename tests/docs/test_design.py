@@ -151,10 +151,18 @@ def test_the_import_rules_table_is_every_forbidden_contract_and_no_other():
 # ---- ranking -------------------------------------------------------------------------------------
 
 # distinct stand-ins for each argument of `fragmentation`, so its result shows where each one went
-_FRAGMENTATION_ARGS = {"nodes": 101, "share": 102, "risk": 103, "whole_cost": 105.5, "memory_mb": 107}
+_FRAGMENTATION_ARGS = {
+    "nodes": 101,
+    "empty_node": 109,
+    "share": 102,
+    "risk": 103,
+    "whole_cost": 105.5,
+    "memory_mb": 107,
+}
 _LOSS_PARTS = (104, 106, 108)  # occupancy.Choice.loss: capacity, large value, value
 _TERM_OF = {
     101: "node slots",
+    109: "empty node",
     102: "model share",
     103: "demand price",
     104: "capacity lost",

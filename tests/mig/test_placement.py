@@ -522,3 +522,30 @@ def test_a_whole_gpu_job_still_finds_an_empty_gpu_after_40_small_services_arrive
     assert isinstance(whole, Plan), whole
     d = whole.devices[0]
     assert index.occupied_mask(d.gpu_uuid) == 0 and d.placement.start == 0
+
+
+def test_kept_whole_a_whole_gpu_job_takes_a_used_node_s_empty_gpu_so_an_8_gpu_job_finds_a_node():
+    """By default the job goes to the emptier model (a whole H100 costs the fleet least there), opens
+    the only empty node, and the 8-GPU job is refused."""
+    a100 = [
+        gpu("A100-SXM4-40GB", "node-a", f"GPU-a{i}", i, [Placement(0, 8)] if i < 7 else []) for i in range(8)
+    ]
+    h100 = [gpu("H100-SXM5-80GB", "node-b", f"GPU-b{i}", i) for i in range(8)]
+    assert PlacementIndex(a100 + h100).plan(pod((1, None))).node == "node-b"
+    index = PlacementIndex(a100 + h100, keep_nodes_whole=True)
+    one = index.plan(pod((1, None)))
+    assert isinstance(one, Plan) and one.node == "node-a"
+    index.apply(one)
+    eight = index.plan(pod((8, None)))
+    assert isinstance(eight, Plan) and eight.node == "node-b"
+
+
+def test_kept_whole_a_small_pod_opens_an_empty_node_only_when_no_used_node_can_take_it():
+    """A 1g service uses less of an A100 than of an RTX PRO 6000, but the A100s are an empty node."""
+    empty = [gpu("A100-SXM4-40GB", "node-b", f"GPU-b{i}", i) for i in range(8)]
+    full = [gpu("RTX-PRO-6000", "node-a", f"GPU-a{i}", i, [Placement(0, 12)]) for i in range(8)]
+    assert PlacementIndex(full + empty, keep_nodes_whole=True).plan(pod((1, 4000))).node == "node-b"
+    full[7] = gpu("RTX-PRO-6000", "node-a", "GPU-a7", 7)
+    assert PlacementIndex(full + empty).plan(pod((1, 4000))).node == "node-b"
+    kept = PlacementIndex(full + empty, keep_nodes_whole=True).plan(pod((1, 4000)))
+    assert kept.devices[0].gpu_uuid == "GPU-a7"

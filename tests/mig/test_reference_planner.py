@@ -174,22 +174,24 @@ NODE_MIXES = st.lists(
 
 
 @SETTINGS
-@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES)
-def test_under_demand_for_multi_gpu_pods_a_pod_lands_where_the_rule_says(fleet, pod, mix, node_mix):
-    index = PlacementIndex(fleet)
+@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES, st.booleans())
+def test_under_demand_for_multi_gpu_pods_a_pod_lands_where_the_rule_says(fleet, pod, mix, node_mix, whole):
+    """`whole`: empty nodes kept whole (the opt-in `keep_nodes_whole`) or not."""
+    index = PlacementIndex(fleet, keep_nodes_whole=whole)
     index.set_demand(mix, node_mix)
-    assert _as_plan(index.plan(pod)) == reference_plan(pod, fleet, mix=mix, node_mix=node_mix)
+    expected = reference_plan(pod, fleet, mix=mix, node_mix=node_mix, keep_nodes_whole=whole)
+    assert _as_plan(index.plan(pod)) == expected
 
 
 @SETTINGS
-@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES, st.data())
+@given(eight_gpu_fleets(), st.one_of(WHOLE_GPU_PODS, pods()), MIXES, NODE_MIXES, st.booleans(), st.data())
 def test_under_demand_for_multi_gpu_pods_a_pod_planned_on_one_node_lands_where_the_rule_says(
-    fleet, pod, mix, node_mix, data
+    fleet, pod, mix, node_mix, whole, data
 ):
     node = data.draw(st.sampled_from(sorted({g.node for g in fleet})))
-    index = PlacementIndex(fleet)
+    index = PlacementIndex(fleet, keep_nodes_whole=whole)
     index.set_demand(mix, node_mix)
-    assert index.plan_on(pod, node) == reference_plan(pod, fleet, [node], mix, node_mix)
+    assert index.plan_on(pod, node) == reference_plan(pod, fleet, [node], mix, node_mix, whole)
 
 
 @SETTINGS
@@ -197,13 +199,15 @@ def test_under_demand_for_multi_gpu_pods_a_pod_planned_on_one_node_lands_where_t
     eight_gpu_fleets(),
     st.lists(st.one_of(WHOLE_GPU_PODS, pods(multi=False)), min_size=1, max_size=10),
     NODE_MIXES,
+    st.booleans(),
     st.data(),
 )
 def test_as_multi_gpu_pods_come_and_go_the_index_still_picks_what_the_rule_says(
-    fleet, stream, node_mix, data
+    fleet, stream, node_mix, whole, data
 ):
-    """Each reservation and release moves a node's count of empty GPUs, which prices its node slots."""
-    index = PlacementIndex(fleet)
+    """Each reservation and release moves a node's count of empty GPUs, which prices its node slots
+    and (with `keep_nodes_whole`) says whether the node is empty."""
+    index = PlacementIndex(fleet, keep_nodes_whole=whole)
     index.set_demand((), node_mix)
     held = {g.uuid: list(g.occupied) for g in fleet}
     live: list[Plan] = []
@@ -228,7 +232,7 @@ def test_as_multi_gpu_pods_come_and_go_the_index_still_picks_what_the_rule_says(
             for g in fleet
         ]
         chosen = _as_plan(index.plan(pod))
-        assert chosen == reference_plan(pod, now, node_mix=node_mix)
+        assert chosen == reference_plan(pod, now, node_mix=node_mix, keep_nodes_whole=whole)
         if chosen is not None:
             index.apply(chosen)
             live.append(chosen)
