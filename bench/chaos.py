@@ -151,6 +151,10 @@ class Report:
     busy_without_pod: int = 0
     details: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)  # one per lingering instance (`timeline`)
+    # every instance's most unheld plugin-up seconds: how close the run came to LINGER_S
+    unheld_over_5s: int = 0
+    unheld_max: float = 0.0
+    closest: list[str] = field(default_factory=list)  # timelines of the 3 most unheld below LINGER_S
 
     @property
     def clean(self) -> bool:
@@ -206,6 +210,7 @@ class Trace:
     destroyed: float | None = None  # first look that found it gone from the GPU
     journal: str = ""  # its journal entry when it was flagged
     log: list[str] = field(default_factory=list)  # its node's plugin log lines about it
+    unheld_s: float = 0.0  # the most plugin-up seconds it stayed unheld (the lingering count's measure)
 
 
 def timeline(trace: Trace, downs: Sequence[tuple[float, float | None]] = ()) -> str:
@@ -571,6 +576,8 @@ class Chaos:
                 continue
             up = self.down is None or self.down.node != i.node
             self.unheld[key] = unheld_after(self.unheld.get(key), elapsed, up)
+            trace = self.traces[i.mig_uuid]
+            trace.unheld_s = max(trace.unheld_s, self.unheld[key])
             if self.unheld[key] > LINGER_S:
                 if f"linger:{key}:{i.mig_uuid}" not in self.flagged:
                     self.lingered.append(i.mig_uuid)
@@ -666,17 +673,27 @@ class Chaos:
         return ""
 
     def _timelines(self) -> None:
-        """Each lingering instance's timeline, with its plugin's log lines about it."""
+        """Each lingering instance's timeline, with its plugin's log lines about it; and the three
+        that came closest without lingering."""
         logs: dict[str, list[str]] = {}
-        for mig_uuid in self.lingered:
-            trace = self.traces[mig_uuid]
-            if trace.node not in logs:
-                with contextlib.suppress(OSError):
-                    logs[trace.node] = self.lab.plugin_log(trace.node).splitlines()
-            self.report.timelines.append(timeline(trace, self.downs.get(trace.node, [])))
-            self.report.timelines += [
-                f"    {line}" for line in _log_lines(logs.get(trace.node, []), trace, self.wall0)
-            ]
+        closest = sorted(
+            (t for m, t in self.traces.items() if m not in self.lingered and t.unheld_s > 0),
+            key=lambda t: -t.unheld_s,
+        )[:3]
+        self.report.unheld_over_5s = sum(1 for t in self.traces.values() if t.unheld_s > 5.0)
+        self.report.unheld_max = round(max((t.unheld_s for t in self.traces.values()), default=0.0), 1)
+        for out, traces in (
+            (self.report.timelines, [self.traces[m] for m in self.lingered]),
+            (self.report.closest, closest),
+        ):
+            for trace in traces:
+                if trace.node not in logs:
+                    with contextlib.suppress(OSError):
+                        logs[trace.node] = self.lab.plugin_log(trace.node).splitlines()
+                out.append(
+                    f"unheld {trace.unheld_s:.1f}s: " + timeline(trace, self.downs.get(trace.node, []))
+                )
+                out += [f"    {line}" for line in _log_lines(logs.get(trace.node, []), trace, self.wall0)]
 
     def _kept_idle(self) -> set[tuple[str, int, int, str]]:
         """Instances kept on purpose: journaled idle by their plugin (published to the scheduler as
@@ -845,21 +862,25 @@ def _watch_busy(nvml: Any, report: Any, ended: Any = None) -> None:
     original = nvml.set_busy
     original_clear = nvml.clear_busy
 
-    def clear_busy(gpu_uuid: str, pids: Any = None) -> None:
-        original_clear(gpu_uuid, pids)
-        if ended is None:
-            return
+    def running(gpu_uuid: str) -> dict[tuple[int, int], str]:
+        """(GI, CI) -> MIG UUID of the compute instances a process runs on."""
         for gpu in nvml.gpus():
             if gpu.uuid == gpu_uuid:
                 busy = {(p.gi_id, p.ci_id) for p in gpu.processes}
-                ended(
-                    [
-                        ci.mig_uuid
-                        for gi in gpu.gpu_instances
-                        for ci in gi.compute_instances
-                        if (gi.gi_id, ci.ci_id) not in busy
-                    ]
-                )
+                return {
+                    (gi.gi_id, ci.ci_id): ci.mig_uuid
+                    for gi in gpu.gpu_instances
+                    for ci in gi.compute_instances
+                    if (gi.gi_id, ci.ci_id) in busy
+                }
+        return {}
+
+    def clear_busy(gpu_uuid: str, pids: Any = None) -> None:
+        before = running(gpu_uuid) if ended is not None else {}
+        original_clear(gpu_uuid, pids)
+        if ended is not None:
+            after = running(gpu_uuid)
+            ended([m for where, m in before.items() if where not in after])
 
     nvml.clear_busy = clear_busy
 
@@ -1009,6 +1030,12 @@ def main() -> int:
         print("  ", line)
     for line in report.timelines:
         print("   lingering:", line)
+    for line in report.closest:
+        print("   closest:", line)
+    print(
+        f"chaos: unheld plugin-up seconds: {report.unheld_over_5s} instance(s) over 5s, "
+        f"the most {report.unheld_max:g}s"
+    )
     results = RESULTS_REUSE if args.reuse else RESULTS
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps({**summary, "details": report.details}, indent=2))
