@@ -53,7 +53,9 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +67,9 @@ from lab.cluster import Lab
 from lab.kit import Kit, gpu_pod
 from lab.nodes import parse_nodes
 
-from mig.annotations import MIG_ALLOCATIONS, AnnotationError, decode_allocations
+from mig.annotations import LEFTOVERS, MIG_ALLOCATIONS, AnnotationError, decode_allocations
 from mig.idle import IDLE, decode_idle
+from mig.leftovers import decode_leftovers
 from mig.types import Placement
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos.json"
@@ -147,6 +150,11 @@ class Report:
     # stopped yet): not lingering, the plugin never destroys an instance in use
     busy_without_pod: int = 0
     details: list[str] = field(default_factory=list)
+    timelines: list[str] = field(default_factory=list)  # one per lingering instance (`timeline`)
+    # every instance's most unheld plugin-up seconds: how close the run came to LINGER_S
+    unheld_over_5s: int = 0
+    unheld_max: float = 0.0
+    closest: list[str] = field(default_factory=list)  # timelines of the 3 most unheld below LINGER_S
 
     @property
     def clean(self) -> bool:
@@ -184,6 +192,46 @@ class Live:
     deleted: bool = False
 
 
+@dataclass
+class Trace:
+    """What happened to one GPU instance (one MIG UUID), in seconds into the run, so a lingering one
+    tells whose it is: the plugin's (published `reclaiming` long after its pod and processes were
+    gone), the test world's (its pod or its processes went late) or the count's."""
+
+    node: str
+    where: str  # "1g.24gb@0:3 GI 3 on GPU-…"
+    pod: str = ""  # the last pod seen holding its placement
+    deleted: float | None = None  # the bench deleted that pod
+    terminal: float | None = None  # that pod's phase was first seen terminal
+    gone: float | None = None  # that pod was first seen gone from the API
+    stopped: float | None = None  # its last process exited (the lab's kubelet stopped the containers)
+    unheld: float | None = None  # first look that found no active pod holding it
+    published: dict[str, float] = field(default_factory=dict)  # reclaiming / unowned / idle: first seen
+    destroyed: float | None = None  # first look that found it gone from the GPU
+    journal: str = ""  # its journal entry when it was flagged
+    log: list[str] = field(default_factory=list)  # its node's plugin log lines about it
+    unheld_s: float = 0.0  # the most plugin-up seconds it stayed unheld (the lingering count's measure)
+
+
+def timeline(trace: Trace, downs: Sequence[tuple[float, float | None]] = ()) -> str:
+    """One line per lingering instance (pure): its pod's end, its processes' end, what the plugin
+    published and when it went, and when its plugin was down meanwhile."""
+
+    def at(t: float | None) -> str:
+        return "-" if t is None else f"{t:.1f}s"
+
+    published = ", ".join(f"{k} {at(v)}" for k, v in sorted(trace.published.items(), key=lambda kv: kv[1]))
+    start = trace.unheld if trace.unheld is not None else 0.0
+    end = trace.destroyed if trace.destroyed is not None else float("inf")
+    down = ", ".join(f"{at(a)}-{at(b)}" for a, b in downs if a <= end and (b is None or b >= start - 5.0))
+    return (
+        f"{trace.where} on {trace.node}: pod {trace.pod or '?'} deleted {at(trace.deleted)}, "
+        f"terminal {at(trace.terminal)}, gone {at(trace.gone)}; processes ended {at(trace.stopped)}; "
+        f"unheld {at(trace.unheld)}; published {published or 'nothing'}; destroyed {at(trace.destroyed)}; "
+        f"plugin down {down or 'never'}; journal {trace.journal or 'no entry'}"
+    )
+
+
 class Chaos:
     def __init__(
         self,
@@ -201,6 +249,11 @@ class Chaos:
         self.warm = warm  # the plugins keep a warm pool of this many instances per node
         self.storm = storm  # > 0: kills every `storm` seconds, pods created while a plugin is down
         self.started = time.monotonic()
+        self.wall0 = time.time()
+        self.traces: dict[str, Trace] = {}  # MIG UUID -> what happened to it
+        self.lingered: list[str] = []  # MIG UUIDs flagged lingering
+        self.deleted_at: dict[str, float] = {}  # pod name -> when the bench deleted it (into the run)
+        self.downs: dict[str, list[tuple[float, float | None]]] = {}  # node -> (killed, back) into the run
         self.unheld: dict[tuple[str, str, int], float] = {}  # (node, GPU, GI) -> plugin-up s unheld
         self.killed_at: dict[str, float] = {}  # node -> when its plugin was last killed
         self.ever_running: set[str] = set()
@@ -227,7 +280,7 @@ class Chaos:
         self.back_at = 0.0
         self.kill_node: str | None = None  # where the armed kill should land (None: any node)
         for runtime in lab.nodes.values():
-            _watch_busy(runtime.nvml, self._busy_handover)
+            _watch_busy(runtime.nvml, self._busy_handover, self._processes_ended)
 
     # ---- the run
 
@@ -349,6 +402,7 @@ class Chaos:
         parks an instance only once its pod is terminal or gone, never while it terminates (it
         destroys one that runs nothing then), so gracefully deleted pods leave nothing idle, and the
         audit at the last delete would have nothing to audit."""
+        self.deleted_at.setdefault(name, self._now())
         if self.reuse and self.created >= self.total:
             with contextlib.suppress(Exception):  # gone already
                 self.kit.core.delete_namespaced_pod(name, self.kit.namespace, grace_period_seconds=0)
@@ -407,6 +461,7 @@ class Chaos:
         )
         _sigkill(runtime.plugin)
         self.killed_at[name] = time.monotonic()
+        self.downs.setdefault(name, []).append((self._now(), None))
         self.report.kills += 1
         self.report.kills_by_mode[mode] = self.report.kills_by_mode.get(mode, 0) + 1
         self.echo(f"[chaos] kill -9 #{self.report.kills} ({mode}) of the plugin on {name}")
@@ -437,6 +492,8 @@ class Chaos:
             and view.registrations > down.registrations
         ):
             self.echo(f"[chaos]   the plugin on {down.node} is back")
+            spans = self.downs.get(down.node) or [(self._now(), None)]
+            spans[-1] = (spans[-1][0], self._now())
             self.down = None
             self.back_at = now
 
@@ -501,6 +558,7 @@ class Chaos:
             for a in _allocations(p)
         }
         kept = self._kept_idle()
+        unheld = self._trace(instances, pods, held)
         seen = set()
         for i in instances:
             key = (i.node, i.gpu_uuid, i.gi)
@@ -508,6 +566,8 @@ class Chaos:
             if (i.gpu_uuid, i.start, i.size) in held or (i.gpu_uuid, i.start, i.size, i.mig_uuid) in kept:
                 self.unheld.pop(key, None)
                 continue
+            if i.mig_uuid in unheld:
+                self._published(i)
             if i.busy:  # its pod gone (force-deleted), its workload still running: never destroyable
                 self.unheld.pop(key, None)
                 if key not in self.busy_unheld:
@@ -516,7 +576,12 @@ class Chaos:
                 continue
             up = self.down is None or self.down.node != i.node
             self.unheld[key] = unheld_after(self.unheld.get(key), elapsed, up)
+            trace = self.traces[i.mig_uuid]
+            trace.unheld_s = max(trace.unheld_s, self.unheld[key])
             if self.unheld[key] > LINGER_S:
+                if f"linger:{key}:{i.mig_uuid}" not in self.flagged:
+                    self.lingered.append(i.mig_uuid)
+                    self.traces[i.mig_uuid].journal = self._journal_entry(i)
                 self._flag(
                     f"linger:{key}:{i.mig_uuid}",
                     "linger",
@@ -526,6 +591,109 @@ class Chaos:
                 )
         for key in [k for k in self.unheld if k not in seen]:
             del self.unheld[key]
+
+    # ---- timelines of lingering instances
+
+    def _now(self) -> float:
+        """Seconds into the run (wall clock, as the plugin's log)."""
+        return time.time() - self.wall0
+
+    def _trace(
+        self, instances: list[Any], pods: list[dict[str, Any]], held: set[tuple[str, int, int]]
+    ) -> set[str]:
+        """Follow every instance: its last holder, that pod's end, its destruction. Returns the MIG
+        UUIDs no active pod holds now."""
+        now = self._now()
+        holder: dict[tuple[str, int, int], str] = {}
+        phase: dict[str, str] = {}
+        for p in pods:
+            name = p["metadata"]["name"]
+            phase[name] = (p.get("status") or {}).get("phase") or "Pending"
+            for a in _allocations(p):
+                where = (a.gpuUUID, a.placement_value.start, a.placement_value.size)
+                if where not in holder or phase[name] not in ("Failed", "Succeeded"):
+                    holder[where] = name
+        unheld: set[str] = set()
+        alive = set()
+        for i in instances:
+            alive.add(i.mig_uuid)
+            trace = self.traces.setdefault(
+                i.mig_uuid, Trace(i.node, f"{i.profile}@{i.start}:{i.size} GI {i.gi} on {i.gpu_uuid}")
+            )
+            where = (i.gpu_uuid, i.start, i.size)
+            if where in held:
+                trace.unheld = None
+                trace.published.clear()
+            elif trace.unheld is None:
+                trace.unheld = now
+            if where in holder and holder[where] != trace.pod:
+                trace.pod, trace.terminal, trace.gone = holder[where], None, None
+            if trace.pod:
+                trace.deleted = self.deleted_at.get(trace.pod)
+                if trace.terminal is None and phase.get(trace.pod) in ("Failed", "Succeeded"):
+                    trace.terminal = now
+                if trace.gone is None and trace.pod not in phase:
+                    trace.gone = now
+            if trace.unheld is not None:
+                unheld.add(i.mig_uuid)
+        for mig_uuid, trace in self.traces.items():
+            if trace.destroyed is None and mig_uuid not in alive:
+                trace.destroyed = now
+        return unheld
+
+    def _published(self, i: Any) -> None:
+        """What the instance's node publishes about it now: a leftover (`reclaiming`, `unowned`) or idle."""
+        trace = self.traces[i.mig_uuid]
+        try:
+            annotations = self.lab.core().read_node(i.node).metadata.annotations or {}
+            leftovers = decode_leftovers(annotations.get(LEFTOVERS))
+            idle = decode_idle(annotations.get(IDLE))
+        except Exception:  # noqa: BLE001 - a look that could not read the node tells nothing
+            return
+        now = self._now()
+        for x in leftovers:
+            if (x.gpuUUID, x.placement.start, x.placement.size) == (i.gpu_uuid, i.start, i.size):
+                trace.published.setdefault(x.reason, now)
+        for y in idle:
+            if (y.gpuUUID, y.placement.start, y.placement.size) == (i.gpu_uuid, i.start, i.size):
+                trace.published.setdefault("idle", now)
+
+    def _processes_ended(self, mig_uuids: list[str]) -> None:
+        now = self._now()
+        for mig_uuid in mig_uuids:
+            if mig_uuid in self.traces:
+                self.traces[mig_uuid].stopped = now
+
+    def _journal_entry(self, i: Any) -> str:
+        runtime = self.lab.nodes[i.node]
+        for e in _journal(runtime):
+            if (e.get("gpuUUID"), e.get("start"), e.get("size")) == (i.gpu_uuid, i.start, i.size):
+                keep = ("name", "migUUID", "idleSince", "gpuInstanceID", "computeInstanceID")
+                return json.dumps({k: e.get(k) for k in keep}, separators=(",", ":"))
+        return ""
+
+    def _timelines(self) -> None:
+        """Each lingering instance's timeline, with its plugin's log lines about it; and the three
+        that came closest without lingering."""
+        logs: dict[str, list[str]] = {}
+        closest = sorted(
+            (t for m, t in self.traces.items() if m not in self.lingered and t.unheld_s > 0),
+            key=lambda t: -t.unheld_s,
+        )[:3]
+        self.report.unheld_over_5s = sum(1 for t in self.traces.values() if t.unheld_s > 5.0)
+        self.report.unheld_max = round(max((t.unheld_s for t in self.traces.values()), default=0.0), 1)
+        for out, traces in (
+            (self.report.timelines, [self.traces[m] for m in self.lingered]),
+            (self.report.closest, closest),
+        ):
+            for trace in traces:
+                if trace.node not in logs:
+                    with contextlib.suppress(OSError):
+                        logs[trace.node] = self.lab.plugin_log(trace.node).splitlines()
+                out.append(
+                    f"unheld {trace.unheld_s:.1f}s: " + timeline(trace, self.downs.get(trace.node, []))
+                )
+                out += [f"    {line}" for line in _log_lines(logs.get(trace.node, []), trace, self.wall0)]
 
     def _kept_idle(self) -> set[tuple[str, int, int, str]]:
         """Instances kept on purpose: journaled idle by their plugin (published to the scheduler as
@@ -585,6 +753,7 @@ class Chaos:
     # ---- the end
 
     def _finish(self) -> None:
+        self._timelines()
         for pod in self.kit.pods():
             self.kit.delete(pod["metadata"]["name"], wait=False)
         try:
@@ -686,10 +855,34 @@ def _journal(runtime: Any) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
-def _watch_busy(nvml: Any, report: Any) -> None:
+def _watch_busy(nvml: Any, report: Any, ended: Any = None) -> None:
     """Wrap the simulated NVML's `set_busy` (the simulated kubelet starts each pod's workload with
-    it): a workload that starts on a compute instance a process already runs on got a busy one."""
+    it): a workload that starts on a compute instance a process already runs on got a busy one.
+    And its `clear_busy` (the workload's processes exit): `ended` hears the MIG UUIDs left idle."""
     original = nvml.set_busy
+    original_clear = nvml.clear_busy
+
+    def running(gpu_uuid: str) -> dict[tuple[int, int], str]:
+        """(GI, CI) -> MIG UUID of the compute instances a process runs on."""
+        for gpu in nvml.gpus():
+            if gpu.uuid == gpu_uuid:
+                busy = {(p.gi_id, p.ci_id) for p in gpu.processes}
+                return {
+                    (gi.gi_id, ci.ci_id): ci.mig_uuid
+                    for gi in gpu.gpu_instances
+                    for ci in gi.compute_instances
+                    if (gi.gi_id, ci.ci_id) in busy
+                }
+        return {}
+
+    def clear_busy(gpu_uuid: str, pids: Any = None) -> None:
+        before = running(gpu_uuid) if ended is not None else {}
+        original_clear(gpu_uuid, pids)
+        if ended is not None:
+            after = running(gpu_uuid)
+            ended([m for where, m in before.items() if where not in after])
+
+    nvml.clear_busy = clear_busy
 
     def set_busy(
         gpu_uuid: str, pids: Any = (4242,), *, gi_id: Any = None, ci_id: Any = None, **kw: Any
@@ -704,6 +897,28 @@ def _watch_busy(nvml: Any, report: Any) -> None:
         original(gpu_uuid, pids, gi_id=gi_id, ci_id=ci_id, **kw)
 
     nvml.set_busy = set_busy
+
+
+def _log_lines(lines: list[str], trace: Trace, wall0: float, most: int = 12) -> list[str]:
+    """The plugin's log lines about one instance (its profile@placement on its GPU), from 10 s before
+    it was unheld to its destruction, with their time into the run."""
+    profile_at, _, rest = trace.where.partition(" GI ")
+    gpu = rest.partition(" on ")[2]
+    needle = f"{profile_at} on {gpu}"
+    low = (trace.unheld or 0.0) - 10.0
+    high = (trace.destroyed if trace.destroyed is not None else float("inf")) + 2.0
+    out = []
+    for line in lines:
+        if needle not in line:
+            continue
+        try:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        t = stamp.timestamp() - wall0
+        if low <= t <= high:
+            out.append(f"{t:.1f}s {line[24:][:260]}")
+    return out[-most:]
 
 
 def _load(samples: list[float]) -> str:
@@ -819,6 +1034,14 @@ def main() -> int:
     print(json.dumps(summary, indent=2))
     for line in report.details[:40]:
         print("  ", line)
+    for line in report.timelines:
+        print("   lingering:", line)
+    for line in report.closest:
+        print("   closest:", line)
+    print(
+        f"chaos: unheld plugin-up seconds: {report.unheld_over_5s} instance(s) over 5s, "
+        f"the most {report.unheld_max:g}s"
+    )
     results = RESULTS_REUSE if args.reuse else RESULTS
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps({**summary, "details": report.details}, indent=2))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.chaos import Report, failure_reason, unheld_after
+from bench.chaos import Report, Trace, failure_reason, timeline, unheld_after
 
 
 def test_a_create_refused_at_a_reserved_placement_is_told_apart_from_a_dead_plugin():
@@ -44,3 +44,24 @@ def test_a_pod_deleted_before_kubelet_admitted_it_is_not_counted_as_a_failure_of
     )
     assert failure_reason(refused, deleted=True) == "deleted-before-admission"
     assert failure_reason(refused) == "other"
+
+
+def test_a_lingering_instance_is_reported_with_its_pods_end_its_processes_end_and_what_its_plugin_published():
+    trace = Trace(
+        "gpu-rtx",
+        "1g.24gb@0:3 GI 3 on GPU-1",
+        pod="chaos-0042",
+        deleted=40.0,
+        terminal=46.5,
+        gone=47.0,
+        stopped=46.0,
+        unheld=46.5,
+        published={"reclaiming": 48.0},
+        destroyed=70.2,
+        journal='{"name":"chaos-0042","idleSince":null}',
+    )
+    line = timeline(trace, [(10.0, 16.0), (50.0, 58.5), (90.0, None)])
+    assert "pod chaos-0042 deleted 40.0s, terminal 46.5s, gone 47.0s; processes ended 46.0s" in line
+    assert "published reclaiming 48.0s; destroyed 70.2s" in line
+    assert "plugin down 50.0s-58.5s;" in line  # only while it lingered, not before or after
+    assert line.endswith('journal {"name":"chaos-0042","idleSince":null}')
