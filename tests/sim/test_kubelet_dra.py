@@ -399,10 +399,12 @@ def test_a_template_claim_is_found_through_the_pods_status_and_must_belong_to_th
         {"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "trainer-gpu-x7"}]}},
     )
     _allocate(world, "trainer-gpu-x7", pod)
-    wait_for(lambda: _events(world, "FailedPrepareDynamicResources"), what="the ownership complaint")
-    assert (
-        "was not created for pod default/trainer (pod is not owner)"
-        in _events(world, "FailedPrepareDynamicResources")[0]
+    # kubelet may first see the pod before its status names the claim ("ResourceClaim not created
+    # yet"), then retries: the ownership complaint is the one that must come
+    said = "was not created for pod default/trainer (pod is not owner)"
+    wait_for(
+        lambda: any(said in e for e in _events(world, "FailedPrepareDynamicResources")),
+        what="the ownership complaint",
     )
     owner = {
         "apiVersion": "v1",
