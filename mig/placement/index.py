@@ -629,7 +629,8 @@ class PlacementIndex:
 
         Each device takes its best key by the rule stated in `_lead_candidates`, per GPU of this node,
         against the node's tentative masks; node fill, and each model's count of empty GPUs, stay
-        what they were before this pod.
+        what they were before this pod. The empty-node term is left out (`_node_key` passes 0): it
+        ranks nodes, not the GPUs of one node (`mig.placement.plan`).
         """
         filtered = _has_filters(pod)
         gpus = [

@@ -35,16 +35,19 @@ defined in `mig.placement.occupancy`):
   use least of a GPU). On the held-out windows and the grid's training cells it also loses cells the
   engine without it did not (docs/packing.md, "Real traces"), so serve passes a node mix only with
   --node-pricing=true (webhooks/demand.py);
-- opt-in (`PlacementIndex(keep_nodes_whole=True)`; 0 otherwise): whether the placement opens an
-  empty node (`opens_node`: a GPU of a node of two or more GPUs that holds nothing). 1 ranks it after
-  every placement on a node already in use, so a pod opens an empty node only when no used node can
-  take it at its profile rank, and nodes stay whole for pods asking for a node's GPUs, with no demand
-  estimate. On a pool of one model every empty GPU's loss is the same and the fuller node already
-  wins; on a mixed fleet the model share and the whole-GPU cost below send small requests and
-  whole-GPU jobs to the model they use least or that is emptiest, and open every node of it (real
-  trace, tuning windows: 8-GPU jobs of weeks refused that first fit placed; with this term 1.00× and
-  1.01× the best baseline there, against 6.35× and 5.43×). It lost two judged cells of the held-out
-  windows (docs/packing.md, "The empty-node term"), so it is not the default;
+- opt-in (`PlacementIndex(keep_nodes_whole=True)`; 0 otherwise): whether the placement opens an empty
+  node (`opens_node`: a GPU of a node of two or more GPUs that holds nothing). 1 ranks it after every
+  placement on a node already in use, so a pod opens an empty node only when no used node can take it at
+  its profile rank, and nodes stay whole for pods asking for a node's GPUs, with no demand estimate. It
+  is about which node a pod opens, so it is read from the node before the pod and is the same for every
+  GPU of that node and every device of the pod: it orders nodes (by the lead device's key) and never the
+  GPUs of one node, and a pod's later devices on a node its first device opened are not ranked as
+  opening it (they take the GPUs they take without the term). On a pool of one model every empty GPU's
+  loss is the same and the fuller node already wins; on a mixed fleet the model share and the whole-GPU
+  cost below send small requests and whole-GPU jobs to the model they use least or that is emptiest, and
+  open every node of it (real trace, tuning windows: 8-GPU jobs of weeks refused that first fit placed;
+  with this term 1.00× and 1.01× the best baseline there, against 6.35× and 5.43×). It lost two judged
+  cells of the held-out windows (docs/packing.md, "The empty-node term"), so it is not the default;
 
 0. the profile's share of its model's GPU (`occupancy.ProfileSet.share`: its compute slices over what
    the empty GPU holds): a request goes to the model where it uses the least of a GPU, whatever the

@@ -11,7 +11,8 @@ The criteria come from where they are defined, so the reference follows when the
 - fragmentation loss from `plan.fragmentation`: for a GPU holding nothing, the price of the node
   slots for N-whole-GPU pods its node loses (`demand.node_risk` of the node's empty schedulable GPUs
   before the pod, under `demand.node_prices`), with `keep_nodes_whole` whether its node is empty
-  (`plan.opens_node` of the node's fill and empty GPUs before the pod), the profile's share of its model's GPU
+  (`plan.opens_node` of the node's fill and empty GPUs before the pod; it ranks nodes, not the GPUs of
+  one node, as `mig.placement.plan` states), the profile's share of its model's GPU
   (`ProfileSet.share`), the demand price of the slots destroyed (`ProfileSet.risk`), then over
   `ProfileSet.value` (usable capacity, large placeable value and placeable value, before minus
   after the placement), `plan.whole_gpu_cost` for a
@@ -25,8 +26,9 @@ pod's GPU filters); GPU fill is the share of the GPU's axis used. A model's coun
 empty GPUs cover every schedulable GPU of that NVML type in the fleet, whatever the pod's filters or
 `nodes`. For a multi-device pod the stated rule is greedy: nodes in the order of the lead (largest)
 device's best key on them; on a node, each device largest first takes its best key against the
-node's tentative masks (node fill and the model counts stay what they were before the pod); the
-first node taking every device wins.
+node's tentative masks (node fill and the model counts stay what they were before the pod, and the
+empty-node term is left out: it is the same for every GPU of the node); the first node taking every
+device wins.
 
 Quadratic and allocation-heavy on purpose: for tests and small fleets only.
 """
@@ -149,13 +151,13 @@ def options(
     `model` is its model's (schedulable, empty) GPU counts (see `model_counts`), `weights` its price
     per profile slot (see `weights_for`), `nodes` the price of the node slots taking this GPU
     destroys while it is empty at `mask` (`demand.node_risk` of its node's empty GPUs), `empty_node`
-    whether its node held nothing before the pod (`plan.opens_node`)."""
+    whether taking it opens its node for the pod (`plan.opens_node` of the node before the pod; the
+    same for every GPU of the node, so 0 when ranking the GPUs of one node)."""
     pset = _pset(gpu)
     if pset is None:
         return []
     used = _used(pset, mask) / pset.axis
     extra = nodes if not _used(pset, mask) else 0
-    opens = empty_node if not _used(pset, mask) else 0
     out = []
     for rank, idx in candidate_order(pset.profiles, memory_on(ask, gpu.memory_mb), pod.preference):
         for p in pset.profiles[idx].placements:
@@ -163,7 +165,12 @@ def options(
                 continue
             key = (
                 *rank_key(
-                    pod, rank, _frag(pset, mask, p, idx, model, weights, extra, opens), fill, used, p.start
+                    pod,
+                    rank,
+                    _frag(pset, mask, p, idx, model, weights, extra, empty_node),
+                    fill,
+                    used,
+                    p.start,
                 ),
                 gpu.node,
                 gpu.index,
@@ -211,11 +218,10 @@ def _on_node(
     counts: dict[str, tuple[int, int]],
     weights: dict[str, tuple[int, ...]],
     nodes: int = 0,
-    empty_node: int = 0,
 ) -> Plan | None:
     """Every device on this node, largest first, each taking its best option; None if one does not fit.
-    `nodes`: the node-slot price of taking one of its empty GPUs (from its empty GPUs before the pod);
-    `empty_node`: whether the node held nothing before the pod (`plan.opens_node`)."""
+    `nodes`: the node-slot price of taking one of its empty GPUs (from its empty GPUs before the pod).
+    The empty-node term is 0 here: whether the pod opens this node is the same for all its GPUs."""
     eligible = [g for g in gpus if _eligible(pod, g)]
     masks = {g.uuid: g.occupied_mask for g in eligible}
     largest = max((g.memory_mb for g in eligible), default=0)
@@ -224,9 +230,7 @@ def _on_node(
         found = [
             o
             for g in eligible
-            for o in options(
-                pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid], nodes, empty_node
-            )
+            for o in options(pod, device[2], g, masks[g.uuid], fill, counts[g.type], weights[g.uuid], nodes)
         ]
         if not found:
             return None
@@ -291,7 +295,7 @@ def reference_plan(
         if keys:
             best_on_node[node] = min(keys)
     for node in sorted(best_on_node, key=lambda n: best_on_node[n]):
-        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights, risk[node], opens[node])
+        plan = _on_node(pod, devices, by_node[node], fills[node], counts, weights, risk[node])
         if plan is not None:
             return plan
     return None

@@ -194,6 +194,38 @@ def test_under_demand_for_multi_gpu_pods_a_pod_planned_on_one_node_lands_where_t
     assert index.plan_on(pod, node) == reference_plan(pod, fleet, [node], mix, node_mix, whole)
 
 
+def test_kept_whole_a_two_device_pod_on_an_empty_node_takes_the_same_gpus_as_without_the_term():
+    """The pod's first device opens the node; its second device is not ranked as opening it again,
+    so it takes the other GPU's half as it would without the term (not GPU 0's other half)."""
+    model = find_model("A100-SXM4-40GB")
+    fleet = [
+        GpuState(
+            "node-0",
+            f"GPU-node-0-{i}",
+            model.nvml_name,
+            PROFILES["A100-SXM4-40GB"],
+            (),
+            True,
+            i,
+            model.memory_mib,
+        )
+        for i in range(2)
+    ]
+    pod = PodRequest.from_annotations([ContainerRequest(2, 10240)], {})
+    mix = ((5000, 1.0),)
+    plain = reference_plan(pod, fleet, ["node-0"], mix)
+    assert plain is not None
+    assert [(d.gpu_uuid, d.profile, d.placement.start) for d in plain.devices] == [
+        ("GPU-node-0-0", "3g.20gb", 4),
+        ("GPU-node-0-1", "3g.20gb", 4),
+    ]
+    assert reference_plan(pod, fleet, ["node-0"], mix, (), keep_nodes_whole=True) == plain
+    index = PlacementIndex(fleet, keep_nodes_whole=True)
+    index.set_demand(mix)
+    assert index.plan_on(pod, "node-0") == plain
+    assert index.plan(pod) == plain
+
+
 @SETTINGS
 @given(
     eight_gpu_fleets(),
