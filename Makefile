@@ -15,7 +15,7 @@ IMAGE ?= ghcr.io/dynmig/dynmig:$(VERSION)
 IMAGE_OUT ?= dist/dynmig-$(VERSION)-oci.tar
 IMAGE_TOOLS := mmdebstrap umoci skopeo
 
-.PHONY: all lab test test-fast lint bench proto tools image image-tools image-lock browser prometheus test-debs clean
+.PHONY: all lab test coverage test-fast lint bench proto tools image image-tools image-lock browser prometheus test-debs clean
 
 all: test
 
@@ -97,22 +97,27 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# The suite under coverage (every Python process it starts included), then the coverage per package;
-# the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
-# Three workers (two cores: a lab test mostly waits on the processes it starts) take whole files in
-# the order tests/conftest.py gives (the longest first, so no worker is left alone on a long lab file
-# at the end); --no-loadscope-reorder keeps that order (xdist would otherwise hand out the files with
-# the most tests first). --durations lists the slowest tests.
-COVERAGE_DIR := .cache/coverage
+# The suite: three workers (two cores: a lab test mostly waits on the processes it starts) take whole
+# files in the order tests/conftest.py gives (the longest first, so no worker is left alone on a long
+# lab file at the end); --no-loadscope-reorder keeps that order (xdist would otherwise hand out the
+# files with the most tests first). --durations lists the slowest tests.
+SUITE := -n 3 --dist loadfile --no-loadscope-reorder --durations=30
 # Lint runs beside the suite (it keeps one core busy while the first lab files start; its output is
-# printed after the suite's) and fails the run as the suite does.
+# printed after the suite's) and fails the run as the suite does. No coverage here: on Python 3.11 it
+# traces every line, which nearly doubled the CPU time of a lab test (`make coverage` measures it).
 test: $(STAMP) tools test-debs
-	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	@$(MAKE) --no-print-directory lint > .cache/lint.log 2>&1 & lint=$$!; \
-	  status=0; $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 --cov --cov-report= || status=$$?; \
-	  $(PY) scripts/coverage_summary.py; \
+	  status=0; $(PY) -m pytest $(SUITE) || status=$$?; \
 	  if wait $$lint; then cat .cache/lint.log; else cat .cache/lint.log; echo "make lint failed (above)"; status=1; fi; \
 	  exit $$status
+
+# The same suite under coverage (every Python process it starts included), then the coverage per
+# package; the run's status is pytest's. `$(VENV)/bin/coverage report` afterwards shows it file by file.
+COVERAGE_DIR := .cache/coverage
+coverage: $(STAMP) tools test-debs
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@status=0; $(PY) -m pytest $(SUITE) --cov --cov-report= || status=$$?; \
+	  $(PY) scripts/coverage_summary.py; exit $$status
 
 lab: $(STAMP) tools
 	$(VENV)/bin/dynmig lab --scenario tour

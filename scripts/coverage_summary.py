@@ -1,4 +1,4 @@
-"""Print the coverage of `make test` per product package, and the total (no threshold: a report).
+"""Print the coverage of `make coverage` per product package, and the total (no threshold: a report).
 
     python scripts/coverage_summary.py [DATA_FILE]
 

@@ -1,4 +1,4 @@
-"""make test's coverage summary: statements and lines run per product package, and the total."""
+"""make coverage's summary: statements and lines run per product package, and the total."""
 
 from __future__ import annotations
 
