@@ -559,6 +559,7 @@ class Chaos:
         }
         kept = self._kept_idle()
         unheld = self._trace(instances, pods, held)
+        published = self._node_publications({i.node for i in instances if i.mig_uuid in unheld})
         seen = set()
         for i in instances:
             key = (i.node, i.gpu_uuid, i.gi)
@@ -567,7 +568,7 @@ class Chaos:
                 self.unheld.pop(key, None)
                 continue
             if i.mig_uuid in unheld:
-                self._published(i)
+                self._published(i, published.get(i.node, {}))
             if i.busy:  # its pod gone (force-deleted), its workload still running: never destroyable
                 self.unheld.pop(key, None)
                 if key not in self.busy_unheld:
@@ -641,22 +642,32 @@ class Chaos:
                 trace.destroyed = now
         return unheld
 
-    def _published(self, i: Any) -> None:
-        """What the instance's node publishes about it now: a leftover (`reclaiming`, `unowned`) or idle."""
-        trace = self.traces[i.mig_uuid]
-        try:
-            annotations = self.lab.core().read_node(i.node).metadata.annotations or {}
-            leftovers = decode_leftovers(annotations.get(LEFTOVERS))
-            idle = decode_idle(annotations.get(IDLE))
-        except Exception:  # noqa: BLE001 - a look that could not read the node tells nothing
-            return
+    def _node_publications(self, nodes: set[str]) -> dict[str, dict[tuple[str, int, int], list[str]]]:
+        """What each node publishes now about its instances, one read per node per look: placement
+        (GPU, start, size) -> `reclaiming`, `unowned` (leftovers) or `idle`. A node that could not be
+        read tells nothing."""
+        out: dict[str, dict[tuple[str, int, int], list[str]]] = {}
+        for node in nodes:
+            try:
+                annotations = self.lab.core().read_node(node).metadata.annotations or {}
+                leftovers = decode_leftovers(annotations.get(LEFTOVERS))
+                idle = decode_idle(annotations.get(IDLE))
+            except Exception:  # noqa: BLE001 - a look that could not read the node tells nothing
+                continue
+            said: dict[tuple[str, int, int], list[str]] = {}
+            for where, reason in [
+                *(((x.gpuUUID, x.placement.start, x.placement.size), x.reason) for x in leftovers),
+                *(((y.gpuUUID, y.placement.start, y.placement.size), "idle") for y in idle),
+            ]:
+                said.setdefault(where, []).append(reason)
+            out[node] = said
+        return out
+
+    def _published(self, i: Any, said: dict[tuple[str, int, int], list[str]]) -> None:
+        """Note the first time the instance's node published it as a leftover or idle."""
         now = self._now()
-        for x in leftovers:
-            if (x.gpuUUID, x.placement.start, x.placement.size) == (i.gpu_uuid, i.start, i.size):
-                trace.published.setdefault(x.reason, now)
-        for y in idle:
-            if (y.gpuUUID, y.placement.start, y.placement.size) == (i.gpu_uuid, i.start, i.size):
-                trace.published.setdefault("idle", now)
+        for reason in said.get((i.gpu_uuid, i.start, i.size), []):
+            self.traces[i.mig_uuid].published.setdefault(reason, now)
 
     def _processes_ended(self, mig_uuids: list[str]) -> None:
         now = self._now()

@@ -584,20 +584,22 @@ class PlacementIndex:
             else:
                 # on an empty GPU of an empty node, the loss of opening it (its node's fill is 0.0,
                 # so it sorts where the fill puts it under every policy's key)
-                opened = self._loss(cand, pset, gtype, 0, 1) if empty_gpu and self.keep_nodes_whole else loss
+                opens = empty_gpu and self.keep_nodes_whole
+                opened = self._loss(cand, pset, gtype, 0, 1) if opens else loss
 
                 def plain_key(
                     fill: _NodeKey,
                     cand: _Candidate = cand,
                     loss: Loss = loss,
                     opened: Loss = opened,
+                    opens: bool = opens,
                     used: float = used,
                     start: int = start,
                 ) -> tuple[object, ...]:
                     return rank_key(
                         pod,
                         cand.rank,
-                        opened if opened is not loss and opens_node(*fill) else loss,
+                        opened if opens and opens_node(*fill) else loss,
                         fill[0],
                         used,
                         start,
