@@ -93,7 +93,7 @@ from _baselines import (
     Pick,
     catalog_node,
 )
-from _packing import advise_cost, eviction, grid, plot, reuse, traces
+from _packing import advise_cost, eviction, grid, others, plot, reuse, traces
 from _packing.hami_e2e import TRACES, replay
 from _packing.oracle import INFEASIBLE, NOT_SEARCHED, PACKED, UNKNOWN, VERDICTS, Oracle, legal_packing
 from _packing.rules import RULES, memoized
@@ -721,7 +721,20 @@ def grid_main(argv: list[str]) -> int:
             + ", ".join(f"{s['ratio_nodes']:.2f}×" for s in priced)
             + f" in {len(priced)} cells"
         )
-    out = {"seeds": list(seeds), "tuning": tuning, "policies": names, "cells": summaries}
+    rest = others.against_others(summaries, grid.MEDIAN_TARGET)
+    print(
+        "\nevery policy's refused GPU-work over the best of the OTHER baselines, per cell (dynmig arms are "
+        f"never baselines; targets: every cell ≤ 1.00×, median ≤ {grid.MEDIAN_TARGET:.2f}×):"
+    )
+    for line in others.table(rest):
+        print("  " + line)
+    out = {
+        "seeds": list(seeds),
+        "tuning": tuning,
+        "policies": names,
+        "cells": summaries,
+        "against_others": rest,
+    }
     GRID_RESULTS.parent.mkdir(parents=True, exist_ok=True)
     whole = not tuning and "--quick" not in argv and mix is None and fleet is None and not keep
     target = GRID_RESULTS if whole else GRID_RESULTS.with_suffix(".try.json")
@@ -801,13 +814,28 @@ def traces_main(argv: list[str]) -> int:
     trying = tuning or keep  # a try: written beside the results, not to docs/
     target = TRACES_RESULTS.with_suffix(".try.json") if trying else TRACES_RESULTS
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps({"tuning": tuning, "windows": list(windows), "cells": out}, indent=2) + "\n")
+    rest = {
+        source: others.against_others(summaries, traces.MEDIAN_TARGET) for source, summaries in out.items()
+    }
+    target.write_text(
+        json.dumps(
+            {"tuning": tuning, "windows": list(windows), "cells": out, "against_others": rest}, indent=2
+        )
+        + "\n"
+    )
     for source, summaries in out.items():
         print(f"\ntargets (issue 42) on {source}, {'tuning' if tuning else 'held-out'} windows:")
         for line in traces.verdict(summaries):
             print("  " + line)
         print(f"the same targets for {grid.NODE_ARM} (node slots priced, serve --node-pricing=true):")
         for line in traces.verdict(summaries, "ratio_nodes"):
+            print("  " + line)
+        print(
+            f"\nevery policy's refused GPU-work over the best of the OTHER baselines, per judged cell "
+            f"(dynmig arms are never baselines; targets: every cell ≤ 1.00×, median ≤ {traces.MEDIAN_TARGET:.2f}×):"
+        )
+        columns = [s["cell"] for s in summaries if s["judged"]]
+        for line in others.table(rest[source], columns):
             print("  " + line)
         picture = (
             target.parent if trying else GRID_PLOT.parent

@@ -96,6 +96,7 @@ FLEETS: dict[str, tuple[tuple[str, ...], int]] = {
     "mixed x6": (("A100-SXM4-40GB", "H100-SXM5-80GB", "RTX-PRO-6000"), 6),
 }
 BAND = (0.01, 0.15)  # the best baseline's refused share of the offered work in a judged cell
+MEDIAN_TARGET = 0.9  # issue 42: every judged cell ≤ 1.0× the best baseline, the median cell ≤ 0.9×
 GPUS_PER_NODE = 8
 
 
@@ -293,6 +294,6 @@ def verdict(summaries: list[dict], key: str = "ratio") -> list[str]:
     return [
         f"every cell ≤ 1.00× the best baseline: {'met' if worst[key] <= 1.0 else 'NOT met'} "
         f"(worst {worst[key]:.2f}× in {worst['cell']}; {sum(r > 1.0 for r in ratios)} of {len(ratios)} above)",
-        f"median cell ≤ 0.90×: {'met' if median <= 0.9 else 'NOT met'} (median {median:.2f}×, "
+        f"median cell ≤ {MEDIAN_TARGET:.2f}×: {'met' if median <= MEDIAN_TARGET else 'NOT met'} (median {median:.2f}×, "
         f"range {min(ratios):.2f}-{max(ratios):.2f}×)",
     ]
