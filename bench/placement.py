@@ -652,7 +652,8 @@ def _grid_runs(job: tuple[grid.Cell, int, str, bool]) -> dict[str, dict]:
 
 def grid_main(argv: list[str]) -> int:
     """`--grid`: the packing grid (bench/_packing/grid.py) on the held-out seeds, its table, its verdict
-    against issue 29's targets, bench/results/packing-grid.json and the plot docs/packing-grid.png.
+    against issue 29's targets, every policy against the best of the other baselines per cell
+    (`_packing.others`), bench/results/packing-grid.json and the plot docs/packing-grid.png.
     `--quick`: `grid.QUICK_CELLS` only; `--tuning`: the tuning seeds instead (nothing written to docs/);
     `--jobs N`: N processes replay the traces (the same figures; the table is printed in cell order)."""
     tuning = "--tuning" in argv
@@ -759,7 +760,8 @@ def _trace_runs(job: tuple[str, str, str, str, Path, bool]) -> dict[str, dict]:
 
 def traces_main(argv: list[str]) -> int:
     """`--traces`: the real traces (bench/_packing/traces.py) on their held-out windows (`--tuning`: the
-    tuning windows), dynmig against the grid's baselines in the same run; writes
+    tuning windows), dynmig against the grid's baselines in the same run, then every policy against the
+    best of the other baselines per judged cell (`_packing.others`); writes
     bench/results/packing-traces.json and one plot per trace in docs/. `--fetch` downloads the traces
     first (pinned commit, checked SHA-256); `--trace-dir DIR` reads (and fetches) them there instead of
     bench/traces/. Without a trace file: says how to fetch it and exits 0, replaying nothing."""
