@@ -108,6 +108,23 @@ def failure_reason(message: str, deleted: bool = False) -> str:
     return next((label for label, signs in FAILURE_REASONS if any(s in message for s in signs)), "other")
 
 
+def bound_when(bound: float, seen: float, kills: Sequence[float], window: float = KUBELET_WINDOW_S) -> str:
+    """When a pod that failed for an unavailable plugin was bound, against its node's kills (seconds
+    into the run; `bound` to the second, as the Binding's PodScheduled condition gives it):
+    "in-window" (within `window` after a kill: kubelet's node status had not shown allocatable 0
+    yet), "before-kill" (bound before a kill that came before the failure was seen: kubelet admitted
+    it only after the kill), "later" (more than `window` after the last kill and no kill since: the
+    extender had had time to leave the node out) or "unknown" (no binding time)."""
+    if bound < 0:
+        return "unknown"
+    before = [k for k in kills if k <= bound + 1.0]  # + the condition's one-second resolution
+    if before and bound - before[-1] <= window:
+        return "in-window"
+    if any(bound < k <= seen for k in kills):
+        return "before-kill"
+    return "later"
+
+
 def unheld_after(before: float | None, elapsed: float, up: bool) -> float:
     """An instance's unheld plugin-up seconds after a look that found it unheld (pure): the time
     between two looks counts only when both found it unheld and its plugin up. Under load one look
@@ -143,6 +160,10 @@ class Report:
     # node status had not shown allocatable 0 yet) and later than that
     unavailable_in_window: int = 0
     unavailable_later: int = 0
+    # the same failures by when the pod was bound (`bound_when`): within KUBELET_WINDOW_S after
+    # its node's kill, before the kill (kubelet admitted it only after), or later (the extender had
+    # had time to leave the node out)
+    unavailable_bound: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, every 10 s
     slowest_look: float = 0.0  # the longest seconds between two looks at the pods and GPUs
@@ -398,15 +419,12 @@ class Chaos:
                 self._arm(0.0, 0.3, "after-delete")
 
     def _delete(self, name: str) -> None:
-        """Delete a pod; with reuse, the last wave (nothing more to create) at once (grace 0): the plugin
-        parks an instance only once its pod is terminal or gone, never while it terminates (it
-        destroys one that runs nothing then), so gracefully deleted pods leave nothing idle, and the
-        audit at the last delete would have nothing to audit."""
+        """Delete a pod gracefully, as a user or its controller does (the last wave too: a pod
+        force-deleted while its workload still runs frees its slices in the API before its process
+        ends, so the next pod can be placed on an instance still in use and fail; with idle reuse the
+        plugin keeps a terminating pod's instance and parks it once the pod is gone, so the audit at
+        the last delete still has what it kept to audit)."""
         self.deleted_at.setdefault(name, self._now())
-        if self.reuse and self.created >= self.total:
-            with contextlib.suppress(Exception):  # gone already
-                self.kit.core.delete_namespaced_pod(name, self.kit.namespace, grace_period_seconds=0)
-            return
         self.kit.delete(name, wait=False)
 
     def _failed(self, pod: dict[str, Any]) -> None:
@@ -424,6 +442,9 @@ class Chaos:
                 self.report.unavailable_in_window += 1
             else:
                 self.report.unavailable_later += 1
+            kills = [k for k, _ in self.downs.get(node, [])]
+            when = bound_when(self._bound_at(pod), self._now(), kills)
+            self.report.unavailable_bound[when] = self.report.unavailable_bound.get(when, 0) + 1
         if self.storm and reason not in ("plugin-unavailable", "killed-mid-allocate"):
             self.report.details.append(f"failed ({reason}) {pod['metadata']['name']}: {message[:300]}")
         if any(sign in message for sign in LEFTOVER_SIGNS):
@@ -594,6 +615,15 @@ class Chaos:
             del self.unheld[key]
 
     # ---- timelines of lingering instances
+
+    def _bound_at(self, pod: dict[str, Any]) -> float:
+        """Seconds into the run when the pod was bound (its PodScheduled=True condition); -1 unknown."""
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+                with contextlib.suppress(TypeError, ValueError):
+                    when = datetime.fromisoformat(str(cond.get("lastTransitionTime")).replace("Z", "+00:00"))
+                    return when.timestamp() - self.wall0
+        return -1.0
 
     def _now(self) -> float:
         """Seconds into the run (wall clock, as the plugin's log)."""
@@ -1061,7 +1091,8 @@ def main() -> int:
         f"Failed by reason {dict(sorted(report.failed_by_reason.items()))}, lingering > {LINGER_S:g}s "
         f"{report.lingering}, lost {report.lost_instances}, overlaps {report.overlaps}, "
         f"left {report.leaked_instances}; plugin-unavailable within {KUBELET_WINDOW_S:g}s of the "
-        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later}; "
+        f"node's kill {report.unavailable_in_window}, later {report.unavailable_later} (by binding: "
+        f"{dict(sorted(report.unavailable_bound.items()))}); "
         f"in use with their pod gone {report.busy_without_pod}; load {_load(report.load)}, slowest look "
         f"{report.slowest_look:g}s; {report.seconds:.0f}s"
     )

@@ -13,6 +13,12 @@ naming the instance and its pod, and shows in `dynmig_plugin_reclaims_stuck` —
 is still terminating (its containers have a grace period): that is retried each pass, quietly.
 Allocate passes `urgent` for instances in its way: those are tried whatever their back-off.
 
+A pass handles each GPU's unbacked instances in series (under the GPU's lock) and the GPUs at once:
+a destroy takes about a second on the hardware (drivers/ampere.yaml of the simulator lists the
+public reports), so a wave of pods ending together on an 8-GPU node frees its slices in one GPU's
+destroys, not in all of them one after another (Allocate waits for the pass, and the scheduler
+sees those slices occupied until then).
+
 With idle reuse on (plugin/idle.py), an unbacked instance whose pod is terminal or gone and that runs
 no process is kept idle instead of destroyed (journaled first), within the per-GPU cap; an idle one
 goes when its TTL is over, when it is urgent (in Allocate's way) or when a process shows on it. An
@@ -25,7 +31,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from mig.annotations import AnnotationError, MigAllocation
@@ -47,6 +55,7 @@ BACKOFF_BASE = 2.0  # seconds before the first retry of a failed reclaim
 CLEAR_POLL_S = 0.2  # clear_for: how often a destroy in a pod's way is tried again
 BACKOFF_CAP = 300.0
 STUCK_EVENT = "MigInstanceReclaimStuck"
+MAX_GPU_WORKERS = 16  # GPUs whose reclaims run at once in one pass (a node has at most 16 GPUs)
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,14 @@ def plan_reclaim(
     return sorted((m for m in managed if not backed(m)), key=lambda m: m.key)
 
 
+def by_gpu(plan: list[ManagedInstance]) -> list[list[ManagedInstance]]:
+    """A reclaim plan split per GPU (pure), each group and the groups in the plan's order."""
+    groups: dict[str, list[ManagedInstance]] = {}
+    for instance in plan:
+        groups.setdefault(instance.key.gpu_uuid, []).append(instance)
+    return list(groups.values())
+
+
 @dataclass
 class Retry:
     attempts: int
@@ -138,28 +155,34 @@ class Retry:
 
 
 class ReclaimBackoff:
-    """Exponential, capped back-off per instance whose destroy failed (pure; the caller's clock)."""
+    """Exponential, capped back-off per instance whose destroy failed (the caller's clock); a pass's
+    GPUs update it at once."""
 
     def __init__(self, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP):
         self.base, self.cap = base, cap
         self.retries: dict[InstanceKey, Retry] = {}
+        self._lock = threading.Lock()
 
     def due(self, key: InstanceKey, now: float) -> bool:
-        retry = self.retries.get(key)
+        with self._lock:
+            retry = self.retries.get(key)
         return retry is None or now >= retry.not_before
 
     def failed(self, key: InstanceKey, now: float) -> Retry:
-        attempts = self.retries[key].attempts + 1 if key in self.retries else 1
-        delay = min(self.base * 2 ** (attempts - 1), self.cap)
-        retry = self.retries[key] = Retry(attempts, now + delay, delay)
+        with self._lock:
+            attempts = self.retries[key].attempts + 1 if key in self.retries else 1
+            delay = min(self.base * 2 ** (attempts - 1), self.cap)
+            retry = self.retries[key] = Retry(attempts, now + delay, delay)
         return retry
 
     def clear(self, key: InstanceKey) -> None:
-        self.retries.pop(key, None)
+        with self._lock:
+            self.retries.pop(key, None)
 
     def prune(self, keep: set[InstanceKey]) -> None:
-        for key in [k for k in self.retries if k not in keep]:
-            del self.retries[key]
+        with self._lock:
+            for key in [k for k in self.retries if k not in keep]:
+                del self.retries[key]
 
 
 @dataclass
@@ -174,6 +197,11 @@ class PassResult:
     kept_idle: list[InstanceKey] = field(default_factory=list)  # idle for reuse after this pass
     pods: list[PodView] | None = None
     reservations: NodeReservations | None = None  # set when the pass fully understood the node
+
+    def absorb(self, part: PassResult) -> None:
+        """Add one GPU's outcome (`Reconciler._reclaim_gpu`) to the pass's."""
+        for name in ("destroyed", "failed", "deferred", "waiting", "kept_idle"):
+            getattr(self, name).extend(getattr(part, name))
 
 
 class InTheWay:
@@ -244,50 +272,90 @@ class Reconciler:
         result = PassResult(pods=pods, reservations=node)
         now = self.clock()
         by_uid = {p.uid: p for p in pods}
-        parked = {
-            g: sum(1 for m in managed if m.idle and m.key.gpu_uuid == g)
-            for g in {m.key.gpu_uuid for m in managed}
-        }
-        for instance in plan_reclaim(managed, node.keys, node.holders):
-            cause = "reclaim"
-            if instance.idle:
-                keep, cause = self._still_idle(instance, urgent)
-                if keep:
-                    result.kept_idle.append(instance.key)
-                    continue
-            else:
-                kept = self._keep(instance, by_uid, urgent, parked)
-                if kept:
-                    (result.kept_idle if kept == PARKED else result.waiting).append(instance.key)
-                    continue
-            forced = not self.backoff.due(instance.key, now)
-            if forced and not (urgent and urgent(instance)):
-                result.deferred.append(instance.key)
-                continue
-            try:
-                self.manager.release(instance.key, cause=cause)
-            except InstanceError as error:
-                result.failed.append((instance.key, error.reason))
-                owner = by_uid.get(instance.owner.pod_uid) if instance.owner else None
-                if (
-                    error.reason == "in-use"
-                    and owner is not None
-                    and owner.deleting
-                    and not is_terminal(owner.phase)
-                ):
-                    log.info("reclaim of %s waits for pod %s's containers to stop", instance.key, owner.ref)
-                elif forced:
-                    log.info("reclaim of %s (in Allocate's way) still fails: %s", instance.key, error)
-                else:
-                    self._stuck(instance, error, now)
-                continue
-            self.backoff.clear(instance.key)
-            result.destroyed.append(instance.key)
-            if instance.journaled:
-                self.metrics.journal_reclaims.inc()
+        parked = Counter(m.key.gpu_uuid for m in managed if m.idle)
+        groups = by_gpu(plan_reclaim(managed, node.keys, node.holders))
+        for part in self._across_gpus(
+            lambda group: self._reclaim_gpu(group, by_uid, urgent, parked.get(group[0].key.gpu_uuid, 0), now),
+            groups,
+        ):
+            result.absorb(part)
         self.backoff.prune({m.key for m in self.manager.managed()})
         self.metrics.reclaims_stuck.set(len(self.backoff.retries))
         return result
+
+    def _across_gpus(
+        self, work: Callable[[list[ManagedInstance]], PassResult], groups: list[list[ManagedInstance]]
+    ) -> list[PassResult]:
+        """`work` on each GPU's group, the GPUs at once (each GPU's calls stay in series under its
+        lock, so a wave of ended pods costs the longest GPU's destroys, not their sum); results in
+        GPU order."""
+        if len(groups) <= 1:
+            return [work(g) for g in groups]
+        with ThreadPoolExecutor(
+            min(len(groups), MAX_GPU_WORKERS), thread_name_prefix="dynmig-reclaim"
+        ) as pool:
+            return list(pool.map(work, groups))
+
+    def _reclaim_gpu(
+        self,
+        group: list[ManagedInstance],
+        by_uid: Mapping[str, PodView],
+        urgent: Callable[[ManagedInstance], bool] | None,
+        parked_here: int,
+        now: float,
+    ) -> PassResult:
+        """Destroy, park or keep each unbacked instance of one GPU, in key order."""
+        part = PassResult()
+        parked = {group[0].key.gpu_uuid: parked_here}
+        for instance in group:
+            self._reclaim_one(instance, part, by_uid, urgent, parked, now)
+        return part
+
+    def _reclaim_one(
+        self,
+        instance: ManagedInstance,
+        part: PassResult,
+        by_uid: Mapping[str, PodView],
+        urgent: Callable[[ManagedInstance], bool] | None,
+        parked: dict[str, int],
+        now: float,
+    ) -> None:
+        cause = "reclaim"
+        if instance.idle:
+            keep, cause = self._still_idle(instance, urgent)
+            if keep:
+                part.kept_idle.append(instance.key)
+                return
+        else:
+            kept = self._keep(instance, by_uid, urgent, parked)
+            if kept:
+                (part.kept_idle if kept == PARKED else part.waiting).append(instance.key)
+                return
+        forced = not self.backoff.due(instance.key, now)
+        if forced and not (urgent and urgent(instance)):
+            part.deferred.append(instance.key)
+            return
+        try:
+            self.manager.release(instance.key, cause=cause)
+        except InstanceError as error:
+            part.failed.append((instance.key, error.reason))
+            owner = by_uid.get(instance.owner.pod_uid) if instance.owner else None
+            if (
+                error.reason == "in-use"
+                and owner is not None
+                and owner.deleting
+                and not is_terminal(owner.phase)
+            ):
+                log.info("reclaim of %s waits for pod %s's containers to stop", instance.key, owner.ref)
+            elif forced:
+                log.info("reclaim of %s (in Allocate's way) still fails: %s", instance.key, error)
+            else:
+                self._stuck(instance, error, now)
+            return
+        self.backoff.clear(instance.key)
+        part.destroyed.append(instance.key)
+        if instance.journaled:
+            self.metrics.journal_reclaims.inc()
 
     def clear_for(
         self, pod: PodView, reservations: list[MigAllocation], busy_wait: float

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.chaos import Report, Trace, failure_reason, timeline, unheld_after
+from bench.chaos import Report, Trace, bound_when, failure_reason, timeline, unheld_after
 
 
 def test_a_create_refused_at_a_reserved_placement_is_told_apart_from_a_dead_plugin():
@@ -65,3 +65,16 @@ def test_a_lingering_instance_is_reported_with_its_pods_end_its_processes_end_an
     assert "published reclaiming 48.0s; destroyed 70.2s" in line
     assert "plugin down 50.0s-58.5s;" in line  # only while it lingered, not before or after
     assert line.endswith('journal {"name":"chaos-0042","idleSince":null}')
+
+
+def test_a_plugin_unavailable_failure_is_told_by_when_its_pod_was_bound_against_its_nodes_kills():
+    kills = [100.0, 160.0]
+    # bound 4 s after the kill, failed 30 s later: kubelet's window, however late it was seen
+    assert bound_when(104.0, seen=134.0, kills=kills) == "in-window"
+    # the condition's second resolution: bound in the second of the kill
+    assert bound_when(99.5, seen=101.0, kills=kills) == "in-window"
+    # bound while the plugin served, admitted only after the next kill
+    assert bound_when(150.0, seen=163.0, kills=kills) == "before-kill"
+    # bound 20 s after the kill with no kill since: the extender had had time to leave the node out
+    assert bound_when(120.0, seen=125.0, kills=kills) == "later"
+    assert bound_when(-1.0, seen=125.0, kills=kills) == "unknown"
