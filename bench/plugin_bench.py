@@ -12,6 +12,10 @@ HTTP through the official client), with the plugin's production code unchanged.
 - Baselines measured in this run: the same NVML call sequence run directly (create GI at the
   placement, create CI, find the MIG UUID, destroy CI and GI), and one GET of a pod through the
   official client against the simulated API server (the unit price of an API round-trip).
+- A wave: 8 A100 GPUs with 3 one-slice instances each, every pod ended, under the simulated
+  driver's timing (a CI destroy 0.2 s, a GI destroy 0.8 s, each GPU's calls in series: the
+  simulator's drivers/ampere.yaml); one reconcile pass, against the same destroys one after another
+  (what a pass did before it handled the GPUs at once), measured in the same run on a fresh node.
 - Reconcile: a node with 8 A100 GPUs and 110 pods (56 with realized MIG reservations, 54 without GPUs);
   one full pass (list pods, decode every reservation, plan; nothing to destroy), and its pure part.
 
@@ -62,6 +66,7 @@ RESOURCE = "nvidia.com/gpu"
 RESULTS = Path(__file__).resolve().parent / "results" / "plugin.json"
 ALLOCATES = 120
 PASSES = 40
+WAVE_PER_GPU = 3
 TARGET_MS = 20.0
 
 
@@ -286,10 +291,47 @@ def bench_reconcile() -> dict:
     }
 
 
+def bench_wave() -> dict:
+    seconds = {}
+    for how in ("one pass", "one after another"):
+        world = World(gpus=8)
+        try:
+            keys = []
+            for g, gpu in enumerate(world.uuids):
+                for start in range(WAVE_PER_GPU):
+                    world.api.create(pod_object(f"wave{g}-{start}", gpu, "1g.5gb", start, 1))
+                    keys.append(InstanceKey(gpu, "1g.5gb", start, 1))
+                    world.app.manager.ensure(keys[-1])
+            for g in range(len(world.uuids)):
+                for start in range(WAVE_PER_GPU):
+                    world.core.patch_namespaced_pod_status(
+                        f"wave{g}-{start}", "default", {"status": {"phase": "Succeeded"}}
+                    )
+            world.sim.set_timing("driver")
+            started = time.perf_counter()
+            if how == "one pass":
+                destroyed = len(world.app.reconciler.run_once().destroyed)
+            else:
+                for key in keys:
+                    world.app.manager.release(key)
+                destroyed = len(keys)
+            seconds[how] = round(time.perf_counter() - started, 2)
+            if destroyed != len(keys) or world.app.manager.managed():
+                raise SystemExit(f"{how}: {destroyed} of {len(keys)} destroyed")
+        finally:
+            world.close()
+    return {
+        "instances": 8 * WAVE_PER_GPU,
+        "seconds": seconds,
+        "ratio": round(seconds["one pass"] / seconds["one after another"], 2),
+    }
+
+
 def main() -> int:
     allocate = bench_allocate()
     reconcile = bench_reconcile()
-    out = {"allocate": allocate, "reconcile": reconcile}
+    wave = bench_wave()
+    out = {"allocate": allocate, "reconcile": reconcile, "wave": wave}
     a, r = allocate, reconcile
     print(f"Allocate ({a['allocations']} one-device pods, A100 1g.5gb)")
     print(
@@ -328,6 +370,11 @@ def main() -> int:
     print(
         f"  baseline: list pods   p50 {r['baseline_list_pods_ms']['p50']:7.2f} ms; "
         f"ratio pass/list {r['ratio_pass_p50_to_list_p50']}x"
+    )
+    print(
+        f"A wave of {wave['instances']} ended pods' instances on 8 GPUs (the driver's timing): one pass "
+        f"{wave['seconds']['one pass']:.2f} s; baseline, the same destroys one after another "
+        f"{wave['seconds']['one after another']:.2f} s; ratio {wave['ratio']}x"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
